@@ -1,0 +1,1 @@
+//! The evidence schema: provenance, raw samples and verdicts that every command writes under evidence/.

@@ -1,0 +1,1 @@
+//! CUDA attention kernels: NVRTC build, registry of implementations, launch and timing.

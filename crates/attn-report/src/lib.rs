@@ -1,0 +1,1 @@
+//! Markdown, HTML and SVG progression reports from evidence/.

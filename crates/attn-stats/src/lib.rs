@@ -1,0 +1,1 @@
+//! Statistics for timing data: summaries, quantiles, outliers, bootstrap intervals and rank tests.
