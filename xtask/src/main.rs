@@ -1,1 +1,56 @@
-fn main() {}
+//! `cargo xtask`: the one runner of the attn workspace.
+//!
+//! Every subcommand lives in its own module with a `clap::Args` struct and a `run` function that
+//! returns the process exit code. Errors reach `main` as `anyhow::Error` and are printed as one line
+//! (with their causes joined by ": "), never as a panic or backtrace.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod ncu;
+mod report;
+mod stats;
+
+/// Exit code for "ran, and the answer is no" (a failed gate, a stale report).
+pub const EXIT_FAILED: u8 = 1;
+/// Exit code for "could not run" (bad arguments, no GPU, compile error).
+pub const EXIT_CANNOT_RUN: u8 = 2;
+
+#[derive(Debug, Parser)]
+#[command(name = "cargo xtask", bin_name = "cargo xtask", about = "attn: write, prove and measure attention kernels")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Compare two files of timings: summaries, bootstrap CIs, Mann-Whitney, verdict.
+    Stats(stats::Args),
+    /// Summarise Nsight Compute CSV output, or profile one of our kernels.
+    Ncu(ncu::Args),
+    /// Render evidence/ into reports/ (HTML, markdown, SVG charts).
+    Report(report::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Stats(args) => stats::run(args),
+        Command::Ncu(args) => ncu::run(args),
+        Command::Report(args) => report::run(args),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(err) => {
+            eprintln!("error: {}", one_line(&err));
+            ExitCode::from(EXIT_CANNOT_RUN)
+        }
+    }
+}
+
+/// An error and its causes on one line: "reading a.txt: line 3: not a number".
+pub fn one_line(err: &anyhow::Error) -> String {
+    err.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ")
+}
