@@ -1,1 +1,67 @@
-//! The evidence schema: provenance, raw samples and verdicts that every command writes under evidence/.
+//! The evidence schema: provenance, raw samples and verdicts that every command writes under
+//! `evidence/`.
+//!
+//! # Bird's-eye view
+//!
+//! Every measuring command (`cargo xtask gate`, `bench`, `evo`, `micro`, `ncu`) writes its result as
+//! a file under `evidence/`, and `cargo xtask report` reads them back. This crate is the contract
+//! between the two sides:
+//!
+//! - [`Provenance`]: which GPU, driver, libraries, commit and command produced a file, and the SM
+//!   clock around the run. Two files are comparable only if their provenance says so.
+//! - [`ShapeSpec`], [`Implementation`], [`Timing`]: what ran, on what, and the *raw* samples in µs
+//!   (statistics are recomputed from them; nothing is lost to pre-aggregation).
+//! - [`GateRun`] (`evidence/gate/*.json`): correctness checks plus an
+//!   [`attn_stats::Comparison`] per shape and a verdict. [`BenchRun`] (`evidence/bench/*.json` and a
+//!   same-name `.csv`): timings with summaries. Both are an [`Evidence`], told apart by `"kind"`.
+//! - [`EvoCandidate`]: one row of a search log (`evidence/evo/<run>/log.csv`,
+//!   `evidence/micro/log.csv`), read and written by [`read_evo_log`] and [`write_evo_log`].
+//! - [`write_json_atomic`], [`read`], [`load_dir`], [`evidence_file_name`]: files are written
+//!   atomically (temp file + rename), read with errors that name the file, and loaded in time order.
+//!
+//! `evidence/README.md` documents the layout and every field for people.
+//!
+//! ```
+//! use attn_evidence::{evidence_path, load_dir, write_json_atomic, BenchRun, Evidence, Provenance};
+//! let root = tempfile::tempdir()?;
+//! let provenance = Provenance {
+//!     gpu: "NVIDIA H100 80GB HBM3".into(), gpu_uuid: None, sm_count: Some(132), driver: None,
+//!     cuda_driver_api: None, nvrtc: None, pytorch: None, torch_cuda: None, cudnn: None,
+//!     git_rev: "1f367d0c0ffee".into(), git_dirty: false, date: "2025-11-22T14:19:00Z".into(),
+//!     host: None, tool: "attn 0.1.0".into(), command: vec!["cargo".into(), "xtask".into(), "bench".into()],
+//!     clocks: Default::default(),
+//! };
+//! let run = BenchRun { schema: attn_evidence::SCHEMA_VERSION, kind: "bench".into(), provenance, suite: None, entries: vec![] };
+//! let path = evidence_path(root.path(), "bench", &run.provenance.date, &run.provenance.gpu, &run.provenance.git_rev);
+//! write_json_atomic(&path, &run)?;
+//! let loaded = load_dir(root.path())?;
+//! assert!(matches!(&loaded[..], [(p, Evidence::Bench(_))] if *p == path));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod bench;
+mod error;
+mod evo;
+mod gate;
+mod implementation;
+mod provenance;
+mod shape;
+mod store;
+mod timing;
+
+pub use bench::{BenchEntry, BenchRun, BENCH_CSV_HEADER};
+pub use error::EvidenceError;
+pub use evo::{read_evo_log, write_evo_log, EvoCandidate};
+pub use gate::{CorrectnessCheck, GateCase, GateRun};
+pub use implementation::Implementation;
+pub use provenance::{utc_now_rfc3339, ClockReadings, Provenance};
+pub use shape::ShapeSpec;
+pub use store::{
+    evidence_file_name, evidence_path, json_files, load_dir, read, slug, write_bytes_atomic,
+    write_json_atomic, Evidence,
+};
+pub use timing::{Timing, TimingMode};
+
+/// Version of the evidence schema this build writes. Readers accept files with this version or
+/// older; a newer file is an error ([`EvidenceError::SchemaTooNew`]) rather than a misreading.
+pub const SCHEMA_VERSION: u32 = 1;

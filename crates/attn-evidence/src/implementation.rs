@@ -1,0 +1,63 @@
+//! Which code was measured.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// One implementation of attention: one of our kernels with its config, or a reference library.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Implementation {
+    /// `"tiled"`, `"mma"`, `"sdpa"`, `"cublas"`, or `"src:<file>"` for an ad-hoc source file.
+    pub name: String,
+    /// For `sdpa`: `"default"`, `"flash"`, `"efficient"`, `"cudnn"` or `"math"`.
+    #[serde(default)]
+    pub backend: Option<String>,
+    /// Compile-time config as written to `-D` defines (`BLOCK_M` → `"128"`), sorted by key.
+    #[serde(default)]
+    pub config: BTreeMap<String, String>,
+    /// SHA-256 of the kernel source that ran, hex; pins the version of a kernel across commits.
+    #[serde(default)]
+    pub source_sha256: Option<String>,
+}
+
+impl Implementation {
+    /// An implementation with no backend, config or source hash.
+    pub fn named(name: impl Into<String>) -> Self {
+        Implementation {
+            name: name.into(),
+            backend: None,
+            config: BTreeMap::new(),
+            source_sha256: None,
+        }
+    }
+
+    /// Short label for tables and legends: the name, then `:backend` when there is one.
+    ///
+    /// ```
+    /// use attn_evidence::Implementation;
+    /// let mut sdpa = Implementation::named("sdpa");
+    /// assert_eq!(sdpa.label(), "sdpa");
+    /// sdpa.backend = Some("flash".into());
+    /// assert_eq!(sdpa.label(), "sdpa:flash");
+    /// ```
+    pub fn label(&self) -> String {
+        match &self.backend {
+            Some(backend) => format!("{}:{backend}", self.name),
+            None => self.name.clone(),
+        }
+    }
+
+    /// The config as `"BLOCK_M=128,BLOCK_N=64"` (empty when there is none).
+    pub fn config_string(&self) -> String {
+        self.config
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Whether this is a reference library (`sdpa`, `cublas`) rather than one of our kernels.
+    pub fn is_reference(&self) -> bool {
+        matches!(self.name.as_str(), "sdpa" | "cublas")
+    }
+}

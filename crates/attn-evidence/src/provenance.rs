@@ -1,0 +1,101 @@
+//! Where a measurement came from: the machine, the software stack, the commit, the command.
+
+use serde::{Deserialize, Serialize};
+
+/// Everything needed to judge whether two pieces of evidence are comparable, and to reproduce one.
+///
+/// Fields the writer could not determine are `None` (not an empty string), so a reader can tell
+/// "unknown" from "known to be empty".
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Provenance {
+    /// GPU product name as the driver reports it, e.g. `"NVIDIA H100 80GB HBM3"`.
+    pub gpu: String,
+    /// The GPU's UUID, which tells two boards of the same product apart.
+    #[serde(default)]
+    pub gpu_uuid: Option<String>,
+    /// Number of streaming multiprocessors (a MIG slice or a cut-down part has fewer).
+    #[serde(default)]
+    pub sm_count: Option<u32>,
+    /// NVIDIA driver version, e.g. `"570.124.06"`.
+    #[serde(default)]
+    pub driver: Option<String>,
+    /// CUDA version the driver API reports, e.g. `"12.8"`.
+    #[serde(default)]
+    pub cuda_driver_api: Option<String>,
+    /// NVRTC version that compiled our kernels.
+    #[serde(default)]
+    pub nvrtc: Option<String>,
+    /// PyTorch version of the SDPA baseline, when one ran.
+    #[serde(default)]
+    pub pytorch: Option<String>,
+    /// CUDA version PyTorch was built against.
+    #[serde(default)]
+    pub torch_cuda: Option<String>,
+    /// cuDNN version PyTorch loaded.
+    #[serde(default)]
+    pub cudnn: Option<String>,
+    /// Full git commit hash of the working tree that produced the evidence.
+    pub git_rev: String,
+    /// Whether the working tree had uncommitted changes (then `git_rev` does not pin the code).
+    pub git_dirty: bool,
+    /// When the run started, RFC 3339 in UTC, e.g. `"2025-11-22T14:19:00Z"`. Evidence is ordered by it.
+    pub date: String,
+    /// Host name of the machine.
+    #[serde(default)]
+    pub host: Option<String>,
+    /// The tool and its version, e.g. `"attn 0.1.0"`.
+    pub tool: String,
+    /// The command line (argv) that produced the evidence.
+    #[serde(default)]
+    pub command: Vec<String>,
+    /// SM clock and temperature around the measurement.
+    #[serde(default)]
+    pub clocks: ClockReadings,
+}
+
+/// SM clock and GPU temperature read just before and just after a measurement. A clock that moved
+/// (thermal or power throttling) makes timings from before and after incomparable.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClockReadings {
+    /// SM clock in MHz before the measurement.
+    #[serde(default)]
+    pub sm_mhz_before: Option<u32>,
+    /// SM clock in MHz after the measurement.
+    #[serde(default)]
+    pub sm_mhz_after: Option<u32>,
+    /// GPU temperature in °C before the measurement.
+    #[serde(default)]
+    pub temp_c_before: Option<u32>,
+    /// GPU temperature in °C after the measurement.
+    #[serde(default)]
+    pub temp_c_after: Option<u32>,
+}
+
+impl ClockReadings {
+    /// A flag line such as `"SM clock changed 1980 -> 1755 MHz"` when both readings exist and differ
+    /// by more than `tolerance_mhz`; `None` otherwise.
+    ///
+    /// ```
+    /// use attn_evidence::ClockReadings;
+    /// let clocks = ClockReadings { sm_mhz_before: Some(1980), sm_mhz_after: Some(1755), ..Default::default() };
+    /// assert_eq!(clocks.sm_clock_change(15).as_deref(), Some("SM clock changed 1980 -> 1755 MHz"));
+    /// assert_eq!(clocks.sm_clock_change(300), None);
+    /// ```
+    pub fn sm_clock_change(&self, tolerance_mhz: u32) -> Option<String> {
+        let (before, after) = (self.sm_mhz_before?, self.sm_mhz_after?);
+        (before.abs_diff(after) > tolerance_mhz)
+            .then(|| format!("SM clock changed {before} -> {after} MHz"))
+    }
+}
+
+/// The current time as RFC 3339 in UTC with whole seconds, e.g. `"2025-11-22T14:19:00Z"`: the format
+/// of [`Provenance::date`].
+pub fn utc_now_rfc3339() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    let format =
+        time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z");
+    // The format has no component that can fail for a valid date; fall back to the Unix epoch
+    // rather than panicking if it ever did.
+    now.format(&format)
+        .unwrap_or_else(|_| "1970-01-01T00:00:00Z".to_owned())
+}
