@@ -10,6 +10,8 @@ use serde::{Deserialize, Serialize};
 use crate::{BenchRun, EvidenceError, GateRun, Provenance, SCHEMA_VERSION};
 
 /// One evidence file: a gate run or a bench run, told apart by its `"kind"` field.
+// A handful of these live at once; unboxed variants keep matching on them simple.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Serialize)]
 #[serde(untagged)]
 pub enum Evidence {

@@ -1,0 +1,312 @@
+//! The evidence schema's file behaviour: round trips, ordering, errors that name the file.
+
+use std::fs;
+use std::path::Path;
+
+use attn_evidence::{
+    evidence_file_name, load_dir, read, read_evo_log, write_bytes_atomic, write_evo_log,
+    write_json_atomic, Evidence, EvidenceError, EvoCandidate, ShapeSpec, TimingMode,
+    BENCH_CSV_HEADER,
+};
+
+fn provenance_json(date: &str) -> String {
+    format!(
+        r#"{{"gpu":"NVIDIA H100 80GB HBM3","sm_count":132,"git_rev":"1f367d0c0ffee","git_dirty":false,
+            "date":"{date}","tool":"attn 0.1.0","command":["cargo","xtask"],
+            "clocks":{{"sm_mhz_before":1980,"sm_mhz_after":1980}}}}"#
+    )
+}
+
+fn summary_json(median: f64) -> String {
+    format!(
+        r#"{{"n":5,"min":{lo},"max":{hi},"mean":{median},"median":{median},"p10":{lo},"p25":{median},
+            "p75":{median},"p90":{hi},"p99":{hi},"std":0.1,"mad":0.1,"iqr":0.2,
+            "outliers":{{"low_severe":0,"low_mild":0,"high_mild":1,"high_severe":0}}}}"#,
+        lo = median - 1.0,
+        hi = median + 1.0
+    )
+}
+
+fn bench_json(date: &str) -> String {
+    format!(
+        r#"{{"schema":1,"kind":"bench","provenance":{prov},"suite":"small","entries":[
+            {{"implementation":{{"name":"sdpa","backend":"flash","config":{{}}}},
+              "shape":{{"batch":4,"heads":16,"seq_q":1024,"seq_kv":1024,"head_dim":64,"causal":true,"dtype":"fp16"}},
+              "timing":{{"mode":"batch","unit":"us","warmup":10,"samples":[26.0,27.0,26.8,26.5,28.0],"launches_per_sample":100}},
+              "summary":{summary},"tflops":320.5}}]}}"#,
+        prov = provenance_json(date),
+        summary = summary_json(26.8)
+    )
+}
+
+fn gate_json(date: &str) -> String {
+    let estimate = r#"{"point":0.9,"lower":0.85,"upper":0.95,"confidence":0.95,"standard_error":0.02,"method":"bca"}"#;
+    format!(
+        r#"{{"schema":1,"kind":"gate","provenance":{prov},
+            "candidate":{{"name":"mma","config":{{"BLOCK_M":"128"}},"source_sha256":"ab"}},
+            "baseline":{{"name":"sdpa","backend":"default","config":{{}}}},
+            "suite":null,"options":{options},
+            "cases":[{{"shape":{{"batch":1,"heads":8,"seq_q":512,"seq_kv":2048,"head_dim":128,"causal":false,"dtype":"bf16"}},
+              "correctness":[{{"seed":7,"distribution":"normal","passed":true,"max_abs":0.001,"rel_l2":0.0002,
+                               "nan_count":0,"poison_count":0,"sdpa_max_abs":0.0009,"closer_to":"oracle"}}],
+              "candidate":{{"mode":"flushed","unit":"us","warmup":3,"samples":[30.0,31.0],"launches_per_sample":1}},
+              "baseline":{{"mode":"flushed","unit":"us","warmup":3,"samples":[27.0,28.0],"launches_per_sample":1}},
+              "comparison":{{"seed":42,"resamples":1000,"confidence":0.95,"baseline":{base},"candidate":{cand},
+                 "speedup":{estimate},"diff_median":{estimate},"mann_whitney":{{"u":3.0,"p":0.2}},
+                 "verdict":"slower","gate":{{"threshold":0.95,"passed":false}}}},
+              "candidate_tflops":200.0,"baseline_tflops":220.0,"flags":["SM clock changed 1980 -> 1755 MHz"],
+              "passed":false,"reason":"slower than sdpa"}}],
+            "passed":false}}"#,
+        prov = provenance_json(date),
+        options = OPTIONS_JSON,
+        base = summary_json(27.5),
+        cand = summary_json(30.5),
+    )
+}
+
+/// `attn_stats::CompareOptions` as JSON (its shape is owned by attn-stats).
+const OPTIONS_JSON: &str =
+    r#"{"bootstrap":{"seed":42,"resamples":1000,"confidence":0.95},"threshold":0.95}"#;
+
+#[test]
+fn gate_and_bench_round_trip_through_files() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text) in [
+        ("gate.json", gate_json("2025-01-01T00:00:00Z")),
+        ("bench.json", bench_json("2025-01-02T00:00:00Z")),
+    ] {
+        let path = dir.path().join(name);
+        fs::write(&path, &text).unwrap();
+        let evidence = read(&path).unwrap();
+        // Write it back through the atomic writer and read again: nothing lost.
+        let again = dir.path().join("again").join(name);
+        write_json_atomic(&again, &evidence).unwrap();
+        let reread = read(&again).unwrap();
+        assert_eq!(
+            serde_json::to_value(&evidence).unwrap(),
+            serde_json::to_value(&reread).unwrap()
+        );
+    }
+    let Evidence::Gate(gate) = read(&dir.path().join("gate.json")).unwrap() else {
+        panic!("gate.json did not read as a gate run");
+    };
+    let case = &gate.cases[0];
+    assert_eq!(case.shape.to_string(), "1,8,512,2048,128 bf16");
+    assert_eq!(case.candidate.as_ref().unwrap().mode, TimingMode::Flushed);
+    assert_eq!(gate.candidate.label(), "mma");
+    assert_eq!(gate.baseline.label(), "sdpa:default");
+    assert_eq!(case.correctness[0].reason, None);
+}
+
+#[test]
+fn load_dir_orders_by_date_then_path_and_skips_other_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    fs::create_dir_all(root.join("gate")).unwrap();
+    fs::create_dir_all(root.join("bench")).unwrap();
+    fs::create_dir_all(root.join("ncu")).unwrap();
+    fs::write(root.join("gate/b.json"), gate_json("2025-03-01T00:00:00Z")).unwrap();
+    fs::write(
+        root.join("bench/z.json"),
+        bench_json("2025-02-01T00:00:00Z"),
+    )
+    .unwrap();
+    fs::write(
+        root.join("bench/a.json"),
+        bench_json("2025-03-01T00:00:00Z"),
+    )
+    .unwrap();
+    fs::write(root.join("ncu/k.json"), r#"{"kernel":"attn_fwd"}"#).unwrap();
+    fs::write(root.join("README.md"), "# not evidence").unwrap();
+    fs::write(root.join("bench/.z.json.tmp-1-0"), "half a fi").unwrap();
+    let loaded = load_dir(root).unwrap();
+    let order: Vec<_> = loaded
+        .iter()
+        .map(|(p, e)| {
+            (
+                p.strip_prefix(root).unwrap().to_string_lossy().into_owned(),
+                e.kind(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        order,
+        [
+            ("bench/z.json".to_string(), "bench"),
+            ("bench/a.json".into(), "bench"),
+            ("gate/b.json".into(), "gate")
+        ]
+    );
+    assert!(load_dir(&root.join("missing")).is_err());
+}
+
+/// Each broken file gives the expected error variant, and the message names the file.
+#[test]
+fn broken_files_are_errors_naming_the_file() {
+    fn check(name: &str, text: &str, expected: fn(&EvidenceError) -> bool) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(name);
+        fs::write(&path, text).unwrap();
+        for err in [read(&path).unwrap_err(), load_dir(dir.path()).unwrap_err()] {
+            assert!(expected(&err), "{name}: unexpected error {err:?}");
+            assert!(
+                err.to_string().contains(name),
+                "{name}: message {err} lacks the file name"
+            );
+        }
+    }
+    check("not-json.json", "{", |e| {
+        matches!(e, EvidenceError::Json { .. })
+    });
+    check(
+        "newer.json",
+        &bench_json("d").replace(r#""schema":1"#, r#""schema":99"#),
+        |e| matches!(e, EvidenceError::SchemaTooNew { found: 99, .. }),
+    );
+    check(
+        "bad-field.json",
+        &bench_json("d").replace(r#""tflops":320.5"#, r#""tflops":"fast""#),
+        |e| matches!(e, EvidenceError::Json { .. }),
+    );
+    check(
+        "bad-mode.json",
+        &bench_json("d").replace(r#""batch","unit""#, r#""slow","unit""#),
+        |e| matches!(e, EvidenceError::Json { .. }),
+    );
+    // Only read() insists on a kind; load_dir skips foreign JSON, so check read() alone here.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ncu.json");
+    fs::write(&path, r#"{"kind":"ncu"}"#).unwrap();
+    assert!(matches!(read(&path), Err(EvidenceError::UnknownKind { kind, .. }) if kind == "ncu"));
+    assert!(read(&dir.path().join("absent.json"))
+        .unwrap_err()
+        .to_string()
+        .contains("absent.json"));
+}
+
+#[test]
+fn bench_csv_has_one_row_per_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bench.json");
+    fs::write(&path, bench_json("2025-01-01T00:00:00Z")).unwrap();
+    let Evidence::Bench(bench) = read(&path).unwrap() else {
+        panic!("not a bench run")
+    };
+    let csv = bench.to_csv().unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines[0], BENCH_CSV_HEADER.join(","));
+    assert_eq!(
+        lines[1],
+        "sdpa,flash,4,16,1024,1024,64,true,fp16,26.8,25.8,27.8,320.5,5"
+    );
+    assert_eq!(lines.len(), 2);
+}
+
+#[test]
+fn shapes_parse_display_and_count_flops() {
+    fn check(text: &str, display: &str, flops: f64) {
+        let shape: ShapeSpec = text.parse().unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert_eq!(shape.to_string(), display);
+        assert_eq!(shape.flops(), flops, "{text}");
+        assert_eq!(display.parse::<ShapeSpec>().unwrap(), shape);
+    }
+    check("1,1,2,3", "1,1,2,3", 4.0 * 2.0 * 2.0 * 3.0);
+    check(
+        "1,1,2,3 causal",
+        "1,1,2,3 causal",
+        4.0 * 2.0 * 2.0 * 3.0 / 2.0,
+    );
+    check("2,4,8,8,16 fp16", "2,4,8,16", 4.0 * 2.0 * 4.0 * 64.0 * 16.0);
+    check(
+        "2,4,8,32,16 bf16 causal",
+        "2,4,8,32,16 causal bf16",
+        4.0 * 8.0 * 8.0 * 32.0 * 16.0 / 2.0,
+    );
+    for bad in ["", "1,2,3", "1,2,0,4", "a,b,c,d", "1,2,3,4 sliding"] {
+        let err = bad.parse::<ShapeSpec>().unwrap_err();
+        assert!(
+            matches!(err, EvidenceError::Shape { .. }),
+            "{bad:?}: {err:?}"
+        );
+    }
+    let shape: ShapeSpec = "1,1,1000,1000,1000".parse().unwrap();
+    // 4e9 FLOPs in 4 µs is 1e15 FLOP/s.
+    assert!((shape.tflops(4.0) - 1000.0).abs() < 1e-9);
+}
+
+#[test]
+fn evo_log_round_trips_with_missing_values_and_uneven_configs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("evo/run1/log.csv");
+    let row = |generation, keys: &[(&str, &str)], status: &str, median: Option<f64>| EvoCandidate {
+        generation,
+        config: keys
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        status: status.into(),
+        median_us: median,
+        speedup: median.map(|m| 27.0 / m),
+        speedup_lower: None,
+        speedup_upper: median.map(|m| 28.0 / m),
+        score: Some(-1.5),
+        compile_s: Some(0.25),
+        run_s: None,
+    };
+    let rows = vec![
+        row(
+            0,
+            &[("BLOCK_M", "64"), ("NUM_WARPS", "4")],
+            "ok",
+            Some(31.0),
+        ),
+        row(
+            1,
+            &[("BLOCK_M", "128"), ("STAGES", "2")],
+            "invalid: smem 260 KiB > 227 KiB, \"quoted\"",
+            None,
+        ),
+    ];
+    write_evo_log(&path, &rows).unwrap();
+    assert_eq!(read_evo_log(&path).unwrap(), rows);
+    let header = fs::read_to_string(&path).unwrap();
+    assert!(header.starts_with("generation,BLOCK_M,NUM_WARPS,STAGES,status,"));
+
+    let bad = dir.path().join("bad.csv");
+    write_bytes_atomic(&bad, header.replacen("\n0,", "\nzero,", 1).as_bytes()).unwrap();
+    let err = read_evo_log(&bad).unwrap_err().to_string();
+    assert!(err.contains("bad.csv") && err.contains("line 2"), "{err}");
+}
+
+#[test]
+fn atomic_writes_leave_no_temporaries_and_names_sort_by_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("deep/er/x.json");
+    write_json_atomic(&path, &serde_json::json!({"a": 1})).unwrap();
+    write_json_atomic(&path, &serde_json::json!({"a": 2})).unwrap();
+    assert_eq!(fs::read_to_string(&path).unwrap(), "{\n  \"a\": 2\n}\n");
+    let names: Vec<_> = fs::read_dir(path.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["x.json"]);
+
+    let early = evidence_file_name(
+        "gate",
+        "2025-01-09T23:59:59Z",
+        "NVIDIA H100 80GB HBM3",
+        "abcdef0123",
+    );
+    let late = evidence_file_name(
+        "gate",
+        "2025-01-10T00:00:00Z",
+        "NVIDIA H100 80GB HBM3",
+        "abcdef0123",
+    );
+    assert_eq!(
+        early,
+        "2025-01-09T23-59-59Z-nvidia-h100-80gb-hbm3-abcdef0.json"
+    );
+    assert!(early < late);
+    assert!(!Path::new(&early).to_string_lossy().contains(':'));
+}
