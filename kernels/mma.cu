@@ -1,0 +1,495 @@
+// mma.cu — tensor-core FlashAttention-2-class forward kernel (mma.sync m16n8k16, ldmatrix, cp.async).
+//
+// Bird's-eye view
+//   One thread block computes a BLOCK_M x HEAD_DIM tile of O for one (batch, head). Each of its
+//   NUM_WARPS warps owns 16 query rows (BLOCK_M = 16 * NUM_WARPS) and runs its own online softmax
+//   over them, FA2-style, so warps never reduce across each other. Per key/value tile of BLOCK_N rows:
+//     S = Q·Kᵀ        mma.sync m16n8k16; Q as A fragments (registers), K via ldmatrix.x4 (B, "col")
+//     P = exp2(S·scale·log2e − m), m and l updated in registers (quad shuffles for row reductions)
+//     O = O·α + P·V   the S accumulator fragments re-packed in registers as A fragments of P;
+//                     V via ldmatrix.x4.trans (V is [S_kv, D] row-major, the K×N B operand)
+//   K/V tiles stream through a STAGES-deep cp.async ring in shared memory; Q is loaded once.
+//   At the end each warp stages its 16 output rows in its own slice of the Q buffer and writes them
+//   to global memory with 16-byte coalesced stores, never touching rows >= S_q.
+//
+// Knobs (compile-time defines, defaults below)
+//   HEAD_DIM  ∈ {64, 128}          (required, from attn_common.cuh)
+//   NUM_WARPS ∈ {4, 8}             default: 4 for HEAD_DIM 64, 8 for HEAD_DIM 128
+//   BLOCK_M   = 16 · NUM_WARPS     (the only allowed value; defaulted from NUM_WARPS)
+//   BLOCK_N   ∈ {32, 64, 128}      default 64
+//   STAGES    ∈ {1, 2, 3}          default 2
+//   Q_IN_REGS ∈ {0, 1}             default 1 (0: re-read Q fragments from shared memory per tile,
+//                                  for configs where registers run short)
+//   MIN_BLOCKS ≥ 1                 default 1: the min-blocks-per-SM hint of __launch_bounds__
+//                                  (only emitted when > 1)
+//   Every (NUM_WARPS, BLOCK_N, STAGES) combination of the domains above is valid for both head dims
+//   and both dtypes; the only further constraint is the device's opt-in shared-memory limit.
+//
+// Launch geometry
+//   grid  = (ceil(S_q / BLOCK_M), H, B),  block = NUM_WARPS · 32 threads
+//   dynamic shared memory = (BLOCK_M + 2 · STAGES · BLOCK_N) · HEAD_DIM · 2 bytes
+//     (Q tile + STAGES × (K tile + V tile), 2-byte elements; the O staging reuses the Q tile)
+//   Largest config (D=128, BLOCK_M=128, BLOCK_N=128, STAGES=3) needs 229376 bytes, within the
+//   232448-byte opt-in limit of sm_90; above 48 KB the host raises the limit with cuFuncSetAttribute.
+//
+// Shared-memory layout and swizzle
+//   Each tile is row-major with rows of HEAD_DIM elements = CHUNKS 16-byte chunks. Logical chunk c of
+//   row r is stored at physical chunk c ^ (r & 7). ldmatrix reads 8 rows × 16 bytes per phase and
+//   those 8 rows have distinct (r & 7), so the 8 chunks land in 8 distinct bank groups; the cp.async
+//   stores write 8 consecutive chunks of one row per phase, which the XOR only permutes. Both are
+//   therefore bank-conflict free, as are the 4-byte O staging stores (see store_output).
+//
+// Fragment layouts of mma.sync.m16n8k16 (PTX ISA), with g = lane / 4 and t = lane % 4:
+//   A (16×16, row-major, 4 × b32): a0 = A[g][2t..2t+1]   a1 = A[g+8][2t..2t+1]
+//                                  a2 = A[g][2t+8..2t+9] a3 = A[g+8][2t+8..2t+9]
+//   B (16×8,  "col",      2 × b32): b0 = B[2t..2t+1][g]   b1 = B[2t+8..2t+9][g]
+//   C (16×8,  f32,        4 × f32): c0,c1 = C[g][2t..2t+1] c2,c3 = C[g+8][2t..2t+1]
+//   (the lower column index sits in the lower 16 bits of each b32).
+//   ldmatrix.x4: lanes 8i..8i+7 give the row addresses of 8×8 matrix i; register i of every lane then
+//   holds row g, columns 2t..2t+1 of matrix i (with .trans: rows 2t..2t+1, column g).
+
+#include "attn_common.cuh"
+
+#ifndef NUM_WARPS
+#if HEAD_DIM == 128
+#define NUM_WARPS 8
+#else
+#define NUM_WARPS 4
+#endif
+#endif
+#ifndef BLOCK_M
+#define BLOCK_M (16 * NUM_WARPS)
+#endif
+#ifndef BLOCK_N
+#define BLOCK_N 64
+#endif
+#ifndef STAGES
+#define STAGES 2
+#endif
+#ifndef Q_IN_REGS
+#define Q_IN_REGS 1
+#endif
+#ifndef MIN_BLOCKS
+#define MIN_BLOCKS 1
+#endif
+
+static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "mma.cu: HEAD_DIM must be 64 or 128");
+static_assert(NUM_WARPS == 4 || NUM_WARPS == 8, "mma.cu: NUM_WARPS must be 4 or 8");
+static_assert(BLOCK_M == 16 * NUM_WARPS, "mma.cu: BLOCK_M must equal 16 * NUM_WARPS");
+static_assert(BLOCK_N == 32 || BLOCK_N == 64 || BLOCK_N == 128, "mma.cu: BLOCK_N must be 32, 64 or 128");
+static_assert(STAGES >= 1 && STAGES <= 3, "mma.cu: STAGES must be 1, 2 or 3");
+static_assert(Q_IN_REGS == 0 || Q_IN_REGS == 1, "mma.cu: Q_IN_REGS must be 0 or 1");
+static_assert(MIN_BLOCKS >= 1, "mma.cu: MIN_BLOCKS must be >= 1");
+static_assert(sizeof(elem_t) == 2, "mma.cu: 16-bit elements expected");
+
+namespace mma_attn {
+
+typedef unsigned int u32;
+
+constexpr int D = HEAD_DIM;
+constexpr int THREADS = NUM_WARPS * 32;
+constexpr int CHUNKS = D / 8;                 // 16-byte chunks per row
+constexpr int ROW_BYTES = D * 2;
+constexpr int Q_TILE_BYTES = BLOCK_M * ROW_BYTES;
+constexpr int KV_TILE_BYTES = BLOCK_N * ROW_BYTES;
+constexpr int QK_K_STEPS = D / 16;            // k-steps of Q·Kᵀ (over head dim)
+constexpr int S_N_TILES = BLOCK_N / 8;        // n-tiles of S (over keys)
+constexpr int PV_K_STEPS = BLOCK_N / 16;      // k-steps of P·V (over keys)
+constexpr int O_N_TILES = D / 8;              // n-tiles of O (over head dim)
+constexpr int KV_CHUNKS_PER_THREAD = BLOCK_N * CHUNKS / THREADS;
+constexpr int Q_CHUNKS_PER_LANE = 16 * CHUNKS / 32;
+
+static_assert(BLOCK_N * CHUNKS % THREADS == 0, "K/V tile chunks must split evenly over the block");
+static_assert(16 * CHUNKS % 32 == 0, "a warp's Q rows must split evenly over its lanes");
+
+// NVRTC has no <math.h>, hence no INFINITY macro: -inf by its bit pattern.
+#define MMA_NEG_INF __int_as_float(0xff800000u)
+
+// ---- PTX wrappers --------------------------------------------------------------------------------
+
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    return static_cast<u32>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte async copy global -> shared, bypassing L1 (.cg). With src_bytes == 0 nothing is read from
+// global memory and the 16 destination bytes are zero-filled: that is how tails are padded.
+__device__ __forceinline__ void cp_async_16(u32 dst, const void* src, bool in_range) {
+    const int src_bytes = in_range ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+// Waits until at most `Pending` of this thread's most recent commit groups are still in flight.
+template <int Pending>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
+}
+
+// volatile: the result depends on shared memory the compiler cannot see, so the load must stay
+// between the barriers where it is written.
+__device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], u32 addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], u32 addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+// c += a · b on the tensor cores, f32 accumulation.
+__device__ __forceinline__ void mma_16816(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+#if defined(ATTN_DTYPE_BF16)
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+// Two floats -> one b32 holding two elements, `lo` in the low 16 bits (the lower column index).
+__device__ __forceinline__ u32 pack_elem2(float lo, float hi) {
+    elem2_t v = from_float2(lo, hi);
+    return *reinterpret_cast<u32*>(&v);
+}
+
+// Byte offset of logical 16-byte chunk `chunk` of row `row` inside a swizzled tile.
+__device__ __forceinline__ u32 swizzled(int row, int chunk) {
+    return static_cast<u32>(row * ROW_BYTES + ((chunk ^ (row & 7)) << 4));
+}
+
+// ---- tile loads ----------------------------------------------------------------------------------
+
+// One BLOCK_N-row tile of K or V (rows kv0.. of this head) into `dst`, cooperatively by the block.
+// Rows >= seq_kv are zero-filled without a global read (their source address is the valid tile
+// base, never dereferenced since src-size is 0).
+__device__ __forceinline__ void load_kv_tile(u32 dst, const elem_t* __restrict__ head, int kv0,
+                                             int seq_kv, int tid) {
+#pragma unroll
+    for (int i = 0; i < KV_CHUNKS_PER_THREAD; ++i) {
+        const int idx = tid + i * THREADS;
+        const int row = idx / CHUNKS;
+        const int chunk = idx % CHUNKS;
+        const bool in_range = kv0 + row < seq_kv;
+        const elem_t* src = in_range ? head + static_cast<size_t>(kv0 + row) * D + chunk * 8 : head;
+        cp_async_16(dst + swizzled(row, chunk), src, in_range);
+    }
+}
+
+// The warp's own 16 Q rows (tile rows warp_row0..warp_row0+15), loaded by the warp alone so that
+// only a __syncwarp is needed before reading them back. Rows >= seq_q become zeros.
+__device__ __forceinline__ void load_q_rows(u32 q_tile, const elem_t* __restrict__ head, int m0,
+                                            int warp_row0, int seq_q, int lane) {
+#pragma unroll
+    for (int i = 0; i < Q_CHUNKS_PER_LANE; ++i) {
+        const int idx = lane + i * 32;
+        const int row = warp_row0 + idx / CHUNKS;
+        const int chunk = idx % CHUNKS;
+        const bool in_range = m0 + row < seq_q;
+        const elem_t* src = in_range ? head + static_cast<size_t>(m0 + row) * D + chunk * 8 : head;
+        cp_async_16(q_tile + swizzled(row, chunk), src, in_range);
+    }
+}
+
+// ---- per-lane ldmatrix addressing ----------------------------------------------------------------
+//
+// "A-style" lanes (Q and V): lane l addresses row (l & 15), chunk (l >> 4) of a 16×16 block, so
+//   matrix 0 = rows 0-7 / cols 0-7, 1 = rows 8-15 / cols 0-7, 2 = rows 0-7 / cols 8-15, 3 = rows
+//   8-15 / cols 8-15. For Q (A operand, rows = queries) that is exactly a0..a3. For V with .trans
+//   (rows = keys = the k dimension of P·V, cols = head dim = n), lane (g, t) receives
+//   V[2t..2t+1][g] of each matrix: matrices 0/1 are b0/b1 of head-dim n-tile 2p and 2/3 are b0/b1 of
+//   n-tile 2p+1.
+// "B-style" lanes (K): lane l addresses row (l & 7) + 8·(l >> 4), chunk (l >> 3) & 1, so matrix 0 =
+//   keys 0-7 / dims 0-7, 1 = keys 0-7 / dims 8-15, 2 = keys 8-15 / dims 0-7, 3 = keys 8-15 / dims
+//   8-15. Without .trans lane (g, t) receives K[g][2t..2t+1] = Kᵀ[2t..2t+1][g], i.e. b0 (matrices
+//   0, 2) and b1 (matrices 1, 3) of key n-tiles 2p and 2p+1.
+// Every 16-row block starts at a multiple of 8, so the swizzle key (row & 7) is just (l & 7), and
+// since the chunk base 2·step is even, (2·step + c) ^ (l & 7) == 2·step ^ (c ^ (l & 7)).
+struct LaneAddressing {
+    u32 a_row_bytes;  // (l & 15) · ROW_BYTES
+    int a_chunk_key;  // (l >> 4) ^ (l & 7)
+    u32 b_row_bytes;  // ((l & 7) + 8·(l >> 4)) · ROW_BYTES
+    int b_chunk_key;  // ((l >> 3) & 1) ^ (l & 7)
+
+    __device__ __forceinline__ explicit LaneAddressing(int lane)
+        : a_row_bytes(static_cast<u32>((lane & 15) * ROW_BYTES)),
+          a_chunk_key((lane >> 4) ^ (lane & 7)),
+          b_row_bytes(static_cast<u32>(((lane & 7) + ((lane >> 4) << 3)) * ROW_BYTES)),
+          b_chunk_key(((lane >> 3) & 1) ^ (lane & 7)) {}
+
+    // Address of this lane's row in the 16×16 block at (row0, 16·step) of a tile, A-style.
+    __device__ __forceinline__ u32 a(u32 tile, int row0, int step) const {
+        return tile + static_cast<u32>(row0 * ROW_BYTES) + a_row_bytes +
+               static_cast<u32>(((2 * step) ^ a_chunk_key) << 4);
+    }
+    // Same, B-style.
+    __device__ __forceinline__ u32 b(u32 tile, int row0, int step) const {
+        return tile + static_cast<u32>(row0 * ROW_BYTES) + b_row_bytes +
+               static_cast<u32>(((2 * step) ^ b_chunk_key) << 4);
+    }
+};
+
+// ---- output --------------------------------------------------------------------------------------
+
+// Normalises the warp's O accumulator, stages it in the warp's 16 rows of the Q buffer and writes the
+// valid rows to global memory with 16-byte stores. The 4-byte staging stores are conflict free: in
+// one store the 32 lanes cover rows g = 0..7 at chunk n ^ g and word t, i.e. 32 distinct banks.
+__device__ __forceinline__ void store_output(unsigned char* smem, const float (&o_acc)[O_N_TILES][4],
+                                             const float (&inv_l)[2], elem_t* __restrict__ o_head,
+                                             int m0, int warp_row0, int seq_q, int lane) {
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    __syncwarp();  // every lane is done reading its Q rows (when Q_IN_REGS == 0) before they are overwritten
+#pragma unroll
+    for (int n = 0; n < O_N_TILES; ++n) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int row = warp_row0 + g + 8 * half;
+            const u32 offset = swizzled(row, n) + 4 * t;
+            *reinterpret_cast<elem2_t*>(smem + offset) =
+                from_float2(o_acc[n][2 * half] * inv_l[half], o_acc[n][2 * half + 1] * inv_l[half]);
+        }
+    }
+    __syncwarp();  // the staged rows are visible to every lane of the warp
+#pragma unroll
+    for (int i = 0; i < Q_CHUNKS_PER_LANE; ++i) {
+        const int idx = lane + i * 32;
+        const int row = warp_row0 + idx / CHUNKS;
+        const int chunk = idx % CHUNKS;
+        if (m0 + row < seq_q) {
+            const uint4 value = *reinterpret_cast<const uint4*>(smem + swizzled(row, chunk));
+            *reinterpret_cast<uint4*>(o_head + static_cast<size_t>(m0 + row) * D + chunk * 8) = value;
+        }
+    }
+}
+
+// Key limit (exclusive) of one query row: the causal bound, clipped to the keys that exist.
+__device__ __forceinline__ int row_kv_limit(int row, int seq_q, int seq_kv, int causal) {
+    return causal ? min(seq_kv, causal_kv_end(row, seq_q, seq_kv)) : seq_kv;
+}
+
+}  // namespace mma_attn
+
+#if MIN_BLOCKS > 1
+#define MMA_LAUNCH_BOUNDS __launch_bounds__(NUM_WARPS * 32, MIN_BLOCKS)
+#else
+#define MMA_LAUNCH_BOUNDS __launch_bounds__(NUM_WARPS * 32)
+#endif
+
+extern "C" __global__ void MMA_LAUNCH_BOUNDS attn_fwd(const elem_t* __restrict__ q,
+                                                      const elem_t* __restrict__ k,
+                                                      const elem_t* __restrict__ v,
+                                                      elem_t* __restrict__ o, int batch, int heads,
+                                                      int seq_q, int seq_kv, float scale, int causal) {
+    using namespace mma_attn;
+    (void)batch;  // the batch index comes from blockIdx.z
+
+    extern __shared__ __align__(128) unsigned char smem[];
+    const u32 q_tile = smem_addr(smem);
+    const u32 k_tiles = q_tile + Q_TILE_BYTES;
+    const u32 v_tiles = k_tiles + STAGES * KV_TILE_BYTES;
+
+    const int tid = threadIdx.x;
+    const int lane = tid & 31;
+    const int warp = tid >> 5;
+    const int g = lane >> 2;  // fragment row group
+    const int t = lane & 3;   // thread in quad
+    const int warp_row0 = warp * 16;  // first row of this warp inside the block tile
+
+    const int m0 = blockIdx.x * BLOCK_M;
+    const size_t bh = static_cast<size_t>(blockIdx.z) * heads + blockIdx.y;
+    const elem_t* q_head = q + bh * seq_q * D;
+    const elem_t* k_head = k + bh * seq_kv * D;
+    const elem_t* v_head = v + bh * seq_kv * D;
+    elem_t* o_head = o + bh * seq_q * D;
+
+    // Key tiles this block visits: up to the last key that its last real row may see. With the
+    // causal mask every tile past that is entirely above the diagonal for all rows, so it is skipped.
+    const int last_row = min(m0 + BLOCK_M, seq_q) - 1;
+    const int block_kv_end = row_kv_limit(last_row, seq_q, seq_kv, causal);
+    const int num_tiles = block_kv_end > 0 ? (block_kv_end + BLOCK_N - 1) / BLOCK_N : 0;
+
+    // Per-warp bounds. Tiles ending at or before `warp_lo_limit` are visible to every row of the warp
+    // (no element mask); tiles starting at or after `warp_hi_limit` are invisible to all of them
+    // (skipped). A warp whose rows all lie past seq_q computes nothing.
+    const bool warp_has_rows = m0 + warp_row0 < seq_q;
+    const int warp_lo_limit = row_kv_limit(m0 + warp_row0, seq_q, seq_kv, causal);
+    const int warp_hi_limit = warp_has_rows ? row_kv_limit(m0 + warp_row0 + 15, seq_q, seq_kv, causal) : 0;
+    // This lane's two rows (g and g + 8) for the element mask.
+    const int lane_limit[2] = {row_kv_limit(m0 + warp_row0 + g, seq_q, seq_kv, causal),
+                               row_kv_limit(m0 + warp_row0 + g + 8, seq_q, seq_kv, causal)};
+
+    const float scale_log2 = scale * ATTN_LOG2E;
+    const LaneAddressing addr(lane);
+
+    // ---- prologue: Q (own commit group), then the first STAGES - 1 K/V tiles -----------------------
+    load_q_rows(q_tile, q_head, m0, warp_row0, seq_q, lane);
+    cp_async_commit();
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < num_tiles) {
+            load_kv_tile(k_tiles + s * KV_TILE_BYTES, k_head, s * BLOCK_N, seq_kv, tid);
+            load_kv_tile(v_tiles + s * KV_TILE_BYTES, v_head, s * BLOCK_N, seq_kv, tid);
+        }
+        cp_async_commit();  // committed even when empty, so group counting stays uniform
+    }
+
+    // Q: wait for its group only (the STAGES - 1 newer groups may still fly); the warp loaded its own
+    // rows, so a warp barrier makes them visible to all its lanes.
+    cp_async_wait<STAGES - 1>();
+    __syncwarp();
+#if Q_IN_REGS
+    u32 q_frag[QK_K_STEPS][4];
+#pragma unroll
+    for (int kk = 0; kk < QK_K_STEPS; ++kk) ldmatrix_x4(q_frag[kk], addr.a(q_tile, warp_row0, kk));
+#endif
+
+    float o_acc[O_N_TILES][4];
+#pragma unroll
+    for (int n = 0; n < O_N_TILES; ++n) o_acc[n][0] = o_acc[n][1] = o_acc[n][2] = o_acc[n][3] = 0.f;
+    // Running max (in the scale·log2e domain) and this lane's partial row sum for rows g and g + 8.
+    // The sum stays partial over the quad until the end: every rescale factor is uniform in a quad.
+    float row_max[2] = {MMA_NEG_INF, MMA_NEG_INF};
+    float row_sum[2] = {0.f, 0.f};
+
+    for (int j = 0; j < num_tiles; ++j) {
+        // ---- pipeline: make tile j resident, refill the slot freed by tile j - 1 --------------------
+#if STAGES == 1
+        load_kv_tile(k_tiles, k_head, j * BLOCK_N, seq_kv, tid);
+        load_kv_tile(v_tiles, v_head, j * BLOCK_N, seq_kv, tid);
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+#else
+        // Groups newer than tile j's: tiles j+1 .. j+STAGES-2, so this leaves tile j complete.
+        cp_async_wait<STAGES - 2>();
+        // Tile j is visible to all threads, and every warp has finished tile j - 1, whose slot
+        // ((j + STAGES - 1) % STAGES) is refilled right below.
+        __syncthreads();
+        {
+            const int next = j + STAGES - 1;
+            if (next < num_tiles) {
+                const int slot = next % STAGES;
+                load_kv_tile(k_tiles + slot * KV_TILE_BYTES, k_head, next * BLOCK_N, seq_kv, tid);
+                load_kv_tile(v_tiles + slot * KV_TILE_BYTES, v_head, next * BLOCK_N, seq_kv, tid);
+            }
+            cp_async_commit();
+        }
+#endif
+        const int kv0 = j * BLOCK_N;
+        const int slot = j % STAGES;
+        const u32 k_tile = k_tiles + slot * KV_TILE_BYTES;
+        const u32 v_tile = v_tiles + slot * KV_TILE_BYTES;
+
+        if (kv0 < warp_hi_limit) {  // warp-uniform: some row of this warp sees a key of this tile
+            // ---- S = Q·Kᵀ (16 × BLOCK_N per warp) ---------------------------------------------------
+            float s_acc[S_N_TILES][4];
+#pragma unroll
+            for (int n = 0; n < S_N_TILES; ++n) s_acc[n][0] = s_acc[n][1] = s_acc[n][2] = s_acc[n][3] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < QK_K_STEPS; ++kk) {
+#if Q_IN_REGS
+                const u32(&a)[4] = q_frag[kk];
+#else
+                u32 a[4];
+                ldmatrix_x4(a, addr.a(q_tile, warp_row0, kk));
+#endif
+#pragma unroll
+                for (int p = 0; p < S_N_TILES / 2; ++p) {
+                    u32 b[4];
+                    ldmatrix_x4(b, addr.b(k_tile, 16 * p, kk));
+                    mma_16816(s_acc[2 * p], a, b[0], b[1]);
+                    mma_16816(s_acc[2 * p + 1], a, b[2], b[3]);
+                }
+            }
+
+            // ---- scale into the log2 domain; mask only tiles that cross a row's key limit --------
+            const bool needs_mask = kv0 + BLOCK_N > warp_lo_limit;
+#pragma unroll
+            for (int n = 0; n < S_N_TILES; ++n) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    s_acc[n][e] *= scale_log2;
+                    if (needs_mask) {
+                        // c0,c1: row g; c2,c3: row g + 8; column 8n + 2t + (e & 1)
+                        const int col = kv0 + 8 * n + 2 * t + (e & 1);
+                        if (col >= lane_limit[e >> 1]) s_acc[n][e] = MMA_NEG_INF;
+                    }
+                }
+            }
+
+            // ---- online softmax ------------------------------------------------------------------
+            float max_used[2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float m = row_max[h];
+#pragma unroll
+                for (int n = 0; n < S_N_TILES; ++n) m = fmaxf(m, fmaxf(s_acc[n][2 * h], s_acc[n][2 * h + 1]));
+                // A row's BLOCK_N scores are spread over the 4 lanes of its quad.
+                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+                // A row that has seen no key yet keeps max -inf; subtracting 0 instead keeps
+                // exp2(-inf - (-inf)) = NaN out (its p and the rescale factor are then both 0).
+                max_used[h] = m == MMA_NEG_INF ? 0.f : m;
+                const float rescale = exp2f(row_max[h] - max_used[h]);
+                row_max[h] = m;
+                row_sum[h] *= rescale;
+#pragma unroll
+                for (int n = 0; n < O_N_TILES; ++n) {
+                    o_acc[n][2 * h] *= rescale;
+                    o_acc[n][2 * h + 1] *= rescale;
+                }
+            }
+
+            // ---- P = exp2(S - m), re-packed in registers as A fragments, and O += P·V --------------
+            // P k-step kk covers keys 16kk..16kk+15 = S n-tiles 2kk (cols 2t..2t+1 of the step) and
+            // 2kk+1 (cols 2t+8..2t+9): a0 = S[2kk].c0c1 (row g), a1 = S[2kk].c2c3 (row g+8),
+            // a2 = S[2kk+1].c0c1, a3 = S[2kk+1].c2c3 — the C layout of m16n8 matches A's halves.
+#pragma unroll
+            for (int kk = 0; kk < PV_K_STEPS; ++kk) {
+                u32 p_frag[4];
+#pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    float(&s)[4] = s_acc[2 * kk + half];
+                    const float p0 = exp2f(s[0] - max_used[0]);
+                    const float p1 = exp2f(s[1] - max_used[0]);
+                    const float p2 = exp2f(s[2] - max_used[1]);
+                    const float p3 = exp2f(s[3] - max_used[1]);
+                    row_sum[0] += p0 + p1;
+                    row_sum[1] += p2 + p3;
+                    p_frag[2 * half] = pack_elem2(p0, p1);
+                    p_frag[2 * half + 1] = pack_elem2(p2, p3);
+                }
+#pragma unroll
+                for (int p = 0; p < O_N_TILES / 2; ++p) {
+                    u32 b[4];
+                    ldmatrix_x4_trans(b, addr.a(v_tile, 16 * kk, p));
+                    mma_16816(o_acc[2 * p], p_frag, b[0], b[1]);
+                    mma_16816(o_acc[2 * p + 1], p_frag, b[2], b[3]);
+                }
+            }
+        }
+#if STAGES == 1
+        __syncthreads();  // the single slot is refilled at the top of the next iteration
+#endif
+    }
+
+    // ---- epilogue: full row sums, guarded 1/l, coalesced store --------------------------------------
+    float inv_l[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float l = row_sum[h];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        inv_l[h] = l > 0.f ? 1.f / l : 0.f;  // a row that saw no key writes zeros
+    }
+    store_output(smem, o_acc, inv_l, o_head, m0, warp_row0, seq_q, lane);
+}
