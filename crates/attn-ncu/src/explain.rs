@@ -1,0 +1,205 @@
+//! A short human reading of a kernel's counters: throughput against ceilings, and what bounds it.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::group::short_name;
+use crate::metrics::{
+    DRAM_BYTES_READ, DRAM_BYTES_WRITE, DURATION, LOCAL_BYTES_LD, LOCAL_BYTES_ST, REGISTERS_PER_THREAD,
+    SHARED_BANK_CONFLICTS_LD, SHARED_BANK_CONFLICTS_ST, SM_BUSY_PCT, TENSOR_PIPE_PCT, WARPS_ACTIVE_PCT, WAVES_PER_SM,
+};
+use crate::KernelSummary;
+
+/// What the device can do at best, as measured by the caller (not datasheet peaks).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Ceilings {
+    /// Dense fp16 tensor throughput, TFLOP/s (e.g. a large cuBLAS matmul).
+    pub tensor_tflops: f64,
+    /// DRAM bandwidth in bytes/s, counting read + write (e.g. a large device-to-device copy).
+    pub dram_bytes_per_s: f64,
+}
+
+impl Ceilings {
+    /// H100 SXM 80GB as measured for this project: 891 TFLOP/s dense fp16 (cuBLAS), copy
+    /// bandwidth about 3.0 TB/s read + write.
+    pub const H100_MEASURED: Ceilings = Ceilings { tensor_tflops: 891.0, dram_bytes_per_s: 3.0e12 };
+}
+
+/// The fraction of a ceiling above which that resource is called the bound.
+pub const BOUND_THRESHOLD: f64 = 0.6;
+
+/// What limits a kernel, judged from its counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Bound {
+    /// The tensor pipe is the busiest resource and near its ceiling.
+    TensorPipe,
+    /// DRAM bandwidth is the busiest resource and near its ceiling.
+    Memory,
+    /// Neither is near its ceiling: the kernel waits (latency, too few warps, too few blocks).
+    LatencyOrOccupancy,
+    /// Neither time nor utilisation metrics were collected.
+    Unknown,
+}
+
+impl fmt::Display for Bound {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Bound::TensorPipe => "tensor pipe",
+            Bound::Memory => "memory bandwidth",
+            Bound::LatencyOrOccupancy => "latency/occupancy",
+            Bound::Unknown => "unknown (metrics missing)",
+        })
+    }
+}
+
+/// The numbers behind the summary; every field is `None` when its metric was not collected.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Explanation {
+    /// The kernel.
+    pub kernel: String,
+    /// Launches aggregated (medians).
+    pub launches: usize,
+    /// Median duration, ns.
+    pub duration_ns: Option<f64>,
+    /// Achieved TFLOP/s from the caller's FLOP count.
+    pub tflops: Option<f64>,
+    /// `tflops` as a fraction of the tensor ceiling.
+    pub tflops_fraction: Option<f64>,
+    /// DRAM bytes read + written.
+    pub dram_bytes: Option<f64>,
+    /// Achieved DRAM bandwidth, bytes/s.
+    pub dram_bytes_per_s: Option<f64>,
+    /// Bandwidth as a fraction of the DRAM ceiling.
+    pub dram_fraction: Option<f64>,
+    /// Tensor pipe busy, %.
+    pub tensor_pipe_pct: Option<f64>,
+    /// SM throughput, %.
+    pub sm_busy_pct: Option<f64>,
+    /// Achieved occupancy, %.
+    pub warps_active_pct: Option<f64>,
+    /// Blocks per SM over the grid.
+    pub waves_per_sm: Option<f64>,
+    /// Registers per thread.
+    pub registers_per_thread: Option<f64>,
+    /// Local-memory bytes (spills) loaded + stored.
+    pub spill_bytes: Option<f64>,
+    /// Shared-memory bank conflicts, loads + stores.
+    pub bank_conflicts: Option<f64>,
+    /// The verdict.
+    pub bound: Bound,
+}
+
+/// Reads a kernel's counters against the device's ceilings. `flops` is the work one launch does
+/// (for attention forward, `4·B·H·N²·D`, halved when causal); pass `None` if unknown.
+///
+/// ```
+/// use attn_ncu::{explain, group, parse_details, Bound, Ceilings, KernelFilter};
+/// let launches = parse_details(include_str!("../tests/fixtures/h100_sdpa_cudnn_details.csv"))?;
+/// let cudnn = &group(&launches, Some(&KernelFilter::parse("cudnn")?))[0];
+/// // B·H = 8, N = 512, D = 64, not causal: the shape that fits the fixture's grid and DRAM bytes.
+/// let flops = 4.0 * 8.0 * 512.0 * 512.0 * 64.0;
+/// let e = explain(cudnn, Some(flops), &Ceilings::H100_MEASURED);
+/// assert_eq!(e.bound, Bound::LatencyOrOccupancy);
+/// println!("{e}");
+/// # Ok::<(), attn_ncu::NcuError>(())
+/// ```
+pub fn explain(summary: &KernelSummary, flops: Option<f64>, ceilings: &Ceilings) -> Explanation {
+    let v = |m: &str| summary.value(m);
+    let sum = |a: &str, b: &str| match (v(a), v(b)) {
+        (None, None) => None,
+        (x, y) => Some(x.unwrap_or(0.0) + y.unwrap_or(0.0)),
+    };
+    let duration_ns = v(DURATION).filter(|d| *d > 0.0);
+    let seconds = duration_ns.map(|ns| ns * 1e-9);
+    let tflops = flops.zip(seconds).map(|(f, s)| f / s / 1e12);
+    let dram_bytes = sum(DRAM_BYTES_READ, DRAM_BYTES_WRITE);
+    let dram_bytes_per_s = dram_bytes.zip(seconds).map(|(b, s)| b / s);
+    let tflops_fraction = tflops.map(|t| t / ceilings.tensor_tflops);
+    let dram_fraction = dram_bytes_per_s.map(|b| b / ceilings.dram_bytes_per_s);
+    let tensor_pipe_pct = v(TENSOR_PIPE_PCT);
+    // The pipe counter and the FLOP-based figure both speak for the tensor cores; trust the larger.
+    let tensor_use = max_option(tensor_pipe_pct.map(|p| p / 100.0), tflops_fraction);
+    let bound = match (tensor_use, dram_fraction) {
+        (None, None) => Bound::Unknown,
+        (t, d) => {
+            let (t, d) = (t.unwrap_or(0.0), d.unwrap_or(0.0));
+            if t.max(d) < BOUND_THRESHOLD {
+                Bound::LatencyOrOccupancy
+            } else if t >= d {
+                Bound::TensorPipe
+            } else {
+                Bound::Memory
+            }
+        }
+    };
+    Explanation {
+        kernel: summary.kernel.clone(),
+        launches: summary.launches,
+        duration_ns,
+        tflops,
+        tflops_fraction,
+        dram_bytes,
+        dram_bytes_per_s,
+        dram_fraction,
+        tensor_pipe_pct,
+        sm_busy_pct: v(SM_BUSY_PCT),
+        warps_active_pct: v(WARPS_ACTIVE_PCT),
+        waves_per_sm: v(WAVES_PER_SM),
+        registers_per_thread: v(REGISTERS_PER_THREAD),
+        spill_bytes: sum(LOCAL_BYTES_LD, LOCAL_BYTES_ST),
+        bank_conflicts: sum(SHARED_BANK_CONFLICTS_LD, SHARED_BANK_CONFLICTS_ST),
+        bound,
+    }
+}
+
+fn max_option(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.max(y)),
+        (x, y) => x.or(y),
+    }
+}
+
+/// `12.3` or `n/a`.
+fn show(value: Option<f64>, decimals: usize) -> String {
+    value.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.decimals$}"))
+}
+
+fn percent_of(fraction: Option<f64>) -> String {
+    fraction.map_or_else(String::new, |f| format!(" ({:.1}% of ceiling)", f * 100.0))
+}
+
+impl fmt::Display for Explanation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{} ({} launches, medians)", short_name(&self.kernel, 100), self.launches)?;
+        writeln!(f, "  time        {} us", show(self.duration_ns.map(|n| n / 1e3), 2))?;
+        writeln!(f, "  compute     {} TFLOP/s{}", show(self.tflops, 1), percent_of(self.tflops_fraction))?;
+        writeln!(
+            f,
+            "  dram        {} GB/s{}",
+            show(self.dram_bytes_per_s.map(|b| b / 1e9), 1),
+            percent_of(self.dram_fraction)
+        )?;
+        writeln!(
+            f,
+            "  busy        tensor pipe {}%, SM {}%, warps active {}%",
+            show(self.tensor_pipe_pct, 1),
+            show(self.sm_busy_pct, 1),
+            show(self.warps_active_pct, 1)
+        )?;
+        writeln!(
+            f,
+            "  resources   {} registers/thread, spills {}, bank conflicts {}",
+            show(self.registers_per_thread, 0),
+            self.spill_bytes.map_or_else(|| "not measured".to_owned(), |b| format!("{b:.0} bytes")),
+            self.bank_conflicts.map_or_else(|| "not measured".to_owned(), |c| format!("{c:.0}"))
+        )?;
+        write!(f, "  bound by    {}", self.bound)?;
+        if self.bound == Bound::LatencyOrOccupancy {
+            if let Some(waves) = self.waves_per_sm.filter(|w| *w < 1.0) {
+                write!(f, " ({waves:.2} waves: fewer blocks than SMs can hold)")?;
+            }
+        }
+        Ok(())
+    }
+}
