@@ -1,0 +1,86 @@
+//! The human-readable table of a [`Comparison`] (its `Display`).
+
+use std::fmt;
+
+use crate::{CiMethod, Comparison, Estimate, Summary, Verdict};
+
+impl fmt::Display for Comparison {
+    /// A plain-text table: both summaries side by side, then the intervals, the test, the verdict
+    /// and the gate, each with the rule that produced it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (b, c) = (&self.baseline, &self.candidate);
+        writeln!(f, "{:<24}{:>14}{:>14}", "", "baseline", "candidate")?;
+        writeln!(f, "{:<24}{:>14}{:>14}", "n", b.n, c.n)?;
+        let rows: [(&str, fn(&Summary) -> f64); 13] = [
+            ("min", |s| s.min),
+            ("p10", |s| s.p10),
+            ("p25", |s| s.p25),
+            ("median", |s| s.median),
+            ("mean", |s| s.mean),
+            ("p75", |s| s.p75),
+            ("p90", |s| s.p90),
+            ("p99", |s| s.p99),
+            ("max", |s| s.max),
+            ("std", |s| s.std),
+            ("mad", |s| s.mad),
+            ("iqr", |s| s.iqr),
+            ("median / min", |s| s.median / s.min),
+        ];
+        for (name, field) in rows {
+            writeln!(f, "{name:<24}{:>14}{:>14}", number(field(b)), number(field(c)))?;
+        }
+        let outliers = |s: &Summary| {
+            let o = s.outliers;
+            format!("{}/{}/{}/{}", o.low_severe, o.low_mild, o.high_mild, o.high_severe)
+        };
+        writeln!(f, "{:<24}{:>14}{:>14}", "outliers (ls/lm/hm/hs)", outliers(b), outliers(c))?;
+        writeln!(f)?;
+        let level = format!("{}% {}", number(100.0 * self.confidence), method(self.speedup.method));
+        writeln!(f, "speedup (b/c medians)   {}  {level}", interval(&self.speedup))?;
+        writeln!(f, "diff median (c - b)     {}  {level}", interval(&self.diff_median))?;
+        writeln!(f, "Mann-Whitney            U = {}, p = {:.3e}", number(self.mann_whitney.u), self.mann_whitney.p)?;
+        let rule = match self.verdict {
+            Verdict::Faster => "speedup interval above the noise band",
+            Verdict::Slower => "speedup interval below the noise band",
+            Verdict::NoChange => "speedup interval reaches into the noise band",
+        };
+        writeln!(f, "verdict                 {} ({rule})", self.verdict)?;
+        writeln!(
+            f,
+            "gate                    {} (candidate median <= {} x baseline median, and diff interval < 0)",
+            if self.gate.passed { "passed" } else { "failed" },
+            number(self.gate.threshold),
+        )?;
+        write!(f, "bootstrap               {} resamples, seed {}", self.resamples, self.seed)
+    }
+}
+
+fn method(method: CiMethod) -> &'static str {
+    match method {
+        CiMethod::Percentile => "percentile",
+        CiMethod::Bca => "BCa",
+    }
+}
+
+fn interval(estimate: &Estimate) -> String {
+    format!(
+        "{} [{}, {}]  se {}",
+        number(estimate.point),
+        number(estimate.lower),
+        number(estimate.upper),
+        number(estimate.standard_error)
+    )
+}
+
+/// Five significant digits without a unit: timings may be in ns, µs or ms.
+fn number(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() {
+        return format!("{x}");
+    }
+    let magnitude = x.abs().log10().floor();
+    if !(-4.0..9.0).contains(&magnitude) {
+        return format!("{x:.4e}");
+    }
+    let decimals = (4.0 - magnitude).max(0.0) as usize;
+    format!("{x:.decimals$}")
+}
