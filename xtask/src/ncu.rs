@@ -25,15 +25,24 @@ pub struct Args {
 /// Runs the subcommand; returns the process exit code.
 pub fn run(args: Args) -> anyhow::Result<u8> {
     let Some(path) = args.from_csv else {
-        anyhow::bail!("nothing to do: pass --from-csv FILE (profiling with --impl is not wired yet)");
+        anyhow::bail!(
+            "nothing to do: pass --from-csv FILE (profiling with --impl is not wired yet)"
+        );
     };
-    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     let launches = attn_ncu::parse(&text).with_context(|| format!("parsing {}", path.display()))?;
-    let filter = args.kernel.as_deref().map(attn_ncu::KernelFilter::parse).transpose()?;
+    let filter = args
+        .kernel
+        .as_deref()
+        .map(attn_ncu::KernelFilter::parse)
+        .transpose()?;
     let kernels = attn_ncu::group(&launches, filter.as_ref());
     if kernels.is_empty() {
-        let names: std::collections::BTreeSet<String> =
-            launches.iter().map(|l| attn_ncu::group::short_name(&l.kernel, 60)).collect();
+        let names: std::collections::BTreeSet<String> = launches
+            .iter()
+            .map(|l| attn_ncu::group::short_name(&l.kernel, 60))
+            .collect();
         anyhow::bail!(
             "no kernel in {} matches {:?}; kernels there: {}",
             path.display(),

@@ -8,7 +8,9 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum NcuError {
     /// The text has no ncu CSV header (`"ID","Process ID",...`).
-    #[error("no ncu CSV header found (expected a line starting with \"ID\"; was ncu run with --csv?)")]
+    #[error(
+        "no ncu CSV header found (expected a line starting with \"ID\"; was ncu run with --csv?)"
+    )]
     NoHeader,
 
     /// The header is CSV but neither the `details` nor the `raw` page layout.
@@ -81,7 +83,9 @@ pub enum NcuError {
     CounterPermission,
 
     /// ncu does not know one of the requested metrics on this GPU.
-    #[error("ncu rejected a metric: {message} (check the metric set matches the GPU architecture)")]
+    #[error(
+        "ncu rejected a metric: {message} (check the metric set matches the GPU architecture)"
+    )]
     UnknownMetric {
         /// ncu's own `==ERROR==` line.
         message: String,

@@ -86,7 +86,11 @@ impl NcuEvidence {
 
     /// A file name derived from the label: lowercase letters, digits and `-`, plus `.json`.
     pub fn file_name(&self) -> String {
-        let source = if self.provenance.label.is_empty() { &self.kernel } else { &self.provenance.label };
+        let source = if self.provenance.label.is_empty() {
+            &self.kernel
+        } else {
+            &self.provenance.label
+        };
         let mut slug = String::new();
         for c in source.chars() {
             if c.is_ascii_alphanumeric() {
@@ -123,15 +127,23 @@ impl NcuEvidence {
     /// Writes the evidence to `path` atomically: a temporary file in the same directory, then a
     /// rename, so readers never see half a file.
     pub fn write_to(&self, path: &Path) -> Result<(), NcuError> {
-        let io = |source| NcuError::Io { path: path.to_owned(), source };
+        let io = |source| NcuError::Io {
+            path: path.to_owned(),
+            source,
+        };
         let dir = match path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => Path::new("."),
         };
         std::fs::create_dir_all(dir).map_err(io)?;
-        let json = serde_json::to_vec_pretty(self).map_err(|source| NcuError::Json { path: path.to_owned(), source })?;
+        let json = serde_json::to_vec_pretty(self).map_err(|source| NcuError::Json {
+            path: path.to_owned(),
+            source,
+        })?;
         let mut file = tempfile::NamedTempFile::new_in(dir).map_err(io)?;
-        file.write_all(&json).and_then(|()| file.write_all(b"\n")).map_err(io)?;
+        file.write_all(&json)
+            .and_then(|()| file.write_all(b"\n"))
+            .map_err(io)?;
         file.as_file().sync_all().map_err(io)?;
         file.persist(path).map_err(|e| io(e.error))?;
         Ok(())
@@ -139,7 +151,13 @@ impl NcuEvidence {
 
     /// Reads evidence written by [`NcuEvidence::write_to`].
     pub fn read(path: &Path) -> Result<Self, NcuError> {
-        let text = std::fs::read_to_string(path).map_err(|source| NcuError::Io { path: path.to_owned(), source })?;
-        serde_json::from_str(&text).map_err(|source| NcuError::Json { path: path.to_owned(), source })
+        let text = std::fs::read_to_string(path).map_err(|source| NcuError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        serde_json::from_str(&text).map_err(|source| NcuError::Json {
+            path: path.to_owned(),
+            source,
+        })
     }
 }

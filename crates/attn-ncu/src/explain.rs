@@ -6,8 +6,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::group::short_name;
 use crate::metrics::{
-    DRAM_BYTES_READ, DRAM_BYTES_WRITE, DURATION, LOCAL_BYTES_LD, LOCAL_BYTES_ST, REGISTERS_PER_THREAD,
-    SHARED_BANK_CONFLICTS_LD, SHARED_BANK_CONFLICTS_ST, SM_BUSY_PCT, TENSOR_PIPE_PCT, WARPS_ACTIVE_PCT, WAVES_PER_SM,
+    DRAM_BYTES_READ, DRAM_BYTES_WRITE, DURATION, LOCAL_BYTES_LD, LOCAL_BYTES_ST,
+    REGISTERS_PER_THREAD, SHARED_BANK_CONFLICTS_LD, SHARED_BANK_CONFLICTS_ST, SM_BUSY_PCT,
+    TENSOR_PIPE_PCT, WARPS_ACTIVE_PCT, WAVES_PER_SM,
 };
 use crate::KernelSummary;
 
@@ -23,7 +24,10 @@ pub struct Ceilings {
 impl Ceilings {
     /// H100 SXM 80GB as measured for this project: 891 TFLOP/s dense fp16 (cuBLAS), copy
     /// bandwidth about 3.0 TB/s read + write.
-    pub const H100_MEASURED: Ceilings = Ceilings { tensor_tflops: 891.0, dram_bytes_per_s: 3.0e12 };
+    pub const H100_MEASURED: Ceilings = Ceilings {
+        tensor_tflops: 891.0,
+        dram_bytes_per_s: 3.0e12,
+    };
 }
 
 /// The fraction of a ceiling above which that resource is called the bound.
@@ -171,9 +175,23 @@ fn percent_of(fraction: Option<f64>) -> String {
 
 impl fmt::Display for Explanation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "{} ({} launches, medians)", short_name(&self.kernel, 100), self.launches)?;
-        writeln!(f, "  time        {} us", show(self.duration_ns.map(|n| n / 1e3), 2))?;
-        writeln!(f, "  compute     {} TFLOP/s{}", show(self.tflops, 1), percent_of(self.tflops_fraction))?;
+        writeln!(
+            f,
+            "{} ({} launches, medians)",
+            short_name(&self.kernel, 100),
+            self.launches
+        )?;
+        writeln!(
+            f,
+            "  time        {} us",
+            show(self.duration_ns.map(|n| n / 1e3), 2)
+        )?;
+        writeln!(
+            f,
+            "  compute     {} TFLOP/s{}",
+            show(self.tflops, 1),
+            percent_of(self.tflops_fraction)
+        )?;
         writeln!(
             f,
             "  dram        {} GB/s{}",
@@ -191,8 +209,10 @@ impl fmt::Display for Explanation {
             f,
             "  resources   {} registers/thread, spills {}, bank conflicts {}",
             show(self.registers_per_thread, 0),
-            self.spill_bytes.map_or_else(|| "not measured".to_owned(), |b| format!("{b:.0} bytes")),
-            self.bank_conflicts.map_or_else(|| "not measured".to_owned(), |c| format!("{c:.0}"))
+            self.spill_bytes
+                .map_or_else(|| "not measured".to_owned(), |b| format!("{b:.0} bytes")),
+            self.bank_conflicts
+                .map_or_else(|| "not measured".to_owned(), |c| format!("{c:.0}"))
         )?;
         write!(f, "  bound by    {}", self.bound)?;
         if self.bound == Bound::LatencyOrOccupancy {

@@ -18,7 +18,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::metrics::{LOCAL_BYTES_LD, LOCAL_BYTES_ST, REGISTERS_PER_THREAD, SM_BUSY_PCT, TENSOR_PIPE_PCT};
+use crate::metrics::{
+    LOCAL_BYTES_LD, LOCAL_BYTES_ST, REGISTERS_PER_THREAD, SM_BUSY_PCT, TENSOR_PIPE_PCT,
+};
 use crate::{KernelSummary, NcuError};
 
 /// The weights of [`fitness`]; `Default` gives the seeds' weights.
@@ -77,7 +79,11 @@ impl FitnessInputs {
     /// Takes the counters from a profiled kernel; the speedup and syncs per tile come from the
     /// caller (a benchmark and the kernel's source). Missing spill metrics count as no spills;
     /// the other counters are required.
-    pub fn from_summary(summary: &KernelSummary, speedup: f64, syncs_per_tile: f64) -> Result<Self, NcuError> {
+    pub fn from_summary(
+        summary: &KernelSummary,
+        speedup: f64,
+        syncs_per_tile: f64,
+    ) -> Result<Self, NcuError> {
         let spill = |m: &str| summary.value(m).unwrap_or(0.0);
         Ok(Self {
             speedup,
@@ -117,13 +123,19 @@ pub struct Fitness {
 /// ```
 pub fn fitness(inputs: &FitnessInputs, weights: &FitnessWeights) -> Fitness {
     let penalty = weights.per_sync_per_tile * inputs.syncs_per_tile
-        + weights.per_register_over_budget * (inputs.registers_per_thread - weights.register_budget).max(0.0)
+        + weights.per_register_over_budget
+            * (inputs.registers_per_thread - weights.register_budget).max(0.0)
         + weights.per_spill_kib * inputs.spill_bytes / 1024.0;
     let score = weights.speedup * inputs.speedup
         + weights.tensor_pct * inputs.tensor_pct
         + weights.sm_busy_pct * inputs.sm_busy_pct
         - penalty;
-    Fitness { score, penalty, inputs: *inputs, weights: *weights }
+    Fitness {
+        score,
+        penalty,
+        inputs: *inputs,
+        weights: *weights,
+    }
 }
 
 #[cfg(test)]
@@ -141,12 +153,15 @@ mod tests {
         }
     }
 
+    /// A change to the inputs.
+    type Change = fn(&mut FitnessInputs);
+
     #[test]
     fn each_penalty_lowers_the_score_by_its_weight() {
         let w = FitnessWeights::default();
         let base = fitness(&inputs(), &w).score;
         assert!((base - 1140.0).abs() < 1e-9);
-        let cases: &[(fn(&mut FitnessInputs), f64)] = &[
+        let cases: &[(Change, f64)] = &[
             (|i| i.syncs_per_tile = 3.0, 15.0),
             (|i| i.registers_per_thread = 200.0, 32.0),
             (|i| i.spill_bytes = 4096.0, 4.0),
@@ -156,14 +171,23 @@ mod tests {
             let mut i = inputs();
             change(&mut i);
             let f = fitness(&i, &w);
-            assert!((base - f.score - drop).abs() < 1e-9, "{i:?}: {} vs {base}", f.score);
+            assert!(
+                (base - f.score - drop).abs() < 1e-9,
+                "{i:?}: {} vs {base}",
+                f.score
+            );
             assert_eq!(f.inputs, i);
         }
     }
 
     #[test]
     fn weights_are_configurable() {
-        let w = FitnessWeights { speedup: 0.0, tensor_pct: 1.0, sm_busy_pct: 0.0, ..FitnessWeights::default() };
+        let w = FitnessWeights {
+            speedup: 0.0,
+            tensor_pct: 1.0,
+            sm_busy_pct: 0.0,
+            ..FitnessWeights::default()
+        };
         assert!((fitness(&inputs(), &w).score - 50.0).abs() < 1e-9);
     }
 }

@@ -27,10 +27,12 @@ impl KernelFilter {
     /// ```
     pub fn parse(pattern: &str) -> Result<Self, NcuError> {
         match pattern.strip_prefix("regex:") {
-            Some(re) => Regex::new(re).map(Self::Regex).map_err(|e| NcuError::BadPattern {
-                pattern: re.to_owned(),
-                message: e.to_string(),
-            }),
+            Some(re) => Regex::new(re)
+                .map(Self::Regex)
+                .map_err(|e| NcuError::BadPattern {
+                    pattern: re.to_owned(),
+                    message: e.to_string(),
+                }),
             None => Ok(Self::Substring(pattern.to_owned())),
         }
     }
@@ -111,8 +113,12 @@ impl KernelSummary {
 /// ```
 pub fn group(launches: &[Launch], filter: Option<&KernelFilter>) -> Vec<KernelSummary> {
     let mut groups: Vec<Vec<&Launch>> = Vec::new();
-    let same_kernel = |a: &Launch, b: &Launch| a.kernel == b.kernel && a.block == b.block && a.grid == b.grid;
-    for launch in launches.iter().filter(|l| filter.is_none_or(|f| f.matches(&l.kernel))) {
+    let same_kernel =
+        |a: &Launch, b: &Launch| a.kernel == b.kernel && a.block == b.block && a.grid == b.grid;
+    for launch in launches
+        .iter()
+        .filter(|l| filter.is_none_or(|f| f.matches(&l.kernel)))
+    {
         match groups.iter_mut().find(|g| same_kernel(g[0], launch)) {
             Some(group) => group.push(launch),
             None => groups.push(vec![launch]),
@@ -123,11 +129,15 @@ pub fn group(launches: &[Launch], filter: Option<&KernelFilter>) -> Vec<KernelSu
 
 fn summarise(launches: &[&Launch]) -> KernelSummary {
     let first = launches[0];
-    let names: std::collections::BTreeSet<&String> = launches.iter().flat_map(|l| l.metrics.keys()).collect();
+    let names: std::collections::BTreeSet<&String> =
+        launches.iter().flat_map(|l| l.metrics.keys()).collect();
     let metrics = names
         .into_iter()
         .map(|name| {
-            let values: Vec<&crate::Value> = launches.iter().filter_map(|l| l.metrics.get(name)).collect();
+            let values: Vec<&crate::Value> = launches
+                .iter()
+                .filter_map(|l| l.metrics.get(name))
+                .collect();
             let mut numbers: Vec<f64> = values.iter().filter_map(|v| v.value).collect();
             numbers.sort_by(f64::total_cmp);
             let unit = values

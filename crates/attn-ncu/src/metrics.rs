@@ -5,7 +5,8 @@
 use serde::{Deserialize, Serialize};
 
 /// Tensor pipe busy, % of peak (covers HMMA and Hopper's HGMMA/wgmma).
-pub const TENSOR_PIPE_PCT: &str = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active";
+pub const TENSOR_PIPE_PCT: &str =
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active";
 /// wgmma instructions executed (Hopper only).
 pub const WGMMA_INSTRUCTIONS: &str = "sm__inst_executed_pipe_tensor_op_gmma.sum";
 /// SM throughput, % of peak over the kernel's elapsed time ("how busy the SMs were").
@@ -23,9 +24,11 @@ pub const REGISTERS_PER_THREAD: &str = "launch__registers_per_thread";
 /// Dynamic shared memory per block.
 pub const DYNAMIC_SHARED_PER_BLOCK: &str = "launch__shared_mem_per_block_dynamic";
 /// Shared-memory bank conflicts on loads.
-pub const SHARED_BANK_CONFLICTS_LD: &str = "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum";
+pub const SHARED_BANK_CONFLICTS_LD: &str =
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum";
 /// Shared-memory bank conflicts on stores.
-pub const SHARED_BANK_CONFLICTS_ST: &str = "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum";
+pub const SHARED_BANK_CONFLICTS_ST: &str =
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum";
 /// Local-memory (register spill) bytes loaded through L1.
 pub const LOCAL_BYTES_LD: &str = "l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum";
 /// Local-memory (register spill) bytes stored through L1.
@@ -106,7 +109,12 @@ pub fn hopper(purpose: Purpose) -> MetricSet {
         Purpose::Spills => vec![REGISTERS_PER_THREAD, LOCAL_BYTES_LD, LOCAL_BYTES_ST],
         Purpose::All => {
             let mut all = Vec::new();
-            for p in [Purpose::Overview, Purpose::Occupancy, Purpose::BankConflicts, Purpose::Spills] {
+            for p in [
+                Purpose::Overview,
+                Purpose::Occupancy,
+                Purpose::BankConflicts,
+                Purpose::Spills,
+            ] {
                 for m in hopper(p).metrics {
                     if !all.contains(&m) {
                         all.push(m);
@@ -116,14 +124,26 @@ pub fn hopper(purpose: Purpose) -> MetricSet {
             all
         }
     };
-    MetricSet { name: format!("hopper/{}", purpose_name(purpose)), purpose, metrics }
+    MetricSet {
+        name: format!("hopper/{}", purpose_name(purpose)),
+        purpose,
+        metrics,
+    }
 }
 
 /// The Ampere/Ada (sm_80/86/89) metric names for a purpose: Hopper's, translated through
 /// [`AMPERE_EQUIVALENTS`], minus those with no equivalent.
 pub fn ampere(purpose: Purpose) -> MetricSet {
-    let metrics = hopper(purpose).metrics.into_iter().filter_map(ampere_equivalent).collect();
-    MetricSet { name: format!("ampere/{}", purpose_name(purpose)), purpose, metrics }
+    let metrics = hopper(purpose)
+        .metrics
+        .into_iter()
+        .filter_map(ampere_equivalent)
+        .collect();
+    MetricSet {
+        name: format!("ampere/{}", purpose_name(purpose)),
+        purpose,
+        metrics,
+    }
 }
 
 /// The Ampere/Ada name of a Hopper metric; `None` where the hardware has no such counter.
@@ -136,7 +156,10 @@ pub fn ampere_equivalent(hopper_metric: &str) -> Option<&'static str> {
 
 /// Looks a metric name up among the ones this module knows, to hand out a `'static` str.
 fn static_name(metric: &str) -> Option<&'static str> {
-    hopper(Purpose::All).metrics.into_iter().find(|m| *m == metric)
+    hopper(Purpose::All)
+        .metrics
+        .into_iter()
+        .find(|m| *m == metric)
 }
 
 /// One row of the Hopper to Ampere/Ada translation table.
@@ -189,7 +212,13 @@ mod tests {
         deduped.sort_unstable();
         deduped.dedup();
         assert_eq!(deduped.len(), all.len());
-        for p in [Purpose::Overview, Purpose::Tensor, Purpose::Memory, Purpose::BankConflicts, Purpose::Spills] {
+        for p in [
+            Purpose::Overview,
+            Purpose::Tensor,
+            Purpose::Memory,
+            Purpose::BankConflicts,
+            Purpose::Spills,
+        ] {
             assert!(hopper(p).metrics.iter().all(|m| all.contains(m)), "{p:?}");
         }
     }

@@ -141,7 +141,11 @@ impl Table {
             }
             rows.push((line_number, fields));
         }
-        Ok(Self { header_line, header, rows })
+        Ok(Self {
+            header_line,
+            header,
+            rows,
+        })
     }
 
     fn page(&self) -> Result<Page, NcuError> {
@@ -164,7 +168,10 @@ impl Table {
     }
 
     fn missing(&self, name: &str) -> NcuError {
-        NcuError::UnrecognisedHeader { line: self.header_line, missing: name.to_owned() }
+        NcuError::UnrecognisedHeader {
+            line: self.header_line,
+            missing: name.to_owned(),
+        }
     }
 }
 
@@ -178,7 +185,10 @@ fn split_row(line: &str, line_number: usize) -> Result<Vec<String>, NcuError> {
     match reader.read_record(&mut record) {
         Ok(true) => Ok(record.iter().map(str::to_owned).collect()),
         Ok(false) => Ok(Vec::new()),
-        Err(e) => Err(NcuError::MalformedRow { line: line_number, message: e.to_string() }),
+        Err(e) => Err(NcuError::MalformedRow {
+            line: line_number,
+            message: e.to_string(),
+        }),
     }
 }
 
@@ -208,14 +218,21 @@ impl Identity {
 
     fn launch(&self, line: usize, fields: &[String]) -> Result<Launch, NcuError> {
         let text = |column: Option<usize>| {
-            column.map(|c| fields[c].trim()).filter(|s| !s.is_empty()).map(str::to_owned)
+            column
+                .map(|c| fields[c].trim())
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
         };
-        let number = |column: Option<usize>| text(column).and_then(|s| s.replace(',', "").parse().ok());
+        let number =
+            |column: Option<usize>| text(column).and_then(|s| s.replace(',', "").parse().ok());
         let id_text = fields[self.id].trim();
         let id = id_text
             .replace(',', "")
             .parse()
-            .map_err(|_| NcuError::BadLaunchId { line, value: id_text.to_owned() })?;
+            .map_err(|_| NcuError::BadLaunchId {
+                line,
+                value: id_text.to_owned(),
+            })?;
         Ok(Launch {
             id,
             kernel: fields[self.kernel].clone(),

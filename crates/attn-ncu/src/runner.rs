@@ -91,9 +91,17 @@ pub fn arguments(opts: &ProfileOptions, program: &Path, args: &[String]) -> Vec<
     push("--launch-count");
     push(&opts.launch_count.to_string());
     push("--clock-control");
-    push(if opts.clock_control_none { "none" } else { "base" });
+    push(if opts.clock_control_none {
+        "none"
+    } else {
+        "base"
+    });
     push("--cache-control");
-    push(if opts.cache_control_all { "all" } else { "none" });
+    push(if opts.cache_control_all {
+        "all"
+    } else {
+        "none"
+    });
     if !opts.metrics.is_empty() {
         push("--metrics");
         push(&opts.metrics.join(","));
@@ -124,12 +132,21 @@ pub struct Profile {
 }
 
 /// Runs ncu on `program args`, waits, and parses its CSV; ncu's failures become [`NcuError`]s.
-pub fn profile(opts: &ProfileOptions, program: &Path, args: &[String]) -> Result<Profile, NcuError> {
+pub fn profile(
+    opts: &ProfileOptions,
+    program: &Path,
+    args: &[String],
+) -> Result<Profile, NcuError> {
     let output = command(opts, program, args).output().map_err(|source| {
         if source.kind() == std::io::ErrorKind::NotFound {
-            NcuError::NcuNotFound { path: opts.ncu.clone() }
+            NcuError::NcuNotFound {
+                path: opts.ncu.clone(),
+            }
         } else {
-            NcuError::Spawn { path: opts.ncu.clone(), source }
+            NcuError::Spawn {
+                path: opts.ncu.clone(),
+                source,
+            }
         }
     })?;
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -137,7 +154,11 @@ pub fn profile(opts: &ProfileOptions, program: &Path, args: &[String]) -> Result
     let status = output.status.to_string();
     let launches = interpret(opts, output.status.success(), &status, &stdout, &stderr)?;
     let mut command_line = vec![opts.ncu.to_string_lossy().into_owned()];
-    command_line.extend(arguments(opts, program, args).iter().map(|a| a.to_string_lossy().into_owned()));
+    command_line.extend(
+        arguments(opts, program, args)
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned()),
+    );
     Ok(Profile {
         command_line,
         clock_note: opts.clock_note().to_owned(),
@@ -168,7 +189,9 @@ pub fn interpret(
         return Err(NcuError::CounterPermission);
     }
     if let Some(line) = errors.iter().find(|l| is_metric_error(l)) {
-        return Err(NcuError::UnknownMetric { message: error_text(line) });
+        return Err(NcuError::UnknownMetric {
+            message: error_text(line),
+        });
     }
     if let Some(code) = errors.iter().find_map(|l| application_exit_code(l)) {
         let detail = errors
@@ -180,13 +203,21 @@ pub fn interpret(
         return Err(NcuError::TargetFailed { code, detail });
     }
     if let Some(first) = errors.first() {
-        return Err(NcuError::NcuFailed { status: status.to_owned(), detail: error_text(first) });
+        return Err(NcuError::NcuFailed {
+            status: status.to_owned(),
+            detail: error_text(first),
+        });
     }
     if !success {
         let detail = last_program_line(stdout, stderr).unwrap_or_else(|| "no output".to_owned());
-        return Err(NcuError::NcuFailed { status: status.to_owned(), detail });
+        return Err(NcuError::NcuFailed {
+            status: status.to_owned(),
+            detail,
+        });
     }
-    if all().any(|l| l.starts_with("==WARNING== No kernels were profiled")) || !stdout.contains("\"ID\",") {
+    if all().any(|l| l.starts_with("==WARNING== No kernels were profiled"))
+        || !stdout.contains("\"ID\",")
+    {
         return Err(NcuError::NoKernelsProfiled {
             kernel_filter: opts.kernel_name_arg(),
             launch_skip: opts.launch_skip,
@@ -198,7 +229,11 @@ pub fn interpret(
 /// `==ERROR== Failed to find metric foo` and its variants across ncu versions.
 fn is_metric_error(line: &str) -> bool {
     let lower = line.to_ascii_lowercase();
-    lower.contains("metric") && (lower.contains("failed to find") || lower.contains("did not match") || lower.contains("invalid") || lower.contains("not found"))
+    lower.contains("metric")
+        && (lower.contains("failed to find")
+            || lower.contains("did not match")
+            || lower.contains("invalid")
+            || lower.contains("not found"))
 }
 
 /// `==ERROR== The application returned an error code (1).` -> 1.
@@ -211,14 +246,18 @@ fn error_text(line: &str) -> String {
     line.trim_start_matches("==ERROR==").trim().to_owned()
 }
 
-/// The last line that is neither an ncu message nor CSV: usually the program's own complaint.
+/// The last line that is neither an ncu message nor CSV, from stderr first, then stdout:
+/// usually the program's own complaint.
 fn last_program_line(stdout: &str, stderr: &str) -> Option<String> {
-    stderr
-        .lines()
-        .chain(stdout.lines())
-        .filter(|l| !l.trim().is_empty() && !l.starts_with("==") && !l.starts_with('"'))
-        .last()
-        .map(|l| l.trim().to_owned())
+    let is_program_line =
+        |l: &&str| !l.trim().is_empty() && !l.starts_with("==") && !l.starts_with('"');
+    let last = |text: &str| {
+        text.lines()
+            .rev()
+            .find(is_program_line)
+            .map(|l| l.trim().to_owned())
+    };
+    last(stderr).or_else(|| last(stdout))
 }
 
 #[cfg(test)]
@@ -230,8 +269,12 @@ mod tests {
     }
 
     fn check(stdout: &str, stderr: &str, success: bool, expected: &str) {
-        let err = interpret(&opts(), success, "exit status: 1", stdout, stderr).expect_err(expected);
-        assert!(err.to_string().contains(expected), "{err} does not contain {expected:?}");
+        let err =
+            interpret(&opts(), success, "exit status: 1", stdout, stderr).expect_err(expected);
+        assert!(
+            err.to_string().contains(expected),
+            "{err} does not contain {expected:?}"
+        );
     }
 
     #[test]
@@ -265,7 +308,9 @@ mod tests {
         let mut o = opts();
         assert!(o.clock_note().contains("--clock-control none"));
         o.clock_control_none = false;
-        assert!(arguments(&o, Path::new("x"), &[]).windows(2).any(|w| w[0] == "--clock-control" && w[1] == "base"));
+        assert!(arguments(&o, Path::new("x"), &[])
+            .windows(2)
+            .any(|w| w[0] == "--clock-control" && w[1] == "base"));
         assert!(o.clock_note().contains("locked"));
     }
 }

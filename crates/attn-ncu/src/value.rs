@@ -134,7 +134,8 @@ fn normalise_unit(raw_unit: &str) -> (Unit, f64) {
 
 /// Splits an SI prefix off a unit: `Kbyte` -> (1e3, "byte").
 fn si_prefix(unit: &str) -> (f64, &str) {
-    const PREFIXES: [(&str, f64); 5] = [("K", 1e3), ("k", 1e3), ("M", 1e6), ("G", 1e9), ("T", 1e12)];
+    const PREFIXES: [(&str, f64); 5] =
+        [("K", 1e3), ("k", 1e3), ("M", 1e6), ("G", 1e9), ("T", 1e12)];
     for (prefix, factor) in PREFIXES {
         if let Some(rest) = unit.strip_prefix(prefix) {
             if !rest.is_empty() && rest.starts_with(|c: char| c.is_ascii_lowercase()) {
@@ -176,8 +177,25 @@ fn byte_scale(unit: &str) -> Option<f64> {
 /// Scale of a counted thing (`inst`, `Kinst`, `register`, `cycle`...).
 fn count_scale(unit: &str) -> Option<f64> {
     const COUNTED: [&str; 20] = [
-        "inst", "register", "block", "warp", "thread", "SM", "pass", "cluster", "cycle", "sector",
-        "request", "wavefront", "transaction", "instance", "launch", "kernel", "CTA", "TPC", "GPC",
+        "inst",
+        "register",
+        "block",
+        "warp",
+        "thread",
+        "SM",
+        "pass",
+        "cluster",
+        "cycle",
+        "sector",
+        "request",
+        "wavefront",
+        "transaction",
+        "instance",
+        "launch",
+        "kernel",
+        "CTA",
+        "TPC",
+        "GPC",
         "channel",
     ];
     let (factor, base) = si_prefix(unit);
@@ -194,7 +212,10 @@ mod tests {
         assert_eq!(v.unit, expected_unit, "unit of {raw:?} {unit:?}");
         match (v.value, expected) {
             (Some(got), Some(want)) => {
-                assert!((got - want).abs() <= 1e-9 * want.abs().max(1.0), "{raw:?} {unit:?}: {got} != {want}")
+                assert!(
+                    (got - want).abs() <= 1e-9 * want.abs().max(1.0),
+                    "{raw:?} {unit:?}: {got} != {want}"
+                )
             }
             (got, want) => assert_eq!(got, want, "{raw:?} {unit:?}"),
         }
@@ -225,7 +246,12 @@ mod tests {
             ("PolicySpread", "", None, Unit::Text),
             ("NVIDIA H100 80GB HBM3", "", None, Unit::Text),
             ("inf", "", None, Unit::Text),
-            ("1.98", "cycle/nsecond", Some(1.98), Unit::Other("cycle/nsecond".into())),
+            (
+                "1.98",
+                "cycle/nsecond",
+                Some(1.98),
+                Unit::Other("cycle/nsecond".into()),
+            ),
             ("7", "frobs", Some(7.0), Unit::Other("frobs".into())),
         ];
         for (raw, unit, value, expected_unit) in cases {
@@ -236,6 +262,9 @@ mod tests {
     #[test]
     fn raw_texts_are_kept_verbatim() {
         let v = Value::parse(" 1,024 ", "byte/block");
-        assert_eq!((v.raw.as_str(), v.raw_unit.as_str()), ("1,024", "byte/block"));
+        assert_eq!(
+            (v.raw.as_str(), v.raw_unit.as_str()),
+            ("1,024", "byte/block")
+        );
     }
 }

@@ -1,6 +1,8 @@
 //! The real H100 captures (PyTorch SDPA, cuDNN backend) parse to the right numbers.
 
-use attn_ncu::{explain, group, parse, parse_details, parse_raw, Ceilings, KernelFilter, Page, Unit};
+use attn_ncu::{
+    explain, group, parse, parse_details, parse_raw, Ceilings, KernelFilter, Page, Unit,
+};
 
 const DETAILS: &str = include_str!("fixtures/h100_sdpa_cudnn_details.csv");
 const RAW: &str = include_str!("fixtures/h100_sdpa_cudnn_raw.csv");
@@ -12,9 +14,19 @@ type Expectation = (u32, &'static str, Option<f64>, Unit);
 fn check(text: &str, cases: &[Expectation]) {
     let launches = parse(text).expect("fixture parses");
     for (id, metric, expected, unit) in cases {
-        let launch = launches.iter().find(|l| l.id == *id).unwrap_or_else(|| panic!("launch {id}"));
-        let value = launch.metrics.get(*metric).unwrap_or_else(|| panic!("launch {id} has no {metric}"));
-        assert_eq!(value.value, *expected, "launch {id} {metric} (raw {:?})", value.raw);
+        let launch = launches
+            .iter()
+            .find(|l| l.id == *id)
+            .unwrap_or_else(|| panic!("launch {id}"));
+        let value = launch
+            .metrics
+            .get(*metric)
+            .unwrap_or_else(|| panic!("launch {id} has no {metric}"));
+        assert_eq!(
+            value.value, *expected,
+            "launch {id} {metric} (raw {:?})",
+            value.raw
+        );
         assert_eq!(&value.unit, unit, "launch {id} {metric}");
     }
 }
@@ -27,9 +39,24 @@ fn details_page_numbers() {
             (3, "gpu__time_duration.sum", Some(9440.0), Unit::Nanoseconds),
             (3, "launch__registers_per_thread", Some(168.0), Unit::Count),
             (3, "dram__bytes_read.sum", Some(1_592_064.0), Unit::Bytes),
-            (3, "launch__shared_mem_per_block_dynamic", Some(134_144.0), Unit::Bytes),
-            (3, "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active", Some(31.71), Unit::Percent),
-            (3, "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active", None, Unit::Count),
+            (
+                3,
+                "launch__shared_mem_per_block_dynamic",
+                Some(134_144.0),
+                Unit::Bytes,
+            ),
+            (
+                3,
+                "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+                Some(31.71),
+                Unit::Percent,
+            ),
+            (
+                3,
+                "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
+                None,
+                Unit::Count,
+            ),
             (4, "gpu__time_duration.sum", Some(9664.0), Unit::Nanoseconds),
             (0, "gpu__time_duration.sum", Some(6432.0), Unit::Nanoseconds),
             (0, "launch__registers_per_thread", Some(44.0), Unit::Count),
@@ -46,8 +73,18 @@ fn raw_page_numbers() {
             (3, "launch__registers_per_thread", Some(168.0), Unit::Count),
             (4, "dram__bytes_read.sum", Some(1_595_136.0), Unit::Bytes),
             (3, "dram__bytes_read.avg", Some(39_801.6), Unit::Bytes),
-            (3, "launch__waves_per_multiprocessor", Some(0.24), Unit::Count),
-            (3, "device__attribute_total_memory", Some(85_017_493_504.0), Unit::Count),
+            (
+                3,
+                "launch__waves_per_multiprocessor",
+                Some(0.24),
+                Unit::Count,
+            ),
+            (
+                3,
+                "device__attribute_total_memory",
+                Some(85_017_493_504.0),
+                Unit::Count,
+            ),
             (3, "device__attribute_display_name", None, Unit::Text),
             (3, "launch__kernel_name", None, Unit::Count),
         ],
@@ -58,15 +95,32 @@ fn raw_page_numbers() {
 fn both_pages_describe_the_same_launches() {
     let details = parse_details(DETAILS).unwrap();
     let raw = parse_raw(RAW).unwrap();
-    let identity = |l: &attn_ncu::Launch| (l.id, l.kernel.clone(), l.block.clone(), l.grid.clone(), l.device);
-    assert_eq!(details.iter().map(identity).collect::<Vec<_>>(), raw.iter().map(identity).collect::<Vec<_>>());
+    let identity = |l: &attn_ncu::Launch| {
+        (
+            l.id,
+            l.kernel.clone(),
+            l.block.clone(),
+            l.grid.clone(),
+            l.device,
+        )
+    };
+    assert_eq!(
+        details.iter().map(identity).collect::<Vec<_>>(),
+        raw.iter().map(identity).collect::<Vec<_>>()
+    );
     assert_eq!(attn_ncu::detect_page(DETAILS).unwrap(), Page::Details);
     assert_eq!(attn_ncu::detect_page(RAW).unwrap(), Page::Raw);
     assert_eq!(details[3].kernel, CUDNN);
     assert_eq!(details[3].block.as_deref(), Some("(384, 1, 1)"));
     assert_eq!(details[3].compute_capability.as_deref(), Some("9.0"));
-    assert!(details[0].kernel.len() > 1000, "the long PyTorch name survives its commas and brackets");
-    assert_eq!(details.iter().map(|l| l.metrics.len()).collect::<Vec<_>>(), [10; 5]);
+    assert!(
+        details[0].kernel.len() > 1000,
+        "the long PyTorch name survives its commas and brackets"
+    );
+    assert_eq!(
+        details.iter().map(|l| l.metrics.len()).collect::<Vec<_>>(),
+        [10; 5]
+    );
     // Every column but the 11 identity ones is a metric.
     assert_eq!(raw[0].metrics.len(), 297 - 11);
 }
@@ -80,16 +134,21 @@ fn repeated_launches_aggregate_by_median() {
     let cudnn = &kernels[1];
     assert_eq!(cudnn.kernel, CUDNN);
     let time = &cudnn.metrics["gpu__time_duration.sum"];
-    assert_eq!((time.median, time.min, time.max, time.samples), (Some(9552.0), Some(9440.0), Some(9664.0), 2));
+    assert_eq!(
+        (time.median, time.min, time.max, time.samples),
+        (Some(9552.0), Some(9440.0), Some(9664.0), 2)
+    );
     assert_eq!(kernels[0].value("gpu__time_duration.sum"), Some(6368.0));
-    let gmma = &cudnn.metrics["sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"];
+    let gmma =
+        &cudnn.metrics["sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"];
     assert_eq!((gmma.median, gmma.samples), (None, 0));
 }
 
 #[test]
 fn kernel_filters_select_by_substring_and_regex() {
     let launches = parse_raw(RAW).unwrap();
-    let count = |pattern: &str| group(&launches, Some(&KernelFilter::parse(pattern).unwrap())).len();
+    let count =
+        |pattern: &str| group(&launches, Some(&KernelFilter::parse(pattern).unwrap())).len();
     assert_eq!(count("cudnn"), 1);
     assert_eq!(count("distribution_elementwise"), 1);
     assert_eq!(count("regex:^void at::"), 1);
@@ -130,6 +189,9 @@ fn cudnn_explanation() {
     let tflops = e.tflops.unwrap();
     assert!((tflops - flops / 9552e-9 / 1e12).abs() < 1e-9, "{tflops}");
     let bandwidth = e.dram_bytes_per_s.unwrap();
-    assert!((bandwidth - 1_592_192.0 / 9552e-9).abs() < 1.0, "{bandwidth}");
+    assert!(
+        (bandwidth - 1_592_192.0 / 9552e-9).abs() < 1.0,
+        "{bandwidth}"
+    );
     insta::assert_snapshot!("cudnn_explanation", e.to_string());
 }
