@@ -1,1 +1,58 @@
-//! Reference attention in f64 on the CPU, seeded input generators, error metrics and tolerances.
+//! The oracle: what a correct attention output is, and whether a kernel's output is close enough.
+//!
+//! The primary reference depends on nothing but arithmetic: attention in f64 on the CPU, never a
+//! particular PyTorch release. Bird's-eye view:
+//!
+//! * [`Shape`], [`DType`], [`Params`] — the problem: `O = softmax(scale · Q·Kᵀ + mask) · V`,
+//!   layout `[B, H, S, D]`, causal mask aligned bottom-right (query `i` sees keys
+//!   `j ≤ i + S_kv − S_q`, as FlashAttention ≥ 2.1 and PyTorch document).
+//! * [`HostTensor`] — host buffers in fp16/bf16/f32 (and f64 for references), raw bytes for device
+//!   transfers, and [`HostTensor::poisoned`] outputs whose unwritten elements [`compare`] detects.
+//! * [`generate`] — seeded inputs from a [`CaseSpec`] (shape, dtype, [`Distribution`], seed).
+//! * [`reference`] — exact f64 attention and logsumexp, for all rows or a seeded sample
+//!   ([`RowSelection`]) so that a (2, 16, 8192, 128) check takes seconds; rayon-parallel.
+//!   A fully masked row has output 0 and logsumexp −∞.
+//! * [`tiled_f32`] — an independent second implementation: FlashAttention's tiled online softmax
+//!   in f32, the algorithm the kernels implement, for reproducing their rounding on the CPU.
+//! * [`compare`] and [`tolerance`] — the [`Verdict`] (errors, worst index, NaN/Inf/poison counts)
+//!   and the one documented tolerance table.
+//! * [`npy`] — `.npy` exchange with numpy/PyTorch, and fixtures.
+//!
+//! ```
+//! use attn_oracle::*;
+//! let spec = CaseSpec { shape: "1,2,100,64".parse()?, dtype: DType::F16,
+//!                       distribution: Distribution::Normal, seed: 42 };
+//! let inputs = generate(&spec);
+//! let params = Params::new(spec.shape.head_dim, true);
+//! let rows = RowSelection::Sampled { rows_per_head: 16, seed: 42 };
+//! let exact = reference(&inputs.q, &inputs.k, &inputs.v, &params, &rows)?;
+//!
+//! // Stand-in for a kernel: the tiled f32 algorithm, rounded to fp16 like a kernel's output.
+//! let (out, _lse) = tiled_f32(&inputs.q, &inputs.k, &inputs.v, &params, 64, 32)?;
+//! let out: Vec<f64> = out.iter().map(|&x| f64::from(x)).collect();
+//! let output = HostTensor::from_f64(spec.shape.q_dims(), DType::F16, &out);
+//!
+//! let verdict = compare(&output, &exact, &tolerance(spec.dtype, spec.distribution));
+//! assert!(verdict.passed, "{spec}: {verdict}");
+//! # Ok::<(), OracleError>(())
+//! ```
+
+#[cfg(target_endian = "big")]
+compile_error!("attn-oracle assumes a little-endian host (HostTensor::as_bytes, .npy files)");
+
+mod compare;
+mod error;
+mod generate;
+pub mod npy;
+mod reference;
+mod shape;
+mod tensor;
+mod tiled;
+
+pub use compare::{compare, tolerance, Tolerance, Verdict};
+pub use error::OracleError;
+pub use generate::{generate, CaseSpec, Distribution, Inputs};
+pub use reference::{reference, Reference, RowId, RowSelection};
+pub use shape::{DType, Params, Shape};
+pub use tensor::{HostData, HostTensor, POISON_BF16_BITS, POISON_F16_BITS, POISON_F32_BITS};
+pub use tiled::{tiled_f32, tiled_f32_with, TiledConfig};
