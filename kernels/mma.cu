@@ -211,29 +211,36 @@ __device__ __forceinline__ void load_q_rows(u32 q_tile, const elem_t* __restrict
 //   keys 0-7 / dims 0-7, 1 = keys 0-7 / dims 8-15, 2 = keys 8-15 / dims 0-7, 3 = keys 8-15 / dims
 //   8-15. Without .trans lane (g, t) receives K[g][2t..2t+1] = Kᵀ[2t..2t+1][g], i.e. b0 (matrices
 //   0, 2) and b1 (matrices 1, 3) of key n-tiles 2p and 2p+1.
-// Every 16-row block starts at a multiple of 8, so the swizzle key (row & 7) is just (l & 7), and
-// since the chunk base 2·step is even, (2·step + c) ^ (l & 7) == 2·step ^ (c ^ (l & 7)).
+// Every 16-row block starts at a multiple of 8, so the swizzle key (row & 7) is just (l & 7). The
+// chunk of k-step `step` is 2·step + c with c ∈ {0, 1}; writing 2·step = 8·hi + lo (lo ∈ {0,2,4,6}),
+//   (2·step + c) ^ (l & 7) = 8·hi + ((lo + c) ^ (l & 7)),
+// so each lane keeps just 4 offsets per style (one per lo) and everything else is an immediate:
+// the addresses then cost no registers per (step, row block) pair.
 struct LaneAddressing {
-    u32 a_row_bytes;  // (l & 15) · ROW_BYTES
-    int a_chunk_key;  // (l >> 4) ^ (l & 7)
-    u32 b_row_bytes;  // ((l & 7) + 8·(l >> 4)) · ROW_BYTES
-    int b_chunk_key;  // ((l >> 3) & 1) ^ (l & 7)
+    u32 a_off[4];  // A-style: (l & 15)·ROW_BYTES + 16·((2i + (l >> 4)) ^ (l & 7))
+    u32 b_off[4];  // B-style: ((l & 7) + 8·(l >> 4))·ROW_BYTES + 16·((2i + ((l >> 3) & 1)) ^ (l & 7))
 
-    __device__ __forceinline__ explicit LaneAddressing(int lane)
-        : a_row_bytes(static_cast<u32>((lane & 15) * ROW_BYTES)),
-          a_chunk_key((lane >> 4) ^ (lane & 7)),
-          b_row_bytes(static_cast<u32>(((lane & 7) + ((lane >> 4) << 3)) * ROW_BYTES)),
-          b_chunk_key(((lane >> 3) & 1) ^ (lane & 7)) {}
+    __device__ __forceinline__ explicit LaneAddressing(int lane) {
+        const int key = lane & 7;
+        const int a_row = lane & 15;
+        const int a_c = lane >> 4;
+        const int b_row = (lane & 7) + ((lane >> 4) << 3);
+        const int b_c = (lane >> 3) & 1;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            a_off[i] = static_cast<u32>(a_row * ROW_BYTES + (((2 * i + a_c) ^ key) << 4));
+            b_off[i] = static_cast<u32>(b_row * ROW_BYTES + (((2 * i + b_c) ^ key) << 4));
+        }
+    }
 
     // Address of this lane's row in the 16×16 block at (row0, 16·step) of a tile, A-style.
+    // row0 and step are compile-time constants at every call site (unrolled loops).
     __device__ __forceinline__ u32 a(u32 tile, int row0, int step) const {
-        return tile + static_cast<u32>(row0 * ROW_BYTES) + a_row_bytes +
-               static_cast<u32>(((2 * step) ^ a_chunk_key) << 4);
+        return tile + a_off[step & 3] + static_cast<u32>(row0 * ROW_BYTES + (step >> 2) * 128);
     }
     // Same, B-style.
     __device__ __forceinline__ u32 b(u32 tile, int row0, int step) const {
-        return tile + static_cast<u32>(row0 * ROW_BYTES) + b_row_bytes +
-               static_cast<u32>(((2 * step) ^ b_chunk_key) << 4);
+        return tile + b_off[step & 3] + static_cast<u32>(row0 * ROW_BYTES + (step >> 2) * 128);
     }
 };
 

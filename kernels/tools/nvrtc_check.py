@@ -78,12 +78,13 @@ class Nvrtc:
         return buf.value.decode(errors="replace").strip()
 
 
-def nvrtc_options(cuda_dir, arch, defines):
+def nvrtc_options(include_dir, arch, defines):
+    """The NVRTC options the host uses: virtual arch, C++17, kernels/ and CUDA headers, -D defines."""
     opts = [
         f"--gpu-architecture=compute_{arch}",
         "-std=c++17",
         f"-I{KERNELS_DIR}",
-        f"-I{os.path.join(cuda_dir, 'include')}",
+        f"-I{include_dir}",
         "-default-device",
     ]
     opts += [f"-D{k}" if v is None else f"-D{k}={v}" for k, v in defines.items()]
@@ -178,7 +179,7 @@ def main():
             f"{k}{v}" for k, v in cfg.items()
         )
         try:
-            ptx, log = nvrtc.compile_to_ptx(source, os.path.basename(args.src), nvrtc_options(args.cuda, args.arch, defines))
+            ptx, log = nvrtc.compile_to_ptx(source, os.path.basename(args.src), nvrtc_options(os.path.join(args.cuda, 'include'), args.arch, defines))
             rep = ptxas_report(args.cuda, args.arch, ptx, args.keep, tag)
         except RuntimeError as e:
             failures += 1
