@@ -4,6 +4,7 @@
 //! the `--from-csv` path, which reads either ncu page (`details` or `raw`) and prints each kernel's
 //! launches and metrics in base units.
 
+use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -50,10 +51,18 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             names.into_iter().collect::<Vec<_>>().join(" | ")
         );
     }
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&kernels)?);
+    let text = if args.json {
+        serde_json::to_string_pretty(&kernels)? + "\n"
     } else {
-        print!("{}", attn_ncu::render_text(&kernels));
+        attn_ncu::render_text(&kernels)
+    };
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        // `| head` closing the pipe early is the reader's choice, not a failure.
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e).context("writing to stdout"),
+        _ => Ok(0),
     }
-    Ok(0)
 }

@@ -186,12 +186,14 @@ impl fmt::Display for Explanation {
             "  time        {} us",
             show(self.duration_ns.map(|n| n / 1e3), 2)
         )?;
-        writeln!(
-            f,
-            "  compute     {} TFLOP/s{}",
-            show(self.tflops, 1),
-            percent_of(self.tflops_fraction)
-        )?;
+        match self.tflops {
+            Some(t) => writeln!(
+                f,
+                "  compute     {t:.1} TFLOP/s{}",
+                percent_of(self.tflops_fraction)
+            )?,
+            None => writeln!(f, "  compute     n/a (no FLOP count given)")?,
+        }
         writeln!(
             f,
             "  dram        {} GB/s{}",

@@ -31,7 +31,7 @@ impl KernelFilter {
                 .map(Self::Regex)
                 .map_err(|e| NcuError::BadPattern {
                     pattern: re.to_owned(),
-                    message: e.to_string(),
+                    message: one_line_regex_error(&e),
                 }),
             None => Ok(Self::Substring(pattern.to_owned())),
         }
@@ -44,6 +44,18 @@ impl KernelFilter {
             Self::Regex(re) => re.is_match(kernel),
         }
     }
+}
+
+/// The regex crate's messages draw a caret under the pattern over several lines; the last line
+/// says what is wrong.
+fn one_line_regex_error(error: &regex::Error) -> String {
+    let text = error.to_string();
+    let last = text
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("invalid pattern");
+    last.trim().trim_start_matches("error: ").to_owned()
 }
 
 /// One metric over the repeated launches of a kernel.

@@ -155,7 +155,11 @@ fn kernel_filters_select_by_substring_and_regex() {
     assert_eq!(count("regex:flash_fprop_wgmma_f16_knob_\\d+"), 1);
     assert_eq!(count("regex:."), 2);
     assert_eq!(count("flash_attn"), 0);
-    assert!(KernelFilter::parse("regex:(").is_err());
+    let err = KernelFilter::parse("regex:(").unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "kernel filter \"(\" is not a valid regex: unclosed group"
+    );
 }
 
 #[test]
