@@ -24,6 +24,11 @@ __device__ __forceinline__ elem2_t from_float2(float a, float b) { return __floa
 #error "HEAD_DIM must be defined"
 #endif
 
+// NVRTC has no <math.h>: the float infinity, for masked scores and empty running maxima.
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+
 // log2(e): kernels fold it into the softmax scale so that exp(x) becomes exp2f(x * log2e).
 #define ATTN_LOG2E 1.4426950408889634f
 

@@ -8,9 +8,14 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bundle;
+mod kernels;
 mod ncu;
 mod report;
+mod run;
 mod stats;
+mod test;
+mod toolkit;
 
 /// Exit code for "ran, and the answer is no" (a failed gate, a stale report).
 pub const EXIT_FAILED: u8 = 1;
@@ -18,7 +23,11 @@ pub const EXIT_FAILED: u8 = 1;
 pub const EXIT_CANNOT_RUN: u8 = 2;
 
 #[derive(Debug, Parser)]
-#[command(name = "cargo xtask", bin_name = "cargo xtask", about = "attn: write, prove and measure attention kernels")]
+#[command(
+    name = "cargo xtask",
+    bin_name = "cargo xtask",
+    about = "attn: write, prove and measure attention kernels"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -32,6 +41,14 @@ enum Command {
     Ncu(ncu::Args),
     /// Render evidence/ into reports/ (HTML, markdown, SVG charts).
     Report(report::Args),
+    /// List implementations, knobs and defaults; --ptxas reports registers and spills.
+    Kernels(kernels::Args),
+    /// Run one implementation on your own .npy tensors (or `--impl reference`).
+    Run(run::Args),
+    /// Run the whole test suite (installs NVRTC/ptxas wheels when no CUDA toolkit is found).
+    Test(test::Args),
+    /// Build release test executables and xtask into target/bundle/ for a GPU machine.
+    Bundle(bundle::Args),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +57,10 @@ fn main() -> ExitCode {
         Command::Stats(args) => stats::run(args),
         Command::Ncu(args) => ncu::run(args),
         Command::Report(args) => report::run(args),
+        Command::Kernels(args) => kernels::run(args),
+        Command::Run(args) => run::run(args),
+        Command::Test(args) => test::run(args),
+        Command::Bundle(args) => bundle::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -52,5 +73,19 @@ fn main() -> ExitCode {
 
 /// An error and its causes on one line: "reading a.txt: line 3: not a number".
 pub fn one_line(err: &anyhow::Error) -> String {
-    err.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ")
+    err.chain()
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(": ")
+}
+
+/// The workspace root: the folder above xtask's own manifest when built by cargo here, else the
+/// current directory (a bundle copied to a GPU machine runs from the checkout's root).
+pub fn workspace_root() -> std::path::PathBuf {
+    let built_in = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    if built_in.join("Cargo.toml").is_file() {
+        built_in.canonicalize().unwrap_or(built_in)
+    } else {
+        std::env::current_dir().unwrap_or_else(|_| ".".into())
+    }
 }

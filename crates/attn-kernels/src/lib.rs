@@ -1,1 +1,41 @@
-//! CUDA attention kernels: NVRTC build, registry of implementations, launch and timing.
+//! CUDA attention kernels: NVRTC build, a registry of named implementations, launch and timing.
+//!
+//! This is the only crate of the workspace that touches CUDA (through `cudarc`, loaded at run
+//! time: it builds and its CPU tests run on machines with no CUDA at all).
+//!
+//! - [`registry`]: implementations by name (`naive`, `tiled`, `cublas`, ...), their knobs,
+//!   defaults, constraints and launch geometry.
+//! - [`compile`]: NVRTC with an on-disk cache; the ptxas resource report.
+//! - [`gpu`]: the device, its lazily compiled and cached kernels, device tensors.
+//! - [`attention`]: a [`Candidate`] prepared for a device and launched on tensors.
+//! - [`timing`]: the harness (L2 flush, input rotation, events, raw samples).
+//! - [`telemetry`]: SM clock and temperature, to flag a throttled run.
+//!
+//! ```no_run
+//! use attn_kernels::{Candidate, Config, Gpu, Prepared};
+//! use attn_oracle::{generate, CaseSpec, DType, Distribution, Params, Shape};
+//!
+//! let gpu = Gpu::open(0)?;
+//! let shape = Shape::new(1, 8, 512, 512, 64)?;
+//! let inputs = generate(&CaseSpec { shape, dtype: DType::F16, distribution: Distribution::Normal, seed: 7 });
+//! let tiled = Prepared::new(&gpu, &Candidate::registered("tiled", Config::default())?, DType::F16, 64)?;
+//! let out = tiled.run(&gpu, &inputs.q, &inputs.k, &inputs.v, &Params::new(64, false))?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod attention;
+pub mod compile;
+pub mod config;
+pub mod error;
+pub mod gpu;
+pub mod registry;
+pub mod telemetry;
+pub mod timing;
+pub mod toolkit;
+
+pub use attention::{Candidate, Prepared};
+pub use config::{Config, Knob};
+pub use error::{KernelError, Result};
+pub use gpu::{DeviceInfo, DeviceTensor, Gpu};
+pub use registry::{registry, Implementation, Limits};
+pub use timing::{Harness, TimingMode, TimingOptions, Timings};

@@ -1,0 +1,514 @@
+//! Candidates prepared for a device: registered implementations (kernel or cuBLAS path) and users'
+//! own kernel files, launched on device tensors.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use attn_oracle::{DType, HostTensor, Params, Shape};
+use cudarc::cublas::sys as blas;
+use cudarc::driver::{
+    CudaFunction, CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg,
+};
+
+use crate::compile::CompileRequest;
+use crate::config::Config;
+use crate::error::{DriverContext, KernelError, Result};
+use crate::gpu::{DeviceTensor, Gpu};
+use crate::registry::{self, Engine, Geometry, Implementation};
+
+/// What to run: a registered implementation with config overrides, or a user's kernel file.
+#[derive(Debug, Clone)]
+pub enum Candidate {
+    /// `--impl NAME [--config K=V,...]`.
+    Registered {
+        /// The implementation.
+        implementation: &'static Implementation,
+        /// Knobs to override (the rest take their defaults).
+        overrides: Config,
+    },
+    /// `--src FILE [--entry NAME] [--define K=V ...]`: a kernel following the ABI of
+    /// `kernels/README.md`. Its geometry comes from the defines `BLOCK_M` (default 64),
+    /// `NUM_WARPS` (default 4) and `SHARED_BYTES` (dynamic shared memory, default 0).
+    Source {
+        /// The `.cu` file.
+        path: PathBuf,
+        /// Its text.
+        source: String,
+        /// The entry point (default `attn_fwd`).
+        entry: String,
+        /// Defines passed to NVRTC.
+        defines: Config,
+    },
+}
+
+impl Candidate {
+    /// A registered implementation by name (see [`registry::select`] for `IMPL`).
+    pub fn registered(name: &str, overrides: Config) -> Result<Candidate> {
+        Ok(Candidate::Registered {
+            implementation: registry::find(name)?,
+            overrides,
+        })
+    }
+
+    /// A user's kernel file.
+    pub fn from_file(path: &Path, entry: Option<&str>, defines: Config) -> Result<Candidate> {
+        let source = std::fs::read_to_string(path).map_err(|source| KernelError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Ok(Candidate::Source {
+            path: path.to_path_buf(),
+            source,
+            entry: entry.unwrap_or("attn_fwd").to_string(),
+            defines,
+        })
+    }
+
+    /// A short label: the implementation's name, or `src:<file name>`.
+    pub fn label(&self) -> String {
+        match self {
+            Candidate::Registered { implementation, .. } => implementation.name.to_string(),
+            Candidate::Source { path, .. } => {
+                format!(
+                    "src:{}",
+                    path.file_name()
+                        .map(|n| n.to_string_lossy())
+                        .unwrap_or_default()
+                )
+            }
+        }
+    }
+}
+
+enum Engine2 {
+    Kernel {
+        function: CudaFunction,
+        geometry: Box<dyn Fn(&Shape) -> Result<Geometry> + Send + Sync>,
+    },
+    Cublas {
+        softmax: CudaFunction,
+        scratch: Mutex<Option<Scratch>>,
+    },
+}
+
+/// The cuBLAS path's intermediates: S in f32 and P in the input dtype.
+struct Scratch {
+    elements: usize,
+    scores: CudaSlice<f32>,
+    probs: CudaSlice<u16>,
+}
+
+/// A candidate compiled for one device, dtype and head dim, ready to launch on any shape with that
+/// head dim.
+pub struct Prepared {
+    label: String,
+    config: Config,
+    dtype: DType,
+    head_dim: usize,
+    engine: Engine2,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("label", &self.label)
+            .field("config", &self.config)
+            .field("dtype", &self.dtype)
+            .field("head_dim", &self.head_dim)
+            .finish_non_exhaustive()
+    }
+}
+
+fn user_knob(defines: &Config, name: &str, default: i64) -> i64 {
+    defines.get(name).unwrap_or(default)
+}
+
+impl Prepared {
+    /// Validates, compiles (through the caches) and loads `candidate` for `dtype` and `head_dim`.
+    pub fn new(
+        gpu: &Gpu,
+        candidate: &Candidate,
+        dtype: DType,
+        head_dim: usize,
+    ) -> Result<Prepared> {
+        let mut defines = CompileRequest::abi_defines(dtype, head_dim)?;
+        match candidate {
+            Candidate::Registered {
+                implementation,
+                overrides,
+            } => {
+                let config = implementation.resolve(overrides, head_dim, &gpu.limits())?;
+                defines.extend(config.0.iter().map(|(k, v)| format!("{k}={v}")));
+                let probe = Shape {
+                    batch: 1,
+                    heads: 1,
+                    seq_q: 1,
+                    seq_kv: 1,
+                    head_dim,
+                };
+                let shared = implementation.geometry(&config, &probe)?.shared_bytes;
+                let engine = match implementation.engine {
+                    Engine::Kernel { file, source } => {
+                        let req = CompileRequest {
+                            name: file,
+                            source,
+                            include_dir: None,
+                            defines,
+                            arch: gpu.arch(),
+                        };
+                        let function = gpu.load(&req, "attn_fwd", shared)?;
+                        let (imp, cfg) = (*implementation, config.clone());
+                        Engine2::Kernel {
+                            function,
+                            geometry: Box::new(move |shape| imp.geometry(&cfg, shape)),
+                        }
+                    }
+                    Engine::Cublas => {
+                        let req = CompileRequest {
+                            name: "softmax.cu",
+                            source: include_str!("../../../kernels/softmax.cu"),
+                            include_dir: None,
+                            defines,
+                            arch: gpu.arch(),
+                        };
+                        Engine2::Cublas {
+                            softmax: gpu.load(&req, "softmax_rows", 0)?,
+                            scratch: Mutex::new(None),
+                        }
+                    }
+                };
+                Ok(Prepared {
+                    label: implementation.name.into(),
+                    config,
+                    dtype,
+                    head_dim,
+                    engine,
+                })
+            }
+            Candidate::Source {
+                path,
+                source,
+                entry,
+                defines: user,
+            } => {
+                defines.extend(user.0.iter().map(|(k, v)| format!("{k}={v}")));
+                let (block_m, warps, shared) = (
+                    user_knob(user, "BLOCK_M", 64),
+                    user_knob(user, "NUM_WARPS", 4),
+                    user_knob(user, "SHARED_BYTES", 0),
+                );
+                let limits = gpu.limits();
+                if block_m < 1
+                    || warps < 1
+                    || warps * 32 > limits.max_threads_per_block as i64
+                    || shared < 0
+                    || shared > limits.max_shared_per_block as i64
+                {
+                    return Err(KernelError::InvalidConfig {
+                        implementation: candidate.label(),
+                        reason: format!("BLOCK_M={block_m}, NUM_WARPS={warps}, SHARED_BYTES={shared} do not fit the device"),
+                    });
+                }
+                let name = path.display().to_string();
+                let req = CompileRequest {
+                    name: &name,
+                    source,
+                    include_dir: path.parent(),
+                    defines,
+                    arch: gpu.arch(),
+                };
+                let function = gpu.load(&req, entry, shared as u32)?;
+                let geometry = move |shape: &Shape| {
+                    Ok(Geometry {
+                        grid: (
+                            shape.seq_q.div_ceil(block_m as usize) as u32,
+                            shape.heads as u32,
+                            shape.batch as u32,
+                        ),
+                        block: warps as u32 * 32,
+                        shared_bytes: shared as u32,
+                    })
+                };
+                Ok(Prepared {
+                    label: candidate.label(),
+                    config: user.clone(),
+                    dtype,
+                    head_dim,
+                    engine: Engine2::Kernel {
+                        function,
+                        geometry: Box::new(geometry),
+                    },
+                })
+            }
+        }
+    }
+
+    /// The label of the candidate.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// The resolved config (defaults plus overrides), or the user's defines.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Launches on `o` (asynchronously, on the GPU's stream). Checks shapes and the launch itself;
+    /// faults inside the kernel surface at the next synchronisation.
+    pub fn launch(
+        &self,
+        gpu: &Gpu,
+        q: &DeviceTensor,
+        k: &DeviceTensor,
+        v: &DeviceTensor,
+        o: &mut DeviceTensor,
+        params: &Params,
+    ) -> Result<()> {
+        let shape = check_shapes(q, k, v, o, self.dtype, self.head_dim)?;
+        let (b, h, sq, skv) = (
+            shape.batch as i32,
+            shape.heads as i32,
+            shape.seq_q as i32,
+            shape.seq_kv as i32,
+        );
+        let scale = params.scale as f32;
+        let causal = i32::from(params.causal);
+        match &self.engine {
+            Engine2::Kernel { function, geometry } => {
+                let g = geometry(&shape)?;
+                let cfg = LaunchConfig {
+                    grid_dim: g.grid,
+                    block_dim: (g.block, 1, 1),
+                    shared_mem_bytes: g.shared_bytes,
+                };
+                let mut launch = gpu.stream().launch_builder(function);
+                launch.arg(&q.buf).arg(&k.buf).arg(&v.buf).arg(&mut o.buf);
+                launch
+                    .arg(&b)
+                    .arg(&h)
+                    .arg(&sq)
+                    .arg(&skv)
+                    .arg(&scale)
+                    .arg(&causal);
+                // SAFETY: the arguments match the ABI of kernels/README.md (checked shapes, 16-bit
+                // elements of the compiled dtype); the grid covers every output row.
+                unsafe { launch.launch(cfg) }.during("cuLaunchKernel")?;
+            }
+            Engine2::Cublas { softmax, scratch } => {
+                self.launch_cublas(gpu, softmax, scratch, &shape, q, k, v, o, scale, causal)?;
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn launch_cublas(
+        &self,
+        gpu: &Gpu,
+        softmax: &CudaFunction,
+        scratch: &Mutex<Option<Scratch>>,
+        shape: &Shape,
+        q: &DeviceTensor,
+        k: &DeviceTensor,
+        v: &DeviceTensor,
+        o: &mut DeviceTensor,
+        scale: f32,
+        causal: i32,
+    ) -> Result<()> {
+        let stream = gpu.stream();
+        let heads = (shape.batch * shape.heads) as i32;
+        let (sq, skv, d) = (
+            shape.seq_q as i32,
+            shape.seq_kv as i32,
+            shape.head_dim as i32,
+        );
+        let elements = shape.batch * shape.heads * shape.seq_q * shape.seq_kv;
+        let mut guard = scratch.lock().unwrap_or_else(|e| e.into_inner());
+        if guard.as_ref().is_none_or(|s| s.elements < elements) {
+            // SAFETY: S is written by the first GEMM and P by the softmax before either is read.
+            let scores = unsafe { stream.alloc::<f32>(elements) }.during("cuMemAlloc (scores)")?;
+            // SAFETY: as above.
+            let probs =
+                unsafe { stream.alloc::<u16>(elements) }.during("cuMemAlloc (probabilities)")?;
+            *guard = Some(Scratch {
+                elements,
+                scores,
+                probs,
+            });
+        }
+        let s = guard.as_mut().expect("allocated above");
+        let blas_handle = *gpu.blas()?.handle();
+        let elem_type = match self.dtype {
+            DType::Bf16 => blas::cudaDataType::CUDA_R_16BF,
+            _ => blas::cudaDataType::CUDA_R_16F,
+        };
+        let (one, zero) = (1.0f32, 0.0f32);
+        {
+            let (qp, _gq) = q.buf.device_ptr(stream);
+            let (kp, _gk) = k.buf.device_ptr(stream);
+            let (sp, _gs) = s.scores.device_ptr_mut(stream);
+            // S[b,h] (row-major S_q×S_kv) = Q·Kᵀ, i.e. in cuBLAS's column-major view
+            // S (S_kv×S_q) = Kᵀ(as op T of the D×S_kv matrix K) · Q (D×S_q).
+            // SAFETY: pointers come from live buffers of the sizes the strides and counts describe.
+            unsafe {
+                cudarc::cublas::result::gemm_strided_batched_ex(
+                    blas_handle,
+                    blas::cublasOperation_t::CUBLAS_OP_T,
+                    blas::cublasOperation_t::CUBLAS_OP_N,
+                    skv,
+                    sq,
+                    d,
+                    (&one as *const f32).cast(),
+                    kp as *const _,
+                    elem_type,
+                    d,
+                    (shape.seq_kv * shape.head_dim) as i64,
+                    qp as *const _,
+                    elem_type,
+                    d,
+                    (shape.seq_q * shape.head_dim) as i64,
+                    (&zero as *const f32).cast(),
+                    sp as *mut _,
+                    blas::cudaDataType::CUDA_R_32F,
+                    skv,
+                    (shape.seq_q * shape.seq_kv) as i64,
+                    heads,
+                    blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                    blas::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                )
+            }
+            .map_err(|e| KernelError::Cublas {
+                call: "GemmStridedBatchedEx (Q·Kᵀ)",
+                message: format!("{e:?}"),
+            })?;
+        }
+        let cfg = LaunchConfig {
+            grid_dim: (sq as u32, heads as u32, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = stream.launch_builder(softmax);
+        launch
+            .arg(&s.scores)
+            .arg(&mut s.probs)
+            .arg(&sq)
+            .arg(&skv)
+            .arg(&scale)
+            .arg(&causal);
+        // SAFETY: softmax_rows(const float* s, elem_t* p, int seq_q, int seq_kv, float scale, int causal)
+        // over [B·H, S_q, S_kv] buffers of `elements` entries; one block per (row, b·h).
+        unsafe { launch.launch(cfg) }.during("cuLaunchKernel (softmax_rows)")?;
+        {
+            let (pp, _gp) = s.probs.device_ptr(stream);
+            let (vp, _gv) = v.buf.device_ptr(stream);
+            let (op, _go) = o.buf.device_ptr_mut(stream);
+            // O (row-major S_q×D; column-major D×S_q) = V (D×S_kv) · P (S_kv×S_q).
+            // SAFETY: as above.
+            unsafe {
+                cudarc::cublas::result::gemm_strided_batched_ex(
+                    blas_handle,
+                    blas::cublasOperation_t::CUBLAS_OP_N,
+                    blas::cublasOperation_t::CUBLAS_OP_N,
+                    d,
+                    sq,
+                    skv,
+                    (&one as *const f32).cast(),
+                    vp as *const _,
+                    elem_type,
+                    d,
+                    (shape.seq_kv * shape.head_dim) as i64,
+                    pp as *const _,
+                    elem_type,
+                    skv,
+                    (shape.seq_q * shape.seq_kv) as i64,
+                    (&zero as *const f32).cast(),
+                    op as *mut _,
+                    elem_type,
+                    d,
+                    (shape.seq_q * shape.head_dim) as i64,
+                    heads,
+                    blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                    blas::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                )
+            }
+            .map_err(|e| KernelError::Cublas {
+                call: "GemmStridedBatchedEx (P·V)",
+                message: format!("{e:?}"),
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Runs once on host tensors: upload, poison the output, launch, synchronise, download.
+    pub fn run(
+        &self,
+        gpu: &Gpu,
+        q: &HostTensor,
+        k: &HostTensor,
+        v: &HostTensor,
+        params: &Params,
+    ) -> Result<HostTensor> {
+        let (q, k, v) = (gpu.upload(q)?, gpu.upload(k)?, gpu.upload(v)?);
+        let mut o = gpu.alloc_poisoned(q.dims, q.dtype)?;
+        self.launch(gpu, &q, &k, &v, &mut o, params)?;
+        gpu.synchronize()?;
+        gpu.download(&o)
+    }
+}
+
+/// Checks that q, k, v and o fit together and match the compiled dtype and head dim.
+pub fn check_shapes(
+    q: &DeviceTensor,
+    k: &DeviceTensor,
+    v: &DeviceTensor,
+    o: &DeviceTensor,
+    dtype: DType,
+    head_dim: usize,
+) -> Result<Shape> {
+    let [b, h, sq, d] = q.dims;
+    let [kb, kh, skv, kd] = k.dims;
+    if k.dims != v.dims {
+        return Err(KernelError::Shape(format!(
+            "K is {:?} but V is {:?}",
+            k.dims, v.dims
+        )));
+    }
+    if (kb, kh, kd) != (b, h, d) {
+        return Err(KernelError::Shape(format!(
+            "Q is {:?} but K/V are {:?}: B, H and D must agree",
+            q.dims, k.dims
+        )));
+    }
+    if o.dims != q.dims {
+        return Err(KernelError::Shape(format!(
+            "O is {:?} but Q is {:?}",
+            o.dims, q.dims
+        )));
+    }
+    if d != head_dim {
+        return Err(KernelError::Shape(format!(
+            "head dim {d}, but the kernel was compiled for {head_dim}"
+        )));
+    }
+    for t in [q, k, v, o] {
+        if t.dtype != dtype {
+            return Err(KernelError::Shape(format!(
+                "a tensor is {} but the kernel was compiled for {dtype}",
+                t.dtype
+            )));
+        }
+    }
+    if [b, h, sq, skv, d].contains(&0) {
+        return Err(KernelError::Shape(format!(
+            "empty tensor: Q {:?}, K {:?}",
+            q.dims, k.dims
+        )));
+    }
+    Ok(Shape {
+        batch: b,
+        heads: h,
+        seq_q: sq,
+        seq_kv: skv,
+        head_dim: d,
+    })
+}

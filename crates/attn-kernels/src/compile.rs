@@ -1,0 +1,326 @@
+//! NVRTC compilation with an on-disk cache, and the ptxas resource report.
+//!
+//! Sources are embedded in the binary; `#include "x.cuh"` lines naming one of our embedded headers
+//! are replaced by the header's text before NVRTC sees them, so no kernel folder has to exist at run
+//! time. The cache key covers the source, every option (defines included), the architecture and the
+//! NVRTC version: an unchanged kernel loads without compiling.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use attn_oracle::DType;
+use sha2::{Digest, Sha256};
+
+use crate::error::{KernelError, Result};
+use crate::toolkit;
+
+/// Headers that kernels may include by name.
+pub const HEADERS: [(&str, &str); 1] = [(
+    "attn_common.cuh",
+    include_str!("../../../kernels/attn_common.cuh"),
+)];
+
+/// A virtual architecture to compile for, e.g. `compute_90` (or `compute_90a` for wgmma).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Arch(pub String);
+
+impl Arch {
+    /// `compute_{major}{minor}`.
+    pub fn from_capability(major: i32, minor: i32) -> Arch {
+        Arch(format!("compute_{major}{minor}"))
+    }
+    /// The matching real architecture for ptxas, e.g. `sm_90`.
+    pub fn sm(&self) -> String {
+        self.0.replace("compute_", "sm_")
+    }
+}
+
+/// What to compile: a source, its name for messages, and its defines.
+#[derive(Debug, Clone)]
+pub struct CompileRequest<'a> {
+    /// Name for error messages (implementation name or file).
+    pub name: &'a str,
+    /// The `.cu` source.
+    pub source: &'a str,
+    /// Extra folder for the user's own `#include`s.
+    pub include_dir: Option<&'a Path>,
+    /// `-D` defines, `NAME=VALUE` or `NAME`.
+    pub defines: Vec<String>,
+    /// Target.
+    pub arch: Arch,
+}
+
+impl CompileRequest<'_> {
+    /// The defines every kernel of the ABI needs: dtype and head dim.
+    pub fn abi_defines(dtype: DType, head_dim: usize) -> Result<Vec<String>> {
+        let dtype_define = match dtype {
+            DType::F16 => "ATTN_DTYPE_F16",
+            DType::Bf16 => "ATTN_DTYPE_BF16",
+            other => {
+                return Err(KernelError::Unsupported {
+                    implementation: "every kernel".into(),
+                    what: format!("dtype {other} (fp16 and bf16 only)"),
+                })
+            }
+        };
+        Ok(vec![
+            dtype_define.to_string(),
+            format!("HEAD_DIM={head_dim}"),
+        ])
+    }
+}
+
+/// The source with our embedded headers inlined.
+pub fn assemble(source: &str) -> String {
+    let mut out = String::with_capacity(source.len() + 4096);
+    for line in source.lines() {
+        let trimmed = line.trim();
+        let inlined = HEADERS
+            .iter()
+            .find(|(name, _)| trimmed == format!("#include \"{name}\""));
+        match inlined {
+            Some((name, text)) => {
+                out.push_str(&format!("// ---- {name} (inlined) ----\n"));
+                out.push_str(text);
+                out.push_str(&format!("\n// ---- end of {name} ----\n"));
+            }
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+fn options(req: &CompileRequest<'_>) -> Result<Vec<String>> {
+    let include = toolkit::cuda_include_dir()?;
+    let mut opts = vec![
+        format!("--gpu-architecture={}", req.arch.0),
+        "-std=c++17".to_string(),
+        format!("-I{}", include.display()),
+    ];
+    if let Some(dir) = req.include_dir {
+        opts.push(format!("-I{}", dir.display()));
+    }
+    opts.extend(req.defines.iter().map(|d| format!("-D{d}")));
+    Ok(opts)
+}
+
+fn cache_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("ATTN_CACHE_DIR") {
+        return Some(PathBuf::from(dir));
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("attn").join("ptx"))
+}
+
+/// The cache key of a compile: source, options, arch and NVRTC version.
+fn cache_key(source: &str, opts: &[String], nvrtc_version: &str) -> String {
+    let mut hasher = Sha256::new();
+    for part in [source, &opts.join("\u{1f}"), nvrtc_version] {
+        hasher.update(part.as_bytes());
+        hasher.update([0u8]);
+    }
+    hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A compiled kernel: PTX text, and whether it came from the cache.
+#[derive(Debug, Clone)]
+pub struct Compiled {
+    /// The PTX.
+    pub ptx: String,
+    /// True if loaded from the on-disk cache.
+    pub cached: bool,
+}
+
+/// Compiles `req` to PTX with NVRTC, through the on-disk cache.
+pub fn compile(req: &CompileRequest<'_>) -> Result<Compiled> {
+    let version = toolkit::nvrtc_version()?;
+    let source = assemble(req.source);
+    let opts = options(req)?;
+    let key = cache_key(&source, &opts, &version);
+    let cached_path = cache_dir().map(|d| d.join(format!("{key}.ptx")));
+    if let Some(ptx) = cached_path
+        .as_ref()
+        .and_then(|p| std::fs::read_to_string(p).ok())
+    {
+        return Ok(Compiled { ptx, cached: true });
+    }
+    let compile_opts = cudarc::nvrtc::CompileOptions {
+        options: opts.clone(),
+        ..Default::default()
+    };
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(&source, compile_opts).map_err(|err| {
+        let log = match &err {
+            cudarc::nvrtc::CompileError::CompileError { log, .. } => {
+                log.to_string_lossy().into_owned()
+            }
+            other => format!("{other:?}"),
+        };
+        KernelError::Compile {
+            implementation: req.name.to_string(),
+            config: req.defines.join(" "),
+            arch: req.arch.0.clone(),
+            log: log.trim_end().to_string(),
+        }
+    })?;
+    let ptx = ptx.to_src();
+    if let Some(path) = cached_path {
+        // A cache that cannot be written only costs time next run.
+        let _ = write_atomic(&path, ptx.as_bytes());
+    }
+    Ok(Compiled { ptx, cached: false })
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same folder and a rename.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(
+        ".{}.tmp{}",
+        path.file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default(),
+        std::process::id()
+    ));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// What ptxas says a kernel uses.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Resources {
+    /// Registers per thread.
+    pub registers: u32,
+    /// Static shared memory, bytes (dynamic shared memory is in the launch geometry).
+    pub shared_bytes: u32,
+    /// Stack frame, bytes.
+    pub stack_bytes: u32,
+    /// Bytes of spill stores.
+    pub spill_stores: u32,
+    /// Bytes of spill loads.
+    pub spill_loads: u32,
+}
+
+impl Resources {
+    /// True when the kernel spills registers or uses a stack frame (local memory).
+    pub fn uses_local_memory(&self) -> bool {
+        self.spill_stores > 0 || self.spill_loads > 0 || self.stack_bytes > 0
+    }
+}
+
+/// Runs `ptxas -v` on `ptx` for `arch` and parses the resource lines of `entry`.
+pub fn ptxas_resources(ptx: &str, arch: &Arch, entry: &str) -> Result<Resources> {
+    let ptxas = toolkit::ptxas_path().ok_or_else(|| {
+        KernelError::Ptxas(
+            "ptxas not found: put a CUDA toolkit's bin folder on PATH or set CUDA_HOME".into(),
+        )
+    })?;
+    let dir = std::env::temp_dir().join(format!("attn-ptxas-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|source| KernelError::Io {
+        path: dir.display().to_string(),
+        source,
+    })?;
+    let ptx_path = dir.join("kernel.ptx");
+    std::fs::write(&ptx_path, ptx).map_err(|source| KernelError::Io {
+        path: ptx_path.display().to_string(),
+        source,
+    })?;
+    let output = Command::new(&ptxas)
+        .arg(format!("-arch={}", arch.sm()))
+        .arg("-v")
+        .arg(&ptx_path)
+        .arg("-o")
+        .arg(dir.join("kernel.cubin"))
+        .output()
+        .map_err(|e| KernelError::Ptxas(format!("running {}: {e}", ptxas.display())))?;
+    let _ = std::fs::remove_dir_all(&dir);
+    let log = String::from_utf8_lossy(&output.stderr).into_owned();
+    if !output.status.success() {
+        return Err(KernelError::Ptxas(log.trim().to_string()));
+    }
+    parse_ptxas(&log, entry)
+        .ok_or_else(|| KernelError::Ptxas(format!("no resource report for `{entry}` in:\n{log}")))
+}
+
+/// Parses ptxas `-v` output for one entry point.
+pub fn parse_ptxas(log: &str, entry: &str) -> Option<Resources> {
+    let mut lines = log.lines().skip_while(|l| {
+        !(l.contains("Compiling entry function") && l.contains(&format!("'{entry}'")))
+    });
+    lines.next()?;
+    let mut res = Resources::default();
+    let number_before = |line: &str, unit: &str| -> Option<u32> {
+        let idx = line.find(unit)?;
+        line[..idx].split_whitespace().last()?.parse().ok()
+    };
+    for line in lines {
+        if line.contains("Compiling entry function") {
+            break;
+        }
+        if line.contains("stack frame") {
+            res.stack_bytes = number_before(line, "bytes stack frame").unwrap_or(0);
+            res.spill_stores = number_before(line, "bytes spill stores").unwrap_or(0);
+            res.spill_loads = number_before(line, "bytes spill loads").unwrap_or(0);
+        }
+        if line.contains("registers") {
+            res.registers = number_before(line, "registers").unwrap_or(0);
+            res.shared_bytes = number_before(line, "bytes smem").unwrap_or(0);
+        }
+    }
+    Some(res)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inlines_our_headers_only() {
+        let src = "#include \"attn_common.cuh\"\n#include <cuda_pipeline.h>\nint x;\n";
+        let out = assemble(src);
+        assert!(out.contains("typedef __half elem_t"));
+        assert!(out.contains("#include <cuda_pipeline.h>"));
+        assert!(!out.contains("#include \"attn_common.cuh\""));
+    }
+
+    #[test]
+    fn parses_ptxas_report() {
+        let log = "ptxas info    : 0 bytes gmem\n\
+            ptxas info    : Compiling entry function 'other' for 'sm_90'\n\
+            ptxas info    : Used 8 registers\n\
+            ptxas info    : Compiling entry function 'attn_fwd' for 'sm_90'\n\
+            ptxas info    : Function properties for attn_fwd\n\
+            ptxas         .     24 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n\
+            ptxas info    : Used 168 registers, used 1 barriers, 1024 bytes smem, 412 bytes cmem[0]\n";
+        let res = parse_ptxas(log, "attn_fwd").unwrap();
+        assert_eq!(
+            res,
+            Resources {
+                registers: 168,
+                shared_bytes: 1024,
+                stack_bytes: 24,
+                spill_stores: 8,
+                spill_loads: 12
+            }
+        );
+        assert!(res.uses_local_memory());
+        assert!(parse_ptxas(log, "missing").is_none());
+    }
+
+    #[test]
+    fn cache_key_changes_with_every_input() {
+        let base = cache_key("src", &["-DA=1".into()], "13.0");
+        assert_ne!(base, cache_key("src2", &["-DA=1".into()], "13.0"));
+        assert_ne!(base, cache_key("src", &["-DA=2".into()], "13.0"));
+        assert_ne!(base, cache_key("src", &["-DA=1".into()], "13.1"));
+        assert_eq!(base, cache_key("src", &["-DA=1".into()], "13.0"));
+    }
+}

@@ -1,0 +1,296 @@
+//! The device: context, stream, lazily compiled and cached kernels, device tensors.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use attn_oracle::{DType, HostTensor};
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtrMut};
+
+use crate::compile::{self, Arch, CompileRequest};
+use crate::error::{DriverContext, KernelError, Result};
+use crate::registry::Limits;
+use crate::toolkit;
+
+/// What we know of the device, read once when it is opened.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct DeviceInfo {
+    /// Its ordinal.
+    pub ordinal: usize,
+    /// Marketing name, e.g. "NVIDIA H100 80GB HBM3".
+    pub name: String,
+    /// UUID, hex.
+    pub uuid: String,
+    /// Compute capability (major, minor).
+    pub capability: (i32, i32),
+    /// Streaming multiprocessors.
+    pub sm_count: u32,
+    /// L2 cache, bytes.
+    pub l2_bytes: u32,
+    /// Dynamic shared memory per block after opting in, bytes.
+    pub max_shared_per_block: u32,
+    /// Threads per block.
+    pub max_threads_per_block: u32,
+    /// The CUDA version the driver supports, e.g. "13.0".
+    pub driver_cuda: String,
+    /// Device memory, bytes.
+    pub total_memory: usize,
+    /// Maximum SM clock, MHz.
+    pub max_sm_mhz: u32,
+}
+
+/// A device tensor in `[B, H, S, D]` layout; elements are 16-bit (fp16 or bf16) bit patterns.
+#[derive(Debug)]
+pub struct DeviceTensor {
+    /// `[B, H, S, D]`.
+    pub dims: [usize; 4],
+    /// fp16 or bf16.
+    pub dtype: DType,
+    /// The elements' bits.
+    pub buf: CudaSlice<u16>,
+}
+
+/// An opened GPU with one stream that every launch and timing of this crate uses.
+pub struct Gpu {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    info: DeviceInfo,
+    functions: Mutex<HashMap<String, CudaFunction>>,
+    blas: OnceLock<CudaBlas>,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu")
+            .field("info", &self.info)
+            .finish_non_exhaustive()
+    }
+}
+
+fn attribute(ctx: &CudaContext, attr: CUdevice_attribute, call: &'static str) -> Result<i32> {
+    ctx.attribute(attr).during(call)
+}
+
+impl Gpu {
+    /// Opens GPU `ordinal`, or says in one line why not (no driver, no device).
+    pub fn open(ordinal: usize) -> Result<Gpu> {
+        if !toolkit::driver_available() {
+            return Err(KernelError::NoDriver);
+        }
+        let count = CudaContext::device_count().map_err(|e| KernelError::NoGpu(e.to_string()))?;
+        if count <= ordinal as i32 {
+            return Err(KernelError::NoGpu(format!(
+                "asked for GPU {ordinal}, the driver sees {count}"
+            )));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(|e| KernelError::NoGpu(e.to_string()))?;
+        // One stream, synchronised by us: cudarc's per-buffer event tracking would add work to
+        // every launch we time.
+        // SAFETY: every buffer of this crate is used on `stream` only, so no cross-stream
+        // ordering is lost by turning tracking off.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.default_stream();
+        let uuid = ctx.uuid().during("cuDeviceGetUuid")?;
+        let info = DeviceInfo {
+            ordinal,
+            name: ctx.name().during("cuDeviceGetName")?,
+            uuid: uuid
+                .bytes
+                .iter()
+                .map(|b| format!("{:02x}", *b as u8))
+                .collect(),
+            capability: ctx.compute_capability().during("cuDeviceGetAttribute")?,
+            sm_count: attribute(
+                &ctx,
+                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                "sm count",
+            )? as u32,
+            l2_bytes: attribute(
+                &ctx,
+                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE,
+                "L2 size",
+            )? as u32,
+            max_shared_per_block: attribute(
+                &ctx,
+                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                "shared memory limit",
+            )? as u32,
+            max_threads_per_block: attribute(
+                &ctx,
+                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+                "thread limit",
+            )? as u32,
+            driver_cuda: driver_cuda_version()?,
+            total_memory: ctx.total_mem().during("cuDeviceTotalMem")?,
+            max_sm_mhz: (attribute(
+                &ctx,
+                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CLOCK_RATE,
+                "clock rate",
+            )? / 1000) as u32,
+        };
+        Ok(Gpu {
+            ctx,
+            stream,
+            info,
+            functions: Mutex::new(HashMap::new()),
+            blas: OnceLock::new(),
+        })
+    }
+
+    /// What the device is.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    /// Its limits, for config validation.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_threads_per_block: self.info.max_threads_per_block,
+            max_shared_per_block: self.info.max_shared_per_block,
+        }
+    }
+
+    /// The architecture to compile for: the device's own.
+    pub fn arch(&self) -> Arch {
+        Arch::from_capability(self.info.capability.0, self.info.capability.1)
+    }
+
+    /// The context.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// The stream every launch uses.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// Compiles (through the caches) and loads `entry` of `req`, allowing `shared_bytes` of dynamic
+    /// shared memory per block.
+    pub fn load(
+        &self,
+        req: &CompileRequest<'_>,
+        entry: &str,
+        shared_bytes: u32,
+    ) -> Result<CudaFunction> {
+        let key = format!(
+            "{}\u{1f}{}\u{1f}{}\u{1f}{}\u{1f}{}",
+            req.name,
+            req.source.len(),
+            req.defines.join(" "),
+            req.arch.0,
+            entry
+        );
+        let mut functions = self.functions.lock().unwrap_or_else(|e| e.into_inner());
+        let function = match functions.get(&key) {
+            Some(f) => f.clone(),
+            None => {
+                let compiled = compile::compile(req)?;
+                let module = self
+                    .ctx
+                    .load_module(cudarc::nvrtc::Ptx::from_src(compiled.ptx))
+                    .during("cuModuleLoadData")?;
+                let function = module
+                    .load_function(entry)
+                    .map_err(|e| KernelError::Compile {
+                        implementation: req.name.to_string(),
+                        config: req.defines.join(" "),
+                        arch: req.arch.0.clone(),
+                        log: format!("no kernel named `{entry}` in the module ({e})"),
+                    })?;
+                functions.insert(key, function.clone());
+                function
+            }
+        };
+        if shared_bytes > 48 * 1024 {
+            function
+                .set_attribute(
+                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    shared_bytes as i32,
+                )
+                .during("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")?;
+        }
+        Ok(function)
+    }
+
+    /// The cuBLAS handle, created on first use, bound to our stream.
+    pub(crate) fn blas(&self) -> Result<&CudaBlas> {
+        if let Some(blas) = self.blas.get() {
+            return Ok(blas);
+        }
+        let blas = CudaBlas::new(self.stream.clone()).map_err(|e| KernelError::Cublas {
+            call: "cublasCreate",
+            message: format!("{e:?}"),
+        })?;
+        Ok(self.blas.get_or_init(|| blas))
+    }
+
+    /// Copies a host tensor (fp16 or bf16) to the device.
+    pub fn upload(&self, tensor: &HostTensor) -> Result<DeviceTensor> {
+        let dtype = tensor.dtype()?;
+        if !matches!(dtype, DType::F16 | DType::Bf16) {
+            return Err(KernelError::Unsupported {
+                implementation: "the GPU path".into(),
+                what: format!("dtype {dtype}"),
+            });
+        }
+        let bits: Vec<u16> = tensor
+            .as_bytes()
+            .chunks_exact(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+            .collect();
+        let buf = self.stream.clone_htod(&bits).during("cuMemcpyHtoD")?;
+        Ok(DeviceTensor {
+            dims: tensor.dims,
+            dtype,
+            buf,
+        })
+    }
+
+    /// An output tensor filled with the poison pattern of its dtype.
+    pub fn alloc_poisoned(&self, dims: [usize; 4], dtype: DType) -> Result<DeviceTensor> {
+        let len: usize = dims.iter().product();
+        // SAFETY: the buffer is fully written by `poison` before anything reads it.
+        let buf = unsafe { self.stream.alloc::<u16>(len) }.during("cuMemAlloc")?;
+        let mut tensor = DeviceTensor { dims, dtype, buf };
+        self.poison(&mut tensor)?;
+        Ok(tensor)
+    }
+
+    /// Overwrites every element with the poison pattern, so an unwritten output shows.
+    pub fn poison(&self, tensor: &mut DeviceTensor) -> Result<()> {
+        let bits = match tensor.dtype {
+            DType::Bf16 => attn_oracle::POISON_BF16_BITS,
+            _ => attn_oracle::POISON_F16_BITS,
+        };
+        let len = tensor.buf.len();
+        let (ptr, _guard) = tensor.buf.device_ptr_mut(&self.stream);
+        // SAFETY: `ptr` addresses `len` u16 elements owned by `tensor`, on our stream.
+        unsafe { cudarc::driver::sys::cuMemsetD16Async(ptr, bits, len, self.stream.cu_stream()) }
+            .result()
+            .during("cuMemsetD16Async")
+    }
+
+    /// Copies a device tensor back.
+    pub fn download(&self, tensor: &DeviceTensor) -> Result<HostTensor> {
+        let bits: Vec<u16> = self.stream.clone_dtoh(&tensor.buf).during("cuMemcpyDtoH")?;
+        self.synchronize()?;
+        let bytes: Vec<u8> = bits.iter().flat_map(|b| b.to_le_bytes()).collect();
+        Ok(HostTensor::from_bytes(tensor.dims, tensor.dtype, &bytes)?)
+    }
+
+    /// Waits for all work on the device (every stream), surfacing any asynchronous fault.
+    pub fn synchronize(&self) -> Result<()> {
+        self.ctx.synchronize().during("cuCtxSynchronize")
+    }
+}
+
+fn driver_cuda_version() -> Result<String> {
+    let mut version = 0;
+    // SAFETY: the driver library is loaded (Gpu::open checked); the out-pointer is a valid local.
+    unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut version) }
+        .result()
+        .during("cuDriverGetVersion")?;
+    Ok(format!("{}.{}", version / 1000, (version % 1000) / 10))
+}

@@ -1,0 +1,299 @@
+//! The registry of implementations: name, source, knobs, defaults, constraints, launch geometry.
+
+use attn_oracle::Shape;
+
+use crate::config::{Config, Knob};
+use crate::error::{KernelError, Result};
+
+/// How an implementation computes attention.
+#[derive(Debug, Clone, Copy)]
+pub enum Engine {
+    /// One CUDA kernel following the ABI of `kernels/README.md`.
+    Kernel {
+        /// File name under `kernels/`.
+        file: &'static str,
+        /// Its source, embedded at build time.
+        source: &'static str,
+    },
+    /// The math path: cuBLAS GEMM, fused softmax kernel, cuBLAS GEMM.
+    Cublas,
+}
+
+/// Grid, block and dynamic shared memory of one launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    /// Grid dimensions (x, y, z).
+    pub grid: (u32, u32, u32),
+    /// Threads per block.
+    pub block: u32,
+    /// Dynamic shared memory per block, bytes.
+    pub shared_bytes: u32,
+}
+
+/// What the device allows; configs beyond it are rejected before compiling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Threads per block.
+    pub max_threads_per_block: u32,
+    /// Dynamic shared memory per block after opting in, bytes.
+    pub max_shared_per_block: u32,
+}
+
+impl Limits {
+    /// An H100 (sm_90): 1024 threads, 227 KiB of shared memory per block.
+    pub const H100: Limits = Limits {
+        max_threads_per_block: 1024,
+        max_shared_per_block: 232_448,
+    };
+}
+
+/// A registered implementation.
+#[derive(Debug)]
+pub struct Implementation {
+    /// Its name, as given to `--impl` or `IMPL`.
+    pub name: &'static str,
+    /// One line on what it is.
+    pub summary: &'static str,
+    /// How it runs.
+    pub engine: Engine,
+    /// Its knobs and their domains.
+    pub knobs: &'static [Knob],
+    /// Supported head dims; `None` for any.
+    pub head_dims: Option<&'static [usize]>,
+    defaults: fn(head_dim: usize) -> Config,
+    constraints: fn(&Config, head_dim: usize) -> std::result::Result<(), String>,
+    geometry: fn(&Config, &Shape) -> Geometry,
+}
+
+fn elem_bytes() -> u32 {
+    2 // fp16 and bf16 alike
+}
+
+fn knob(cfg: &Config, name: &str) -> u32 {
+    // resolve() guarantees every knob is present and within its (small, positive) domain.
+    cfg.get(name).map_or(0, |v| v as u32)
+}
+
+fn row_tiles(seq_q: usize, block_m: u32) -> u32 {
+    seq_q.div_ceil(block_m.max(1) as usize) as u32
+}
+
+static NAIVE_KNOBS: [Knob; 1] = [Knob {
+    name: "ROWS_PER_BLOCK",
+    domain: &[1, 2, 4, 8],
+    doc: "query rows (warps) per block",
+}];
+
+static TILED_KNOBS: [Knob; 4] = [
+    Knob {
+        name: "BLOCK_M",
+        domain: &[16, 32, 64, 128],
+        doc: "query rows per block",
+    },
+    Knob {
+        name: "BLOCK_N",
+        domain: &[32, 64],
+        doc: "keys per K/V tile",
+    },
+    Knob {
+        name: "NUM_WARPS",
+        domain: &[2, 4, 8],
+        doc: "warps per block",
+    },
+    Knob {
+        name: "STAGES",
+        domain: &[1, 2],
+        doc: "K/V buffers (2: cp.async double buffering, one barrier per tile)",
+    },
+];
+
+static REGISTRY: [Implementation; 3] = [
+    Implementation {
+        name: "naive",
+        summary: "one warp per query row, online softmax in registers; any shape, any head dim",
+        engine: Engine::Kernel { file: "naive.cu", source: include_str!("../../../kernels/naive.cu") },
+        knobs: &NAIVE_KNOBS,
+        head_dims: None,
+        defaults: |_| Config::from_pairs(&[("ROWS_PER_BLOCK", 4)]),
+        constraints: |_, head_dim| {
+            if head_dim > 256 {
+                Err(format!("head dim {head_dim} > 256 would need more than 8 registers per lane"))
+            } else {
+                Ok(())
+            }
+        },
+        geometry: |cfg, shape| {
+            let rows = knob(cfg, "ROWS_PER_BLOCK");
+            Geometry {
+                grid: (row_tiles(shape.seq_q, rows), shape.heads as u32, shape.batch as u32),
+                block: rows * 32,
+                shared_bytes: 0,
+            }
+        },
+    },
+    Implementation {
+        name: "tiled",
+        summary: "scalar FlashAttention: Q tile in shared f32, cp.async K/V tiles, online softmax, warp shuffles",
+        engine: Engine::Kernel { file: "tiled.cu", source: include_str!("../../../kernels/tiled.cu") },
+        knobs: &TILED_KNOBS,
+        head_dims: Some(&[64, 128]),
+        defaults: |head_dim| {
+            let block_m = if head_dim > 64 { 32 } else { 64 };
+            Config::from_pairs(&[("BLOCK_M", block_m), ("BLOCK_N", 64), ("NUM_WARPS", 4), ("STAGES", 2)])
+        },
+        constraints: |cfg, _| {
+            let (m, w) = (knob(cfg, "BLOCK_M"), knob(cfg, "NUM_WARPS"));
+            if m % w != 0 {
+                return Err(format!("BLOCK_M={m} is not a multiple of NUM_WARPS={w}"));
+            }
+            if m / w > 16 {
+                return Err(format!("BLOCK_M/NUM_WARPS = {} rows per warp; at most 16 fit in registers", m / w));
+            }
+            Ok(())
+        },
+        geometry: |cfg, shape| {
+            let (m, n, w, stages) =
+                (knob(cfg, "BLOCK_M"), knob(cfg, "BLOCK_N"), knob(cfg, "NUM_WARPS"), knob(cfg, "STAGES"));
+            let d = shape.head_dim as u32;
+            Geometry {
+                grid: (row_tiles(shape.seq_q, m), shape.heads as u32, shape.batch as u32),
+                block: w * 32,
+                shared_bytes: m * d * 4 + stages * 2 * n * (d + 8) * elem_bytes(),
+            }
+        },
+    },
+    Implementation {
+        name: "cublas",
+        summary: "math path: cuBLAS GEMM S=Q·Kᵀ (f32), fused scale+mask+softmax kernel, cuBLAS GEMM O=P·V",
+        engine: Engine::Cublas,
+        knobs: &[],
+        head_dims: None,
+        defaults: |_| Config::default(),
+        constraints: |_, _| Ok(()),
+        geometry: |_, shape| Geometry {
+            grid: (shape.seq_q as u32, (shape.batch * shape.heads) as u32, 1),
+            block: 256,
+            shared_bytes: 0,
+        },
+    },
+];
+
+/// Every registered implementation, in the order `cargo xtask kernels` lists them.
+pub fn registry() -> &'static [Implementation] {
+    &REGISTRY
+}
+
+/// The implementation called `name`.
+pub fn find(name: &str) -> Result<&'static Implementation> {
+    registry()
+        .iter()
+        .find(|i| i.name == name)
+        .ok_or_else(|| KernelError::UnknownImpl {
+            name: name.to_string(),
+            known: registry()
+                .iter()
+                .map(|i| i.name)
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+}
+
+/// The implementation to use: `--impl` if given, else the `IMPL` environment variable, else the
+/// best registered one.
+pub fn select(cli: Option<&str>) -> Result<&'static Implementation> {
+    match cli
+        .map(str::to_string)
+        .or_else(|| std::env::var("IMPL").ok().filter(|s| !s.is_empty()))
+    {
+        Some(name) => find(&name),
+        None => Ok(best()),
+    }
+}
+
+/// The fastest correct implementation we have: what `cargo xtask gate` runs by default.
+pub fn best() -> &'static Implementation {
+    find("tiled").expect("tiled is registered")
+}
+
+impl Implementation {
+    /// The default config for a head dim.
+    pub fn default_config(&self, head_dim: usize) -> Config {
+        (self.defaults)(head_dim)
+    }
+
+    /// Checks that this implementation handles `head_dim`.
+    pub fn check_head_dim(&self, head_dim: usize) -> Result<()> {
+        match self.head_dims {
+            Some(dims) if !dims.contains(&head_dim) => Err(KernelError::Unsupported {
+                implementation: self.name.into(),
+                what: format!("head dim {head_dim} (supported: {dims:?})"),
+            }),
+            _ if head_dim == 0 => Err(KernelError::Shape("head dim must be at least 1".into())),
+            _ => Ok(()),
+        }
+    }
+
+    /// The defaults with `overrides` applied, validated against the knobs' domains, the
+    /// implementation's constraints and the device limits; the reason in the error otherwise.
+    pub fn resolve(&self, overrides: &Config, head_dim: usize, limits: &Limits) -> Result<Config> {
+        self.check_head_dim(head_dim)?;
+        let invalid = |reason: String| KernelError::InvalidConfig {
+            implementation: self.name.into(),
+            reason,
+        };
+        for (name, value) in &overrides.0 {
+            let knob = self.knobs.iter().find(|k| k.name == name).ok_or_else(|| {
+                let known: Vec<&str> = self.knobs.iter().map(|k| k.name).collect();
+                invalid(format!(
+                    "unknown knob {name} (knobs: {})",
+                    if known.is_empty() {
+                        "none".into()
+                    } else {
+                        known.join(", ")
+                    }
+                ))
+            })?;
+            if !knob.domain.contains(value) {
+                return Err(invalid(format!(
+                    "{name}={value} is outside its domain {:?}",
+                    knob.domain
+                )));
+            }
+        }
+        let cfg = self.default_config(head_dim).merged(overrides);
+        (self.constraints)(&cfg, head_dim).map_err(invalid)?;
+        let probe = Shape {
+            batch: 1,
+            heads: 1,
+            seq_q: 1,
+            seq_kv: 1,
+            head_dim,
+        };
+        let geometry = (self.geometry)(&cfg, &probe);
+        if geometry.block > limits.max_threads_per_block {
+            return Err(invalid(format!(
+                "{} threads per block > the device's {}",
+                geometry.block, limits.max_threads_per_block
+            )));
+        }
+        if geometry.shared_bytes > limits.max_shared_per_block {
+            return Err(invalid(format!(
+                "{} bytes of shared memory per block > the device's {}",
+                geometry.shared_bytes, limits.max_shared_per_block
+            )));
+        }
+        Ok(cfg)
+    }
+
+    /// The launch geometry for a resolved config and a shape.
+    pub fn geometry(&self, cfg: &Config, shape: &Shape) -> Result<Geometry> {
+        let g = (self.geometry)(cfg, shape);
+        if g.grid.1 > 65_535 || g.grid.2 > 65_535 {
+            return Err(KernelError::Shape(format!(
+                "grid {:?} exceeds CUDA's 65535 limit on y/z (heads, batch) for {shape:?}",
+                g.grid
+            )));
+        }
+        Ok(g)
+    }
+}

@@ -1,0 +1,161 @@
+//! The timing harness every command uses.
+//!
+//! - `Flushed`: one launch per sample between two CUDA events, with the L2 cache overwritten just
+//!   before (a memset of twice its size, which also keeps the GPU busy while the host enqueues the
+//!   launch, so the events time the kernel and not the launch latency).
+//! - `Batch`: many back-to-back launches between two events, total / count: for launch-bound shapes.
+//!
+//! Inputs rotate among `sets` (the caller's launch closure receives the set index). Every sample is
+//! kept. A separate guard pass times a few launches with a device-wide synchronisation and the host
+//! clock: work that escapes the timed stream (another stream, a child launch) shows up there and
+//! not in the events.
+
+use std::time::Instant;
+
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaSlice, DevicePtrMut};
+
+use crate::error::{DriverContext, Result};
+use crate::gpu::Gpu;
+
+/// How samples are taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TimingMode {
+    /// One launch per sample, L2 flushed before each.
+    Flushed,
+    /// `launches_per_sample` back-to-back launches per sample; time per launch.
+    Batch,
+}
+
+/// Knobs of the harness.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimingOptions {
+    /// Untimed launches first (module load, caches, clocks).
+    pub warmup: usize,
+    /// Timed samples kept.
+    pub samples: usize,
+    /// Flushed or batch.
+    pub mode: TimingMode,
+    /// Launches per sample in batch mode.
+    pub batch_launches: usize,
+    /// Launches of the wall-clock guard pass.
+    pub guard_launches: usize,
+}
+
+impl Default for TimingOptions {
+    fn default() -> Self {
+        TimingOptions {
+            warmup: 10,
+            samples: 100,
+            mode: TimingMode::Flushed,
+            batch_launches: 50,
+            guard_launches: 10,
+        }
+    }
+}
+
+/// Raw results of one timing.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Timings {
+    /// How they were taken.
+    pub mode: TimingMode,
+    /// Warm-up launches (or batches) before the first sample.
+    pub warmup: usize,
+    /// Launches per sample.
+    pub launches_per_sample: usize,
+    /// Per-launch time of each sample by CUDA events, µs.
+    pub samples_us: Vec<f64>,
+    /// Guard pass: per-launch host time from enqueue to device-wide synchronisation, µs.
+    pub wall_us: Vec<f64>,
+}
+
+/// Events and the L2 flush buffer, made once per GPU and reused.
+#[derive(Debug)]
+pub struct Harness<'g> {
+    gpu: &'g Gpu,
+    flush: CudaSlice<u8>,
+}
+
+impl<'g> Harness<'g> {
+    /// Allocates the flush buffer (twice the L2 size).
+    pub fn new(gpu: &'g Gpu) -> Result<Harness<'g>> {
+        let bytes = (gpu.info().l2_bytes as usize).max(1 << 20) * 2;
+        // SAFETY: the buffer is only ever written (memset), never read.
+        let flush =
+            unsafe { gpu.stream().alloc::<u8>(bytes) }.during("cuMemAlloc (L2 flush buffer)")?;
+        Ok(Harness { gpu, flush })
+    }
+
+    fn flush_l2(&mut self, value: u8) -> Result<()> {
+        let stream = self.gpu.stream().clone();
+        let len = self.flush.len();
+        let (ptr, _guard) = self.flush.device_ptr_mut(&stream);
+        // SAFETY: `ptr` addresses `len` bytes we own, on our stream.
+        unsafe { cudarc::driver::result::memset_d8_async(ptr, value, len, stream.cu_stream()) }
+            .during("cuMemsetD8Async (L2 flush)")
+    }
+
+    /// Times `launch` (which enqueues one launch on the GPU's stream using input set `i`).
+    pub fn time(
+        &mut self,
+        sets: usize,
+        opts: &TimingOptions,
+        launch: &mut dyn FnMut(usize) -> Result<()>,
+    ) -> Result<Timings> {
+        let sets = sets.max(1);
+        let ctx = self.gpu.context().clone();
+        let stream = self.gpu.stream().clone();
+        let start = ctx
+            .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .during("cuEventCreate")?;
+        let end = ctx
+            .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .during("cuEventCreate")?;
+        let per_sample = match opts.mode {
+            TimingMode::Flushed => 1,
+            TimingMode::Batch => opts.batch_launches.max(1),
+        };
+        let mut counter = 0usize;
+        let mut next_set = || {
+            counter += 1;
+            counter % sets
+        };
+
+        for _ in 0..opts.warmup {
+            launch(next_set())?;
+        }
+        self.gpu.synchronize()?;
+
+        let mut samples_us = Vec::with_capacity(opts.samples);
+        for i in 0..opts.samples {
+            if opts.mode == TimingMode::Flushed {
+                self.flush_l2((i % 251) as u8)?;
+            }
+            start.record(&stream).during("cuEventRecord")?;
+            for _ in 0..per_sample {
+                launch(next_set())?;
+            }
+            end.record(&stream).during("cuEventRecord")?;
+            end.synchronize().during("cuEventSynchronize")?;
+            let ms = start.elapsed_ms(&end).during("cuEventElapsedTime")?;
+            samples_us.push(f64::from(ms) * 1000.0 / per_sample as f64);
+        }
+        self.gpu.synchronize()?;
+
+        let mut wall_us = Vec::with_capacity(opts.guard_launches);
+        for _ in 0..opts.guard_launches {
+            let t0 = Instant::now();
+            launch(next_set())?;
+            self.gpu.synchronize()?;
+            wall_us.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+        Ok(Timings {
+            mode: opts.mode,
+            warmup: opts.warmup,
+            launches_per_sample: per_sample,
+            samples_us,
+            wall_us,
+        })
+    }
+}

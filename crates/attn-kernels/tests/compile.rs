@@ -1,0 +1,191 @@
+//! CPU-only: every registered kernel × default config × dtype × head dim compiles with NVRTC for
+//! sm_80 and sm_90, with no spills or local memory (when ptxas is available); invalid configs are
+//! rejected before compiling, with their reason. Needs NVRTC (`cargo xtask test` provides it).
+
+use attn_kernels::compile::{self, Arch, CompileRequest};
+use attn_kernels::registry::{registry, Engine, Limits};
+use attn_kernels::{Config, KernelError};
+use attn_oracle::DType;
+
+const SOFTMAX: &str = include_str!("../../../kernels/softmax.cu");
+
+struct Variant {
+    name: &'static str,
+    source: &'static str,
+    entry: &'static str,
+    defines: Vec<String>,
+}
+
+fn variants() -> Vec<Variant> {
+    let mut out = Vec::new();
+    for imp in registry() {
+        let head_dims: Vec<usize> = imp
+            .head_dims
+            .map(<[usize]>::to_vec)
+            .unwrap_or_else(|| vec![64, 96, 128]);
+        for dtype in [DType::F16, DType::Bf16] {
+            for &head_dim in &head_dims {
+                let mut defines = CompileRequest::abi_defines(dtype, head_dim).unwrap();
+                let cfg = imp
+                    .resolve(&Config::default(), head_dim, &Limits::H100)
+                    .unwrap();
+                defines.extend(cfg.0.iter().map(|(k, v)| format!("{k}={v}")));
+                let (name, source, entry) = match imp.engine {
+                    Engine::Kernel { source, .. } => (imp.name, source, "attn_fwd"),
+                    Engine::Cublas => (imp.name, SOFTMAX, "softmax_rows"),
+                };
+                out.push(Variant {
+                    name,
+                    source,
+                    entry,
+                    defines,
+                });
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_default_variant_compiles_without_spills() {
+    let ptxas = attn_kernels::toolkit::ptxas_path();
+    let mut checked = 0;
+    for variant in variants() {
+        for arch in ["compute_80", "compute_90"] {
+            let arch = Arch(arch.to_string());
+            let req = CompileRequest {
+                name: variant.name,
+                source: variant.source,
+                include_dir: None,
+                defines: variant.defines.clone(),
+                arch: arch.clone(),
+            };
+            let compiled = compile::compile(&req).unwrap_or_else(|e| panic!("{e}"));
+            assert!(
+                compiled.ptx.contains(&format!(".entry {}", variant.entry)),
+                "{}: no entry in the PTX",
+                variant.name
+            );
+            if ptxas.is_some() {
+                let res = compile::ptxas_resources(&compiled.ptx, &arch, variant.entry)
+                    .unwrap_or_else(|e| panic!("{e}"));
+                assert!(
+                    !res.uses_local_memory(),
+                    "{} [{}] for {}: unexpected local memory {res:?}",
+                    variant.name,
+                    variant.defines.join(" "),
+                    arch.0
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 20, "only {checked} variants compiled");
+}
+
+#[test]
+fn a_compile_error_reports_the_log_and_the_config() {
+    let req = CompileRequest {
+        name: "broken.cu",
+        source: "#include \"attn_common.cuh\"\nextern \"C\" __global__ void attn_fwd() { undeclared_thing(); }\n",
+        include_dir: None,
+        defines: vec!["ATTN_DTYPE_F16".into(), "HEAD_DIM=64".into(), "BLOCK_M=64".into()],
+        arch: Arch("compute_90".into()),
+    };
+    let err = compile::compile(&req).unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, KernelError::Compile { .. }), "{text}");
+    assert!(
+        text.contains("undeclared_thing") && text.contains("BLOCK_M=64"),
+        "{text}"
+    );
+}
+
+#[test]
+fn invalid_configs_are_rejected_with_their_reason() {
+    struct Case {
+        implementation: &'static str,
+        config: &'static str,
+        head_dim: usize,
+        reason: &'static str,
+    }
+    let cases = [
+        Case {
+            implementation: "tiled",
+            config: "BLOCK_M=48",
+            head_dim: 64,
+            reason: "outside its domain",
+        },
+        Case {
+            implementation: "tiled",
+            config: "BLOCK_M=128,NUM_WARPS=4",
+            head_dim: 64,
+            reason: "at most 16",
+        },
+        Case {
+            implementation: "tiled",
+            config: "TILE=3",
+            head_dim: 64,
+            reason: "unknown knob TILE",
+        },
+        Case {
+            implementation: "tiled",
+            config: "",
+            head_dim: 96,
+            reason: "head dim 96",
+        },
+        Case {
+            implementation: "naive",
+            config: "",
+            head_dim: 512,
+            reason: "head dim 512",
+        },
+    ];
+    for case in cases {
+        let imp = attn_kernels::registry::find(case.implementation).unwrap();
+        let cfg: Config = case.config.parse().unwrap();
+        let err = imp
+            .resolve(&cfg, case.head_dim, &Limits::H100)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(case.reason),
+            "{} [{}] D={}: got `{err}`",
+            case.implementation,
+            case.config,
+            case.head_dim
+        );
+    }
+    // Shared memory over the device limit.
+    let tiny = Limits {
+        max_threads_per_block: 1024,
+        max_shared_per_block: 16 * 1024,
+    };
+    let err = attn_kernels::registry::find("tiled")
+        .unwrap()
+        .resolve(&Config::default(), 128, &tiny)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("shared memory"), "{err}");
+    let threads = Limits {
+        max_threads_per_block: 64,
+        max_shared_per_block: 232_448,
+    };
+    let err = attn_kernels::registry::find("tiled")
+        .unwrap()
+        .resolve(&Config::default(), 64, &threads)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("threads per block"), "{err}");
+}
+
+#[test]
+fn unknown_implementation_lists_the_known_ones() {
+    let err = attn_kernels::registry::find("fast")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("unknown implementation `fast`") && err.contains("tiled"),
+        "{err}"
+    );
+}

@@ -1,0 +1,253 @@
+//! GPU tests: each implementation against the f64 oracle on fresh random inputs over the issue's
+//! matrix of shapes, both dtypes, causal on and off; unwritten outputs detected; two runs on the
+//! same inputs bit-identical (no races). Run on a GPU machine with `--include-ignored`.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use attn_kernels::{Candidate, Config, Gpu, Prepared};
+use attn_oracle::{
+    compare, generate, reference, tolerance, CaseSpec, DType, Distribution, Params, RowSelection,
+    Shape,
+};
+
+/// A fresh seed per run (printed, so a failure can be replayed with ATTN_TEST_SEED).
+fn base_seed() -> u64 {
+    std::env::var("ATTN_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+        })
+}
+
+struct Case {
+    batch: usize,
+    heads: usize,
+    seq: usize,
+    head_dim: usize,
+    causal: bool,
+    dtype: DType,
+}
+
+fn matrix(head_dims: &[usize]) -> Vec<Case> {
+    let mut cases = Vec::new();
+    for dtype in [DType::F16, DType::Bf16] {
+        for &head_dim in head_dims {
+            for causal in [false, true] {
+                for seq in [1, 17, 64, 100, 512, 1000, 2048] {
+                    for (batch, heads) in [(1, 1), (1, 5), (3, 1), (3, 5)] {
+                        cases.push(Case {
+                            batch,
+                            heads,
+                            seq,
+                            head_dim,
+                            causal,
+                            dtype,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    cases
+}
+
+/// Runs one case; returns a one-line failure, or the max abs error.
+fn check(gpu: &Gpu, prepared: &Prepared, case: &Case, seed: u64) -> Result<f64, String> {
+    let shape = Shape::new(case.batch, case.heads, case.seq, case.seq, case.head_dim)
+        .map_err(|e| e.to_string())?;
+    let spec = CaseSpec {
+        shape,
+        dtype: case.dtype,
+        distribution: Distribution::Normal,
+        seed,
+    };
+    let inputs = generate(&spec);
+    let params = Params::new(case.head_dim, case.causal);
+    let label = format!(
+        "{} {shape:?} causal={} {} seed={seed}",
+        prepared.label(),
+        case.causal,
+        case.dtype
+    );
+    let run = || {
+        prepared
+            .run(gpu, &inputs.q, &inputs.k, &inputs.v, &params)
+            .map_err(|e| format!("{label}: {e}"))
+    };
+    let first = run()?;
+    let second = run()?;
+    if first.as_bytes() != second.as_bytes() {
+        return Err(format!(
+            "{label}: two runs on the same inputs differ (a race?)"
+        ));
+    }
+    let rows = if case.seq >= 512 {
+        RowSelection::Sampled {
+            rows_per_head: 48,
+            seed,
+        }
+    } else {
+        RowSelection::All
+    };
+    let reference = reference(&inputs.q, &inputs.k, &inputs.v, &params, &rows)
+        .map_err(|e| format!("{label}: {e}"))?;
+    let verdict = compare(
+        &first,
+        &reference,
+        &tolerance(case.dtype, Distribution::Normal),
+    );
+    if !verdict.passed {
+        return Err(format!(
+            "{label}: {}",
+            verdict.reason.unwrap_or_else(|| "failed".into())
+        ));
+    }
+    Ok(verdict.max_abs)
+}
+
+fn check_implementation(name: &str) {
+    let gpu = Gpu::open(0).expect("a CUDA GPU");
+    let seed = base_seed();
+    println!("{name}: base seed {seed} (ATTN_TEST_SEED={seed} to replay)");
+    let implementation = attn_kernels::registry::find(name).unwrap();
+    let head_dims: &[usize] = implementation.head_dims.unwrap_or(&[64, 128]);
+    let mut failures = Vec::new();
+    let mut worst = 0.0f64;
+    let mut count = 0;
+    for dtype in [DType::F16, DType::Bf16] {
+        for &head_dim in head_dims {
+            let candidate = Candidate::registered(name, Config::default()).unwrap();
+            let prepared =
+                Prepared::new(&gpu, &candidate, dtype, head_dim).unwrap_or_else(|e| panic!("{e}"));
+            for (i, case) in matrix(&[head_dim])
+                .iter()
+                .filter(|c| c.dtype == dtype)
+                .enumerate()
+            {
+                count += 1;
+                match check(&gpu, &prepared, case, seed.wrapping_add(i as u64)) {
+                    Ok(max_abs) => worst = worst.max(max_abs),
+                    Err(msg) => failures.push(msg),
+                }
+            }
+        }
+    }
+    println!(
+        "{name}: {count} cases, {} failed, worst max abs error {worst:.3e}",
+        failures.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {count} cases failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn naive_matches_the_oracle() {
+    check_implementation("naive");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn tiled_matches_the_oracle() {
+    check_implementation("tiled");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn cublas_matches_the_oracle() {
+    check_implementation("cublas");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn naive_handles_other_head_dims_and_unequal_lengths() {
+    let gpu = Gpu::open(0).expect("a CUDA GPU");
+    let seed = base_seed();
+    for (head_dim, seq_q, seq_kv, causal) in [
+        (96, 33, 70, true),
+        (32, 70, 33, true),
+        (200, 5, 9, false),
+        (64, 100, 37, true),
+    ] {
+        let prepared = Prepared::new(
+            &gpu,
+            &Candidate::registered("naive", Config::default()).unwrap(),
+            DType::F16,
+            head_dim,
+        )
+        .unwrap();
+        let shape = Shape::new(2, 3, seq_q, seq_kv, head_dim).unwrap();
+        let inputs = generate(&CaseSpec {
+            shape,
+            dtype: DType::F16,
+            distribution: Distribution::Normal,
+            seed,
+        });
+        let params = Params::new(head_dim, causal);
+        let out = prepared
+            .run(&gpu, &inputs.q, &inputs.k, &inputs.v, &params)
+            .unwrap();
+        let reference =
+            reference(&inputs.q, &inputs.k, &inputs.v, &params, &RowSelection::All).unwrap();
+        let verdict = compare(
+            &out,
+            &reference,
+            &tolerance(DType::F16, Distribution::Normal),
+        );
+        assert!(
+            verdict.passed,
+            "naive D={head_dim} Sq={seq_q} Skv={seq_kv} causal={causal} seed={seed}: {:?}",
+            verdict.reason
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_kernel_that_writes_nothing_is_caught_by_the_poison() {
+    let gpu = Gpu::open(0).expect("a CUDA GPU");
+    let dir = tempfile_dir();
+    let path = dir.join("lazy.cu");
+    std::fs::write(&path, "#include \"attn_common.cuh\"\nextern \"C\" __global__ void attn_fwd(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* o, int b, int h, int sq, int skv, float s, int c) {}\n").unwrap();
+    let candidate = Candidate::from_file(&path, None, Config::default()).unwrap();
+    let prepared = Prepared::new(&gpu, &candidate, DType::F16, 64).unwrap();
+    let shape = Shape::new(1, 2, 64, 64, 64).unwrap();
+    let inputs = generate(&CaseSpec {
+        shape,
+        dtype: DType::F16,
+        distribution: Distribution::Normal,
+        seed: base_seed(),
+    });
+    let params = Params::new(64, false);
+    let out = prepared
+        .run(&gpu, &inputs.q, &inputs.k, &inputs.v, &params)
+        .unwrap();
+    let reference =
+        reference(&inputs.q, &inputs.k, &inputs.v, &params, &RowSelection::All).unwrap();
+    let verdict = compare(
+        &out,
+        &reference,
+        &tolerance(DType::F16, Distribution::Normal),
+    );
+    assert!(!verdict.passed);
+    assert_eq!(
+        verdict.poison_count,
+        shape.q_len(),
+        "every element still holds the poison"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn tempfile_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("attn-gpu-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}

@@ -1,0 +1,26 @@
+//! Embeds the git revision the binary was built from, for evidence provenance on machines where
+//! the checkout has no `.git` (a bundle copied to a GPU machine).
+
+use std::process::Command;
+
+fn git(args: &[&str]) -> Option<String> {
+    let out = Command::new("git").args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn main() {
+    let rev = git(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    let dirty =
+        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    println!("cargo:rustc-env=ATTN_BUILD_GIT_REV={rev}");
+    println!("cargo:rustc-env=ATTN_BUILD_GIT_DIRTY={dirty}");
+    if let Some(git_dir) = git(&["rev-parse", "--absolute-git-dir"]) {
+        println!("cargo:rerun-if-changed={git_dir}/HEAD");
+        println!("cargo:rerun-if-changed={git_dir}/index");
+        if let Some(head_ref) = git(&["symbolic-ref", "-q", "HEAD"]) {
+            println!("cargo:rerun-if-changed={git_dir}/{head_ref}");
+        }
+    }
+}

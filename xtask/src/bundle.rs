@@ -1,0 +1,177 @@
+//! `cargo xtask bundle`: release builds of `xtask` and of every test executable, in
+//! `target/bundle/`, with `run-gpu-tests.sh`, for a GPU machine that has no Rust toolchain.
+//!
+//! The bundle is a folder to copy (or carry) into a checkout of the same revision at
+//! `target/bundle/`: each test runs from its crate's folder, as `cargo test` would run it.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context};
+
+/// Arguments of `cargo xtask bundle`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Where to put the bundle (relative to the workspace root).
+    #[arg(long, default_value = "target/bundle")]
+    pub out: PathBuf,
+}
+
+struct TestExe {
+    /// `<package>-<target>`, the file name inside `tests/`.
+    name: String,
+    /// The crate folder, relative to the workspace root: the working directory of the test.
+    crate_dir: PathBuf,
+    path: PathBuf,
+}
+
+/// Runs the subcommand; returns the process exit code.
+pub fn run(args: Args) -> anyhow::Result<u8> {
+    let workspace = crate::workspace_root();
+    let out = workspace.join(&args.out);
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    // Stripped binaries keep the bundle small enough to travel.
+    let release_env = [
+        ("CARGO_PROFILE_RELEASE_STRIP", "true"),
+        ("CARGO_PROFILE_RELEASE_DEBUG", "false"),
+    ];
+
+    let status = Command::new(&cargo)
+        .current_dir(&workspace)
+        .envs(release_env)
+        .args(["build", "--release", "--package", "xtask"])
+        .status()
+        .context("running cargo build")?;
+    if !status.success() {
+        bail!("cargo build --release --package xtask failed");
+    }
+    let output = Command::new(&cargo)
+        .current_dir(&workspace)
+        .envs(release_env)
+        .args([
+            "test",
+            "--release",
+            "--workspace",
+            "--no-run",
+            "--message-format=json",
+        ])
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running cargo test --no-run")?;
+    if !output.status.success() {
+        bail!("cargo test --release --no-run failed");
+    }
+    let tests = test_executables(&String::from_utf8_lossy(&output.stdout), &workspace)?;
+
+    if out.exists() {
+        std::fs::remove_dir_all(&out).with_context(|| format!("removing {}", out.display()))?;
+    }
+    std::fs::create_dir_all(out.join("tests"))?;
+    std::fs::copy(workspace.join("target/release/xtask"), out.join("xtask"))
+        .context("copying xtask")?;
+    for test in &tests {
+        std::fs::copy(&test.path, out.join("tests").join(&test.name))
+            .with_context(|| format!("copying {}", test.path.display()))?;
+    }
+    let script = out.join("run-gpu-tests.sh");
+    std::fs::write(&script, run_script(&tests, &args.out))?;
+    set_executable(&script)?;
+    let size: u64 = walk_size(&out);
+    println!(
+        "bundle: {} ({} test executables + xtask, {:.1} MiB); run {}/run-gpu-tests.sh on the GPU machine",
+        out.display(),
+        tests.len(),
+        size as f64 / (1024.0 * 1024.0),
+        args.out.display()
+    );
+    Ok(0)
+}
+
+fn test_executables(messages: &str, workspace: &Path) -> anyhow::Result<Vec<TestExe>> {
+    let mut tests = Vec::new();
+    for line in messages.lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if msg["reason"] != "compiler-artifact" || msg["profile"]["test"] != true {
+            continue;
+        }
+        let Some(exe) = msg["executable"].as_str() else {
+            continue;
+        };
+        let package = msg["package_id"].as_str().unwrap_or_default();
+        let manifest = PathBuf::from(msg["manifest_path"].as_str().unwrap_or_default());
+        let crate_dir = manifest
+            .parent()
+            .and_then(|d| d.strip_prefix(workspace).ok())
+            .map(Path::to_path_buf);
+        let Some(crate_dir) = crate_dir else {
+            bail!("test executable {exe} of {package} is outside the workspace");
+        };
+        let package_name = crate_dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let target = msg["target"]["name"].as_str().unwrap_or("test");
+        let kind = msg["target"]["kind"][0].as_str().unwrap_or("test");
+        tests.push(TestExe {
+            name: format!("{package_name}-{kind}-{target}"),
+            crate_dir,
+            path: exe.into(),
+        });
+    }
+    tests.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(tests)
+}
+
+fn run_script(tests: &[TestExe], bundle_rel: &Path) -> String {
+    let depth = bundle_rel.components().count();
+    let up = vec![".."; depth].join("/");
+    let mut s = String::new();
+    s.push_str("#!/usr/bin/env bash\n");
+    s.push_str(
+        "# Runs every test executable of the bundle, GPU tests included (--include-ignored).\n",
+    );
+    s.push_str(
+        "# Generated by `cargo xtask bundle`; expects to sit in a checkout of the same revision.\n",
+    );
+    s.push_str("# Extra arguments are passed to every test executable (e.g. a name filter).\n");
+    s.push_str("set -u\n");
+    s.push_str("bundle=$(cd \"$(dirname \"$0\")\" && pwd)\n");
+    let _ = writeln!(s, "repo=$(cd \"$bundle/{up}\" && pwd)");
+    s.push_str("failed=()\n");
+    for test in tests {
+        let _ = writeln!(
+            s,
+            "echo \"== {name}\"; (cd \"$repo/{dir}\" && \"$bundle/tests/{name}\" --include-ignored \"$@\") || failed+=(\"{name}\")",
+            name = test.name,
+            dir = test.crate_dir.display()
+        );
+    }
+    s.push_str("if [ ${#failed[@]} -ne 0 ]; then echo \"FAILED: ${failed[*]}\"; exit 1; fi\n");
+    let _ = writeln!(s, "echo \"all {} test executables passed\"", tests.len());
+    s
+}
+
+fn set_executable(path: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut perms = std::fs::metadata(path)?.permissions();
+    perms.set_mode(0o755);
+    std::fs::set_permissions(path, perms)?;
+    Ok(())
+}
+
+fn walk_size(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| match e.file_type() {
+                    Ok(t) if t.is_dir() => walk_size(&e.path()),
+                    _ => e.metadata().map(|m| m.len()).unwrap_or(0),
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
