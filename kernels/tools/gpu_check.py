@@ -25,7 +25,7 @@ import cupy
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from nvrtc_check import DEFAULT_CONFIGS, DTYPE_DEFINES, KERNELS_DIR, Nvrtc, dynamic_smem_bytes, nvrtc_options  # noqa: E402
+from nvrtc_check import DEFAULT_CONFIGS, DTYPE_DEFINES, KERNELS_DIR, Nvrtc, dynamic_smem_bytes, nvrtc_options, parse_config  # noqa: E402
 
 TORCH_DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
 # Max |kernel - oracle| allowed; outputs are O(1) with randn inputs. P is rounded to the operand
@@ -144,22 +144,27 @@ def check_case(kernel, shape, causal, gen):
 
 
 def bench(fn, iters=20, warmup=5):
+    """Median ms per call over `iters` samples; each sample times enough back-to-back calls to fill
+    about 1 ms, so that launch overhead on the host does not leak into short kernels' times."""
     for _ in range(warmup):
         fn()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(iters):
+
+    def sample(reps):
         start.record()
-        fn()
+        for _ in range(reps):
+            fn()
         end.record()
         torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
-    return times[len(times) // 2]  # median ms
+        return start.elapsed_time(end) / reps
+
+    reps = max(1, min(200, math.ceil(1.0 / max(sample(1), 1e-3))))
+    times = sorted(sample(reps) for _ in range(iters))
+    return times[len(times) // 2]
 
 
 def run_bench(kernels, shapes, gen):
-    print("\n# timings (median of 20, ms; TFLOP/s counts 4·B·H·Sq·Skv·D, halved when causal)")
+    print("\n# timings (median of 20 samples, ms per call; TFLOP/s counts 4·B·H·Sq·Skv·D, halved when causal)")
     for (b, h, s, d), causal, dtype in shapes:
         dt = TORCH_DTYPES[dtype]
         q, k, v = (torch.randn(b, h, s, d, generator=gen, device="cuda").to(dt) for _ in range(3))
@@ -183,6 +188,7 @@ def main():
     ap.add_argument("--sweep", action="store_true", help="check every NUM_WARPS x BLOCK_N x STAGES config")
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--bench-only", action="store_true")
+    ap.add_argument("--config", action="append", default=[], help='e.g. "HEAD_DIM=128 NUM_WARPS=8 BLOCK_N=64 STAGES=2"')
     ap.add_argument("--extra", action="append", default=[], help="extra defines for every config, K=V")
     ap.add_argument("--seed", type=int, default=20240611)
     ap.add_argument("--cuda-lib")
@@ -198,7 +204,9 @@ def main():
     print(f"device {torch.cuda.get_device_name()} sm_{arch}, nvrtc {lib}, seed {args.seed}")
 
     extra = dict(e.split("=", 1) for e in args.extra)
-    if args.sweep:
+    if args.config:
+        configs = [{**parse_config(c), **extra} for c in args.config]
+    elif args.sweep:
         configs = [
             {"HEAD_DIM": d, "NUM_WARPS": nw, "BLOCK_N": bn, "STAGES": st, **extra}
             for d, nw, bn, st in itertools.product((64, 128), (4, 8), (32, 64, 128), (1, 2, 3))
