@@ -107,7 +107,15 @@ static TILED_KNOBS: [Knob; 4] = [
     },
 ];
 
-static REGISTRY: [Implementation; 3] = [
+static MMA_KNOBS: [Knob; 5] = [
+    Knob { name: "BLOCK_M", domain: &[64, 128], doc: "query rows per block (= 16 x NUM_WARPS)" },
+    Knob { name: "BLOCK_N", domain: &[32, 64, 128], doc: "keys per K/V tile" },
+    Knob { name: "NUM_WARPS", domain: &[4, 8], doc: "warps per block, 16 query rows each" },
+    Knob { name: "STAGES", domain: &[1, 2, 3], doc: "cp.async K/V pipeline depth" },
+    Knob { name: "Q_IN_REGS", domain: &[0, 1], doc: "keep Q's A fragments in registers (0: re-read from shared)" },
+];
+
+static REGISTRY: [Implementation; 4] = [
     Implementation {
         name: "naive",
         summary: "one warp per query row, online softmax in registers; any shape, any head dim",
@@ -159,6 +167,33 @@ static REGISTRY: [Implementation; 3] = [
                 grid: (row_tiles(shape.seq_q, m), shape.heads as u32, shape.batch as u32),
                 block: w * 32,
                 shared_bytes: m * d * 4 + stages * 2 * n * (d + 8) * elem_bytes(),
+            }
+        },
+    },
+    Implementation {
+        name: "mma",
+        summary: "tensor cores: mma.sync m16n8k16 + ldmatrix from swizzled shared memory, P in registers, cp.async pipeline",
+        engine: Engine::Kernel { file: "mma.cu", source: include_str!("../../../kernels/mma.cu") },
+        knobs: &MMA_KNOBS,
+        head_dims: Some(&[64, 128]),
+        defaults: |head_dim| {
+            let warps = if head_dim > 64 { 8 } else { 4 };
+            Config::from_pairs(&[("BLOCK_M", 16 * warps), ("BLOCK_N", 64), ("NUM_WARPS", warps), ("STAGES", 2), ("Q_IN_REGS", 1)])
+        },
+        constraints: |cfg, _| {
+            let (m, w) = (knob(cfg, "BLOCK_M"), knob(cfg, "NUM_WARPS"));
+            if m != 16 * w {
+                return Err(format!("BLOCK_M={m} must be 16 x NUM_WARPS = {} (each warp owns 16 rows)", 16 * w));
+            }
+            Ok(())
+        },
+        geometry: |cfg, shape| {
+            let (m, n, w, stages) =
+                (knob(cfg, "BLOCK_M"), knob(cfg, "BLOCK_N"), knob(cfg, "NUM_WARPS"), knob(cfg, "STAGES"));
+            Geometry {
+                grid: (row_tiles(shape.seq_q, m), shape.heads as u32, shape.batch as u32),
+                block: w * 32,
+                shared_bytes: (m + 2 * stages * n) * shape.head_dim as u32 * elem_bytes(),
             }
         },
     },

@@ -162,6 +162,12 @@ fn tiled_matches_the_oracle() {
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
+fn mma_matches_the_oracle() {
+    check_implementation("mma");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
 fn cublas_matches_the_oracle() {
     check_implementation("cublas");
 }
