@@ -18,12 +18,16 @@
 //   BLOCK_M   = 16 · NUM_WARPS     (the only allowed value; defaulted from NUM_WARPS)
 //   BLOCK_N   ∈ {32, 64, 128}      default 64
 //   STAGES    ∈ {1, 2, 3}          default 2
-//   Q_IN_REGS ∈ {0, 1}             default 1 (0: re-read Q fragments from shared memory per tile,
-//                                  for configs where registers run short)
+//   Q_IN_REGS ∈ {0, 1}             1: Q's A fragments loaded once into registers; 0: re-read from
+//                                  shared memory per tile. Default 1, except 0 for HEAD_DIM 128 with
+//                                  BLOCK_N 128 (which spills with Q resident)
 //   MIN_BLOCKS ≥ 1                 default 1: the min-blocks-per-SM hint of __launch_bounds__
 //                                  (only emitted when > 1)
 //   Every (NUM_WARPS, BLOCK_N, STAGES) combination of the domains above is valid for both head dims
 //   and both dtypes; the only further constraint is the device's opt-in shared-memory limit.
+//   Defaults (no spills, stack frame 0 under ptxas sm_90; see kernels/tools/nvrtc_check.py):
+//     HEAD_DIM 64:  NUM_WARPS 4 (BLOCK_M 64),  BLOCK_N 64, STAGES 2 -> 40960 bytes of shared memory
+//     HEAD_DIM 128: NUM_WARPS 8 (BLOCK_M 128), BLOCK_N 64, STAGES 2 -> 98304 bytes of shared memory
 //
 // Launch geometry
 //   grid  = (ceil(S_q / BLOCK_M), H, B),  block = NUM_WARPS · 32 threads
@@ -67,7 +71,13 @@
 #define STAGES 2
 #endif
 #ifndef Q_IN_REGS
+// Keep Q in registers unless the S and O accumulators alone already take 128 registers per thread
+// (HEAD_DIM 128 with BLOCK_N 128): there ptxas spills with Q resident and does not without it.
+#if HEAD_DIM == 128 && BLOCK_N == 128
+#define Q_IN_REGS 0
+#else
 #define Q_IN_REGS 1
+#endif
 #endif
 #ifndef MIN_BLOCKS
 #define MIN_BLOCKS 1
