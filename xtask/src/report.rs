@@ -1,10 +1,63 @@
-//! `cargo xtask report`.
+//! `cargo xtask report`: render `evidence/` into `reports/` (HTML, markdown, SVG charts), or with
+//! `--check` verify that the committed report matches the evidence.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
 
 /// Arguments of `cargo xtask report`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Directory of evidence to read (missing or empty: the report says "No evidence yet").
+    #[arg(long, default_value = "evidence")]
+    evidence: PathBuf,
+    /// Directory to write index.html, report.md, pr-comment.md and charts/*.svg into.
+    #[arg(long, default_value = "reports")]
+    out: PathBuf,
+    /// The GPU's dense fp16 matmul rate in TFLOP/s, drawn as the throughput ceiling (e.g. 891 for
+    /// an H100 via cuBLAS). Default: the best `cublas` bench entry in the evidence, if any.
+    #[arg(long)]
+    ceiling_tflops: Option<f64>,
+    /// Write nothing; exit 1 if the report in --out is stale with respect to the evidence.
+    #[arg(long)]
+    check: bool,
+}
 
 /// Runs the subcommand; returns the process exit code.
-pub fn run(_args: Args) -> anyhow::Result<u8> {
-    anyhow::bail!("`cargo xtask report` is not implemented yet")
+pub fn run(args: Args) -> anyhow::Result<u8> {
+    if let Some(ceiling) = args.ceiling_tflops {
+        anyhow::ensure!(
+            ceiling.is_finite() && ceiling > 0.0,
+            "--ceiling-tflops must be a positive number, got {ceiling}"
+        );
+    }
+    let options = attn_report::ReportOptions {
+        ceiling_tflops: args.ceiling_tflops,
+    };
+    let report = attn_report::Report::build(&args.evidence, &options)
+        .with_context(|| format!("building the report from {}", args.evidence.display()))?;
+    if args.check {
+        let stale = report.stale_files(&args.out)?;
+        if stale.is_empty() {
+            println!(
+                "{} is up to date with {}",
+                args.out.display(),
+                args.evidence.display()
+            );
+            return Ok(0);
+        }
+        for item in &stale {
+            println!("stale: {}/{item}", args.out.display());
+        }
+        println!("run `cargo xtask report` and commit {}", args.out.display());
+        return Ok(crate::EXIT_FAILED);
+    }
+    report.write(&args.out)?;
+    println!(
+        "wrote {} files to {} (open {}/index.html)",
+        report.files().len(),
+        args.out.display(),
+        args.out.display()
+    );
+    Ok(0)
 }

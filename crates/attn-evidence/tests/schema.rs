@@ -65,8 +65,7 @@ fn gate_json(date: &str) -> String {
 }
 
 /// `attn_stats::CompareOptions` as JSON (its shape is owned by attn-stats).
-const OPTIONS_JSON: &str =
-    r#"{"bootstrap":{"resamples":1000,"confidence":0.95,"seed":42,"method":"bca"},"noise":0.01,"gate_threshold":0.95}"#;
+const OPTIONS_JSON: &str = r#"{"bootstrap":{"resamples":1000,"confidence":0.95,"seed":42,"method":"bca"},"noise":0.01,"gate_threshold":0.95}"#;
 
 #[test]
 fn gate_and_bench_round_trip_through_files() {

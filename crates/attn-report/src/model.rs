@@ -1,0 +1,382 @@
+//! The evidence directory read into one in-memory model, and the views the report derives from it.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use attn_evidence::{
+    json_files, load_dir, read_evo_log, Evidence, EvoCandidate, GateRun, ShapeSpec, Timing,
+};
+
+use crate::ReportError;
+
+/// Seed and resample count of the bootstrap CIs of medians drawn in the progression chart. Fixed,
+/// so the report is the same for the same evidence; stated in the report.
+pub const MEDIAN_CI_SEED: u64 = 20_240_611;
+/// See [`MEDIAN_CI_SEED`].
+pub const MEDIAN_CI_RESAMPLES: usize = 2_000;
+
+/// Everything under `evidence/` that the report shows.
+#[derive(Debug, Clone)]
+pub struct EvidenceSet {
+    /// Whether the directory exists at all.
+    pub dir_exists: bool,
+    /// Gate and bench runs in time order (`provenance.date`, then path).
+    pub runs: Vec<Run>,
+    /// Nsight Compute summaries, one row per kernel found.
+    pub ncu: Vec<NcuRow>,
+    /// Search logs, `evo/<run>` in name order, then `micro`.
+    pub searches: Vec<SearchLog>,
+}
+
+/// One gate or bench file.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// Path relative to the evidence directory, `/`-separated.
+    pub path: String,
+    /// The file's content.
+    pub evidence: Evidence,
+}
+
+/// One kernel's Nsight Compute metrics, read loosely from `evidence/ncu/*.json`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NcuRow {
+    /// Path relative to the evidence directory.
+    pub file: String,
+    /// Kernel name (the file stem when the file names none).
+    pub kernel: String,
+    /// Kernel duration in µs.
+    pub time_us: Option<f64>,
+    /// Tensor pipe utilisation, %.
+    pub tensor_pct: Option<f64>,
+    /// SM busy / throughput, %.
+    pub sm_pct: Option<f64>,
+    /// Registers per thread.
+    pub registers: Option<f64>,
+}
+
+/// One search log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SearchLog {
+    /// `evo/<run>` or `micro`.
+    pub name: String,
+    /// The rows in file order.
+    pub rows: Vec<EvoCandidate>,
+}
+
+/// One implementation timed on one shape in one run.
+#[derive(Debug, Clone)]
+pub struct Measurement {
+    /// Index into [`EvidenceSet::runs`].
+    pub run: usize,
+    /// [`attn_evidence::Implementation::label`].
+    pub label: String,
+    /// Whether it is a reference library (SDPA, cuBLAS).
+    pub reference: bool,
+    /// The problem size.
+    pub shape: ShapeSpec,
+    /// Median time per launch, µs.
+    pub median_us: f64,
+    /// Raw samples, µs.
+    pub samples: Vec<f64>,
+    /// Throughput at the median, TFLOP/s.
+    pub tflops: f64,
+}
+
+impl EvidenceSet {
+    /// Reads `dir`. A missing or empty directory gives an empty set (the report then says "no
+    /// evidence yet"); a broken file is an error naming it.
+    pub fn load(dir: &Path) -> Result<Self, ReportError> {
+        if !dir.is_dir() {
+            return Ok(EvidenceSet {
+                dir_exists: false,
+                runs: Vec::new(),
+                ncu: Vec::new(),
+                searches: Vec::new(),
+            });
+        }
+        let runs = load_dir(dir)?
+            .into_iter()
+            .map(|(path, evidence)| Run {
+                path: relative(dir, &path),
+                evidence,
+            })
+            .collect();
+        Ok(EvidenceSet {
+            dir_exists: true,
+            runs,
+            ncu: load_ncu(dir)?,
+            searches: load_searches(dir)?,
+        })
+    }
+
+    /// Whether there is nothing to report.
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty() && self.ncu.is_empty() && self.searches.is_empty()
+    }
+
+    /// Gate runs with their index in `runs`.
+    pub fn gates(&self) -> impl Iterator<Item = (usize, &GateRun)> {
+        self.runs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, run)| match &run.evidence {
+                Evidence::Gate(gate) => Some((i, gate)),
+                Evidence::Bench(_) => None,
+            })
+    }
+
+    /// The latest gate run of each (candidate, baseline) pair, ordered by candidate then baseline.
+    pub fn latest_gates(&self) -> Vec<(usize, &GateRun)> {
+        let mut latest: BTreeMap<(String, String), (usize, &GateRun)> = BTreeMap::new();
+        for (index, gate) in self.gates() {
+            // Runs are in time order, so later inserts win.
+            latest.insert(
+                (gate.candidate.label(), gate.baseline.label()),
+                (index, gate),
+            );
+        }
+        latest.into_values().collect()
+    }
+
+    /// Every measurement in every run, in run order.
+    pub fn measurements(&self) -> Vec<Measurement> {
+        let mut out = Vec::new();
+        for (run, file) in self.runs.iter().enumerate() {
+            match &file.evidence {
+                Evidence::Bench(bench) => {
+                    for entry in &bench.entries {
+                        out.push(Measurement {
+                            run,
+                            label: entry.implementation.label(),
+                            reference: entry.implementation.is_reference(),
+                            shape: entry.shape.clone(),
+                            median_us: entry.summary.median,
+                            samples: entry.timing.samples.clone(),
+                            tflops: entry.tflops,
+                        });
+                    }
+                }
+                Evidence::Gate(gate) => {
+                    for case in &gate.cases {
+                        let sides = [
+                            (
+                                &gate.candidate,
+                                &case.candidate,
+                                case.candidate_tflops,
+                                true,
+                            ),
+                            (&gate.baseline, &case.baseline, case.baseline_tflops, false),
+                        ];
+                        for (implementation, timing, tflops, is_candidate) in sides {
+                            let Some(timing) = timing else { continue };
+                            let summary_median = case.comparison.as_ref().map(|c| {
+                                if is_candidate {
+                                    c.candidate.median
+                                } else {
+                                    c.baseline.median
+                                }
+                            });
+                            let Some(median_us) = summary_median.or_else(|| median(timing)) else {
+                                continue;
+                            };
+                            out.push(Measurement {
+                                run,
+                                label: implementation.label(),
+                                reference: implementation.is_reference(),
+                                shape: case.shape.clone(),
+                                median_us,
+                                samples: timing.samples.clone(),
+                                tflops: tflops.unwrap_or_else(|| case.shape.tflops(median_us)),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The shape measured in the most runs (ties: the most FLOPs, then the smallest by order): the
+    /// shape the progression follows. `None` without measurements.
+    pub fn headline_shape(&self) -> Option<ShapeSpec> {
+        let mut runs_per_shape: BTreeMap<ShapeSpec, Vec<usize>> = BTreeMap::new();
+        for m in self.measurements() {
+            let runs = runs_per_shape.entry(m.shape).or_default();
+            if !runs.contains(&m.run) {
+                runs.push(m.run);
+            }
+        }
+        runs_per_shape
+            .into_iter()
+            .max_by(|(shape_a, runs_a), (shape_b, runs_b)| {
+                runs_a
+                    .len()
+                    .cmp(&runs_b.len())
+                    .then(shape_a.flops().total_cmp(&shape_b.flops()))
+                    .then(shape_b.cmp(shape_a))
+            })
+            .map(|(shape, _)| shape)
+    }
+
+    /// The `ceiling_tflops` to draw: the option when given, else the best cuBLAS rate in the
+    /// evidence (a bench entry named `cublas`), else none.
+    pub fn ceiling_tflops(&self, option: Option<f64>) -> Option<(f64, String)> {
+        if let Some(value) = option {
+            return Some((value, "given with --ceiling-tflops".into()));
+        }
+        self.measurements()
+            .into_iter()
+            .filter(|m| m.label.starts_with("cublas"))
+            .map(|m| m.tflops)
+            .max_by(f64::total_cmp)
+            .map(|value| (value, "cuBLAS fp16 matmul, measured".into()))
+    }
+}
+
+/// Median of a timing's samples (the summary's when there is one is preferred by callers).
+fn median(timing: &Timing) -> Option<f64> {
+    let mut values: Vec<f64> = timing
+        .samples
+        .iter()
+        .copied()
+        .filter(|v| v.is_finite())
+        .collect();
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    Some(if values.len() % 2 == 1 {
+        values[mid]
+    } else {
+        (values[mid - 1] + values[mid]) / 2.0
+    })
+}
+
+/// Bootstrap CI (percentile) of the median of `samples`, seeded with [`MEDIAN_CI_SEED`].
+pub fn median_ci(samples: &[f64]) -> Option<(f64, f64)> {
+    let sample = attn_stats::Sample::new(samples.to_vec()).ok()?;
+    let options = attn_stats::BootstrapOptions {
+        resamples: MEDIAN_CI_RESAMPLES,
+        confidence: 0.95,
+        seed: MEDIAN_CI_SEED,
+        method: attn_stats::CiMethod::Percentile,
+    };
+    let estimate = attn_stats::bootstrap(&sample, &[attn_stats::statistic::median], &options)
+        .ok()?
+        .into_iter()
+        .next()?;
+    Some((estimate.lower, estimate.upper))
+}
+
+fn relative(root: &Path, path: &Path) -> String {
+    let relative = path.strip_prefix(root).unwrap_or(path);
+    relative
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+fn load_ncu(dir: &Path) -> Result<Vec<NcuRow>, ReportError> {
+    let ncu_dir = dir.join("ncu");
+    if !ncu_dir.is_dir() {
+        return Ok(Vec::new());
+    }
+    let mut rows = Vec::new();
+    for path in json_files(&ncu_dir)? {
+        let text = std::fs::read_to_string(&path).map_err(|source| ReportError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        let value: serde_json::Value =
+            serde_json::from_str(&text).map_err(|source| attn_evidence::EvidenceError::Json {
+                path: path.clone(),
+                source,
+            })?;
+        let file = relative(dir, &path);
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let mut kernels = Vec::new();
+        collect_kernels(&value, &mut kernels);
+        if kernels.is_empty() && value.is_object() {
+            kernels.push(&value);
+        }
+        for kernel in kernels {
+            rows.push(ncu_row(&file, &stem, kernel));
+        }
+    }
+    Ok(rows)
+}
+
+/// Objects anywhere in `value` that have a string `"kernel"` (or `"name"` next to metrics).
+fn collect_kernels<'a>(value: &'a serde_json::Value, out: &mut Vec<&'a serde_json::Value>) {
+    match value {
+        serde_json::Value::Object(map) => {
+            if map.get("kernel").is_some_and(|k| k.is_string()) {
+                out.push(value);
+            } else {
+                map.values().for_each(|v| collect_kernels(v, out));
+            }
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|v| collect_kernels(v, out)),
+        _ => {}
+    }
+}
+
+fn ncu_row(file: &str, stem: &str, kernel: &serde_json::Value) -> NcuRow {
+    let number = |keys: &[&str]| {
+        keys.iter().find_map(|key| match kernel.get(key)? {
+            serde_json::Value::Number(n) => n.as_f64(),
+            // attn-ncu's metric values carry the number in "value".
+            other => other.get("value").and_then(|v| v.as_f64()),
+        })
+    };
+    let time_us = number(&["duration_us", "time_us"])
+        .or_else(|| number(&["duration_ns", "time_ns"]).map(|ns| ns / 1000.0));
+    NcuRow {
+        file: file.to_owned(),
+        kernel: kernel
+            .get("kernel")
+            .or_else(|| kernel.get("name"))
+            .and_then(|k| k.as_str())
+            .unwrap_or(stem)
+            .to_owned(),
+        time_us,
+        tensor_pct: number(&["tensor_pipe_pct", "tensor_pct", "tensor_active_pct"]),
+        sm_pct: number(&["sm_busy_pct", "sm_pct", "sm_throughput_pct"]),
+        registers: number(&["registers_per_thread", "registers"]),
+    }
+}
+
+fn load_searches(dir: &Path) -> Result<Vec<SearchLog>, ReportError> {
+    let mut logs = Vec::new();
+    let evo = dir.join("evo");
+    if evo.is_dir() {
+        let mut runs: Vec<_> = std::fs::read_dir(&evo)
+            .map_err(|source| ReportError::Read {
+                path: evo.clone(),
+                source,
+            })?
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter(|path| path.join("log.csv").is_file())
+            .collect();
+        runs.sort();
+        for run in runs {
+            logs.push(SearchLog {
+                name: relative(dir, &run),
+                rows: read_evo_log(&run.join("log.csv"))?,
+            });
+        }
+    }
+    let micro = dir.join("micro").join("log.csv");
+    if micro.is_file() {
+        logs.push(SearchLog {
+            name: "micro".into(),
+            rows: read_evo_log(&micro)?,
+        });
+    }
+    Ok(logs)
+}

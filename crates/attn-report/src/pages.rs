@@ -1,0 +1,219 @@
+//! Assembles the outputs: `report.md`, `pr-comment.md` and the self-contained `index.html`.
+
+use crate::sections::{progression_note, verdict_class, GateSection, Sections};
+use crate::table::{escape_html, Table};
+
+/// A chart ready to be written or inlined.
+#[derive(Debug, Clone)]
+pub struct RenderedChart {
+    /// File name under `charts/`.
+    pub file: String,
+    /// Alt text / caption.
+    pub caption: String,
+    /// The SVG document.
+    pub svg: String,
+}
+
+/// One block of the report, in page order; markdown and HTML render the same blocks.
+enum Block<'a> {
+    Heading(&'a str),
+    Text(String),
+    Table(&'a Table),
+    Chart(&'a RenderedChart),
+    List(&'a [String]),
+}
+
+fn blocks<'a>(sections: &'a Sections, charts: &'a [RenderedChart]) -> Vec<Block<'a>> {
+    let chart = |file: &str| charts.iter().find(|c| c.file == file);
+    let mut out = vec![Block::Text(sections.summary.clone())];
+    if !sections.gates.is_empty() {
+        out.push(Block::Heading("Latest gate verdicts"));
+        for gate in &sections.gates {
+            out.push(Block::Text(gate.verdict.clone()));
+            out.push(Block::Table(&gate.table));
+            out.push(Block::Text(gate.rule.clone()));
+            if !gate.flags.is_empty() {
+                out.push(Block::Text(
+                    "Flags (look at these even when the gate passed):".into(),
+                ));
+                out.push(Block::List(&gate.flags));
+            }
+            out.push(Block::Text(format!("Evidence: `{}`", gate.file)));
+            out.extend(chart(&format!("speedup-{}.svg", gate.slug)).map(Block::Chart));
+            out.extend(chart(&format!("bootstrap-{}.svg", gate.slug)).map(Block::Chart));
+        }
+    }
+    if let (Some(shape), Some((table, _))) = (&sections.headline, &sections.progression) {
+        out.push(Block::Heading("Progression"));
+        out.push(Block::Text(format!(
+            "Every measurement of {shape}, the shape measured in the most runs, oldest first."
+        )));
+        out.push(Block::Table(table));
+        out.push(Block::Text(progression_note()));
+        out.extend(chart("progression.svg").map(Block::Chart));
+    }
+    if let Some((file, table)) = &sections.bench {
+        out.push(Block::Heading("Latest benchmark"));
+        out.push(Block::Text(format!(
+            "From `{file}`. Times are µs per call; TFLOP/s at the median."
+        )));
+        out.push(Block::Table(table));
+        out.extend(chart("tflops.svg").map(Block::Chart));
+    }
+    if let Some(table) = &sections.ncu {
+        out.push(Block::Heading("Nsight Compute"));
+        out.push(Block::Table(table));
+    }
+    if let Some(table) = &sections.searches {
+        out.push(Block::Heading("Configuration search"));
+        out.push(Block::Table(table));
+        for (file, _) in &sections.convergence {
+            out.extend(chart(file).map(Block::Chart));
+        }
+    }
+    if !sections.files.rows.is_empty() {
+        out.push(Block::Heading("Evidence files"));
+        out.push(Block::Table(&sections.files));
+    }
+    out
+}
+
+const TITLE: &str = "attn performance report";
+
+/// `report.md`: GitHub markdown, charts referenced as `charts/<file>.svg` beside it.
+pub fn markdown(sections: &Sections, charts: &[RenderedChart]) -> String {
+    let mut out = format!("# {TITLE}\n\n");
+    for block in blocks(sections, charts) {
+        match block {
+            Block::Heading(text) => out.push_str(&format!("## {text}\n\n")),
+            Block::Text(text) => out.push_str(&format!("{text}\n\n")),
+            Block::Table(table) => out.push_str(&format!("{}\n", table.to_markdown())),
+            Block::Chart(chart) => {
+                out.push_str(&format!("![{}](charts/{})\n\n", chart.caption, chart.file))
+            }
+            Block::List(items) => {
+                out.extend(items.iter().map(|item| format!("- {item}\n")));
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+/// `pr-comment.md`: the latest gate run as a pull-request comment (verdict line, medians and speedup
+/// per shape, gate rule), plus Nsight Compute metrics when present.
+pub fn pr_comment(sections: &Sections) -> String {
+    let Some(gate) = sections.latest_gate.and_then(|i| sections.gates.get(i)) else {
+        return format!(
+            "**attn gate**: no gate run in the evidence yet. {}\n",
+            sections.summary
+        );
+    };
+    let mut out = pr_gate(gate);
+    if let Some(table) = &sections.ncu {
+        out.push_str(&format!(
+            "\n<details><summary>Nsight Compute</summary>\n\n{}\n</details>\n",
+            table.to_markdown()
+        ));
+    }
+    out
+}
+
+fn pr_gate(gate: &GateSection) -> String {
+    let mut out = format!(
+        "{}\n\n{}\n{}\n",
+        gate.verdict,
+        gate.table.to_markdown(),
+        gate.rule
+    );
+    if !gate.flags.is_empty() {
+        out.push_str("\nFlags:\n");
+        out.extend(gate.flags.iter().map(|f| format!("- {f}\n")));
+    }
+    out.push_str(&format!("\nEvidence: `{}`\n", gate.file));
+    out
+}
+
+const CSS: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:0 auto;max-width:1100px;padding:16px 24px;color:#1b1b1b;line-height:1.45}
+h1{font-size:1.6em;margin:.4em 0}h2{font-size:1.25em;margin-top:1.8em;border-bottom:1px solid #ddd;padding-bottom:.2em}
+table{border-collapse:collapse;margin:.6em 0;font-size:14px;display:block;overflow-x:auto}
+th,td{border:1px solid #d0d0d0;padding:4px 8px;text-align:left;white-space:nowrap}th{background:#f3f3f3}
+td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}td.good{color:#0a6b2d;font-weight:600}td.bad{color:#b3141b;font-weight:600}
+figure{margin:1em 0}figure svg{width:100%;max-width:960px;height:auto;border:1px solid #eee}figcaption{font-size:13px;color:#555}
+code{background:#f3f3f3;padding:1px 4px;border-radius:3px}p.verdict{font-size:1.1em;padding:6px 10px;border-left:6px solid}
+p.verdict.good{border-color:#0a6b2d;background:#eaf6ee}p.verdict.bad{border-color:#b3141b;background:#fbecec}ul{margin-top:.2em}";
+
+/// `index.html`: one self-contained page, inline CSS and SVG, no script, no network.
+pub fn html(sections: &Sections, charts: &[RenderedChart]) -> String {
+    let mut out = format!(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>{TITLE}</title>\n<style>\n{CSS}\n</style>\n</head>\n<body>\n<h1>{TITLE}</h1>\n"
+    );
+    for block in blocks(sections, charts) {
+        match block {
+            Block::Heading(text) => out.push_str(&format!("<h2>{}</h2>\n", escape_html(text))),
+            Block::Text(text) => out.push_str(&paragraph(&text)),
+            Block::Table(table) => out.push_str(&table.to_html(verdict_class)),
+            Block::Chart(chart) => out.push_str(&format!(
+                "<figure>\n{}\n<figcaption>{}</figcaption>\n</figure>\n",
+                inline_svg(&chart.svg),
+                escape_html(&chart.caption)
+            )),
+            Block::List(items) => {
+                out.push_str("<ul>\n");
+                out.extend(
+                    items
+                        .iter()
+                        .map(|item| format!("<li>{}</li>\n", inline_markdown(item))),
+                );
+                out.push_str("</ul>\n");
+            }
+        }
+    }
+    out.push_str("</body>\n</html>\n");
+    out
+}
+
+/// A paragraph; a verdict line's emoji becomes a coloured badge (emoji fonts are not everywhere).
+fn paragraph(text: &str) -> String {
+    for (emoji, class) in [("✅ ", "good"), ("❌ ", "bad")] {
+        if let Some(rest) = text.strip_prefix(emoji) {
+            return format!(
+                "<p class=\"verdict {class}\">{}</p>\n",
+                inline_markdown(rest)
+            );
+        }
+    }
+    format!("<p>{}</p>\n", inline_markdown(text))
+}
+
+/// HTML for the two inline markdown forms the report's sentences use: `**bold**` and `` `code` ``.
+fn inline_markdown(text: &str) -> String {
+    let escaped = escape_html(text);
+    let mut out = String::new();
+    let (mut bold, mut code) = (false, false);
+    let mut rest = escaped.as_str();
+    while let Some(c) = rest.chars().next() {
+        if !code && rest.starts_with("**") {
+            out.push_str(if bold { "</strong>" } else { "<strong>" });
+            bold = !bold;
+            rest = &rest[2..];
+        } else if c == '`' {
+            out.push_str(if code { "</code>" } else { "<code>" });
+            code = !code;
+            rest = &rest[1..];
+        } else {
+            out.push(c);
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    out
+}
+
+/// The SVG without its XML declaration, with a `role` for screen readers, ready to inline.
+fn inline_svg(svg: &str) -> String {
+    let body = match svg.find("<svg") {
+        Some(start) => &svg[start..],
+        None => svg,
+    };
+    body.trim_end().replacen("<svg", "<svg role=\"img\"", 1)
+}

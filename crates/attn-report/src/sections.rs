@@ -1,0 +1,631 @@
+//! What the report says: tables and chart data derived from the [`EvidenceSet`]. Markdown and HTML
+//! both render these, so the two outputs cannot disagree.
+
+use std::collections::BTreeMap;
+
+use attn_evidence::{slug, GateCase, GateRun, ShapeSpec};
+
+use crate::charts::{
+    BootstrapChart, ConvergenceChart, ProgressionChart, ProgressionPoint, ProgressionSeries,
+    SpeedupBar, SpeedupChart, ThroughputChart, ThroughputSeries,
+};
+use crate::format::{
+    micros, percent, short_date, short_rev, significant, speedup, speedup_ci, tflops,
+};
+use crate::model::{median_ci, EvidenceSet, Run, MEDIAN_CI_RESAMPLES, MEDIAN_CI_SEED};
+use crate::table::Table;
+use crate::ReportOptions;
+
+/// The latest gate run of one (candidate, baseline) pair.
+#[derive(Debug, Clone)]
+pub struct GateSection {
+    /// `"mma vs sdpa:default"`.
+    pub title: String,
+    /// Slug for chart file names.
+    pub slug: String,
+    /// The verdict line, e.g. `"✅ PASS: mma vs sdpa:default, 3/3 shapes passed on ..."`.
+    pub verdict: String,
+    /// Whether the run passed.
+    pub passed: bool,
+    /// Per-shape medians, speedup, verdict.
+    pub table: Table,
+    /// The gate rule in words.
+    pub rule: String,
+    /// Flags raised by any case, prefixed with the shape.
+    pub flags: Vec<String>,
+    /// Bars of the speedup chart.
+    pub speedup: SpeedupChart,
+    /// The bootstrap histogram of one case, when its raw samples are present.
+    pub bootstrap: Option<BootstrapChart>,
+    /// Evidence file of this run.
+    pub file: String,
+}
+
+/// Everything the report shows, in page order.
+#[derive(Debug, Clone)]
+pub struct Sections {
+    /// One line summing up the evidence, or saying there is none.
+    pub summary: String,
+    /// Latest gate verdict per (candidate, baseline).
+    pub gates: Vec<GateSection>,
+    /// Index of the latest gate run overall within `gates` (for the PR comment).
+    pub latest_gate: Option<usize>,
+    /// The shape the progression follows.
+    pub headline: Option<ShapeSpec>,
+    /// Medians of every implementation over runs, on the headline shape.
+    pub progression: Option<(Table, ProgressionChart)>,
+    /// The latest bench run's entries, with the file's name.
+    pub bench: Option<(String, Table)>,
+    /// TFLOP/s over sequence length.
+    pub throughput: Option<ThroughputChart>,
+    /// Nsight Compute metrics.
+    pub ncu: Option<Table>,
+    /// Best candidate of each search.
+    pub searches: Option<Table>,
+    /// Convergence charts, one per search log with scores, with their file names.
+    pub convergence: Vec<(String, ConvergenceChart)>,
+    /// Every evidence file with its provenance.
+    pub files: Table,
+}
+
+/// CSS class of a verdict cell, for colouring in HTML.
+pub fn verdict_class(cell: &str) -> Option<&'static str> {
+    match cell {
+        "pass" | "faster" => Some("good"),
+        "FAIL" | "slower" => Some("bad"),
+        _ => None,
+    }
+}
+
+impl Sections {
+    /// Derives every section from the evidence.
+    pub fn build(evidence: &EvidenceSet, options: &ReportOptions) -> Self {
+        let gates: Vec<GateSection> = evidence
+            .latest_gates()
+            .into_iter()
+            .map(|(index, gate)| gate_section(&evidence.runs[index], gate))
+            .collect();
+        let latest_run = evidence.latest_gates().into_iter().map(|(i, _)| i).max();
+        let latest_gate = latest_run.and_then(|run| {
+            let file = &evidence.runs[run].path;
+            gates.iter().position(|g| &g.file == file)
+        });
+        let headline = evidence.headline_shape();
+        Sections {
+            summary: summary(evidence),
+            latest_gate,
+            progression: headline.as_ref().map(|shape| progression(evidence, shape)),
+            headline,
+            bench: bench_table(evidence),
+            throughput: throughput(evidence, options),
+            ncu: ncu_table(evidence),
+            searches: search_table(evidence),
+            convergence: convergence(evidence),
+            files: files_table(evidence),
+            gates,
+        }
+    }
+}
+
+fn summary(evidence: &EvidenceSet) -> String {
+    if !evidence.dir_exists {
+        return "No evidence yet: the evidence directory does not exist. Run `cargo xtask gate` or `cargo xtask bench` on a GPU machine to produce some.".into();
+    }
+    if evidence.is_empty() {
+        return "No evidence yet: the evidence directory holds no gate, bench, ncu or search results. Run `cargo xtask gate` or `cargo xtask bench` on a GPU machine to produce some.".into();
+    }
+    let gates = evidence.gates().count();
+    let benches = evidence.runs.len() - gates;
+    let mut line = format!(
+        "{gates} gate run(s), {benches} bench run(s), {} ncu kernel summary(ies), {} search log(s).",
+        evidence.ncu.len(),
+        evidence.searches.len()
+    );
+    if let Some(last) = evidence.runs.last() {
+        let p = last.evidence.provenance();
+        line.push_str(&format!(
+            " Latest: {} UTC on {} at {}{}.",
+            short_date(&p.date),
+            p.gpu,
+            short_rev(&p.git_rev),
+            if p.git_dirty {
+                " (uncommitted changes)"
+            } else {
+                ""
+            }
+        ));
+    }
+    line
+}
+
+fn gate_section(run: &Run, gate: &GateRun) -> GateSection {
+    let p = &gate.provenance;
+    let passed_count = gate.cases.iter().filter(|c| c.passed).count();
+    let title = format!("{} vs {}", gate.candidate.label(), gate.baseline.label());
+    let verdict = format!(
+        "{} **{}**: `{}` vs `{}`, {passed_count}/{} shapes passed, on {} at `{}`{} ({} UTC)",
+        if gate.passed { "✅" } else { "❌" },
+        if gate.passed { "PASS" } else { "FAIL" },
+        gate.candidate.label(),
+        gate.baseline.label(),
+        gate.cases.len(),
+        p.gpu,
+        short_rev(&p.git_rev),
+        if p.git_dirty {
+            " + uncommitted changes"
+        } else {
+            ""
+        },
+        short_date(&p.date),
+    );
+    let mut table = Table::new(&[
+        "shape",
+        &format!("{} median (µs)", gate.baseline.label()),
+        &format!("{} median (µs)", gate.candidate.label()),
+        "speedup [CI]",
+        "TFLOP/s",
+        "verdict",
+        "correct",
+        "result",
+    ])
+    .numeric(&[1, 2, 3, 4]);
+    let mut flags = Vec::new();
+    let mut bars = Vec::new();
+    for case in &gate.cases {
+        table.push(gate_row(case));
+        flags.extend(case.flags.iter().map(|f| format!("{}: {f}", case.shape)));
+        if let Some(c) = &case.comparison {
+            bars.push(SpeedupBar {
+                shape: case.shape.to_string(),
+                point: c.speedup.point,
+                lower: c.speedup.lower,
+                upper: c.speedup.upper,
+                passed: case.passed,
+            });
+        }
+    }
+    let comparison = gate.cases.iter().find_map(|c| c.comparison.as_ref());
+    // The gate bounds candidate median / baseline median; in speedup terms that is its inverse.
+    let threshold = comparison.map(|c| min_speedup(c.gate.threshold));
+    let rule = match comparison {
+        Some(c) => format!(
+            "Gate rule: a shape passes when every correctness check passes, candidate median ≤ {t} × baseline median (speedup ≥ {s:.3}×), and the {conf:.0}% bootstrap CI of candidate − baseline median lies below 0 ({n} resamples, seed {seed}). Speedup = baseline median / candidate median; times are µs per call.",
+            t = c.gate.threshold,
+            s = min_speedup(c.gate.threshold),
+            conf = c.confidence * 100.0,
+            n = c.resamples,
+            seed = c.seed
+        ),
+        None => "Gate rule: every correctness check must pass; no timing comparison was recorded.".into(),
+    };
+    let shape_slug = format!(
+        "{}-vs-{}",
+        slug(&gate.candidate.label()),
+        slug(&gate.baseline.label())
+    );
+    GateSection {
+        speedup: SpeedupChart {
+            title: format!("Speedup of {title} per shape ({})", p.gpu),
+            bars,
+            threshold,
+        },
+        bootstrap: bootstrap_chart(gate, &title),
+        title,
+        slug: shape_slug,
+        verdict,
+        passed: gate.passed,
+        table,
+        rule,
+        flags,
+        file: run.path.clone(),
+    }
+}
+
+fn gate_row(case: &GateCase) -> Vec<String> {
+    let dash = || "–".to_string();
+    let checks = &case.correctness;
+    let correct = if checks.is_empty() {
+        "not checked".into()
+    } else {
+        let ok = checks.iter().filter(|c| c.passed).count();
+        let worst = checks.iter().map(|c| c.max_abs).fold(0.0, f64::max);
+        format!("{ok}/{} (max abs {:.1e})", checks.len(), worst)
+    };
+    let (base, cand, ratio, verdict) = match &case.comparison {
+        Some(c) => (
+            micros(c.baseline.median),
+            micros(c.candidate.median),
+            speedup_ci(c.speedup.point, c.speedup.lower, c.speedup.upper),
+            c.verdict.to_string(),
+        ),
+        None => (dash(), dash(), dash(), "not timed".into()),
+    };
+    vec![
+        case.shape.to_string(),
+        base,
+        cand,
+        ratio,
+        case.candidate_tflops.map(tflops).unwrap_or_else(dash),
+        verdict,
+        correct,
+        if case.passed {
+            "pass".into()
+        } else {
+            "FAIL".into()
+        },
+    ]
+}
+
+/// The smallest speedup the gate accepts, from its bound on candidate / baseline median.
+fn min_speedup(gate_threshold: f64) -> f64 {
+    1.0 / gate_threshold
+}
+
+/// The bootstrap histogram of the first case that has a comparison and both raw samples, recomputed
+/// from the samples and the recorded seed.
+fn bootstrap_chart(gate: &GateRun, title: &str) -> Option<BootstrapChart> {
+    gate.cases.iter().find_map(|case| {
+        let c = case.comparison.as_ref()?;
+        let baseline = attn_stats::Sample::new(case.baseline.as_ref()?.samples.clone()).ok()?;
+        let candidate = attn_stats::Sample::new(case.candidate.as_ref()?.samples.clone()).ok()?;
+        let options = attn_stats::BootstrapOptions {
+            resamples: c.resamples,
+            confidence: c.confidence,
+            seed: c.seed,
+            method: c.speedup.method,
+        };
+        let replicates = attn_stats::speedup_replicates(&baseline, &candidate, &options);
+        Some(BootstrapChart {
+            title: format!(
+                "Bootstrap distribution of the speedup, {title}, {} (seed {})",
+                case.shape, c.seed
+            ),
+            replicates,
+            point: c.speedup.point,
+            lower: c.speedup.lower,
+            upper: c.speedup.upper,
+            threshold: Some(min_speedup(c.gate.threshold)),
+        })
+    })
+}
+
+fn run_label(run: &Run) -> String {
+    let p = run.evidence.provenance();
+    let day = short_date(&p.date);
+    format!(
+        "{} {}",
+        short_rev(&p.git_rev),
+        day.get(5..10).unwrap_or(&day)
+    )
+}
+
+fn progression(evidence: &EvidenceSet, shape: &ShapeSpec) -> (Table, ProgressionChart) {
+    let measurements: Vec<_> = evidence
+        .measurements()
+        .into_iter()
+        .filter(|m| &m.shape == shape)
+        .collect();
+    // Only runs that measured this shape get an x position.
+    let mut runs: Vec<usize> = measurements.iter().map(|m| m.run).collect();
+    runs.dedup();
+    let position = |run: usize| runs.iter().position(|r| *r == run).unwrap_or(0);
+    let mut table = Table::new(&[
+        "run",
+        "commit",
+        "implementation",
+        "median (µs)",
+        "95% CI of median (µs)",
+        "TFLOP/s",
+        "vs fastest reference",
+    ])
+    .numeric(&[3, 4, 5, 6]);
+    let mut series: BTreeMap<String, ProgressionSeries> = BTreeMap::new();
+    let mut references: BTreeMap<String, f64> = BTreeMap::new();
+    for m in &measurements {
+        let ci = median_ci(&m.samples);
+        let fastest_reference = measurements
+            .iter()
+            .filter(|r| r.run == m.run && r.reference)
+            .map(|r| r.median_us)
+            .min_by(f64::total_cmp);
+        let p = evidence.runs[m.run].evidence.provenance();
+        table.push(vec![
+            short_date(&p.date),
+            short_rev(&p.git_rev),
+            m.label.clone(),
+            micros(m.median_us),
+            ci.map(|(lo, hi)| format!("{} – {}", micros(lo), micros(hi)))
+                .unwrap_or_else(|| "–".into()),
+            tflops(m.tflops),
+            match fastest_reference {
+                Some(r) if !m.reference => speedup(r / m.median_us),
+                _ => "–".into(),
+            },
+        ]);
+        if m.reference {
+            references.insert(m.label.clone(), m.median_us);
+        } else {
+            series
+                .entry(m.label.clone())
+                .or_insert_with(|| ProgressionSeries {
+                    label: m.label.clone(),
+                    points: Vec::new(),
+                })
+                .points
+                .push(ProgressionPoint {
+                    run: position(m.run),
+                    median_us: m.median_us,
+                    ci,
+                });
+        }
+    }
+    let chart = ProgressionChart {
+        title: format!("Median time per call on {shape} over evidence runs"),
+        runs: runs.iter().map(|r| run_label(&evidence.runs[*r])).collect(),
+        series: series.into_values().collect(),
+        references: references.into_iter().collect(),
+    };
+    (table, chart)
+}
+
+/// Text under the progression table saying how its CIs were computed.
+pub fn progression_note() -> String {
+    format!(
+        "CIs of medians: percentile bootstrap over the raw samples, {MEDIAN_CI_RESAMPLES} resamples, seed {MEDIAN_CI_SEED}. \"vs fastest reference\" = fastest SDPA/cuBLAS median of the same run / this median (above 1× is faster)."
+    )
+}
+
+fn latest_bench(evidence: &EvidenceSet) -> Option<(&Run, &attn_evidence::BenchRun)> {
+    evidence
+        .runs
+        .iter()
+        .rev()
+        .find_map(|run| match &run.evidence {
+            attn_evidence::Evidence::Bench(bench) => Some((run, bench)),
+            attn_evidence::Evidence::Gate(_) => None,
+        })
+}
+
+fn bench_table(evidence: &EvidenceSet) -> Option<(String, Table)> {
+    let (run, bench) = latest_bench(evidence)?;
+    let mut table = Table::new(&[
+        "implementation",
+        "shape",
+        "median (µs)",
+        "p10 (µs)",
+        "p90 (µs)",
+        "TFLOP/s",
+        "n",
+    ])
+    .numeric(&[2, 3, 4, 5, 6]);
+    for e in &bench.entries {
+        table.push(vec![
+            e.implementation.label(),
+            e.shape.to_string(),
+            micros(e.summary.median),
+            micros(e.summary.p10),
+            micros(e.summary.p90),
+            tflops(e.tflops),
+            e.summary.n.to_string(),
+        ]);
+    }
+    Some((run.path.clone(), table))
+}
+
+/// TFLOP/s over sequence length from the latest bench run, for its most common family of shapes
+/// (same B, H, D, causality and dtype), so lines compare like with like.
+fn throughput(evidence: &EvidenceSet, options: &ReportOptions) -> Option<ThroughputChart> {
+    let (_, bench) = latest_bench(evidence)?;
+    let family = |s: &ShapeSpec| (s.batch, s.heads, s.head_dim, s.causal, s.dtype.clone());
+    let mut counts: BTreeMap<_, usize> = BTreeMap::new();
+    for e in bench
+        .entries
+        .iter()
+        .filter(|e| e.implementation.name != "cublas")
+    {
+        *counts.entry(family(&e.shape)).or_default() += 1;
+    }
+    let chosen = counts
+        .into_iter()
+        .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))?
+        .0;
+    let mut series: BTreeMap<(bool, String), Vec<(usize, f64)>> = BTreeMap::new();
+    for e in bench
+        .entries
+        .iter()
+        .filter(|e| e.implementation.name != "cublas" && family(&e.shape) == chosen)
+    {
+        series
+            .entry((e.implementation.is_reference(), e.implementation.label()))
+            .or_default()
+            .push((e.shape.seq_kv, e.tflops));
+    }
+    let (batch, heads, head_dim, causal, dtype) = chosen;
+    Some(ThroughputChart {
+        title: format!(
+            "Throughput vs sequence length (B={batch}, H={heads}, D={head_dim}{}, {dtype})",
+            if causal { ", causal" } else { "" }
+        ),
+        series: series
+            .into_iter()
+            .map(|((reference, label), mut points)| {
+                points.sort_by_key(|p| p.0);
+                ThroughputSeries {
+                    label,
+                    reference,
+                    points,
+                }
+            })
+            .collect(),
+        ceiling: evidence.ceiling_tflops(options.ceiling_tflops),
+    })
+}
+
+fn ncu_table(evidence: &EvidenceSet) -> Option<Table> {
+    if evidence.ncu.is_empty() {
+        return None;
+    }
+    let mut table = Table::new(&[
+        "kernel",
+        "time (µs)",
+        "tensor pipe",
+        "SM busy",
+        "registers/thread",
+        "file",
+    ])
+    .numeric(&[1, 2, 3, 4]);
+    let dash = || "–".to_string();
+    for row in &evidence.ncu {
+        table.push(vec![
+            row.kernel.clone(),
+            row.time_us.map(micros).unwrap_or_else(dash),
+            row.tensor_pct.map(percent).unwrap_or_else(dash),
+            row.sm_pct.map(percent).unwrap_or_else(dash),
+            row.registers
+                .map(|r| format!("{r:.0}"))
+                .unwrap_or_else(dash),
+            row.file.clone(),
+        ]);
+    }
+    Some(table)
+}
+
+fn search_table(evidence: &EvidenceSet) -> Option<Table> {
+    if evidence.searches.is_empty() {
+        return None;
+    }
+    let mut table = Table::new(&[
+        "search",
+        "candidates",
+        "valid",
+        "generations",
+        "best score",
+        "best median (µs)",
+        "best speedup [CI]",
+        "best config",
+    ])
+    .numeric(&[1, 2, 3, 4, 5, 6]);
+    for log in &evidence.searches {
+        let valid: Vec<_> = log.rows.iter().filter(|r| r.status == "ok").collect();
+        let best = valid.iter().filter(|r| r.score.is_some()).max_by(|a, b| {
+            a.score
+                .unwrap_or(f64::MIN)
+                .total_cmp(&b.score.unwrap_or(f64::MIN))
+        });
+        let generations = log
+            .rows
+            .iter()
+            .map(|r| r.generation)
+            .max()
+            .map_or(0, |g| g + 1);
+        let dash = || "–".to_string();
+        table.push(vec![
+            log.name.clone(),
+            log.rows.len().to_string(),
+            valid.len().to_string(),
+            generations.to_string(),
+            best.and_then(|b| b.score)
+                .map(|s| significant(s, 4))
+                .unwrap_or_else(dash),
+            best.and_then(|b| b.median_us)
+                .map(micros)
+                .unwrap_or_else(dash),
+            best.and_then(|b| match (b.speedup, b.speedup_lower, b.speedup_upper) {
+                (Some(p), Some(l), Some(u)) => Some(speedup_ci(p, l, u)),
+                (Some(p), _, _) => Some(speedup(p)),
+                _ => None,
+            })
+            .unwrap_or_else(dash),
+            best.map(|b| {
+                b.config
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_else(dash),
+        ]);
+    }
+    Some(table)
+}
+
+fn convergence(evidence: &EvidenceSet) -> Vec<(String, ConvergenceChart)> {
+    evidence
+        .searches
+        .iter()
+        .filter_map(|log| {
+            let mut per_generation: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
+            for row in log.rows.iter().filter(|r| r.status == "ok") {
+                if let Some(score) = row.score.filter(|s| s.is_finite()) {
+                    per_generation
+                        .entry(row.generation)
+                        .or_default()
+                        .push(score);
+                }
+            }
+            if per_generation.is_empty() {
+                return None;
+            }
+            let mut best = f64::NEG_INFINITY;
+            let generations = per_generation
+                .into_iter()
+                .map(|(generation, mut scores)| {
+                    scores.sort_by(f64::total_cmp);
+                    best = scores.iter().copied().fold(best, f64::max);
+                    let mid = scores.len() / 2;
+                    let median = if scores.len() % 2 == 1 {
+                        scores[mid]
+                    } else {
+                        (scores[mid - 1] + scores[mid]) / 2.0
+                    };
+                    (generation, best, median)
+                })
+                .collect();
+            Some((
+                format!("convergence-{}.svg", slug(&log.name)),
+                ConvergenceChart {
+                    title: format!("Search convergence: {}", log.name),
+                    generations,
+                },
+            ))
+        })
+        .collect()
+}
+
+fn files_table(evidence: &EvidenceSet) -> Table {
+    let mut table = Table::new(&[
+        "file",
+        "kind",
+        "date (UTC)",
+        "GPU",
+        "commit",
+        "driver",
+        "PyTorch",
+        "SM clock (MHz)",
+    ]);
+    let dash = || "–".to_string();
+    for run in &evidence.runs {
+        let p = run.evidence.provenance();
+        let clocks = match (p.clocks.sm_mhz_before, p.clocks.sm_mhz_after) {
+            (Some(b), Some(a)) if a != b => format!("{b} → {a}"),
+            (Some(b), _) => b.to_string(),
+            (None, Some(a)) => a.to_string(),
+            (None, None) => dash(),
+        };
+        table.push(vec![
+            run.path.clone(),
+            run.evidence.kind().into(),
+            short_date(&p.date),
+            p.gpu.clone(),
+            format!(
+                "{}{}",
+                short_rev(&p.git_rev),
+                if p.git_dirty { " (dirty)" } else { "" }
+            ),
+            p.driver.clone().unwrap_or_else(dash),
+            p.pytorch.clone().unwrap_or_else(dash),
+            clocks,
+        ]);
+    }
+    table
+}

@@ -1,0 +1,142 @@
+//! One table model rendered to both GitHub markdown and HTML, so both outputs show the same numbers.
+
+/// A table: a header row and rows of already formatted cells.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Table {
+    /// Column headers.
+    pub headers: Vec<String>,
+    /// Rows; each has as many cells as there are headers.
+    pub rows: Vec<Vec<String>>,
+    /// Columns (by index) holding numbers, right-aligned.
+    pub numeric: Vec<usize>,
+}
+
+impl Table {
+    /// A table with these headers and no rows.
+    pub fn new(headers: &[&str]) -> Self {
+        Table {
+            headers: headers.iter().map(|h| (*h).to_owned()).collect(),
+            rows: Vec::new(),
+            numeric: Vec::new(),
+        }
+    }
+
+    /// Marks columns as numeric (right-aligned).
+    pub fn numeric(mut self, columns: &[usize]) -> Self {
+        self.numeric = columns.to_vec();
+        self
+    }
+
+    /// Appends a row.
+    pub fn push(&mut self, row: Vec<String>) {
+        self.rows.push(row);
+    }
+
+    /// GitHub-flavoured markdown, pipes in cells escaped.
+    pub fn to_markdown(&self) -> String {
+        let escape = |cell: &str| cell.replace('|', "\\|").replace('\n', " ");
+        let mut out = format!(
+            "| {} |\n",
+            self.headers
+                .iter()
+                .map(|h| escape(h))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
+        let rule: Vec<&str> = (0..self.headers.len())
+            .map(|i| {
+                if self.numeric.contains(&i) {
+                    "---:"
+                } else {
+                    "---"
+                }
+            })
+            .collect();
+        out.push_str(&format!("| {} |\n", rule.join(" | ")));
+        for row in &self.rows {
+            out.push_str(&format!(
+                "| {} |\n",
+                row.iter()
+                    .map(|c| escape(c))
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            ));
+        }
+        out
+    }
+
+    /// An HTML `<table>`; cells are escaped. `classes` maps a cell's text to a CSS class (verdict
+    /// colouring), or `None`.
+    pub fn to_html(&self, classes: fn(&str) -> Option<&'static str>) -> String {
+        let mut out = String::from("<table>\n<thead><tr>");
+        for (i, header) in self.headers.iter().enumerate() {
+            out.push_str(&format!(
+                "<th{}>{}</th>",
+                self.align(i),
+                escape_html(header)
+            ));
+        }
+        out.push_str("</tr></thead>\n<tbody>\n");
+        for row in &self.rows {
+            out.push_str("<tr>");
+            for (i, cell) in row.iter().enumerate() {
+                let names: Vec<&str> = [self.numeric.contains(&i).then_some("num"), classes(cell)]
+                    .into_iter()
+                    .flatten()
+                    .collect();
+                let class = if names.is_empty() {
+                    String::new()
+                } else {
+                    format!(" class=\"{}\"", names.join(" "))
+                };
+                out.push_str(&format!("<td{class}>{}</td>", escape_html(cell)));
+            }
+            out.push_str("</tr>\n");
+        }
+        out.push_str("</tbody>\n</table>\n");
+        out
+    }
+
+    fn align(&self, column: usize) -> &'static str {
+        if self.numeric.contains(&column) {
+            " class=\"num\""
+        } else {
+            ""
+        }
+    }
+}
+
+/// Escapes `&`, `<`, `>` and `"` for HTML text and attribute values.
+pub fn escape_html(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markdown_and_html_show_the_same_cells() {
+        let mut table = Table::new(&["shape", "median (µs)"]).numeric(&[1]);
+        table.push(vec!["a|b".into(), "<1>".into()]);
+        assert_eq!(
+            table.to_markdown(),
+            "| shape | median (µs) |\n| --- | ---: |\n| a\\|b | <1> |\n"
+        );
+        let html = table.to_html(|_| None);
+        assert!(
+            html.contains("<td>a|b</td><td class=\"num\">&lt;1&gt;</td>"),
+            "{html}"
+        );
+    }
+}
