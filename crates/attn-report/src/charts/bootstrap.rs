@@ -55,7 +55,7 @@ pub fn bootstrap_histogram(chart: &BootstrapChart) -> Result<String, ReportError
             .caption(&chart.title, (FONT, 20))
             .margin(12)
             .x_label_area_size(45)
-            .y_label_area_size(70)
+            .y_label_area_size(90)
             .build_cartesian_2d(x_range, 0.0..tallest * 1.15)?;
         plot.configure_mesh()
             .x_desc("speedup replicate (baseline time / candidate time)")

@@ -26,7 +26,7 @@ pub fn convergence(file: &str, chart: &ConvergenceChart) -> Result<String, Repor
             .caption(&chart.title, (FONT, 20))
             .margin(12)
             .x_label_area_size(45)
-            .y_label_area_size(70)
+            .y_label_area_size(90)
             .build_cartesian_2d((g_lo - 0.5)..(g_hi + 0.5), (y_lo - pad)..(y_hi + pad))?;
         plot.configure_mesh()
             .x_desc("generation")

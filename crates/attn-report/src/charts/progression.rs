@@ -56,7 +56,7 @@ pub fn progression(chart: &ProgressionChart) -> Result<String, ReportError> {
             .caption(&chart.title, (FONT, 20))
             .margin(12)
             .x_label_area_size(45)
-            .y_label_area_size(80)
+            .y_label_area_size(90)
             .build_cartesian_2d((0..last).into_segmented(), (lo..hi).log_scale())?;
         let run_labels = &chart.runs;
         plot.configure_mesh()

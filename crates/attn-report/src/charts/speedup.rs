@@ -49,13 +49,13 @@ pub fn speedup_bars(chart: &SpeedupChart) -> Result<String, ReportError> {
             .caption(&chart.title, (FONT, 20))
             .margin(12)
             .x_label_area_size(45)
-            .y_label_area_size(70)
+            .y_label_area_size(90)
             .build_cartesian_2d((0..count - 1).into_segmented(), 0.0..hi * 1.4)?;
         let shapes = &chart.bars;
         plot.configure_mesh()
             .disable_x_mesh()
             .x_desc("shape (B,H,S,D)")
-            .y_desc("speedup (baseline time / candidate time)")
+            .y_desc("speedup (baseline / candidate time)")
             .x_labels(shapes.len().clamp(1, 16))
             .x_label_formatter(&|v| match v {
                 SegmentValue::CenterOf(i) => shapes

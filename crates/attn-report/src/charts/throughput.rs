@@ -44,7 +44,7 @@ pub fn throughput(chart: &ThroughputChart) -> Result<String, ReportError> {
             .caption(&chart.title, (FONT, 20))
             .margin(12)
             .x_label_area_size(45)
-            .y_label_area_size(70)
+            .y_label_area_size(90)
             .build_cartesian_2d((x_lo..x_hi).log_scale().base(2.0), 0.0..y_hi * 1.12)?;
         plot.configure_mesh()
             .x_desc("sequence length (tokens, log scale)")
