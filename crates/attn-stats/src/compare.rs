@@ -21,7 +21,11 @@ pub struct CompareOptions {
 
 impl Default for CompareOptions {
     fn default() -> Self {
-        CompareOptions { bootstrap: BootstrapOptions::default(), noise: 0.01, gate_threshold: 0.95 }
+        CompareOptions {
+            bootstrap: BootstrapOptions::default(),
+            noise: 0.01,
+            gate_threshold: 0.95,
+        }
     }
 }
 
@@ -142,7 +146,11 @@ pub fn verdict(speedup: &Estimate, noise: f64) -> Verdict {
 /// assert_eq!(result.seed, opts.bootstrap.seed);
 /// # Ok::<(), attn_stats::StatsError>(())
 /// ```
-pub fn compare(baseline: &Sample, candidate: &Sample, opts: &CompareOptions) -> Result<Comparison, StatsError> {
+pub fn compare(
+    baseline: &Sample,
+    candidate: &Sample,
+    opts: &CompareOptions,
+) -> Result<Comparison, StatsError> {
     opts.validate()?;
     check_positive(baseline, "baseline")?;
     check_positive(candidate, "candidate")?;
@@ -152,7 +160,10 @@ pub fn compare(baseline: &Sample, candidate: &Sample, opts: &CompareOptions) -> 
 
     let rows = median_replicates(baseline, candidate, boot);
     let (baseline_median, candidate_median) = (baseline.median(), candidate.median());
-    let (baseline_loo, candidate_loo) = (leave_one_out_medians(baseline), leave_one_out_medians(candidate));
+    let (baseline_loo, candidate_loo) = (
+        leave_one_out_medians(baseline),
+        leave_one_out_medians(candidate),
+    );
 
     let speedup = estimate(
         &engine::column(&rows, 2, SPEEDUP),
@@ -187,7 +198,10 @@ pub fn compare(baseline: &Sample, candidate: &Sample, opts: &CompareOptions) -> 
         diff_median,
         mann_whitney: mann_whitney(baseline, candidate),
         verdict: verdict(&speedup, opts.noise),
-        gate: GateResult { threshold: opts.gate_threshold, passed: false },
+        gate: GateResult {
+            threshold: opts.gate_threshold,
+            passed: false,
+        },
     };
     comparison.gate.passed = comparison.passes_gate(opts.gate_threshold);
     Ok(comparison)
@@ -210,7 +224,11 @@ pub fn compare(baseline: &Sample, candidate: &Sample, opts: &CompareOptions) -> 
 /// assert_eq!(sd, compare(&a, &b, &opts)?.speedup.standard_error);
 /// # Ok::<(), attn_stats::StatsError>(())
 /// ```
-pub fn speedup_replicates(baseline: &Sample, candidate: &Sample, opts: &BootstrapOptions) -> Vec<f64> {
+pub fn speedup_replicates(
+    baseline: &Sample,
+    candidate: &Sample,
+    opts: &BootstrapOptions,
+) -> Vec<f64> {
     if check_len(baseline).is_err() || check_len(candidate).is_err() {
         return Vec::new();
     }
@@ -222,12 +240,18 @@ const DIFF: usize = 1;
 
 /// Row-major replicates `[speedup, diff]` per resample: both medians found once per resample.
 fn median_replicates(baseline: &Sample, candidate: &Sample, opts: &BootstrapOptions) -> Vec<f64> {
-    engine::replicates(&[baseline.values(), candidate.values()], opts.resamples, opts.seed, 2, |buffers, row| {
-        let baseline_median = median_in_place(&mut buffers[0]);
-        let candidate_median = median_in_place(&mut buffers[1]);
-        row[SPEEDUP] = baseline_median / candidate_median;
-        row[DIFF] = candidate_median - baseline_median;
-    })
+    engine::replicates(
+        &[baseline.values(), candidate.values()],
+        opts.resamples,
+        opts.seed,
+        2,
+        |buffers, row| {
+            let baseline_median = median_in_place(&mut buffers[0]);
+            let candidate_median = median_in_place(&mut buffers[1]);
+            row[SPEEDUP] = baseline_median / candidate_median;
+            row[DIFF] = candidate_median - baseline_median;
+        },
+    )
 }
 
 /// The median with each observation left out in turn, in `O(1)` each from the sorted values
@@ -238,7 +262,13 @@ fn leave_one_out_medians(sample: &Sample) -> Vec<f64> {
     (0..sorted.len())
         .map(|left_out| {
             // Position `k` among the remaining values, skipping the one left out.
-            let at = |k: usize| if k < left_out { sorted[k] } else { sorted[k + 1] };
+            let at = |k: usize| {
+                if k < left_out {
+                    sorted[k]
+                } else {
+                    sorted[k + 1]
+                }
+            };
             if remaining % 2 == 1 {
                 at(remaining / 2)
             } else {
@@ -262,7 +292,11 @@ mod tests {
 
     #[test]
     fn leave_one_out_medians_match_the_generic_jackknife() {
-        for values in [vec![3.0, 1.0, 2.0], vec![5.0, 1.0, 1.0, 4.0, 2.0, 9.0], vec![2.0, 2.0, 7.0, 1.0, 0.5]] {
+        for values in [
+            vec![3.0, 1.0, 2.0],
+            vec![5.0, 1.0, 1.0, 4.0, 2.0, 9.0],
+            vec![2.0, 2.0, 7.0, 1.0, 0.5],
+        ] {
             let sample = Sample::new(values).unwrap();
             let mut fast = leave_one_out_medians(&sample);
             let mut generic = jackknife(&sample, statistic::median);
@@ -290,7 +324,11 @@ mod tests {
             (0.9, 1.1, Verdict::NoChange),
         ];
         for (lower, upper, expected) in cases {
-            assert_eq!(verdict(&interval(lower, upper), 0.01), expected, "[{lower}, {upper}]");
+            assert_eq!(
+                verdict(&interval(lower, upper), 0.01),
+                expected,
+                "[{lower}, {upper}]"
+            );
         }
     }
 }

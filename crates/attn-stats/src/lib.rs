@@ -58,9 +58,12 @@ mod sample;
 mod summary;
 
 pub use bootstrap::{
-    bootstrap, bootstrap_two, interval, jackknife, BootstrapOptions, CiMethod, Estimate, DEFAULT_SEED,
+    bootstrap, bootstrap_two, interval, jackknife, BootstrapOptions, CiMethod, Estimate,
+    DEFAULT_SEED,
 };
-pub use compare::{compare, speedup_replicates, verdict, CompareOptions, Comparison, GateResult, Verdict};
+pub use compare::{
+    compare, speedup_replicates, verdict, CompareOptions, Comparison, GateResult, Verdict,
+};
 pub use error::StatsError;
 pub use mann_whitney::{mann_whitney, MannWhitney};
 pub use read::{parse_sample, read_sample};

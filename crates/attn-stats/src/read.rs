@@ -35,8 +35,15 @@ pub fn parse_sample(text: &str, column: Option<&str>) -> Result<Sample, StatsErr
 
 /// Reads a sample from the file at `path`, as [`parse_sample`]; errors carry the path.
 pub fn read_sample(path: &Path, column: Option<&str>) -> Result<Sample, StatsError> {
-    let in_file = |error| StatsError::InFile { path: path.to_path_buf(), error: Box::new(error) };
-    let text = std::fs::read_to_string(path).map_err(|e| in_file(StatsError::Io { message: e.to_string() }))?;
+    let in_file = |error| StatsError::InFile {
+        path: path.to_path_buf(),
+        error: Box::new(error),
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        in_file(StatsError::Io {
+            message: e.to_string(),
+        })
+    })?;
     parse_sample(&text, column).map_err(in_file)
 }
 
@@ -50,7 +57,11 @@ fn parse_lines(text: &str) -> Result<Vec<(u64, f64)>, StatsError> {
         }
         let line = index as u64 + 1;
         // A header or a comma on the first data line suggests a CSV file read without a column.
-        let hint = if numbers.is_empty() || trimmed.contains(',') { CSV_HINT } else { "" };
+        let hint = if numbers.is_empty() || trimmed.contains(',') {
+            CSV_HINT
+        } else {
+            ""
+        };
         numbers.push((line, parse_number(trimmed, line, hint)?));
     }
     Ok(numbers)
@@ -61,13 +72,17 @@ fn parse_csv_column(text: &str, column: &str) -> Result<Vec<(u64, f64)>, StatsEr
     let csv_error = |e: csv::Error| StatsError::Csv {
         line: e.position().map_or(0, csv::Position::line),
         message: match e.kind() {
-            csv::ErrorKind::UnequalLengths { expected_len, len, .. } => {
+            csv::ErrorKind::UnequalLengths {
+                expected_len, len, ..
+            } => {
                 format!("{len} fields where the header has {expected_len}")
             }
             _ => e.to_string(),
         },
     };
-    let mut reader = csv::ReaderBuilder::new().trim(csv::Trim::All).from_reader(text.as_bytes());
+    let mut reader = csv::ReaderBuilder::new()
+        .trim(csv::Trim::All)
+        .from_reader(text.as_bytes());
     let headers = reader.headers().map_err(csv_error)?.clone();
     let Some(index) = headers.iter().position(|name| name == column) else {
         return Err(StatsError::MissingColumn {
@@ -79,7 +94,10 @@ fn parse_csv_column(text: &str, column: &str) -> Result<Vec<(u64, f64)>, StatsEr
     for record in reader.records() {
         let record = record.map_err(csv_error)?;
         let line = record.position().map_or(0, csv::Position::line);
-        numbers.push((line, parse_number(record.get(index).unwrap_or(""), line, "")?));
+        numbers.push((
+            line,
+            parse_number(record.get(index).unwrap_or(""), line, "")?,
+        ));
     }
     Ok(numbers)
 }
@@ -87,7 +105,11 @@ fn parse_csv_column(text: &str, column: &str) -> Result<Vec<(u64, f64)>, StatsEr
 fn parse_number(text: &str, line: u64, hint: &'static str) -> Result<f64, StatsError> {
     match text.parse::<f64>() {
         Ok(value) if value.is_finite() => Ok(value),
-        _ => Err(StatsError::NotANumber { line, text: text.to_string(), hint }),
+        _ => Err(StatsError::NotANumber {
+            line,
+            text: text.to_string(),
+            hint,
+        }),
     }
 }
 
@@ -110,24 +132,56 @@ mod tests {
         check("  1e-3 \r\n2E2\n", None, Ok(&[1e-3, 200.0]));
         check("", None, Err("no numbers found"));
         check("# nothing\n\n", None, Err("no numbers found"));
-        check("\n4.5\n", None, Err("only one number found (line 2); a sample needs at least 2"));
-        check("1\n2\nNaN\n", None, Err("line 3: \"NaN\" is not a finite number"));
-        check("1\ninf\n", None, Err("line 2: \"inf\" is not a finite number"));
+        check(
+            "\n4.5\n",
+            None,
+            Err("only one number found (line 2); a sample needs at least 2"),
+        );
+        check(
+            "1\n2\nNaN\n",
+            None,
+            Err("line 3: \"NaN\" is not a finite number"),
+        );
+        check(
+            "1\ninf\n",
+            None,
+            Err("line 2: \"inf\" is not a finite number"),
+        );
         check(
             "ms\n1\n2\n",
             None,
             Err("line 1: \"ms\" is not a finite number (for a CSV file, name the column to read)"),
         );
         check("a,ms\nx,1\ny,2\n", Some("ms"), Ok(&[1.0, 2.0]));
-        check("a, ms\nx, 1\n", Some("ms"), Err("only one number found (line 2); a sample needs at least 2"));
-        check("a,ms\nx,1\ny,\n", Some("ms"), Err("line 3: \"\" is not a finite number"));
-        check("a,ms\nx,1\n", Some("us"), Err("no column named \"us\" (columns: a, ms)"));
-        check("a,ms\nx,1\ny,2,3\n", Some("ms"), Err("line 3: malformed CSV: 3 fields where the header has 2"));
+        check(
+            "a, ms\nx, 1\n",
+            Some("ms"),
+            Err("only one number found (line 2); a sample needs at least 2"),
+        );
+        check(
+            "a,ms\nx,1\ny,\n",
+            Some("ms"),
+            Err("line 3: \"\" is not a finite number"),
+        );
+        check(
+            "a,ms\nx,1\n",
+            Some("us"),
+            Err("no column named \"us\" (columns: a, ms)"),
+        );
+        check(
+            "a,ms\nx,1\ny,2,3\n",
+            Some("ms"),
+            Err("line 3: malformed CSV: 3 fields where the header has 2"),
+        );
     }
 
     #[test]
     fn file_errors_name_the_file() {
         let err = read_sample(Path::new("/no/such/timings.txt"), None).unwrap_err();
-        assert!(err.to_string().starts_with("/no/such/timings.txt: cannot read: "), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("/no/such/timings.txt: cannot read: "),
+            "{err}"
+        );
     }
 }

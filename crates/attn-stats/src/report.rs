@@ -11,7 +11,7 @@ impl fmt::Display for Comparison {
         let (b, c) = (&self.baseline, &self.candidate);
         writeln!(f, "{:<24}{:>14}{:>14}", "", "baseline", "candidate")?;
         writeln!(f, "{:<24}{:>14}{:>14}", "n", b.n, c.n)?;
-        let rows: [(&str, fn(&Summary) -> f64); 13] = [
+        let rows: [(&str, SummaryField); 13] = [
             ("min", |s| s.min),
             ("p10", |s| s.p10),
             ("p25", |s| s.p25),
@@ -27,18 +27,47 @@ impl fmt::Display for Comparison {
             ("median / min", |s| s.median / s.min),
         ];
         for (name, field) in rows {
-            writeln!(f, "{name:<24}{:>14}{:>14}", number(field(b)), number(field(c)))?;
+            writeln!(
+                f,
+                "{name:<24}{:>14}{:>14}",
+                number(field(b)),
+                number(field(c))
+            )?;
         }
         let outliers = |s: &Summary| {
             let o = s.outliers;
-            format!("{}/{}/{}/{}", o.low_severe, o.low_mild, o.high_mild, o.high_severe)
+            format!(
+                "{}/{}/{}/{}",
+                o.low_severe, o.low_mild, o.high_mild, o.high_severe
+            )
         };
-        writeln!(f, "{:<24}{:>14}{:>14}", "outliers (ls/lm/hm/hs)", outliers(b), outliers(c))?;
+        writeln!(
+            f,
+            "{:<24}{:>14}{:>14}",
+            "outliers (ls/lm/hm/hs)",
+            outliers(b),
+            outliers(c)
+        )?;
         writeln!(f)?;
-        let level = format!("{}% {}", number(100.0 * self.confidence), method(self.speedup.method));
-        writeln!(f, "speedup (b/c medians)   {}  {level}", interval(&self.speedup))?;
-        writeln!(f, "diff median (c - b)     {}  {level}", interval(&self.diff_median))?;
-        writeln!(f, "Mann-Whitney            U = {}, p = {:.3e}", number(self.mann_whitney.u), self.mann_whitney.p)?;
+        // Rounded so 0.95 reads "95%", not "95.00000000000001%".
+        let percent = (100.0 * self.confidence * 1e6).round() / 1e6;
+        let level = format!("{percent}% {}", method(self.speedup.method));
+        writeln!(
+            f,
+            "speedup (b/c medians)   {}  {level}",
+            interval(&self.speedup)
+        )?;
+        writeln!(
+            f,
+            "diff median (c - b)     {}  {level}",
+            interval(&self.diff_median)
+        )?;
+        writeln!(
+            f,
+            "Mann-Whitney            U = {}, p = {:.3e}",
+            number(self.mann_whitney.u),
+            self.mann_whitney.p
+        )?;
         let rule = match self.verdict {
             Verdict::Faster => "speedup interval above the noise band",
             Verdict::Slower => "speedup interval below the noise band",
@@ -49,11 +78,18 @@ impl fmt::Display for Comparison {
             f,
             "gate                    {} (candidate median <= {} x baseline median, and diff interval < 0)",
             if self.gate.passed { "passed" } else { "failed" },
-            number(self.gate.threshold),
+            self.gate.threshold,
         )?;
-        write!(f, "bootstrap               {} resamples, seed {}", self.resamples, self.seed)
+        write!(
+            f,
+            "bootstrap               {} resamples, seed {}",
+            self.resamples, self.seed
+        )
     }
 }
+
+/// Reads one number off a summary, for a row of the table.
+type SummaryField = fn(&Summary) -> f64;
 
 fn method(method: CiMethod) -> &'static str {
     match method {

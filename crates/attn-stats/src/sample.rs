@@ -147,11 +147,20 @@ mod tests {
 
     #[test]
     fn median_in_place_matches_the_sorted_quantile() {
-        let cases: &[&[f64]] = &[&[1.0], &[2.0, 1.0], &[3.0, 1.0, 2.0], &[4.0, 4.0, 1.0, 9.0, 2.0, 2.0]];
+        let cases: &[&[f64]] = &[
+            &[1.0],
+            &[2.0, 1.0],
+            &[3.0, 1.0, 2.0],
+            &[4.0, 4.0, 1.0, 9.0, 2.0, 2.0],
+        ];
         for &case in cases {
             let mut sorted = case.to_vec();
             sorted.sort_by(f64::total_cmp);
-            assert_eq!(median_in_place(&mut case.to_vec()), quantile(&sorted, 0.5), "{case:?}");
+            assert_eq!(
+                median_in_place(&mut case.to_vec()),
+                quantile(&sorted, 0.5),
+                "{case:?}"
+            );
         }
     }
 
@@ -165,8 +174,17 @@ mod tests {
 
     #[test]
     fn sample_rejects_bad_input_with_its_position() {
-        assert_eq!(Sample::new(vec![]), Err(StatsError::TooFewObservations { len: 0 }));
+        assert_eq!(
+            Sample::new(vec![]),
+            Err(StatsError::TooFewObservations { len: 0 })
+        );
         let err = Sample::new(vec![1.0, 2.0, f64::INFINITY]).unwrap_err();
-        assert_eq!(err, StatsError::NonFinite { index: 2, value: f64::INFINITY });
+        assert_eq!(
+            err,
+            StatsError::NonFinite {
+                index: 2,
+                value: f64::INFINITY
+            }
+        );
     }
 }

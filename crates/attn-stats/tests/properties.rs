@@ -1,11 +1,19 @@
 //! Properties of the bootstrap and of compare, on generated data (proptest, fixed seed).
 
-use attn_stats::{bootstrap, compare, speedup_replicates, statistic, BootstrapOptions, CiMethod, CompareOptions, Sample};
+use attn_stats::{
+    bootstrap, compare, speedup_replicates, statistic, BootstrapOptions, CiMethod, CompareOptions,
+    Sample,
+};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
 
 fn config() -> Config {
-    Config { cases: 48, rng_seed: RngSeed::Fixed(0x5EED), failure_persistence: None, ..Config::default() }
+    Config {
+        cases: 48,
+        rng_seed: RngSeed::Fixed(0x5EED),
+        failure_persistence: None,
+        ..Config::default()
+    }
 }
 
 /// Timing-like data: positive, with a spread of a few percent up to 2×.
@@ -14,7 +22,12 @@ fn timings(len: std::ops::Range<usize>) -> impl Strategy<Value = Vec<f64>> {
 }
 
 fn small(method: CiMethod, seed: u64) -> BootstrapOptions {
-    BootstrapOptions { resamples: 1_000, seed, method, ..BootstrapOptions::default() }
+    BootstrapOptions {
+        resamples: 1_000,
+        seed,
+        method,
+        ..BootstrapOptions::default()
+    }
 }
 
 proptest! {
@@ -69,16 +82,46 @@ fn bits(values: &[f64]) -> Vec<u64> {
 
 #[test]
 fn same_seed_same_bits_on_any_number_of_threads() {
-    let a = Sample::new((0..300).map(|i| 1.0 + f64::from(i * 37 % 101) / 100.0).collect()).unwrap();
-    let b = Sample::new((0..250).map(|i| 0.9 + f64::from(i * 53 % 97) / 100.0).collect()).unwrap();
-    let opts = CompareOptions { bootstrap: BootstrapOptions { resamples: 3_000, seed: 11, ..Default::default() }, ..Default::default() };
+    let a = Sample::new(
+        (0..300)
+            .map(|i| 1.0 + f64::from(i * 37 % 101) / 100.0)
+            .collect(),
+    )
+    .unwrap();
+    let b = Sample::new(
+        (0..250)
+            .map(|i| 0.9 + f64::from(i * 53 % 97) / 100.0)
+            .collect(),
+    )
+    .unwrap();
+    let opts = CompareOptions {
+        bootstrap: BootstrapOptions {
+            resamples: 3_000,
+            seed: 11,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
     let run = |threads| {
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
         pool.install(|| {
             let c = compare(&a, &b, &opts).unwrap();
-            let mut ends = vec![c.speedup.lower, c.speedup.upper, c.diff_median.lower, c.diff_median.upper];
+            let mut ends = vec![
+                c.speedup.lower,
+                c.speedup.upper,
+                c.diff_median.lower,
+                c.diff_median.upper,
+            ];
             ends.extend(speedup_replicates(&a, &b, &opts.bootstrap));
-            ends.extend(bootstrap(&a, &[statistic::mean], &opts.bootstrap).unwrap().iter().flat_map(|e| [e.lower, e.upper]));
+            ends.extend(
+                bootstrap(&a, &[statistic::mean], &opts.bootstrap)
+                    .unwrap()
+                    .iter()
+                    .flat_map(|e| [e.lower, e.upper]),
+            );
             bits(&ends)
         })
     };
@@ -86,8 +129,17 @@ fn same_seed_same_bits_on_any_number_of_threads() {
     assert_eq!(single, run(2));
     assert_eq!(single, run(5));
     // And another seed gives other resamples.
-    let other = CompareOptions { bootstrap: BootstrapOptions { seed: 12, ..opts.bootstrap }, ..opts };
-    assert_ne!(speedup_replicates(&a, &b, &other.bootstrap), speedup_replicates(&a, &b, &opts.bootstrap));
+    let other = CompareOptions {
+        bootstrap: BootstrapOptions {
+            seed: 12,
+            ..opts.bootstrap
+        },
+        ..opts
+    };
+    assert_ne!(
+        speedup_replicates(&a, &b, &other.bootstrap),
+        speedup_replicates(&a, &b, &opts.bootstrap)
+    );
 }
 
 #[test]
@@ -96,26 +148,90 @@ fn compare_rejects_bad_options_and_non_positive_timings() {
     let with_zero = Sample::new(vec![1.0, 0.0, 3.0]).unwrap();
     let defaults = CompareOptions::default();
     let cases: [(&Sample, CompareOptions, &str); 6] = [
-        (&with_zero, defaults, "candidate observation 1 is 0; a speedup needs positive timings"),
-        (&good, CompareOptions { noise: -0.1, ..defaults }, "option noise = -0.1 is invalid: a fraction in [0, 1), e.g. 0.01 for ±1%"),
-        (&good, CompareOptions { gate_threshold: 0.0, ..defaults }, "option threshold = 0 is invalid: a positive ratio, e.g. 0.95"),
-        (&good, CompareOptions { bootstrap: BootstrapOptions { resamples: 1, ..defaults.bootstrap }, ..defaults }, "option resamples = 1 is invalid: at least 2"),
-        (&good, CompareOptions { bootstrap: BootstrapOptions { confidence: 1.0, ..defaults.bootstrap }, ..defaults }, "option confidence = 1 is invalid: strictly between 0 and 1, e.g. 0.95"),
-        (&good, CompareOptions { bootstrap: BootstrapOptions { confidence: f64::NAN, ..defaults.bootstrap }, ..defaults }, "option confidence = NaN is invalid: strictly between 0 and 1, e.g. 0.95"),
+        (
+            &with_zero,
+            defaults,
+            "candidate observation 1 is 0; a speedup needs positive timings",
+        ),
+        (
+            &good,
+            CompareOptions {
+                noise: -0.1,
+                ..defaults
+            },
+            "option noise = -0.1 is invalid: a fraction in [0, 1), e.g. 0.01 for ±1%",
+        ),
+        (
+            &good,
+            CompareOptions {
+                gate_threshold: 0.0,
+                ..defaults
+            },
+            "option threshold = 0 is invalid: a positive ratio, e.g. 0.95",
+        ),
+        (
+            &good,
+            CompareOptions {
+                bootstrap: BootstrapOptions {
+                    resamples: 1,
+                    ..defaults.bootstrap
+                },
+                ..defaults
+            },
+            "option resamples = 1 is invalid: at least 2",
+        ),
+        (
+            &good,
+            CompareOptions {
+                bootstrap: BootstrapOptions {
+                    confidence: 1.0,
+                    ..defaults.bootstrap
+                },
+                ..defaults
+            },
+            "option confidence = 1 is invalid: strictly between 0 and 1, e.g. 0.95",
+        ),
+        (
+            &good,
+            CompareOptions {
+                bootstrap: BootstrapOptions {
+                    confidence: f64::NAN,
+                    ..defaults.bootstrap
+                },
+                ..defaults
+            },
+            "option confidence = NaN is invalid: strictly between 0 and 1, e.g. 0.95",
+        ),
     ];
     for (candidate, opts, message) in cases {
-        assert_eq!(compare(&good, candidate, &opts).unwrap_err().to_string(), message);
+        assert_eq!(
+            compare(&good, candidate, &opts).unwrap_err().to_string(),
+            message
+        );
     }
 }
 
 #[test]
 fn verdict_gate_and_json_schema() {
-    let baseline = Sample::new((0..100).map(|i| 10.0 + f64::from(i % 10) * 0.01).collect()).unwrap();
-    let slightly_faster = Sample::new((0..100).map(|i| 9.7 + f64::from(i % 10) * 0.01).collect()).unwrap();
-    let much_faster = Sample::new((0..100).map(|i| 9.0 + f64::from(i % 10) * 0.01).collect()).unwrap();
-    let opts = CompareOptions { bootstrap: BootstrapOptions { resamples: 2_000, ..Default::default() }, ..Default::default() };
+    let baseline =
+        Sample::new((0..100).map(|i| 10.0 + f64::from(i % 10) * 0.01).collect()).unwrap();
+    let slightly_faster =
+        Sample::new((0..100).map(|i| 9.7 + f64::from(i % 10) * 0.01).collect()).unwrap();
+    let much_faster =
+        Sample::new((0..100).map(|i| 9.0 + f64::from(i % 10) * 0.01).collect()).unwrap();
+    let opts = CompareOptions {
+        bootstrap: BootstrapOptions {
+            resamples: 2_000,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
     // (candidate, verdict, gate passed): 3% faster is faster but misses the 5% gate.
-    let cases = [(&slightly_faster, "faster", false), (&much_faster, "faster", true), (&baseline, "no-change", false)];
+    let cases = [
+        (&slightly_faster, "faster", false),
+        (&much_faster, "faster", true),
+        (&baseline, "no-change", false),
+    ];
     for (candidate, verdict, passed) in cases {
         let result = compare(&baseline, candidate, &opts).unwrap();
         let json = serde_json::to_value(&result).unwrap();
@@ -124,14 +240,33 @@ fn verdict_gate_and_json_schema() {
         assert_eq!(json["gate"]["threshold"], 0.95);
         assert_eq!(result.passes_gate(0.95), passed);
         assert_eq!(json["speedup"]["method"], "bca");
-        let keys: Vec<&str> = json.as_object().unwrap().keys().map(String::as_str).collect();
-        let mut expected = ["seed", "resamples", "confidence", "baseline", "candidate", "speedup", "diff_median", "mann_whitney", "verdict", "gate"];
+        let keys: Vec<&str> = json
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let mut expected = [
+            "seed",
+            "resamples",
+            "confidence",
+            "baseline",
+            "candidate",
+            "speedup",
+            "diff_median",
+            "mann_whitney",
+            "verdict",
+            "gate",
+        ];
         let mut sorted_keys = keys.clone();
         sorted_keys.sort_unstable();
         expected.sort_unstable();
         assert_eq!(sorted_keys, expected);
         let summary_keys = json["baseline"].as_object().unwrap().len();
-        assert_eq!(summary_keys, 14, "n, min, max, mean, median, 5 percentiles, std, mad, iqr, outliers");
+        assert_eq!(
+            summary_keys, 14,
+            "n, min, max, mean, median, 5 percentiles, std, mad, iqr, outliers"
+        );
         let round_trip: attn_stats::Comparison = serde_json::from_value(json).unwrap();
         assert_eq!(round_trip, result);
     }

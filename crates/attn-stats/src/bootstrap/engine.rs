@@ -35,17 +35,19 @@ where
     if outputs == 0 {
         return rows;
     }
-    rows.par_chunks_mut(CHUNK * outputs).enumerate().for_each(|(chunk, chunk_rows)| {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        rng.set_stream(chunk as u64);
-        let mut buffers: Vec<Vec<f64>> = samples.iter().map(|s| vec![0.0; s.len()]).collect();
-        for row in chunk_rows.chunks_mut(outputs) {
-            for (buffer, sample) in buffers.iter_mut().zip(samples) {
-                fill_resample(buffer, sample, &mut rng);
+    rows.par_chunks_mut(CHUNK * outputs)
+        .enumerate()
+        .for_each(|(chunk, chunk_rows)| {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            rng.set_stream(chunk as u64);
+            let mut buffers: Vec<Vec<f64>> = samples.iter().map(|s| vec![0.0; s.len()]).collect();
+            for row in chunk_rows.chunks_mut(outputs) {
+                for (buffer, sample) in buffers.iter_mut().zip(samples) {
+                    fill_resample(buffer, sample, &mut rng);
+                }
+                evaluate(&mut buffers, row);
             }
-            evaluate(&mut buffers, row);
-        }
-    });
+        });
     rows
 }
 
@@ -88,19 +90,30 @@ mod tests {
             seen[index_below(&mut rng, 7)] += 1;
         }
         // Each bucket expects 1000; 5 standard deviations is about ±150.
-        assert!(seen.iter().all(|&count| (850..1150).contains(&count)), "{seen:?}");
+        assert!(
+            seen.iter().all(|&count| (850..1150).contains(&count)),
+            "{seen:?}"
+        );
     }
 
     #[test]
     fn replicates_do_not_depend_on_the_thread_count() {
         let sample: Vec<f64> = (0..50).map(f64::from).collect();
         let run = |threads| {
-            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
             pool.install(|| {
-                replicates(&[&sample], 1_000, 42, 1, |buffers, row| row[0] = buffers[0].iter().sum())
+                replicates(&[&sample], 1_000, 42, 1, |buffers, row| {
+                    row[0] = buffers[0].iter().sum()
+                })
             })
         };
         let one = run(1);
-        assert_eq!(one.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), run(3).iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+        assert_eq!(
+            one.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            run(3).iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+        );
     }
 }

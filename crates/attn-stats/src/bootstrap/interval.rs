@@ -42,7 +42,12 @@ pub fn percentile_interval(replicates: &[f64], confidence: f64) -> (f64, f64) {
 /// let (p_lower, p_upper) = percentile_interval(&replicates, 0.9);
 /// assert!((lower - p_lower).abs() < 1e-9 && (upper - p_upper).abs() < 1e-9);
 /// ```
-pub fn bca_interval(replicates: &[f64], point: f64, acceleration: f64, confidence: f64) -> (f64, f64) {
+pub fn bca_interval(
+    replicates: &[f64],
+    point: f64,
+    acceleration: f64,
+    confidence: f64,
+) -> (f64, f64) {
     if replicates.is_empty() || !(0.0..1.0).contains(&confidence) || point.is_nan() {
         return (f64::NAN, f64::NAN);
     }
@@ -57,7 +62,10 @@ pub fn bca_interval(replicates: &[f64], point: f64, acceleration: f64, confidenc
     let z_alpha = normal.inverse_cdf((1.0 - confidence) / 2.0);
     let adjusted = |z: f64| normal.cdf(z0 + (z0 + z) / (1.0 - acceleration * (z0 + z)));
     let sorted = sorted(replicates);
-    (quantile(&sorted, adjusted(z_alpha)), quantile(&sorted, adjusted(-z_alpha)))
+    (
+        quantile(&sorted, adjusted(z_alpha)),
+        quantile(&sorted, adjusted(-z_alpha)),
+    )
 }
 
 /// The BCa acceleration `a` from jackknife values: `jackknife[j]` holds the statistic with each
@@ -99,7 +107,12 @@ pub fn acceleration(jackknife: &[&[f64]]) -> f64 {
 pub fn standard_error(replicates: &[f64]) -> f64 {
     let n = replicates.len() as f64;
     let mean = replicates.iter().sum::<f64>() / n;
-    (replicates.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (n - 1.0)).sqrt()
+    (replicates
+        .iter()
+        .map(|x| (x - mean) * (x - mean))
+        .sum::<f64>()
+        / (n - 1.0))
+        .sqrt()
 }
 
 fn sorted(values: &[f64]) -> Vec<f64> {

@@ -65,7 +65,12 @@ pub struct BootstrapOptions {
 
 impl Default for BootstrapOptions {
     fn default() -> Self {
-        BootstrapOptions { resamples: 10_000, confidence: 0.95, seed: DEFAULT_SEED, method: CiMethod::Bca }
+        BootstrapOptions {
+            resamples: 10_000,
+            confidence: 0.95,
+            seed: DEFAULT_SEED,
+            method: CiMethod::Bca,
+        }
     }
 }
 
@@ -110,20 +115,30 @@ impl BootstrapOptions {
 /// assert_eq!(bootstrap(&sample, &[statistic::median], &opts)?[0], median);
 /// # Ok::<(), attn_stats::StatsError>(())
 /// ```
-pub fn bootstrap<F>(sample: &Sample, statistics: &[F], opts: &BootstrapOptions) -> Result<Vec<Estimate>, StatsError>
+pub fn bootstrap<F>(
+    sample: &Sample,
+    statistics: &[F],
+    opts: &BootstrapOptions,
+) -> Result<Vec<Estimate>, StatsError>
 where
     F: Fn(&mut [f64]) -> f64 + Sync,
 {
     opts.validate()?;
     check_len(sample)?;
     let outputs = statistics.len();
-    let rows = engine::replicates(&[sample.values()], opts.resamples, opts.seed, outputs, |buffers, row| {
-        let mut scratch = buffers[0].clone();
-        for (statistic, slot) in statistics.iter().zip(row.iter_mut()) {
-            scratch.copy_from_slice(&buffers[0]);
-            *slot = statistic(&mut scratch);
-        }
-    });
+    let rows = engine::replicates(
+        &[sample.values()],
+        opts.resamples,
+        opts.seed,
+        outputs,
+        |buffers, row| {
+            let mut scratch = buffers[0].clone();
+            for (statistic, slot) in statistics.iter().zip(row.iter_mut()) {
+                scratch.copy_from_slice(&buffers[0]);
+                *slot = statistic(&mut scratch);
+            }
+        },
+    );
     Ok(statistics
         .iter()
         .enumerate()
@@ -166,14 +181,20 @@ where
     check_len(second)?;
     let outputs = statistics.len();
     let samples = [first.values(), second.values()];
-    let rows = engine::replicates(&samples, opts.resamples, opts.seed, outputs, |buffers, row| {
-        let (mut a, mut b) = (buffers[0].clone(), buffers[1].clone());
-        for (statistic, slot) in statistics.iter().zip(row.iter_mut()) {
-            a.copy_from_slice(&buffers[0]);
-            b.copy_from_slice(&buffers[1]);
-            *slot = statistic(&mut a, &mut b);
-        }
-    });
+    let rows = engine::replicates(
+        &samples,
+        opts.resamples,
+        opts.seed,
+        outputs,
+        |buffers, row| {
+            let (mut a, mut b) = (buffers[0].clone(), buffers[1].clone());
+            for (statistic, slot) in statistics.iter().zip(row.iter_mut()) {
+                a.copy_from_slice(&buffers[0]);
+                b.copy_from_slice(&buffers[1]);
+                *slot = statistic(&mut a, &mut b);
+            }
+        },
+    );
     Ok(statistics
         .iter()
         .enumerate()
@@ -216,7 +237,11 @@ where
     (0..values.len())
         .into_par_iter()
         .map(|left_out| {
-            let mut rest: Vec<f64> = values[..left_out].iter().chain(&values[left_out + 1..]).copied().collect();
+            let mut rest: Vec<f64> = values[..left_out]
+                .iter()
+                .chain(&values[left_out + 1..])
+                .copied()
+                .collect();
             statistic(&mut rest)
         })
         .collect()
@@ -225,7 +250,10 @@ where
 /// Errors if `sample` is too long for the index generator.
 pub(crate) fn check_len(sample: &Sample) -> Result<(), StatsError> {
     if sample.len() > engine::MAX_LEN {
-        return Err(StatsError::TooLarge { len: sample.len(), max: engine::MAX_LEN });
+        return Err(StatsError::TooLarge {
+            len: sample.len(),
+            max: engine::MAX_LEN,
+        });
     }
     Ok(())
 }
