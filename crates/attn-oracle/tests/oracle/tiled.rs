@@ -1,0 +1,167 @@
+//! The tiled f32 online-softmax algorithm agrees with the f64 reference.
+
+use attn_oracle::{
+    compare, reference, tiled_f32, tiled_f32_with, tolerance, DType, Distribution, HostData,
+    HostTensor, Params, RowSelection, TiledConfig,
+};
+use proptest::prelude::*;
+
+use crate::case;
+
+/// One tiled-vs-reference check.
+#[derive(Clone, Copy, Debug)]
+struct TiledCase {
+    shape: &'static str,
+    dtype: DType,
+    distribution: Distribution,
+    causal: bool,
+    block_m: usize,
+    block_n: usize,
+}
+
+fn check(case: TiledCase, seed: u64) -> Result<(), String> {
+    let inputs = crate::case(case.shape, case.dtype, case.distribution, seed);
+    let shape = inputs.spec.shape;
+    let params = Params::new(shape.head_dim, case.causal);
+    let exact = reference(&inputs.q, &inputs.k, &inputs.v, &params, &RowSelection::All)
+        .map_err(|e| e.to_string())?;
+    let (out, lse) = tiled_f32(
+        &inputs.q,
+        &inputs.k,
+        &inputs.v,
+        &params,
+        case.block_m,
+        case.block_n,
+    )
+    .map_err(|e| e.to_string())?;
+    let output = HostTensor {
+        dims: shape.q_dims(),
+        data: HostData::F32(out),
+    };
+    // The tiled algorithm keeps everything in f32, so the f32 row of the table applies.
+    let verdict = compare(&output, &exact, &tolerance(DType::F32, case.distribution));
+    if !verdict.passed {
+        return Err(format!("{case:?} {}: {verdict}", inputs.spec));
+    }
+    for (i, (&got, &want)) in lse.iter().zip(&exact.lse).enumerate() {
+        let same = if want.is_finite() {
+            (f64::from(got) - want).abs() <= 1e-5 * want.abs().max(1.0)
+        } else {
+            f64::from(got) == want
+        };
+        if !same {
+            return Err(format!(
+                "{case:?} {}: lse[{i}] {got} vs {want}",
+                inputs.spec
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn agrees_with_reference_on_ragged_and_causal_shapes() {
+    use Distribution::*;
+    let cases = [
+        ("1,1,1,8", false, 1, 1, Normal),
+        ("1,1,1,8", true, 64, 64, Peaky),
+        ("1,2,17,32", true, 16, 16, Normal),
+        ("2,1,17,16", false, 4, 5, Distinct),
+        ("2,2,100,16", true, 64, 32, LargeMagnitude),
+        ("1,1,100,24", false, 7, 13, ConstantRows),
+        ("1,1,1000,16", false, 128, 64, Normal),
+        ("1,1,1000,8", true, 64, 128, Uniform),
+        // Causal with S_q != S_kv, both ways (S_q > S_kv has fully masked rows).
+        ("1,2,5,9,8", true, 2, 3, Normal),
+        ("1,2,9,5,8", true, 2, 3, Normal),
+        ("1,1,100,37,16", true, 32, 16, Peaky),
+        ("2,1,37,100,16", true, 16, 32, Normal),
+        ("1,1,1,100,16", true, 64, 64, Normal),
+        ("1,1,100,1,16", true, 64, 64, Normal),
+    ];
+    for (i, (shape, causal, block_m, block_n, distribution)) in cases.into_iter().enumerate() {
+        let dtype = DType::ALL[i % 3];
+        let case = TiledCase {
+            shape,
+            dtype,
+            distribution,
+            causal,
+            block_m,
+            block_n,
+        };
+        check(case, i as u64).unwrap();
+    }
+}
+
+#[test]
+fn rounding_p_like_a_kernel_stays_within_the_dtype_tolerance() {
+    for dtype in [DType::F16, DType::Bf16] {
+        let inputs = case("1,2,300,64", dtype, Distribution::Normal, 9);
+        let params = Params::new(64, true);
+        let config = TiledConfig {
+            block_m: 64,
+            block_n: 64,
+            p_rounding: Some(dtype),
+        };
+        let (out, _) = tiled_f32_with(&inputs.q, &inputs.k, &inputs.v, &params, &config).unwrap();
+        let out: Vec<f64> = out.iter().map(|&x| f64::from(x)).collect();
+        let output = HostTensor::from_f64(inputs.q.dims, dtype, &out);
+        let exact =
+            reference(&inputs.q, &inputs.k, &inputs.v, &params, &RowSelection::All).unwrap();
+        let verdict = compare(&output, &exact, &tolerance(dtype, Distribution::Normal));
+        assert!(verdict.passed, "{dtype}: {verdict}");
+        // ... and the rounding is visible: the f32 tolerance does not hold.
+        let strict = compare(
+            &output,
+            &exact,
+            &tolerance(DType::F32, Distribution::Normal),
+        );
+        assert!(!strict.passed, "{dtype}: {strict}");
+    }
+}
+
+#[test]
+fn rejects_empty_tiles() {
+    let inputs = case("1,1,4,4", DType::F16, Distribution::Normal, 1);
+    let params = Params::new(4, false);
+    let error = tiled_f32(&inputs.q, &inputs.k, &inputs.v, &params, 0, 16).unwrap_err();
+    assert!(error.to_string().contains("block_m=0"), "{error}");
+}
+
+fn arbitrary_case() -> impl Strategy<Value = (TiledCase, u64)> {
+    (
+        (
+            1usize..=2,
+            1usize..=3,
+            1usize..=40,
+            1usize..=40,
+            1usize..=20,
+        ),
+        (0usize..3, 0usize..Distribution::ALL.len(), any::<bool>()),
+        (1usize..=20, 1usize..=20, any::<u64>()),
+    )
+        .prop_map(
+            |((b, h, sq, skv, d), (dtype, dist, causal), (bm, bn, seed))| {
+                // Shapes are leaked: proptest wants 'static values and each case is tiny.
+                let shape: &'static str =
+                    Box::leak(format!("{b},{h},{sq},{skv},{d}").into_boxed_str());
+                let case = TiledCase {
+                    shape,
+                    dtype: DType::ALL[dtype],
+                    distribution: Distribution::ALL[dist],
+                    causal,
+                    block_m: bm,
+                    block_n: bn,
+                };
+                (case, seed)
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    #[test]
+    fn agrees_with_reference_on_random_shapes((case, seed) in arbitrary_case()) {
+        check(case, seed).map_err(TestCaseError::fail)?;
+    }
+}
