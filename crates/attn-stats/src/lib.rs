@@ -48,6 +48,8 @@
 //! See the crate's README.md for measured timings of [`compare`] against sample size and number
 //! of resamples.
 
+#![warn(missing_docs)]
+
 mod bootstrap;
 mod compare;
 mod error;
