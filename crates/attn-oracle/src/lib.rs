@@ -9,7 +9,7 @@
 //! * [`HostTensor`] — host buffers in fp16/bf16/f32 (and f64 for references), raw bytes for device
 //!   transfers, and [`HostTensor::poisoned`] outputs whose unwritten elements [`compare`] detects.
 //! * [`generate`] — seeded inputs from a [`CaseSpec`] (shape, dtype, [`Distribution`], seed).
-//! * [`reference`] — exact f64 attention and logsumexp, for all rows or a seeded sample
+//! * [`reference()`] — exact f64 attention and logsumexp, for all rows or a seeded sample
 //!   ([`RowSelection`]) so that a (2, 16, 8192, 128) check takes seconds; rayon-parallel.
 //!   A fully masked row has output 0 and logsumexp −∞.
 //! * [`tiled_f32`] — an independent second implementation: FlashAttention's tiled online softmax
@@ -36,6 +36,8 @@
 //! assert!(verdict.passed, "{spec}: {verdict}");
 //! # Ok::<(), OracleError>(())
 //! ```
+
+#![warn(missing_docs)]
 
 #[cfg(target_endian = "big")]
 compile_error!("attn-oracle assumes a little-endian host (HostTensor::as_bytes, .npy files)");

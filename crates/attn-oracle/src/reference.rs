@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{HostData, HostTensor, OracleError, Params, Shape};
 
-/// Which query rows [`reference`] computes.
+/// Which query rows [`reference()`] computes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RowSelection {
     /// Every row: exact everywhere, `O(B·H·S_q·S_kv·D)`.
@@ -43,7 +43,7 @@ pub struct RowId {
     pub row: usize,
 }
 
-/// The output of [`reference`]: f64 output rows and logsumexps for the selected query rows.
+/// The output of [`reference()`]: f64 output rows and logsumexps for the selected query rows.
 #[derive(Clone, PartialEq)]
 pub struct Reference {
     /// The problem's shape.
