@@ -1,109 +1,67 @@
-//! The workspace's layering, checked on cargo's resolved dependency graph:
-//! only `attn-kernels` (and the binaries above it) may reach `cudarc`; the leaves and the report
-//! reach neither `cudarc` nor `attn-kernels`.
+//! The workspace's layering, checked on the crates' manifests (no cargo needed, so it also runs
+//! from the GPU bundle): only `attn-kernels` (and the binaries above it) may reach `cudarc`; the
+//! leaves and the report reach neither `cudarc` nor `attn-kernels`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::Command;
+use std::path::Path;
 
-/// package name -> names of its normal (non-dev) dependencies, transitively closed.
-fn reachable() -> BTreeMap<String, BTreeSet<String>> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let output = Command::new(cargo)
-        .args(["metadata", "--format-version", "1", "--offline"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("cargo metadata runs");
-    assert!(
-        output.status.success(),
-        "cargo metadata failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let meta: serde_json::Value =
-        serde_json::from_slice(&output.stdout).expect("cargo metadata prints JSON");
-    let name_of: BTreeMap<String, String> = meta["packages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| {
-            (
-                p["id"].as_str().unwrap().to_string(),
-                p["name"].as_str().unwrap().to_string(),
-            )
-        })
+/// Workspace crate -> its normal dependencies (names), read from `crates/*/Cargo.toml` and `xtask/`.
+fn direct_dependencies(root: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mut manifests: Vec<_> = std::fs::read_dir(root.join("crates"))
+        .expect("crates/ exists")
+        .flatten()
+        .map(|e| e.path().join("Cargo.toml"))
+        .filter(|p| p.is_file())
         .collect();
-    let mut direct: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for node in meta["resolve"]["nodes"].as_array().unwrap() {
-        let from = name_of[node["id"].as_str().unwrap()].clone();
-        let deps = direct.entry(from).or_default();
-        for dep in node["deps"].as_array().unwrap() {
-            let normal = dep["dep_kinds"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|k| k["kind"].is_null());
-            if normal {
-                deps.insert(name_of[dep["pkg"].as_str().unwrap()].clone());
+    manifests.push(root.join("xtask/Cargo.toml"));
+    manifests
+        .iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(path).unwrap();
+            let manifest: toml::Table = text.parse().unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let name = manifest["package"]["name"].as_str().unwrap().to_string();
+            let deps = manifest.get("dependencies").and_then(|d| d.as_table()).map(|t| t.keys().cloned().collect()).unwrap_or_default();
+            (name, deps)
+        })
+        .collect()
+}
+
+/// Transitive closure over workspace crates (external crates never depend on ours; none of the
+/// external crates we use pulls in cudarc).
+fn reachable(direct: &BTreeMap<String, BTreeSet<String>>, start: &str) -> BTreeSet<String> {
+    let mut seen = BTreeSet::new();
+    let mut stack = vec![start.to_string()];
+    while let Some(p) = stack.pop() {
+        for d in direct.get(&p).into_iter().flatten() {
+            if seen.insert(d.clone()) {
+                stack.push(d.clone());
             }
         }
     }
-    let mut closed = BTreeMap::new();
-    for start in direct.keys() {
-        let mut seen = BTreeSet::new();
-        let mut stack = vec![start.clone()];
-        while let Some(p) = stack.pop() {
-            for d in direct.get(&p).into_iter().flatten() {
-                if seen.insert(d.clone()) {
-                    stack.push(d.clone());
-                }
-            }
-        }
-        closed.insert(start.clone(), seen);
-    }
-    closed
+    seen
 }
 
 #[test]
 fn only_attn_kernels_touches_cuda() {
-    let reach = reachable();
-    for leaf in [
-        "attn-stats",
-        "attn-oracle",
-        "attn-ncu",
-        "attn-evidence",
-        "attn-report",
-    ] {
-        let deps = reach
-            .get(leaf)
-            .unwrap_or_else(|| panic!("{leaf} is a workspace member"));
-        for forbidden in ["cudarc", "attn-kernels"] {
-            assert!(
-                !deps.contains(forbidden),
-                "{leaf} depends on {forbidden}: the layering is broken (see ARCHITECTURE.md)"
-            );
+    // Tests run from the package folder (cargo and the bundle alike).
+    let root = Path::new("..");
+    let direct = direct_dependencies(root);
+    assert!(direct.len() >= 7, "found only {:?}", direct.keys());
+    for leaf in ["attn-stats", "attn-oracle", "attn-ncu", "attn-evidence", "attn-report"] {
+        let deps = reachable(&direct, leaf);
+        for forbidden in ["cudarc", "attn-kernels", "cublas-sys"] {
+            assert!(!deps.contains(forbidden), "{leaf} depends on {forbidden}: the layering is broken (see ARCHITECTURE.md)");
         }
     }
-    assert!(
-        reach["attn-kernels"].contains("cudarc"),
-        "attn-kernels is where cudarc lives"
-    );
     for leaf in ["attn-stats", "attn-oracle", "attn-ncu"] {
-        for sibling in [
-            "attn-stats",
-            "attn-oracle",
-            "attn-ncu",
-            "attn-report",
-            "attn-evidence",
-        ] {
-            if sibling != leaf {
-                assert!(
-                    !reach[leaf].contains(sibling),
-                    "{leaf} is a leaf but depends on {sibling}"
-                );
-            }
+        let deps = reachable(&direct, leaf);
+        let internal: Vec<_> = deps.iter().filter(|d| d.starts_with("attn-")).collect();
+        assert!(internal.is_empty(), "{leaf} is a leaf but depends on {internal:?}");
+    }
+    assert!(direct["attn-kernels"].contains("cudarc"), "attn-kernels is where cudarc lives");
+    for (name, deps) in &direct {
+        if name != "attn-kernels" {
+            assert!(!deps.contains("cudarc"), "{name} depends on cudarc directly; only attn-kernels may");
         }
     }
-    assert!(
-        !reach["attn-report"].contains("attn-kernels"),
-        "attn-report reads evidence, never kernels"
-    );
 }
