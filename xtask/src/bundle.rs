@@ -140,7 +140,9 @@ fn run_script(tests: &[TestExe], bundle_rel: &Path) -> String {
     s.push_str("set -u\n");
     s.push_str("bundle=$(cd \"$(dirname \"$0\")\" && pwd)\n");
     let _ = writeln!(s, "repo=$(cd \"$bundle/{up}\" && pwd)");
-    s.push_str("# Snapshot tests (insta) find their snapshots from the workspace root without cargo.\n");
+    s.push_str(
+        "# Snapshot tests (insta) find their snapshots from the workspace root without cargo.\n",
+    );
     s.push_str("export INSTA_WORKSPACE_ROOT=\"$repo\"\n");
     s.push_str("failed=()\n");
     for test in tests {

@@ -8,9 +8,13 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod bundle;
+mod gate;
 mod kernels;
+mod measure;
 mod ncu;
+mod provenance;
 mod report;
 mod run;
 mod stats;
@@ -35,6 +39,10 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// The hard gate: is the candidate correct and statistically faster than PyTorch SDPA?
+    Gate(gate::Args),
+    /// Time implementations and SDPA backends over a suite; writes evidence/bench/.
+    Bench(bench::Args),
     /// Compare two files of timings: summaries, bootstrap CIs, Mann-Whitney, verdict.
     Stats(stats::Args),
     /// Summarise Nsight Compute CSV output, or profile one of our kernels.
@@ -54,6 +62,8 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Gate(args) => gate::run(args),
+        Command::Bench(args) => bench::run(args),
         Command::Stats(args) => stats::run(args),
         Command::Ncu(args) => ncu::run(args),
         Command::Report(args) => report::run(args),

@@ -18,9 +18,15 @@ fn direct_dependencies(root: &Path) -> BTreeMap<String, BTreeSet<String>> {
         .iter()
         .map(|path| {
             let text = std::fs::read_to_string(path).unwrap();
-            let manifest: toml::Table = text.parse().unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let manifest: toml::Table = text
+                .parse()
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             let name = manifest["package"]["name"].as_str().unwrap().to_string();
-            let deps = manifest.get("dependencies").and_then(|d| d.as_table()).map(|t| t.keys().cloned().collect()).unwrap_or_default();
+            let deps = manifest
+                .get("dependencies")
+                .and_then(|d| d.as_table())
+                .map(|t| t.keys().cloned().collect())
+                .unwrap_or_default();
             (name, deps)
         })
         .collect()
@@ -47,21 +53,39 @@ fn only_attn_kernels_touches_cuda() {
     let root = Path::new("..");
     let direct = direct_dependencies(root);
     assert!(direct.len() >= 7, "found only {:?}", direct.keys());
-    for leaf in ["attn-stats", "attn-oracle", "attn-ncu", "attn-evidence", "attn-report"] {
+    for leaf in [
+        "attn-stats",
+        "attn-oracle",
+        "attn-ncu",
+        "attn-evidence",
+        "attn-report",
+    ] {
         let deps = reachable(&direct, leaf);
         for forbidden in ["cudarc", "attn-kernels", "cublas-sys"] {
-            assert!(!deps.contains(forbidden), "{leaf} depends on {forbidden}: the layering is broken (see ARCHITECTURE.md)");
+            assert!(
+                !deps.contains(forbidden),
+                "{leaf} depends on {forbidden}: the layering is broken (see ARCHITECTURE.md)"
+            );
         }
     }
     for leaf in ["attn-stats", "attn-oracle", "attn-ncu"] {
         let deps = reachable(&direct, leaf);
         let internal: Vec<_> = deps.iter().filter(|d| d.starts_with("attn-")).collect();
-        assert!(internal.is_empty(), "{leaf} is a leaf but depends on {internal:?}");
+        assert!(
+            internal.is_empty(),
+            "{leaf} is a leaf but depends on {internal:?}"
+        );
     }
-    assert!(direct["attn-kernels"].contains("cudarc"), "attn-kernels is where cudarc lives");
+    assert!(
+        direct["attn-kernels"].contains("cudarc"),
+        "attn-kernels is where cudarc lives"
+    );
     for (name, deps) in &direct {
         if name != "attn-kernels" {
-            assert!(!deps.contains("cudarc"), "{name} depends on cudarc directly; only attn-kernels may");
+            assert!(
+                !deps.contains("cudarc"),
+                "{name} depends on cudarc directly; only attn-kernels may"
+            );
         }
     }
 }

@@ -1,8 +1,8 @@
 //! NVRTC compilation with an on-disk cache, and the ptxas resource report.
 //!
-//! Sources are embedded in the binary; `#include "x.cuh"` lines naming one of our embedded headers
-//! are replaced by the header's text before NVRTC sees them, so no kernel folder has to exist at run
-//! time. The cache key covers the source, every option (defines included), the architecture and the
+//! Sources and headers are embedded in the binary; the headers are written to a folder on NVRTC's
+//! include path (named by their hash), so no kernel folder has to exist at run time and users'
+//! kernels include `attn_common.cuh` by name. The cache key covers the source, every option (defines included), the architecture and the
 //! NVRTC version: an unchanged kernel loads without compiling.
 
 use std::path::{Path, PathBuf};
@@ -70,27 +70,32 @@ impl CompileRequest<'_> {
     }
 }
 
-/// The source with our embedded headers inlined.
-pub fn assemble(source: &str) -> String {
-    let mut out = String::with_capacity(source.len() + 4096);
-    for line in source.lines() {
-        let trimmed = line.trim();
-        let inlined = HEADERS
-            .iter()
-            .find(|(name, _)| trimmed == format!("#include \"{name}\""));
-        match inlined {
-            Some((name, text)) => {
-                out.push_str(&format!("// ---- {name} (inlined) ----\n"));
-                out.push_str(text);
-                out.push_str(&format!("\n// ---- end of {name} ----\n"));
-            }
-            None => {
-                out.push_str(line);
-                out.push('\n');
-            }
+/// A folder holding our embedded headers (written once per content), put on NVRTC's include path
+/// so that kernels, and headers of users' kernels, `#include "attn_common.cuh"` by name.
+fn embedded_include_dir() -> Result<PathBuf> {
+    let mut hasher = Sha256::new();
+    for (name, text) in HEADERS {
+        hasher.update(name.as_bytes());
+        hasher.update(text.as_bytes());
+    }
+    let tag: String = hasher
+        .finalize()
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let base = cache_dir().unwrap_or_else(std::env::temp_dir);
+    let dir = base.join(format!("include-{tag}"));
+    for (name, text) in HEADERS {
+        let path = dir.join(name);
+        if std::fs::read_to_string(&path).ok().as_deref() != Some(text) {
+            write_atomic(&path, text.as_bytes()).map_err(|source| KernelError::Io {
+                path: path.display().to_string(),
+                source,
+            })?;
         }
     }
-    out
+    Ok(dir)
 }
 
 fn options(req: &CompileRequest<'_>) -> Result<Vec<String>> {
@@ -98,6 +103,7 @@ fn options(req: &CompileRequest<'_>) -> Result<Vec<String>> {
     let mut opts = vec![
         format!("--gpu-architecture={}", req.arch.0),
         "-std=c++17".to_string(),
+        format!("-I{}", embedded_include_dir()?.display()),
         format!("-I{}", include.display()),
     ];
     if let Some(dir) = req.include_dir {
@@ -143,9 +149,10 @@ pub struct Compiled {
 /// Compiles `req` to PTX with NVRTC, through the on-disk cache.
 pub fn compile(req: &CompileRequest<'_>) -> Result<Compiled> {
     let version = toolkit::nvrtc_version()?;
-    let source = assemble(req.source);
+    let source = req.source;
     let opts = options(req)?;
-    let key = cache_key(&source, &opts, &version);
+    // The include folder's name carries a hash of our headers, so the options cover them.
+    let key = cache_key(source, &opts, &version);
     let cached_path = cache_dir().map(|d| d.join(format!("{key}.ptx")));
     if let Some(ptx) = cached_path
         .as_ref()
@@ -157,7 +164,7 @@ pub fn compile(req: &CompileRequest<'_>) -> Result<Compiled> {
         options: opts.clone(),
         ..Default::default()
     };
-    let ptx = cudarc::nvrtc::compile_ptx_with_opts(&source, compile_opts).map_err(|err| {
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(source, compile_opts).map_err(|err| {
         let log = match &err {
             cudarc::nvrtc::CompileError::CompileError { log, .. } => {
                 log.to_string_lossy().into_owned()
@@ -283,12 +290,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn inlines_our_headers_only() {
-        let src = "#include \"attn_common.cuh\"\n#include <cuda_pipeline.h>\nint x;\n";
-        let out = assemble(src);
-        assert!(out.contains("typedef __half elem_t"));
-        assert!(out.contains("#include <cuda_pipeline.h>"));
-        assert!(!out.contains("#include \"attn_common.cuh\""));
+    fn embedded_headers_are_written_where_nvrtc_looks() {
+        let dir = embedded_include_dir().unwrap();
+        let text = std::fs::read_to_string(dir.join("attn_common.cuh")).unwrap();
+        assert!(text.contains("typedef __half elem_t"));
     }
 
     #[test]

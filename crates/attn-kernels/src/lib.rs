@@ -28,6 +28,7 @@ pub mod compile;
 pub mod config;
 pub mod error;
 pub mod gpu;
+pub mod planted;
 pub mod registry;
 pub mod telemetry;
 pub mod timing;

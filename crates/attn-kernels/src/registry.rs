@@ -108,11 +108,31 @@ static TILED_KNOBS: [Knob; 4] = [
 ];
 
 static MMA_KNOBS: [Knob; 5] = [
-    Knob { name: "BLOCK_M", domain: &[64, 128], doc: "query rows per block (= 16 x NUM_WARPS)" },
-    Knob { name: "BLOCK_N", domain: &[32, 64, 128], doc: "keys per K/V tile" },
-    Knob { name: "NUM_WARPS", domain: &[4, 8], doc: "warps per block, 16 query rows each" },
-    Knob { name: "STAGES", domain: &[1, 2, 3], doc: "cp.async K/V pipeline depth" },
-    Knob { name: "Q_IN_REGS", domain: &[0, 1], doc: "keep Q's A fragments in registers (0: re-read from shared)" },
+    Knob {
+        name: "BLOCK_M",
+        domain: &[64, 128],
+        doc: "query rows per block (= 16 x NUM_WARPS)",
+    },
+    Knob {
+        name: "BLOCK_N",
+        domain: &[32, 64, 128],
+        doc: "keys per K/V tile",
+    },
+    Knob {
+        name: "NUM_WARPS",
+        domain: &[4, 8],
+        doc: "warps per block, 16 query rows each",
+    },
+    Knob {
+        name: "STAGES",
+        domain: &[1, 2, 3],
+        doc: "cp.async K/V pipeline depth",
+    },
+    Knob {
+        name: "Q_IN_REGS",
+        domain: &[0, 1],
+        doc: "keep Q's A fragments in registers (0: re-read from shared)",
+    },
 ];
 
 static REGISTRY: [Implementation; 4] = [
@@ -247,7 +267,7 @@ pub fn select(cli: Option<&str>) -> Result<&'static Implementation> {
 
 /// The fastest correct implementation we have: what `cargo xtask gate` runs by default.
 pub fn best() -> &'static Implementation {
-    find("tiled").expect("tiled is registered")
+    find("mma").expect("mma is registered")
 }
 
 impl Implementation {

@@ -1,0 +1,103 @@
+//! Provenance of a measuring run: GPU, driver, libraries, git revision, date, command, clocks.
+
+use attn_evidence::{utc_now_rfc3339, ClockReadings, Provenance};
+use attn_kernels::telemetry::ClockReading;
+use attn_kernels::Gpu;
+
+/// The git revision and dirty flag: from `git` when the checkout has one, else as built.
+pub fn git_revision() -> (String, bool) {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    match git(&["rev-parse", "HEAD"]) {
+        Some(rev) => (
+            rev,
+            git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty()),
+        ),
+        None => (
+            env!("ATTN_BUILD_GIT_REV").to_string(),
+            env!("ATTN_BUILD_GIT_DIRTY") == "true",
+        ),
+    }
+}
+
+fn nvidia_smi(query: &str) -> Option<String> {
+    let out = std::process::Command::new("nvidia-smi")
+        .args([&format!("--query-gpu={query}"), "--format=csv,noheader"])
+        .output()
+        .ok()?;
+    out.status.success().then(|| {
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_string()
+    })
+}
+
+/// Provenance for a run on `gpu`, with the clock readings taken around it.
+pub fn collect(
+    gpu: &Gpu,
+    torch: Option<&crate::gate::sdpa::SdpaInfo>,
+    before: Option<ClockReading>,
+    after: Option<ClockReading>,
+) -> Provenance {
+    let info = gpu.info();
+    let (git_rev, git_dirty) = git_revision();
+    Provenance {
+        gpu: info.name.clone(),
+        gpu_uuid: Some(info.uuid.clone()),
+        sm_count: Some(info.sm_count),
+        driver: nvidia_smi("driver_version"),
+        cuda_driver_api: Some(info.driver_cuda.clone()),
+        nvrtc: attn_kernels::toolkit::nvrtc_version().ok(),
+        pytorch: torch.map(|t| t.torch.clone()),
+        torch_cuda: torch.map(|t| t.cuda.clone()),
+        cudnn: torch.map(|t| t.cudnn.clone()),
+        git_rev,
+        git_dirty,
+        date: utc_now_rfc3339(),
+        host: std::fs::read_to_string("/etc/hostname")
+            .ok()
+            .map(|h| h.trim().to_string()),
+        tool: format!("attn {}", env!("CARGO_PKG_VERSION")),
+        command: std::env::args().collect(),
+        clocks: ClockReadings {
+            sm_mhz_before: before.map(|c| c.sm_mhz),
+            sm_mhz_after: after.map(|c| c.sm_mhz),
+            temp_c_before: before.map(|c| c.temp_c),
+            temp_c_after: after.map(|c| c.temp_c),
+        },
+    }
+}
+
+/// A flag when the SM clock read after the run is more than 10% under the device's maximum
+/// (a throttled card), or moved by more than 10% between the readings taken around the timing.
+pub fn clock_flag(
+    before: Option<ClockReading>,
+    after: Option<ClockReading>,
+    max_mhz: u32,
+) -> Option<String> {
+    let after = after?;
+    if f64::from(after.sm_mhz) < 0.9 * f64::from(max_mhz) {
+        return Some(format!(
+            "SM clock {} MHz after timing, under 90% of the maximum {max_mhz} MHz (throttled?)",
+            after.sm_mhz
+        ));
+    }
+    let before = before?;
+    let change = (f64::from(after.sm_mhz) - f64::from(before.sm_mhz)).abs()
+        / f64::from(before.sm_mhz.max(1));
+    (change > 0.10).then(|| {
+        format!(
+            "SM clock changed {} -> {} MHz during timing",
+            before.sm_mhz, after.sm_mhz
+        )
+    })
+}

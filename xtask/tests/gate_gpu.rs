@@ -1,0 +1,115 @@
+//! GPU tests of the gate itself: deliberately bad candidates are rejected for the right reason, and
+//! a correct candidate against itself is "no-change". Run on a GPU machine with `--include-ignored`.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The xtask binary: cargo's build, or the bundle's copy on a machine without cargo.
+fn xtask() -> PathBuf {
+    let built = PathBuf::from(env!("CARGO_BIN_EXE_xtask"));
+    if built.is_file() {
+        built
+    } else {
+        PathBuf::from("../target/bundle/xtask")
+    }
+}
+
+fn gate(args: &[&str]) -> (i32, String) {
+    let output = Command::new(xtask())
+        .arg("gate")
+        .args(args)
+        .args(["--no-evidence"])
+        .output()
+        .expect("xtask runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    println!("{text}");
+    (output.status.code().unwrap_or(-1), text)
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn bad_kernels_are_rejected_for_the_right_reason() {
+    struct Case {
+        file: &'static str,
+        reason: &'static str,
+    }
+    let cases = [
+        Case {
+            file: "writes_nothing.cu",
+            reason: "never written (still poison)",
+        },
+        Case {
+            file: "writes_half.cu",
+            reason: "never written (still poison)",
+        },
+        Case {
+            file: "stale_output.cu",
+            reason: "stale output",
+        },
+    ];
+    for case in cases {
+        let path = format!("tests/bad_kernels/{}", case.file);
+        let (code, text) = gate(&[
+            "--src",
+            &path,
+            "--shape",
+            "1,4,256,64",
+            "--baseline",
+            "cublas",
+            "--checks",
+            "3",
+        ]);
+        assert_eq!(code, 1, "{}: the gate must fail (exit 1)", case.file);
+        assert!(
+            text.contains(case.reason),
+            "{}: expected `{}` in:\n{text}",
+            case.file,
+            case.reason
+        );
+        assert!(
+            text.contains("not timed"),
+            "{}: an incorrect candidate is never timed",
+            case.file
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn hidden_work_on_another_stream_is_caught() {
+    let (code, text) = gate(&[
+        "--impl",
+        "tiled",
+        "--plant",
+        "side-stream",
+        "--baseline",
+        "tiled",
+        "--shape",
+        "1,8,512,64",
+        "--samples",
+        "30",
+    ]);
+    assert_eq!(code, 1);
+    assert!(text.contains("escapes the timed stream"), "{text}");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_correct_candidate_against_itself_is_no_change() {
+    let (code, text) = gate(&[
+        "--impl",
+        "mma",
+        "--baseline",
+        "mma",
+        "--shape",
+        "2,16,2048,64",
+        "--samples",
+        "200",
+    ]);
+    assert_eq!(code, 1, "a kernel is not 5% faster than itself");
+    assert!(text.contains("no-change"), "{text}");
+}
