@@ -3,7 +3,6 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
 use attn_evidence::{BenchEntry, BenchRun, Implementation};
 use attn_kernels::{Candidate, Config, Gpu, TimingMode, TimingOptions};
 use attn_stats::Sample;
@@ -74,7 +73,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let opts = TimingOptions {
         warmup: args.warmup,
         samples: args.samples,
-        mode: TimingMode::Flushed,
+        mode: TimingMode::Graph,
         ..TimingOptions::default()
     };
     let total = shapes.len() * (candidates.len() + if sdpa.is_some() { backends.len() } else { 0 });
@@ -91,14 +90,18 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         for candidate in &candidates {
             bar.set_message(format!("{} {spec}", candidate.label()));
             let prepared = cache.get(&gpu, &candidate.label(), candidate, dtype, spec.head_dim)?;
-            let (timings, _, _) =
-                measure::time_prepared(&gpu, prepared, spec, &opts, args.seed, None)
-                    .with_context(|| format!("{} on {spec}", candidate.label()))?;
-            entries.push(entry(
-                measure::candidate_implementation(candidate, Some(prepared)),
-                spec,
-                &timings,
-            )?);
+            match measure::time_prepared(&gpu, prepared, spec, &opts, args.seed, None) {
+                Ok((timings, _, _)) => entries.push(entry(
+                    measure::candidate_implementation(candidate, Some(prepared)),
+                    spec,
+                    &timings,
+                )?),
+                Err(err) => bar.println(format!(
+                    "  skipped {} on {spec}: {}",
+                    candidate.label(),
+                    crate::one_line(&err)
+                )),
+            }
             bar.inc(1);
         }
         if let Some(sdpa) = &sdpa {

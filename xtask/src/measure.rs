@@ -219,6 +219,7 @@ pub fn time_sdpa(
         launches_per_sample: result["launches_per_sample"].as_u64().unwrap_or(1) as usize,
         samples_us: sdpa::floats(&result, "samples_us"),
         wall_us: sdpa::floats(&result, "wall_us"),
+        guard_event_us: sdpa::floats(&result, "guard_event_us"),
     })
 }
 
@@ -290,6 +291,7 @@ fn sha256_hex(bytes: &[u8]) -> String {
 pub fn timing_evidence(t: &Timings) -> Timing {
     let mode = match t.mode {
         TimingMode::Flushed => attn_evidence::TimingMode::Flushed,
+        TimingMode::Graph => attn_evidence::TimingMode::Graph,
         TimingMode::Batch => attn_evidence::TimingMode::Batch,
     };
     Timing::new(mode, t.warmup, t.samples_us.clone(), t.launches_per_sample)

@@ -90,7 +90,9 @@ impl Gpu {
         // SAFETY: every buffer of this crate is used on `stream` only, so no cross-stream
         // ordering is lost by turning tracking off.
         unsafe { ctx.disable_event_tracking() };
-        let stream = ctx.default_stream();
+        // A created (non-blocking) stream, not the legacy default one: CUDA graphs can only be
+        // captured from such a stream, and nothing else in the process synchronises with it.
+        let stream = ctx.new_stream().during("cuStreamCreate")?;
         let uuid = ctx.uuid().during("cuDeviceGetUuid")?;
         let info = DeviceInfo {
             ordinal,

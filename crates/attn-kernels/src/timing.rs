@@ -3,16 +3,19 @@
 //! - `Flushed`: one launch per sample between two CUDA events, with the L2 cache overwritten just
 //!   before (a memset of twice its size, which also keeps the GPU busy while the host enqueues the
 //!   launch, so the events time the kernel and not the launch latency).
+//! - `Graph`: as `Flushed`, but each launch is replayed from a CUDA graph captured once per input
+//!   set, so host launch overhead stays out of the numbers for any launcher (the same mode is used
+//!   for PyTorch SDPA, whose Python dispatch would otherwise be timed).
 //! - `Batch`: many back-to-back launches between two events, total / count: for launch-bound shapes.
 //!
 //! Inputs rotate among `sets` (the caller's launch closure receives the set index). Every sample is
-//! kept. A separate guard pass times a few launches with a device-wide synchronisation and the host
-//! clock: work that escapes the timed stream (another stream, a child launch) shows up there and
-//! not in the events.
+//! kept. A separate guard pass times a few plain launches twice, by events on the timed stream and
+//! by the host clock up to a device-wide synchronisation: work that escapes the timed stream
+//! (another stream, a child launch) shows up in the second and not in the first.
 
 use std::time::Instant;
 
-use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaSlice, DevicePtrMut};
 
 use crate::error::{DriverContext, Result};
@@ -24,6 +27,8 @@ use crate::gpu::Gpu;
 pub enum TimingMode {
     /// One launch per sample, L2 flushed before each.
     Flushed,
+    /// As `Flushed`, each launch replayed from a captured CUDA graph.
+    Graph,
     /// `launches_per_sample` back-to-back launches per sample; time per launch.
     Batch,
 }
@@ -48,7 +53,7 @@ impl Default for TimingOptions {
         TimingOptions {
             warmup: 10,
             samples: 100,
-            mode: TimingMode::Flushed,
+            mode: TimingMode::Graph,
             batch_launches: 50,
             guard_launches: 10,
         }
@@ -68,6 +73,8 @@ pub struct Timings {
     pub samples_us: Vec<f64>,
     /// Guard pass: per-launch host time from enqueue to device-wide synchronisation, µs.
     pub wall_us: Vec<f64>,
+    /// Guard pass: the same launches timed by events on the timed stream, µs.
+    pub guard_event_us: Vec<f64>,
 }
 
 /// Events and the L2 flush buffer, made once per GPU and reused.
@@ -113,28 +120,51 @@ impl<'g> Harness<'g> {
             .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
             .during("cuEventCreate")?;
         let per_sample = match opts.mode {
-            TimingMode::Flushed => 1,
+            TimingMode::Flushed | TimingMode::Graph => 1,
             TimingMode::Batch => opts.batch_launches.max(1),
         };
+        let mut graphs = Vec::new();
+        if opts.mode == TimingMode::Graph {
+            for set in 0..sets {
+                stream
+                    .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+                    .during("cuStreamBeginCapture")?;
+                let launched = launch(set);
+                let graph = stream
+                    .end_capture(CUgraphInstantiate_flags(0))
+                    .during("cuStreamEndCapture")?;
+                launched?;
+                graphs.push(graph.ok_or(crate::KernelError::Shape(
+                    "the launch captured no work".into(),
+                ))?);
+            }
+        }
         let mut counter = 0usize;
         let mut next_set = || {
             counter += 1;
             counter % sets
         };
 
+        let mut run_one = |launch: &mut dyn FnMut(usize) -> Result<()>| -> Result<()> {
+            let set = next_set();
+            match graphs.get(set) {
+                Some(graph) => graph.launch().during("cuGraphLaunch"),
+                None => launch(set),
+            }
+        };
         for _ in 0..opts.warmup {
-            launch(next_set())?;
+            run_one(launch)?;
         }
         self.gpu.synchronize()?;
 
         let mut samples_us = Vec::with_capacity(opts.samples);
         for i in 0..opts.samples {
-            if opts.mode == TimingMode::Flushed {
+            if opts.mode != TimingMode::Batch {
                 self.flush_l2((i % 251) as u8)?;
             }
             start.record(&stream).during("cuEventRecord")?;
             for _ in 0..per_sample {
-                launch(next_set())?;
+                run_one(launch)?;
             }
             end.record(&stream).during("cuEventRecord")?;
             end.synchronize().during("cuEventSynchronize")?;
@@ -143,12 +173,18 @@ impl<'g> Harness<'g> {
         }
         self.gpu.synchronize()?;
 
+        drop(run_one);
         let mut wall_us = Vec::with_capacity(opts.guard_launches);
-        for _ in 0..opts.guard_launches {
+        let mut guard_event_us = Vec::with_capacity(opts.guard_launches);
+        for i in 0..opts.guard_launches {
             let t0 = Instant::now();
-            launch(next_set())?;
+            start.record(&stream).during("cuEventRecord")?;
+            launch(i % sets)?;
+            end.record(&stream).during("cuEventRecord")?;
             self.gpu.synchronize()?;
             wall_us.push(t0.elapsed().as_secs_f64() * 1e6);
+            guard_event_us
+                .push(f64::from(start.elapsed_ms(&end).during("cuEventElapsedTime")?) * 1000.0);
         }
         Ok(Timings {
             mode: opts.mode,
@@ -156,6 +192,7 @@ impl<'g> Harness<'g> {
             launches_per_sample: per_sample,
             samples_us,
             wall_us,
+            guard_event_us,
         })
     }
 }

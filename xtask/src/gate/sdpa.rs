@@ -111,7 +111,11 @@ pub fn time_job(
         "shape": [shape.batch, shape.heads, shape.seq_q, shape.seq_kv, shape.head_dim],
         "dtype": shape.dtype, "causal": shape.causal, "scale": scale, "backend": backend,
         "warmup": opts.warmup, "samples": opts.samples,
-        "mode": match opts.mode { attn_kernels::TimingMode::Flushed => "flushed", attn_kernels::TimingMode::Batch => "batch" },
+        "mode": match opts.mode {
+            attn_kernels::TimingMode::Flushed => "flushed",
+            attn_kernels::TimingMode::Graph => "graph",
+            attn_kernels::TimingMode::Batch => "batch",
+        },
         "batch_launches": opts.batch_launches, "guard_launches": opts.guard_launches,
         "sets": sets, "seed": seed, "flush_bytes": flush_bytes,
     })

@@ -7,7 +7,7 @@ JOBS.json: {"jobs": [job, ...]} where a job is
   {"kind": "run", "q": path, "k": path, "v": path, "out": path, "dtype": "fp16"|"bf16",
    "causal": bool, "scale": float, "backend": "default"|"flash"|"efficient"|"cudnn"|"math"}
   {"kind": "time", "shape": [B, H, Sq, Skv, D], "dtype": ..., "causal": bool, "scale": float,
-   "backend": ..., "warmup": int, "samples": int, "mode": "flushed"|"batch",
+   "backend": ..., "warmup": int, "samples": int, "mode": "graph"|"flushed"|"batch",
    "batch_launches": int, "guard_launches": int, "sets": int, "seed": int, "flush_bytes": int}
 RESULTS.json: {"results": [result or {"error": "one line"}, ...]} in job order.
 bf16 .npy files hold uint16 bit patterns (attn-oracle's convention).
@@ -115,27 +115,51 @@ def time_job(job, torch, dtypes, dev, backend_ctx, sdpa):
         q, k, v = sets[counter[0] % len(sets)]
         return sdpa(q, k, v, job)
 
-    samples, wall = [], []
+    samples, wall, guard_events = [], [], []
     with backend_ctx(job["backend"]), torch.no_grad():
+        timed = launch
+        if job["mode"] == "graph":
+            # One graph per input set, captured after a warm-up on a side stream (PyTorch's recipe),
+            # so that replays time the kernels and not Python's dispatch.
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(3):
+                    launch()
+            torch.cuda.current_stream().wait_stream(side)
+            graphs = []
+            for q, k, v in sets:
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    sdpa(q, k, v, job)
+                graphs.append(g)
+
+            def timed():
+                counter[0] += 1
+                graphs[counter[0] % len(graphs)].replay()
+
         for _ in range(job["warmup"]):
-            launch()
+            timed()
         torch.cuda.synchronize()
         for i in range(job["samples"]):
-            if job["mode"] == "flushed":
+            if job["mode"] != "batch":
                 flush.fill_(i % 251)
             start.record()
             for _ in range(per_sample):
-                launch()
+                timed()
             end.record()
             end.synchronize()
             samples.append(start.elapsed_time(end) * 1000.0 / per_sample)
         torch.cuda.synchronize()
         for _ in range(job["guard_launches"]):
             t0 = time.perf_counter()
+            start.record()
             launch()
+            end.record()
             torch.cuda.synchronize()
             wall.append((time.perf_counter() - t0) * 1e6)
-    return {"samples_us": samples, "wall_us": wall, "launches_per_sample": per_sample}
+            guard_events.append(start.elapsed_time(end) * 1000.0)
+    return {"samples_us": samples, "wall_us": wall, "guard_event_us": guard_events, "launches_per_sample": per_sample}
 
 
 def write(path, obj):
