@@ -86,8 +86,9 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let mut entries = Vec::new();
     let before = attn_kernels::telemetry::read_clocks(0);
     for spec in &shapes {
-        let (_, dtype, _) = measure::problem(spec)?;
+        let (shape, dtype, _) = measure::problem(spec)?;
         for candidate in &candidates {
+            let candidate = &candidate.for_shape(&shape);
             bar.set_message(format!("{} {spec}", candidate.label()));
             let prepared = cache.get(&gpu, &candidate.label(), candidate, dtype, spec.head_dim)?;
             match measure::time_prepared(&gpu, prepared, spec, &opts, args.seed, None) {

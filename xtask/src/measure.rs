@@ -130,7 +130,7 @@ impl PreparedCache {
         dtype: DType,
         head_dim: usize,
     ) -> anyhow::Result<&Prepared> {
-        let k = (key.to_string(), dtype, head_dim);
+        let k = (format!("{key}[{}]", candidate.knobs()), dtype, head_dim);
         if !self.prepared.contains_key(&k) {
             let prepared = Prepared::new(gpu, candidate, dtype, head_dim)?;
             self.prepared.insert(k.clone(), prepared);

@@ -1,6 +1,7 @@
 //! `cargo xtask gate`: correctness checks plus a statistical comparison against a baseline, per shape.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 use crate::{Implementation, Provenance, ShapeSpec, Timing};
 
@@ -37,6 +38,10 @@ pub struct CorrectnessCheck {
 pub struct GateCase {
     /// The problem size.
     pub shape: ShapeSpec,
+    /// The candidate's config on this shape, where it differs from the run's (an implementation
+    /// may tune its knobs per shape).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub config: BTreeMap<String, String>,
     /// Correctness checks, one per (seed, distribution).
     #[serde(default)]
     pub correctness: Vec<CorrectnessCheck>,

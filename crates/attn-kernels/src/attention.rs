@@ -64,6 +64,29 @@ impl Candidate {
         })
     }
 
+    /// The candidate to run on `shape`: a registered implementation gets the knobs tuned for that
+    /// shape, under the user's own overrides; a user's kernel is unchanged.
+    pub fn for_shape(&self, shape: &Shape) -> Candidate {
+        match self {
+            Candidate::Registered {
+                implementation,
+                overrides,
+            } => Candidate::Registered {
+                implementation,
+                overrides: implementation.tuned_for(shape).merged(overrides),
+            },
+            source => source.clone(),
+        }
+    }
+
+    /// The knobs set by the candidate (overrides or defines), for cache keys and evidence.
+    pub fn knobs(&self) -> &Config {
+        match self {
+            Candidate::Registered { overrides, .. } => overrides,
+            Candidate::Source { defines, .. } => defines,
+        }
+    }
+
     /// A short label: the implementation's name, or `src:<file name>`.
     pub fn label(&self) -> String {
         match self {

@@ -61,6 +61,9 @@ pub struct Implementation {
     /// Supported head dims; `None` for any.
     pub head_dims: Option<&'static [usize]>,
     defaults: fn(head_dim: usize) -> Config,
+    /// Knobs tuned for a shape (e.g. smaller tiles when the grid would not fill the GPU); they
+    /// override the defaults, and the user's overrides override them.
+    tuned: fn(&Shape) -> Config,
     constraints: fn(&Config, head_dim: usize) -> std::result::Result<(), String>,
     geometry: fn(&Config, &Shape) -> Geometry,
 }
@@ -143,6 +146,7 @@ static REGISTRY: [Implementation; 4] = [
         knobs: &NAIVE_KNOBS,
         head_dims: None,
         defaults: |_| Config::from_pairs(&[("ROWS_PER_BLOCK", 4)]),
+        tuned: |_| Config::default(),
         constraints: |_, head_dim| {
             if head_dim > 256 {
                 Err(format!("head dim {head_dim} > 256 would need more than 8 registers per lane"))
@@ -169,6 +173,7 @@ static REGISTRY: [Implementation; 4] = [
             let block_m = if head_dim > 64 { 32 } else { 64 };
             Config::from_pairs(&[("BLOCK_M", block_m), ("BLOCK_N", 64), ("NUM_WARPS", 4), ("STAGES", 2)])
         },
+        tuned: |_| Config::default(),
         constraints: |cfg, _| {
             let (m, w) = (knob(cfg, "BLOCK_M"), knob(cfg, "NUM_WARPS"));
             if m % w != 0 {
@@ -200,6 +205,7 @@ static REGISTRY: [Implementation; 4] = [
             let warps = if head_dim > 64 { 8 } else { 4 };
             Config::from_pairs(&[("BLOCK_M", 16 * warps), ("BLOCK_N", 64), ("NUM_WARPS", warps), ("STAGES", 2), ("Q_IN_REGS", 1)])
         },
+        tuned: |_| Config::default(),
         constraints: |cfg, _| {
             let (m, w) = (knob(cfg, "BLOCK_M"), knob(cfg, "NUM_WARPS"));
             if m != 16 * w {
@@ -224,6 +230,7 @@ static REGISTRY: [Implementation; 4] = [
         knobs: &[],
         head_dims: None,
         defaults: |_| Config::default(),
+        tuned: |_| Config::default(),
         constraints: |_, _| Ok(()),
         geometry: |_, shape| Geometry {
             grid: (shape.seq_q as u32, (shape.batch * shape.heads) as u32, 1),
@@ -274,6 +281,11 @@ impl Implementation {
     /// The default config for a head dim.
     pub fn default_config(&self, head_dim: usize) -> Config {
         (self.defaults)(head_dim)
+    }
+
+    /// The knobs tuned for `shape` (empty when the defaults are best everywhere).
+    pub fn tuned_for(&self, shape: &Shape) -> Config {
+        (self.tuned)(shape)
     }
 
     /// Checks that this implementation handles `head_dim`.

@@ -276,6 +276,7 @@ fn shapes(args: &Args) -> anyhow::Result<Vec<ShapeSpec>> {
 fn empty_case(shape: ShapeSpec) -> GateCase {
     GateCase {
         shape,
+        config: Default::default(),
         correctness: vec![],
         candidate: None,
         baseline: None,
@@ -303,7 +304,9 @@ fn gate_case(
 ) -> anyhow::Result<GateCase> {
     let (shape, dtype, _) = measure::problem(spec)?;
     let mut case = empty_case(spec.clone());
+    let candidate = &candidate.for_shape(&shape);
     let prepared = cache.get(gpu, "candidate", candidate, dtype, shape.head_dim)?;
+    case.config = prepared.config().to_strings();
     case.correctness = correctness(gpu, prepared, baseline, spec, seed, checks)?;
     if let Some(bad) = case.correctness.iter().find(|c| !c.passed) {
         case.reason = format!(
