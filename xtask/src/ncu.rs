@@ -1,8 +1,12 @@
-//! `cargo xtask ncu`: summarise Nsight Compute CSV captured elsewhere (no GPU needed).
+//! `cargo xtask ncu`: Nsight Compute on our kernels, or on a CSV captured elsewhere.
 //!
-//! Profiling one of our kernels (`--impl NAME --shape ...`) is wired separately; this module keeps
-//! the `--from-csv` path, which reads either ncu page (`details` or `raw`) and prints each kernel's
-//! launches and metrics in base units.
+//! - `--from-csv FILE`: summarise either ncu page (`details` or `raw`), no GPU needed: each kernel's
+//!   launches and metrics in base units.
+//! - `--impl NAME --shape B,H,S,D`: profile one of our kernels. ncu runs this same binary in a
+//!   hidden target mode (`--as-target`) that launches only the candidate; ncu is filtered to its
+//!   entry point, skips the first (warm-up) launch, leaves the clocks alone and flushes caches. The
+//!   summary, the explanation against the H100's measured ceilings and the composite fitness are
+//!   printed and stored in `evidence/ncu/`.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -21,14 +25,57 @@ pub struct Args {
     /// Print JSON (one object per kernel, full names, medians and ranges) instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Profile this registered implementation (see `cargo xtask kernels`).
+    #[arg(long = "impl", conflicts_with = "from_csv")]
+    pub implementation: Option<String>,
+    /// Knob overrides for --impl, `K=V,K=V`.
+    #[arg(long, default_value = "")]
+    pub config: String,
+    /// The shape to profile, `B,H,S,D` or `B,H,SQ,SKV,D`.
+    #[arg(long, default_value = "2,16,4096,128")]
+    pub shape: String,
+    /// Causal mask.
+    #[arg(long)]
+    pub causal: bool,
+    /// fp16 or bf16.
+    #[arg(long, default_value = "fp16")]
+    pub dtype: String,
+    /// Profiled launches (after one unprofiled warm-up launch).
+    #[arg(long, default_value_t = 3)]
+    pub launches: u32,
+    /// Metric set: overview, tensor, memory, occupancy, bank-conflicts, spills, all.
+    #[arg(long, default_value = "all")]
+    pub purpose: String,
+    /// Speedup against the baseline (from a gate run), an input of the fitness score.
+    #[arg(long, default_value_t = 1.0)]
+    pub speedup: f64,
+    /// Barriers per K/V tile in the kernel's main loop, an input of the fitness score.
+    #[arg(long, default_value_t = 1.0)]
+    pub syncs_per_tile: f64,
+    /// The ncu executable.
+    #[arg(long, default_value = "ncu")]
+    pub ncu: PathBuf,
+    /// Evidence folder (the result goes to <DIR>/ncu/).
+    #[arg(long, default_value = "evidence")]
+    pub evidence: PathBuf,
+    /// Write no evidence file.
+    #[arg(long)]
+    pub no_evidence: bool,
+    /// Internal: the program ncu profiles (launch the candidate and exit).
+    #[arg(long, hide = true)]
+    pub as_target: bool,
 }
 
 /// Runs the subcommand; returns the process exit code.
 pub fn run(args: Args) -> anyhow::Result<u8> {
+    if args.as_target {
+        return launch_target(&args);
+    }
+    if args.implementation.is_some() {
+        return profile_impl(&args);
+    }
     let Some(path) = args.from_csv else {
-        anyhow::bail!(
-            "nothing to do: pass --from-csv FILE (profiling with --impl is not wired yet)"
-        );
+        anyhow::bail!("nothing to do: pass --from-csv FILE, or --impl NAME --shape B,H,S,D to profile one of our kernels");
     };
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
@@ -65,4 +112,152 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e).context("writing to stdout"),
         _ => Ok(0),
     }
+}
+
+fn spec(args: &Args) -> anyhow::Result<attn_evidence::ShapeSpec> {
+    let mut spec: attn_evidence::ShapeSpec = args
+        .shape
+        .parse()
+        .with_context(|| format!("--shape {}", args.shape))?;
+    spec.causal |= args.causal;
+    spec.dtype = args.dtype.clone();
+    Ok(spec)
+}
+
+fn candidate(args: &Args) -> anyhow::Result<attn_kernels::Candidate> {
+    let name = args.implementation.as_deref().unwrap_or_default();
+    let overrides: attn_kernels::Config = args.config.parse().map_err(anyhow::Error::msg)?;
+    Ok(attn_kernels::Candidate::registered(name, overrides)?)
+}
+
+/// Target mode: one warm-up launch and `launches` profiled ones of the candidate, nothing else.
+fn launch_target(args: &Args) -> anyhow::Result<u8> {
+    let spec = spec(args)?;
+    let (shape, dtype, params) = crate::measure::problem(&spec)?;
+    let gpu = attn_kernels::Gpu::open(0)?;
+    let candidate = candidate(args)?.for_shape(&shape);
+    let prepared = attn_kernels::Prepared::new(&gpu, &candidate, dtype, shape.head_dim)?;
+    let mut sets = crate::measure::InputSets::new(&gpu, shape, dtype, 1, 1)?;
+    for _ in 0..=args.launches {
+        prepared.launch(
+            &gpu,
+            &sets.q[0],
+            &sets.k[0],
+            &sets.v[0],
+            &mut sets.o[0],
+            &params,
+        )?;
+    }
+    gpu.synchronize()?;
+    Ok(0)
+}
+
+fn purpose(name: &str) -> anyhow::Result<attn_ncu::metrics::Purpose> {
+    use attn_ncu::metrics::Purpose;
+    Ok(match name {
+        "overview" => Purpose::Overview,
+        "tensor" => Purpose::Tensor,
+        "memory" => Purpose::Memory,
+        "occupancy" => Purpose::Occupancy,
+        "bank-conflicts" => Purpose::BankConflicts,
+        "spills" => Purpose::Spills,
+        "all" => Purpose::All,
+        other => anyhow::bail!("unknown --purpose {other} (overview, tensor, memory, occupancy, bank-conflicts, spills, all)"),
+    })
+}
+
+fn profile_impl(args: &Args) -> anyhow::Result<u8> {
+    let spec = spec(args)?;
+    crate::measure::problem(&spec)?;
+    let candidate = candidate(args)?;
+    let entry = match &candidate {
+        attn_kernels::Candidate::Registered { implementation, .. } => match implementation.engine {
+            attn_kernels::registry::Engine::Kernel { .. } => "attn_fwd",
+            attn_kernels::registry::Engine::Cublas => ".*",
+        },
+        attn_kernels::Candidate::Source { .. } => "attn_fwd",
+    };
+    let metrics = attn_ncu::metrics::hopper(purpose(&args.purpose)?)
+        .metrics
+        .iter()
+        .map(|m| m.to_string())
+        .collect();
+    let mut opts = attn_ncu::ProfileOptions::new(entry, metrics);
+    opts.ncu = args.ncu.clone();
+    opts.launch_skip = 1;
+    opts.launch_count = args.launches;
+    let program = std::env::current_exe().context("locating this program for ncu to run")?;
+    let mut target_args: Vec<String> = vec![
+        "ncu".into(),
+        "--as-target".into(),
+        "--impl".into(),
+        candidate.label(),
+    ];
+    for (flag, value) in [
+        ("--config", &args.config),
+        ("--shape", &args.shape),
+        ("--dtype", &args.dtype),
+    ] {
+        target_args.extend([flag.to_string(), value.clone()]);
+    }
+    if args.causal {
+        target_args.push("--causal".into());
+    }
+    target_args.extend(["--launches".into(), args.launches.to_string()]);
+    println!(
+        "profiling {} on {spec} with ncu ({} launches after a warm-up)",
+        candidate.label(),
+        args.launches
+    );
+    let profile = attn_ncu::profile(&opts, &program, &target_args)?;
+    println!("{}", profile.clock_note);
+    let kernels = attn_ncu::group(&profile.launches, None);
+    if kernels.is_empty() {
+        anyhow::bail!("ncu profiled no launch of `{entry}`");
+    }
+    print!("{}", attn_ncu::render_text(&kernels));
+    let (git_rev, _) = crate::provenance::git_revision();
+    for kernel in &kernels {
+        let explanation = attn_ncu::explain(
+            kernel,
+            Some(spec.flops()),
+            &attn_ncu::Ceilings::H100_MEASURED,
+        );
+        println!("\n{explanation}");
+        let mut evidence = attn_ncu::NcuEvidence::new(
+            attn_ncu::Provenance {
+                label: format!("{} {spec}", candidate.label()),
+                created: Some(attn_evidence::utc_now_rfc3339()),
+                git_rev: Some(git_rev.clone()),
+                device: kernel
+                    .metrics
+                    .get("device__attribute_display_name")
+                    .and_then(|a| a.text.clone()),
+                command_line: profile.command_line.clone(),
+                clock_note: Some(profile.clock_note.clone()),
+                seed: Some(1),
+            },
+            kernel,
+        )
+        .with_explanation(explanation);
+        match attn_ncu::FitnessInputs::from_summary(kernel, args.speedup, args.syncs_per_tile) {
+            Ok(inputs) => {
+                let fitness = attn_ncu::fitness(&inputs, &attn_ncu::FitnessWeights::default());
+                println!(
+                    "fitness {:.1} = 1000·speedup {:.3} + 2·tensor {:.1}% + SM {:.1}% − penalty {:.1} (registers {}, syncs/tile {}, spill bytes {})",
+                    fitness.score, inputs.speedup, inputs.tensor_pct, inputs.sm_busy_pct, fitness.penalty,
+                    inputs.registers_per_thread, inputs.syncs_per_tile, inputs.spill_bytes
+                );
+                evidence = evidence.with_fitness(fitness);
+            }
+            Err(err) => {
+                println!("no fitness score: {err} (profile with --purpose all or overview)")
+            }
+        }
+        if !args.no_evidence {
+            let path = evidence.write_in(&args.evidence.join("ncu"))?;
+            println!("evidence: {}", path.display());
+        }
+    }
+    Ok(0)
 }

@@ -83,11 +83,11 @@ fn bad_kernels_are_rejected_for_the_right_reason() {
 fn hidden_work_on_another_stream_is_caught() {
     let (code, text) = gate(&[
         "--impl",
-        "tiled",
+        "mma",
         "--plant",
         "side-stream",
         "--baseline",
-        "tiled",
+        "mma",
         "--shape",
         "1,8,512,64",
         "--samples",

@@ -25,11 +25,25 @@ fn replay_reproduces_every_committed_gate_decision() {
     files.sort();
     assert!(!files.is_empty(), "no gate evidence to replay");
     for file in files {
-        let stored: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
-        let output = Command::new(xtask()).arg("gate").arg("--replay").arg(&file).output().unwrap();
+        let stored: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        let output = Command::new(xtask())
+            .arg("gate")
+            .arg("--replay")
+            .arg(&file)
+            .output()
+            .unwrap();
         let text = String::from_utf8_lossy(&output.stdout);
-        assert!(text.contains("replay reproduces the stored decision exactly"), "{}:\n{text}", file.display());
-        let expected = if stored["passed"].as_bool().unwrap() { 0 } else { 1 };
+        assert!(
+            text.contains("replay reproduces the stored decision exactly"),
+            "{}:\n{text}",
+            file.display()
+        );
+        let expected = if stored["passed"].as_bool().unwrap() {
+            0
+        } else {
+            1
+        };
         assert_eq!(output.status.code(), Some(expected), "{}", file.display());
     }
 }

@@ -338,6 +338,11 @@ fn gate_case(
             comparison.speedup.point
         ));
     }
+    println!(
+        "    guard pass: {} µs per launch by the timed stream's events, {} µs device-synchronised",
+        format::micros(measure::median(&cand.guard_event_us)),
+        format::micros(measure::median(&cand.wall_us))
+    );
     let escaped = escaped_work(&cand.guard_event_us, &cand.wall_us);
     let gate_passed = comparison.gate.passed;
     let speed = format!(
