@@ -1,0 +1,45 @@
+//! The one error type of this crate.
+
+/// Everything that can go wrong while describing or resuming a search.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum EvoError {
+    /// A knob was declared with no values.
+    #[error("knob {knob} has an empty domain")]
+    EmptyDomain {
+        /// The knob.
+        knob: String,
+    },
+    /// A knob was declared twice, or a value twice in one domain.
+    #[error("knob {knob}: {what} declared twice")]
+    Duplicate {
+        /// The knob.
+        knob: String,
+        /// The knob itself or one of its values.
+        what: String,
+    },
+    /// `--knob NAME=v1,v2,...` could not be parsed.
+    #[error("`{text}` is not NAME=v1,v2,...: {reason}")]
+    KnobSyntax {
+        /// What was given.
+        text: String,
+        /// Why it is wrong.
+        reason: String,
+    },
+    /// The search has no knob at all.
+    #[error("the search space has no knobs")]
+    NoKnobs,
+    /// Options that cannot work (population 0, rates outside [0, 1]...).
+    #[error("invalid search options: {0}")]
+    Options(String),
+    /// A row of a search log that does not fit the space (resume).
+    #[error("log row {row}: {reason}")]
+    LogRow {
+        /// 1-based data row number.
+        row: usize,
+        /// Why it does not fit.
+        reason: String,
+    },
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = EvoError> = std::result::Result<T, E>;

@@ -1,0 +1,48 @@
+//! The kernel-config search behind `cargo xtask evo`: pure CPU, no CUDA.
+//!
+//! # Bird's-eye view
+//!
+//! - [`Space`]: the knobs of an implementation ([`KnobDomain`]: a name and its integer values)
+//!   and a validator (the registry's constraints and device limits). Its operators
+//!   ([`Space::random`], [`Space::mutate`], [`Space::crossover`], [`Space::project`]) only return
+//!   configs that pass [`Space::check`]: a config that cannot be valid is never built.
+//! - [`rank_probabilities`], [`pick_rank`]: rank-based parent selection, `p(r) ∝ 1 / (r + N)`.
+//! - [`Search`]: an elitist population search, one [`Generation`] at a time. The caller measures
+//!   the candidates (however it likes: worker processes, GPUs in parallel) and [`Search::record`]s
+//!   a fitness, or `None` for an invalid candidate. Configs are never measured twice; everything is
+//!   seeded; [`Search::resume`] continues from a log as if never interrupted.
+//! - [`evaluations_from_log`]: a search log (`attn_evidence::EvoCandidate` rows) as evaluations.
+//!
+//! ```
+//! use attn_evo::{KnobDomain, Options, Search, Space};
+//! // Two knobs; BLOCK_M must be a multiple of 16 x NUM_WARPS.
+//! let space = Space::new(
+//!     vec![KnobDomain::new("BLOCK_M", vec![32, 64, 128])?, KnobDomain::new("NUM_WARPS", vec![2, 4, 8])?],
+//!     |k| if k["BLOCK_M"] % (16 * k["NUM_WARPS"]) == 0 { Ok(()) } else { Err("BLOCK_M too small".into()) },
+//! )?;
+//! let options = Options { population: 3, generations: 4, budget: 10, seed: 1, ..Options::default() };
+//! let mut search = Search::new(space, options, vec![])?;
+//! while let Some(generation) = search.next_generation() {
+//!     for knobs in generation.candidates {
+//!         assert!(search.space().check(&knobs).is_ok());
+//!         let fitness = (knobs["BLOCK_M"] / knobs["NUM_WARPS"]) as f64; // a stand-in for a speedup
+//!         search.record(generation.number, knobs, Some(fitness));
+//!     }
+//! }
+//! // 6 valid configs in all: the search measured each once, and found the best.
+//! assert_eq!(search.evaluated(), 6);
+//! assert_eq!(search.best().unwrap().fitness, Some(64.0));
+//! # Ok::<(), attn_evo::EvoError>(())
+//! ```
+
+mod error;
+mod log;
+mod search;
+mod select;
+mod space;
+
+pub use error::{EvoError, Result};
+pub use log::{evaluations_from_log, knobs_from_strings, knobs_to_strings};
+pub use search::{Evaluation, Generation, Options, Search};
+pub use select::{pick_rank, rank_probabilities};
+pub use space::{KnobDomain, Knobs, Space};

@@ -1,0 +1,47 @@
+//! Search logs: [`Evaluation`]s from and to rows of `attn_evidence`'s search log.
+
+use attn_evidence::EvoCandidate;
+
+use crate::error::{EvoError, Result};
+use crate::search::Evaluation;
+use crate::space::Knobs;
+
+/// The evaluations recorded in a search log, for [`crate::Search::resume`]: the fitness of a row
+/// is its score when its status is `ok`, nothing otherwise.
+pub fn evaluations_from_log(rows: &[EvoCandidate]) -> Result<Vec<Evaluation>> {
+    rows.iter()
+        .enumerate()
+        .map(|(i, row)| {
+            let knobs = knobs_from_strings(&row.config)
+                .map_err(|reason| EvoError::LogRow { row: i + 1, reason })?;
+            Ok(Evaluation {
+                generation: row.generation,
+                knobs,
+                fitness: if row.status == "ok" { row.score } else { None },
+            })
+        })
+        .collect()
+}
+
+/// Parses a row's config (`"BLOCK_M" -> "64"`) into knobs.
+pub fn knobs_from_strings(
+    config: &std::collections::BTreeMap<String, String>,
+) -> std::result::Result<Knobs, String> {
+    config
+        .iter()
+        .map(|(k, v)| {
+            v.trim()
+                .parse::<i64>()
+                .map(|v| (k.clone(), v))
+                .map_err(|_| format!("{k} = {v:?} is not an integer"))
+        })
+        .collect()
+}
+
+/// A row's config from knobs.
+pub fn knobs_to_strings(knobs: &Knobs) -> std::collections::BTreeMap<String, String> {
+    knobs
+        .iter()
+        .map(|(k, v)| (k.clone(), v.to_string()))
+        .collect()
+}
