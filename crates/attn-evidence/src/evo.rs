@@ -50,6 +50,19 @@ const FIXED_AFTER_CONFIG: [&str; 8] = [
 ];
 
 impl EvoCandidate {
+    /// The row's cells for the config columns `keys` (in order).
+    fn record<'k>(&self, keys: impl Iterator<Item = &'k str>) -> Vec<String> {
+        let mut record = vec![self.generation.to_string()];
+        record.extend(keys.map(|k| self.config.get(k).cloned().unwrap_or_default()));
+        record.push(self.status.clone());
+        record.extend(
+            self.optional_fields()
+                .iter()
+                .map(|v| v.map(|x| x.to_string()).unwrap_or_default()),
+        );
+        record
+    }
+
     fn optional_fields(&self) -> [Option<f64>; 7] {
         [
             self.median_us,
@@ -114,6 +127,141 @@ pub fn write_evo_log(path: &Path, rows: &[EvoCandidate]) -> Result<(), EvidenceE
     }
     let bytes = writer.into_inner().map_err(|e| fail(e.to_string()))?;
     write_bytes_atomic(path, &bytes)
+}
+
+/// Appends rows to a search log one at a time, each written whole and flushed to disk before
+/// [`EvoLogAppender::append`] returns: a search killed at any moment keeps every row it finished.
+/// The config columns are fixed when the file is created (a search's knobs are known up front).
+///
+/// ```
+/// use attn_evidence::{read_evo_log, EvoCandidate, EvoLogAppender};
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("evo/run1/log.csv");
+/// let row = |generation, status: &str| EvoCandidate {
+///     generation, config: [("STAGES".to_string(), "2".to_string())].into(), status: status.into(),
+///     median_us: None, speedup: None, speedup_lower: None, speedup_upper: None, score: None,
+///     compile_s: None, run_s: Some(10.0),
+/// };
+/// let keys = vec!["STAGES".to_string()];
+/// EvoLogAppender::open(&path, &keys)?.append(&row(0, "ok"))?;
+/// // Reopened (a resumed search): rows are added after the ones already there.
+/// EvoLogAppender::open(&path, &keys)?.append(&row(1, "invalid: timeout after 10 s"))?;
+/// assert_eq!(read_evo_log(&path)?, vec![row(0, "ok"), row(1, "invalid: timeout after 10 s")]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct EvoLogAppender {
+    path: std::path::PathBuf,
+    file: std::fs::File,
+    keys: Vec<String>,
+}
+
+impl EvoLogAppender {
+    /// Opens `path` for appending rows with the config columns `keys`. A new (or empty) file gets
+    /// the header; an existing one must have exactly these columns. A partial last line (the
+    /// process was killed while writing it) is cut off.
+    pub fn open(path: &Path, keys: &[String]) -> Result<EvoLogAppender, EvidenceError> {
+        use std::io::Write;
+        let keys: Vec<String> = keys
+            .iter()
+            .cloned()
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let write_err = |source| EvidenceError::Write {
+            path: path.to_owned(),
+            source,
+        };
+        let header = {
+            let mut w = csv::Writer::from_writer(Vec::new());
+            let cells = std::iter::once("generation")
+                .chain(keys.iter().map(String::as_str))
+                .chain(FIXED_AFTER_CONFIG);
+            w.write_record(cells).map_err(|e| EvidenceError::Csv {
+                path: path.to_owned(),
+                message: e.to_string(),
+            })?;
+            w.into_inner().map_err(|e| EvidenceError::Csv {
+                path: path.to_owned(),
+                message: e.to_string(),
+            })?
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(write_err)?;
+        }
+        let existing = match std::fs::read(path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(source) => {
+                return Err(EvidenceError::Read {
+                    path: path.to_owned(),
+                    source,
+                })
+            }
+        };
+        let complete = existing
+            .iter()
+            .rposition(|b| *b == b'\n')
+            .map_or(0, |i| i + 1);
+        if complete > 0 && !existing.starts_with(&header) {
+            let found = String::from_utf8_lossy(
+                &existing[..existing.iter().position(|b| *b == b'\n').unwrap_or(0)],
+            )
+            .into_owned();
+            return Err(EvidenceError::Csv {
+                path: path.to_owned(),
+                message: format!(
+                    "line 1: columns {found:?} differ from this search's {:?}",
+                    String::from_utf8_lossy(&header).trim_end()
+                ),
+            });
+        }
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(false)
+            .open(path)
+            .map_err(write_err)?;
+        file.set_len(complete as u64).map_err(write_err)?;
+        let mut file = {
+            use std::io::Seek;
+            file.seek(std::io::SeekFrom::End(0)).map_err(write_err)?;
+            file
+        };
+        if complete == 0 {
+            file.write_all(&header).map_err(write_err)?;
+            file.sync_data().map_err(write_err)?;
+        }
+        Ok(EvoLogAppender {
+            path: path.to_owned(),
+            file,
+            keys,
+        })
+    }
+
+    /// Appends one row (one write) and flushes it to disk.
+    pub fn append(&mut self, row: &EvoCandidate) -> Result<(), EvidenceError> {
+        use std::io::Write;
+        let fail = |message: String| EvidenceError::Csv {
+            path: self.path.clone(),
+            message,
+        };
+        if let Some(extra) = row.config.keys().find(|k| !self.keys.contains(k)) {
+            return Err(fail(format!(
+                "config key {extra} is not a column of this log"
+            )));
+        }
+        let mut w = csv::Writer::from_writer(Vec::new());
+        w.write_record(row.record(self.keys.iter().map(String::as_str)))
+            .map_err(|e| fail(e.to_string()))?;
+        let line = w.into_inner().map_err(|e| fail(e.to_string()))?;
+        let write_err = |source| EvidenceError::Write {
+            path: self.path.clone(),
+            source,
+        };
+        self.file.write_all(&line).map_err(write_err)?;
+        self.file.sync_data().map_err(write_err)
+    }
 }
 
 /// Reads a search log written by [`write_evo_log`]. Errors name the file and line.
@@ -189,4 +337,52 @@ fn parse_evo_log(path: &Path, text: &str) -> Result<Vec<EvoCandidate>, EvidenceE
         });
     }
     Ok(rows)
+}
+
+#[cfg(test)]
+mod appender_tests {
+    use super::*;
+
+    fn row(generation: u32) -> EvoCandidate {
+        EvoCandidate {
+            generation,
+            config: [("A".to_string(), generation.to_string())].into(),
+            status: "ok".into(),
+            median_us: Some(1.5),
+            speedup: None,
+            speedup_lower: None,
+            speedup_upper: None,
+            score: Some(0.5),
+            compile_s: None,
+            run_s: None,
+        }
+    }
+
+    #[test]
+    fn a_partial_last_line_is_cut_off_and_other_columns_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.csv");
+        let keys = ["A".to_string()];
+        let mut log = EvoLogAppender::open(&path, &keys).unwrap();
+        log.append(&row(0)).unwrap();
+        log.append(&row(1)).unwrap();
+        drop(log);
+        // A kill in the middle of the third row's write.
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes.extend_from_slice(b"2,2,o");
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(read_evo_log(&path).is_err(), "the torn row is unreadable");
+        EvoLogAppender::open(&path, &keys)
+            .unwrap()
+            .append(&row(2))
+            .unwrap();
+        assert_eq!(read_evo_log(&path).unwrap(), vec![row(0), row(1), row(2)]);
+        // The same file as the log of a search over other knobs: refused, not mixed.
+        let err = EvoLogAppender::open(&path, &["B".to_string()]).unwrap_err();
+        assert!(err.to_string().contains("differ"), "{err}");
+        let mut unknown = row(3);
+        unknown.config.insert("C".into(), "1".into());
+        let mut log = EvoLogAppender::open(&path, &keys).unwrap();
+        assert!(log.append(&unknown).is_err());
+    }
 }

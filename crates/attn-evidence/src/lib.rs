@@ -51,7 +51,7 @@ mod timing;
 
 pub use bench::{BenchEntry, BenchRun, BENCH_CSV_HEADER};
 pub use error::EvidenceError;
-pub use evo::{read_evo_log, write_evo_log, EvoCandidate};
+pub use evo::{read_evo_log, write_evo_log, EvoCandidate, EvoLogAppender};
 pub use gate::{CorrectnessCheck, GateCase, GateRun};
 pub use implementation::Implementation;
 pub use provenance::{utc_now_rfc3339, ClockReadings, Provenance};
