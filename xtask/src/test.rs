@@ -31,6 +31,15 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         .args(&args.cargo_args);
     toolkit.apply(&mut cmd);
     let status = cmd.status().context("running cargo test")?;
+    if !status.success() {
+        return Ok(crate::EXIT_FAILED);
+    }
+    // Show what the compile tests checked: every default variant through NVRTC and ptxas, with a
+    // non-zero exit on any spill.
+    let mut kernels = Command::new(std::env::current_exe().context("locating xtask")?);
+    kernels.args(["kernels", "--ptxas"]);
+    toolkit.apply(&mut kernels);
+    let status = kernels.status().context("running xtask kernels --ptxas")?;
     Ok(if status.success() {
         0
     } else {
