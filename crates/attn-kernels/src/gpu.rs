@@ -154,8 +154,14 @@ impl Gpu {
     }
 
     /// The architecture to compile for: the device's own.
+    /// On sm_90 this is `compute_90a`: the architecture-specific target that allows Hopper's own
+    /// instructions (wgmma, setmaxnreg); its code runs on exactly this kind of device, which is the
+    /// one we compile for.
     pub fn arch(&self) -> Arch {
-        Arch::from_capability(self.info.capability.0, self.info.capability.1)
+        match self.info.capability {
+            (9, 0) => Arch("compute_90a".into()),
+            (major, minor) => Arch::from_capability(major, minor),
+        }
     }
 
     /// The context.
