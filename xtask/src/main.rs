@@ -10,9 +10,11 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod bundle;
+mod evo;
 mod gate;
 mod kernels;
 mod measure;
+mod micro;
 mod ncu;
 mod provenance;
 mod report;
@@ -57,6 +59,13 @@ enum Command {
     Test(test::Args),
     /// Build release test executables and xtask into target/bundle/ for a GPU machine.
     Bundle(bundle::Args),
+    /// Evolutionary search over a kernel's knobs; writes evidence/evo/<run>/.
+    Evo(evo::Args),
+    /// clock64() micro-benchmark of tile configs; ranks them into evidence/micro/.
+    Micro(micro::Args),
+    /// One search candidate in an isolated process (used by `evo`).
+    #[command(hide = true)]
+    EvoWorker(evo::WorkerArgs),
 }
 
 fn main() -> ExitCode {
@@ -71,6 +80,9 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::Test(args) => test::run(args),
         Command::Bundle(args) => bundle::run(args),
+        Command::Evo(args) => evo::run(args),
+        Command::Micro(args) => micro::run(args),
+        Command::EvoWorker(args) => evo::worker(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

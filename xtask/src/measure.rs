@@ -303,3 +303,55 @@ pub fn median(values: &[f64]) -> f64 {
         .map(|s| s.median())
         .unwrap_or(f64::NAN)
 }
+
+/// The gate's correctness protocol without the SDPA cross-check, for search workers: `checks`
+/// fresh random inputs (seeds `seed`, `seed + 1`, ...), poisoned outputs, the f64 oracle and a
+/// stale-output check. Returns the first failure's reason (with its seed), or `None` if all pass.
+pub fn check_against_oracle(
+    gpu: &Gpu,
+    prepared: &Prepared,
+    spec: &ShapeSpec,
+    seed: u64,
+    checks: usize,
+) -> anyhow::Result<Option<String>> {
+    use attn_oracle::{compare, reference, tolerance, RowSelection};
+    let (shape, dtype, params) = problem(spec)?;
+    let mut previous: Option<attn_oracle::HostTensor> = None;
+    for i in 0..checks {
+        let case_seed = seed.wrapping_add(i as u64);
+        let inputs = generate(&CaseSpec {
+            shape,
+            dtype,
+            distribution: Distribution::Normal,
+            seed: case_seed,
+        });
+        let out = prepared.run(gpu, &inputs.q, &inputs.k, &inputs.v, &params)?;
+        // Large shapes check sampled rows (the gate does the same above 2M query elements).
+        let rows = if shape.q_len() > 1 << 21 {
+            RowSelection::Sampled {
+                rows_per_head: 64,
+                seed: case_seed,
+            }
+        } else {
+            RowSelection::All
+        };
+        let exact = reference(&inputs.q, &inputs.k, &inputs.v, &params, &rows)?;
+        let verdict = compare(&out, &exact, &tolerance(dtype, Distribution::Normal));
+        if previous
+            .as_ref()
+            .is_some_and(|p| p.as_bytes() == out.as_bytes())
+        {
+            return Ok(Some(format!(
+                "seed {case_seed}: output identical to the previous call's on new inputs (stale output)"
+            )));
+        }
+        if !verdict.passed {
+            return Ok(Some(format!(
+                "seed {case_seed}: {}",
+                verdict.reason.unwrap_or_else(|| "wrong result".into())
+            )));
+        }
+        previous = Some(out);
+    }
+    Ok(None)
+}

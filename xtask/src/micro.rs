@@ -1,0 +1,270 @@
+//! `cargo xtask micro`: a `clock64()` micro-benchmark of tile configurations, ranked into
+//! `evidence/micro/{log.csv,best.json}` for `cargo xtask evo --seed-from-micro` to start from.
+//!
+//! `kernels/micro.cu` streams tiles of BLOCK_M × BLOCK_K elements through a STAGES-deep cp.async
+//! ring with VEC_WIDTH-byte copies and does BLOCK_M × BLOCK_K FMAs per tile, one block per SM; each
+//! block times its loop with `clock64()`. Configs are ranked by tile FLOPs per cycle (the inverse of
+//! cycles per tile-FLOP). It predicts the load/pipeline throughput of tile shapes, not the softmax,
+//! register pressure or occupancy effects of a full attention kernel: a starting point for the
+//! search, not a verdict.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use attn_evidence::EvoCandidate;
+use attn_kernels::compile::{compile, CompileRequest};
+use attn_kernels::{Candidate, Config, Gpu, Prepared};
+use attn_oracle::{generate, CaseSpec, DType, Distribution, Params, Shape};
+use serde::Serialize;
+
+/// Arguments of `cargo xtask micro`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// How many of the best configs `best.json` keeps.
+    #[arg(long, default_value_t = 8)]
+    pub top: usize,
+    /// Tiles each block streams.
+    #[arg(long, default_value_t = 64)]
+    pub tiles: usize,
+    /// Seed of the streamed data (recorded).
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+    /// Evidence folder (results go to <DIR>/micro/).
+    #[arg(long, default_value = "evidence")]
+    pub evidence: PathBuf,
+}
+
+const BLOCK_M: [i64; 4] = [16, 32, 64, 128];
+const BLOCK_K: [i64; 3] = [32, 64, 128];
+const STAGES: [i64; 4] = [1, 2, 3, 4];
+const VEC_WIDTH: [i64; 3] = [4, 8, 16];
+const NUM_WARPS: i64 = 4;
+const SCOPE: &str = "micro predicts the load/pipeline throughput of tile shapes (cp.async depth, copy width, tile size) on one block per SM; it cannot predict softmax cost, register pressure, tensor-core use or the occupancy of a full attention kernel. Use its ranking to seed `cargo xtask evo --seed-from-micro`, not as a verdict.";
+
+#[derive(Debug, Serialize)]
+struct Ranked {
+    config: BTreeMap<String, i64>,
+    cycles_per_tile: f64,
+    flops_per_cycle: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct MicroBest {
+    kind: &'static str,
+    gpu: String,
+    seed: u64,
+    tiles: usize,
+    blocks: usize,
+    configs: usize,
+    top: Vec<Ranked>,
+    scope: &'static str,
+    provenance: attn_evidence::Provenance,
+}
+
+/// The tile configs that fit the device (the others are never built).
+fn configs(max_shared: u32) -> Vec<Config> {
+    let mut out = Vec::new();
+    for m in BLOCK_M {
+        for k in BLOCK_K {
+            for s in STAGES {
+                for w in VEC_WIDTH {
+                    let shared = s * m * k * 2;
+                    if shared <= i64::from(max_shared) {
+                        out.push(Config::from_pairs(&[
+                            ("BLOCK_M", m),
+                            ("BLOCK_K", k),
+                            ("STAGES", s),
+                            ("VEC_WIDTH", w),
+                            ("NUM_WARPS", NUM_WARPS),
+                            ("SHARED_BYTES", shared),
+                        ]));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Runs the subcommand; returns the process exit code.
+pub fn run(args: Args) -> anyhow::Result<u8> {
+    let gpu = Gpu::open(0)?;
+    let info = gpu.info().clone();
+    let blocks = info.sm_count.max(1) as usize;
+    let path = crate::workspace_root().join("kernels").join("micro.cu");
+    let source = include_str!("../../kernels/micro.cu");
+    let tiles = args.tiles.max(1);
+    let configs = configs(gpu.limits().max_shared_per_block);
+    println!(
+        "micro: {} tile configs on {} ({} blocks, {} tiles each, seed {})\n{SCOPE}",
+        configs.len(),
+        info.name,
+        blocks,
+        tiles,
+        args.seed
+    );
+    let candidates: Vec<Candidate> = configs
+        .iter()
+        .map(|c| {
+            let mut defines = c.clone();
+            defines.0.insert("TILES".into(), tiles as i64);
+            Candidate::Source {
+                path: path.clone(),
+                source: source.to_string(),
+                entry: "attn_fwd".into(),
+                defines,
+            }
+        })
+        .collect();
+    let compile_s = compile_all(&gpu, &candidates)?;
+
+    let mut rows = Vec::new();
+    let mut ranked = Vec::new();
+    for ((config, candidate), compile_s) in configs.iter().zip(&candidates).zip(compile_s) {
+        let knobs: BTreeMap<String, i64> = config
+            .0
+            .iter()
+            .filter(|(k, _)| matches!(k.as_str(), "BLOCK_M" | "BLOCK_K" | "STAGES" | "VEC_WIDTH"))
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
+        let started = Instant::now();
+        let measured = measure(&gpu, candidate, config, blocks, args.seed);
+        let mut row = EvoCandidate {
+            generation: 0,
+            config: knobs
+                .iter()
+                .map(|(k, v)| (k.clone(), v.to_string()))
+                .collect(),
+            status: "ok".into(),
+            median_us: None,
+            speedup: None,
+            speedup_lower: None,
+            speedup_upper: None,
+            score: None,
+            compile_s: Some(compile_s),
+            run_s: None,
+        };
+        match measured {
+            Ok(cycles) => {
+                let per_tile = cycles / tiles as f64;
+                let flops = 2.0
+                    * (config.get("BLOCK_M").unwrap_or(1) * config.get("BLOCK_K").unwrap_or(1))
+                        as f64;
+                row.median_us = Some(cycles / f64::from(info.max_sm_mhz.max(1)));
+                row.score = Some(flops / per_tile);
+                ranked.push(Ranked {
+                    config: knobs,
+                    cycles_per_tile: per_tile,
+                    flops_per_cycle: flops / per_tile,
+                });
+            }
+            Err(err) => row.status = format!("invalid: {}", crate::one_line(&err)),
+        }
+        row.run_s = Some(started.elapsed().as_secs_f64());
+        rows.push(row);
+    }
+    ranked.sort_by(|a, b| b.flops_per_cycle.total_cmp(&a.flops_per_cycle));
+    ranked.truncate(args.top.max(1));
+    let dir = args.evidence.join("micro");
+    attn_evidence::write_evo_log(&dir.join("log.csv"), &rows)?;
+    for (i, r) in ranked.iter().enumerate() {
+        println!(
+            "{:>2}. {:<50} {:>8.1} cycles/tile  {:>6.2} FLOP/cycle",
+            i + 1,
+            Config(r.config.clone()).to_string(),
+            r.cycles_per_tile,
+            r.flops_per_cycle
+        );
+    }
+    let best = MicroBest {
+        kind: "micro-best",
+        gpu: info.name.clone(),
+        seed: args.seed,
+        tiles,
+        blocks,
+        configs: rows.len(),
+        top: ranked,
+        scope: SCOPE,
+        provenance: crate::provenance::collect(&gpu, None, None, None),
+    };
+    attn_evidence::write_json_atomic(&dir.join("best.json"), &best)?;
+    println!("evidence: {}", dir.display());
+    Ok(0)
+}
+
+/// Compiles every config on CPU threads (NVRTC's disk cache makes the loads instant); seconds each.
+fn compile_all(gpu: &Gpu, candidates: &[Candidate]) -> anyhow::Result<Vec<f64>> {
+    let abi = CompileRequest::abi_defines(DType::F16, 64)?;
+    let arch = gpu.arch();
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let chunk = candidates.len().div_ceil(threads).max(1);
+    let mut seconds = vec![0.0; candidates.len()];
+    std::thread::scope(|scope| {
+        for (cands, out) in candidates.chunks(chunk).zip(seconds.chunks_mut(chunk)) {
+            let (abi, arch) = (&abi, &arch);
+            scope.spawn(move || {
+                for (candidate, out) in cands.iter().zip(out) {
+                    if let Candidate::Source {
+                        path,
+                        source,
+                        defines,
+                        ..
+                    } = candidate
+                    {
+                        let mut all = abi.clone();
+                        all.extend(defines.0.iter().map(|(k, v)| format!("{k}={v}")));
+                        let name = path.display().to_string();
+                        let started = Instant::now();
+                        // A failure is reported again, per config, when it is loaded.
+                        let _ = compile(&CompileRequest {
+                            name: &name,
+                            source,
+                            include_dir: path.parent(),
+                            defines: all,
+                            arch: arch.clone(),
+                        });
+                        *out = started.elapsed().as_secs_f64();
+                    }
+                }
+            });
+        }
+    });
+    Ok(seconds)
+}
+
+/// The median over blocks of one config's loop cycles (after a warm-up launch).
+fn measure(
+    gpu: &Gpu,
+    candidate: &Candidate,
+    config: &Config,
+    blocks: usize,
+    seed: u64,
+) -> anyhow::Result<f64> {
+    let block_m = config.get("BLOCK_M").unwrap_or(64) as usize;
+    let shape = Shape::new(1, 1, block_m * blocks, 65_536, 64)?;
+    let inputs = generate(&CaseSpec {
+        shape,
+        dtype: DType::F16,
+        distribution: Distribution::Normal,
+        seed,
+    });
+    let prepared = Prepared::new(gpu, candidate, DType::F16, 64)?;
+    let params = Params::new(64, false);
+    let mut out = None;
+    for _ in 0..2 {
+        out = Some(prepared.run(gpu, &inputs.q, &inputs.k, &inputs.v, &params)?);
+    }
+    let out = out.context("no run")?;
+    let cycles: Vec<f64> = out
+        .as_bytes()
+        .chunks_exact(8)
+        .take(blocks)
+        .map(|b| i64::from_le_bytes(b.try_into().unwrap_or([0; 8])) as f64)
+        .collect();
+    if cycles.iter().any(|c| *c <= 0.0) {
+        anyhow::bail!("a block reported no cycles (the kernel did not run as expected)");
+    }
+    Ok(crate::measure::median(&cycles))
+}
