@@ -103,10 +103,14 @@ impl Candidate {
     }
 }
 
-enum Engine2 {
+/// Launch geometry of a prepared kernel as a function of the shape.
+type GeometryFn = Box<dyn Fn(&Shape) -> Result<Geometry> + Send + Sync>;
+
+/// How a prepared candidate launches: one kernel, or the cuBLAS path.
+enum Launcher {
     Kernel {
         function: CudaFunction,
-        geometry: Box<dyn Fn(&Shape) -> Result<Geometry> + Send + Sync>,
+        geometry: GeometryFn,
     },
     Cublas {
         softmax: CudaFunction,
@@ -128,7 +132,7 @@ pub struct Prepared {
     config: Config,
     dtype: DType,
     head_dim: usize,
-    engine: Engine2,
+    engine: Launcher,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -181,7 +185,7 @@ impl Prepared {
                         };
                         let function = gpu.load(&req, "attn_fwd", shared)?;
                         let (imp, cfg) = (*implementation, config.clone());
-                        Engine2::Kernel {
+                        Launcher::Kernel {
                             function,
                             geometry: Box::new(move |shape| imp.geometry(&cfg, shape)),
                         }
@@ -194,7 +198,7 @@ impl Prepared {
                             defines,
                             arch: gpu.arch(),
                         };
-                        Engine2::Cublas {
+                        Launcher::Cublas {
                             softmax: gpu.load(&req, "softmax_rows", 0)?,
                             scratch: Mutex::new(None),
                         }
@@ -257,7 +261,7 @@ impl Prepared {
                     config: user.clone(),
                     dtype,
                     head_dim,
-                    engine: Engine2::Kernel {
+                    engine: Launcher::Kernel {
                         function,
                         geometry: Box::new(geometry),
                     },
@@ -297,7 +301,7 @@ impl Prepared {
         let scale = params.scale as f32;
         let causal = i32::from(params.causal);
         match &self.engine {
-            Engine2::Kernel { function, geometry } => {
+            Launcher::Kernel { function, geometry } => {
                 let g = geometry(&shape)?;
                 let cfg = LaunchConfig {
                     grid_dim: g.grid,
@@ -317,7 +321,7 @@ impl Prepared {
                 // elements of the compiled dtype); the grid covers every output row.
                 unsafe { launch.launch(cfg) }.during("cuLaunchKernel")?;
             }
-            Engine2::Cublas { softmax, scratch } => {
+            Launcher::Cublas { softmax, scratch } => {
                 self.launch_cublas(gpu, softmax, scratch, &shape, q, k, v, o, scale, causal)?;
             }
         }

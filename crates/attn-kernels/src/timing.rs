@@ -173,7 +173,6 @@ impl<'g> Harness<'g> {
         }
         self.gpu.synchronize()?;
 
-        drop(run_one);
         let mut wall_us = Vec::with_capacity(opts.guard_launches);
         let mut guard_event_us = Vec::with_capacity(opts.guard_launches);
         for i in 0..opts.guard_launches {

@@ -9,7 +9,7 @@ use crate::error::{KernelError, Result};
 fn roots() -> Vec<PathBuf> {
     let mut roots: Vec<PathBuf> = ["CUDA_HOME", "CUDA_PATH"]
         .iter()
-        .filter_map(|v| std::env::var_os(v))
+        .filter_map(std::env::var_os)
         .map(PathBuf::from)
         .collect();
     roots.push(PathBuf::from("/usr/local/cuda"));
