@@ -125,13 +125,21 @@ impl EvidenceSet {
             })
     }
 
-    /// The latest gate run of each (candidate, baseline) pair, ordered by candidate then baseline.
+    /// The latest gate run of each (candidate, baseline, suite or shape list) triple, ordered by
+    /// candidate, baseline, then suite: the seed and large suites each keep their latest verdict.
     pub fn latest_gates(&self) -> Vec<(usize, &GateRun)> {
-        let mut latest: BTreeMap<(String, String), (usize, &GateRun)> = BTreeMap::new();
+        let mut latest: BTreeMap<(String, String, String), (usize, &GateRun)> = BTreeMap::new();
         for (index, gate) in self.gates() {
+            let shapes = gate.suite.clone().unwrap_or_else(|| {
+                gate.cases
+                    .iter()
+                    .map(|c| c.shape.to_string())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            });
             // Runs are in time order, so later inserts win.
             latest.insert(
-                (gate.candidate.label(), gate.baseline.label()),
+                (gate.candidate.label(), gate.baseline.label(), shapes),
                 (index, gate),
             );
         }
