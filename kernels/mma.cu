@@ -1,47 +1,56 @@
 // mma.cu — tensor-core FlashAttention-2-class forward kernel (mma.sync m16n8k16, ldmatrix, cp.async).
 //
 // Bird's-eye view
-//   One thread block computes a BLOCK_M x HEAD_DIM tile of O for one (batch, head). Each of its
-//   NUM_WARPS warps owns 16 query rows (BLOCK_M = 16 * NUM_WARPS) and runs its own online softmax
-//   over them, FA2-style, so warps never reduce across each other. Per key/value tile of BLOCK_N rows:
-//     S = Q·Kᵀ        mma.sync m16n8k16; Q as A fragments (registers), K via ldmatrix.x4 (B, "col")
+//   One thread block computes a BLOCK_M x HEAD_DIM tile of O for one (batch, head). Its NUM_WARPS
+//   warps form NUM_WARPS / KV_SPLIT row groups of WARP_M query rows (one or two 16-row mma blocks
+//   per warp); the KV_SPLIT warps of a row group share its rows and split every key/value tile
+//   between them, BLOCK_N keys each. Each warp runs its own online softmax, FA2-style. Per tile:
+//     S = Q·Kᵀ        mma.sync m16n8k16; Q as A fragments (registers), K via ldmatrix.x4 (B, "col");
+//                     with WARP_M 32 every K fragment feeds two mma (half the shared-memory reads)
 //     P = exp2(S·scale·log2e − m), m and l updated in registers (quad shuffles for row reductions)
 //     O = O·α + P·V   the S accumulator fragments re-packed in registers as A fragments of P;
 //                     V via ldmatrix.x4.trans (V is [S_kv, D] row-major, the K×N B operand)
-//   K/V tiles stream through a STAGES-deep cp.async ring in shared memory; Q is loaded once.
-//   At the end each warp stages its 16 output rows in its own slice of the Q buffer and writes them
-//   to global memory with 16-byte coalesced stores, never touching rows >= S_q.
+//   K/V tiles of KV_SPLIT · BLOCK_N rows stream through a STAGES-deep cp.async ring in shared
+//   memory; Q is loaded once. With KV_SPLIT > 1 the warps of a row group merge their (m, l, O)
+//   through shared memory at the end (small grids: more blocks, shorter serial chains per warp).
+//   Each row group's first warp then stages its output rows in its slice of the Q buffer and writes
+//   them with 16-byte coalesced stores, never touching rows >= S_q.
 //
 // Knobs (compile-time defines, defaults below)
 //   HEAD_DIM  ∈ {64, 128}          (required, from attn_common.cuh)
-//   NUM_WARPS ∈ {4, 8}             default: 4 for HEAD_DIM 64, 8 for HEAD_DIM 128
-//   BLOCK_M   = 16 · NUM_WARPS     (the only allowed value; defaulted from NUM_WARPS)
-//   BLOCK_N   ∈ {32, 64, 128}      default 64
-//   STAGES    ∈ {1, 2, 3}          default 2
+//   NUM_WARPS ∈ {1, 2, 4, 8}       default: 4 for HEAD_DIM 64, 8 for 128
+//   WARP_M    ∈ {16, 32}           query rows per warp; default 32 for HEAD_DIM 64, 16 for 128
+//   KV_SPLIT  ∈ {1, 2, 4}          warps sharing a row group (divides NUM_WARPS); default 1
+//   BLOCK_M   = WARP_M · NUM_WARPS / KV_SPLIT (the only allowed value; defaulted)
+//   BLOCK_N   ∈ {32, 64, 128}      keys per warp per tile; default 64 for HEAD_DIM 64, 128 for 128
+//   STAGES    ∈ {1, 2, 3, 4}       default 2
 //   Q_IN_REGS ∈ {0, 1}             1: Q's A fragments loaded once into registers; 0: re-read from
-//                                  shared memory per tile. Default 1, except 0 for HEAD_DIM 128 with
-//                                  BLOCK_N 128 (which spills with Q resident)
+//                                  shared memory per tile. Default 1 when WARP_M is 16 and BLOCK_N
+//                                  < 128, else 0 (the accumulators leave no room)
 //   MIN_BLOCKS ≥ 1                 default 1: the min-blocks-per-SM hint of __launch_bounds__
 //                                  (only emitted when > 1)
-//   Every (NUM_WARPS, BLOCK_N, STAGES) combination of the domains above is valid for both head dims
-//   and both dtypes; the only further constraint is the device's opt-in shared-memory limit.
 //   Defaults (no spills, stack frame 0 under ptxas sm_90; see kernels/tools/nvrtc_check.py):
-//     HEAD_DIM 64:  NUM_WARPS 4 (BLOCK_M 64),  BLOCK_N 64, STAGES 2 -> 40960 bytes of shared memory
-//     HEAD_DIM 128: NUM_WARPS 8 (BLOCK_M 128), BLOCK_N 64, STAGES 2 -> 98304 bytes of shared memory
+//     HEAD_DIM 64:  NUM_WARPS 4, WARP_M 32 (BLOCK_M 128), BLOCK_N 64,  STAGES 2, Q_IN_REGS 0 (249 regs)
+//     HEAD_DIM 128: NUM_WARPS 8, WARP_M 16 (BLOCK_M 128), BLOCK_N 128, STAGES 2, Q_IN_REGS 0 (255 regs)
+//   The host's registry overrides them per shape (small grids get KV_SPLIT > 1, see its `tuned`).
 //
 // Launch geometry
 //   grid  = (ceil(S_q / BLOCK_M), H, B),  block = NUM_WARPS · 32 threads
-//   dynamic shared memory = (BLOCK_M + 2 · STAGES · BLOCK_N) · HEAD_DIM · 2 bytes
-//     (Q tile + STAGES × (K tile + V tile), 2-byte elements; the O staging reuses the Q tile)
-//   Largest config (D=128, BLOCK_M=128, BLOCK_N=128, STAGES=3) needs 229376 bytes, within the
-//   232448-byte opt-in limit of sm_90; above 48 KB the host raises the limit with cuFuncSetAttribute.
+//   dynamic shared memory = BLOCK_M · HEAD_DIM · 2
+//                         + max(2 · STAGES · KV_SPLIT · BLOCK_N · HEAD_DIM · 2,
+//                               (KV_SPLIT − 1) · BLOCK_M · (4 · HEAD_DIM + 32))   bytes
+//     (the Q tile, then STAGES × (K tile + V tile) of 2-byte elements, whose space the KV_SPLIT
+//     merge reuses for the f32 partial O, m and l of every warp but a row group's first; the O
+//     staging reuses the Q tile). Above 48 KB the host raises the limit with cuFuncSetAttribute;
+//     configs above the device's opt-in limit (232448 bytes on sm_90) are rejected by the host.
 //
 // Shared-memory layout and swizzle
 //   Each tile is row-major with rows of HEAD_DIM elements = CHUNKS 16-byte chunks. Logical chunk c of
 //   row r is stored at physical chunk c ^ (r & 7). ldmatrix reads 8 rows × 16 bytes per phase and
 //   those 8 rows have distinct (r & 7), so the 8 chunks land in 8 distinct bank groups; the cp.async
 //   stores write 8 consecutive chunks of one row per phase, which the XOR only permutes. Both are
-//   therefore bank-conflict free, as are the 4-byte O staging stores (see store_output).
+//   therefore bank-conflict free, as are the 4-byte O staging stores (see store_output) and the
+//   lane-indexed 16-byte stores of the merge.
 //
 // Fragment layouts of mma.sync.m16n8k16 (PTX ISA), with g = lane / 4 and t = lane % 4:
 //   A (16×16, row-major, 4 × b32): a0 = A[g][2t..2t+1]   a1 = A[g+8][2t..2t+1]
@@ -61,22 +70,36 @@
 #define NUM_WARPS 4
 #endif
 #endif
+#ifndef WARP_M
+#if HEAD_DIM == 128
+#define WARP_M 16
+#else
+#define WARP_M 32
+#endif
+#endif
+#ifndef KV_SPLIT
+#define KV_SPLIT 1
+#endif
 #ifndef BLOCK_M
-#define BLOCK_M (16 * NUM_WARPS)
+#define BLOCK_M (WARP_M * NUM_WARPS / KV_SPLIT)
 #endif
 #ifndef BLOCK_N
+#if HEAD_DIM == 128
+#define BLOCK_N 128
+#else
 #define BLOCK_N 64
+#endif
 #endif
 #ifndef STAGES
 #define STAGES 2
 #endif
 #ifndef Q_IN_REGS
-// Keep Q in registers unless the S and O accumulators alone already take 128 registers per thread
-// (HEAD_DIM 128 with BLOCK_N 128): there ptxas spills with Q resident and does not without it.
-#if HEAD_DIM == 128 && BLOCK_N == 128
-#define Q_IN_REGS 0
-#else
+// Q resident costs WARP_M · HEAD_DIM / 32 registers; next to 32-row or 128-key accumulators
+// ptxas spills.
+#if WARP_M == 16 && BLOCK_N < 128
 #define Q_IN_REGS 1
+#else
+#define Q_IN_REGS 0
 #endif
 #endif
 #ifndef MIN_BLOCKS
@@ -84,10 +107,14 @@
 #endif
 
 static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "mma.cu: HEAD_DIM must be 64 or 128");
-static_assert(NUM_WARPS == 4 || NUM_WARPS == 8, "mma.cu: NUM_WARPS must be 4 or 8");
-static_assert(BLOCK_M == 16 * NUM_WARPS, "mma.cu: BLOCK_M must equal 16 * NUM_WARPS");
+static_assert(NUM_WARPS == 1 || NUM_WARPS == 2 || NUM_WARPS == 4 || NUM_WARPS == 8,
+              "mma.cu: NUM_WARPS must be 1, 2, 4 or 8");
+static_assert(WARP_M == 16 || WARP_M == 32, "mma.cu: WARP_M must be 16 or 32");
+static_assert((KV_SPLIT == 1 || KV_SPLIT == 2 || KV_SPLIT == 4) && NUM_WARPS % KV_SPLIT == 0,
+              "mma.cu: KV_SPLIT must be 1, 2 or 4 and divide NUM_WARPS");
+static_assert(BLOCK_M == WARP_M * NUM_WARPS / KV_SPLIT, "mma.cu: BLOCK_M must equal WARP_M * NUM_WARPS / KV_SPLIT");
 static_assert(BLOCK_N == 32 || BLOCK_N == 64 || BLOCK_N == 128, "mma.cu: BLOCK_N must be 32, 64 or 128");
-static_assert(STAGES >= 1 && STAGES <= 3, "mma.cu: STAGES must be 1, 2 or 3");
+static_assert(STAGES >= 1 && STAGES <= 4, "mma.cu: STAGES must be 1, 2, 3 or 4");
 static_assert(Q_IN_REGS == 0 || Q_IN_REGS == 1, "mma.cu: Q_IN_REGS must be 0 or 1");
 static_assert(MIN_BLOCKS >= 1, "mma.cu: MIN_BLOCKS must be >= 1");
 static_assert(sizeof(elem_t) == 2, "mma.cu: 16-bit elements expected");
@@ -98,19 +125,22 @@ typedef unsigned int u32;
 
 constexpr int D = HEAD_DIM;
 constexpr int THREADS = NUM_WARPS * 32;
+constexpr int RB = WARP_M / 16;               // 16-row mma blocks per warp
 constexpr int CHUNKS = D / 8;                 // 16-byte chunks per row
 constexpr int ROW_BYTES = D * 2;
+constexpr int TILE_ROWS = KV_SPLIT * BLOCK_N; // K/V rows per pipeline tile
 constexpr int Q_TILE_BYTES = BLOCK_M * ROW_BYTES;
-constexpr int KV_TILE_BYTES = BLOCK_N * ROW_BYTES;
+constexpr int KV_TILE_BYTES = TILE_ROWS * ROW_BYTES;
 constexpr int QK_K_STEPS = D / 16;            // k-steps of Q·Kᵀ (over head dim)
 constexpr int S_N_TILES = BLOCK_N / 8;        // n-tiles of S (over keys)
 constexpr int PV_K_STEPS = BLOCK_N / 16;      // k-steps of P·V (over keys)
 constexpr int O_N_TILES = D / 8;              // n-tiles of O (over head dim)
-constexpr int KV_CHUNKS_PER_THREAD = BLOCK_N * CHUNKS / THREADS;
-constexpr int Q_CHUNKS_PER_LANE = 16 * CHUNKS / 32;
+constexpr int KV_CHUNKS_PER_THREAD = TILE_ROWS * CHUNKS / THREADS;
+constexpr int Q_CHUNKS_PER_THREAD = BLOCK_M * CHUNKS / THREADS;
+constexpr int OUT_CHUNKS_PER_LANE = WARP_M * CHUNKS / 32;
 
-static_assert(BLOCK_N * CHUNKS % THREADS == 0, "K/V tile chunks must split evenly over the block");
-static_assert(16 * CHUNKS % 32 == 0, "a warp's Q rows must split evenly over its lanes");
+static_assert(TILE_ROWS * CHUNKS % THREADS == 0, "K/V tile chunks must split evenly over the block");
+static_assert(BLOCK_M * CHUNKS % THREADS == 0, "Q tile chunks must split evenly over the block");
 
 // NVRTC has no <math.h>, hence no INFINITY macro: -inf by its bit pattern.
 #define MMA_NEG_INF __int_as_float(0xff800000u)
@@ -186,34 +216,20 @@ __device__ __forceinline__ u32 swizzled(int row, int chunk) {
 
 // ---- tile loads ----------------------------------------------------------------------------------
 
-// One BLOCK_N-row tile of K or V (rows kv0.. of this head) into `dst`, cooperatively by the block.
-// Rows >= seq_kv are zero-filled without a global read (their source address is the valid tile
-// base, never dereferenced since src-size is 0).
-__device__ __forceinline__ void load_kv_tile(u32 dst, const elem_t* __restrict__ head, int kv0,
-                                             int seq_kv, int tid) {
+// `rows` rows of a head (rows row0.. of `head`) into the swizzled tile `dst`, cooperatively by the
+// block, `PerThread` 16-byte chunks per thread. Rows >= limit are zero-filled without a global read
+// (their source address is the valid head base, never dereferenced since src-size is 0).
+template <int PerThread>
+__device__ __forceinline__ void load_rows(u32 dst, const elem_t* __restrict__ head, int row0, int limit,
+                                          int tid) {
 #pragma unroll
-    for (int i = 0; i < KV_CHUNKS_PER_THREAD; ++i) {
+    for (int i = 0; i < PerThread; ++i) {
         const int idx = tid + i * THREADS;
         const int row = idx / CHUNKS;
         const int chunk = idx % CHUNKS;
-        const bool in_range = kv0 + row < seq_kv;
-        const elem_t* src = in_range ? head + static_cast<size_t>(kv0 + row) * D + chunk * 8 : head;
+        const bool in_range = row0 + row < limit;
+        const elem_t* src = in_range ? head + static_cast<size_t>(row0 + row) * D + chunk * 8 : head;
         cp_async_16(dst + swizzled(row, chunk), src, in_range);
-    }
-}
-
-// The warp's own 16 Q rows (tile rows warp_row0..warp_row0+15), loaded by the warp alone so that
-// only a __syncwarp is needed before reading them back. Rows >= seq_q become zeros.
-__device__ __forceinline__ void load_q_rows(u32 q_tile, const elem_t* __restrict__ head, int m0,
-                                            int warp_row0, int seq_q, int lane) {
-#pragma unroll
-    for (int i = 0; i < Q_CHUNKS_PER_LANE; ++i) {
-        const int idx = lane + i * 32;
-        const int row = warp_row0 + idx / CHUNKS;
-        const int chunk = idx % CHUNKS;
-        const bool in_range = m0 + row < seq_q;
-        const elem_t* src = in_range ? head + static_cast<size_t>(m0 + row) * D + chunk * 8 : head;
-        cp_async_16(q_tile + swizzled(row, chunk), src, in_range);
     }
 }
 
@@ -264,28 +280,31 @@ struct LaneAddressing {
 
 // ---- output --------------------------------------------------------------------------------------
 
-// Normalises the warp's O accumulator, stages it in the warp's 16 rows of the Q buffer and writes the
-// valid rows to global memory with 16-byte stores. The 4-byte staging stores are conflict free: in
-// one store the 32 lanes cover rows g = 0..7 at chunk n ^ g and word t, i.e. 32 distinct banks.
-__device__ __forceinline__ void store_output(unsigned char* smem, const float (&o_acc)[O_N_TILES][4],
-                                             const float (&inv_l)[2], elem_t* __restrict__ o_head,
+// Normalises the warp's O accumulator, stages it in the warp's WARP_M rows of the Q buffer and writes
+// the valid rows to global memory with 16-byte stores. The 4-byte staging stores are conflict free:
+// in one store the 32 lanes cover rows g = 0..7 at chunk n ^ g and word t, i.e. 32 distinct banks.
+__device__ __forceinline__ void store_output(unsigned char* smem, const float (&o_acc)[RB][O_N_TILES][4],
+                                             const float (&inv_l)[RB][2], elem_t* __restrict__ o_head,
                                              int m0, int warp_row0, int seq_q, int lane) {
     const int g = lane >> 2;
     const int t = lane & 3;
     __syncwarp();  // every lane is done reading its Q rows (when Q_IN_REGS == 0) before they are overwritten
 #pragma unroll
-    for (int n = 0; n < O_N_TILES; ++n) {
+    for (int r = 0; r < RB; ++r) {
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            const int row = warp_row0 + g + 8 * half;
-            const u32 offset = swizzled(row, n) + 4 * t;
-            *reinterpret_cast<elem2_t*>(smem + offset) =
-                from_float2(o_acc[n][2 * half] * inv_l[half], o_acc[n][2 * half + 1] * inv_l[half]);
+        for (int n = 0; n < O_N_TILES; ++n) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int row = warp_row0 + 16 * r + g + 8 * half;
+                const u32 offset = swizzled(row, n) + 4 * t;
+                *reinterpret_cast<elem2_t*>(smem + offset) = from_float2(o_acc[r][n][2 * half] * inv_l[r][half],
+                                                                         o_acc[r][n][2 * half + 1] * inv_l[r][half]);
+            }
         }
     }
     __syncwarp();  // the staged rows are visible to every lane of the warp
 #pragma unroll
-    for (int i = 0; i < Q_CHUNKS_PER_LANE; ++i) {
+    for (int i = 0; i < OUT_CHUNKS_PER_LANE; ++i) {
         const int idx = lane + i * 32;
         const int row = warp_row0 + idx / CHUNKS;
         const int chunk = idx % CHUNKS;
@@ -300,6 +319,9 @@ __device__ __forceinline__ void store_output(unsigned char* smem, const float (&
 __device__ __forceinline__ int row_kv_limit(int row, int seq_q, int seq_kv, int causal) {
     return causal ? min(seq_kv, causal_kv_end(row, seq_q, seq_kv)) : seq_kv;
 }
+
+// exp2(a - b) for running maxima, where b = -inf (a row that has seen no key) gives 0, not NaN.
+__device__ __forceinline__ float rescale_factor(float a, float b_used) { return exp2_ftz(a - b_used); }
 
 }  // namespace mma_attn
 
@@ -325,9 +347,10 @@ extern "C" __global__ void MMA_LAUNCH_BOUNDS attn_fwd(const elem_t* __restrict__
     const int tid = threadIdx.x;
     const int lane = tid & 31;
     const int warp = tid >> 5;
-    const int g = lane >> 2;  // fragment row group
-    const int t = lane & 3;   // thread in quad
-    const int warp_row0 = warp * 16;  // first row of this warp inside the block tile
+    const int split = warp % KV_SPLIT;            // which BLOCK_N keys of each tile this warp takes
+    const int g = lane >> 2;                      // fragment row group
+    const int t = lane & 3;                       // thread in quad
+    const int warp_row0 = (warp / KV_SPLIT) * WARP_M;  // first row of this warp inside the block tile
 
     const int m0 = blockIdx.x * BLOCK_M;
     const size_t bh = static_cast<size_t>(blockIdx.z) * heads + blockIdx.y;
@@ -340,56 +363,71 @@ extern "C" __global__ void MMA_LAUNCH_BOUNDS attn_fwd(const elem_t* __restrict__
     // causal mask every tile past that is entirely above the diagonal for all rows, so it is skipped.
     const int last_row = min(m0 + BLOCK_M, seq_q) - 1;
     const int block_kv_end = row_kv_limit(last_row, seq_q, seq_kv, causal);
-    const int num_tiles = block_kv_end > 0 ? (block_kv_end + BLOCK_N - 1) / BLOCK_N : 0;
+    const int num_tiles = block_kv_end > 0 ? (block_kv_end + TILE_ROWS - 1) / TILE_ROWS : 0;
 
-    // Per-warp bounds. Tiles ending at or before `warp_lo_limit` are visible to every row of the warp
-    // (no element mask); tiles starting at or after `warp_hi_limit` are invisible to all of them
+    // Per-warp bounds. Sub-tiles ending at or before `warp_lo_limit` are visible to every row of the
+    // warp (no element mask); those starting at or after `warp_hi_limit` are invisible to all of them
     // (skipped). A warp whose rows all lie past seq_q computes nothing.
     const bool warp_has_rows = m0 + warp_row0 < seq_q;
     const int warp_lo_limit = row_kv_limit(m0 + warp_row0, seq_q, seq_kv, causal);
-    const int warp_hi_limit = warp_has_rows ? row_kv_limit(m0 + warp_row0 + 15, seq_q, seq_kv, causal) : 0;
-    // This lane's two rows (g and g + 8) for the element mask.
-    const int lane_limit[2] = {row_kv_limit(m0 + warp_row0 + g, seq_q, seq_kv, causal),
-                               row_kv_limit(m0 + warp_row0 + g + 8, seq_q, seq_kv, causal)};
+    const int warp_hi_limit =
+        warp_has_rows ? row_kv_limit(m0 + warp_row0 + WARP_M - 1, seq_q, seq_kv, causal) : 0;
+    // This lane's rows (g and g + 8 of each 16-row block) for the element mask.
+    int lane_limit[RB][2];
+#pragma unroll
+    for (int r = 0; r < RB; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+            lane_limit[r][h] = row_kv_limit(m0 + warp_row0 + 16 * r + g + 8 * h, seq_q, seq_kv, causal);
 
     const float scale_log2 = scale * ATTN_LOG2E;
     const LaneAddressing addr(lane);
 
     // ---- prologue: Q (own commit group), then the first STAGES - 1 K/V tiles -----------------------
-    load_q_rows(q_tile, q_head, m0, warp_row0, seq_q, lane);
+    load_rows<Q_CHUNKS_PER_THREAD>(q_tile, q_head, m0, seq_q, tid);
     cp_async_commit();
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
         if (s < num_tiles) {
-            load_kv_tile(k_tiles + s * KV_TILE_BYTES, k_head, s * BLOCK_N, seq_kv, tid);
-            load_kv_tile(v_tiles + s * KV_TILE_BYTES, v_head, s * BLOCK_N, seq_kv, tid);
+            load_rows<KV_CHUNKS_PER_THREAD>(k_tiles + s * KV_TILE_BYTES, k_head, s * TILE_ROWS, seq_kv, tid);
+            load_rows<KV_CHUNKS_PER_THREAD>(v_tiles + s * KV_TILE_BYTES, v_head, s * TILE_ROWS, seq_kv, tid);
         }
         cp_async_commit();  // committed even when empty, so group counting stays uniform
     }
 
-    // Q: wait for its group only (the STAGES - 1 newer groups may still fly); the warp loaded its own
-    // rows, so a warp barrier makes them visible to all its lanes.
+    // Q: wait for its group only (the STAGES - 1 newer groups may still fly); the block loaded it
+    // together, so a block barrier makes it visible.
     cp_async_wait<STAGES - 1>();
-    __syncwarp();
+    __syncthreads();
 #if Q_IN_REGS
-    u32 q_frag[QK_K_STEPS][4];
+    u32 q_frag[RB][QK_K_STEPS][4];
 #pragma unroll
-    for (int kk = 0; kk < QK_K_STEPS; ++kk) ldmatrix_x4(q_frag[kk], addr.a(q_tile, warp_row0, kk));
+    for (int r = 0; r < RB; ++r)
+#pragma unroll
+        for (int kk = 0; kk < QK_K_STEPS; ++kk) ldmatrix_x4(q_frag[r][kk], addr.a(q_tile, warp_row0 + 16 * r, kk));
 #endif
 
-    float o_acc[O_N_TILES][4];
+    float o_acc[RB][O_N_TILES][4];
 #pragma unroll
-    for (int n = 0; n < O_N_TILES; ++n) o_acc[n][0] = o_acc[n][1] = o_acc[n][2] = o_acc[n][3] = 0.f;
-    // Running max (in the scale·log2e domain) and this lane's partial row sum for rows g and g + 8.
-    // The sum stays partial over the quad until the end: every rescale factor is uniform in a quad.
-    float row_max[2] = {MMA_NEG_INF, MMA_NEG_INF};
-    float row_sum[2] = {0.f, 0.f};
+    for (int r = 0; r < RB; ++r)
+#pragma unroll
+        for (int n = 0; n < O_N_TILES; ++n) o_acc[r][n][0] = o_acc[r][n][1] = o_acc[r][n][2] = o_acc[r][n][3] = 0.f;
+    // Running max (in the scale·log2e domain) and this lane's partial row sum for rows g and g + 8 of
+    // each row block. The sum stays partial over the quad until the end: every rescale factor is
+    // uniform in a quad.
+    float row_max[RB][2];
+    float row_sum[RB][2];
+#pragma unroll
+    for (int r = 0; r < RB; ++r) {
+        row_max[r][0] = row_max[r][1] = MMA_NEG_INF;
+        row_sum[r][0] = row_sum[r][1] = 0.f;
+    }
 
     for (int j = 0; j < num_tiles; ++j) {
         // ---- pipeline: make tile j resident, refill the slot freed by tile j - 1 --------------------
 #if STAGES == 1
-        load_kv_tile(k_tiles, k_head, j * BLOCK_N, seq_kv, tid);
-        load_kv_tile(v_tiles, v_head, j * BLOCK_N, seq_kv, tid);
+        load_rows<KV_CHUNKS_PER_THREAD>(k_tiles, k_head, j * TILE_ROWS, seq_kv, tid);
+        load_rows<KV_CHUNKS_PER_THREAD>(v_tiles, v_head, j * TILE_ROWS, seq_kv, tid);
         cp_async_commit();
         cp_async_wait<0>();
         __syncthreads();
@@ -403,74 +441,90 @@ extern "C" __global__ void MMA_LAUNCH_BOUNDS attn_fwd(const elem_t* __restrict__
             const int next = j + STAGES - 1;
             if (next < num_tiles) {
                 const int slot = next % STAGES;
-                load_kv_tile(k_tiles + slot * KV_TILE_BYTES, k_head, next * BLOCK_N, seq_kv, tid);
-                load_kv_tile(v_tiles + slot * KV_TILE_BYTES, v_head, next * BLOCK_N, seq_kv, tid);
+                load_rows<KV_CHUNKS_PER_THREAD>(k_tiles + slot * KV_TILE_BYTES, k_head, next * TILE_ROWS, seq_kv, tid);
+                load_rows<KV_CHUNKS_PER_THREAD>(v_tiles + slot * KV_TILE_BYTES, v_head, next * TILE_ROWS, seq_kv, tid);
             }
             cp_async_commit();
         }
 #endif
-        const int kv0 = j * BLOCK_N;
+        const int kv0 = j * TILE_ROWS + split * BLOCK_N;  // this warp's first key of the tile
         const int slot = j % STAGES;
-        const u32 k_tile = k_tiles + slot * KV_TILE_BYTES;
-        const u32 v_tile = v_tiles + slot * KV_TILE_BYTES;
+        const u32 k_tile = k_tiles + slot * KV_TILE_BYTES + split * BLOCK_N * ROW_BYTES;
+        const u32 v_tile = v_tiles + slot * KV_TILE_BYTES + split * BLOCK_N * ROW_BYTES;
 
-        if (kv0 < warp_hi_limit) {  // warp-uniform: some row of this warp sees a key of this tile
-            // ---- S = Q·Kᵀ (16 × BLOCK_N per warp) ---------------------------------------------------
-            float s_acc[S_N_TILES][4];
+        if (kv0 < warp_hi_limit) {  // warp-uniform: some row of this warp sees a key of this sub-tile
+            // ---- S = Q·Kᵀ (WARP_M × BLOCK_N per warp); one K fragment serves every row block -----
+            float s_acc[RB][S_N_TILES][4];
 #pragma unroll
-            for (int n = 0; n < S_N_TILES; ++n) s_acc[n][0] = s_acc[n][1] = s_acc[n][2] = s_acc[n][3] = 0.f;
+            for (int r = 0; r < RB; ++r)
+#pragma unroll
+                for (int n = 0; n < S_N_TILES; ++n) s_acc[r][n][0] = s_acc[r][n][1] = s_acc[r][n][2] = s_acc[r][n][3] = 0.f;
 #pragma unroll
             for (int kk = 0; kk < QK_K_STEPS; ++kk) {
 #if Q_IN_REGS
-                const u32(&a)[4] = q_frag[kk];
+                const u32(&a)[RB][QK_K_STEPS][4] = q_frag;
+#define MMA_Q_FRAG(r) a[r][kk]
 #else
-                u32 a[4];
-                ldmatrix_x4(a, addr.a(q_tile, warp_row0, kk));
+                u32 a[RB][4];
+#pragma unroll
+                for (int r = 0; r < RB; ++r) ldmatrix_x4(a[r], addr.a(q_tile, warp_row0 + 16 * r, kk));
+#define MMA_Q_FRAG(r) a[r]
 #endif
 #pragma unroll
                 for (int p = 0; p < S_N_TILES / 2; ++p) {
                     u32 b[4];
                     ldmatrix_x4(b, addr.b(k_tile, 16 * p, kk));
-                    mma_16816(s_acc[2 * p], a, b[0], b[1]);
-                    mma_16816(s_acc[2 * p + 1], a, b[2], b[3]);
+#pragma unroll
+                    for (int r = 0; r < RB; ++r) {
+                        mma_16816(s_acc[r][2 * p], MMA_Q_FRAG(r), b[0], b[1]);
+                        mma_16816(s_acc[r][2 * p + 1], MMA_Q_FRAG(r), b[2], b[3]);
+                    }
                 }
+#undef MMA_Q_FRAG
             }
 
-            // ---- scale into the log2 domain; mask only tiles that cross a row's key limit --------
+            // ---- scale into the log2 domain; mask only sub-tiles that cross a row's key limit ----
             const bool needs_mask = kv0 + BLOCK_N > warp_lo_limit;
 #pragma unroll
-            for (int n = 0; n < S_N_TILES; ++n) {
+            for (int r = 0; r < RB; ++r) {
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    s_acc[n][e] *= scale_log2;
-                    if (needs_mask) {
-                        // c0,c1: row g; c2,c3: row g + 8; column 8n + 2t + (e & 1)
-                        const int col = kv0 + 8 * n + 2 * t + (e & 1);
-                        if (col >= lane_limit[e >> 1]) s_acc[n][e] = MMA_NEG_INF;
+                for (int n = 0; n < S_N_TILES; ++n) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        s_acc[r][n][e] *= scale_log2;
+                        if (needs_mask) {
+                            // c0,c1: row g; c2,c3: row g + 8; column 8n + 2t + (e & 1)
+                            const int col = kv0 + 8 * n + 2 * t + (e & 1);
+                            if (col >= lane_limit[r][e >> 1]) s_acc[r][n][e] = MMA_NEG_INF;
+                        }
                     }
                 }
             }
 
             // ---- online softmax ------------------------------------------------------------------
-            float max_used[2];
+            float max_used[RB][2];
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                float m = row_max[h];
+            for (int r = 0; r < RB; ++r) {
 #pragma unroll
-                for (int n = 0; n < S_N_TILES; ++n) m = fmaxf(m, fmaxf(s_acc[n][2 * h], s_acc[n][2 * h + 1]));
-                // A row's BLOCK_N scores are spread over the 4 lanes of its quad.
-                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-                // A row that has seen no key yet keeps max -inf; subtracting 0 instead keeps
-                // exp2(-inf - (-inf)) = NaN out (its p and the rescale factor are then both 0).
-                max_used[h] = m == MMA_NEG_INF ? 0.f : m;
-                const float rescale = exp2_ftz(row_max[h] - max_used[h]);
-                row_max[h] = m;
-                row_sum[h] *= rescale;
+                for (int h = 0; h < 2; ++h) {
+                    float m = row_max[r][h];
 #pragma unroll
-                for (int n = 0; n < O_N_TILES; ++n) {
-                    o_acc[n][2 * h] *= rescale;
-                    o_acc[n][2 * h + 1] *= rescale;
+                    for (int n = 0; n < S_N_TILES; ++n)
+                        m = fmaxf(m, fmaxf(s_acc[r][n][2 * h], s_acc[r][n][2 * h + 1]));
+                    // A row's BLOCK_N scores are spread over the 4 lanes of its quad.
+                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+                    // A row that has seen no key yet keeps max -inf; subtracting 0 instead keeps
+                    // exp2(-inf - (-inf)) = NaN out (its p and the rescale factor are then both 0).
+                    max_used[r][h] = m == MMA_NEG_INF ? 0.f : m;
+                    const float rescale = rescale_factor(row_max[r][h], max_used[r][h]);
+                    row_max[r][h] = m;
+                    row_sum[r][h] *= rescale;
+#pragma unroll
+                    for (int n = 0; n < O_N_TILES; ++n) {
+                        o_acc[r][n][2 * h] *= rescale;
+                        o_acc[r][n][2 * h + 1] *= rescale;
+                    }
                 }
             }
 
@@ -480,25 +534,31 @@ extern "C" __global__ void MMA_LAUNCH_BOUNDS attn_fwd(const elem_t* __restrict__
             // a2 = S[2kk+1].c0c1, a3 = S[2kk+1].c2c3 — the C layout of m16n8 matches A's halves.
 #pragma unroll
             for (int kk = 0; kk < PV_K_STEPS; ++kk) {
-                u32 p_frag[4];
+                u32 p_frag[RB][4];
 #pragma unroll
-                for (int half = 0; half < 2; ++half) {
-                    float(&s)[4] = s_acc[2 * kk + half];
-                    const float p0 = exp2_ftz(s[0] - max_used[0]);
-                    const float p1 = exp2_ftz(s[1] - max_used[0]);
-                    const float p2 = exp2_ftz(s[2] - max_used[1]);
-                    const float p3 = exp2_ftz(s[3] - max_used[1]);
-                    row_sum[0] += p0 + p1;
-                    row_sum[1] += p2 + p3;
-                    p_frag[2 * half] = pack_elem2(p0, p1);
-                    p_frag[2 * half + 1] = pack_elem2(p2, p3);
+                for (int r = 0; r < RB; ++r) {
+#pragma unroll
+                    for (int half = 0; half < 2; ++half) {
+                        float(&s)[4] = s_acc[r][2 * kk + half];
+                        const float p0 = exp2_ftz(s[0] - max_used[r][0]);
+                        const float p1 = exp2_ftz(s[1] - max_used[r][0]);
+                        const float p2 = exp2_ftz(s[2] - max_used[r][1]);
+                        const float p3 = exp2_ftz(s[3] - max_used[r][1]);
+                        row_sum[r][0] += p0 + p1;
+                        row_sum[r][1] += p2 + p3;
+                        p_frag[r][2 * half] = pack_elem2(p0, p1);
+                        p_frag[r][2 * half + 1] = pack_elem2(p2, p3);
+                    }
                 }
 #pragma unroll
                 for (int p = 0; p < O_N_TILES / 2; ++p) {
                     u32 b[4];
                     ldmatrix_x4_trans(b, addr.a(v_tile, 16 * kk, p));
-                    mma_16816(o_acc[2 * p], p_frag, b[0], b[1]);
-                    mma_16816(o_acc[2 * p + 1], p_frag, b[2], b[3]);
+#pragma unroll
+                    for (int r = 0; r < RB; ++r) {
+                        mma_16816(o_acc[r][2 * p], p_frag[r], b[0], b[1]);
+                        mma_16816(o_acc[r][2 * p + 1], p_frag[r], b[2], b[3]);
+                    }
                 }
             }
         }
@@ -507,14 +567,73 @@ extern "C" __global__ void MMA_LAUNCH_BOUNDS attn_fwd(const elem_t* __restrict__
 #endif
     }
 
-    // ---- epilogue: full row sums, guarded 1/l, coalesced store --------------------------------------
-    float inv_l[2];
+#if KV_SPLIT > 1
+    // ---- merge the row group's KV_SPLIT partial states into its first warp ------------------------
+    // Every warp but a row group's first parks its (m, l, O) in the K/V space, each lane its own
+    // registers as consecutive float4s (lane-indexed: conflict free); the first warp merges them.
+    {
+        constexpr int PARKED_WARPS = NUM_WARPS / KV_SPLIT * (KV_SPLIT - 1);
+        float4* parked_o = reinterpret_cast<float4*>(smem + Q_TILE_BYTES);
+        float4* parked_ml = parked_o + PARKED_WARPS * RB * O_N_TILES * 32;
+        const int group = warp / KV_SPLIT;
+        cp_async_wait<0>();  // no copy may still land in the K/V space (only empty groups remain)
+        __syncthreads();     // every warp is done reading K/V tiles
+        if (split != 0) {
+            const int parked = group * (KV_SPLIT - 1) + split - 1;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        float l = row_sum[h];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        inv_l[h] = l > 0.f ? 1.f / l : 0.f;  // a row that saw no key writes zeros
+            for (int r = 0; r < RB; ++r) {
+#pragma unroll
+                for (int n = 0; n < O_N_TILES; ++n)
+                    parked_o[((parked * RB + r) * O_N_TILES + n) * 32 + lane] =
+                        make_float4(o_acc[r][n][0], o_acc[r][n][1], o_acc[r][n][2], o_acc[r][n][3]);
+                parked_ml[(parked * RB + r) * 32 + lane] =
+                    make_float4(row_max[r][0], row_max[r][1], row_sum[r][0], row_sum[r][1]);
+            }
+        }
+        __syncthreads();
+        if (split != 0) return;  // no block barrier follows
+#pragma unroll
+        for (int other = 0; other < KV_SPLIT - 1; ++other) {
+            const int parked = group * (KV_SPLIT - 1) + other;
+#pragma unroll
+            for (int r = 0; r < RB; ++r) {
+                const float4 ml = parked_ml[(parked * RB + r) * 32 + lane];
+                const float other_max[2] = {ml.x, ml.y};
+                const float other_sum[2] = {ml.z, ml.w};
+                float mine_f[2], other_f[2];
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const float m = fmaxf(row_max[r][h], other_max[h]);
+                    const float m_used = m == MMA_NEG_INF ? 0.f : m;
+                    mine_f[h] = rescale_factor(row_max[r][h], m_used);
+                    other_f[h] = rescale_factor(other_max[h], m_used);
+                    row_max[r][h] = m;
+                    row_sum[r][h] = row_sum[r][h] * mine_f[h] + other_sum[h] * other_f[h];
+                }
+#pragma unroll
+                for (int n = 0; n < O_N_TILES; ++n) {
+                    const float4 po = parked_o[((parked * RB + r) * O_N_TILES + n) * 32 + lane];
+                    o_acc[r][n][0] = o_acc[r][n][0] * mine_f[0] + po.x * other_f[0];
+                    o_acc[r][n][1] = o_acc[r][n][1] * mine_f[0] + po.y * other_f[0];
+                    o_acc[r][n][2] = o_acc[r][n][2] * mine_f[1] + po.z * other_f[1];
+                    o_acc[r][n][3] = o_acc[r][n][3] * mine_f[1] + po.w * other_f[1];
+                }
+            }
+        }
+    }
+#endif
+
+    // ---- epilogue: full row sums, guarded 1/l, coalesced store --------------------------------------
+    float inv_l[RB][2];
+#pragma unroll
+    for (int r = 0; r < RB; ++r) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float l = row_sum[r][h];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            inv_l[r][h] = l > 0.f ? 1.f / l : 0.f;  // a row that saw no key writes zeros
+        }
     }
     store_output(smem, o_acc, inv_l, o_head, m0, warp_row0, seq_q, lane);
 }

@@ -4,7 +4,8 @@ oracle over many shapes and configs, then optional timings against PyTorch's SDP
 
 The kernel is compiled the way the host crate does it: NVRTC (ctypes, see nvrtc_check.py) with
 -D defines, for the device's own architecture; the PTX is loaded with CuPy and launched with
-grid = (ceil(S_q / BLOCK_M), H, B), block = NUM_WARPS * 32 and mma.cu's dynamic shared memory.
+grid = (ceil(S_q / BLOCK_M), H, B), block = NUM_WARPS * 32 and mma.cu's dynamic shared memory
+(BLOCK_M and the formula from nvrtc_check.py).
 
 Usage:
   gpu_check.py [--sweep] [--bench] [--seed N] [--cuda-lib PATH] [--cuda-include DIR]
@@ -25,7 +26,7 @@ import cupy
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from nvrtc_check import DEFAULT_CONFIGS, DTYPE_DEFINES, KERNELS_DIR, Nvrtc, dynamic_smem_bytes, nvrtc_options, parse_config  # noqa: E402
+from nvrtc_check import DEFAULT_CONFIGS, DTYPE_DEFINES, KERNELS_DIR, Nvrtc, block_m, dynamic_smem_bytes, nvrtc_options, parse_config  # noqa: E402
 
 TORCH_DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
 # Max |kernel - oracle| allowed; outputs are O(1) with randn inputs. P is rounded to the operand
@@ -86,7 +87,7 @@ class Kernel:
         os.unlink(path)
         self.smem = dynamic_smem_bytes(cfg)
         self.fn.max_dynamic_shared_size_bytes = self.smem
-        self.block_m = 16 * cfg["NUM_WARPS"]
+        self.block_m = block_m(cfg)
 
     def launch(self, q, k, v, o, scale, causal):
         b, h, sq, _ = q.shape
@@ -95,7 +96,9 @@ class Kernel:
         args = tuple(cupy.uint64(t.data_ptr()) for t in (q, k, v, o)) + (
             cupy.int32(b), cupy.int32(h), cupy.int32(sq), cupy.int32(skv), cupy.float32(scale), cupy.int32(causal),
         )
-        self.fn(grid, (self.cfg["NUM_WARPS"] * 32,), args, shared_mem=self.smem)
+        # On PyTorch's current stream, so that the launch can be captured in a torch CUDA graph.
+        with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+            self.fn(grid, (self.cfg.get("NUM_WARPS", 4) * 32,), args, shared_mem=self.smem)
 
 
 def oracle(q, k, v, scale, causal):

@@ -11,7 +11,7 @@ Usage:
                  [--dtypes f16,bf16] [--sweep] [--arch 90]
 
 Without --config it checks the default config of each head dim (64 and 128) for each dtype. With
---sweep it checks every NUM_WARPS x BLOCK_N x STAGES combination of mma.cu's domains instead.
+--sweep it checks every NUM_WARPS x WARP_M x KV_SPLIT x BLOCK_N x STAGES (2, 3) combination instead.
 The CUDA directory (default: $CUDA_WHEEL_DIR or /tmp/wh/t/nvidia/cu13) must hold
 lib/libnvrtc.so.13, bin/ptxas and include/.
 """
@@ -30,8 +30,8 @@ KERNELS_DIR = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__fi
 
 # The recommended defaults per head dim (what mma.cu's #ifndef defaults give).
 DEFAULT_CONFIGS = {
-    64: {"HEAD_DIM": 64, "NUM_WARPS": 4, "BLOCK_N": 64, "STAGES": 2},
-    128: {"HEAD_DIM": 128, "NUM_WARPS": 8, "BLOCK_N": 64, "STAGES": 2},
+    64: {"HEAD_DIM": 64, "NUM_WARPS": 4, "WARP_M": 32, "BLOCK_N": 64, "STAGES": 2},
+    128: {"HEAD_DIM": 128, "NUM_WARPS": 8, "WARP_M": 16, "BLOCK_N": 128, "STAGES": 2},
 }
 DTYPE_DEFINES = {"f16": "ATTN_DTYPE_F16", "bf16": "ATTN_DTYPE_BF16"}
 
@@ -123,10 +123,20 @@ def ptxas_report(cuda_dir, arch, ptx, keep_dir, tag):
     return report
 
 
+def block_m(cfg):
+    """mma.cu's BLOCK_M: WARP_M * NUM_WARPS / KV_SPLIT (with its per-head-dim defaults)."""
+    d = cfg["HEAD_DIM"]
+    warp_m = cfg.get("WARP_M", 16 if d == 128 else 32)
+    return warp_m * cfg.get("NUM_WARPS", 8 if d == 128 else 4) // cfg.get("KV_SPLIT", 1)
+
+
 def dynamic_smem_bytes(cfg):
-    """mma.cu's formula: (BLOCK_M + 2 * STAGES * BLOCK_N) * HEAD_DIM * 2."""
-    block_m = 16 * cfg["NUM_WARPS"]
-    return (block_m + 2 * cfg["STAGES"] * cfg["BLOCK_N"]) * cfg["HEAD_DIM"] * 2
+    """mma.cu's formula: Q tile + max(K/V ring, KV_SPLIT merge space)."""
+    d, split = cfg["HEAD_DIM"], cfg.get("KV_SPLIT", 1)
+    m = block_m(cfg)
+    ring = 2 * cfg.get("STAGES", 2) * split * cfg.get("BLOCK_N", 128 if d == 128 else 64) * d * 2
+    merge = (split - 1) * m * (4 * d + 32)
+    return m * d * 2 + max(ring, merge)
 
 
 def parse_config(text):
@@ -140,8 +150,9 @@ def parse_config(text):
 
 
 def sweep_configs():
-    for d, nw, bn, st in itertools.product((64, 128), (4, 8), (32, 64, 128), (1, 2, 3)):
-        yield {"HEAD_DIM": d, "NUM_WARPS": nw, "BLOCK_N": bn, "STAGES": st}
+    for d, nw, wm, split, bn, st in itertools.product((64, 128), (1, 2, 4, 8), (16, 32), (1, 2, 4), (32, 64, 128), (2, 3)):
+        if nw % split == 0:
+            yield {"HEAD_DIM": d, "NUM_WARPS": nw, "WARP_M": wm, "KV_SPLIT": split, "BLOCK_N": bn, "STAGES": st}
 
 
 def main():
@@ -169,7 +180,7 @@ def main():
         os.makedirs(args.keep, exist_ok=True)
 
     failures = 0
-    header = f"{'dtype':5} {'config':45} {'regs':>4} {'smem':>6} {'stack':>5} {'spill_st':>8} {'spill_ld':>8} {'dyn_smem':>8}"
+    header = f"{'dtype':5} {'config':60} {'regs':>4} {'smem':>6} {'stack':>5} {'spill_st':>8} {'spill_ld':>8} {'dyn_smem':>8}"
     print(header)
     for cfg, dtype in itertools.product(configs, args.dtypes.split(",")):
         defines = {DTYPE_DEFINES[dtype]: None, **cfg}
@@ -183,13 +194,13 @@ def main():
             rep = ptxas_report(args.cuda, args.arch, ptx, args.keep, tag)
         except RuntimeError as e:
             failures += 1
-            print(f"{dtype:5} {label:45} FAILED\n{e}")
+            print(f"{dtype:5} {label:60} FAILED\n{e}")
             continue
         dyn = dynamic_smem_bytes(cfg) if all(k in cfg for k in ("NUM_WARPS", "BLOCK_N", "STAGES")) else -1
         bad = rep["spill_st"] or rep["spill_ld"] or rep["stack"]
         flag = "  <-- spills/stack" if bad else ""
         print(
-            f"{dtype:5} {label:45} {rep['regs']:>4} {rep['smem']:>6} {rep['stack']:>5} "
+            f"{dtype:5} {label:60} {rep['regs']:>4} {rep['smem']:>6} {rep['stack']:>5} "
             f"{rep['spill_st']:>8} {rep['spill_ld']:>8} {dyn:>8}{flag}"
         )
         for w in rep["warnings"] + ([log] if log else []):
