@@ -1101,6 +1101,14 @@ fn classify(text: &str, fallback: &str) -> String {
 /// Runs the hidden `xtask evo-worker`: prints one JSON line, exits without tearing down CUDA
 /// (a context hit by a fault may not survive its destructors).
 pub fn worker(args: WorkerArgs) -> anyhow::Result<u8> {
+    // A worker outlives no search: if the parent dies (killed), so does the worker, hung or not.
+    let parent = std::os::unix::process::parent_id();
+    std::thread::spawn(move || loop {
+        std::thread::sleep(Duration::from_millis(200));
+        if std::os::unix::process::parent_id() != parent {
+            std::process::exit(3);
+        }
+    });
     let report = match evaluate(&args) {
         Ok(report) => report,
         Err(err) => WorkerReport {
