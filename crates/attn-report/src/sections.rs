@@ -198,10 +198,12 @@ fn gate_section(run: &Run, gate: &GateRun) -> GateSection {
         ),
         None => "Gate rule: every correctness check must pass; no timing comparison was recorded.".into(),
     };
+    // One file per (candidate, baseline, suite): the seed and large suites keep separate charts.
     let shape_slug = format!(
-        "{}-vs-{}",
+        "{}-vs-{}-{}",
         slug(&gate.candidate.label()),
-        slug(&gate.baseline.label())
+        slug(&gate.baseline.label()),
+        slug(gate.suite.as_deref().unwrap_or("shapes"))
     );
     GateSection {
         speedup: SpeedupChart {

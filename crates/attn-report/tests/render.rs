@@ -43,13 +43,13 @@ fn every_chart_is_well_formed_svg_with_labelled_axes() {
     assert_eq!(
         names,
         [
-            "charts/bootstrap-mma-vs-sdpa-flash.svg",
-            "charts/bootstrap-tiled-vs-sdpa-flash.svg",
+            "charts/bootstrap-mma-vs-sdpa-flash-h100-small.svg",
+            "charts/bootstrap-tiled-vs-sdpa-flash-h100-small.svg",
             "charts/convergence-evo-run1.svg",
             "charts/convergence-micro.svg",
             "charts/progression.svg",
-            "charts/speedup-mma-vs-sdpa-flash.svg",
-            "charts/speedup-tiled-vs-sdpa-flash.svg",
+            "charts/speedup-mma-vs-sdpa-flash-h100-small.svg",
+            "charts/speedup-tiled-vs-sdpa-flash-h100-small.svg",
             "charts/tflops.svg",
         ]
     );
