@@ -1,0 +1,486 @@
+// hopper.cu — FlashAttention-style forward kernel on Hopper's warpgroup tensor cores (wgmma, sm_90a).
+//
+// Bird's-eye view
+//   One thread block computes a BLOCK_M × HEAD_DIM tile of O for one (batch, head). Its NUM_WARPS
+//   warps form NUM_WARPS / 4 consumer warpgroups (4 consecutive warps, the first at a warp index
+//   divisible by 4) of 64 query rows each; warp w of a warpgroup owns rows 16w..16w+15 of them.
+//   Every thread also loads: there is no producer warp (a first, correct step). Per key tile:
+//     S = Q·Kᵀ       wgmma m64n{BLOCK_N}k16, A = Q and B = K both from shared memory through
+//                    128-byte-swizzled K-major descriptors (HEAD_DIM / 16 k-steps, one commit group)
+//     P = exp2(S·scale·log2e − m), online softmax FA2-style in registers (quad shuffles)
+//     O = O·α + P·V  wgmma m64n64k16 per 64-column panel of O: A = P re-packed in registers (the
+//                    S accumulator layout is the A-fragment layout), B = V from shared memory through
+//                    a 128-byte-swizzled MN-major descriptor (trans-b: V stays [keys, D] row-major)
+//   K/V tiles of BLOCK_N rows stream through a STAGES-deep cp.async ring; Q is loaded once. Tiles
+//   entirely above the causal diagonal of the block are never loaded; a warpgroup skips the tiles
+//   that none of its rows sees, and masks only tiles that cross one of its rows' key limit. Rows that
+//   see no key write zeros. The output is staged in the Q tile and written with 16-byte stores.
+//
+// Knobs (compile-time defines, defaults below)
+//   HEAD_DIM  ∈ {64, 128}     (required, from attn_common.cuh)
+//   NUM_WARPS ∈ {4, 8}        default 8 (two consumer warpgroups)
+//   BLOCK_M   = 16 · NUM_WARPS = 64 · warpgroups (the only allowed value; defaulted)
+//   BLOCK_N   ∈ {64, 128}     keys per tile; default 128
+//   STAGES    ∈ {2, 3}        K/V ring depth; default 2
+//   Defaults per head dim: D 64 and D 128 both NUM_WARPS 8 (BLOCK_M 128), BLOCK_N 128, STAGES 2.
+//   Constraint: SHARED_BYTES ≤ 232448 (the sm_90 opt-in limit); every combination above fits (the
+//   largest, D 128 / NUM_WARPS 8 / BLOCK_N 128 / STAGES 3, needs 230400).
+//
+// Launch geometry (the ABI's)
+//   grid = (ceil(S_q / BLOCK_M), H, B), block = NUM_WARPS · 32 threads, dynamic shared memory
+//     SHARED_BYTES = 1024 + BLOCK_M · HEAD_DIM · 2 + STAGES · 2 · BLOCK_N · HEAD_DIM · 2   bytes
+//   (1024 bytes of slack to align the tiles to the 1024-byte swizzle atom, the Q tile, then
+//   STAGES × (K tile + V tile)). Defaults: D 64 → 82944, D 128 → 164864.
+//
+// Shared-memory layout (what the descriptors describe)
+//   A tile of R rows × HEAD_DIM is stored as HEAD_DIM / 64 panels of 64 columns; panel p holds rows
+//   of 128 bytes (columns 64p..64p+63), row r at byte r·128, and logical 16-byte chunk c of row r at
+//   physical chunk c ^ (r & 7): the 128-byte swizzle (CUTLASS's Swizzle<3,4,3>) on a 1024-byte
+//   aligned base. Eight rows form one 1024-byte swizzle atom.
+//   - Q, K as K-major operands (K = head dim contiguous): stride byte offset (between 8-row groups)
+//     1024; leading byte offset unused by the 128-byte swizzle (set to 16). k-step kk (16 columns =
+//     32 bytes) starts at panel kk / 4 plus 32·(kk % 4) bytes; the hardware applies the XOR to the
+//     final address, which is why the atoms must be 1024-byte aligned.
+//   - V as the MN-major B operand of P·V (N = head dim contiguous, K = keys in rows): one swizzle
+//     atom is 8 keys × 64 head-dim columns; 8-key groups are 1024 bytes apart. Each wgmma covers one
+//     64-column panel (N = 64), so only that 8-key stride matters; both offset fields are set to
+//     1024. k-step kk (keys 16kk..16kk+15) starts at byte 2048·kk of the panel.
+//
+// Ordering
+//   cp.async writes (generic proxy) are read by wgmma (async proxy): after cp.async.wait_group every
+//   thread runs fence.proxy.async.shared::cta, then the block barrier. A slot is refilled only after
+//   the barrier that follows every warpgroup's wgmma.wait_group 0 on it. Accumulators are fenced
+//   (an empty asm on each register) around the async section so that the compiler does not move
+//   their reads or writes across it; wgmma.fence precedes each batch of wgmma.
+//
+// Fragment layouts (per warp of the warpgroup, g = lane / 4, t = lane % 4)
+//   D of m64nNk16 (f32): registers 4i..4i+3 hold columns 8i + 2t, +1 of row g (4i, 4i+1) and row
+//   g + 8 (4i+2, 4i+3) — the mma.sync m16n8 C layout repeated over N / 8 chunks.
+//   A from registers (m64k16): a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8,
+//   2t+8..) — the mma.sync m16n8k16 A layout; so P k-step kk is S chunks 2kk (a0, a1) and 2kk+1.
+
+#include "attn_common.cuh"
+
+#ifndef NUM_WARPS
+#define NUM_WARPS 8
+#endif
+#ifndef BLOCK_M
+#define BLOCK_M (16 * NUM_WARPS)
+#endif
+#ifndef BLOCK_N
+#define BLOCK_N 128
+#endif
+#ifndef STAGES
+#define STAGES 2
+#endif
+
+static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "hopper.cu: HEAD_DIM must be 64 or 128");
+static_assert(NUM_WARPS == 4 || NUM_WARPS == 8, "hopper.cu: NUM_WARPS must be 4 or 8");
+static_assert(BLOCK_M == 16 * NUM_WARPS, "hopper.cu: BLOCK_M must equal 64 * (NUM_WARPS / 4)");
+static_assert(BLOCK_N == 64 || BLOCK_N == 128, "hopper.cu: BLOCK_N must be 64 or 128");
+static_assert(STAGES == 2 || STAGES == 3, "hopper.cu: STAGES must be 2 or 3");
+static_assert(sizeof(elem_t) == 2, "hopper.cu: 16-bit elements expected");
+
+#if defined(ATTN_DTYPE_BF16)
+#define HOPPER_WGMMA_TYPE "bf16"
+#else
+#define HOPPER_WGMMA_TYPE "f16"
+#endif
+
+namespace hopper_attn {
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+constexpr int D = HEAD_DIM;
+constexpr int THREADS = NUM_WARPS * 32;
+constexpr int PANELS = D / 64;                 // 64-column (128-byte) panels per tile row
+constexpr int CHUNKS = D / 8;                  // 16-byte chunks per row
+constexpr int Q_TILE_BYTES = BLOCK_M * D * 2;
+constexpr int KV_TILE_BYTES = BLOCK_N * D * 2;
+constexpr int QK_K_STEPS = D / 16;             // k-steps of Q·Kᵀ (over head dim)
+constexpr int PV_K_STEPS = BLOCK_N / 16;       // k-steps of P·V (over keys)
+constexpr int S_REGS = BLOCK_N / 2;            // f32 S accumulator registers per thread
+constexpr int S_CHUNKS = BLOCK_N / 8;          // 8-column chunks of S
+constexpr int KV_CHUNKS_PER_THREAD = BLOCK_N * CHUNKS / THREADS;
+constexpr int Q_CHUNKS_PER_THREAD = BLOCK_M * CHUNKS / THREADS;
+constexpr int OUT_CHUNKS_PER_LANE = 16 * CHUNKS / 32;
+
+static_assert(BLOCK_N * CHUNKS % THREADS == 0, "K/V tile chunks must split evenly over the block");
+static_assert(BLOCK_M * CHUNKS % THREADS == 0, "Q tile chunks must split evenly over the block");
+
+#define HOPPER_NEG_INF __int_as_float(0xff800000u)
+
+// ---- PTX wrappers --------------------------------------------------------------------------------
+
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    return static_cast<u32>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte async copy global -> shared (.cg, L2 only). src_bytes 0 zero-fills: how tails are padded.
+__device__ __forceinline__ void cp_async_16(u32 dst, const void* src, bool in_range) {
+    const int src_bytes = in_range ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int Pending>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
+}
+
+// Makes this thread's completed generic-proxy shared-memory writes (cp.async, st.shared) visible to
+// the async proxy (wgmma's operand reads). Followed by a barrier for the other threads' reads.
+__device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+
+// Pins the accumulator registers in place: the compiler may not move their reads or writes across
+// this point (it does not know that wgmma writes them asynchronously).
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_regs(u32 (&r)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+// Shared-memory matrix descriptor: start address, leading and stride byte offsets (all >> 4), and
+// the 128-byte swizzle mode (1 in bits 62-63). Base offset 0: every atom is 1024-byte aligned.
+__device__ __forceinline__ u64 make_desc(u32 addr, u32 leading_bytes, u32 stride_bytes) {
+    return static_cast<u64>((addr >> 4) & 0x3FFFu) | (static_cast<u64>((leading_bytes >> 4) & 0x3FFFu) << 16) |
+           (static_cast<u64>((stride_bytes >> 4) & 0x3FFFu) << 32) | (1ull << 62);
+}
+
+// ---- wgmma (operand lists written out: one asm per shape) ----------------------------------------
+
+// d (+)= A·B, m64n64k16: A (64×16) and B (16×64) from shared memory, both K-major (trans 0).
+// scale_d == 0 ignores d's old value (the first k-step of a fresh accumulator).
+__device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], u64 desc_a, u64 desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." HOPPER_WGMMA_TYPE "." HOPPER_WGMMA_TYPE " "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+// d (+)= A·B, m64n128k16: A (64×16) and B (16×128) from shared memory, both K-major (trans 0).
+// scale_d == 0 ignores d's old value (the first k-step of a fresh accumulator).
+__device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], u64 desc_a, u64 desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." HOPPER_WGMMA_TYPE "." HOPPER_WGMMA_TYPE " "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+// d (+)= A·B, m64n64k16: A (64×16) from registers (the mma.sync m16n8k16 A fragment per warp),
+// B (16×64) from shared memory, MN-major (trans-b 1: N contiguous in memory).
+__device__ __forceinline__ void wgmma_rs_n64_tb(float (&d)[32], const u32 (&a)[4], u64 desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." HOPPER_WGMMA_TYPE "." HOPPER_WGMMA_TYPE " "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}
+
+// 2^x as one MUFU.EX2 (denormal results flush to 0, harmless for probabilities).
+__device__ __forceinline__ float exp2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// Two floats -> one b32 holding two elements, `lo` in the low 16 bits (the lower column index).
+__device__ __forceinline__ u32 pack_elem2(float lo, float hi) {
+    elem2_t v = from_float2(lo, hi);
+    return *reinterpret_cast<u32*>(&v);
+}
+
+// Byte offset of element column `col` (a multiple of 8 for whole chunks) of row `row` in a swizzled,
+// panelled tile of `rows` rows (see the header: 128-byte panels, chunk ^ (row & 7)).
+__device__ __forceinline__ u32 tile_offset(int rows, int row, int col) {
+    const int panel = col >> 6;
+    const int chunk = (col >> 3) & 7;
+    return static_cast<u32>(panel * rows * 128 + row * 128 + ((chunk ^ (row & 7)) << 4) + (col & 7) * 2);
+}
+
+// `Rows` rows of a head (rows row0.. of `head`) into the swizzled tile `dst`, cooperatively by the
+// block, 16-byte chunks. Rows >= limit are zero-filled without a global read.
+template <int Rows, int PerThread>
+__device__ __forceinline__ void load_rows(u32 dst, const elem_t* __restrict__ head, int row0, int limit, int tid) {
+#pragma unroll
+    for (int i = 0; i < PerThread; ++i) {
+        const int idx = tid + i * THREADS;
+        const int row = idx / CHUNKS;
+        const int col = (idx % CHUNKS) * 8;
+        const bool in_range = row0 + row < limit;
+        const elem_t* src = in_range ? head + static_cast<size_t>(row0 + row) * D + col : head;
+        cp_async_16(dst + tile_offset(Rows, row, col), src, in_range);
+    }
+}
+
+// Key limit (exclusive) of one query row: the causal bound, clipped to the keys that exist.
+__device__ __forceinline__ int row_kv_limit(int row, int seq_q, int seq_kv, int causal) {
+    return causal ? min(seq_kv, causal_kv_end(row, seq_q, seq_kv)) : seq_kv;
+}
+
+}  // namespace hopper_attn
+
+// The cap at entry (min blocks 1) leaves ptxas the whole register file per thread of the block.
+extern "C" __global__ void __launch_bounds__(NUM_WARPS * 32, 1)
+    attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_t* __restrict__ v,
+             elem_t* __restrict__ o, int batch, int heads, int seq_q, int seq_kv, float scale, int causal) {
+    using namespace hopper_attn;
+    (void)batch;  // the batch index comes from blockIdx.z
+
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    // The swizzle is applied to absolute shared addresses: align the tiles to the 1024-byte atom.
+    const u32 raw_addr = smem_addr(smem_raw);
+    const u32 base = (raw_addr + 1023u) & ~1023u;
+    unsigned char* smem = smem_raw + (base - raw_addr);
+    const u32 q_tile = base;
+    const u32 k_tiles = q_tile + Q_TILE_BYTES;
+    const u32 v_tiles = k_tiles + STAGES * KV_TILE_BYTES;
+
+    const int tid = threadIdx.x;
+    const int lane = tid & 31;
+    const int warp = tid >> 5;
+    const int wg = warp >> 2;                       // consumer warpgroup
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    const int wg_row0 = wg * 64;                    // first row of the warpgroup in the block tile
+    const int warp_row0 = wg_row0 + (warp & 3) * 16;  // first row of this warp's D fragment
+
+    const int m0 = blockIdx.x * BLOCK_M;
+    const size_t bh = static_cast<size_t>(blockIdx.z) * heads + blockIdx.y;
+    const elem_t* q_head = q + bh * seq_q * D;
+    const elem_t* k_head = k + bh * seq_kv * D;
+    const elem_t* v_head = v + bh * seq_kv * D;
+    elem_t* o_head = o + bh * seq_q * D;
+
+    // Key tiles this block visits: up to the last key its last real row may see (causal skipping).
+    const int last_row = min(m0 + BLOCK_M, seq_q) - 1;
+    const int block_kv_end = row_kv_limit(last_row, seq_q, seq_kv, causal);
+    const int num_tiles = block_kv_end > 0 ? (block_kv_end + BLOCK_N - 1) / BLOCK_N : 0;
+
+    // Per-warpgroup bounds (wgmma is warpgroup-wide, so every decision around it must be uniform
+    // over the warpgroup). Tiles ending at or before wg_lo_limit need no mask; tiles starting at or
+    // after wg_hi_limit are skipped. A warpgroup whose rows all lie past seq_q computes nothing.
+    const bool wg_has_rows = m0 + wg_row0 < seq_q;
+    const int wg_lo_limit = row_kv_limit(m0 + wg_row0, seq_q, seq_kv, causal);
+    const int wg_hi_limit = wg_has_rows ? row_kv_limit(m0 + wg_row0 + 63, seq_q, seq_kv, causal) : 0;
+    int lane_limit[2];  // this lane's rows g and g + 8
+#pragma unroll
+    for (int h = 0; h < 2; ++h) lane_limit[h] = row_kv_limit(m0 + warp_row0 + g + 8 * h, seq_q, seq_kv, causal);
+
+    const float scale_log2 = scale * ATTN_LOG2E;
+
+    // ---- prologue: Q (own commit group), then the first STAGES - 1 K/V tiles -----------------------
+    load_rows<BLOCK_M, Q_CHUNKS_PER_THREAD>(q_tile, q_head, m0, seq_q, tid);
+    cp_async_commit();
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < num_tiles) {
+            load_rows<BLOCK_N, KV_CHUNKS_PER_THREAD>(k_tiles + s * KV_TILE_BYTES, k_head, s * BLOCK_N, seq_kv, tid);
+            load_rows<BLOCK_N, KV_CHUNKS_PER_THREAD>(v_tiles + s * KV_TILE_BYTES, v_head, s * BLOCK_N, seq_kv, tid);
+        }
+        cp_async_commit();  // committed even when empty, so group counting stays uniform
+    }
+
+    float o_acc[PANELS][32];
+#pragma unroll
+    for (int p = 0; p < PANELS; ++p)
+#pragma unroll
+        for (int i = 0; i < 32; ++i) o_acc[p][i] = 0.f;
+    // Running max (scale·log2e domain) and this lane's partial sum for rows g and g + 8; the sum
+    // stays partial over the quad until the end (every rescale factor is uniform in a quad).
+    float row_max[2] = {HOPPER_NEG_INF, HOPPER_NEG_INF};
+    float row_sum[2] = {0.f, 0.f};
+
+    for (int j = 0; j < num_tiles; ++j) {
+        // ---- pipeline: make tile j (and Q) resident and visible to the async proxy ------------------
+        cp_async_wait<STAGES - 2>();
+        fence_proxy_async();
+        // Tile j is visible to every warpgroup's wgmma, and every warpgroup has waited for its
+        // wgmma on tile j - 1, whose slot ((j + STAGES - 1) % STAGES) is refilled right below.
+        __syncthreads();
+        {
+            const int next = j + STAGES - 1;
+            if (next < num_tiles) {
+                const int slot = next % STAGES;
+                load_rows<BLOCK_N, KV_CHUNKS_PER_THREAD>(k_tiles + slot * KV_TILE_BYTES, k_head, next * BLOCK_N, seq_kv, tid);
+                load_rows<BLOCK_N, KV_CHUNKS_PER_THREAD>(v_tiles + slot * KV_TILE_BYTES, v_head, next * BLOCK_N, seq_kv, tid);
+            }
+            cp_async_commit();
+        }
+        const int kv0 = j * BLOCK_N;
+        if (kv0 >= wg_hi_limit) continue;  // warpgroup-uniform: none of its rows sees this tile
+
+        const int slot = j % STAGES;
+        const u32 k_tile = k_tiles + slot * KV_TILE_BYTES;
+        const u32 v_tile = v_tiles + slot * KV_TILE_BYTES;
+
+        // ---- S = Q·Kᵀ: 64 × BLOCK_N per warpgroup ---------------------------------------------------
+        float s_acc[S_REGS];
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < QK_K_STEPS; ++kk) {
+            const u32 in_panel = (kk & 3) * 32;  // 16 columns = 32 bytes along the 128-byte row
+            const u64 desc_q = make_desc(q_tile + (kk >> 2) * BLOCK_M * 128 + wg_row0 * 128 + in_panel, 16, 1024);
+            const u64 desc_k = make_desc(k_tile + (kk >> 2) * BLOCK_N * 128 + in_panel, 16, 1024);
+#if BLOCK_N == 128
+            wgmma_ss_n128(s_acc, desc_q, desc_k, kk > 0 ? 1 : 0);
+#else
+            wgmma_ss_n64(s_acc, desc_q, desc_k, kk > 0 ? 1 : 0);
+#endif
+        }
+        wgmma_commit();
+        wgmma_wait_all();
+        fence_regs(s_acc);
+
+        // ---- scale into the log2 domain; mask only tiles that cross a row's key limit --------------
+        const bool needs_mask = kv0 + BLOCK_N > wg_lo_limit;
+#pragma unroll
+        for (int n = 0; n < S_CHUNKS; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                float& s = s_acc[4 * n + e];
+                s *= scale_log2;
+                if (needs_mask) {
+                    const int col = kv0 + 8 * n + 2 * t + (e & 1);
+                    if (col >= lane_limit[e >> 1]) s = HOPPER_NEG_INF;
+                }
+            }
+        }
+
+        // ---- online softmax --------------------------------------------------------------------------
+        float max_used[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float m = row_max[h];
+#pragma unroll
+            for (int n = 0; n < S_CHUNKS; ++n) m = fmaxf(m, fmaxf(s_acc[4 * n + 2 * h], s_acc[4 * n + 2 * h + 1]));
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+            // A row that has seen no key keeps max -inf; subtracting 0 instead keeps NaN out.
+            max_used[h] = m == HOPPER_NEG_INF ? 0.f : m;
+            const float rescale = exp2_ftz(row_max[h] - max_used[h]);
+            row_max[h] = m;
+            row_sum[h] *= rescale;
+#pragma unroll
+            for (int p = 0; p < PANELS; ++p)
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    o_acc[p][4 * i + 2 * h] *= rescale;
+                    o_acc[p][4 * i + 2 * h + 1] *= rescale;
+                }
+        }
+
+        // ---- P = exp2(S - m) as A fragments; O += P·V -------------------------------------------------
+        u32 p_frag[PV_K_STEPS][4];
+#pragma unroll
+        for (int kk = 0; kk < PV_K_STEPS; ++kk) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const float* s = &s_acc[4 * (2 * kk + half)];
+                const float p0 = exp2_ftz(s[0] - max_used[0]);
+                const float p1 = exp2_ftz(s[1] - max_used[0]);
+                const float p2 = exp2_ftz(s[2] - max_used[1]);
+                const float p3 = exp2_ftz(s[3] - max_used[1]);
+                row_sum[0] += p0 + p1;
+                row_sum[1] += p2 + p3;
+                p_frag[kk][2 * half] = pack_elem2(p0, p1);
+                p_frag[kk][2 * half + 1] = pack_elem2(p2, p3);
+            }
+        }
+#pragma unroll
+        for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]);
+#pragma unroll
+        for (int kk = 0; kk < PV_K_STEPS; ++kk) fence_regs(p_frag[kk]);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < PV_K_STEPS; ++kk) {
+#pragma unroll
+            for (int p = 0; p < PANELS; ++p) {
+                const u64 desc_v = make_desc(v_tile + p * BLOCK_N * 128 + kk * 2048, 1024, 1024);
+                wgmma_rs_n64_tb(o_acc[p], p_frag[kk], desc_v, 1);
+            }
+        }
+        wgmma_commit();
+        wgmma_wait_all();
+#pragma unroll
+        for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]);
+    }
+
+    // ---- epilogue: full row sums, guarded 1/l, staged in the Q tile, coalesced 16-byte stores -------
+    cp_async_wait<0>();  // with no tile visited the Q copy may still be in flight
+    __syncthreads();     // every warpgroup is done reading Q before it is overwritten
+    float inv_l[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float l = row_sum[h];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        inv_l[h] = l > 0.f ? 1.f / l : 0.f;  // a row that saw no key writes zeros
+    }
+#pragma unroll
+    for (int p = 0; p < PANELS; ++p) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = warp_row0 + g + 8 * h;
+                const int col = 64 * p + 8 * i + 2 * t;
+                *reinterpret_cast<elem2_t*>(smem + tile_offset(BLOCK_M, row, col)) =
+                    from_float2(o_acc[p][4 * i + 2 * h] * inv_l[h], o_acc[p][4 * i + 2 * h + 1] * inv_l[h]);
+            }
+        }
+    }
+    __syncwarp();  // each warp reads back only its own 16 staged rows
+#pragma unroll
+    for (int i = 0; i < OUT_CHUNKS_PER_LANE; ++i) {
+        const int idx = lane + i * 32;
+        const int row = warp_row0 + idx / CHUNKS;
+        const int col = (idx % CHUNKS) * 8;
+        if (m0 + row < seq_q) {
+            const uint4 value = *reinterpret_cast<const uint4*>(smem + tile_offset(BLOCK_M, row, col));
+            *reinterpret_cast<uint4*>(o_head + static_cast<size_t>(m0 + row) * D + col) = value;
+        }
+    }
+}
