@@ -23,14 +23,14 @@
 //   KV_SPLIT  ∈ {1, 2, 4}          warps sharing a row group (divides NUM_WARPS); default 1
 //   BLOCK_M   = WARP_M · NUM_WARPS / KV_SPLIT (the only allowed value; defaulted)
 //   BLOCK_N   ∈ {32, 64, 128}      keys per warp per tile; default 64 for HEAD_DIM 64, 128 for 128
-//   STAGES    ∈ {1, 2, 3, 4}       default 2
+//   STAGES    ∈ {1, 2, 3, 4}       default 3 for HEAD_DIM 64, 2 for 128
 //   Q_IN_REGS ∈ {0, 1}             1: Q's A fragments loaded once into registers; 0: re-read from
 //                                  shared memory per tile. Default 1 when WARP_M is 16 and BLOCK_N
 //                                  < 128, else 0 (the accumulators leave no room)
 //   MIN_BLOCKS ≥ 1                 default 1: the min-blocks-per-SM hint of __launch_bounds__
 //                                  (only emitted when > 1)
 //   Defaults (no spills, stack frame 0 under ptxas sm_90; see kernels/tools/nvrtc_check.py):
-//     HEAD_DIM 64:  NUM_WARPS 4, WARP_M 32 (BLOCK_M 128), BLOCK_N 64,  STAGES 2, Q_IN_REGS 0 (249 regs)
+//     HEAD_DIM 64:  NUM_WARPS 4, WARP_M 32 (BLOCK_M 128), BLOCK_N 64,  STAGES 3, Q_IN_REGS 0 (248 regs)
 //     HEAD_DIM 128: NUM_WARPS 8, WARP_M 16 (BLOCK_M 128), BLOCK_N 128, STAGES 2, Q_IN_REGS 0 (255 regs)
 //   The host's registry overrides them per shape (small grids get KV_SPLIT > 1, see its `tuned`).
 //
@@ -91,7 +91,11 @@
 #endif
 #endif
 #ifndef STAGES
+#if HEAD_DIM == 128
 #define STAGES 2
+#else
+#define STAGES 3  // with 2, ptxas for sm_80 spills 4 bytes at this default
+#endif
 #endif
 #ifndef Q_IN_REGS
 // Q resident costs WARP_M · HEAD_DIM / 32 registers; next to 32-row or 128-key accumulators

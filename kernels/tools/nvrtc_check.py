@@ -30,7 +30,7 @@ KERNELS_DIR = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__fi
 
 # The recommended defaults per head dim (what mma.cu's #ifndef defaults give).
 DEFAULT_CONFIGS = {
-    64: {"HEAD_DIM": 64, "NUM_WARPS": 4, "WARP_M": 32, "BLOCK_N": 64, "STAGES": 2},
+    64: {"HEAD_DIM": 64, "NUM_WARPS": 4, "WARP_M": 32, "BLOCK_N": 64, "STAGES": 3},
     128: {"HEAD_DIM": 128, "NUM_WARPS": 8, "WARP_M": 16, "BLOCK_N": 128, "STAGES": 2},
 }
 DTYPE_DEFINES = {"f16": "ATTN_DTYPE_F16", "bf16": "ATTN_DTYPE_BF16"}
@@ -134,7 +134,7 @@ def dynamic_smem_bytes(cfg):
     """mma.cu's formula: Q tile + max(K/V ring, KV_SPLIT merge space)."""
     d, split = cfg["HEAD_DIM"], cfg.get("KV_SPLIT", 1)
     m = block_m(cfg)
-    ring = 2 * cfg.get("STAGES", 2) * split * cfg.get("BLOCK_N", 128 if d == 128 else 64) * d * 2
+    ring = 2 * cfg.get("STAGES", 2 if d == 128 else 3) * split * cfg.get("BLOCK_N", 128 if d == 128 else 64) * d * 2
     merge = (split - 1) * m * (4 * d + 32)
     return m * d * 2 + max(ring, merge)
 
