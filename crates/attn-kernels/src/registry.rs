@@ -205,7 +205,7 @@ fn mma_tuned(shape: &Shape) -> Config {
     } else if mma_blocks(shape, 16) <= ONE_WAVE_BLOCK16 {
         mma_config(4, 16, 4, 32, 3, 1, 1)
     } else if mma_blocks(shape, 32) <= ONE_WAVE_BLOCK32 {
-        mma_config(4, 16, 2, 64, 2, 1, 3)
+        mma_config(4, 16, 2, 64, 2, 1, 1)
     } else {
         Config::default()
     }

@@ -1,4 +1,4 @@
-//! CPU-only: every registered kernel × default config × dtype × head dim compiles with NVRTC for
+//! CPU-only: every registered kernel × default (and suite-tuned) config × dtype × head dim compiles with NVRTC for
 //! sm_80 and sm_90, with no spills or local memory (when ptxas is available); invalid configs are
 //! rejected before compiling, with their reason. Needs NVRTC (`cargo xtask test` provides it).
 
@@ -8,6 +8,17 @@ use attn_kernels::{Config, KernelError};
 use attn_oracle::DType;
 
 const SOFTMAX: &str = include_str!("../../../kernels/softmax.cu");
+
+/// (B, H, S) of the gate's suites (`xtask/src/gate/suites.rs`), whose tuned configs must not
+/// spill either.
+const SUITE_SHAPES: [(usize, usize, usize); 6] = [
+    (1, 8, 512),
+    (2, 8, 512),
+    (4, 16, 2048),
+    (2, 16, 8192),
+    (2, 16, 512),
+    (2, 16, 1024),
+];
 
 struct Variant {
     name: &'static str,
@@ -25,21 +36,30 @@ fn variants() -> Vec<Variant> {
             .unwrap_or_else(|| vec![64, 96, 128]);
         for dtype in [DType::F16, DType::Bf16] {
             for &head_dim in &head_dims {
-                let mut defines = CompileRequest::abi_defines(dtype, head_dim).unwrap();
-                let cfg = imp
-                    .resolve(&Config::default(), head_dim, &Limits::H100)
-                    .unwrap();
-                defines.extend(cfg.0.iter().map(|(k, v)| format!("{k}={v}")));
-                let (name, source, entry) = match imp.engine {
-                    Engine::Kernel { source, .. } => (imp.name, source, "attn_fwd"),
-                    Engine::Cublas => (imp.name, SOFTMAX, "softmax_rows"),
-                };
-                out.push(Variant {
-                    name,
-                    source,
-                    entry,
-                    defines,
-                });
+                // The defaults, and the knobs tuned for the suites' shapes (the defaults there).
+                let mut configs = vec![Config::default()];
+                for (b, h, seq) in SUITE_SHAPES {
+                    let shape = attn_oracle::Shape::new(b, h, seq, seq, head_dim).unwrap();
+                    let tuned = imp.tuned_for(&shape);
+                    if !configs.contains(&tuned) {
+                        configs.push(tuned);
+                    }
+                }
+                for overrides in configs {
+                    let mut defines = CompileRequest::abi_defines(dtype, head_dim).unwrap();
+                    let cfg = imp.resolve(&overrides, head_dim, &Limits::H100).unwrap();
+                    defines.extend(cfg.0.iter().map(|(k, v)| format!("{k}={v}")));
+                    let (name, source, entry) = match imp.engine {
+                        Engine::Kernel { source, .. } => (imp.name, source, "attn_fwd"),
+                        Engine::Cublas => (imp.name, SOFTMAX, "softmax_rows"),
+                    };
+                    out.push(Variant {
+                        name,
+                        source,
+                        entry,
+                        defines,
+                    });
+                }
             }
         }
     }
