@@ -87,7 +87,7 @@ fn planted_faulting_and_hanging_candidates_are_survived() {
             "--shape",
             "1,4,256,64",
             "--baseline",
-            "cublas",
+            "naive",
             "--population",
             "3",
             "--generations",
