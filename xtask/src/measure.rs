@@ -304,19 +304,27 @@ pub fn median(values: &[f64]) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-/// The gate's correctness protocol without the SDPA cross-check, for search workers: `checks`
-/// fresh random inputs (seeds `seed`, `seed + 1`, ...), poisoned outputs, the f64 oracle and a
-/// stale-output check. Returns the first failure's reason (with its seed), or `None` if all pass.
-pub fn check_against_oracle(
+/// One correctness check: its record, and what it was computed from (kept for a second reference).
+pub struct CheckRun {
+    pub check: attn_evidence::CorrectnessCheck,
+    pub inputs: attn_oracle::Inputs,
+    pub output: attn_oracle::HostTensor,
+    pub reference: attn_oracle::Reference,
+}
+
+/// `checks` correctness checks of a prepared candidate on fresh random inputs (seeds `seed`,
+/// `seed+1`, ...): poisoned output, the f64 oracle (sampled rows above 2M query elements), and an
+/// output identical to the previous call's on new inputs counted as stale.
+pub fn run_checks(
     gpu: &Gpu,
     prepared: &Prepared,
     spec: &ShapeSpec,
     seed: u64,
     checks: usize,
-) -> anyhow::Result<Option<String>> {
+) -> anyhow::Result<Vec<CheckRun>> {
     use attn_oracle::{compare, reference, tolerance, RowSelection};
     let (shape, dtype, params) = problem(spec)?;
-    let mut previous: Option<attn_oracle::HostTensor> = None;
+    let mut runs: Vec<CheckRun> = Vec::with_capacity(checks);
     for i in 0..checks {
         let case_seed = seed.wrapping_add(i as u64);
         let inputs = generate(&CaseSpec {
@@ -325,8 +333,7 @@ pub fn check_against_oracle(
             distribution: Distribution::Normal,
             seed: case_seed,
         });
-        let out = prepared.run(gpu, &inputs.q, &inputs.k, &inputs.v, &params)?;
-        // Large shapes check sampled rows (the gate does the same above 2M query elements).
+        let output = prepared.run(gpu, &inputs.q, &inputs.k, &inputs.v, &params)?;
         let rows = if shape.q_len() > 1 << 21 {
             RowSelection::Sampled {
                 rows_per_head: 64,
@@ -335,23 +342,52 @@ pub fn check_against_oracle(
         } else {
             RowSelection::All
         };
-        let exact = reference(&inputs.q, &inputs.k, &inputs.v, &params, &rows)?;
-        let verdict = compare(&out, &exact, &tolerance(dtype, Distribution::Normal));
-        if previous
-            .as_ref()
-            .is_some_and(|p| p.as_bytes() == out.as_bytes())
-        {
-            return Ok(Some(format!(
-                "seed {case_seed}: output identical to the previous call's on new inputs (stale output)"
-            )));
-        }
-        if !verdict.passed {
-            return Ok(Some(format!(
-                "seed {case_seed}: {}",
-                verdict.reason.unwrap_or_else(|| "wrong result".into())
-            )));
-        }
-        previous = Some(out);
+        let reference = reference(&inputs.q, &inputs.k, &inputs.v, &params, &rows)?;
+        let verdict = compare(&output, &reference, &tolerance(dtype, Distribution::Normal));
+        let stale = runs
+            .last()
+            .is_some_and(|p| p.output.as_bytes() == output.as_bytes());
+        let reason = if stale {
+            Some("output identical to the previous call's on new inputs (stale output)".to_string())
+        } else {
+            verdict.reason.clone()
+        };
+        let check = attn_evidence::CorrectnessCheck {
+            seed: case_seed,
+            distribution: Distribution::Normal.to_string(),
+            passed: verdict.passed && !stale,
+            max_abs: verdict.max_abs,
+            rel_l2: verdict.rel_l2,
+            nan_count: verdict.nan_count,
+            poison_count: verdict.poison_count,
+            reason,
+            sdpa_max_abs: None,
+            closer_to: None,
+        };
+        runs.push(CheckRun {
+            check,
+            inputs,
+            output,
+            reference,
+        });
     }
-    Ok(None)
+    Ok(runs)
+}
+
+/// The first failed check of [`run_checks`], as one line (`None` when all pass).
+pub fn check_against_oracle(
+    gpu: &Gpu,
+    prepared: &Prepared,
+    spec: &ShapeSpec,
+    seed: u64,
+    checks: usize,
+) -> anyhow::Result<Option<String>> {
+    let runs = run_checks(gpu, prepared, spec, seed, checks)?;
+    Ok(runs.into_iter().find(|r| !r.check.passed).map(|r| {
+        format!(
+            "seed {}: {}",
+            r.check.seed,
+            r.check.reason.unwrap_or_else(|| "wrong result".into())
+        )
+    }))
 }

@@ -125,6 +125,12 @@ impl<'g> Harness<'g> {
         };
         let mut graphs = Vec::new();
         if opts.mode == TimingMode::Graph {
+            // One plain launch per set first: whatever a launcher allocates or initialises on
+            // first use (the cuBLAS path's scratch buffers) must not happen inside a capture.
+            for set in 0..sets {
+                launch(set)?;
+            }
+            self.gpu.synchronize()?;
             for set in 0..sets {
                 stream
                     .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)

@@ -15,9 +15,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 use attn_evidence::{CorrectnessCheck, GateCase, GateRun, ShapeSpec};
 use attn_kernels::{planted::SideStreamWork, Candidate, Config, Gpu, TimingMode, TimingOptions};
-use attn_oracle::{
-    compare, generate, npy, reference, tolerance, CaseSpec, Distribution, HostTensor, RowSelection,
-};
+use attn_oracle::{compare, npy, tolerance, Distribution};
 use attn_report::{format, table::Table};
 use attn_stats::{BootstrapOptions, CompareOptions, Sample};
 
@@ -383,8 +381,8 @@ fn escaped_work(event_us: &[f64], wall_us: &[f64]) -> Option<String> {
     })
 }
 
-/// The correctness checks of one shape: fresh inputs, poisoned outputs, the f64 oracle, a stale
-/// output check and (with PyTorch) SDPA's own output as a second reference.
+/// The correctness checks of one shape ([`measure::run_checks`]), with SDPA's own output on the same
+/// inputs as a second reference when PyTorch is the baseline.
 fn correctness(
     gpu: &Gpu,
     prepared: &attn_kernels::Prepared,
@@ -393,106 +391,60 @@ fn correctness(
     seed: u64,
     checks: usize,
 ) -> anyhow::Result<Vec<CorrectnessCheck>> {
-    let (shape, dtype, params) = measure::problem(spec)?;
-    let rows = |s: u64| {
-        if shape.q_len() > 1 << 21 {
-            RowSelection::Sampled {
-                rows_per_head: 64,
-                seed: s,
-            }
-        } else {
-            RowSelection::All
-        }
+    let (_, dtype, params) = measure::problem(spec)?;
+    let mut runs = measure::run_checks(gpu, prepared, spec, seed, checks)?;
+    let Baseline::Sdpa { sdpa, .. } = baseline else {
+        return Ok(runs.into_iter().map(|r| r.check).collect());
     };
-    let sdpa = match baseline {
-        Baseline::Sdpa { sdpa, .. } => Some(sdpa),
-        Baseline::Registered(_) => None,
-    };
-    let mut outputs = Vec::new();
-    let mut checks_out = Vec::new();
-    let mut sdpa_jobs = Vec::new();
-    let mut previous: Option<HostTensor> = None;
-    let mut inputs_kept = Vec::new();
-    for i in 0..checks {
-        let case_seed = seed.wrapping_add(i as u64);
-        let inputs = generate(&CaseSpec {
-            shape,
-            dtype,
-            distribution: Distribution::Normal,
-            seed: case_seed,
-        });
-        let out = prepared.run(gpu, &inputs.q, &inputs.k, &inputs.v, &params)?;
-        let exact = reference(&inputs.q, &inputs.k, &inputs.v, &params, &rows(case_seed))?;
-        let verdict = compare(&out, &exact, &tolerance(dtype, Distribution::Normal));
-        let stale = previous
-            .as_ref()
-            .is_some_and(|p| p.as_bytes() == out.as_bytes());
-        let reason = if stale {
-            Some("output identical to the previous call's on new inputs (stale output)".to_string())
+    let mut jobs = Vec::new();
+    for (i, run) in runs.iter().enumerate() {
+        let path = |name: &str| sdpa.scratch(&format!("{name}{i}.npy"));
+        let (q, k, v, o) = (path("q"), path("k"), path("v"), path("o"));
+        npy::write(&q, &run.inputs.q)?;
+        npy::write(&k, &run.inputs.k)?;
+        npy::write(&v, &run.inputs.v)?;
+        jobs.push(sdpa::run_job(
+            [&q, &k, &v],
+            &o,
+            spec,
+            params.scale,
+            "default",
+        ));
+    }
+    let results = sdpa.run_jobs(&jobs)?;
+    for (i, (result, run)) in results.iter().zip(runs.iter_mut()).enumerate() {
+        if sdpa::job_error(result).is_some() {
+            continue; // SDPA cannot run this shape: the f64 oracle alone decides
+        }
+        let sdpa_out = npy::read_as(sdpa.scratch(&format!("o{i}.npy")), dtype)?;
+        let sdpa_err = compare(
+            &sdpa_out,
+            &run.reference,
+            &tolerance(dtype, Distribution::Normal),
+        )
+        .max_abs;
+        let diff = run
+            .output
+            .to_f64()
+            .iter()
+            .zip(sdpa_out.to_f64())
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f64::max);
+        let check = &mut run.check;
+        check.sdpa_max_abs = Some(diff);
+        check.closer_to = Some(if check.max_abs <= sdpa_err {
+            format!(
+                "candidate is as close or closer to the f64 oracle than SDPA ({:.2e} vs {:.2e})",
+                check.max_abs, sdpa_err
+            )
         } else {
-            verdict.reason.clone()
-        };
-        checks_out.push(CorrectnessCheck {
-            seed: case_seed,
-            distribution: Distribution::Normal.to_string(),
-            passed: verdict.passed && !stale,
-            max_abs: verdict.max_abs,
-            rel_l2: verdict.rel_l2,
-            nan_count: verdict.nan_count,
-            poison_count: verdict.poison_count,
-            reason,
-            sdpa_max_abs: None,
-            closer_to: None,
+            format!(
+                "SDPA is closer to the f64 oracle ({:.2e} vs candidate {:.2e})",
+                sdpa_err, check.max_abs
+            )
         });
-        if let Some(sdpa) = sdpa {
-            let path = |name: &str| sdpa.scratch(&format!("{name}{i}.npy"));
-            npy::write(&path("q"), &inputs.q)?;
-            npy::write(&path("k"), &inputs.k)?;
-            npy::write(&path("v"), &inputs.v)?;
-            sdpa_jobs.push(sdpa::run_job(
-                &path("q"),
-                &path("k"),
-                &path("v"),
-                &path("o"),
-                &spec.dtype,
-                spec.causal,
-                params.scale,
-                "default",
-            ));
-            inputs_kept.push((inputs, exact));
-        }
-        previous = Some(out.clone());
-        outputs.push(out);
     }
-    if let Some(sdpa) = sdpa {
-        let results = sdpa.run_jobs(&sdpa_jobs)?;
-        for (i, result) in results.iter().enumerate() {
-            if sdpa::job_error(result).is_some() {
-                continue; // SDPA cannot run this shape: the f64 oracle alone decides
-            }
-            let sdpa_out = npy::read_as(&sdpa.scratch(&format!("o{i}.npy")), dtype)?;
-            let (_, exact) = &inputs_kept[i];
-            let sdpa_err =
-                compare(&sdpa_out, exact, &tolerance(dtype, Distribution::Normal)).max_abs;
-            let diff = outputs[i]
-                .to_f64()
-                .iter()
-                .zip(sdpa_out.to_f64())
-                .map(|(a, b)| (a - b).abs())
-                .fold(0.0, f64::max);
-            let check = &mut checks_out[i];
-            check.sdpa_max_abs = Some(diff);
-            check.closer_to = Some(if check.max_abs <= sdpa_err {
-                format!("candidate is as close or closer to the f64 oracle than SDPA ({:.2e} vs {:.2e})", check.max_abs, sdpa_err)
-            } else {
-                format!(
-                    "SDPA is closer to the f64 oracle ({:.2e} vs candidate {:.2e})",
-                    sdpa_err, check.max_abs
-                )
-            });
-        }
-    }
-    Ok(checks_out)
+    Ok(runs.into_iter().map(|r| r.check).collect())
 }
 
 fn replay(path: &std::path::Path) -> anyhow::Result<u8> {

@@ -121,18 +121,16 @@ pub fn time_job(
     })
 }
 
-/// A job that computes SDPA's output on `.npy` inputs.
+/// A job that computes SDPA's output on `.npy` inputs `[q, k, v]` of shape `spec`.
 pub fn run_job(
-    q: &Path,
-    k: &Path,
-    v: &Path,
+    qkv: [&Path; 3],
     out: &Path,
-    dtype: &str,
-    causal: bool,
+    spec: &attn_evidence::ShapeSpec,
     scale: f64,
     backend: &str,
 ) -> Value {
-    json!({"kind": "run", "q": q, "k": k, "v": v, "out": out, "dtype": dtype, "causal": causal, "scale": scale, "backend": backend})
+    let [q, k, v] = qkv;
+    json!({"kind": "run", "q": q, "k": k, "v": v, "out": out, "dtype": spec.dtype, "causal": spec.causal, "scale": scale, "backend": backend})
 }
 
 /// The per-job error, if the job failed.
