@@ -1045,9 +1045,9 @@ fn run_with_timeout(args: &[String], timeout: Duration) -> anyhow::Result<Worker
         }
         if started.elapsed() >= timeout {
             // The whole group: a worker's own children (SDPA's Python helper) die with it.
-            let _ = Command::new("kill")
-                .args(["-KILL", &format!("-{}", child.id())])
-                .status();
+            // SAFETY: killpg only sends a signal; the group id is the worker's own pid, which is
+            // its group leader (`process_group(0)` above) and has not been reaped yet.
+            unsafe { libc::killpg(child.id() as libc::pid_t, libc::SIGKILL) };
             let _ = child.kill();
             let _ = child.wait();
             break None;
