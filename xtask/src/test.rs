@@ -36,8 +36,17 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     }
     // Show what the compile tests checked: every default variant through NVRTC and ptxas, with a
     // non-zero exit on any spill.
-    let mut kernels = Command::new(std::env::current_exe().context("locating xtask")?);
-    kernels.args(["kernels", "--ptxas"]);
+    // Through cargo: `cargo test` may have relinked this very executable.
+    let mut kernels = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    kernels.current_dir(&workspace).args([
+        "run",
+        "--quiet",
+        "--package",
+        "xtask",
+        "--",
+        "kernels",
+        "--ptxas",
+    ]);
     toolkit.apply(&mut kernels);
     let status = kernels.status().context("running xtask kernels --ptxas")?;
     Ok(if status.success() {
