@@ -11,6 +11,8 @@
 //     O = O·α + P·V  wgmma m64n64k16 per 64-column panel of O: A = P re-packed in registers (the
 //                    S accumulator layout is the A-fragment layout), B = V from shared memory through
 //                    a 128-byte-swizzled MN-major descriptor (trans-b: V stays [keys, D] row-major)
+//   With OVERLAP 1 (FA3's intra-warpgroup overlap) a warpgroup issues S_{j+1} and P_j·V_j back to
+//   back and runs the softmax of tile j+1 while P_j·V_j is still on the tensor cores.
 //   K/V tiles of BLOCK_N rows stream through a STAGES-deep cp.async ring; Q is loaded once. Tiles
 //   entirely above the causal diagonal of the block are never loaded; a warpgroup skips the tiles
 //   that none of its rows sees, and masks only tiles that cross one of its rows' key limit. Rows that
@@ -21,10 +23,12 @@
 //   NUM_WARPS ∈ {4, 8}        default 8 (two consumer warpgroups)
 //   BLOCK_M   = 16 · NUM_WARPS = 64 · warpgroups (the only allowed value; defaulted)
 //   BLOCK_N   ∈ {64, 128}     keys per tile; default 128
-//   STAGES    ∈ {2, 3}        K/V ring depth; default 2
-//   Defaults per head dim: D 64 and D 128 both NUM_WARPS 8 (BLOCK_M 128), BLOCK_N 128, STAGES 2.
-//   Constraint: SHARED_BYTES ≤ 232448 (the sm_90 opt-in limit); every combination above fits (the
-//   largest, D 128 / NUM_WARPS 8 / BLOCK_N 128 / STAGES 3, needs 230400).
+//   STAGES    ∈ {2, 3, 4}     K/V ring depth; default 2
+//   OVERLAP   ∈ {0, 1}        default 0; 1 needs STAGES ≥ 3 (tiles j and j+1 are read together)
+//   Defaults per head dim: D 64 and D 128 both NUM_WARPS 8 (BLOCK_M 128), BLOCK_N 128, STAGES 2,
+//   OVERLAP 0. Constraint: SHARED_BYTES ≤ 232448 (the sm_90 opt-in limit); only D 128 / BLOCK_N 128
+//   / STAGES 4 exceeds it (with either NUM_WARPS). Every valid combination compiles
+//   with no spill, no stack frame and no wgmma serialisation (kernels/tools/hopper_check.py).
 //
 // Launch geometry (the ABI's)
 //   grid = (ceil(S_q / BLOCK_M), H, B), block = NUM_WARPS · 32 threads, dynamic shared memory
@@ -51,7 +55,11 @@
 //   thread runs fence.proxy.async.shared::cta, then the block barrier. A slot is refilled only after
 //   the barrier that follows every warpgroup's wgmma.wait_group 0 on it. Accumulators are fenced
 //   (an empty asm on each register) around the async section so that the compiler does not move
-//   their reads or writes across it; wgmma.fence precedes each batch of wgmma.
+//   their reads or writes across it; wgmma.fence precedes each batch of wgmma. ptxas serialises
+//   wgmma (notes C7513/C7520) when a register a pending wgmma reads or writes is redefined before
+//   the wait, or a batch straddles divergent code: hence the softmax only touches S (complete) while
+//   P·V is pending, P is packed after the wait, each OVERLAP branch is one straight pipeline, and
+//   the warpgroup index goes through a shuffle (warp-uniform for the compiler).
 //
 // Fragment layouts (per warp of the warpgroup, g = lane / 4, t = lane % 4)
 //   D of m64nNk16 (f32): registers 4i..4i+3 hold columns 8i + 2t, +1 of row g (4i, 4i+1) and row
@@ -73,12 +81,17 @@
 #ifndef STAGES
 #define STAGES 2
 #endif
+#ifndef OVERLAP
+#define OVERLAP 0
+#endif
 
 static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "hopper.cu: HEAD_DIM must be 64 or 128");
 static_assert(NUM_WARPS == 4 || NUM_WARPS == 8, "hopper.cu: NUM_WARPS must be 4 or 8");
 static_assert(BLOCK_M == 16 * NUM_WARPS, "hopper.cu: BLOCK_M must equal 64 * (NUM_WARPS / 4)");
 static_assert(BLOCK_N == 64 || BLOCK_N == 128, "hopper.cu: BLOCK_N must be 64 or 128");
-static_assert(STAGES == 2 || STAGES == 3, "hopper.cu: STAGES must be 2 or 3");
+static_assert(STAGES == 2 || STAGES == 3 || STAGES == 4, "hopper.cu: STAGES must be 2, 3 or 4");
+static_assert(OVERLAP == 0 || OVERLAP == 1, "hopper.cu: OVERLAP must be 0 or 1");
+static_assert(!OVERLAP || STAGES >= 3, "hopper.cu: OVERLAP needs STAGES >= 3 (tiles j and j+1 stay resident)");
 static_assert(sizeof(elem_t) == 2, "hopper.cu: 16-bit elements expected");
 
 #if defined(ATTN_DTYPE_BF16)
@@ -105,6 +118,10 @@ constexpr int S_CHUNKS = BLOCK_N / 8;          // 8-column chunks of S
 constexpr int KV_CHUNKS_PER_THREAD = BLOCK_N * CHUNKS / THREADS;
 constexpr int Q_CHUNKS_PER_THREAD = BLOCK_M * CHUNKS / THREADS;
 constexpr int OUT_CHUNKS_PER_LANE = 16 * CHUNKS / 32;
+// K/V tiles the prologue loads; iteration j then loads tile j + STAGES - 1 into the slot of tile
+// j - 1. The tile needed at the top of iteration j is j + OVERLAP, so the newer commit groups that
+// may still be in flight there number STAGES - 2 - OVERLAP.
+constexpr int PREFETCH = STAGES - 1;
 
 static_assert(BLOCK_N * CHUNKS % THREADS == 0, "K/V tile chunks must split evenly over the block");
 static_assert(BLOCK_M * CHUNKS % THREADS == 0, "Q tile chunks must split evenly over the block");
@@ -138,7 +155,11 @@ __device__ __forceinline__ void fence_proxy_async() {
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Waits until at most `Pending` of this thread's most recent wgmma groups are still running.
+template <int Pending>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(Pending) : "memory");
+}
 
 // Pins the accumulator registers in place: the compiler may not move their reads or writes across
 // this point (it does not know that wgmma writes them asynchronously).
@@ -260,6 +281,138 @@ __device__ __forceinline__ int row_kv_limit(int row, int seq_q, int seq_kv, int 
     return causal ? min(seq_kv, causal_kv_end(row, seq_q, seq_kv)) : seq_kv;
 }
 
+// ---- the three steps of a key tile, per warpgroup ------------------------------------------------
+
+// Issues S = Q·Kᵀ for the warpgroup's 64 rows (HEAD_DIM / 16 wgmma, one commit group). The caller
+// waits for the group before reading s_acc.
+__device__ __forceinline__ void issue_qk(float (&s_acc)[S_REGS], u32 q_rows, u32 k_tile) {
+    fence_regs(s_acc);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < QK_K_STEPS; ++kk) {
+        const u32 in_panel = (kk & 3) * 32;  // 16 columns = 32 bytes along the 128-byte row
+        const u64 desc_q = make_desc(q_rows + (kk >> 2) * BLOCK_M * 128 + in_panel, 16, 1024);
+        const u64 desc_k = make_desc(k_tile + (kk >> 2) * BLOCK_N * 128 + in_panel, 16, 1024);
+#if BLOCK_N == 128
+        wgmma_ss_n128(s_acc, desc_q, desc_k, kk > 0 ? 1 : 0);
+#else
+        wgmma_ss_n64(s_acc, desc_q, desc_k, kk > 0 ? 1 : 0);
+#endif
+    }
+    wgmma_commit();
+}
+
+// Pins O and P and orders their last register writes before the wgmma that follow.
+__device__ __forceinline__ void fence_pv_operands(float (&o_acc)[PANELS][32], u32 (&p_frag)[PV_K_STEPS][4]) {
+#pragma unroll
+    for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]);
+#pragma unroll
+    for (int kk = 0; kk < PV_K_STEPS; ++kk) fence_regs(p_frag[kk]);
+    wgmma_fence();
+}
+
+// The P·V descriptors of a V tile: k-step kk starts 16 keys (2048 bytes) further, panel p
+// BLOCK_N rows further.
+__device__ __forceinline__ void pv_descs(u32 v_tile, u64 (&desc_v)[PV_K_STEPS][PANELS]) {
+#pragma unroll
+    for (int kk = 0; kk < PV_K_STEPS; ++kk)
+#pragma unroll
+        for (int p = 0; p < PANELS; ++p) desc_v[kk][p] = make_desc(v_tile + p * BLOCK_N * 128 + kk * 2048, 1024, 1024);
+}
+
+__device__ __forceinline__ void issue_pv(float (&o_acc)[PANELS][32], u32 (&p_frag)[PV_K_STEPS][4],
+                                         const u64 (&desc_v)[PV_K_STEPS][PANELS]) {
+    fence_pv_operands(o_acc, p_frag);
+#pragma unroll
+    for (int kk = 0; kk < PV_K_STEPS; ++kk)
+#pragma unroll
+        for (int p = 0; p < PANELS; ++p) wgmma_rs_n64_tb(o_acc[p], p_frag[kk], desc_v[kk][p], 1);
+    wgmma_commit();
+}
+
+// Online softmax of one S tile (already waited for), in place: scales into the log2 domain, masks
+// if the tile crosses a row's key limit, updates the running max and sum, and leaves the f32
+// probabilities in s_acc; returns in `rescale` the factor O must be multiplied by before this
+// tile's P·V is added (rows g and g + 8). Writes no register that a pending P·V reads.
+__device__ __forceinline__ void softmax_scores(float (&s_acc)[S_REGS], int kv0, bool needs_mask,
+                                               const int (&lane_limit)[2], int t, float scale_log2,
+                                               float (&row_max)[2], float (&row_sum)[2], float (&rescale)[2]) {
+    fence_regs(s_acc);
+#pragma unroll
+    for (int n = 0; n < S_CHUNKS; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            float& s = s_acc[4 * n + e];
+            s *= scale_log2;
+            if (needs_mask) {
+                const int col = kv0 + 8 * n + 2 * t + (e & 1);
+                if (col >= lane_limit[e >> 1]) s = HOPPER_NEG_INF;
+            }
+        }
+    }
+    float max_used[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float m = row_max[h];
+#pragma unroll
+        for (int n = 0; n < S_CHUNKS; ++n) m = fmaxf(m, fmaxf(s_acc[4 * n + 2 * h], s_acc[4 * n + 2 * h + 1]));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+        // A row that has seen no key keeps max -inf; subtracting 0 instead keeps NaN out.
+        max_used[h] = m == HOPPER_NEG_INF ? 0.f : m;
+        rescale[h] = exp2_ftz(row_max[h] - max_used[h]);
+        row_max[h] = m;
+        row_sum[h] *= rescale[h];
+    }
+#pragma unroll
+    for (int n = 0; n < S_CHUNKS; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            float& s = s_acc[4 * n + e];
+            s = exp2_ftz(s - max_used[e >> 1]);
+            row_sum[e >> 1] += s;
+        }
+    }
+}
+
+// The probabilities as A fragments of P·V: k-step kk is S chunks 2kk (a0 row g, a1 row g + 8) and
+// 2kk + 1 (a2, a3).
+__device__ __forceinline__ void pack_p(const float (&s_acc)[S_REGS], u32 (&p_frag)[PV_K_STEPS][4]) {
+#pragma unroll
+    for (int kk = 0; kk < PV_K_STEPS; ++kk) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const float* s = &s_acc[4 * (2 * kk + half)];
+            p_frag[kk][2 * half] = pack_elem2(s[0], s[1]);
+            p_frag[kk][2 * half + 1] = pack_elem2(s[2], s[3]);
+        }
+    }
+}
+
+__device__ __forceinline__ void rescale_o(float (&o_acc)[PANELS][32], const float (&rescale)[2]) {
+#pragma unroll
+    for (int p = 0; p < PANELS; ++p)
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                o_acc[p][4 * i + 2 * h] *= rescale[h];
+                o_acc[p][4 * i + 2 * h + 1] *= rescale[h];
+            }
+}
+
+// `Rows` rows of a head into a ring slot, or nothing past the block's last tile; always one commit
+// group, so that group counting stays uniform.
+__device__ __forceinline__ void load_kv_tile(u32 k_slot, u32 v_slot, const elem_t* __restrict__ k_head,
+                                             const elem_t* __restrict__ v_head, int tile, int num_tiles, int seq_kv,
+                                             int tid) {
+    if (tile < num_tiles) {
+        load_rows<BLOCK_N, KV_CHUNKS_PER_THREAD>(k_slot, k_head, tile * BLOCK_N, seq_kv, tid);
+        load_rows<BLOCK_N, KV_CHUNKS_PER_THREAD>(v_slot, v_head, tile * BLOCK_N, seq_kv, tid);
+    }
+    cp_async_commit();
+}
+
 }  // namespace hopper_attn
 
 // The cap at entry (min blocks 1) leaves ptxas the whole register file per thread of the block.
@@ -281,7 +434,10 @@ extern "C" __global__ void __launch_bounds__(NUM_WARPS * 32, 1)
     const int tid = threadIdx.x;
     const int lane = tid & 31;
     const int warp = tid >> 5;
-    const int wg = warp >> 2;                       // consumer warpgroup
+    // The consumer warpgroup, through a shuffle so that the compiler knows it is warp-uniform: the
+    // descriptors built from it then live in uniform registers, and ptxas does not serialise the
+    // wgmma whose descriptors are computed between them.
+    const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0);
     const int g = lane >> 2;
     const int t = lane & 3;
     const int wg_row0 = wg * 64;                    // first row of the warpgroup in the block tile
@@ -299,29 +455,27 @@ extern "C" __global__ void __launch_bounds__(NUM_WARPS * 32, 1)
     const int block_kv_end = row_kv_limit(last_row, seq_q, seq_kv, causal);
     const int num_tiles = block_kv_end > 0 ? (block_kv_end + BLOCK_N - 1) / BLOCK_N : 0;
 
-    // Per-warpgroup bounds (wgmma is warpgroup-wide, so every decision around it must be uniform
-    // over the warpgroup). Tiles ending at or before wg_lo_limit need no mask; tiles starting at or
-    // after wg_hi_limit are skipped. A warpgroup whose rows all lie past seq_q computes nothing.
+    // Tiles this warpgroup computes: a prefix of the block's (wgmma is warpgroup-wide, so every
+    // decision around it is uniform over the warpgroup). Tiles ending at or before wg_lo_limit need
+    // no mask. A warpgroup whose rows all lie past seq_q computes nothing.
     const bool wg_has_rows = m0 + wg_row0 < seq_q;
     const int wg_lo_limit = row_kv_limit(m0 + wg_row0, seq_q, seq_kv, causal);
     const int wg_hi_limit = wg_has_rows ? row_kv_limit(m0 + wg_row0 + 63, seq_q, seq_kv, causal) : 0;
+    const int wg_tiles = wg_hi_limit > 0 ? min(num_tiles, (wg_hi_limit + BLOCK_N - 1) / BLOCK_N) : 0;
     int lane_limit[2];  // this lane's rows g and g + 8
 #pragma unroll
     for (int h = 0; h < 2; ++h) lane_limit[h] = row_kv_limit(m0 + warp_row0 + g + 8 * h, seq_q, seq_kv, causal);
 
     const float scale_log2 = scale * ATTN_LOG2E;
+    const u32 q_rows = q_tile + wg_row0 * 128;  // this warpgroup's 64 rows of every Q panel
+    auto k_slot = [&](int tile) { return k_tiles + (tile % STAGES) * KV_TILE_BYTES; };
+    auto v_slot = [&](int tile) { return v_tiles + (tile % STAGES) * KV_TILE_BYTES; };
 
-    // ---- prologue: Q (own commit group), then the first STAGES - 1 K/V tiles -----------------------
+    // ---- prologue: Q (own commit group), then the first PREFETCH K/V tiles -------------------------
     load_rows<BLOCK_M, Q_CHUNKS_PER_THREAD>(q_tile, q_head, m0, seq_q, tid);
     cp_async_commit();
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < num_tiles) {
-            load_rows<BLOCK_N, KV_CHUNKS_PER_THREAD>(k_tiles + s * KV_TILE_BYTES, k_head, s * BLOCK_N, seq_kv, tid);
-            load_rows<BLOCK_N, KV_CHUNKS_PER_THREAD>(v_tiles + s * KV_TILE_BYTES, v_head, s * BLOCK_N, seq_kv, tid);
-        }
-        cp_async_commit();  // committed even when empty, so group counting stays uniform
-    }
+    for (int s = 0; s < PREFETCH; ++s) load_kv_tile(k_slot(s), v_slot(s), k_head, v_head, s, num_tiles, seq_kv, tid);
 
     float o_acc[PANELS][32];
 #pragma unroll
@@ -332,7 +486,57 @@ extern "C" __global__ void __launch_bounds__(NUM_WARPS * 32, 1)
     // stays partial over the quad until the end (every rescale factor is uniform in a quad).
     float row_max[2] = {HOPPER_NEG_INF, HOPPER_NEG_INF};
     float row_sum[2] = {0.f, 0.f};
+    u32 p_frag[PV_K_STEPS][4];
+    float rescale[2];
 
+#if OVERLAP
+    // FA3's intra-warpgroup overlap. Iteration j issues S_{j+1} = Q·K_{j+1}ᵀ, rescales O for tile j,
+    // issues O += P_j·V_j, waits for S_{j+1} only and runs its softmax while P_j·V_j is still on the
+    // tensor cores, then waits for that and packs P_{j+1}. Tile j + 1 must be resident at the top of
+    // iteration j; the slot of tile j − 1 (whose wgmma every warpgroup waited for in iteration
+    // j − 1) is refilled with tile j + STAGES − 1.
+    cp_async_wait<STAGES - 2>();  // Q and tile 0
+    fence_proxy_async();
+    __syncthreads();
+    if (wg_tiles > 0) {
+        float s_acc[S_REGS];
+        issue_qk(s_acc, q_rows, k_slot(0));
+        wgmma_wait<0>();
+        softmax_scores(s_acc, 0, BLOCK_N > wg_lo_limit, lane_limit, t, scale_log2, row_max, row_sum, rescale);
+        pack_p(s_acc, p_frag);
+    }
+    for (int j = 0; j < num_tiles; ++j) {
+        cp_async_wait<STAGES - 3>();  // tile j + 1 (later tiles may still fly)
+        fence_proxy_async();
+        __syncthreads();
+        load_kv_tile(k_slot(j + STAGES - 1), v_slot(j + STAGES - 1), k_head, v_head, j + STAGES - 1, num_tiles,
+                     seq_kv, tid);
+        if (j >= wg_tiles) continue;
+        u64 desc_v[PV_K_STEPS][PANELS];
+        pv_descs(v_slot(j), desc_v);
+        // Each branch is one straight wgmma pipeline (ptxas serialises wgmma across divergent paths).
+        if (j + 1 < wg_tiles) {
+            float s_acc[S_REGS];
+            issue_qk(s_acc, q_rows, k_slot(j + 1));
+            rescale_o(o_acc, rescale);
+            issue_pv(o_acc, p_frag, desc_v);
+            wgmma_wait<1>();  // S_{j+1}; P_j·V_j may still run
+            const int kv0 = (j + 1) * BLOCK_N;
+            softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_lo_limit, lane_limit, t, scale_log2, row_max, row_sum,
+                           rescale);
+            wgmma_wait<0>();
+#pragma unroll
+            for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]);
+            pack_p(s_acc, p_frag);
+        } else {
+            rescale_o(o_acc, rescale);
+            issue_pv(o_acc, p_frag, desc_v);
+            wgmma_wait<0>();
+#pragma unroll
+            for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]);
+        }
+    }
+#else
     for (int j = 0; j < num_tiles; ++j) {
         // ---- pipeline: make tile j (and Q) resident and visible to the async proxy ------------------
         cp_async_wait<STAGES - 2>();
@@ -340,113 +544,24 @@ extern "C" __global__ void __launch_bounds__(NUM_WARPS * 32, 1)
         // Tile j is visible to every warpgroup's wgmma, and every warpgroup has waited for its
         // wgmma on tile j - 1, whose slot ((j + STAGES - 1) % STAGES) is refilled right below.
         __syncthreads();
-        {
-            const int next = j + STAGES - 1;
-            if (next < num_tiles) {
-                const int slot = next % STAGES;
-                load_rows<BLOCK_N, KV_CHUNKS_PER_THREAD>(k_tiles + slot * KV_TILE_BYTES, k_head, next * BLOCK_N, seq_kv, tid);
-                load_rows<BLOCK_N, KV_CHUNKS_PER_THREAD>(v_tiles + slot * KV_TILE_BYTES, v_head, next * BLOCK_N, seq_kv, tid);
-            }
-            cp_async_commit();
-        }
+        load_kv_tile(k_slot(j + STAGES - 1), v_slot(j + STAGES - 1), k_head, v_head, j + STAGES - 1, num_tiles,
+                     seq_kv, tid);
+        if (j >= wg_tiles) continue;
         const int kv0 = j * BLOCK_N;
-        if (kv0 >= wg_hi_limit) continue;  // warpgroup-uniform: none of its rows sees this tile
-
-        const int slot = j % STAGES;
-        const u32 k_tile = k_tiles + slot * KV_TILE_BYTES;
-        const u32 v_tile = v_tiles + slot * KV_TILE_BYTES;
-
-        // ---- S = Q·Kᵀ: 64 × BLOCK_N per warpgroup ---------------------------------------------------
         float s_acc[S_REGS];
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < QK_K_STEPS; ++kk) {
-            const u32 in_panel = (kk & 3) * 32;  // 16 columns = 32 bytes along the 128-byte row
-            const u64 desc_q = make_desc(q_tile + (kk >> 2) * BLOCK_M * 128 + wg_row0 * 128 + in_panel, 16, 1024);
-            const u64 desc_k = make_desc(k_tile + (kk >> 2) * BLOCK_N * 128 + in_panel, 16, 1024);
-#if BLOCK_N == 128
-            wgmma_ss_n128(s_acc, desc_q, desc_k, kk > 0 ? 1 : 0);
-#else
-            wgmma_ss_n64(s_acc, desc_q, desc_k, kk > 0 ? 1 : 0);
-#endif
-        }
-        wgmma_commit();
-        wgmma_wait_all();
-        fence_regs(s_acc);
-
-        // ---- scale into the log2 domain; mask only tiles that cross a row's key limit --------------
-        const bool needs_mask = kv0 + BLOCK_N > wg_lo_limit;
-#pragma unroll
-        for (int n = 0; n < S_CHUNKS; ++n) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                float& s = s_acc[4 * n + e];
-                s *= scale_log2;
-                if (needs_mask) {
-                    const int col = kv0 + 8 * n + 2 * t + (e & 1);
-                    if (col >= lane_limit[e >> 1]) s = HOPPER_NEG_INF;
-                }
-            }
-        }
-
-        // ---- online softmax --------------------------------------------------------------------------
-        float max_used[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            float m = row_max[h];
-#pragma unroll
-            for (int n = 0; n < S_CHUNKS; ++n) m = fmaxf(m, fmaxf(s_acc[4 * n + 2 * h], s_acc[4 * n + 2 * h + 1]));
-            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-            // A row that has seen no key keeps max -inf; subtracting 0 instead keeps NaN out.
-            max_used[h] = m == HOPPER_NEG_INF ? 0.f : m;
-            const float rescale = exp2_ftz(row_max[h] - max_used[h]);
-            row_max[h] = m;
-            row_sum[h] *= rescale;
-#pragma unroll
-            for (int p = 0; p < PANELS; ++p)
-#pragma unroll
-                for (int i = 0; i < 8; ++i) {
-                    o_acc[p][4 * i + 2 * h] *= rescale;
-                    o_acc[p][4 * i + 2 * h + 1] *= rescale;
-                }
-        }
-
-        // ---- P = exp2(S - m) as A fragments; O += P·V -------------------------------------------------
-        u32 p_frag[PV_K_STEPS][4];
-#pragma unroll
-        for (int kk = 0; kk < PV_K_STEPS; ++kk) {
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                const float* s = &s_acc[4 * (2 * kk + half)];
-                const float p0 = exp2_ftz(s[0] - max_used[0]);
-                const float p1 = exp2_ftz(s[1] - max_used[0]);
-                const float p2 = exp2_ftz(s[2] - max_used[1]);
-                const float p3 = exp2_ftz(s[3] - max_used[1]);
-                row_sum[0] += p0 + p1;
-                row_sum[1] += p2 + p3;
-                p_frag[kk][2 * half] = pack_elem2(p0, p1);
-                p_frag[kk][2 * half + 1] = pack_elem2(p2, p3);
-            }
-        }
-#pragma unroll
-        for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]);
-#pragma unroll
-        for (int kk = 0; kk < PV_K_STEPS; ++kk) fence_regs(p_frag[kk]);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < PV_K_STEPS; ++kk) {
-#pragma unroll
-            for (int p = 0; p < PANELS; ++p) {
-                const u64 desc_v = make_desc(v_tile + p * BLOCK_N * 128 + kk * 2048, 1024, 1024);
-                wgmma_rs_n64_tb(o_acc[p], p_frag[kk], desc_v, 1);
-            }
-        }
-        wgmma_commit();
-        wgmma_wait_all();
+        issue_qk(s_acc, q_rows, k_slot(j));
+        wgmma_wait<0>();
+        softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_lo_limit, lane_limit, t, scale_log2, row_max, row_sum, rescale);
+        pack_p(s_acc, p_frag);
+        rescale_o(o_acc, rescale);
+        u64 desc_v[PV_K_STEPS][PANELS];
+        pv_descs(v_slot(j), desc_v);
+        issue_pv(o_acc, p_frag, desc_v);
+        wgmma_wait<0>();
 #pragma unroll
         for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]);
     }
+#endif
 
     // ---- epilogue: full row sums, guarded 1/l, staged in the Q tile, coalesced 16-byte stores -------
     cp_async_wait<0>();  // with no tile visited the Q copy may still be in flight

@@ -14,7 +14,9 @@ import argparse
 import ctypes
 import itertools
 import os
+import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import nvrtc_check as nc  # noqa: E402  (the NVRTC binding and ptxas parsing)
@@ -31,10 +33,27 @@ def shared_bytes(cfg):
     return 1024 + block_m * d * 2 + cfg.get("STAGES", 2) * 2 * cfg.get("BLOCK_N", 128) * d * 2
 
 
+def ptxas_report(cuda_dir, ptx, keep_dir, tag):
+    """nvrtc_check's ptxas report, plus ptxas's "Potential Performance Loss" infos (C75xx: wgmma
+    serialised, i.e. no overlap between wgmma groups), which are not warnings and say why."""
+    rep = nc.ptxas_report(cuda_dir, ARCH, ptx, keep_dir, tag)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.ptx")
+        with open(path, "w") as f:
+            f.write(ptx)
+        res = subprocess.run(
+            [os.path.join(cuda_dir, "bin", "ptxas"), f"-arch=sm_{ARCH}", "-v", path, "-o", os.path.join(tmp, "k.cubin")],
+            capture_output=True,
+            text=True,
+        )
+    rep["serialised"] = [l for l in (res.stdout + res.stderr).splitlines() if "Performance Loss" in l]
+    return rep
+
+
 def all_configs():
-    for d, warps, block_n, stages in itertools.product((64, 128), (4, 8), (64, 128), (2, 3)):
-        cfg = {"HEAD_DIM": d, "NUM_WARPS": warps, "BLOCK_N": block_n, "STAGES": stages}
-        if shared_bytes(cfg) <= SMEM_OPTIN_LIMIT:
+    for d, warps, block_n, stages, overlap in itertools.product((64, 128), (4, 8), (64, 128), (2, 3, 4), (0, 1)):
+        cfg = {"HEAD_DIM": d, "NUM_WARPS": warps, "BLOCK_N": block_n, "STAGES": stages, "OVERLAP": overlap}
+        if shared_bytes(cfg) <= SMEM_OPTIN_LIMIT and not (overlap and stages < 3):
             yield cfg
 
 
@@ -44,6 +63,7 @@ def main():
     ap.add_argument("--keep", default=None, help="directory to keep the .ptx/.cubin files in")
     ap.add_argument("--config", action="append", default=[])
     ap.add_argument("--dtypes", default="f16,bf16")
+    ap.add_argument("--allow-serialised", action="store_true", help="do not fail on ptxas's wgmma serialisation notes")
     args = ap.parse_args()
 
     # NVRTC dlopens its builtins by name: load them first so that no LD_LIBRARY_PATH is needed.
@@ -66,18 +86,19 @@ def main():
         try:
             opts = nc.nvrtc_options(os.path.join(args.cuda, "include"), ARCH, defines)
             ptx, log = lib.compile_to_ptx(source, "hopper.cu", opts)
-            rep = nc.ptxas_report(args.cuda, ARCH, ptx, args.keep, tag)
+            rep = ptxas_report(args.cuda, ptx, args.keep, tag)
         except RuntimeError as e:
             failures += 1
             print(f"{dtype:5} {label:40} FAILED\n{e}")
             continue
         shared = shared_bytes(cfg)
         bad = rep["spill_st"] or rep["spill_ld"] or rep["stack"] or rep["warnings"] or shared > SMEM_OPTIN_LIMIT
+        bad = bad or (rep["serialised"] and not args.allow_serialised)
         print(
             f"{dtype:5} {label:40} {rep['regs']:>4} {rep['stack']:>5} {rep['spill_st']:>8} "
             f"{rep['spill_ld']:>8} {shared:>7}{'  <-- BAD' if bad else ''}"
         )
-        for w in rep["warnings"] + ([log] if log else []):
+        for w in rep["warnings"] + rep["serialised"] + ([log] if log else []):
             print(f"      {w}")
         failures += bool(bad)
     sys.exit(1 if failures else 0)
