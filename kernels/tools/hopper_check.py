@@ -30,7 +30,7 @@ def shared_bytes(cfg):
     """hopper.cu's formula: alignment slack + Q tile + STAGES x (K tile + V tile)."""
     d = cfg["HEAD_DIM"]
     block_m = 16 * cfg.get("NUM_WARPS", 8)
-    return 1024 + block_m * d * 2 + cfg.get("STAGES", 2) * 2 * cfg.get("BLOCK_N", 128) * d * 2
+    return 1024 + block_m * d * 2 + cfg.get("STAGES", 3) * 2 * cfg.get("BLOCK_N", 128) * d * 2
 
 
 def ptxas_report(cuda_dir, ptx, keep_dir, tag):
