@@ -12,7 +12,7 @@ pub struct Args {
     /// Compile every default variant with NVRTC and report ptxas's resource usage.
     #[arg(long)]
     pub ptxas: bool,
-    /// Virtual architecture for --ptxas.
+    /// Virtual architecture for --ptxas (implementations bound to one architecture use theirs).
     #[arg(long, default_value = "compute_90")]
     pub arch: String,
 }
@@ -45,7 +45,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     }
     let arch = Arch(args.arch.clone());
     println!(
-        "\nptxas -arch={} on the NVRTC output of every default variant:",
+        "\nptxas -arch={} (an implementation bound to one architecture uses its own) on the NVRTC output of every default variant:",
         arch.sm()
     );
     println!(
@@ -54,6 +54,10 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     );
     let mut spills = 0;
     for imp in registry() {
+        let imp_arch = imp
+            .arch
+            .map(|a| Arch(a.to_string()))
+            .unwrap_or_else(|| arch.clone());
         for dtype in [DType::F16, DType::Bf16] {
             for d in [64usize, 128] {
                 if imp.check_head_dim(d).is_err() {
@@ -71,10 +75,10 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
                     source,
                     include_dir: None,
                     defines,
-                    arch: arch.clone(),
+                    arch: imp_arch.clone(),
                 };
                 let compiled = compile::compile(&req)?;
-                let res = compile::ptxas_resources(&compiled.ptx, &arch, entry)?;
+                let res = compile::ptxas_resources(&compiled.ptx, &imp_arch, entry)?;
                 let shown = if cfg.0.is_empty() {
                     entry.to_string()
                 } else {

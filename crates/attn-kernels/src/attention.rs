@@ -164,6 +164,17 @@ impl Prepared {
                 implementation,
                 overrides,
             } => {
+                if let Some(required) = implementation.arch {
+                    if gpu.arch().0 != required {
+                        return Err(KernelError::Unsupported {
+                            implementation: implementation.name.into(),
+                            what: format!(
+                                "{} (it needs {required}: a Hopper sm_90 GPU); use `mma` here",
+                                gpu.arch().sm()
+                            ),
+                        });
+                    }
+                }
                 let config = implementation.resolve(overrides, head_dim, &gpu.limits())?;
                 defines.extend(config.0.iter().map(|(k, v)| format!("{k}={v}")));
                 let probe = Shape {

@@ -60,6 +60,9 @@ pub struct Implementation {
     pub knobs: &'static [Knob],
     /// Supported head dims; `None` for any.
     pub head_dims: Option<&'static [usize]>,
+    /// The only architecture it compiles for, e.g. `compute_90a` for Hopper's wgmma; `None` for
+    /// any (sm_80 and newer).
+    pub arch: Option<&'static str>,
     defaults: fn(head_dim: usize) -> Config,
     /// Knobs tuned for a shape (e.g. smaller tiles when the grid would not fill the GPU); they
     /// override the defaults, and the user's overrides override them.
@@ -211,13 +214,42 @@ fn mma_tuned(shape: &Shape) -> Config {
     }
 }
 
-static REGISTRY: [Implementation; 4] = [
+static HOPPER_KNOBS: [Knob; 5] = [
+    Knob {
+        name: "BLOCK_M",
+        domain: &[64, 128],
+        doc: "query rows per block (= 16 x NUM_WARPS: 64 per consumer warpgroup)",
+    },
+    Knob {
+        name: "BLOCK_N",
+        domain: &[64, 128],
+        doc: "keys per K/V tile (the N of the S = Q·Kᵀ wgmma)",
+    },
+    Knob {
+        name: "NUM_WARPS",
+        domain: &[4, 8],
+        doc: "warps per block: 1 or 2 consumer warpgroups",
+    },
+    Knob {
+        name: "STAGES",
+        domain: &[2, 3, 4],
+        doc: "cp.async K/V ring depth",
+    },
+    Knob {
+        name: "OVERLAP",
+        domain: &[0, 1],
+        doc: "issue S(j+1) before P(j)·V(j) so softmax overlaps wgmma (needs STAGES >= 3)",
+    },
+];
+
+static REGISTRY: [Implementation; 5] = [
     Implementation {
         name: "naive",
         summary: "one warp per query row, online softmax in registers; any shape, any head dim",
         engine: Engine::Kernel { file: "naive.cu", source: include_str!("../../../kernels/naive.cu") },
         knobs: &NAIVE_KNOBS,
         head_dims: None,
+        arch: None,
         defaults: |_| Config::from_pairs(&[("ROWS_PER_BLOCK", 4)]),
         tuned: |_| Config::default(),
         constraints: |_, head_dim| {
@@ -242,6 +274,7 @@ static REGISTRY: [Implementation; 4] = [
         engine: Engine::Kernel { file: "tiled.cu", source: include_str!("../../../kernels/tiled.cu") },
         knobs: &TILED_KNOBS,
         head_dims: Some(&[64, 128]),
+        arch: None,
         defaults: |head_dim| {
             let block_m = if head_dim > 64 { 32 } else { 64 };
             Config::from_pairs(&[("BLOCK_M", block_m), ("BLOCK_N", 64), ("NUM_WARPS", 4), ("STAGES", 2)])
@@ -274,6 +307,7 @@ static REGISTRY: [Implementation; 4] = [
         engine: Engine::Kernel { file: "mma.cu", source: include_str!("../../../kernels/mma.cu") },
         knobs: &MMA_KNOBS,
         head_dims: Some(&[64, 128]),
+        arch: None,
         defaults: mma_defaults,
         tuned: mma_tuned,
         constraints: |cfg, _| {
@@ -310,11 +344,45 @@ static REGISTRY: [Implementation; 4] = [
         },
     },
     Implementation {
+        name: "hopper",
+        summary: "Hopper (sm_90a): wgmma for Q·Kᵀ and P·V (P from registers), 128-byte swizzled descriptors, cp.async ring, FA3-style overlap",
+        engine: Engine::Kernel { file: "hopper.cu", source: include_str!("../../../kernels/hopper.cu") },
+        knobs: &HOPPER_KNOBS,
+        head_dims: Some(&[64, 128]),
+        arch: Some("compute_90a"),
+        defaults: |_| {
+            Config::from_pairs(&[("BLOCK_M", 128), ("BLOCK_N", 128), ("NUM_WARPS", 8), ("STAGES", 3), ("OVERLAP", 1)])
+        },
+        tuned: |_| Config::default(),
+        constraints: |cfg, _| {
+            let (m, w) = (knob(cfg, "BLOCK_M"), knob(cfg, "NUM_WARPS"));
+            if m != 16 * w {
+                return Err(format!("BLOCK_M={m} must be 16 x NUM_WARPS = {} (64 rows per consumer warpgroup)", 16 * w));
+            }
+            if knob(cfg, "OVERLAP") == 1 && knob(cfg, "STAGES") < 3 {
+                return Err("OVERLAP=1 needs STAGES >= 3 (tiles j and j+1 stay resident)".into());
+            }
+            Ok(())
+        },
+        geometry: |cfg, shape| {
+            let (m, n, w, stages) =
+                (knob(cfg, "BLOCK_M"), knob(cfg, "BLOCK_N"), knob(cfg, "NUM_WARPS"), knob(cfg, "STAGES"));
+            let d = shape.head_dim as u32;
+            Geometry {
+                grid: (row_tiles(shape.seq_q, m), shape.heads as u32, shape.batch as u32),
+                block: w * 32,
+                // 1 KiB of slack aligns the tiles to the 1024-byte swizzle atom.
+                shared_bytes: 1024 + m * d * elem_bytes() + stages * 2 * n * d * elem_bytes(),
+            }
+        },
+    },
+    Implementation {
         name: "cublas",
         summary: "math path: cuBLAS GEMM S=Q·Kᵀ (f32), fused scale+mask+softmax kernel, cuBLAS GEMM O=P·V",
         engine: Engine::Cublas,
         knobs: &[],
         head_dims: None,
+        arch: None,
         defaults: |_| Config::default(),
         tuned: |_| Config::default(),
         constraints: |_, _| Ok(()),

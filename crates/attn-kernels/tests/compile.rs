@@ -22,6 +22,7 @@ const SUITE_SHAPES: [(usize, usize, usize); 6] = [
 
 struct Variant {
     name: &'static str,
+    arch: Option<&'static str>,
     source: &'static str,
     entry: &'static str,
     defines: Vec<String>,
@@ -55,6 +56,7 @@ fn variants() -> Vec<Variant> {
                     };
                     out.push(Variant {
                         name,
+                        arch: imp.arch,
                         source,
                         entry,
                         defines,
@@ -71,7 +73,11 @@ fn every_default_variant_compiles_without_spills() {
     let ptxas = attn_kernels::toolkit::ptxas_path();
     let mut checked = 0;
     for variant in variants() {
-        for arch in ["compute_80", "compute_90"] {
+        let archs: Vec<&str> = match variant.arch {
+            Some(required) => vec![required],
+            None => vec!["compute_80", "compute_90"],
+        };
+        for arch in archs {
             let arch = Arch(arch.to_string());
             let req = CompileRequest {
                 name: variant.name,
@@ -153,6 +159,12 @@ fn invalid_configs_are_rejected_with_their_reason() {
             config: "",
             head_dim: 96,
             reason: "head dim 96",
+        },
+        Case {
+            implementation: "hopper",
+            config: "OVERLAP=1,STAGES=2",
+            head_dim: 128,
+            reason: "needs STAGES >= 3",
         },
         Case {
             implementation: "naive",

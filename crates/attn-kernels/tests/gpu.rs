@@ -170,6 +170,12 @@ fn mma_matches_the_oracle() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (Hopper, sm_90)"]
+fn hopper_matches_the_oracle() {
+    check_implementation("hopper");
+}
+
+#[test]
 #[ignore = "needs a CUDA GPU"]
 fn cublas_matches_the_oracle() {
     check_implementation("cublas");
