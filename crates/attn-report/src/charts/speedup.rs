@@ -43,8 +43,9 @@ pub fn speedup_bars(chart: &SpeedupChart) -> Result<String, ReportError> {
             .chain([1.0])
             .chain(chart.threshold);
         let (_, hi) = bounds(values).unwrap_or((0.0, 1.0));
-        // Segments 0..=last: one per shape.
-        let count = chart.bars.len().max(1) as i32;
+        // Segments 0..=last: one per shape (at least two: plotters draws nothing on a range of
+        // one segment, so a single shape gets an empty neighbour).
+        let count = chart.bars.len().max(2) as i32;
         let mut plot = ChartBuilder::on(root)
             .caption(&chart.title, (FONT, 20))
             .margin(12)
