@@ -2,17 +2,11 @@
 //! config, and planted faulting and hanging candidates are survived. Run on a GPU machine with
 //! `--include-ignored`.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
+use common::xtask;
 
-fn xtask() -> PathBuf {
-    let built = PathBuf::from(env!("CARGO_BIN_EXE_xtask"));
-    if built.is_file() {
-        built
-    } else {
-        PathBuf::from("../target/bundle/xtask")
-    }
-}
+use std::path::Path;
+use std::process::Command;
 
 fn evo(args: &[&str], evidence: &Path) -> String {
     let out = Command::new(xtask())

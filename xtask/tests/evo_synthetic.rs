@@ -2,20 +2,14 @@
 //! are logged invalid and the search goes on; a search killed mid-way and resumed loses nothing and
 //! ends where an uninterrupted one does. Also: the planted and micro kernels compile (NVRTC).
 
-use std::path::{Path, PathBuf};
+mod common;
+use common::xtask;
+
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use attn_evidence::{read_evo_log, EvoCandidate};
-
-fn xtask() -> PathBuf {
-    let built = PathBuf::from(env!("CARGO_BIN_EXE_xtask"));
-    if built.is_file() {
-        built
-    } else {
-        PathBuf::from("../target/bundle/xtask")
-    }
-}
 
 /// A synthetic search's arguments: MODE=1 crashes like an illegal address, MODE=2 hangs.
 fn evo_args(evidence: &Path, run: &str, budget: usize) -> Vec<String> {

@@ -1,18 +1,10 @@
 //! GPU tests of the gate itself: deliberately bad candidates are rejected for the right reason, and
 //! a correct candidate against itself is "no-change". Run on a GPU machine with `--include-ignored`.
 
-use std::path::PathBuf;
-use std::process::Command;
+mod common;
+use common::xtask;
 
-/// The xtask binary: cargo's build, or the bundle's copy on a machine without cargo.
-fn xtask() -> PathBuf {
-    let built = PathBuf::from(env!("CARGO_BIN_EXE_xtask"));
-    if built.is_file() {
-        built
-    } else {
-        PathBuf::from("../target/bundle/xtask")
-    }
-}
+use std::process::Command;
 
 fn gate(args: &[&str]) -> (i32, String) {
     let output = Command::new(xtask())

@@ -1,17 +1,11 @@
 //! CPU: `cargo xtask gate --replay` recomputes every committed gate decision from its raw samples
 //! and recorded seed, and reproduces it exactly (exit 0 for a passed run, 1 for a failed one).
 
+mod common;
+use common::xtask;
+
 use std::path::PathBuf;
 use std::process::Command;
-
-fn xtask() -> PathBuf {
-    let built = PathBuf::from(env!("CARGO_BIN_EXE_xtask"));
-    if built.is_file() {
-        built
-    } else {
-        PathBuf::from("../target/bundle/xtask")
-    }
-}
 
 #[test]
 fn replay_reproduces_every_committed_gate_decision() {

@@ -1,0 +1,14 @@
+//! Shared by the integration tests that run the xtask binary.
+
+use std::path::PathBuf;
+
+/// The xtask binary: cargo's build, or the bundle's copy on a GPU machine without cargo (tests run
+/// from the `xtask/` folder either way).
+pub fn xtask() -> PathBuf {
+    let built = PathBuf::from(env!("CARGO_BIN_EXE_xtask"));
+    if built.is_file() {
+        built
+    } else {
+        PathBuf::from("../target/bundle/xtask")
+    }
+}
