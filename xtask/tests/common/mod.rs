@@ -9,6 +9,8 @@ pub fn xtask() -> PathBuf {
     if built.is_file() {
         built
     } else {
-        PathBuf::from("../target/bundle/xtask")
+        // Absolute, so that tests may run it from another working directory.
+        let bundled = PathBuf::from("../target/bundle/xtask");
+        bundled.canonicalize().unwrap_or(bundled)
     }
 }
