@@ -2,7 +2,7 @@
 
 use plotters::prelude::*;
 
-use super::{bounds, color, render_svg, FONT, RULE_RED};
+use super::{bounds, color, draw_legend, render_svg, FONT, RULE_RED};
 use crate::ReportError;
 
 /// Bins of the histogram.
@@ -118,12 +118,7 @@ pub fn bootstrap_histogram(chart: &BootstrapChart) -> Result<String, ReportError
                     PathElement::new(vec![(x, y), (x + 20, y)], RULE_RED.stroke_width(2))
                 });
         }
-        plot.configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(180, 180, 180))
-            .label_font((FONT, 14))
-            .draw()?;
+        draw_legend(&mut plot, SeriesLabelPosition::UpperLeft)?;
         Ok(())
     })
 }

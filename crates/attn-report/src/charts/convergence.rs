@@ -2,7 +2,7 @@
 
 use plotters::prelude::*;
 
-use super::{bounds, color, render_svg, FONT};
+use super::{bounds, color, draw_legend, render_svg, FONT};
 use crate::ReportError;
 
 /// Data of one convergence chart.
@@ -58,12 +58,7 @@ pub fn convergence(file: &str, chart: &ConvergenceChart) -> Result<String, Repor
                 });
             plot.draw_series(points.map(|p| Circle::new(p, 3, style.filled())))?;
         }
-        plot.configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(180, 180, 180))
-            .label_font((FONT, 14))
-            .draw()?;
+        draw_legend(&mut plot, SeriesLabelPosition::LowerRight)?;
         Ok(())
     })
 }

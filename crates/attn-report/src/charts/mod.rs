@@ -48,6 +48,20 @@ pub(crate) const RULE_RED: RGBColor = RGBColor(200, 30, 30);
 pub(crate) type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 pub(crate) type DrawResult = Result<(), Box<dyn std::error::Error>>;
 
+/// Draws the series legend the same way on every chart, at `position`.
+pub(crate) fn draw_legend<'a, CT: plotters::coord::CoordTranslate>(
+    plot: &mut ChartContext<'a, SVGBackend<'a>, CT>,
+    position: SeriesLabelPosition,
+) -> DrawResult {
+    plot.configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(180, 180, 180))
+        .label_font((FONT, 14))
+        .draw()?;
+    Ok(())
+}
+
 /// Runs `draw` on a white [`CHART_SIZE`] SVG canvas and returns the SVG text.
 pub(crate) fn render_svg(
     name: &str,

@@ -3,7 +3,7 @@
 
 use plotters::prelude::*;
 
-use super::{color, log_bounds, render_svg, tick, FONT};
+use super::{color, draw_legend, log_bounds, render_svg, tick, FONT};
 use crate::ReportError;
 
 /// Data of the progression chart.
@@ -122,12 +122,7 @@ pub fn progression(chart: &ProgressionChart) -> Result<String, ReportError> {
                     PathElement::new(vec![(x, y), (x + 20, y)], style.stroke_width(2))
                 });
         }
-        plot.configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(180, 180, 180))
-            .label_font((FONT, 14))
-            .draw()?;
+        draw_legend(&mut plot, SeriesLabelPosition::UpperRight)?;
         Ok(())
     })
 }

@@ -3,7 +3,7 @@
 
 use plotters::prelude::*;
 
-use super::{bounds, color, render_svg, FONT, RULE_RED};
+use super::{bounds, color, draw_legend, render_svg, FONT, RULE_RED};
 use crate::ReportError;
 
 /// Data of the speedup chart.
@@ -121,12 +121,7 @@ pub fn speedup_bars(chart: &SpeedupChart) -> Result<String, ReportError> {
         .legend(move |(x, y)| {
             Rectangle::new([(x, y - 6), (x + 20, y + 6)], fail.mix(0.75).filled())
         });
-        plot.configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(180, 180, 180))
-            .label_font((FONT, 14))
-            .draw()?;
+        draw_legend(&mut plot, SeriesLabelPosition::UpperRight)?;
         Ok(())
     })
 }

@@ -3,7 +3,7 @@
 
 use plotters::prelude::*;
 
-use super::{bounds, color, render_svg, tick, FONT, RULE_RED};
+use super::{bounds, color, draw_legend, render_svg, tick, FONT, RULE_RED};
 use crate::ReportError;
 
 /// Data of the throughput chart.
@@ -83,12 +83,7 @@ pub fn throughput(chart: &ThroughputChart) -> Result<String, ReportError> {
                     PathElement::new(vec![(x, y), (x + 20, y)], RULE_RED.stroke_width(2))
                 });
         }
-        plot.configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(180, 180, 180))
-            .label_font((FONT, 14))
-            .draw()?;
+        draw_legend(&mut plot, SeriesLabelPosition::UpperLeft)?;
         Ok(())
     })
 }
