@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use attn_kernels::{Candidate, Config, Gpu, Prepared};
 use attn_oracle::{
     compare, generate, reference, tolerance, CaseSpec, DType, Distribution, Params, RowSelection,
-    Shape,
+    Shape, Verdict,
 };
 
 /// A fresh seed per run (printed, so a failure can be replayed with ATTN_TEST_SEED).
@@ -55,58 +55,78 @@ fn matrix(head_dims: &[usize]) -> Vec<Case> {
     cases
 }
 
+/// What one run against the oracle found.
+struct Outcome {
+    verdict: Verdict,
+    /// Two runs on the same inputs gave the same bits.
+    repeatable: bool,
+}
+
+/// Runs `prepared` twice on fresh inputs of `shape` (seeded) and compares the first output with
+/// the f64 oracle: every row, or `rows_per_head` sampled rows per head.
+fn run_against_oracle(
+    gpu: &Gpu,
+    prepared: &Prepared,
+    shape: Shape,
+    dtype: DType,
+    causal: bool,
+    seed: u64,
+    rows_per_head: Option<usize>,
+) -> Result<Outcome, String> {
+    let inputs = generate(&CaseSpec {
+        shape,
+        dtype,
+        distribution: Distribution::Normal,
+        seed,
+    });
+    let params = Params::new(shape.head_dim, causal);
+    let run = || {
+        prepared
+            .run(gpu, &inputs.q, &inputs.k, &inputs.v, &params)
+            .map_err(|e| e.to_string())
+    };
+    let first = run()?;
+    let second = run()?;
+    let rows = match rows_per_head {
+        Some(rows_per_head) => RowSelection::Sampled {
+            rows_per_head,
+            seed,
+        },
+        None => RowSelection::All,
+    };
+    let reference =
+        reference(&inputs.q, &inputs.k, &inputs.v, &params, &rows).map_err(|e| e.to_string())?;
+    Ok(Outcome {
+        verdict: compare(&first, &reference, &tolerance(dtype, Distribution::Normal)),
+        repeatable: first.as_bytes() == second.as_bytes(),
+    })
+}
+
 /// Runs one case; returns a one-line failure, or the max abs error.
 fn check(gpu: &Gpu, prepared: &Prepared, case: &Case, seed: u64) -> Result<f64, String> {
     let shape = Shape::new(case.batch, case.heads, case.seq, case.seq, case.head_dim)
         .map_err(|e| e.to_string())?;
-    let spec = CaseSpec {
-        shape,
-        dtype: case.dtype,
-        distribution: Distribution::Normal,
-        seed,
-    };
-    let inputs = generate(&spec);
-    let params = Params::new(case.head_dim, case.causal);
     let label = format!(
         "{} {shape:?} causal={} {} seed={seed}",
         prepared.label(),
         case.causal,
         case.dtype
     );
-    let run = || {
-        prepared
-            .run(gpu, &inputs.q, &inputs.k, &inputs.v, &params)
-            .map_err(|e| format!("{label}: {e}"))
-    };
-    let first = run()?;
-    let second = run()?;
-    if first.as_bytes() != second.as_bytes() {
+    let sampled = (case.seq >= 512).then_some(48);
+    let outcome = run_against_oracle(gpu, prepared, shape, case.dtype, case.causal, seed, sampled)
+        .map_err(|e| format!("{label}: {e}"))?;
+    if !outcome.repeatable {
         return Err(format!(
             "{label}: two runs on the same inputs differ (a race?)"
         ));
     }
-    let rows = if case.seq >= 512 {
-        RowSelection::Sampled {
-            rows_per_head: 48,
-            seed,
-        }
-    } else {
-        RowSelection::All
-    };
-    let reference = reference(&inputs.q, &inputs.k, &inputs.v, &params, &rows)
-        .map_err(|e| format!("{label}: {e}"))?;
-    let verdict = compare(
-        &first,
-        &reference,
-        &tolerance(case.dtype, Distribution::Normal),
-    );
-    if !verdict.passed {
+    if !outcome.verdict.passed {
         return Err(format!(
             "{label}: {}",
-            verdict.reason.unwrap_or_else(|| "failed".into())
+            outcome.verdict.reason.unwrap_or_else(|| "failed".into())
         ));
     }
-    Ok(verdict.max_abs)
+    Ok(outcome.verdict.max_abs)
 }
 
 fn check_implementation(name: &str) {
@@ -200,23 +220,9 @@ fn naive_handles_other_head_dims_and_unequal_lengths() {
         )
         .unwrap();
         let shape = Shape::new(2, 3, seq_q, seq_kv, head_dim).unwrap();
-        let inputs = generate(&CaseSpec {
-            shape,
-            dtype: DType::F16,
-            distribution: Distribution::Normal,
-            seed,
-        });
-        let params = Params::new(head_dim, causal);
-        let out = prepared
-            .run(&gpu, &inputs.q, &inputs.k, &inputs.v, &params)
-            .unwrap();
-        let reference =
-            reference(&inputs.q, &inputs.k, &inputs.v, &params, &RowSelection::All).unwrap();
-        let verdict = compare(
-            &out,
-            &reference,
-            &tolerance(DType::F16, Distribution::Normal),
-        );
+        let verdict = run_against_oracle(&gpu, &prepared, shape, DType::F16, causal, seed, None)
+            .unwrap()
+            .verdict;
         assert!(
             verdict.passed,
             "naive D={head_dim} Sq={seq_q} Skv={seq_kv} causal={causal} seed={seed}: {:?}",
@@ -235,23 +241,9 @@ fn a_kernel_that_writes_nothing_is_caught_by_the_poison() {
     let candidate = Candidate::from_file(&path, None, Config::default()).unwrap();
     let prepared = Prepared::new(&gpu, &candidate, DType::F16, 64).unwrap();
     let shape = Shape::new(1, 2, 64, 64, 64).unwrap();
-    let inputs = generate(&CaseSpec {
-        shape,
-        dtype: DType::F16,
-        distribution: Distribution::Normal,
-        seed: base_seed(),
-    });
-    let params = Params::new(64, false);
-    let out = prepared
-        .run(&gpu, &inputs.q, &inputs.k, &inputs.v, &params)
-        .unwrap();
-    let reference =
-        reference(&inputs.q, &inputs.k, &inputs.v, &params, &RowSelection::All).unwrap();
-    let verdict = compare(
-        &out,
-        &reference,
-        &tolerance(DType::F16, Distribution::Normal),
-    );
+    let verdict = run_against_oracle(&gpu, &prepared, shape, DType::F16, false, base_seed(), None)
+        .unwrap()
+        .verdict;
     assert!(!verdict.passed);
     assert_eq!(
         verdict.poison_count,
