@@ -93,7 +93,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             let prepared = cache.get(&gpu, &candidate.label(), candidate, dtype, spec.head_dim)?;
             match measure::time_prepared(&gpu, prepared, spec, &opts, args.seed, None) {
                 Ok((timings, _, _)) => entries.push(entry(
-                    measure::candidate_implementation(candidate, Some(prepared)),
+                    measure::candidate_implementation(candidate, Some(prepared.config())),
                     spec,
                     &timings,
                 )?),

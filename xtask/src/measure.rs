@@ -252,7 +252,7 @@ pub fn baseline(name: &str, backend: &str) -> anyhow::Result<Baseline> {
 /// The evidence description of a candidate (with its resolved config when prepared).
 pub fn candidate_implementation(
     candidate: &Candidate,
-    prepared: Option<&Prepared>,
+    resolved: Option<&Config>,
 ) -> attn_evidence::Implementation {
     let mut imp = attn_evidence::Implementation::named(candidate.label());
     let source = match candidate {
@@ -260,9 +260,7 @@ pub fn candidate_implementation(
             implementation,
             overrides,
         } => {
-            imp.config = prepared
-                .map(|p| p.config().to_strings())
-                .unwrap_or_else(|| overrides.to_strings());
+            imp.config = resolved.unwrap_or(overrides).to_strings();
             match implementation.engine {
                 attn_kernels::registry::Engine::Kernel { source, .. } => Some(source.to_string()),
                 attn_kernels::registry::Engine::Cublas => None,

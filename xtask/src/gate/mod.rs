@@ -203,14 +203,15 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     }
     let clocks_after = attn_kernels::telemetry::read_clocks(0);
 
-    let prepared_any = match &candidate {
-        Candidate::Registered { .. } => {
-            let first = &shapes[0];
-            let (_, dtype, _) = measure::problem(first)?;
-            cache
-                .get(&gpu, "candidate", &candidate, dtype, first.head_dim)
-                .ok()
-        }
+    // The run's config: the defaults (plus overrides) resolved for the first shape, without
+    // compiling anything more; each case records the config it actually ran.
+    let resolved = match &candidate {
+        Candidate::Registered {
+            implementation,
+            overrides,
+        } => implementation
+            .resolve(overrides, shapes[0].head_dim, &gpu.limits())
+            .ok(),
         Candidate::Source { .. } => None,
     };
     let torch = match &baseline {
@@ -222,7 +223,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         schema: attn_evidence::SCHEMA_VERSION,
         kind: "gate".into(),
         provenance: crate::provenance::collect(&gpu, torch.as_ref(), clocks_before, clocks_after),
-        candidate: measure::candidate_implementation(&candidate, prepared_any),
+        candidate: measure::candidate_implementation(&candidate, resolved.as_ref()),
         baseline: baseline.implementation(),
         suite: if args.shapes.is_empty() {
             Some(args.suite.clone().unwrap_or_else(|| "seed".into()))
