@@ -273,16 +273,8 @@ pub fn candidate_implementation(
             Some(source.clone())
         }
     };
-    imp.source_sha256 = source.map(|s| sha256_hex(s.as_bytes()));
+    imp.source_sha256 = source.map(|s| attn_kernels::compile::sha256_hex(s.as_bytes()));
     imp
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 /// The evidence form of harness timings.

@@ -73,17 +73,11 @@ impl CompileRequest<'_> {
 /// A folder holding our embedded headers (written once per content), put on NVRTC's include path
 /// so that kernels, and headers of users' kernels, `#include "attn_common.cuh"` by name.
 fn embedded_include_dir() -> Result<PathBuf> {
-    let mut hasher = Sha256::new();
-    for (name, text) in HEADERS {
-        hasher.update(name.as_bytes());
-        hasher.update(text.as_bytes());
-    }
-    let tag: String = hasher
-        .finalize()
+    let headers: Vec<u8> = HEADERS
         .iter()
-        .take(8)
-        .map(|b| format!("{b:02x}"))
+        .flat_map(|(name, text)| [name.as_bytes(), text.as_bytes()].concat())
         .collect();
+    let tag = &sha256_hex(&headers)[..16];
     let base = cache_dir().unwrap_or_else(std::env::temp_dir);
     let dir = base.join(format!("include-{tag}"));
     for (name, text) in HEADERS {
@@ -125,13 +119,17 @@ fn cache_dir() -> Option<PathBuf> {
 
 /// The cache key of a compile: source, options, arch and NVRTC version.
 fn cache_key(source: &str, opts: &[String], nvrtc_version: &str) -> String {
-    let mut hasher = Sha256::new();
+    let mut bytes = Vec::new();
     for part in [source, &opts.join("\u{1f}"), nvrtc_version] {
-        hasher.update(part.as_bytes());
-        hasher.update([0u8]);
+        bytes.extend_from_slice(part.as_bytes());
+        bytes.push(0);
     }
-    hasher
-        .finalize()
+    sha256_hex(&bytes)
+}
+
+/// SHA-256 of `bytes`, lower-case hex: cache keys and the source hashes recorded in evidence.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()

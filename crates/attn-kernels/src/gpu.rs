@@ -182,13 +182,13 @@ impl Gpu {
         entry: &str,
         shared_bytes: u32,
     ) -> Result<CudaFunction> {
+        // The source itself (not its name or length) keys the cache: two files of one name and
+        // size must not share a module.
+        let source_hash = compile::sha256_hex(req.source.as_bytes());
         let key = format!(
-            "{}\u{1f}{}\u{1f}{}\u{1f}{}\u{1f}{}",
-            req.name,
-            req.source.len(),
+            "{source_hash}\u{1f}{}\u{1f}{}\u{1f}{entry}",
             req.defines.join(" "),
-            req.arch.0,
-            entry
+            req.arch.0
         );
         let mut functions = self.functions.lock().unwrap_or_else(|e| e.into_inner());
         let function = match functions.get(&key) {
