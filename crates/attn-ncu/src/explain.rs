@@ -157,6 +157,61 @@ pub fn explain(summary: &KernelSummary, flops: Option<f64>, ceilings: &Ceilings)
     }
 }
 
+/// Warps-active share below which an idle tensor pipe is blamed on too few warps.
+const LOW_OCCUPANCY_PCT: f64 = 25.0;
+/// Registers per thread from which occupancy counts as register-limited.
+const MANY_REGISTERS: f64 = 200.0;
+
+impl Explanation {
+    /// The change these counters point to first, in one sentence: spills and bank conflicts before
+    /// anything else, then what the bound suggests.
+    ///
+    /// ```
+    /// use attn_ncu::{Bound, Explanation};
+    /// let e = Explanation {
+    ///     kernel: "attn_fwd".into(), launches: 1, duration_ns: Some(1e6), tflops: Some(290.0),
+    ///     tflops_fraction: Some(0.33), dram_bytes: None, dram_bytes_per_s: None, dram_fraction: None,
+    ///     tensor_pipe_pct: Some(47.0), sm_busy_pct: Some(45.0), warps_active_pct: Some(12.5),
+    ///     waves_per_sm: Some(2.0), registers_per_thread: Some(255.0), spill_bytes: Some(0.0),
+    ///     bank_conflicts: Some(0.0), bound: Bound::LatencyOrOccupancy,
+    /// };
+    /// assert!(e.next_step().starts_with("occupancy is register-limited"));
+    /// ```
+    pub fn next_step(&self) -> String {
+        if let Some(spills) = self.spill_bytes.filter(|b| *b > 0.0) {
+            return format!(
+                "remove the spills ({spills:.0} bytes of local memory traffic): fewer live accumulators or smaller tiles"
+            );
+        }
+        if let Some(conflicts) = self.bank_conflicts.filter(|c| *c > 0.0) {
+            return format!(
+                "remove the {conflicts:.0} shared-memory bank conflicts (swizzle the tiles)"
+            );
+        }
+        match self.bound {
+            Bound::TensorPipe => "the tensor pipe is near its ceiling: only a faster instruction (wgmma) or less work (skipped tiles) helps".into(),
+            Bound::Memory => "DRAM-bound: reuse each loaded tile more (larger tiles, TMA multicast across a cluster)".into(),
+            Bound::Unknown => "collect the time and utilisation metrics first".into(),
+            Bound::LatencyOrOccupancy => {
+                if let Some(waves) = self.waves_per_sm.filter(|w| *w < 1.0) {
+                    return format!("the grid fills {waves:.2} waves: launch more, smaller blocks or split the keys across blocks");
+                }
+                match (self.warps_active_pct, self.registers_per_thread) {
+                    (Some(warps), Some(regs)) if warps < LOW_OCCUPANCY_PCT && regs >= MANY_REGISTERS => format!(
+                        "occupancy is register-limited ({regs:.0} registers/thread, {warps:.1}% warps active): \
+                         free registers so more warps fit, or hide the softmax behind the next tile's matrix \
+                         products (ping-pong warpgroups, warp specialisation)"
+                    ),
+                    (Some(warps), _) if warps < LOW_OCCUPANCY_PCT => format!(
+                        "few warps are active ({warps:.1}%): more independent work per SM (more blocks, deeper pipelining)"
+                    ),
+                    _ => "latency-bound with warps to spare: overlap loads, softmax and matrix products within each warp".into(),
+                }
+            }
+        }
+    }
+}
+
 fn max_option(a: Option<f64>, b: Option<f64>) -> Option<f64> {
     match (a, b) {
         (Some(x), Some(y)) => Some(x.max(y)),
@@ -222,6 +277,6 @@ impl fmt::Display for Explanation {
                 write!(f, " ({waves:.2} waves: fewer blocks than SMs can hold)")?;
             }
         }
-        Ok(())
+        write!(f, "\n  next step   {}", self.next_step())
     }
 }

@@ -8,6 +8,9 @@ pub enum ReportError {
     /// An evidence file could not be read or does not match the schema (the message names it).
     #[error(transparent)]
     Evidence(#[from] attn_evidence::EvidenceError),
+    /// An Nsight Compute evidence file could not be read (the message names it).
+    #[error(transparent)]
+    Ncu(#[from] attn_ncu::NcuError),
     /// A chart could not be drawn.
     #[error("drawing chart {chart}: {message}")]
     Chart {

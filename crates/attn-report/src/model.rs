@@ -42,16 +42,30 @@ pub struct Run {
 pub struct NcuRow {
     /// Path relative to the evidence directory.
     pub file: String,
-    /// Kernel name (the file stem when the file names none).
+    /// What was profiled (the evidence's label, e.g. `mma 2,16,4096,128`).
+    pub label: String,
+    /// Kernel name as ncu printed it.
     pub kernel: String,
-    /// Kernel duration in µs.
+    /// Short git revision the profile was taken at.
+    pub git_rev: String,
+    /// Median kernel duration in µs.
     pub time_us: Option<f64>,
+    /// Achieved TFLOP/s.
+    pub tflops: Option<f64>,
+    /// `tflops` over the measured dense-matmul ceiling.
+    pub tflops_fraction: Option<f64>,
     /// Tensor pipe utilisation, %.
     pub tensor_pct: Option<f64>,
     /// SM busy / throughput, %.
     pub sm_pct: Option<f64>,
+    /// Achieved occupancy, %.
+    pub warps_active_pct: Option<f64>,
     /// Registers per thread.
     pub registers: Option<f64>,
+    /// What bounds the kernel, per attn-ncu.
+    pub bound: Option<String>,
+    /// What the counters suggest changing first.
+    pub next_step: Option<String>,
 }
 
 /// One search log.
@@ -293,69 +307,33 @@ fn load_ncu(dir: &Path) -> Result<Vec<NcuRow>, ReportError> {
     }
     let mut rows = Vec::new();
     for path in json_files(&ncu_dir)? {
-        let text = std::fs::read_to_string(&path).map_err(|source| ReportError::Read {
-            path: path.clone(),
-            source,
-        })?;
-        let value: serde_json::Value =
-            serde_json::from_str(&text).map_err(|source| attn_evidence::EvidenceError::Json {
-                path: path.clone(),
-                source,
-            })?;
-        let file = relative(dir, &path);
-        let stem = path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let mut kernels = Vec::new();
-        collect_kernels(&value, &mut kernels);
-        if kernels.is_empty() && value.is_object() {
-            kernels.push(&value);
-        }
-        for kernel in kernels {
-            rows.push(ncu_row(&file, &stem, kernel));
-        }
+        let evidence = attn_ncu::NcuEvidence::read(&path)?;
+        rows.push(ncu_row(relative(dir, &path), &evidence));
     }
     Ok(rows)
 }
 
-/// Objects anywhere in `value` that have a string `"kernel"` (or `"name"` next to metrics).
-fn collect_kernels<'a>(value: &'a serde_json::Value, out: &mut Vec<&'a serde_json::Value>) {
-    match value {
-        serde_json::Value::Object(map) => {
-            if map.get("kernel").is_some_and(|k| k.is_string()) {
-                out.push(value);
-            } else {
-                map.values().for_each(|v| collect_kernels(v, out));
-            }
-        }
-        serde_json::Value::Array(items) => items.iter().for_each(|v| collect_kernels(v, out)),
-        _ => {}
-    }
-}
-
-fn ncu_row(file: &str, stem: &str, kernel: &serde_json::Value) -> NcuRow {
-    let number = |keys: &[&str]| {
-        keys.iter().find_map(|key| match kernel.get(key)? {
-            serde_json::Value::Number(n) => n.as_f64(),
-            // attn-ncu's metric values carry the number in "value".
-            other => other.get("value").and_then(|v| v.as_f64()),
-        })
-    };
-    let time_us = number(&["duration_us", "time_us"])
-        .or_else(|| number(&["duration_ns", "time_ns"]).map(|ns| ns / 1000.0));
+fn ncu_row(file: String, evidence: &attn_ncu::NcuEvidence) -> NcuRow {
+    let e = evidence.explanation.as_ref();
+    let field = |get: fn(&attn_ncu::Explanation) -> Option<f64>| e.and_then(get);
     NcuRow {
-        file: file.to_owned(),
-        kernel: kernel
-            .get("kernel")
-            .or_else(|| kernel.get("name"))
-            .and_then(|k| k.as_str())
-            .unwrap_or(stem)
-            .to_owned(),
-        time_us,
-        tensor_pct: number(&["tensor_pipe_pct", "tensor_pct", "tensor_active_pct"]),
-        sm_pct: number(&["sm_busy_pct", "sm_pct", "sm_throughput_pct"]),
-        registers: number(&["registers_per_thread", "registers"]),
+        file,
+        label: evidence.provenance.label.clone(),
+        kernel: evidence.kernel.clone(),
+        git_rev: evidence.provenance.git_rev.as_deref().unwrap_or("").chars().take(7).collect(),
+        time_us: field(|e| e.duration_ns).map(|ns| ns / 1000.0),
+        tflops: field(|e| e.tflops),
+        tflops_fraction: field(|e| e.tflops_fraction),
+        tensor_pct: field(|e| e.tensor_pipe_pct),
+        sm_pct: field(|e| e.sm_busy_pct),
+        warps_active_pct: field(|e| e.warps_active_pct),
+        registers: field(|e| e.registers_per_thread),
+        bound: e.map(|e| e.bound.to_string()),
+        // Older files carry no stored suggestion: derive it from their numbers.
+        next_step: evidence
+            .next_step
+            .clone()
+            .or_else(|| e.map(attn_ncu::Explanation::next_step)),
     }
 }
 

@@ -52,6 +52,16 @@ fn blocks<'a>(sections: &'a Sections, charts: &'a [RenderedChart]) -> Vec<Block<
         out.push(Block::Text(progression_note()));
         out.extend(chart("progression.svg").map(Block::Chart));
     }
+    if let Some(table) = &sections.implementations {
+        out.push(Block::Heading("Implementations against SDPA's backends"));
+        out.push(Block::Text(
+            "TFLOP/s at the median time (4·B·H·S_q·S_kv·D, halved when causal), from the latest bench \
+             entry of each implementation and shape; the ratios compare the fastest of the project's \
+             kernels with SDPA's default dispatch and its FlashAttention-2 backend (above 1× is faster)."
+                .into(),
+        ));
+        out.push(Block::Table(table));
+    }
     if let Some((file, table)) = &sections.bench {
         out.push(Block::Heading("Latest benchmark"));
         out.push(Block::Text(format!(
@@ -62,6 +72,11 @@ fn blocks<'a>(sections: &'a Sections, charts: &'a [RenderedChart]) -> Vec<Block<
     }
     if let Some(table) = &sections.ncu {
         out.push(Block::Heading("Nsight Compute"));
+        out.push(Block::Text(
+            "What limits each profiled kernel (`cargo xtask ncu`, L2 flushed before each launch, clocks as found). \
+             \"of dense matmul\" is the achieved TFLOP/s over the measured dense fp16 matmul rate (cuBLAS)."
+                .into(),
+        ));
         out.push(Block::Table(table));
     }
     if let Some(table) = &sections.searches {

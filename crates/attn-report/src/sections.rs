@@ -54,6 +54,8 @@ pub struct Sections {
     pub headline: Option<ShapeSpec>,
     /// Medians of every implementation over runs, on the headline shape.
     pub progression: Option<(Table, ProgressionChart)>,
+    /// Every implementation against SDPA's backends, shape by shape (latest bench entries).
+    pub implementations: Option<Table>,
     /// The latest bench run's entries, with the file's name.
     pub bench: Option<(String, Table)>,
     /// TFLOP/s over sequence length.
@@ -96,6 +98,7 @@ impl Sections {
             latest_gate,
             progression: headline.as_ref().map(|shape| progression(evidence, shape)),
             headline,
+            implementations: implementations_table(evidence),
             bench: bench_table(evidence),
             throughput: throughput(evidence, options),
             ncu: ncu_table(evidence),
@@ -167,6 +170,7 @@ fn gate_section(run: &Run, gate: &GateRun) -> GateSection {
         "verdict",
         "correct",
         "result",
+        "short by",
     ])
     .numeric(&[1, 2, 3, 4]);
     let mut flags = Vec::new();
@@ -255,7 +259,29 @@ fn gate_row(case: &GateCase) -> Vec<String> {
         } else {
             "FAIL".into()
         },
+        shortfall(case),
     ]
+}
+
+/// How far a failing case is from passing: the further speedup it needs, or what else failed.
+fn shortfall(case: &GateCase) -> String {
+    if case.passed {
+        return "–".into();
+    }
+    if case.correctness.iter().any(|c| !c.passed) {
+        return "incorrect".into();
+    }
+    match &case.comparison {
+        Some(c) => {
+            let needed = min_speedup(c.gate.threshold) / c.speedup.point;
+            if needed > 1.0 {
+                format!("needs {needed:.2}× faster")
+            } else {
+                "CI not below 0".into()
+            }
+        }
+        None => "not timed".into(),
+    }
 }
 
 /// The smallest speedup the gate accepts, from its bound on candidate / baseline median.
@@ -388,6 +414,80 @@ fn latest_bench(evidence: &EvidenceSet) -> Option<(&Run, &attn_evidence::BenchRu
         })
 }
 
+/// Column order of the implementations matrix: the project's kernels from simplest to most
+/// specialised, then the references. Names not listed sort after their group, alphabetically.
+const IMPLEMENTATION_ORDER: [&str; 10] = [
+    "naive",
+    "tiled",
+    "mma",
+    "hopper",
+    "cublas",
+    "sdpa:default",
+    "sdpa:flash",
+    "sdpa:cudnn",
+    "sdpa:efficient",
+    "sdpa:math",
+];
+
+/// TFLOP/s of every implementation on every benched shape (the latest entry of each pair over all
+/// bench runs), with the best of the project's kernels against SDPA's default and flash backends.
+fn implementations_table(evidence: &EvidenceSet) -> Option<Table> {
+    let mut latest: BTreeMap<(String, String), f64> = BTreeMap::new();
+    let mut shapes: Vec<String> = Vec::new();
+    let mut labels: Vec<(bool, String)> = Vec::new();
+    for run in &evidence.runs {
+        let attn_evidence::Evidence::Bench(bench) = &run.evidence else {
+            continue;
+        };
+        for e in &bench.entries {
+            let (shape, label) = (e.shape.to_string(), e.implementation.label());
+            if !shapes.contains(&shape) {
+                shapes.push(shape.clone());
+            }
+            if !labels.iter().any(|(_, l)| *l == label) {
+                labels.push((e.implementation.is_reference(), label.clone()));
+            }
+            latest.insert((shape, label), e.tflops);
+        }
+    }
+    if shapes.is_empty() {
+        return None;
+    }
+    let rank = |label: &str| {
+        IMPLEMENTATION_ORDER
+            .iter()
+            .position(|l| *l == label)
+            .unwrap_or(IMPLEMENTATION_ORDER.len())
+    };
+    labels.sort_by(|a, b| (a.0, rank(&a.1), &a.1).cmp(&(b.0, rank(&b.1), &b.1)));
+    let mut header = vec!["shape".to_string()];
+    header.extend(labels.iter().map(|(_, l)| l.clone()));
+    header.extend(["best ours / sdpa:default".into(), "best ours / sdpa:flash".into()]);
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    let mut table = Table::new(&header).numeric(&(1..header.len()).collect::<Vec<_>>());
+    for shape in &shapes {
+        let value = |label: &str| latest.get(&(shape.clone(), label.to_string())).copied();
+        let best_ours = labels
+            .iter()
+            .filter(|(reference, _)| !reference)
+            .filter_map(|(_, l)| value(l))
+            .fold(None, |best: Option<f64>, t| Some(best.map_or(t, |b| b.max(t))));
+        let ratio = |reference: &str| match (best_ours, value(reference)) {
+            (Some(ours), Some(theirs)) if theirs > 0.0 => format!("{:.2}×", ours / theirs),
+            _ => "–".into(),
+        };
+        let mut row = vec![shape.clone()];
+        row.extend(
+            labels
+                .iter()
+                .map(|(_, l)| value(l).map(tflops).unwrap_or_else(|| "–".into())),
+        );
+        row.extend([ratio("sdpa:default"), ratio("sdpa:flash")]);
+        table.push(row);
+    }
+    Some(table)
+}
+
 fn bench_table(evidence: &EvidenceSet) -> Option<(String, Table)> {
     let (run, bench) = latest_bench(evidence)?;
     let mut table = Table::new(&[
@@ -468,25 +568,39 @@ fn ncu_table(evidence: &EvidenceSet) -> Option<Table> {
         return None;
     }
     let mut table = Table::new(&[
-        "kernel",
+        "profile",
+        "commit",
         "time (µs)",
+        "TFLOP/s",
+        "of dense matmul",
         "tensor pipe",
         "SM busy",
+        "warps active",
         "registers/thread",
-        "file",
+        "bound by",
+        "next step",
     ])
-    .numeric(&[1, 2, 3, 4]);
+    .numeric(&[2, 3, 4, 5, 6, 7, 8]);
     let dash = || "–".to_string();
+    let cell = |value: Option<f64>, show: fn(f64) -> String| value.map(show).unwrap_or_else(dash);
     for row in &evidence.ncu {
+        let profile = if row.label.is_empty() {
+            row.kernel.clone()
+        } else {
+            row.label.clone()
+        };
         table.push(vec![
-            row.kernel.clone(),
-            row.time_us.map(micros).unwrap_or_else(dash),
-            row.tensor_pct.map(percent).unwrap_or_else(dash),
-            row.sm_pct.map(percent).unwrap_or_else(dash),
-            row.registers
-                .map(|r| format!("{r:.0}"))
-                .unwrap_or_else(dash),
-            row.file.clone(),
+            profile,
+            row.git_rev.clone(),
+            cell(row.time_us, micros),
+            cell(row.tflops, |t| format!("{t:.1}")),
+            cell(row.tflops_fraction, |f| percent(100.0 * f)),
+            cell(row.tensor_pct, percent),
+            cell(row.sm_pct, percent),
+            cell(row.warps_active_pct, percent),
+            cell(row.registers, |r| format!("{r:.0}")),
+            row.bound.clone().unwrap_or_else(dash),
+            row.next_step.clone().unwrap_or_else(dash),
         ]);
     }
     Some(table)

@@ -104,7 +104,7 @@ fn gate_tables_show_the_evidence_numbers() {
             && comment.contains("candidate median ≤ 0.95 × baseline median")
     );
     assert!(
-        comment.contains("| attn_fwd_mma | 29.1 | 61.4% | 78.2% | 168 |"),
+        comment.contains("| mma 4,16,1024,64 causal | ccccccc | 29.1 | 73.8 | 8.3% | 61.4% | 78.2% | 24.0% | 168 | latency/occupancy | few warps are active (24.0%)"),
         "ncu metrics missing:\n{comment}"
     );
     assert!(comment.contains("SM clock changed 1980 -> 1755 MHz"));
@@ -157,6 +157,7 @@ fn html_is_one_self_contained_page() {
         [
             "Latest gate verdicts",
             "Progression",
+            "Implementations against SDPA's backends",
             "Latest benchmark",
             "Nsight Compute",
             "Configuration search",
@@ -269,4 +270,26 @@ fn copy_dir(from: &Path, to: &Path) {
             fs::copy(entry.path(), target).unwrap();
         }
     }
+}
+
+#[test]
+fn implementations_matrix_takes_the_latest_entry_of_every_pair() {
+    let report = build(&fixtures(), None);
+    let markdown = &report.files()["report.md"];
+    let header = markdown
+        .lines()
+        .find(|l| l.starts_with("| shape | mma |"))
+        .expect("implementations matrix missing");
+    // Project kernels first (known order, then the rest), then the references.
+    assert_eq!(
+        header,
+        "| shape | mma | minimal | cublas | sdpa:flash | sdpa:cudnn | sdpa:efficient | best ours / sdpa:default | best ours / sdpa:flash |"
+    );
+    // 4,16,1024,64 causal appears in both fixture runs: sdpa:flash is the later 314.8, and the
+    // best of ours is mma (293.4 beats minimal's 2.9 from the older run).
+    let row = markdown
+        .lines()
+        .find(|l| l.starts_with("| 4,16,1024,64 causal |") && l.contains("293.4"))
+        .expect("row for 4,16,1024,64 causal missing");
+    assert!(row.contains("| 293.4 | 2.9 | – | 314.8 | 328.0 | 198.1 | – | 0.93× |"), "{row}");
 }
