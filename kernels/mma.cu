@@ -7,7 +7,8 @@
 //   between them, BLOCK_N keys each. Each warp runs its own online softmax, FA2-style. Per tile:
 //     S = Q·Kᵀ        mma.sync m16n8k16; Q as A fragments (registers), K via ldmatrix.x4 (B, "col");
 //                     with WARP_M 32 every K fragment feeds two mma (half the shared-memory reads)
-//     P = exp2(S·scale·log2e − m), m and l updated in registers (quad shuffles for row reductions)
+//     P = exp2(S·scale·log2e − m) as one FFMA + EX2 per score; m and l updated in registers
+//                     (quad shuffles for row reductions)
 //     O = O·α + P·V   the S accumulator fragments re-packed in registers as A fragments of P;
 //                     V via ldmatrix.x4.trans (V is [S_kv, D] row-major, the K×N B operand)
 //   K/V tiles of KV_SPLIT · BLOCK_N rows stream through a STAGES-deep cp.async ring in shared
@@ -226,14 +227,32 @@ __device__ __forceinline__ u32 swizzled(int row, int chunk) {
 template <int PerThread>
 __device__ __forceinline__ void load_rows(u32 dst, const elem_t* __restrict__ head, int row0, int limit,
                                           int tid) {
+    // Thread tid copies chunk (tid % CHUNKS) of rows tid / CHUNKS + i·ROWS_PER_PASS. When a pass
+    // spans a multiple of 8 rows the swizzle key (row & 7) is the same in every pass, so one source
+    // pointer and one destination offset serve all passes, stepped by constants: no per-pass
+    // address registers live across the main loop.
+    constexpr int ROWS_PER_PASS = THREADS / CHUNKS;
+    const int chunk = tid % CHUNKS;
+    const int first_row = tid / CHUNKS;
+    if constexpr (THREADS % CHUNKS == 0 && ROWS_PER_PASS % 8 == 0) {
+        const elem_t* src0 = head + static_cast<size_t>(row0 + first_row) * D + chunk * 8;
+        const u32 dst0 = dst + swizzled(first_row, chunk);
 #pragma unroll
-    for (int i = 0; i < PerThread; ++i) {
-        const int idx = tid + i * THREADS;
-        const int row = idx / CHUNKS;
-        const int chunk = idx % CHUNKS;
-        const bool in_range = row0 + row < limit;
-        const elem_t* src = in_range ? head + static_cast<size_t>(row0 + row) * D + chunk * 8 : head;
-        cp_async_16(dst + swizzled(row, chunk), src, in_range);
+        for (int i = 0; i < PerThread; ++i) {
+            const bool in_range = row0 + first_row + i * ROWS_PER_PASS < limit;
+            cp_async_16(dst0 + i * ROWS_PER_PASS * ROW_BYTES, in_range ? src0 + i * ROWS_PER_PASS * D : head,
+                        in_range);
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < PerThread; ++i) {
+            const int idx = tid + i * THREADS;
+            const int row = idx / CHUNKS;
+            const int c = idx % CHUNKS;
+            const bool in_range = row0 + row < limit;
+            const elem_t* src = in_range ? head + static_cast<size_t>(row0 + row) * D + c * 8 : head;
+            cp_async_16(dst + swizzled(row, c), src, in_range);
+        }
     }
 }
 
@@ -487,16 +506,16 @@ extern "C" __global__ void MMA_LAUNCH_BOUNDS attn_fwd(const elem_t* __restrict__
 #undef MMA_Q_FRAG
             }
 
-            // ---- scale into the log2 domain; mask only sub-tiles that cross a row's key limit ----
+            // ---- mask only sub-tiles that cross a row's key limit (S stays unscaled: the scale
+            // is folded into the exponent below, one FFMA per score) ------------------------------
             const bool needs_mask = kv0 + BLOCK_N > warp_lo_limit;
+            if (needs_mask) {
 #pragma unroll
-            for (int r = 0; r < RB; ++r) {
+                for (int r = 0; r < RB; ++r) {
 #pragma unroll
-                for (int n = 0; n < S_N_TILES; ++n) {
+                    for (int n = 0; n < S_N_TILES; ++n) {
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        s_acc[r][n][e] *= scale_log2;
-                        if (needs_mask) {
+                        for (int e = 0; e < 4; ++e) {
                             // c0,c1: row g; c2,c3: row g + 8; column 8n + 2t + (e & 1)
                             const int col = kv0 + 8 * n + 2 * t + (e & 1);
                             if (col >= lane_limit[r][e >> 1]) s_acc[r][n][e] = MMA_NEG_INF;
@@ -511,13 +530,15 @@ extern "C" __global__ void MMA_LAUNCH_BOUNDS attn_fwd(const elem_t* __restrict__
             for (int r = 0; r < RB; ++r) {
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    float m = row_max[r][h];
+                    float tile_max = MMA_NEG_INF;
 #pragma unroll
                     for (int n = 0; n < S_N_TILES; ++n)
-                        m = fmaxf(m, fmaxf(s_acc[r][n][2 * h], s_acc[r][n][2 * h + 1]));
+                        tile_max = fmaxf(tile_max, fmaxf(s_acc[r][n][2 * h], s_acc[r][n][2 * h + 1]));
                     // A row's BLOCK_N scores are spread over the 4 lanes of its quad.
-                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+                    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+                    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+                    // The running max lives in the scale·log2e domain (scale > 0 keeps the order).
+                    const float m = fmaxf(row_max[r][h], tile_max * scale_log2);
                     // A row that has seen no key yet keeps max -inf; subtracting 0 instead keeps
                     // exp2(-inf - (-inf)) = NaN out (its p and the rescale factor are then both 0).
                     max_used[r][h] = m == MMA_NEG_INF ? 0.f : m;
@@ -544,10 +565,10 @@ extern "C" __global__ void MMA_LAUNCH_BOUNDS attn_fwd(const elem_t* __restrict__
 #pragma unroll
                     for (int half = 0; half < 2; ++half) {
                         float(&s)[4] = s_acc[r][2 * kk + half];
-                        const float p0 = exp2_ftz(s[0] - max_used[r][0]);
-                        const float p1 = exp2_ftz(s[1] - max_used[r][0]);
-                        const float p2 = exp2_ftz(s[2] - max_used[r][1]);
-                        const float p3 = exp2_ftz(s[3] - max_used[r][1]);
+                        const float p0 = exp2_ftz(fmaf(s[0], scale_log2, -max_used[r][0]));
+                        const float p1 = exp2_ftz(fmaf(s[1], scale_log2, -max_used[r][0]));
+                        const float p2 = exp2_ftz(fmaf(s[2], scale_log2, -max_used[r][1]));
+                        const float p3 = exp2_ftz(fmaf(s[3], scale_log2, -max_used[r][1]));
                         row_sum[r][0] += p0 + p1;
                         row_sum[r][1] += p2 + p3;
                         p_frag[r][2 * half] = pack_elem2(p0, p1);
