@@ -274,30 +274,34 @@ __device__ __forceinline__ void load_rows(u32 dst, const elem_t* __restrict__ he
 // so each lane keeps just 4 offsets per style (one per lo) and everything else is an immediate:
 // the addresses then cost no registers per (step, row block) pair.
 struct LaneAddressing {
-    u32 a_off[4];  // A-style: (l & 15)·ROW_BYTES + 16·((2i + (l >> 4)) ^ (l & 7))
-    u32 b_off[4];  // B-style: ((l & 7) + 8·(l >> 4))·ROW_BYTES + 16·((2i + ((l >> 3) & 1)) ^ (l & 7))
+    // Per lane: the row offset of each style, the XOR key's even part (key & 6, as a chunk index)
+    // and each style's odd chunk bit after the XOR. For the 16 · step + 16-byte chunk of a k-step,
+    //   ((2·step + c) ^ key) = 8·hi + ((lo ^ (key & 6)) | (c ^ (key & 1)))   with 2·step = 8·hi + lo,
+    // so one LOP3 per ldmatrix rebuilds the column offset: five registers instead of a table of eight.
+    u32 a_row;  // A-style: (l & 15)·ROW_BYTES + 16·(a_c ^ (l & 1))
+    u32 b_row;  // B-style: ((l & 7) + 8·(l >> 4))·ROW_BYTES + 16·(b_c ^ (l & 1))
+    u32 key6;   // 16·(l & 6)
 
     __device__ __forceinline__ explicit LaneAddressing(int lane) {
         const int key = lane & 7;
-        const int a_row = lane & 15;
         const int a_c = lane >> 4;
-        const int b_row = (lane & 7) + ((lane >> 4) << 3);
         const int b_c = (lane >> 3) & 1;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            a_off[i] = static_cast<u32>(a_row * ROW_BYTES + (((2 * i + a_c) ^ key) << 4));
-            b_off[i] = static_cast<u32>(b_row * ROW_BYTES + (((2 * i + b_c) ^ key) << 4));
-        }
+        a_row = static_cast<u32>((lane & 15) * ROW_BYTES + ((a_c ^ (key & 1)) << 4));
+        b_row = static_cast<u32>(((lane & 7) + ((lane >> 4) << 3)) * ROW_BYTES + ((b_c ^ (key & 1)) << 4));
+        key6 = static_cast<u32>((key & 6) << 4);
     }
 
+    __device__ __forceinline__ u32 column(int step) const {
+        return ((static_cast<u32>((2 * step) & 6) << 4) ^ key6) + static_cast<u32>((step >> 2) * 128);
+    }
     // Address of this lane's row in the 16×16 block at (row0, 16·step) of a tile, A-style.
     // row0 and step are compile-time constants at every call site (unrolled loops).
     __device__ __forceinline__ u32 a(u32 tile, int row0, int step) const {
-        return tile + a_off[step & 3] + static_cast<u32>(row0 * ROW_BYTES + (step >> 2) * 128);
+        return tile + a_row + column(step) + static_cast<u32>(row0 * ROW_BYTES);
     }
     // Same, B-style.
     __device__ __forceinline__ u32 b(u32 tile, int row0, int step) const {
-        return tile + b_off[step & 3] + static_cast<u32>(row0 * ROW_BYTES + (step >> 2) * 128);
+        return tile + b_row + column(step) + static_cast<u32>(row0 * ROW_BYTES);
     }
 };
 
@@ -526,6 +530,8 @@ extern "C" __global__ void MMA_LAUNCH_BOUNDS attn_fwd(const elem_t* __restrict__
 
             // ---- online softmax ------------------------------------------------------------------
             float max_used[RB][2];
+            float rescale[RB][2];
+            bool max_moved = false;
 #pragma unroll
             for (int r = 0; r < RB; ++r) {
 #pragma unroll
@@ -542,15 +548,21 @@ extern "C" __global__ void MMA_LAUNCH_BOUNDS attn_fwd(const elem_t* __restrict__
                     // A row that has seen no key yet keeps max -inf; subtracting 0 instead keeps
                     // exp2(-inf - (-inf)) = NaN out (its p and the rescale factor are then both 0).
                     max_used[r][h] = m == MMA_NEG_INF ? 0.f : m;
-                    const float rescale = rescale_factor(row_max[r][h], max_used[r][h]);
+                    rescale[r][h] = rescale_factor(row_max[r][h], max_used[r][h]);
+                    max_moved |= rescale[r][h] != 1.f;
                     row_max[r][h] = m;
-                    row_sum[r][h] *= rescale;
-#pragma unroll
-                    for (int n = 0; n < O_N_TILES; ++n) {
-                        o_acc[r][n][2 * h] *= rescale;
-                        o_acc[r][n][2 * h + 1] *= rescale;
-                    }
+                    row_sum[r][h] *= rescale[r][h];
                 }
+            }
+            // Rescaling O costs WARP_M·HEAD_DIM/32 multiplies per lane; once the running maxima
+            // settle (most tiles of a long row) every factor is exactly 1 and the warp skips them.
+            if (__any_sync(0xffffffffu, max_moved)) {
+#pragma unroll
+                for (int r = 0; r < RB; ++r)
+#pragma unroll
+                    for (int n = 0; n < O_N_TILES; ++n)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) o_acc[r][n][e] *= rescale[r][e >> 1];
             }
 
             // ---- P = exp2(S - m), re-packed in registers as A fragments, and O += P·V --------------
