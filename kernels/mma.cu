@@ -19,20 +19,23 @@
 //
 // Knobs (compile-time defines, defaults below)
 //   HEAD_DIM  ∈ {64, 128}          (required, from attn_common.cuh)
-//   NUM_WARPS ∈ {1, 2, 4, 8}       default: 4 for HEAD_DIM 64, 8 for 128
-//   WARP_M    ∈ {16, 32}           query rows per warp; default 32 for HEAD_DIM 64, 16 for 128
+//   NUM_WARPS ∈ {1, 2, 4, 8}       default 4
+//   WARP_M    ∈ {16, 32}           query rows per warp; default 32
 //   KV_SPLIT  ∈ {1, 2, 4}          warps sharing a row group (divides NUM_WARPS); default 1
 //   BLOCK_M   = WARP_M · NUM_WARPS / KV_SPLIT (the only allowed value; defaulted)
-//   BLOCK_N   ∈ {32, 64, 128}      keys per warp per tile; default 64 for HEAD_DIM 64, 128 for 128
-//   STAGES    ∈ {1, 2, 3, 4}       default 3 for HEAD_DIM 64, 2 for 128
+//   BLOCK_N   ∈ {32, 48, 64, 96, 128}  keys per warp per tile; default 96 for HEAD_DIM 64, 48 for 128
+//                                  (KV_SPLIT · BLOCK_N · HEAD_DIM / 8 must be a multiple of the threads)
+//   STAGES    ∈ {1, 2, 3, 4}       default 2 for HEAD_DIM 64, 3 for 128
 //   Q_IN_REGS ∈ {0, 1}             1: Q's A fragments loaded once into registers; 0: re-read from
 //                                  shared memory per tile. Default 1 when WARP_M is 16 and BLOCK_N
 //                                  < 128, else 0 (the accumulators leave no room)
 //   MIN_BLOCKS ≥ 1                 default 1: the min-blocks-per-SM hint of __launch_bounds__
 //                                  (only emitted when > 1)
 //   Defaults (no spills, stack frame 0 under ptxas sm_90; see kernels/tools/nvrtc_check.py):
-//     HEAD_DIM 64:  NUM_WARPS 4, WARP_M 32 (BLOCK_M 128), BLOCK_N 64,  STAGES 3, Q_IN_REGS 0 (248 regs)
-//     HEAD_DIM 128: NUM_WARPS 8, WARP_M 16 (BLOCK_M 128), BLOCK_N 128, STAGES 2, Q_IN_REGS 0 (255 regs)
+//     HEAD_DIM 64:  NUM_WARPS 4, WARP_M 32 (BLOCK_M 128), BLOCK_N 96,  STAGES 2, Q_IN_REGS 0 (255 regs)
+//     HEAD_DIM 128: NUM_WARPS 4, WARP_M 32 (BLOCK_M 128), BLOCK_N 48,  STAGES 3, Q_IN_REGS 0 (255 regs)
+//   (BLOCK_N 64 at HEAD_DIM 128, and 128 at HEAD_DIM 64 for sm_80, spill 8 bytes: one register
+//   too many; they are no faster.)
 //   The host's registry overrides them per shape (small grids get KV_SPLIT > 1, see its `tuned`).
 //
 // Launch geometry
@@ -65,18 +68,10 @@
 #include "attn_common.cuh"
 
 #ifndef NUM_WARPS
-#if HEAD_DIM == 128
-#define NUM_WARPS 8
-#else
 #define NUM_WARPS 4
 #endif
-#endif
 #ifndef WARP_M
-#if HEAD_DIM == 128
-#define WARP_M 16
-#else
 #define WARP_M 32
-#endif
 #endif
 #ifndef KV_SPLIT
 #define KV_SPLIT 1
@@ -86,16 +81,16 @@
 #endif
 #ifndef BLOCK_N
 #if HEAD_DIM == 128
-#define BLOCK_N 128
+#define BLOCK_N 48
 #else
-#define BLOCK_N 64
+#define BLOCK_N 96
 #endif
 #endif
 #ifndef STAGES
 #if HEAD_DIM == 128
-#define STAGES 2
+#define STAGES 3
 #else
-#define STAGES 3  // with 2, ptxas for sm_80 spills 4 bytes at this default
+#define STAGES 2
 #endif
 #endif
 #ifndef Q_IN_REGS
@@ -118,7 +113,8 @@ static_assert(WARP_M == 16 || WARP_M == 32, "mma.cu: WARP_M must be 16 or 32");
 static_assert((KV_SPLIT == 1 || KV_SPLIT == 2 || KV_SPLIT == 4) && NUM_WARPS % KV_SPLIT == 0,
               "mma.cu: KV_SPLIT must be 1, 2 or 4 and divide NUM_WARPS");
 static_assert(BLOCK_M == WARP_M * NUM_WARPS / KV_SPLIT, "mma.cu: BLOCK_M must equal WARP_M * NUM_WARPS / KV_SPLIT");
-static_assert(BLOCK_N == 32 || BLOCK_N == 64 || BLOCK_N == 128, "mma.cu: BLOCK_N must be 32, 64 or 128");
+static_assert(BLOCK_N == 32 || BLOCK_N == 48 || BLOCK_N == 64 || BLOCK_N == 96 || BLOCK_N == 128,
+              "mma.cu: BLOCK_N must be 32, 48, 64, 96 or 128");
 static_assert(STAGES >= 1 && STAGES <= 4, "mma.cu: STAGES must be 1, 2, 3 or 4");
 static_assert(Q_IN_REGS == 0 || Q_IN_REGS == 1, "mma.cu: Q_IN_REGS must be 0 or 1");
 static_assert(MIN_BLOCKS >= 1, "mma.cu: MIN_BLOCKS must be >= 1");

@@ -30,8 +30,8 @@ KERNELS_DIR = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__fi
 
 # The recommended defaults per head dim (what mma.cu's #ifndef defaults give).
 DEFAULT_CONFIGS = {
-    64: {"HEAD_DIM": 64, "NUM_WARPS": 4, "WARP_M": 32, "BLOCK_N": 64, "STAGES": 3},
-    128: {"HEAD_DIM": 128, "NUM_WARPS": 8, "WARP_M": 16, "BLOCK_N": 128, "STAGES": 2},
+    64: {"HEAD_DIM": 64, "NUM_WARPS": 4, "WARP_M": 32, "BLOCK_N": 96, "STAGES": 2},
+    128: {"HEAD_DIM": 128, "NUM_WARPS": 4, "WARP_M": 32, "BLOCK_N": 48, "STAGES": 3},
 }
 DTYPE_DEFINES = {"f16": "ATTN_DTYPE_F16", "bf16": "ATTN_DTYPE_BF16"}
 
@@ -126,15 +126,14 @@ def ptxas_report(cuda_dir, arch, ptx, keep_dir, tag):
 def block_m(cfg):
     """mma.cu's BLOCK_M: WARP_M * NUM_WARPS / KV_SPLIT (with its per-head-dim defaults)."""
     d = cfg["HEAD_DIM"]
-    warp_m = cfg.get("WARP_M", 16 if d == 128 else 32)
-    return warp_m * cfg.get("NUM_WARPS", 8 if d == 128 else 4) // cfg.get("KV_SPLIT", 1)
+    return cfg.get("WARP_M", 32) * cfg.get("NUM_WARPS", 4) // cfg.get("KV_SPLIT", 1)
 
 
 def dynamic_smem_bytes(cfg):
     """mma.cu's formula: Q tile + max(K/V ring, KV_SPLIT merge space)."""
     d, split = cfg["HEAD_DIM"], cfg.get("KV_SPLIT", 1)
     m = block_m(cfg)
-    ring = 2 * cfg.get("STAGES", 2 if d == 128 else 3) * split * cfg.get("BLOCK_N", 128 if d == 128 else 64) * d * 2
+    ring = 2 * cfg.get("STAGES", 3 if d == 128 else 2) * split * cfg.get("BLOCK_N", 48 if d == 128 else 96) * d * 2
     merge = (split - 1) * m * (4 * d + 32)
     return m * d * 2 + max(ring, merge)
 
