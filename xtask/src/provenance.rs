@@ -4,26 +4,15 @@ use attn_evidence::{utc_now_rfc3339, ClockReadings, Provenance};
 use attn_kernels::telemetry::ClockReading;
 use attn_kernels::Gpu;
 
-/// The git revision and dirty flag: from `git` when the checkout has one, else as built.
+/// The git revision and dirty flag of the code that runs: the ones this binary was built from.
+/// Kernels are compiled into the binary, so the build's revision is the truth even where the
+/// binary runs from another checkout (or from a bundle copied beside a stale `.git`); cargo
+/// rebuilds it whenever HEAD or the index moves (`build.rs`).
 pub fn git_revision() -> (String, bool) {
-    let git = |args: &[&str]| {
-        std::process::Command::new("git")
-            .args(args)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-    };
-    match git(&["rev-parse", "HEAD"]) {
-        Some(rev) => (
-            rev,
-            git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty()),
-        ),
-        None => (
-            env!("ATTN_BUILD_GIT_REV").to_string(),
-            env!("ATTN_BUILD_GIT_DIRTY") == "true",
-        ),
-    }
+    (
+        env!("ATTN_BUILD_GIT_REV").to_string(),
+        env!("ATTN_BUILD_GIT_DIRTY") == "true",
+    )
 }
 
 fn nvidia_smi(query: &str) -> Option<String> {
