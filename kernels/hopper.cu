@@ -1,4 +1,91 @@
-// HEADER-PLACEHOLDER
+// hopper.cu — FlashAttention-3-style forward kernel on Hopper: TMA, mbarriers, warp specialisation,
+// warpgroup tensor cores (wgmma, sm_90a).
+//
+// Bird's-eye view
+//   One thread block computes a BLOCK_M × HEAD_DIM tile of O for one (batch, head). Its warps are
+//   NUM_WARPS consumer warps (NUM_WARPS / 4 consumer warpgroups of 64 query rows each; warp w of a
+//   warpgroup owns rows 16w..16w+15 of them), then one producer warpgroup (4 warps).
+//   - Producer: one thread issues every load as a TMA copy (cp.async.bulk.tensor) through the
+//     tensor maps of the ABI: Q once, then tile j of K and of V (BLOCK_N rows) into slot j % STAGES of
+//     a ring, each completing on its own "full" mbarrier (arrive.expect_tx); before refilling a slot it
+//     waits on the slot's "empty" mbarrier. Its other 127 threads leave at once. With two consumer
+//     warpgroups, setmaxnreg moves registers from the producer (24) to the consumers (240).
+//   - Consumers, per key tile (no block-wide barrier in the loop):
+//     S = Q·Kᵀ       wgmma m64n{BLOCK_N}k16, A = Q and B = K both from shared memory through
+//                    128-byte-swizzled K-major descriptors (HEAD_DIM / 16 k-steps, one commit group)
+//     P = exp2(S·scale·log2e − m), online softmax FA2-style in registers (quad shuffles)
+//     O = O·α + P·V  wgmma m64n64k16 per 64-column panel of O: A = P re-packed in registers (the
+//                    S accumulator layout is the A-fragment layout), B = V from shared memory through
+//                    a 128-byte-swizzled MN-major descriptor (trans-b: V stays [keys, D] row-major)
+//     then every consumer thread arrives on the slot's empty barrier.
+//   With OVERLAP 1 (FA3's intra-warpgroup overlap) a warpgroup issues S_{j+1} and P_j·V_j back to
+//   back and runs the softmax of tile j+1 while P_j·V_j is still on the tensor cores.
+//   Tiles entirely above the causal diagonal of the block are never loaded; a warpgroup computes only
+//   the tiles some of its rows see (a prefix), masks only tiles that cross one of its rows' key
+//   limit, and releases the tiles it skips once they have landed. Rows past S_q and keys past S_kv
+//   arrive as zeros from the TMA (the maps' bounds); rows that see no key write zeros. The output is
+//   staged in the warpgroup's own rows of the Q tile and written with 16-byte stores.
+//
+// Knobs (compile-time defines, defaults below)
+//   HEAD_DIM  ∈ {64, 128}     (required, from attn_common.cuh)
+//   NUM_WARPS ∈ {4, 8}        consumer warps (one or two consumer warpgroups); default 8
+//   BLOCK_M   = 16 · NUM_WARPS = 64 · consumer warpgroups (the only allowed value; defaulted)
+//   BLOCK_N   ∈ {64, 128}     keys per tile (the rows of a K/V TMA box); default 128
+//   STAGES    ∈ {2, 3, 4}     K/V ring depth; default 3
+//   OVERLAP   ∈ {0, 1}        default 1 (any STAGES: a tile's slot is released only after its P·V)
+//   Constraint: SHARED_BYTES ≤ 232448 (the sm_90 opt-in limit, static barriers included); only
+//   D 128 / BLOCK_N 128 / STAGES 4 exceeds it. Every valid combination compiles with no spill, no
+//   stack frame and no wgmma serialisation (kernels/tools/hopper_check.py).
+//
+// Launch geometry and ABI (kernels/README.md, the TensorMaps ABI)
+//   grid = (ceil(S_q / BLOCK_M), H, B), block = (NUM_WARPS + 4) · 32 threads, dynamic shared memory
+//     SHARED_BYTES = 1024 + BLOCK_M · HEAD_DIM · 2 + STAGES · 2 · BLOCK_N · HEAD_DIM · 2   bytes
+//   (1024 bytes of slack to align the tiles to the 1024-byte swizzle atom, the Q tile, then
+//   STAGES K tiles, then STAGES V tiles), plus 8 · (1 + 3 · STAGES) bytes of static shared memory for
+//   the mbarriers. Defaults: D 64 → 115712, D 128 → 230400.
+//   After the ten plain parameters come three `const __grid_constant__` CUtensorMaps, of Q, K and V:
+//   3-D [B·H, S, D] maps (innermost first: D, S, B·H), 16-bit elements, 128-byte swizzle, box =
+//   64 columns × BLOCK_M (Q) or BLOCK_N (K, V) rows × 1. A box is one 64-column panel of a tile.
+//
+// Shared-memory layout (what the TMA writes and the descriptors describe)
+//   A tile of R rows × HEAD_DIM is stored as HEAD_DIM / 64 panels of 64 columns; panel p holds rows
+//   of 128 bytes (columns 64p..64p+63), row r at byte r·128, and logical 16-byte chunk c of row r at
+//   physical chunk c ^ (r & 7): the 128-byte swizzle (CUTLASS's Swizzle<3,4,3>, the TMA's
+//   SWIZZLE_128B) on a 1024-byte aligned base. Eight rows form one 1024-byte swizzle atom; every
+//   panel starts 1024-byte aligned.
+//   - Q, K as K-major operands (K = head dim contiguous): stride byte offset (between 8-row groups)
+//     1024; leading byte offset unused by the 128-byte swizzle (set to 16). k-step kk (16 columns =
+//     32 bytes) starts at panel kk / 4 plus 32·(kk % 4) bytes; the hardware applies the XOR to the
+//     final address, which is why the atoms must be 1024-byte aligned.
+//   - V as the MN-major B operand of P·V (N = head dim contiguous, K = keys in rows): one swizzle
+//     atom is 8 keys × 64 head-dim columns; 8-key groups are 1024 bytes apart. Each wgmma covers one
+//     64-column panel (N = 64), so only that 8-key stride matters; both offset fields are set to
+//     1024. k-step kk (keys 16kk..16kk+15) starts at byte 2048·kk of the panel.
+//
+// Ordering
+//   Barriers: q_full (1 arrival + Q's bytes), k_full[s] and v_full[s] (1 arrival + a tile's bytes),
+//   empty[s] (one arrival per consumer thread). Tile j uses slot j % STAGES, and the phase of its
+//   slot's barriers with parity (j / STAGES) & 1; the producer waits for empty[s]'s phase of round
+//   j / STAGES − 1 before loading tile j (j ≥ STAGES). The TMA writes and wgmma reads are both in
+//   the async proxy: completion of the full barrier's phase makes the tile visible to the waiting
+//   consumers. A consumer arrives on empty[s] only after wgmma.wait_group 0 that covers every wgmma
+//   reading the slot. A warpgroup that skips a tile waits for it to land before releasing it, so
+//   that its arrivals never count towards the slot's next round. Before the epilogue a named barrier
+//   (one per consumer warpgroup) makes sure all four warps are past their last wgmma, which read all
+//   64 Q rows, before the rows are overwritten with O.
+//   Accumulators are fenced (an empty asm on each register) around the async section so that the
+//   compiler does not move their reads or writes across it; wgmma.fence precedes each batch of
+//   wgmma. ptxas serialises wgmma (notes C7513/C7520) when a register a pending wgmma reads or
+//   writes is redefined before the wait, or a batch straddles divergent code: hence the softmax only
+//   touches S (complete) while P·V is pending, P is packed after the wait, the barrier waits come
+//   before each batch, each OVERLAP branch is one straight pipeline, and the warp index goes through
+//   a shuffle (warp-uniform for the compiler).
+//
+// Fragment layouts (per warp of the warpgroup, g = lane / 4, t = lane % 4)
+//   D of m64nNk16 (f32): registers 4i..4i+3 hold columns 8i + 2t, +1 of row g (4i, 4i+1) and row
+//   g + 8 (4i+2, 4i+3) — the mma.sync m16n8 C layout repeated over N / 8 chunks.
+//   A from registers (m64k16): a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8,
+//   2t+8..) — the mma.sync m16n8k16 A layout; so P k-step kk is S chunks 2kk (a0, a1) and 2kk+1.
 
 #include "attn_common.cuh"
 
