@@ -104,6 +104,9 @@
 #ifndef OVERLAP
 #define OVERLAP 1
 #endif
+#ifndef PINGPONG
+#define PINGPONG 1
+#endif
 
 static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "hopper.cu: HEAD_DIM must be 64 or 128");
 static_assert(NUM_WARPS == 4 || NUM_WARPS == 8, "hopper.cu: NUM_WARPS (consumer warps) must be 4 or 8");
@@ -111,6 +114,8 @@ static_assert(BLOCK_M == 16 * NUM_WARPS, "hopper.cu: BLOCK_M must equal 64 * (NU
 static_assert(BLOCK_N == 64 || BLOCK_N == 128, "hopper.cu: BLOCK_N must be 64 or 128");
 static_assert(STAGES >= 2 && STAGES <= 4, "hopper.cu: STAGES must be 2, 3 or 4");
 static_assert(OVERLAP == 0 || OVERLAP == 1, "hopper.cu: OVERLAP must be 0 or 1");
+static_assert(PINGPONG == 0 || (PINGPONG == 1 && NUM_WARPS == 8 && OVERLAP == 1),
+              "hopper.cu: PINGPONG must be 0, or 1 with NUM_WARPS 8 and OVERLAP 1");
 static_assert(sizeof(elem_t) == 2, "hopper.cu: 16-bit elements expected");
 
 #if defined(ATTN_DTYPE_BF16)
@@ -199,6 +204,28 @@ __device__ __forceinline__ void prefetch_tensor_map(const HopperTensorMap* map) 
 // Named barrier over the `threads` threads (whole warps) that use barrier `id` (0 is __syncthreads').
 __device__ __forceinline__ void named_barrier_sync(u32 id, u32 threads) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+__device__ __forceinline__ void named_barrier_arrive(u32 id, u32 threads) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Inter-warpgroup ping-pong (PINGPONG 1): consumer warpgroup w issues a batch of wgmma only in its
+// turn, bar.sync on barrier TURN_BARRIER + w (its 128 threads + 128 arrivals of the other
+// warpgroup), and hands the turn over right after issuing (bar.arrive on the other's barrier), so
+// that one warpgroup's softmax runs while the other's GEMMs use the tensor cores.
+#if PINGPONG
+constexpr u32 TURN_BARRIER = 3;
+#endif
+__device__ __forceinline__ void turn_begin(int wg) {
+#if PINGPONG
+    named_barrier_sync(TURN_BARRIER + wg, 256);
+#endif
+}
+__device__ __forceinline__ void turn_end(int wg) {
+#if PINGPONG
+    named_barrier_arrive(TURN_BARRIER + (wg ^ 1), 256);
+#endif
 }
 
 template <int Regs>
@@ -372,49 +399,54 @@ __device__ __forceinline__ void issue_pv(float (&o_acc)[PANELS][32], u32 (&p_fra
     wgmma_commit();
 }
 
-// Online softmax of one S tile (already waited for), in place: scales into the log2 domain, masks
-// if the tile crosses a row's key limit, updates the running max and sum, and leaves the f32
-// probabilities in s_acc; returns in `rescale` the factor O must be multiplied by before this
-// tile's P·V is added (rows g and g + 8). Writes no register that a pending P·V reads.
+// Online softmax of one S tile (already waited for), in place: masks if the tile crosses a row's
+// key limit, updates the running max (kept in the scale·log2e domain; the max of the raw scores
+// times scale is the max of the scaled ones, scale > 0) and sum, and leaves the f32 probabilities
+// exp2(s·scale·log2e − m) in s_acc (one FFMA and one MUFU.EX2 per score); returns in `rescale` the
+// factor O must be multiplied by before this tile's P·V is added (rows g and g + 8). Writes no
+// register that a pending P·V reads.
 __device__ __forceinline__ void softmax_scores(float (&s_acc)[S_REGS], int kv0, bool needs_mask,
                                                const int (&lane_limit)[2], int t, float scale_log2,
                                                float (&row_max)[2], float (&row_sum)[2], float (&rescale)[2]) {
     fence_regs(s_acc);
+    if (needs_mask) {
 #pragma unroll
-    for (int n = 0; n < S_CHUNKS; ++n) {
+        for (int n = 0; n < S_CHUNKS; ++n) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            float& s = s_acc[4 * n + e];
-            s *= scale_log2;
-            if (needs_mask) {
+            for (int e = 0; e < 4; ++e) {
                 const int col = kv0 + 8 * n + 2 * t + (e & 1);
-                if (col >= lane_limit[e >> 1]) s = HOPPER_NEG_INF;
+                if (col >= lane_limit[e >> 1]) s_acc[4 * n + e] = HOPPER_NEG_INF;
             }
         }
     }
-    float max_used[2];
+    float neg_max[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        float m = row_max[h];
+        float m = HOPPER_NEG_INF;
 #pragma unroll
         for (int n = 0; n < S_CHUNKS; ++n) m = fmaxf(m, fmaxf(s_acc[4 * n + 2 * h], s_acc[4 * n + 2 * h + 1]));
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+        m = fmaxf(row_max[h], m * scale_log2);
         // A row that has seen no key keeps max -inf; subtracting 0 instead keeps NaN out.
-        max_used[h] = m == HOPPER_NEG_INF ? 0.f : m;
-        rescale[h] = exp2_ftz(row_max[h] - max_used[h]);
+        const float max_used = m == HOPPER_NEG_INF ? 0.f : m;
+        rescale[h] = exp2_ftz(row_max[h] - max_used);
         row_max[h] = m;
-        row_sum[h] *= rescale[h];
+        neg_max[h] = -max_used;
     }
+    // Four partial sums per row: short dependency chains.
+    float sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
 #pragma unroll
     for (int n = 0; n < S_CHUNKS; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             float& s = s_acc[4 * n + e];
-            s = exp2_ftz(s - max_used[e >> 1]);
-            row_sum[e >> 1] += s;
+            s = exp2_ftz(fmaf(s, scale_log2, neg_max[e >> 1]));
+            sum[e >> 1][e & 1] += s;
         }
     }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) row_sum[h] = row_sum[h] * rescale[h] + (sum[h][0] + sum[h][1]);
 }
 
 // The probabilities as A fragments of P·V: k-step kk is S chunks 2kk (a0 row g, a1 row g + 8) and
@@ -595,14 +627,33 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
     // FA3's intra-warpgroup overlap. Iteration j issues S_{j+1} = Q·K_{j+1}ᵀ, rescales O for tile j,
     // issues O += P_j·V_j, waits for S_{j+1} only and runs its softmax while P_j·V_j is still on the
     // tensor cores, then waits for that, releases tile j's slot and packs P_{j+1}.
+    // With PINGPONG both warpgroups take 1 + num_tiles turns in strict alternation, warpgroup 0
+    // first: the prologue's, one per tile they compute, and an empty one per tile they skip.
+#if PINGPONG
+    if (wg == 1 && num_tiles > 0) named_barrier_arrive(TURN_BARRIER, 256);  // warpgroup 0 starts
+    if (num_tiles > 0) {
+        turn_begin(wg);
+        if (wg_tiles > 0) {
+            mbar_wait(k_full(0), 0);
+        }
+    }
+#endif
     if (wg_tiles > 0) {
         float s_acc[S_REGS];
+#if !PINGPONG
         mbar_wait(k_full(0), 0);
+#endif
         issue_qk(s_acc, q_rows, k_slot(0));
+        turn_end(wg);
         wgmma_wait<0>();
         softmax_scores(s_acc, 0, BLOCK_N > wg_lo_limit, lane_limit, t, scale_log2, row_max, row_sum, rescale);
         pack_p(s_acc, p_frag);
     }
+#if PINGPONG
+    else if (num_tiles > 0) {
+        turn_end(wg);
+    }
+#endif
     for (int j = 0; j < wg_tiles; ++j) {
         const int next_slot = slot + 1 == STAGES ? 0 : slot + 1;
         const u32 next_phase = next_slot == 0 ? phase ^ 1 : phase;
@@ -614,9 +665,11 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
             mbar_wait(k_full(next_slot), next_phase);
             mbar_wait(v_full(slot), phase);
             float s_acc[S_REGS];
+            turn_begin(wg);
             issue_qk(s_acc, q_rows, k_slot(next_slot));
             rescale_o(o_acc, rescale);
             issue_pv(o_acc, p_frag, desc_v);
+            turn_end(wg);
             wgmma_wait<1>();  // S_{j+1}; P_j·V_j may still run
             const int kv0 = (j + 1) * BLOCK_N;
             softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_lo_limit, lane_limit, t, scale_log2, row_max, row_sum,
@@ -628,8 +681,10 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
             pack_p(s_acc, p_frag);
         } else {
             mbar_wait(v_full(slot), phase);
+            turn_begin(wg);
             rescale_o(o_acc, rescale);
             issue_pv(o_acc, p_frag, desc_v);
+            turn_end(wg);
             wgmma_wait<0>();
 #pragma unroll
             for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]);
@@ -669,11 +724,18 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
         mbar_wait(k_full(slot), phase);
         mbar_wait(v_full(slot), phase);
         mbar_arrive(empty(slot));
+        turn_begin(wg);  // the skipped tile's (empty) turn
+        turn_end(wg);
         if (++slot == STAGES) {
             slot = 0;
             phase ^= 1;
         }
     }
+#if PINGPONG
+    // Warpgroup 1's last hand-over has no turn of warpgroup 0 after it: consume it, so that no
+    // arrival is left pending on the barrier at exit.
+    if (wg == 0 && num_tiles > 0) named_barrier_sync(TURN_BARRIER, 256);
+#endif
 
     // ---- epilogue: full row sums, guarded 1/l, staged in the warpgroup's Q rows, 16-byte stores ------
     // Every warp of the warpgroup is past its last wgmma (which read all 64 Q rows) before any

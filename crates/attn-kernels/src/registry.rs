@@ -227,7 +227,7 @@ fn mma_tuned(shape: &Shape) -> Config {
     }
 }
 
-static HOPPER_KNOBS: [Knob; 5] = [
+static HOPPER_KNOBS: [Knob; 6] = [
     Knob {
         name: "BLOCK_M",
         domain: &[64, 128],
@@ -252,6 +252,11 @@ static HOPPER_KNOBS: [Knob; 5] = [
         name: "OVERLAP",
         domain: &[0, 1],
         doc: "issue S(j+1) before P(j)·V(j) so softmax overlaps wgmma",
+    },
+    Knob {
+        name: "PINGPONG",
+        domain: &[0, 1],
+        doc: "the 2 consumer warpgroups take turns issuing wgmma (one's softmax overlaps the other's GEMMs; needs NUM_WARPS=8, OVERLAP=1)",
     },
 ];
 
@@ -376,13 +381,23 @@ static REGISTRY: [Implementation; 5] = [
         head_dims: Some(&[64, 128]),
         arch: Some("compute_90a"),
         defaults: |_| {
-            Config::from_pairs(&[("BLOCK_M", 128), ("BLOCK_N", 128), ("NUM_WARPS", 8), ("STAGES", 3), ("OVERLAP", 1)])
+            Config::from_pairs(&[
+                ("BLOCK_M", 128),
+                ("BLOCK_N", 128),
+                ("NUM_WARPS", 8),
+                ("STAGES", 3),
+                ("OVERLAP", 1),
+                ("PINGPONG", 1),
+            ])
         },
         tuned: |_| Config::default(),
         constraints: |cfg, _| {
             let (m, w) = (knob(cfg, "BLOCK_M"), knob(cfg, "NUM_WARPS"));
             if m != 16 * w {
                 return Err(format!("BLOCK_M={m} must be 16 x NUM_WARPS = {} (64 rows per consumer warpgroup)", 16 * w));
+            }
+            if knob(cfg, "PINGPONG") == 1 && (w != 8 || knob(cfg, "OVERLAP") != 1) {
+                return Err("PINGPONG=1 needs NUM_WARPS=8 and OVERLAP=1 (two consumer warpgroups taking turns); add PINGPONG=0".into());
             }
             Ok(())
         },
