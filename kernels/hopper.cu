@@ -109,13 +109,14 @@
 #endif
 
 static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "hopper.cu: HEAD_DIM must be 64 or 128");
-static_assert(NUM_WARPS == 4 || NUM_WARPS == 8, "hopper.cu: NUM_WARPS (consumer warps) must be 4 or 8");
+static_assert(NUM_WARPS == 4 || NUM_WARPS == 8 || NUM_WARPS == 12, "hopper.cu: NUM_WARPS (consumer warps) must be 4, 8 or 12");
+static_assert(NUM_WARPS != 12 || HEAD_DIM == 64, "hopper.cu: NUM_WARPS 12 (160 registers per consumer thread) needs HEAD_DIM 64");
 static_assert(BLOCK_M == 16 * NUM_WARPS, "hopper.cu: BLOCK_M must equal 64 * (NUM_WARPS / 4)");
 static_assert(BLOCK_N == 64 || BLOCK_N == 128, "hopper.cu: BLOCK_N must be 64 or 128");
 static_assert(STAGES >= 2 && STAGES <= 4, "hopper.cu: STAGES must be 2, 3 or 4");
 static_assert(OVERLAP == 0 || OVERLAP == 1, "hopper.cu: OVERLAP must be 0 or 1");
-static_assert(PINGPONG == 0 || (PINGPONG == 1 && NUM_WARPS == 8 && OVERLAP == 1),
-              "hopper.cu: PINGPONG must be 0, or 1 with NUM_WARPS 8 and OVERLAP 1");
+static_assert(PINGPONG == 0 || (PINGPONG == 1 && NUM_WARPS >= 8 && OVERLAP == 1),
+              "hopper.cu: PINGPONG must be 0, or 1 with NUM_WARPS 8 or 12 and OVERLAP 1");
 static_assert(sizeof(elem_t) == 2, "hopper.cu: 16-bit elements expected");
 
 #if defined(ATTN_DTYPE_BF16)
@@ -135,7 +136,9 @@ typedef unsigned int u32;
 typedef unsigned long long u64;
 
 constexpr int D = HEAD_DIM;
+constexpr int WARPGROUPS = NUM_WARPS / 4;            // consumer warpgroups
 constexpr int CONSUMER_THREADS = NUM_WARPS * 32;
+static_assert(BLOCK_M == 64 * WARPGROUPS, "64 query rows per consumer warpgroup");
 constexpr int THREADS = CONSUMER_THREADS + 128;      // + the producer warpgroup
 constexpr int PANELS = D / 64;                 // 64-column (128-byte) panels per tile row
 constexpr int CHUNKS = D / 8;                  // 16-byte chunks per row
@@ -146,11 +149,14 @@ constexpr int PV_K_STEPS = BLOCK_N / 16;       // k-steps of P·V (over keys)
 constexpr int S_REGS = BLOCK_N / 2;            // f32 S accumulator registers per thread
 constexpr int S_CHUNKS = BLOCK_N / 8;          // 8-column chunks of S
 constexpr int OUT_CHUNKS_PER_LANE = 16 * CHUNKS / 32;
+// Registers per thread after setmaxnreg (with one consumer warpgroup every thread already has the
+// 255 of the entry cap): 128 · 24 + 256 · 240 = 64512 and 128 · 24 + 384 · 160 = 64512 ≤ 65536.
 #if NUM_WARPS == 8
-// Registers per thread after setmaxnreg (two consumer warpgroups only: with one, every thread
-// already has the 255 of the entry cap). 128 · 24 + 256 · 240 = 64512 ≤ 65536.
 constexpr int PRODUCER_REGS = 24;
 constexpr int CONSUMER_REGS = 240;
+#elif NUM_WARPS == 12
+constexpr int PRODUCER_REGS = 24;
+constexpr int CONSUMER_REGS = 160;
 #endif
 
 #define HOPPER_NEG_INF __int_as_float(0xff800000u)
@@ -211,11 +217,11 @@ __device__ __forceinline__ void named_barrier_arrive(u32 id, u32 threads) {
 }
 
 // Inter-warpgroup ping-pong (PINGPONG 1): consumer warpgroup w issues a batch of wgmma only in its
-// turn, bar.sync on barrier TURN_BARRIER + w (its 128 threads + 128 arrivals of the other
-// warpgroup), and hands the turn over right after issuing (bar.arrive on the other's barrier), so
-// that one warpgroup's softmax runs while the other's GEMMs use the tensor cores.
+// turn, bar.sync on barrier TURN_BARRIER + w (its 128 threads + 128 arrivals of the previous
+// warpgroup), and hands the turn over right after issuing (bar.arrive on the next one's barrier),
+// round-robin, so that one warpgroup's softmax runs while another's GEMMs use the tensor cores.
 #if PINGPONG
-constexpr u32 TURN_BARRIER = 3;
+constexpr u32 TURN_BARRIER = 4;  // 1..3: the epilogue's per-warpgroup barriers
 #endif
 __device__ __forceinline__ void turn_begin(int wg) {
 #if PINGPONG
@@ -224,7 +230,7 @@ __device__ __forceinline__ void turn_begin(int wg) {
 }
 __device__ __forceinline__ void turn_end(int wg) {
 #if PINGPONG
-    named_barrier_arrive(TURN_BARRIER + (wg ^ 1), 256);
+    named_barrier_arrive(TURN_BARRIER + (wg + 1 == WARPGROUPS ? 0 : wg + 1), 256);
 #endif
 }
 
@@ -545,7 +551,9 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
     // Warp-uniform for the compiler (a shuffle): roles and descriptors then branch uniformly.
     const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
 
-    const int m0 = blockIdx.x * BLOCK_M;
+    // Causal: the blocks of the last rows (the most key tiles) first, so that the short ones fill
+    // the tail of the grid.
+    const int m0 = (causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * BLOCK_M;
     const int bh = blockIdx.z * heads + blockIdx.y;
     // Key tiles this block visits: up to the last key its last real row may see (causal skipping).
     const int last_row = min(m0 + BLOCK_M, seq_q) - 1;
@@ -569,7 +577,7 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
 
     if (warp >= NUM_WARPS) {
         // ---- producer warpgroup: one thread issues the copies, the other warps leave ---------------
-#if NUM_WARPS == 8
+#if NUM_WARPS >= 8
         setmaxnreg_dec<PRODUCER_REGS>();
 #endif
         if (warp == NUM_WARPS && lane == 0)
@@ -578,7 +586,7 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
     }
 
     // ---- consumer warpgroups ----------------------------------------------------------------------
-#if NUM_WARPS == 8
+#if NUM_WARPS >= 8
     setmaxnreg_inc<CONSUMER_REGS>();
 #endif
     const int wg = warp >> 2;
@@ -627,10 +635,9 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
     // FA3's intra-warpgroup overlap. Iteration j issues S_{j+1} = Q·K_{j+1}ᵀ, rescales O for tile j,
     // issues O += P_j·V_j, waits for S_{j+1} only and runs its softmax while P_j·V_j is still on the
     // tensor cores, then waits for that, releases tile j's slot and packs P_{j+1}.
-    // With PINGPONG both warpgroups take 1 + num_tiles turns in strict alternation, warpgroup 0
-    // first: the prologue's, one per tile they compute, and an empty one per tile they skip.
+    // With PINGPONG every warpgroup takes 1 + num_tiles turns, round-robin, warpgroup 0 first: the prologue's, one per tile they compute, and an empty one per tile they skip.
 #if PINGPONG
-    if (wg == 1 && num_tiles > 0) named_barrier_arrive(TURN_BARRIER, 256);  // warpgroup 0 starts
+    if (wg == WARPGROUPS - 1 && num_tiles > 0) named_barrier_arrive(TURN_BARRIER, 256);  // warpgroup 0 starts
     if (num_tiles > 0) {
         turn_begin(wg);
         if (wg_tiles > 0) {
@@ -732,8 +739,8 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
         }
     }
 #if PINGPONG
-    // Warpgroup 1's last hand-over has no turn of warpgroup 0 after it: consume it, so that no
-    // arrival is left pending on the barrier at exit.
+    // The last warpgroup's last hand-over has no turn of warpgroup 0 after it: consume it, so that
+    // no arrival is left pending on the barrier at exit.
     if (wg == 0 && num_tiles > 0) named_barrier_sync(TURN_BARRIER, 256);
 #endif
 

@@ -52,11 +52,13 @@ def ptxas_report(cuda_dir, ptx, keep_dir, tag):
 
 def all_configs():
     for d, warps, block_n, stages, overlap, pingpong in itertools.product(
-        (64, 128), (4, 8), (64, 128), (2, 3, 4), (0, 1), (0, 1)
+        (64, 128), (4, 8, 12), (64, 128), (2, 3, 4), (0, 1), (0, 1)
     ):
         cfg = {"HEAD_DIM": d, "NUM_WARPS": warps, "BLOCK_N": block_n, "STAGES": stages, "OVERLAP": overlap,
                "PINGPONG": pingpong}
-        if pingpong and (warps != 8 or not overlap):
+        if pingpong and (warps < 8 or not overlap):
+            continue
+        if warps == 12 and d != 64:
             continue
         if shared_bytes(cfg) <= SMEM_OPTIN_LIMIT:
             yield cfg

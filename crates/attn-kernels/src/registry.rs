@@ -230,7 +230,7 @@ fn mma_tuned(shape: &Shape) -> Config {
 static HOPPER_KNOBS: [Knob; 6] = [
     Knob {
         name: "BLOCK_M",
-        domain: &[64, 128],
+        domain: &[64, 128, 192],
         doc: "query rows per block (= 16 x NUM_WARPS: 64 per consumer warpgroup)",
     },
     Knob {
@@ -240,8 +240,8 @@ static HOPPER_KNOBS: [Knob; 6] = [
     },
     Knob {
         name: "NUM_WARPS",
-        domain: &[4, 8],
-        doc: "consumer warps: 1 or 2 consumer warpgroups (a producer warpgroup comes on top)",
+        domain: &[4, 8, 12],
+        doc: "consumer warps: 1, 2 or 3 consumer warpgroups (a producer warpgroup comes on top; 12 only at D=64)",
     },
     Knob {
         name: "STAGES",
@@ -256,7 +256,7 @@ static HOPPER_KNOBS: [Knob; 6] = [
     Knob {
         name: "PINGPONG",
         domain: &[0, 1],
-        doc: "the 2 consumer warpgroups take turns issuing wgmma (one's softmax overlaps the other's GEMMs; needs NUM_WARPS=8, OVERLAP=1)",
+        doc: "the consumer warpgroups take turns issuing wgmma (one's softmax overlaps another's GEMMs; needs NUM_WARPS >= 8, OVERLAP=1)",
     },
 ];
 
@@ -391,13 +391,18 @@ static REGISTRY: [Implementation; 5] = [
             ])
         },
         tuned: |_| Config::default(),
-        constraints: |cfg, _| {
+        constraints: |cfg, head_dim| {
             let (m, w) = (knob(cfg, "BLOCK_M"), knob(cfg, "NUM_WARPS"));
+            if w == 12 && head_dim != 64 {
+                return Err(format!(
+                    "NUM_WARPS=12 needs head dim 64 (3 consumer warpgroups get 160 registers per thread; D={head_dim} needs more)"
+                ));
+            }
             if m != 16 * w {
                 return Err(format!("BLOCK_M={m} must be 16 x NUM_WARPS = {} (64 rows per consumer warpgroup)", 16 * w));
             }
-            if knob(cfg, "PINGPONG") == 1 && (w != 8 || knob(cfg, "OVERLAP") != 1) {
-                return Err("PINGPONG=1 needs NUM_WARPS=8 and OVERLAP=1 (two consumer warpgroups taking turns); add PINGPONG=0".into());
+            if knob(cfg, "PINGPONG") == 1 && (w < 8 || knob(cfg, "OVERLAP") != 1) {
+                return Err("PINGPONG=1 needs NUM_WARPS >= 8 and OVERLAP=1 (consumer warpgroups taking turns); add PINGPONG=0".into());
             }
             Ok(())
         },
