@@ -8,8 +8,9 @@
 //   - Producer: one thread issues every load as a TMA copy (cp.async.bulk.tensor) through the
 //     tensor maps of the ABI: Q once, then tile j of K and of V (BLOCK_N rows) into slot j % STAGES of
 //     a ring, each completing on its own "full" mbarrier (arrive.expect_tx); before refilling a slot it
-//     waits on the slot's "empty" mbarrier. Its other 127 threads leave at once. With two consumer
-//     warpgroups, setmaxnreg moves registers from the producer (24) to the consumers (240).
+//     waits on the slot's "empty" mbarrier. Its other 127 threads leave at once. With two or three
+//     consumer warpgroups, setmaxnreg moves registers from the producer (24) to the consumers (240
+//     with two, 160 with three).
 //   - Consumers, per key tile (no block-wide barrier in the loop):
 //     S = Q·Kᵀ       wgmma m64n{BLOCK_N}k16, A = Q and B = K both from shared memory through
 //                    128-byte-swizzled K-major descriptors (HEAD_DIM / 16 k-steps, one commit group)
@@ -20,6 +21,10 @@
 //     then every consumer thread arrives on the slot's empty barrier.
 //   With OVERLAP 1 (FA3's intra-warpgroup overlap) a warpgroup issues S_{j+1} and P_j·V_j back to
 //   back and runs the softmax of tile j+1 while P_j·V_j is still on the tensor cores.
+//   With PINGPONG 1 (FA3's inter-warpgroup ping-pong) the consumer warpgroups issue their batches
+//   of wgmma in turns, round-robin (named barriers), so that one warpgroup's softmax runs while
+//   another's GEMMs hold the tensor cores.
+//   Causal grids run their blocks bottom-up (the blocks with the most key tiles first).
 //   Tiles entirely above the causal diagonal of the block are never loaded; a warpgroup computes only
 //   the tiles some of its rows see (a prefix), masks only tiles that cross one of its rows' key
 //   limit, and releases the tiles it skips once they have landed. Rows past S_q and keys past S_kv
@@ -28,21 +33,27 @@
 //
 // Knobs (compile-time defines, defaults below)
 //   HEAD_DIM  ∈ {64, 128}     (required, from attn_common.cuh)
-//   NUM_WARPS ∈ {4, 8}        consumer warps (one or two consumer warpgroups); default 8
+//   NUM_WARPS ∈ {4, 8, 12}    consumer warps (1, 2 or 3 consumer warpgroups; 12 only at D 64);
+//                             default 12 at D 64, 8 at D 128
 //   BLOCK_M   = 16 · NUM_WARPS = 64 · consumer warpgroups (the only allowed value; defaulted)
 //   BLOCK_N   ∈ {64, 128}     keys per tile (the rows of a K/V TMA box); default 128
 //   STAGES    ∈ {2, 3, 4}     K/V ring depth; default 3
 //   OVERLAP   ∈ {0, 1}        default 1 (any STAGES: a tile's slot is released only after its P·V)
+//   PINGPONG  ∈ {0, 1}        default 1; 1 needs NUM_WARPS ≥ 8 and OVERLAP 1
+//   Measured on the H100 (gate, graph replay, L2 flushed; SDPA = cuDNN): (2,16,8192,128) fp16
+//   655 TFLOP/s vs 655 (PINGPONG 0: 572; STAGES 2: 600), causal 617 vs 596; (2,16,8192,64) 521 vs
+//   477 (NUM_WARPS 8: 428; PINGPONG 0: 481), causal 479 vs 441.
 //   Constraint: SHARED_BYTES ≤ 232448 (the sm_90 opt-in limit, static barriers included); only
 //   D 128 / BLOCK_N 128 / STAGES 4 exceeds it. Every valid combination compiles with no spill, no
 //   stack frame and no wgmma serialisation (kernels/tools/hopper_check.py).
 //
 // Launch geometry and ABI (kernels/README.md, the TensorMaps ABI)
-//   grid = (ceil(S_q / BLOCK_M), H, B), block = (NUM_WARPS + 4) · 32 threads, dynamic shared memory
+//   grid = (ceil(S_q / BLOCK_M), H, B) (block x computes row block x, or gridDim.x − 1 − x when
+//   causal), block = (NUM_WARPS + 4) · 32 threads, dynamic shared memory
 //     SHARED_BYTES = 1024 + BLOCK_M · HEAD_DIM · 2 + STAGES · 2 · BLOCK_N · HEAD_DIM · 2   bytes
 //   (1024 bytes of slack to align the tiles to the 1024-byte swizzle atom, the Q tile, then
 //   STAGES K tiles, then STAGES V tiles), plus 8 · (1 + 3 · STAGES) bytes of static shared memory for
-//   the mbarriers. Defaults: D 64 → 115712, D 128 → 230400.
+//   the mbarriers. Defaults: D 64 → 123904, D 128 → 230400.
 //   After the ten plain parameters come three `const __grid_constant__` CUtensorMaps, of Q, K and V:
 //   3-D [B·H, S, D] maps (innermost first: D, S, B·H), 16-bit elements, 128-byte swizzle, box =
 //   64 columns × BLOCK_M (Q) or BLOCK_N (K, V) rows × 1. A box is one 64-column panel of a tile.
@@ -71,8 +82,14 @@
 //   consumers. A consumer arrives on empty[s] only after wgmma.wait_group 0 that covers every wgmma
 //   reading the slot. A warpgroup that skips a tile waits for it to land before releasing it, so
 //   that its arrivals never count towards the slot's next round. Before the epilogue a named barrier
-//   (one per consumer warpgroup) makes sure all four warps are past their last wgmma, which read all
-//   64 Q rows, before the rows are overwritten with O.
+//   (ids 1..3, one per consumer warpgroup) makes sure all four warps are past their last wgmma,
+//   which read all 64 Q rows, before the rows are overwritten with O.
+//   Ping-pong turns: warpgroup w bar.syncs on barrier 4 + w (256 = its 128 threads + the previous
+//   warpgroup's 128 arrivals) before a batch and bar.arrives on the next warpgroup's barrier after
+//   it. The last warpgroup arrives once on warpgroup 0's barrier first; every warpgroup takes
+//   exactly 1 + num_tiles turns (the prologue's S_0, one per computed tile, an empty one per skipped
+//   tile), so the counts match, and warpgroup 0 consumes the last hand-over with one more bar.sync.
+//   A warpgroup waits on its full barriers before its turn, never inside it.
 //   Accumulators are fenced (an empty asm on each register) around the async section so that the
 //   compiler does not move their reads or writes across it; wgmma.fence precedes each batch of
 //   wgmma. ptxas serialises wgmma (notes C7513/C7520) when a register a pending wgmma reads or
@@ -638,18 +655,13 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
     // With PINGPONG every warpgroup takes 1 + num_tiles turns, round-robin, warpgroup 0 first: the prologue's, one per tile they compute, and an empty one per tile they skip.
 #if PINGPONG
     if (wg == WARPGROUPS - 1 && num_tiles > 0) named_barrier_arrive(TURN_BARRIER, 256);  // warpgroup 0 starts
-    if (num_tiles > 0) {
-        turn_begin(wg);
-        if (wg_tiles > 0) {
-            mbar_wait(k_full(0), 0);
-        }
-    }
+#endif
+    if (wg_tiles > 0) mbar_wait(k_full(0), 0);
+#if PINGPONG
+    if (num_tiles > 0) turn_begin(wg);
 #endif
     if (wg_tiles > 0) {
         float s_acc[S_REGS];
-#if !PINGPONG
-        mbar_wait(k_full(0), 0);
-#endif
         issue_qk(s_acc, q_rows, k_slot(0));
         turn_end(wg);
         wgmma_wait<0>();

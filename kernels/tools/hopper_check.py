@@ -6,7 +6,7 @@ memory of hopper.cu's formula; exits 1 if a config fails to compile, spills, use
 needs more shared memory than sm_90 allows, or ptxas warns (e.g. wgmma serialisation).
 
 Usage: hopper_check.py [--cuda DIR] [--keep DIR] [--config "HEAD_DIM=128 NUM_WARPS=8 ..."] ...
-Without --config it checks every NUM_WARPS x BLOCK_N x STAGES combination of both head dims that
+Without --config it checks every NUM_WARPS x BLOCK_N x STAGES x OVERLAP x PINGPONG combination of both head dims that
 fits in shared memory.
 """
 
