@@ -389,7 +389,7 @@ static REGISTRY: [Implementation; 5] = [
     },
     Implementation {
         name: "hopper",
-        summary: "Hopper (sm_90a): warp-specialised, TMA producer warp + mbarrier K/V ring, 2 wgmma consumer warpgroups (Q·Kᵀ and P·V, P from registers), FA3-style overlap",
+        summary: "Hopper (sm_90a): warp-specialised: TMA producer warp + mbarrier K/V ring, 2-3 wgmma consumer warpgroups (Q·Kᵀ and P·V, P from registers), FA3 intra-warpgroup overlap + ping-pong",
         engine: Engine::Kernel { file: "hopper.cu", source: include_str!("../../../kernels/hopper.cu") },
         abi: Abi::TensorMaps,
         knobs: &HOPPER_KNOBS,
