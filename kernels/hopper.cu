@@ -1,47 +1,69 @@
-// hopper.cu — FlashAttention-style forward kernel on Hopper's warpgroup tensor cores (wgmma, sm_90a).
+// hopper.cu — FlashAttention-3-style forward kernel on Hopper: TMA, mbarriers, warp specialisation,
+// warpgroup tensor cores (wgmma, sm_90a).
 //
 // Bird's-eye view
-//   One thread block computes a BLOCK_M × HEAD_DIM tile of O for one (batch, head). Its NUM_WARPS
-//   warps form NUM_WARPS / 4 consumer warpgroups (4 consecutive warps, the first at a warp index
-//   divisible by 4) of 64 query rows each; warp w of a warpgroup owns rows 16w..16w+15 of them.
-//   Every thread also loads: there is no producer warp (a first, correct step). Per key tile:
+//   One thread block computes a BLOCK_M × HEAD_DIM tile of O for one (batch, head). Its warps are
+//   NUM_WARPS consumer warps (NUM_WARPS / 4 consumer warpgroups of 64 query rows each; warp w of a
+//   warpgroup owns rows 16w..16w+15 of them), then one producer warpgroup (4 warps).
+//   - Producer: one thread issues every load as a TMA copy (cp.async.bulk.tensor) through the
+//     tensor maps of the ABI: Q once, then tile j of K and of V (BLOCK_N rows) into slot j % STAGES of
+//     a ring, each completing on its own "full" mbarrier (arrive.expect_tx); before refilling a slot it
+//     waits on the slot's "empty" mbarrier. Its other 127 threads leave at once. With two or three
+//     consumer warpgroups, setmaxnreg moves registers from the producer (24) to the consumers (240
+//     with two, 160 with three).
+//   - Consumers, per key tile (no block-wide barrier in the loop):
 //     S = Q·Kᵀ       wgmma m64n{BLOCK_N}k16, A = Q and B = K both from shared memory through
 //                    128-byte-swizzled K-major descriptors (HEAD_DIM / 16 k-steps, one commit group)
 //     P = exp2(S·scale·log2e − m), online softmax FA2-style in registers (quad shuffles)
 //     O = O·α + P·V  wgmma m64n64k16 per 64-column panel of O: A = P re-packed in registers (the
 //                    S accumulator layout is the A-fragment layout), B = V from shared memory through
 //                    a 128-byte-swizzled MN-major descriptor (trans-b: V stays [keys, D] row-major)
+//     then every consumer thread arrives on the slot's empty barrier.
 //   With OVERLAP 1 (FA3's intra-warpgroup overlap) a warpgroup issues S_{j+1} and P_j·V_j back to
 //   back and runs the softmax of tile j+1 while P_j·V_j is still on the tensor cores.
-//   K/V tiles of BLOCK_N rows stream through a STAGES-deep cp.async ring; Q is loaded once. Tiles
-//   entirely above the causal diagonal of the block are never loaded; a warpgroup skips the tiles
-//   that none of its rows sees, and masks only tiles that cross one of its rows' key limit. Rows that
-//   see no key write zeros. The output is staged in the Q tile and written with 16-byte stores.
+//   With PINGPONG 1 (FA3's inter-warpgroup ping-pong) the consumer warpgroups issue their batches
+//   of wgmma in turns, round-robin (named barriers), so that one warpgroup's softmax runs while
+//   another's GEMMs hold the tensor cores.
+//   Causal grids run their blocks bottom-up (the blocks with the most key tiles first).
+//   Tiles entirely above the causal diagonal of the block are never loaded; a warpgroup computes only
+//   the tiles some of its rows see (a prefix), masks only tiles that cross one of its rows' key
+//   limit, and releases the tiles it skips once they have landed. Rows past S_q and keys past S_kv
+//   arrive as zeros from the TMA (the maps' bounds); rows that see no key write zeros. The output is
+//   staged in the warpgroup's own rows of the Q tile and written with 16-byte stores.
 //
 // Knobs (compile-time defines, defaults below)
 //   HEAD_DIM  ∈ {64, 128}     (required, from attn_common.cuh)
-//   NUM_WARPS ∈ {4, 8}        default 8 (two consumer warpgroups)
-//   BLOCK_M   = 16 · NUM_WARPS = 64 · warpgroups (the only allowed value; defaulted)
-//   BLOCK_N   ∈ {64, 128}     keys per tile; default 128
+//   NUM_WARPS ∈ {4, 8, 12}    consumer warps (1, 2 or 3 consumer warpgroups; 12 only at D 64);
+//                             default 12 at D 64, 8 at D 128
+//   BLOCK_M   = 16 · NUM_WARPS = 64 · consumer warpgroups (the only allowed value; defaulted)
+//   BLOCK_N   ∈ {64, 128}     keys per tile (the rows of a K/V TMA box); default 128
 //   STAGES    ∈ {2, 3, 4}     K/V ring depth; default 3
-//   OVERLAP   ∈ {0, 1}        default 1; 1 needs STAGES ≥ 3 (tiles j and j+1 are read together)
-//   Defaults per head dim: D 64 and D 128 both NUM_WARPS 8 (BLOCK_M 128), BLOCK_N 128, STAGES 3,
-//   OVERLAP 1 (on the H100, (2,16,8192,128) fp16: 390 TFLOP/s against 364 with OVERLAP 0 /
-//   STAGES 2 and 346 with BLOCK_N 64 / STAGES 4). Constraint: SHARED_BYTES ≤ 232448 (the sm_90 opt-in limit); only D 128 / BLOCK_N 128
-//   / STAGES 4 exceeds it (with either NUM_WARPS). Every valid combination compiles
-//   with no spill, no stack frame and no wgmma serialisation (kernels/tools/hopper_check.py).
+//   OVERLAP   ∈ {0, 1}        default 1 (any STAGES: a tile's slot is released only after its P·V)
+//   PINGPONG  ∈ {0, 1}        default 1; 1 needs NUM_WARPS ≥ 8 and OVERLAP 1
+//   Measured on the H100 (gate, graph replay, L2 flushed; SDPA = cuDNN): (2,16,8192,128) fp16
+//   655 TFLOP/s vs 655 (PINGPONG 0: 572; STAGES 2: 600), causal 617 vs 596; (2,16,8192,64) 521 vs
+//   477 (NUM_WARPS 8: 428; PINGPONG 0: 481), causal 479 vs 441.
+//   Constraint: SHARED_BYTES ≤ 232448 (the sm_90 opt-in limit, static barriers included); only
+//   D 128 / BLOCK_N 128 / STAGES 4 exceeds it. Every valid combination compiles with no spill, no
+//   stack frame and no wgmma serialisation (kernels/tools/hopper_check.py).
 //
-// Launch geometry (the ABI's)
-//   grid = (ceil(S_q / BLOCK_M), H, B), block = NUM_WARPS · 32 threads, dynamic shared memory
+// Launch geometry and ABI (kernels/README.md, the TensorMaps ABI)
+//   grid = (ceil(S_q / BLOCK_M), H, B) (block x computes row block x, or gridDim.x − 1 − x when
+//   causal), block = (NUM_WARPS + 4) · 32 threads, dynamic shared memory
 //     SHARED_BYTES = 1024 + BLOCK_M · HEAD_DIM · 2 + STAGES · 2 · BLOCK_N · HEAD_DIM · 2   bytes
 //   (1024 bytes of slack to align the tiles to the 1024-byte swizzle atom, the Q tile, then
-//   STAGES × (K tile + V tile)). Defaults: D 64 → 115712, D 128 → 230400.
+//   STAGES K tiles, then STAGES V tiles), plus 8 · (1 + 3 · STAGES) bytes of static shared memory for
+//   the mbarriers. Defaults: D 64 → 123904, D 128 → 230400.
+//   After the ten plain parameters come three `const __grid_constant__` CUtensorMaps, of Q, K and V:
+//   3-D [B·H, S, D] maps (innermost first: D, S, B·H), 16-bit elements, 128-byte swizzle, box =
+//   64 columns × BLOCK_M (Q) or BLOCK_N (K, V) rows × 1. A box is one 64-column panel of a tile.
 //
-// Shared-memory layout (what the descriptors describe)
+// Shared-memory layout (what the TMA writes and the descriptors describe)
 //   A tile of R rows × HEAD_DIM is stored as HEAD_DIM / 64 panels of 64 columns; panel p holds rows
 //   of 128 bytes (columns 64p..64p+63), row r at byte r·128, and logical 16-byte chunk c of row r at
-//   physical chunk c ^ (r & 7): the 128-byte swizzle (CUTLASS's Swizzle<3,4,3>) on a 1024-byte
-//   aligned base. Eight rows form one 1024-byte swizzle atom.
+//   physical chunk c ^ (r & 7): the 128-byte swizzle (CUTLASS's Swizzle<3,4,3>, the TMA's
+//   SWIZZLE_128B) on a 1024-byte aligned base. Eight rows form one 1024-byte swizzle atom; every
+//   panel starts 1024-byte aligned.
 //   - Q, K as K-major operands (K = head dim contiguous): stride byte offset (between 8-row groups)
 //     1024; leading byte offset unused by the 128-byte swizzle (set to 16). k-step kk (16 columns =
 //     32 bytes) starts at panel kk / 4 plus 32·(kk % 4) bytes; the hardware applies the XOR to the
@@ -52,15 +74,29 @@
 //     1024. k-step kk (keys 16kk..16kk+15) starts at byte 2048·kk of the panel.
 //
 // Ordering
-//   cp.async writes (generic proxy) are read by wgmma (async proxy): after cp.async.wait_group every
-//   thread runs fence.proxy.async.shared::cta, then the block barrier. A slot is refilled only after
-//   the barrier that follows every warpgroup's wgmma.wait_group 0 on it. Accumulators are fenced
-//   (an empty asm on each register) around the async section so that the compiler does not move
-//   their reads or writes across it; wgmma.fence precedes each batch of wgmma. ptxas serialises
-//   wgmma (notes C7513/C7520) when a register a pending wgmma reads or writes is redefined before
-//   the wait, or a batch straddles divergent code: hence the softmax only touches S (complete) while
-//   P·V is pending, P is packed after the wait, each OVERLAP branch is one straight pipeline, and
-//   the warpgroup index goes through a shuffle (warp-uniform for the compiler).
+//   Barriers: q_full (1 arrival + Q's bytes), k_full[s] and v_full[s] (1 arrival + a tile's bytes),
+//   empty[s] (one arrival per consumer thread). Tile j uses slot j % STAGES, and the phase of its
+//   slot's barriers with parity (j / STAGES) & 1; the producer waits for empty[s]'s phase of round
+//   j / STAGES − 1 before loading tile j (j ≥ STAGES). The TMA writes and wgmma reads are both in
+//   the async proxy: completion of the full barrier's phase makes the tile visible to the waiting
+//   consumers. A consumer arrives on empty[s] only after wgmma.wait_group 0 that covers every wgmma
+//   reading the slot. A warpgroup that skips a tile waits for it to land before releasing it, so
+//   that its arrivals never count towards the slot's next round. Before the epilogue a named barrier
+//   (ids 1..3, one per consumer warpgroup) makes sure all four warps are past their last wgmma,
+//   which read all 64 Q rows, before the rows are overwritten with O.
+//   Ping-pong turns: warpgroup w bar.syncs on barrier 4 + w (256 = its 128 threads + the previous
+//   warpgroup's 128 arrivals) before a batch and bar.arrives on the next warpgroup's barrier after
+//   it. The last warpgroup arrives once on warpgroup 0's barrier first; every warpgroup takes
+//   exactly 1 + num_tiles turns (the prologue's S_0, one per computed tile, an empty one per skipped
+//   tile), so the counts match, and warpgroup 0 consumes the last hand-over with one more bar.sync.
+//   A warpgroup waits on its full barriers before its turn, never inside it.
+//   Accumulators are fenced (an empty asm on each register) around the async section so that the
+//   compiler does not move their reads or writes across it; wgmma.fence precedes each batch of
+//   wgmma. ptxas serialises wgmma (notes C7513/C7520) when a register a pending wgmma reads or
+//   writes is redefined before the wait, or a batch straddles divergent code: hence the softmax only
+//   touches S (complete) while P·V is pending, P is packed after the wait, the barrier waits come
+//   before each batch, each OVERLAP branch is one straight pipeline, and the warp index goes through
+//   a shuffle (warp-uniform for the compiler).
 //
 // Fragment layouts (per warp of the warpgroup, g = lane / 4, t = lane % 4)
 //   D of m64nNk16 (f32): registers 4i..4i+3 hold columns 8i + 2t, +1 of row g (4i, 4i+1) and row
@@ -85,14 +121,19 @@
 #ifndef OVERLAP
 #define OVERLAP 1
 #endif
+#ifndef PINGPONG
+#define PINGPONG 1
+#endif
 
 static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "hopper.cu: HEAD_DIM must be 64 or 128");
-static_assert(NUM_WARPS == 4 || NUM_WARPS == 8, "hopper.cu: NUM_WARPS must be 4 or 8");
+static_assert(NUM_WARPS == 4 || NUM_WARPS == 8 || NUM_WARPS == 12, "hopper.cu: NUM_WARPS (consumer warps) must be 4, 8 or 12");
+static_assert(NUM_WARPS != 12 || HEAD_DIM == 64, "hopper.cu: NUM_WARPS 12 (160 registers per consumer thread) needs HEAD_DIM 64");
 static_assert(BLOCK_M == 16 * NUM_WARPS, "hopper.cu: BLOCK_M must equal 64 * (NUM_WARPS / 4)");
 static_assert(BLOCK_N == 64 || BLOCK_N == 128, "hopper.cu: BLOCK_N must be 64 or 128");
-static_assert(STAGES == 2 || STAGES == 3 || STAGES == 4, "hopper.cu: STAGES must be 2, 3 or 4");
+static_assert(STAGES >= 2 && STAGES <= 4, "hopper.cu: STAGES must be 2, 3 or 4");
 static_assert(OVERLAP == 0 || OVERLAP == 1, "hopper.cu: OVERLAP must be 0 or 1");
-static_assert(!OVERLAP || STAGES >= 3, "hopper.cu: OVERLAP needs STAGES >= 3 (tiles j and j+1 stay resident)");
+static_assert(PINGPONG == 0 || (PINGPONG == 1 && NUM_WARPS >= 8 && OVERLAP == 1),
+              "hopper.cu: PINGPONG must be 0, or 1 with NUM_WARPS 8 or 12 and OVERLAP 1");
 static_assert(sizeof(elem_t) == 2, "hopper.cu: 16-bit elements expected");
 
 #if defined(ATTN_DTYPE_BF16)
@@ -101,13 +142,21 @@ static_assert(sizeof(elem_t) == 2, "hopper.cu: 16-bit elements expected");
 #define HOPPER_WGMMA_TYPE "f16"
 #endif
 
+// The driver's CUtensorMap (cuda.h, not available to NVRTC): 128 opaque bytes, 64-byte aligned.
+struct alignas(64) HopperTensorMap {
+    unsigned long long opaque[16];
+};
+
 namespace hopper_attn {
 
 typedef unsigned int u32;
 typedef unsigned long long u64;
 
 constexpr int D = HEAD_DIM;
-constexpr int THREADS = NUM_WARPS * 32;
+constexpr int WARPGROUPS = NUM_WARPS / 4;            // consumer warpgroups
+constexpr int CONSUMER_THREADS = NUM_WARPS * 32;
+static_assert(BLOCK_M == 64 * WARPGROUPS, "64 query rows per consumer warpgroup");
+constexpr int THREADS = CONSUMER_THREADS + 128;      // + the producer warpgroup
 constexpr int PANELS = D / 64;                 // 64-column (128-byte) panels per tile row
 constexpr int CHUNKS = D / 8;                  // 16-byte chunks per row
 constexpr int Q_TILE_BYTES = BLOCK_M * D * 2;
@@ -116,16 +165,16 @@ constexpr int QK_K_STEPS = D / 16;             // k-steps of Q·Kᵀ (over head 
 constexpr int PV_K_STEPS = BLOCK_N / 16;       // k-steps of P·V (over keys)
 constexpr int S_REGS = BLOCK_N / 2;            // f32 S accumulator registers per thread
 constexpr int S_CHUNKS = BLOCK_N / 8;          // 8-column chunks of S
-constexpr int KV_CHUNKS_PER_THREAD = BLOCK_N * CHUNKS / THREADS;
-constexpr int Q_CHUNKS_PER_THREAD = BLOCK_M * CHUNKS / THREADS;
 constexpr int OUT_CHUNKS_PER_LANE = 16 * CHUNKS / 32;
-// K/V tiles the prologue loads; iteration j then loads tile j + STAGES - 1 into the slot of tile
-// j - 1. The tile needed at the top of iteration j is j + OVERLAP, so the newer commit groups that
-// may still be in flight there number STAGES - 2 - OVERLAP.
-constexpr int PREFETCH = STAGES - 1;
-
-static_assert(BLOCK_N * CHUNKS % THREADS == 0, "K/V tile chunks must split evenly over the block");
-static_assert(BLOCK_M * CHUNKS % THREADS == 0, "Q tile chunks must split evenly over the block");
+// Registers per thread after setmaxnreg (with one consumer warpgroup every thread already has the
+// 255 of the entry cap): 128 · 24 + 256 · 240 = 64512 and 128 · 24 + 384 · 160 = 64512 ≤ 65536.
+#if NUM_WARPS == 8
+constexpr int PRODUCER_REGS = 24;
+constexpr int CONSUMER_REGS = 240;
+#elif NUM_WARPS == 12
+constexpr int PRODUCER_REGS = 24;
+constexpr int CONSUMER_REGS = 160;
+#endif
 
 #define HOPPER_NEG_INF __int_as_float(0xff800000u)
 
@@ -135,23 +184,80 @@ __device__ __forceinline__ u32 smem_addr(const void* p) {
     return static_cast<u32>(__cvta_generic_to_shared(p));
 }
 
-// 16-byte async copy global -> shared (.cg, L2 only). src_bytes 0 zero-fills: how tails are padded.
-__device__ __forceinline__ void cp_async_16(u32 dst, const void* src, bool in_range) {
-    const int src_bytes = in_range ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// Makes the initialised barriers visible to the async proxy (the copy engine completes on them).
+__device__ __forceinline__ void fence_barrier_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// Arrives (one of the barrier's arrivals) and announces `bytes` of transactions for this phase.
+__device__ __forceinline__ void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Waits until the phase of parity `parity` of the barrier has completed.
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+    u32 done;
+    do {
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    } while (!done);
 }
 
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-
-template <int Pending>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
+// One box of a 3-D tensor map (coordinates innermost first: column, row, batch·head) into shared
+// memory at `dst`, completing `bytes` of transactions on `bar`. Out-of-range rows read as zeros.
+__device__ __forceinline__ void tma_load_3d(u32 dst, const HopperTensorMap* map, int c0, int c1, int c2, u32 bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(
+            dst),
+        "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+        : "memory");
 }
 
-// Makes this thread's completed generic-proxy shared-memory writes (cp.async, st.shared) visible to
-// the async proxy (wgmma's operand reads). Followed by a barrier for the other threads' reads.
-__device__ __forceinline__ void fence_proxy_async() {
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+__device__ __forceinline__ void prefetch_tensor_map(const HopperTensorMap* map) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<u64>(map)) : "memory");
+}
+
+// Named barrier over the `threads` threads (whole warps) that use barrier `id` (0 is __syncthreads').
+__device__ __forceinline__ void named_barrier_sync(u32 id, u32 threads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+__device__ __forceinline__ void named_barrier_arrive(u32 id, u32 threads) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Inter-warpgroup ping-pong (PINGPONG 1): consumer warpgroup w issues a batch of wgmma only in its
+// turn, bar.sync on barrier TURN_BARRIER + w (its 128 threads + 128 arrivals of the previous
+// warpgroup), and hands the turn over right after issuing (bar.arrive on the next one's barrier),
+// round-robin, so that one warpgroup's softmax runs while another's GEMMs use the tensor cores.
+#if PINGPONG
+constexpr u32 TURN_BARRIER = 4;  // 1..3: the epilogue's per-warpgroup barriers
+#endif
+__device__ __forceinline__ void turn_begin(int wg) {
+#if PINGPONG
+    named_barrier_sync(TURN_BARRIER + wg, 256);
+#endif
+}
+__device__ __forceinline__ void turn_end(int wg) {
+#if PINGPONG
+    named_barrier_arrive(TURN_BARRIER + (wg + 1 == WARPGROUPS ? 0 : wg + 1), 256);
+#endif
+}
+
+template <int Regs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Regs));
+}
+template <int Regs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Regs));
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -262,21 +368,6 @@ __device__ __forceinline__ u32 tile_offset(int rows, int row, int col) {
     return static_cast<u32>(panel * rows * 128 + row * 128 + ((chunk ^ (row & 7)) << 4) + (col & 7) * 2);
 }
 
-// `Rows` rows of a head (rows row0.. of `head`) into the swizzled tile `dst`, cooperatively by the
-// block, 16-byte chunks. Rows >= limit are zero-filled without a global read.
-template <int Rows, int PerThread>
-__device__ __forceinline__ void load_rows(u32 dst, const elem_t* __restrict__ head, int row0, int limit, int tid) {
-#pragma unroll
-    for (int i = 0; i < PerThread; ++i) {
-        const int idx = tid + i * THREADS;
-        const int row = idx / CHUNKS;
-        const int col = (idx % CHUNKS) * 8;
-        const bool in_range = row0 + row < limit;
-        const elem_t* src = in_range ? head + static_cast<size_t>(row0 + row) * D + col : head;
-        cp_async_16(dst + tile_offset(Rows, row, col), src, in_range);
-    }
-}
-
 // Key limit (exclusive) of one query row: the causal bound, clipped to the keys that exist.
 __device__ __forceinline__ int row_kv_limit(int row, int seq_q, int seq_kv, int causal) {
     return causal ? min(seq_kv, causal_kv_end(row, seq_q, seq_kv)) : seq_kv;
@@ -331,49 +422,54 @@ __device__ __forceinline__ void issue_pv(float (&o_acc)[PANELS][32], u32 (&p_fra
     wgmma_commit();
 }
 
-// Online softmax of one S tile (already waited for), in place: scales into the log2 domain, masks
-// if the tile crosses a row's key limit, updates the running max and sum, and leaves the f32
-// probabilities in s_acc; returns in `rescale` the factor O must be multiplied by before this
-// tile's P·V is added (rows g and g + 8). Writes no register that a pending P·V reads.
+// Online softmax of one S tile (already waited for), in place: masks if the tile crosses a row's
+// key limit, updates the running max (kept in the scale·log2e domain; the max of the raw scores
+// times scale is the max of the scaled ones, scale > 0) and sum, and leaves the f32 probabilities
+// exp2(s·scale·log2e − m) in s_acc (one FFMA and one MUFU.EX2 per score); returns in `rescale` the
+// factor O must be multiplied by before this tile's P·V is added (rows g and g + 8). Writes no
+// register that a pending P·V reads.
 __device__ __forceinline__ void softmax_scores(float (&s_acc)[S_REGS], int kv0, bool needs_mask,
                                                const int (&lane_limit)[2], int t, float scale_log2,
                                                float (&row_max)[2], float (&row_sum)[2], float (&rescale)[2]) {
     fence_regs(s_acc);
+    if (needs_mask) {
 #pragma unroll
-    for (int n = 0; n < S_CHUNKS; ++n) {
+        for (int n = 0; n < S_CHUNKS; ++n) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            float& s = s_acc[4 * n + e];
-            s *= scale_log2;
-            if (needs_mask) {
+            for (int e = 0; e < 4; ++e) {
                 const int col = kv0 + 8 * n + 2 * t + (e & 1);
-                if (col >= lane_limit[e >> 1]) s = HOPPER_NEG_INF;
+                if (col >= lane_limit[e >> 1]) s_acc[4 * n + e] = HOPPER_NEG_INF;
             }
         }
     }
-    float max_used[2];
+    float neg_max[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        float m = row_max[h];
+        float m = HOPPER_NEG_INF;
 #pragma unroll
         for (int n = 0; n < S_CHUNKS; ++n) m = fmaxf(m, fmaxf(s_acc[4 * n + 2 * h], s_acc[4 * n + 2 * h + 1]));
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+        m = fmaxf(row_max[h], m * scale_log2);
         // A row that has seen no key keeps max -inf; subtracting 0 instead keeps NaN out.
-        max_used[h] = m == HOPPER_NEG_INF ? 0.f : m;
-        rescale[h] = exp2_ftz(row_max[h] - max_used[h]);
+        const float max_used = m == HOPPER_NEG_INF ? 0.f : m;
+        rescale[h] = exp2_ftz(row_max[h] - max_used);
         row_max[h] = m;
-        row_sum[h] *= rescale[h];
+        neg_max[h] = -max_used;
     }
+    // Four partial sums per row: short dependency chains.
+    float sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
 #pragma unroll
     for (int n = 0; n < S_CHUNKS; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             float& s = s_acc[4 * n + e];
-            s = exp2_ftz(s - max_used[e >> 1]);
-            row_sum[e >> 1] += s;
+            s = exp2_ftz(fmaf(s, scale_log2, neg_max[e >> 1]));
+            sum[e >> 1][e & 1] += s;
         }
     }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) row_sum[h] = row_sum[h] * rescale[h] + (sum[h][0] + sum[h][1]);
 }
 
 // The probabilities as A fragments of P·V: k-step kk is S chunks 2kk (a0 row g, a1 row g + 8) and
@@ -402,28 +498,63 @@ __device__ __forceinline__ void rescale_o(float (&o_acc)[PANELS][32], const floa
             }
 }
 
-// `Rows` rows of a head into a ring slot, or nothing past the block's last tile; always one commit
-// group, so that group counting stays uniform.
-__device__ __forceinline__ void load_kv_tile(u32 k_slot, u32 v_slot, const elem_t* __restrict__ k_head,
-                                             const elem_t* __restrict__ v_head, int tile, int num_tiles, int seq_kv,
-                                             int tid) {
-    if (tile < num_tiles) {
-        load_rows<BLOCK_N, KV_CHUNKS_PER_THREAD>(k_slot, k_head, tile * BLOCK_N, seq_kv, tid);
-        load_rows<BLOCK_N, KV_CHUNKS_PER_THREAD>(v_slot, v_head, tile * BLOCK_N, seq_kv, tid);
+
+// The pipeline's barriers (static shared memory, beside the dynamic tiles).
+struct Barriers {
+    u64 q_full;             // Q has landed (transactions: the Q tile)
+    u64 k_full[STAGES];     // K of the slot's tile has landed
+    u64 v_full[STAGES];     // V of the slot's tile has landed
+    u64 empty[STAGES];      // every consumer thread is done with the slot (CONSUMER_THREADS arrivals)
+};
+
+// The producer: one thread issues every copy of the block. Q first, then tile j of K and V into
+// slot j % STAGES once the consumers have released the slot's previous tile (j − STAGES).
+__device__ __forceinline__ void produce(Barriers& bars, u32 q_tile, u32 k_tiles, u32 v_tiles,
+                                        const HopperTensorMap* map_q, const HopperTensorMap* map_k,
+                                        const HopperTensorMap* map_v, int m0, int bh, int num_tiles) {
+    const u32 q_full = smem_addr(&bars.q_full);
+    mbar_arrive_expect_tx(q_full, Q_TILE_BYTES);
+#pragma unroll
+    for (int p = 0; p < PANELS; ++p) tma_load_3d(q_tile + p * BLOCK_M * 128, map_q, 64 * p, m0, bh, q_full);
+    int slot = 0;
+    u32 phase = 0;  // parity of the slot's current round
+    for (int j = 0; j < num_tiles; ++j) {
+        // Round r = j / STAGES of a slot waits for the consumers' release of round r − 1.
+        if (j >= STAGES) mbar_wait(smem_addr(&bars.empty[slot]), phase ^ 1);
+        const u32 k_full = smem_addr(&bars.k_full[slot]);
+        const u32 v_full = smem_addr(&bars.v_full[slot]);
+        const u32 k_dst = k_tiles + slot * KV_TILE_BYTES;
+        const u32 v_dst = v_tiles + slot * KV_TILE_BYTES;
+        mbar_arrive_expect_tx(k_full, KV_TILE_BYTES);
+#pragma unroll
+        for (int p = 0; p < PANELS; ++p) tma_load_3d(k_dst + p * BLOCK_N * 128, map_k, 64 * p, j * BLOCK_N, bh, k_full);
+        mbar_arrive_expect_tx(v_full, KV_TILE_BYTES);
+#pragma unroll
+        for (int p = 0; p < PANELS; ++p) tma_load_3d(v_dst + p * BLOCK_N * 128, map_v, 64 * p, j * BLOCK_N, bh, v_full);
+        if (++slot == STAGES) {
+            slot = 0;
+            phase ^= 1;
+        }
     }
-    cp_async_commit();
 }
 
 }  // namespace hopper_attn
 
-// The cap at entry (min blocks 1) leaves ptxas the whole register file per thread of the block.
-extern "C" __global__ void __launch_bounds__(NUM_WARPS * 32, 1)
+// The cap at entry (min blocks 1) gives every thread 65536 / THREADS registers (168 with two consumer
+// warpgroups), which setmaxnreg then moves from the producer to the consumers.
+extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
     attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_t* __restrict__ v,
-             elem_t* __restrict__ o, int batch, int heads, int seq_q, int seq_kv, float scale, int causal) {
+             elem_t* __restrict__ o, int batch, int heads, int seq_q, int seq_kv, float scale, int causal,
+             const __grid_constant__ HopperTensorMap map_q, const __grid_constant__ HopperTensorMap map_k,
+             const __grid_constant__ HopperTensorMap map_v) {
     using namespace hopper_attn;
     (void)batch;  // the batch index comes from blockIdx.z
+    (void)q;      // Q, K and V are read through their tensor maps
+    (void)k;
+    (void)v;
 
     extern __shared__ __align__(1024) unsigned char smem_raw[];
+    __shared__ Barriers bars;
     // The swizzle is applied to absolute shared addresses: align the tiles to the 1024-byte atom.
     const u32 raw_addr = smem_addr(smem_raw);
     const u32 base = (raw_addr + 1023u) & ~1023u;
@@ -434,27 +565,53 @@ extern "C" __global__ void __launch_bounds__(NUM_WARPS * 32, 1)
 
     const int tid = threadIdx.x;
     const int lane = tid & 31;
-    const int warp = tid >> 5;
-    // The consumer warpgroup, through a shuffle so that the compiler knows it is warp-uniform: the
-    // descriptors built from it then live in uniform registers, and ptxas does not serialise the
-    // wgmma whose descriptors are computed between them.
-    const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0);
-    const int g = lane >> 2;
-    const int t = lane & 3;
-    const int wg_row0 = wg * 64;                    // first row of the warpgroup in the block tile
-    const int warp_row0 = wg_row0 + (warp & 3) * 16;  // first row of this warp's D fragment
+    // Warp-uniform for the compiler (a shuffle): roles and descriptors then branch uniformly.
+    const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
 
-    const int m0 = blockIdx.x * BLOCK_M;
-    const size_t bh = static_cast<size_t>(blockIdx.z) * heads + blockIdx.y;
-    const elem_t* q_head = q + bh * seq_q * D;
-    const elem_t* k_head = k + bh * seq_kv * D;
-    const elem_t* v_head = v + bh * seq_kv * D;
-    elem_t* o_head = o + bh * seq_q * D;
-
+    // Causal: the blocks of the last rows (the most key tiles) first, so that the short ones fill
+    // the tail of the grid.
+    const int m0 = (causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * BLOCK_M;
+    const int bh = blockIdx.z * heads + blockIdx.y;
     // Key tiles this block visits: up to the last key its last real row may see (causal skipping).
     const int last_row = min(m0 + BLOCK_M, seq_q) - 1;
     const int block_kv_end = row_kv_limit(last_row, seq_q, seq_kv, causal);
     const int num_tiles = block_kv_end > 0 ? (block_kv_end + BLOCK_N - 1) / BLOCK_N : 0;
+
+    if (tid == CONSUMER_THREADS) {
+        prefetch_tensor_map(&map_q);
+        prefetch_tensor_map(&map_k);
+        prefetch_tensor_map(&map_v);
+        mbar_init(smem_addr(&bars.q_full), 1);
+#pragma unroll
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(smem_addr(&bars.k_full[s]), 1);
+            mbar_init(smem_addr(&bars.v_full[s]), 1);
+            mbar_init(smem_addr(&bars.empty[s]), CONSUMER_THREADS);
+        }
+        fence_barrier_init();
+    }
+    __syncthreads();  // the only block-wide barrier: the barriers are initialised
+
+    if (warp >= NUM_WARPS) {
+        // ---- producer warpgroup: one thread issues the copies, the other warps leave ---------------
+#if NUM_WARPS >= 8
+        setmaxnreg_dec<PRODUCER_REGS>();
+#endif
+        if (warp == NUM_WARPS && lane == 0)
+            produce(bars, q_tile, k_tiles, v_tiles, &map_q, &map_k, &map_v, m0, bh, num_tiles);
+        return;
+    }
+
+    // ---- consumer warpgroups ----------------------------------------------------------------------
+#if NUM_WARPS >= 8
+    setmaxnreg_inc<CONSUMER_REGS>();
+#endif
+    const int wg = warp >> 2;
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    const int wg_row0 = wg * 64;                      // first row of the warpgroup in the block tile
+    const int warp_row0 = wg_row0 + (warp & 3) * 16;  // first row of this warp's D fragment
+    elem_t* o_head = o + static_cast<size_t>(bh) * seq_q * D;
 
     // Tiles this warpgroup computes: a prefix of the block's (wgmma is warpgroup-wide, so every
     // decision around it is uniform over the warpgroup). Tiles ending at or before wg_lo_limit need
@@ -469,14 +626,11 @@ extern "C" __global__ void __launch_bounds__(NUM_WARPS * 32, 1)
 
     const float scale_log2 = scale * ATTN_LOG2E;
     const u32 q_rows = q_tile + wg_row0 * 128;  // this warpgroup's 64 rows of every Q panel
-    auto k_slot = [&](int tile) { return k_tiles + (tile % STAGES) * KV_TILE_BYTES; };
-    auto v_slot = [&](int tile) { return v_tiles + (tile % STAGES) * KV_TILE_BYTES; };
-
-    // ---- prologue: Q (own commit group), then the first PREFETCH K/V tiles -------------------------
-    load_rows<BLOCK_M, Q_CHUNKS_PER_THREAD>(q_tile, q_head, m0, seq_q, tid);
-    cp_async_commit();
-#pragma unroll
-    for (int s = 0; s < PREFETCH; ++s) load_kv_tile(k_slot(s), v_slot(s), k_head, v_head, s, num_tiles, seq_kv, tid);
+    auto k_slot = [&](int s) { return k_tiles + s * KV_TILE_BYTES; };
+    auto v_slot = [&](int s) { return v_tiles + s * KV_TILE_BYTES; };
+    auto k_full = [&](int s) { return smem_addr(&bars.k_full[s]); };
+    auto v_full = [&](int s) { return smem_addr(&bars.v_full[s]); };
+    auto empty = [&](int s) { return smem_addr(&bars.empty[s]); };
 
     float o_acc[PANELS][32];
 #pragma unroll
@@ -490,37 +644,51 @@ extern "C" __global__ void __launch_bounds__(NUM_WARPS * 32, 1)
     u32 p_frag[PV_K_STEPS][4];
     float rescale[2];
 
+    // Tile j lives in slot j % STAGES; its barriers' phase there has parity (j / STAGES) & 1.
+    mbar_wait(smem_addr(&bars.q_full), 0);
+    int slot = 0;
+    u32 phase = 0;
 #if OVERLAP
     // FA3's intra-warpgroup overlap. Iteration j issues S_{j+1} = Q·K_{j+1}ᵀ, rescales O for tile j,
     // issues O += P_j·V_j, waits for S_{j+1} only and runs its softmax while P_j·V_j is still on the
-    // tensor cores, then waits for that and packs P_{j+1}. Tile j + 1 must be resident at the top of
-    // iteration j; the slot of tile j − 1 (whose wgmma every warpgroup waited for in iteration
-    // j − 1) is refilled with tile j + STAGES − 1.
-    cp_async_wait<STAGES - 2>();  // Q and tile 0
-    fence_proxy_async();
-    __syncthreads();
+    // tensor cores, then waits for that, releases tile j's slot and packs P_{j+1}.
+    // With PINGPONG every warpgroup takes 1 + num_tiles turns, round-robin, warpgroup 0 first: the prologue's, one per tile they compute, and an empty one per tile they skip.
+#if PINGPONG
+    if (wg == WARPGROUPS - 1 && num_tiles > 0) named_barrier_arrive(TURN_BARRIER, 256);  // warpgroup 0 starts
+#endif
+    if (wg_tiles > 0) mbar_wait(k_full(0), 0);
+#if PINGPONG
+    if (num_tiles > 0) turn_begin(wg);
+#endif
     if (wg_tiles > 0) {
         float s_acc[S_REGS];
         issue_qk(s_acc, q_rows, k_slot(0));
+        turn_end(wg);
         wgmma_wait<0>();
         softmax_scores(s_acc, 0, BLOCK_N > wg_lo_limit, lane_limit, t, scale_log2, row_max, row_sum, rescale);
         pack_p(s_acc, p_frag);
     }
-    for (int j = 0; j < num_tiles; ++j) {
-        cp_async_wait<STAGES - 3>();  // tile j + 1 (later tiles may still fly)
-        fence_proxy_async();
-        __syncthreads();
-        load_kv_tile(k_slot(j + STAGES - 1), v_slot(j + STAGES - 1), k_head, v_head, j + STAGES - 1, num_tiles,
-                     seq_kv, tid);
-        if (j >= wg_tiles) continue;
+#if PINGPONG
+    else if (num_tiles > 0) {
+        turn_end(wg);
+    }
+#endif
+    for (int j = 0; j < wg_tiles; ++j) {
+        const int next_slot = slot + 1 == STAGES ? 0 : slot + 1;
+        const u32 next_phase = next_slot == 0 ? phase ^ 1 : phase;
         u64 desc_v[PV_K_STEPS][PANELS];
-        pv_descs(v_slot(j), desc_v);
-        // Each branch is one straight wgmma pipeline (ptxas serialises wgmma across divergent paths).
+        pv_descs(v_slot(slot), desc_v);
+        // Each branch is one straight wgmma pipeline (ptxas serialises wgmma across divergent paths);
+        // the barrier waits come before it.
         if (j + 1 < wg_tiles) {
+            mbar_wait(k_full(next_slot), next_phase);
+            mbar_wait(v_full(slot), phase);
             float s_acc[S_REGS];
-            issue_qk(s_acc, q_rows, k_slot(j + 1));
+            turn_begin(wg);
+            issue_qk(s_acc, q_rows, k_slot(next_slot));
             rescale_o(o_acc, rescale);
             issue_pv(o_acc, p_frag, desc_v);
+            turn_end(wg);
             wgmma_wait<1>();  // S_{j+1}; P_j·V_j may still run
             const int kv0 = (j + 1) * BLOCK_N;
             softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_lo_limit, lane_limit, t, scale_log2, row_max, row_sum,
@@ -528,45 +696,70 @@ extern "C" __global__ void __launch_bounds__(NUM_WARPS * 32, 1)
             wgmma_wait<0>();
 #pragma unroll
             for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]);
+            mbar_arrive(empty(slot));
             pack_p(s_acc, p_frag);
         } else {
+            mbar_wait(v_full(slot), phase);
+            turn_begin(wg);
             rescale_o(o_acc, rescale);
             issue_pv(o_acc, p_frag, desc_v);
+            turn_end(wg);
             wgmma_wait<0>();
 #pragma unroll
             for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]);
+            mbar_arrive(empty(slot));
         }
+        slot = next_slot;
+        phase = next_phase;
     }
 #else
-    for (int j = 0; j < num_tiles; ++j) {
-        // ---- pipeline: make tile j (and Q) resident and visible to the async proxy ------------------
-        cp_async_wait<STAGES - 2>();
-        fence_proxy_async();
-        // Tile j is visible to every warpgroup's wgmma, and every warpgroup has waited for its
-        // wgmma on tile j - 1, whose slot ((j + STAGES - 1) % STAGES) is refilled right below.
-        __syncthreads();
-        load_kv_tile(k_slot(j + STAGES - 1), v_slot(j + STAGES - 1), k_head, v_head, j + STAGES - 1, num_tiles,
-                     seq_kv, tid);
-        if (j >= wg_tiles) continue;
+    for (int j = 0; j < wg_tiles; ++j) {
         const int kv0 = j * BLOCK_N;
         float s_acc[S_REGS];
-        issue_qk(s_acc, q_rows, k_slot(j));
+        mbar_wait(k_full(slot), phase);
+        issue_qk(s_acc, q_rows, k_slot(slot));
         wgmma_wait<0>();
         softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_lo_limit, lane_limit, t, scale_log2, row_max, row_sum, rescale);
         pack_p(s_acc, p_frag);
         rescale_o(o_acc, rescale);
         u64 desc_v[PV_K_STEPS][PANELS];
-        pv_descs(v_slot(j), desc_v);
+        pv_descs(v_slot(slot), desc_v);
+        mbar_wait(v_full(slot), phase);
         issue_pv(o_acc, p_frag, desc_v);
         wgmma_wait<0>();
 #pragma unroll
         for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]);
+        mbar_arrive(empty(slot));
+        if (++slot == STAGES) {
+            slot = 0;
+            phase ^= 1;
+        }
     }
 #endif
+    // Tiles of the block that this warpgroup skips (its rows see none of their keys) are released
+    // all the same, each once it has landed: the producer reuses a slot only after every consumer
+    // thread's arrival, and waiting for the landing keeps these arrivals in the slot's round.
+    for (int j = wg_tiles; j < num_tiles; ++j) {
+        mbar_wait(k_full(slot), phase);
+        mbar_wait(v_full(slot), phase);
+        mbar_arrive(empty(slot));
+        turn_begin(wg);  // the skipped tile's (empty) turn
+        turn_end(wg);
+        if (++slot == STAGES) {
+            slot = 0;
+            phase ^= 1;
+        }
+    }
+#if PINGPONG
+    // The last warpgroup's last hand-over has no turn of warpgroup 0 after it: consume it, so that
+    // no arrival is left pending on the barrier at exit.
+    if (wg == 0 && num_tiles > 0) named_barrier_sync(TURN_BARRIER, 256);
+#endif
 
-    // ---- epilogue: full row sums, guarded 1/l, staged in the Q tile, coalesced 16-byte stores -------
-    cp_async_wait<0>();  // with no tile visited the Q copy may still be in flight
-    __syncthreads();     // every warpgroup is done reading Q before it is overwritten
+    // ---- epilogue: full row sums, guarded 1/l, staged in the warpgroup's Q rows, 16-byte stores ------
+    // Every warp of the warpgroup is past its last wgmma (which read all 64 Q rows) before any
+    // overwrites them.
+    named_barrier_sync(1 + wg, 128);
     float inv_l[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {

@@ -6,7 +6,7 @@ memory of hopper.cu's formula; exits 1 if a config fails to compile, spills, use
 needs more shared memory than sm_90 allows, or ptxas warns (e.g. wgmma serialisation).
 
 Usage: hopper_check.py [--cuda DIR] [--keep DIR] [--config "HEAD_DIM=128 NUM_WARPS=8 ..."] ...
-Without --config it checks every NUM_WARPS x BLOCK_N x STAGES combination of both head dims that
+Without --config it checks every NUM_WARPS x BLOCK_N x STAGES x OVERLAP x PINGPONG combination of both head dims that
 fits in shared memory.
 """
 
@@ -51,9 +51,16 @@ def ptxas_report(cuda_dir, ptx, keep_dir, tag):
 
 
 def all_configs():
-    for d, warps, block_n, stages, overlap in itertools.product((64, 128), (4, 8), (64, 128), (2, 3, 4), (0, 1)):
-        cfg = {"HEAD_DIM": d, "NUM_WARPS": warps, "BLOCK_N": block_n, "STAGES": stages, "OVERLAP": overlap}
-        if shared_bytes(cfg) <= SMEM_OPTIN_LIMIT and not (overlap and stages < 3):
+    for d, warps, block_n, stages, overlap, pingpong in itertools.product(
+        (64, 128), (4, 8, 12), (64, 128), (2, 3, 4), (0, 1), (0, 1)
+    ):
+        cfg = {"HEAD_DIM": d, "NUM_WARPS": warps, "BLOCK_N": block_n, "STAGES": stages, "OVERLAP": overlap,
+               "PINGPONG": pingpong}
+        if pingpong and (warps < 8 or not overlap):
+            continue
+        if warps == 12 and d != 64:
+            continue
+        if shared_bytes(cfg) <= SMEM_OPTIN_LIMIT:
             yield cfg
 
 

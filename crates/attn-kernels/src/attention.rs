@@ -14,7 +14,8 @@ use crate::compile::CompileRequest;
 use crate::config::Config;
 use crate::error::{DriverContext, KernelError, Result};
 use crate::gpu::{DeviceTensor, Gpu};
-use crate::registry::{self, Engine, Geometry, Implementation};
+use crate::registry::{self, Abi, Engine, Geometry, Implementation};
+use crate::tensormap;
 
 /// What to run: a registered implementation with config overrides, or a user's kernel file.
 #[derive(Debug, Clone)]
@@ -111,11 +112,20 @@ enum Launcher {
     Kernel {
         function: CudaFunction,
         geometry: GeometryFn,
+        /// `Some` for the `TensorMaps` ABI: the box rows of Q (`BLOCK_M`) and of K/V (`BLOCK_N`).
+        tensor_maps: Option<BoxRows>,
     },
     Cublas {
         softmax: CudaFunction,
         scratch: Mutex<Option<Scratch>>,
     },
+}
+
+/// Rows of the TMA boxes of a `TensorMaps` kernel, from its resolved config.
+#[derive(Debug, Clone, Copy)]
+struct BoxRows {
+    q: u32,
+    kv: u32,
 }
 
 /// The cuBLAS path's intermediates: S in f32 and P in the input dtype.
@@ -195,10 +205,25 @@ impl Prepared {
                             arch: gpu.arch(),
                         };
                         let function = gpu.load(&req, "attn_fwd", shared)?;
+                        let tensor_maps = match implementation.abi {
+                            Abi::Plain => None,
+                            Abi::TensorMaps => {
+                                let rows = |name| {
+                                    config.get(name).map(|v| v as u32).ok_or_else(|| {
+                                        KernelError::InvalidConfig {
+                                            implementation: implementation.name.into(),
+                                            reason: format!("the TensorMaps ABI needs the knob {name} for its boxes"),
+                                        }
+                                    })
+                                };
+                                Some(BoxRows { q: rows("BLOCK_M")?, kv: rows("BLOCK_N")? })
+                            }
+                        };
                         let (imp, cfg) = (*implementation, config.clone());
                         Launcher::Kernel {
                             function,
                             geometry: Box::new(move |shape| imp.geometry(&cfg, shape)),
+                            tensor_maps,
                         }
                     }
                     Engine::Cublas => {
@@ -275,6 +300,7 @@ impl Prepared {
                     engine: Launcher::Kernel {
                         function,
                         geometry: Box::new(geometry),
+                        tensor_maps: None,
                     },
                 })
             }
@@ -312,8 +338,28 @@ impl Prepared {
         let scale = params.scale as f32;
         let causal = i32::from(params.causal);
         match &self.engine {
-            Launcher::Kernel { function, geometry } => {
+            Launcher::Kernel {
+                function,
+                geometry,
+                tensor_maps,
+            } => {
                 let g = geometry(&shape)?;
+                // Encoded per launch (a host call of a few µs): the driver copies the parameters,
+                // so a captured graph keeps the maps of its capture.
+                let maps = match tensor_maps {
+                    Some(rows) => {
+                        let stream = gpu.stream();
+                        let (qp, _gq) = q.buf.device_ptr(stream);
+                        let (kp, _gk) = k.buf.device_ptr(stream);
+                        let (vp, _gv) = v.buf.device_ptr(stream);
+                        Some([
+                            tensormap::encode("Q", qp, self.dtype, q.dims, rows.q)?,
+                            tensormap::encode("K", kp, self.dtype, k.dims, rows.kv)?,
+                            tensormap::encode("V", vp, self.dtype, v.dims, rows.kv)?,
+                        ])
+                    }
+                    None => None,
+                };
                 let cfg = LaunchConfig {
                     grid_dim: g.grid,
                     block_dim: (g.block, 1, 1),
@@ -328,8 +374,12 @@ impl Prepared {
                     .arg(&skv)
                     .arg(&scale)
                     .arg(&causal);
+                if let Some(maps) = &maps {
+                    launch.arg(&maps[0]).arg(&maps[1]).arg(&maps[2]);
+                }
                 // SAFETY: the arguments match the ABI of kernels/README.md (checked shapes, 16-bit
-                // elements of the compiled dtype); the grid covers every output row.
+                // elements of the compiled dtype; for the TensorMaps ABI, maps of these very
+                // buffers with the boxes of the compiled config); the grid covers every output row.
                 unsafe { launch.launch(cfg) }.during("cuLaunchKernel")?;
             }
             Launcher::Cublas { softmax, scratch } => {

@@ -68,6 +68,14 @@ pub enum KernelError {
         /// The driver's error.
         source: cudarc::driver::DriverError,
     },
+    /// A TMA tensor map could not be encoded for an input.
+    #[error("cannot encode the TMA tensor map of {tensor}: {reason}")]
+    TensorMap {
+        /// Which input (`Q`, `K`, `V`).
+        tensor: &'static str,
+        /// The driver's answer or what is unsupported.
+        reason: String,
+    },
     /// A cuBLAS call failed.
     #[error("cuBLAS {call} failed: {message}")]
     Cublas {

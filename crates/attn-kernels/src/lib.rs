@@ -31,6 +31,7 @@ pub mod gpu;
 pub mod planted;
 pub mod registry;
 pub mod telemetry;
+pub mod tensormap;
 pub mod timing;
 pub mod toolkit;
 

@@ -19,6 +19,17 @@ pub enum Engine {
     Cublas,
 }
 
+/// The kernel ABI of an implementation (`kernels/README.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Abi {
+    /// The ten plain parameters (pointers, sizes, scale, causal).
+    Plain,
+    /// The plain parameters, then `__grid_constant__` TMA tensor maps of Q, K and V: 3-D maps over
+    /// `[B·H, S, D]`, 128-byte swizzle, boxes of 64 columns × `BLOCK_M` (Q) or `BLOCK_N` (K, V)
+    /// rows × 1.
+    TensorMaps,
+}
+
 /// Grid, block and dynamic shared memory of one launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Geometry {
@@ -56,6 +67,8 @@ pub struct Implementation {
     pub summary: &'static str,
     /// How it runs.
     pub engine: Engine,
+    /// The parameters its kernel takes.
+    pub abi: Abi,
     /// Its knobs and their domains.
     pub knobs: &'static [Knob],
     /// Supported head dims; `None` for any.
@@ -216,39 +229,68 @@ fn mma_tuned(shape: &Shape) -> Config {
     }
 }
 
-static HOPPER_KNOBS: [Knob; 5] = [
+static HOPPER_KNOBS: [Knob; 6] = [
     Knob {
         name: "BLOCK_M",
-        domain: &[64, 128],
+        domain: &[64, 128, 192],
         doc: "query rows per block (= 16 x NUM_WARPS: 64 per consumer warpgroup)",
     },
     Knob {
         name: "BLOCK_N",
         domain: &[64, 128],
-        doc: "keys per K/V tile (the N of the S = Q·Kᵀ wgmma)",
+        doc: "keys per K/V tile (the N of the S = Q·Kᵀ wgmma, the rows of a K/V TMA box)",
     },
     Knob {
         name: "NUM_WARPS",
-        domain: &[4, 8],
-        doc: "warps per block: 1 or 2 consumer warpgroups",
+        domain: &[4, 8, 12],
+        doc: "consumer warps: 1, 2 or 3 consumer warpgroups (a producer warpgroup comes on top; 12 only at D=64)",
     },
     Knob {
         name: "STAGES",
         domain: &[2, 3, 4],
-        doc: "cp.async K/V ring depth",
+        doc: "K/V ring depth (TMA loads completing on mbarriers)",
     },
     Knob {
         name: "OVERLAP",
         domain: &[0, 1],
-        doc: "issue S(j+1) before P(j)·V(j) so softmax overlaps wgmma (needs STAGES >= 3)",
+        doc: "issue S(j+1) before P(j)·V(j) so softmax overlaps wgmma",
+    },
+    Knob {
+        name: "PINGPONG",
+        domain: &[0, 1],
+        doc: "the consumer warpgroups take turns issuing wgmma (one's softmax overlaps another's GEMMs; needs NUM_WARPS >= 8, OVERLAP=1)",
     },
 ];
+
+/// hopper's defaults, measured on the H100 with the gate's graph protocol against SDPA (cuDNN):
+/// D=128 two consumer warpgroups (2,16,8192,128: 655 TFLOP/s vs 655, causal 617 vs 596), D=64
+/// three (2,16,8192,64: 521 vs 477 where two reach 428; causal 479 vs 441), all with ping-pong.
+fn hopper_defaults(head_dim: usize) -> Config {
+    let warps = if head_dim <= 64 { 12 } else { 8 };
+    Config::from_pairs(&[
+        ("BLOCK_M", 16 * warps),
+        ("BLOCK_N", 128),
+        ("NUM_WARPS", warps),
+        ("STAGES", 3),
+        ("OVERLAP", 1),
+        ("PINGPONG", 1),
+    ])
+}
+
+/// hopper's dynamic shared memory: 1 KiB of slack to align the tiles to the 1024-byte swizzle atom,
+/// the Q tile, then STAGES × (K tile + V tile). The kernel's static shared memory (its mbarriers,
+/// at most 104 bytes) fits beside every valid config under sm_90's 232448-byte limit.
+fn hopper_dynamic_shared(cfg: &Config, head_dim: u32) -> u32 {
+    let (m, n, stages) = (knob(cfg, "BLOCK_M"), knob(cfg, "BLOCK_N"), knob(cfg, "STAGES"));
+    1024 + m * head_dim * elem_bytes() + stages * 2 * n * head_dim * elem_bytes()
+}
 
 static REGISTRY: [Implementation; 5] = [
     Implementation {
         name: "naive",
         summary: "one warp per query row, online softmax in registers; any shape, any head dim",
         engine: Engine::Kernel { file: "naive.cu", source: include_str!("../../../kernels/naive.cu") },
+        abi: Abi::Plain,
         knobs: &NAIVE_KNOBS,
         head_dims: None,
         arch: None,
@@ -274,6 +316,7 @@ static REGISTRY: [Implementation; 5] = [
         name: "tiled",
         summary: "scalar FlashAttention: Q tile in shared f32, cp.async K/V tiles, online softmax, warp shuffles",
         engine: Engine::Kernel { file: "tiled.cu", source: include_str!("../../../kernels/tiled.cu") },
+        abi: Abi::Plain,
         knobs: &TILED_KNOBS,
         head_dims: Some(&[64, 128]),
         arch: None,
@@ -307,6 +350,7 @@ static REGISTRY: [Implementation; 5] = [
         name: "mma",
         summary: "tensor cores: mma.sync m16n8k16 + ldmatrix from swizzled shared memory, P in registers, cp.async pipeline, split-KV warps for small grids",
         engine: Engine::Kernel { file: "mma.cu", source: include_str!("../../../kernels/mma.cu") },
+        abi: Abi::Plain,
         knobs: &MMA_KNOBS,
         head_dims: Some(&[64, 128]),
         arch: None,
@@ -361,34 +405,36 @@ static REGISTRY: [Implementation; 5] = [
     },
     Implementation {
         name: "hopper",
-        summary: "Hopper (sm_90a): wgmma for Q·Kᵀ and P·V (P from registers), 128-byte swizzled descriptors, cp.async ring, FA3-style overlap",
+        summary: "Hopper (sm_90a): warp-specialised: TMA producer warp + mbarrier K/V ring, 2-3 wgmma consumer warpgroups (Q·Kᵀ and P·V, P from registers), FA3 intra-warpgroup overlap + ping-pong",
         engine: Engine::Kernel { file: "hopper.cu", source: include_str!("../../../kernels/hopper.cu") },
+        abi: Abi::TensorMaps,
         knobs: &HOPPER_KNOBS,
         head_dims: Some(&[64, 128]),
         arch: Some("compute_90a"),
-        defaults: |_| {
-            Config::from_pairs(&[("BLOCK_M", 128), ("BLOCK_N", 128), ("NUM_WARPS", 8), ("STAGES", 3), ("OVERLAP", 1)])
-        },
+        defaults: hopper_defaults,
         tuned: |_| Config::default(),
-        constraints: |cfg, _| {
+        constraints: |cfg, head_dim| {
             let (m, w) = (knob(cfg, "BLOCK_M"), knob(cfg, "NUM_WARPS"));
+            if w == 12 && head_dim != 64 {
+                return Err(format!(
+                    "NUM_WARPS=12 needs head dim 64 (3 consumer warpgroups get 160 registers per thread; D={head_dim} needs more)"
+                ));
+            }
             if m != 16 * w {
                 return Err(format!("BLOCK_M={m} must be 16 x NUM_WARPS = {} (64 rows per consumer warpgroup)", 16 * w));
             }
-            if knob(cfg, "OVERLAP") == 1 && knob(cfg, "STAGES") < 3 {
-                return Err("OVERLAP=1 needs STAGES >= 3 (tiles j and j+1 stay resident)".into());
+            if knob(cfg, "PINGPONG") == 1 && (w < 8 || knob(cfg, "OVERLAP") != 1) {
+                return Err("PINGPONG=1 needs NUM_WARPS >= 8 and OVERLAP=1 (consumer warpgroups taking turns); add PINGPONG=0".into());
             }
             Ok(())
         },
         geometry: |cfg, shape| {
-            let (m, n, w, stages) =
-                (knob(cfg, "BLOCK_M"), knob(cfg, "BLOCK_N"), knob(cfg, "NUM_WARPS"), knob(cfg, "STAGES"));
-            let d = shape.head_dim as u32;
+            let (m, w) = (knob(cfg, "BLOCK_M"), knob(cfg, "NUM_WARPS"));
             Geometry {
                 grid: (row_tiles(shape.seq_q, m), shape.heads as u32, shape.batch as u32),
-                block: w * 32,
-                // 1 KiB of slack aligns the tiles to the 1024-byte swizzle atom.
-                shared_bytes: 1024 + m * d * elem_bytes() + stages * 2 * n * d * elem_bytes(),
+                // The consumer warps, then one producer warpgroup.
+                block: (w + 4) * 32,
+                shared_bytes: hopper_dynamic_shared(cfg, shape.head_dim as u32),
             }
         },
     },
@@ -396,6 +442,7 @@ static REGISTRY: [Implementation; 5] = [
         name: "cublas",
         summary: "math path: cuBLAS GEMM S=Q·Kᵀ (f32), fused scale+mask+softmax kernel, cuBLAS GEMM O=P·V",
         engine: Engine::Cublas,
+        abi: Abi::Plain,
         knobs: &[],
         head_dims: None,
         arch: None,

@@ -162,9 +162,9 @@ fn invalid_configs_are_rejected_with_their_reason() {
         },
         Case {
             implementation: "hopper",
-            config: "OVERLAP=1,STAGES=2",
+            config: "BLOCK_M=64",
             head_dim: 128,
-            reason: "needs STAGES >= 3",
+            reason: "must be 16 x NUM_WARPS",
         },
         Case {
             implementation: "naive",
