@@ -8,7 +8,7 @@ use crate::group::short_name;
 use crate::metrics::{
     DRAM_BYTES_READ, DRAM_BYTES_WRITE, DURATION, LOCAL_BYTES_LD, LOCAL_BYTES_ST,
     REGISTERS_PER_THREAD, SHARED_BANK_CONFLICTS_LD, SHARED_BANK_CONFLICTS_ST, SM_BUSY_PCT,
-    TENSOR_PIPE_PCT, WARPS_ACTIVE_PCT, WAVES_PER_SM,
+    SM_CLOCK_KHZ, SM_COUNT, TENSOR_PIPE_PCT, WARPS_ACTIVE_PCT, WAVES_PER_SM,
 };
 use crate::KernelSummary;
 
@@ -90,6 +90,10 @@ pub struct Explanation {
     pub spill_bytes: Option<f64>,
     /// Shared-memory bank conflicts, loads + stores.
     pub bank_conflicts: Option<f64>,
+    /// Bank conflicts as a share of the SM cycles of the run, % (each costs about one cycle of the
+    /// shared-memory pipe): the size of the problem, where the raw count depends on the run's length.
+    #[serde(default)]
+    pub bank_conflict_cycles_pct: Option<f64>,
     /// The verdict.
     pub bound: Bound,
 }
@@ -153,12 +157,19 @@ pub fn explain(summary: &KernelSummary, flops: Option<f64>, ceilings: &Ceilings)
         registers_per_thread: v(REGISTERS_PER_THREAD),
         spill_bytes: sum(LOCAL_BYTES_LD, LOCAL_BYTES_ST),
         bank_conflicts: sum(SHARED_BANK_CONFLICTS_LD, SHARED_BANK_CONFLICTS_ST),
+        bank_conflict_cycles_pct: sum(SHARED_BANK_CONFLICTS_LD, SHARED_BANK_CONFLICTS_ST)
+            .zip(seconds)
+            .zip(v(SM_COUNT).zip(v(SM_CLOCK_KHZ)))
+            .map(|((conflicts, s), (sms, khz))| 100.0 * conflicts / (sms * s * khz * 1e3))
+            .filter(|pct| pct.is_finite()),
         bound,
     }
 }
 
 /// Warps-active share below which an idle tensor pipe is blamed on too few warps.
 const LOW_OCCUPANCY_PCT: f64 = 25.0;
+/// Bank-conflict cycles (share of the run's SM cycles, %) below which they are not worth chasing.
+const SIGNIFICANT_CONFLICT_PCT: f64 = 1.0;
 /// Registers per thread from which occupancy counts as register-limited.
 const MANY_REGISTERS: f64 = 200.0;
 
@@ -173,9 +184,15 @@ impl Explanation {
     ///     tflops_fraction: Some(0.33), dram_bytes: None, dram_bytes_per_s: None, dram_fraction: None,
     ///     tensor_pipe_pct: Some(47.0), sm_busy_pct: Some(45.0), warps_active_pct: Some(12.5),
     ///     waves_per_sm: Some(2.0), registers_per_thread: Some(255.0), spill_bytes: Some(0.0),
-    ///     bank_conflicts: Some(0.0), bound: Bound::LatencyOrOccupancy,
+    ///     bank_conflicts: Some(0.0), bank_conflict_cycles_pct: Some(0.0),
+    ///     bound: Bound::LatencyOrOccupancy,
     /// };
     /// assert!(e.next_step().starts_with("occupancy is register-limited"));
+    /// // 0.05% of the SM cycles lost to bank conflicts is not the first thing to fix.
+    /// let e = Explanation { bank_conflicts: Some(1.3e5), bank_conflict_cycles_pct: Some(0.05), ..e };
+    /// assert!(e.next_step().starts_with("occupancy is register-limited"));
+    /// let e = Explanation { bank_conflict_cycles_pct: Some(4.0), ..e };
+    /// assert!(e.next_step().starts_with("remove the 130000 shared-memory bank conflicts"));
     /// ```
     pub fn next_step(&self) -> String {
         if let Some(spills) = self.spill_bytes.filter(|b| *b > 0.0) {
@@ -183,7 +200,10 @@ impl Explanation {
                 "remove the spills ({spills:.0} bytes of local memory traffic): fewer live accumulators or smaller tiles"
             );
         }
-        if let Some(conflicts) = self.bank_conflicts.filter(|c| *c > 0.0) {
+        let conflicts_matter = self
+            .bank_conflict_cycles_pct
+            .map_or(true, |pct| pct >= SIGNIFICANT_CONFLICT_PCT);
+        if let Some(conflicts) = self.bank_conflicts.filter(|c| *c > 0.0 && conflicts_matter) {
             return format!(
                 "remove the {conflicts:.0} shared-memory bank conflicts (swizzle the tiles)"
             );
@@ -268,8 +288,11 @@ impl fmt::Display for Explanation {
             show(self.registers_per_thread, 0),
             self.spill_bytes
                 .map_or_else(|| "not measured".to_owned(), |b| format!("{b:.0} bytes")),
-            self.bank_conflicts
-                .map_or_else(|| "not measured".to_owned(), |c| format!("{c:.0}"))
+            match (self.bank_conflicts, self.bank_conflict_cycles_pct) {
+                (None, _) => "not measured".to_owned(),
+                (Some(c), None) => format!("{c:.0}"),
+                (Some(c), Some(pct)) => format!("{c:.0} ({pct:.2}% of SM cycles)"),
+            }
         )?;
         write!(f, "  bound by    {}", self.bound)?;
         if self.bound == Bound::LatencyOrOccupancy {

@@ -35,6 +35,10 @@ pub const LOCAL_BYTES_LD: &str = "l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum";
 pub const LOCAL_BYTES_ST: &str = "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum";
 /// Blocks per SM over the whole grid (below 1: some SMs idle).
 pub const WAVES_PER_SM: &str = "launch__waves_per_multiprocessor";
+/// Streaming multiprocessors of the device (ncu reports it for every kernel).
+pub const SM_COUNT: &str = "device__attribute_multiprocessor_count";
+/// The device's SM clock in kHz (its nominal maximum, not a reading).
+pub const SM_CLOCK_KHZ: &str = "device__attribute_clock_rate";
 
 /// What a profile is for; each purpose is a small metric set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
