@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::group::Aggregate;
-use crate::{Explanation, Fitness, KernelSummary, NcuError};
+use crate::{Ceilings, Explanation, Fitness, KernelSummary, NcuError};
 
 /// Version of the [`NcuEvidence`] layout; bumped on incompatible changes.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -81,6 +81,38 @@ impl NcuEvidence {
         self.next_step = Some(explanation.next_step());
         self.explanation = Some(explanation);
         self
+    }
+
+    /// The explanation under the current rules, recomputed from the stored metrics with the FLOP
+    /// count and ceilings the profile was explained with; the stored one where the metrics lack a
+    /// duration. Reports use it so that files profiled before a rule changed read like new ones.
+    pub fn explain_again(&self) -> Option<Explanation> {
+        let stored = self.explanation.as_ref()?;
+        let seconds = stored.duration_ns.map(|ns| ns * 1e-9);
+        let flops = stored.tflops.zip(seconds).map(|(t, s)| t * 1e12 * s);
+        let measured = Ceilings::H100_MEASURED;
+        let ceilings = Ceilings {
+            tensor_tflops: stored
+                .tflops
+                .zip(stored.tflops_fraction)
+                .filter(|(_, f)| *f > 0.0)
+                .map_or(measured.tensor_tflops, |(t, f)| t / f),
+            dram_bytes_per_s: stored
+                .dram_bytes_per_s
+                .zip(stored.dram_fraction)
+                .filter(|(_, f)| *f > 0.0)
+                .map_or(measured.dram_bytes_per_s, |(b, f)| b / f),
+        };
+        let summary = KernelSummary {
+            kernel: self.kernel.clone(),
+            block: None,
+            grid: None,
+            launches: self.launches,
+            launch_ids: self.launch_ids.clone(),
+            metrics: self.metrics.clone(),
+        };
+        let again = crate::explain(&summary, flops, &ceilings);
+        Some(if again.duration_ns.is_some() { again } else { stored.clone() })
     }
 
     /// Adds a score.

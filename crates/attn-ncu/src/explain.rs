@@ -8,7 +8,7 @@ use crate::group::short_name;
 use crate::metrics::{
     DRAM_BYTES_READ, DRAM_BYTES_WRITE, DURATION, LOCAL_BYTES_LD, LOCAL_BYTES_ST,
     REGISTERS_PER_THREAD, SHARED_BANK_CONFLICTS_LD, SHARED_BANK_CONFLICTS_ST, SM_BUSY_PCT,
-    SM_CLOCK_KHZ, SM_COUNT, TENSOR_PIPE_PCT, WARPS_ACTIVE_PCT, WAVES_PER_SM,
+    SM_CLOCK_KHZ, SM_COUNT, TENSOR_PIPE_PCT, WARPS_ACTIVE_PCT, WAVES_PER_SM, WGMMA_INSTRUCTIONS,
 };
 use crate::KernelSummary;
 
@@ -78,6 +78,9 @@ pub struct Explanation {
     pub dram_fraction: Option<f64>,
     /// Tensor pipe busy, %.
     pub tensor_pipe_pct: Option<f64>,
+    /// Warpgroup (wgmma) instructions executed: > 0 on Hopper kernels that use them.
+    #[serde(default)]
+    pub wgmma_instructions: Option<f64>,
     /// SM throughput, %.
     pub sm_busy_pct: Option<f64>,
     /// Achieved occupancy, %.
@@ -151,6 +154,7 @@ pub fn explain(summary: &KernelSummary, flops: Option<f64>, ceilings: &Ceilings)
         dram_bytes_per_s,
         dram_fraction,
         tensor_pipe_pct,
+        wgmma_instructions: v(WGMMA_INSTRUCTIONS),
         sm_busy_pct: v(SM_BUSY_PCT),
         warps_active_pct: v(WARPS_ACTIVE_PCT),
         waves_per_sm: v(WAVES_PER_SM),
@@ -182,7 +186,7 @@ impl Explanation {
     /// let e = Explanation {
     ///     kernel: "attn_fwd".into(), launches: 1, duration_ns: Some(1e6), tflops: Some(290.0),
     ///     tflops_fraction: Some(0.33), dram_bytes: None, dram_bytes_per_s: None, dram_fraction: None,
-    ///     tensor_pipe_pct: Some(47.0), sm_busy_pct: Some(45.0), warps_active_pct: Some(12.5),
+    ///     tensor_pipe_pct: Some(47.0), wgmma_instructions: Some(0.0), sm_busy_pct: Some(45.0), warps_active_pct: Some(12.5),
     ///     waves_per_sm: Some(2.0), registers_per_thread: Some(255.0), spill_bytes: Some(0.0),
     ///     bank_conflicts: Some(0.0), bank_conflict_cycles_pct: Some(0.0),
     ///     bound: Bound::LatencyOrOccupancy,
@@ -209,7 +213,12 @@ impl Explanation {
             );
         }
         match self.bound {
-            Bound::TensorPipe => "the tensor pipe is near its ceiling: only a faster instruction (wgmma) or less work (skipped tiles) helps".into(),
+            Bound::TensorPipe if self.wgmma_instructions.is_some_and(|n| n > 0.0) => format!(
+                "the wgmma pipe does most of the work ({} busy): keep it fed between tiles (less softmax \
+                 work per key, larger key tiles, a deeper ring) or skip work (masked tiles)",
+                self.tensor_pipe_pct.map_or_else(|| "n/a".to_owned(), |p| format!("{p:.1}%"))
+            ),
+            Bound::TensorPipe => "the tensor pipe is near its ceiling for these instructions: move the matrix products to a faster one (wgmma on Hopper) or skip work (masked tiles)".into(),
             Bound::Memory => "DRAM-bound: reuse each loaded tile more (larger tiles, TMA multicast across a cluster)".into(),
             Bound::Unknown => "collect the time and utilisation metrics first".into(),
             Bound::LatencyOrOccupancy => {

@@ -76,3 +76,29 @@ fn unreadable_evidence_is_an_error_with_the_path() {
     let missing = NcuEvidence::read(&dir.path().join("absent.json")).unwrap_err();
     assert!(matches!(missing, NcuError::Io { .. }));
 }
+
+#[test]
+fn explaining_again_recovers_the_numbers_under_the_current_rules() {
+    let kernel = cudnn();
+    // B·H = 8, N = 512, D = 64: the fixture's shape.
+    let flops = 4.0 * 8.0 * 512.0 * 512.0 * 64.0;
+    let ceilings = Ceilings {
+        tensor_tflops: 800.0,
+        dram_bytes_per_s: 2.5e12,
+    };
+    let fresh = explain(&kernel, Some(flops), &ceilings);
+    // A file written by an older version: fields it did not know are missing, its verdict stale.
+    let mut stale = fresh.clone();
+    stale.wgmma_instructions = None;
+    stale.bank_conflict_cycles_pct = None;
+    stale.bound = attn_ncu::Bound::Unknown;
+    let evidence = NcuEvidence::new(Provenance::default(), &kernel).with_explanation(stale);
+
+    let again = evidence.explain_again().unwrap();
+    assert_eq!(again.bound, fresh.bound);
+    assert_eq!(again.wgmma_instructions, fresh.wgmma_instructions);
+    // The FLOP count and the ceilings come back from the stored throughput and fractions.
+    let close = |a: Option<f64>, b: Option<f64>| (a.unwrap() - b.unwrap()).abs() < 1e-9 * b.unwrap();
+    assert!(close(again.tflops, fresh.tflops) && close(again.tflops_fraction, fresh.tflops_fraction));
+    assert_eq!(again.next_step(), fresh.next_step());
+}

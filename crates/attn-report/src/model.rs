@@ -314,7 +314,9 @@ fn load_ncu(dir: &Path) -> Result<Vec<NcuRow>, ReportError> {
 }
 
 fn ncu_row(file: String, evidence: &attn_ncu::NcuEvidence) -> NcuRow {
-    let e = evidence.explanation.as_ref();
+    // Under the current rules (the next step and bound improve; the numbers are the stored ones).
+    let explanation = evidence.explain_again();
+    let e = explanation.as_ref();
     let field = |get: fn(&attn_ncu::Explanation) -> Option<f64>| e.and_then(get);
     NcuRow {
         file,
@@ -329,11 +331,7 @@ fn ncu_row(file: String, evidence: &attn_ncu::NcuEvidence) -> NcuRow {
         warps_active_pct: field(|e| e.warps_active_pct),
         registers: field(|e| e.registers_per_thread),
         bound: e.map(|e| e.bound.to_string()),
-        // Older files carry no stored suggestion: derive it from their numbers.
-        next_step: evidence
-            .next_step
-            .clone()
-            .or_else(|| e.map(attn_ncu::Explanation::next_step)),
+        next_step: e.map(attn_ncu::Explanation::next_step),
     }
 }
 
