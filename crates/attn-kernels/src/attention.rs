@@ -216,7 +216,10 @@ impl Prepared {
                                         }
                                     })
                                 };
-                                Some(BoxRows { q: rows("BLOCK_M")?, kv: rows("BLOCK_N")? })
+                                Some(BoxRows {
+                                    q: rows("BLOCK_M")?,
+                                    kv: rows("BLOCK_N")?,
+                                })
                             }
                         };
                         let (imp, cfg) = (*implementation, config.clone());

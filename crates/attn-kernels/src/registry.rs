@@ -303,7 +303,11 @@ fn hopper_tuned(shape: &Shape) -> Config {
 /// the Q tile, then STAGES × (K tile + V tile). The kernel's static shared memory (its mbarriers,
 /// at most 104 bytes) fits beside every valid config under sm_90's 232448-byte limit.
 fn hopper_dynamic_shared(cfg: &Config, head_dim: u32) -> u32 {
-    let (m, n, stages) = (knob(cfg, "BLOCK_M"), knob(cfg, "BLOCK_N"), knob(cfg, "STAGES"));
+    let (m, n, stages) = (
+        knob(cfg, "BLOCK_M"),
+        knob(cfg, "BLOCK_N"),
+        knob(cfg, "STAGES"),
+    );
     1024 + m * head_dim * elem_bytes() + stages * 2 * n * head_dim * elem_bytes()
 }
 

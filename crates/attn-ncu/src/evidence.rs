@@ -112,7 +112,11 @@ impl NcuEvidence {
             metrics: self.metrics.clone(),
         };
         let again = crate::explain(&summary, flops, &ceilings);
-        Some(if again.duration_ns.is_some() { again } else { stored.clone() })
+        Some(if again.duration_ns.is_some() {
+            again
+        } else {
+            stored.clone()
+        })
     }
 
     /// Adds a score.

@@ -206,7 +206,7 @@ impl Explanation {
         }
         let conflicts_matter = self
             .bank_conflict_cycles_pct
-            .map_or(true, |pct| pct >= SIGNIFICANT_CONFLICT_PCT);
+            .is_none_or(|pct| pct >= SIGNIFICANT_CONFLICT_PCT);
         if let Some(conflicts) = self.bank_conflicts.filter(|c| *c > 0.0 && conflicts_matter) {
             return format!(
                 "remove the {conflicts:.0} shared-memory bank conflicts (swizzle the tiles)"

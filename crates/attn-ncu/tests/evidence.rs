@@ -98,7 +98,10 @@ fn explaining_again_recovers_the_numbers_under_the_current_rules() {
     assert_eq!(again.bound, fresh.bound);
     assert_eq!(again.wgmma_instructions, fresh.wgmma_instructions);
     // The FLOP count and the ceilings come back from the stored throughput and fractions.
-    let close = |a: Option<f64>, b: Option<f64>| (a.unwrap() - b.unwrap()).abs() < 1e-9 * b.unwrap();
-    assert!(close(again.tflops, fresh.tflops) && close(again.tflops_fraction, fresh.tflops_fraction));
+    let close =
+        |a: Option<f64>, b: Option<f64>| (a.unwrap() - b.unwrap()).abs() < 1e-9 * b.unwrap();
+    assert!(
+        close(again.tflops, fresh.tflops) && close(again.tflops_fraction, fresh.tflops_fraction)
+    );
     assert_eq!(again.next_step(), fresh.next_step());
 }

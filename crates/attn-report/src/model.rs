@@ -322,7 +322,14 @@ fn ncu_row(file: String, evidence: &attn_ncu::NcuEvidence) -> NcuRow {
         file,
         label: evidence.provenance.label.clone(),
         kernel: evidence.kernel.clone(),
-        git_rev: evidence.provenance.git_rev.as_deref().unwrap_or("").chars().take(7).collect(),
+        git_rev: evidence
+            .provenance
+            .git_rev
+            .as_deref()
+            .unwrap_or("")
+            .chars()
+            .take(7)
+            .collect(),
         time_us: field(|e| e.duration_ns).map(|ns| ns / 1000.0),
         tflops: field(|e| e.tflops),
         tflops_fraction: field(|e| e.tflops_fraction),

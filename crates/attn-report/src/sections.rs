@@ -462,7 +462,10 @@ fn implementations_table(evidence: &EvidenceSet) -> Option<Table> {
     labels.sort_by(|a, b| (a.0, rank(&a.1), &a.1).cmp(&(b.0, rank(&b.1), &b.1)));
     let mut header = vec!["shape".to_string()];
     header.extend(labels.iter().map(|(_, l)| l.clone()));
-    header.extend(["best ours / sdpa:default".into(), "best ours / sdpa:flash".into()]);
+    header.extend([
+        "best ours / sdpa:default".into(),
+        "best ours / sdpa:flash".into(),
+    ]);
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
     let mut table = Table::new(&header).numeric(&(1..header.len()).collect::<Vec<_>>());
     for shape in &shapes {
@@ -471,7 +474,9 @@ fn implementations_table(evidence: &EvidenceSet) -> Option<Table> {
             .iter()
             .filter(|(reference, _)| !reference)
             .filter_map(|(_, l)| value(l))
-            .fold(None, |best: Option<f64>, t| Some(best.map_or(t, |b| b.max(t))));
+            .fold(None, |best: Option<f64>, t| {
+                Some(best.map_or(t, |b| b.max(t)))
+            });
         let ratio = |reference: &str| match (best_ours, value(reference)) {
             (Some(ours), Some(theirs)) if theirs > 0.0 => format!("{:.2}×", ours / theirs),
             _ => "–".into(),

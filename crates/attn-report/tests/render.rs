@@ -291,5 +291,8 @@ fn implementations_matrix_takes_the_latest_entry_of_every_pair() {
         .lines()
         .find(|l| l.starts_with("| 4,16,1024,64 causal |") && l.contains("293.4"))
         .expect("row for 4,16,1024,64 causal missing");
-    assert!(row.contains("| 293.4 | 2.9 | – | 314.8 | 328.0 | 198.1 | – | 0.93× |"), "{row}");
+    assert!(
+        row.contains("| 293.4 | 2.9 | – | 314.8 | 328.0 | 198.1 | – | 0.93× |"),
+        "{row}"
+    );
 }
