@@ -37,3 +37,33 @@ __device__ __forceinline__ elem2_t from_float2(float a, float b) { return __floa
 __device__ __forceinline__ int causal_kv_end(int row, int seq_q, int seq_kv) {
     return row + 1 + seq_kv - seq_q;
 }
+
+// Device helpers the tensor-core kernels share. In a namespace so that a user's kernel
+// (`--src`, which includes this header) may define its own functions of the same names.
+namespace attn {
+
+// Key limit (exclusive) of one query row: the causal bound, clipped to the keys that exist.
+__device__ __forceinline__ int row_kv_limit(int row, int seq_q, int seq_kv, int causal) {
+    return causal ? min(seq_kv, causal_kv_end(row, seq_q, seq_kv)) : seq_kv;
+}
+
+// The 32-bit shared-memory address of a generic pointer into shared memory (for PTX operands).
+__device__ __forceinline__ unsigned int smem_addr(const void* p) {
+    return static_cast<unsigned int>(__cvta_generic_to_shared(p));
+}
+
+// 2^x as one MUFU.EX2. exp2f without fast-math compiles to the non-ftz ex2, which adds denormal
+// handling around it; flushing a denormal probability to 0 changes nothing here.
+__device__ __forceinline__ float exp2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// Two floats -> one b32 holding two elements, `lo` in the low 16 bits (the lower column index).
+__device__ __forceinline__ unsigned int pack_elem2(float lo, float hi) {
+    elem2_t v = from_float2(lo, hi);
+    return *reinterpret_cast<unsigned int*>(&v);
+}
+
+}  // namespace attn

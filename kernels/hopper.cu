@@ -148,6 +148,11 @@ struct alignas(64) HopperTensorMap {
 };
 
 namespace hopper_attn {
+using attn::exp2_ftz;
+using attn::pack_elem2;
+using attn::row_kv_limit;
+using attn::smem_addr;
+
 
 typedef unsigned int u32;
 typedef unsigned long long u64;
@@ -179,10 +184,6 @@ constexpr int CONSUMER_REGS = 160;
 #define HOPPER_NEG_INF __int_as_float(0xff800000u)
 
 // ---- PTX wrappers --------------------------------------------------------------------------------
-
-__device__ __forceinline__ u32 smem_addr(const void* p) {
-    return static_cast<u32>(__cvta_generic_to_shared(p));
-}
 
 __device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -347,30 +348,12 @@ __device__ __forceinline__ void wgmma_rs_n64_tb(float (&d)[32], const u32 (&a)[4
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-// 2^x as one MUFU.EX2 (denormal results flush to 0, harmless for probabilities).
-__device__ __forceinline__ float exp2_ftz(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
-// Two floats -> one b32 holding two elements, `lo` in the low 16 bits (the lower column index).
-__device__ __forceinline__ u32 pack_elem2(float lo, float hi) {
-    elem2_t v = from_float2(lo, hi);
-    return *reinterpret_cast<u32*>(&v);
-}
-
 // Byte offset of element column `col` (a multiple of 8 for whole chunks) of row `row` in a swizzled,
 // panelled tile of `rows` rows (see the header: 128-byte panels, chunk ^ (row & 7)).
 __device__ __forceinline__ u32 tile_offset(int rows, int row, int col) {
     const int panel = col >> 6;
     const int chunk = (col >> 3) & 7;
     return static_cast<u32>(panel * rows * 128 + row * 128 + ((chunk ^ (row & 7)) << 4) + (col & 7) * 2);
-}
-
-// Key limit (exclusive) of one query row: the causal bound, clipped to the keys that exist.
-__device__ __forceinline__ int row_kv_limit(int row, int seq_q, int seq_kv, int causal) {
-    return causal ? min(seq_kv, causal_kv_end(row, seq_q, seq_kv)) : seq_kv;
 }
 
 // ---- the three steps of a key tile, per warpgroup ------------------------------------------------

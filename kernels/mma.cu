@@ -121,6 +121,11 @@ static_assert(MIN_BLOCKS >= 1, "mma.cu: MIN_BLOCKS must be >= 1");
 static_assert(sizeof(elem_t) == 2, "mma.cu: 16-bit elements expected");
 
 namespace mma_attn {
+using attn::exp2_ftz;
+using attn::pack_elem2;
+using attn::row_kv_limit;
+using attn::smem_addr;
+
 
 typedef unsigned int u32;
 
@@ -147,10 +152,6 @@ static_assert(BLOCK_M * CHUNKS % THREADS == 0, "Q tile chunks must split evenly 
 #define MMA_NEG_INF __int_as_float(0xff800000u)
 
 // ---- PTX wrappers --------------------------------------------------------------------------------
-
-__device__ __forceinline__ u32 smem_addr(const void* p) {
-    return static_cast<u32>(__cvta_generic_to_shared(p));
-}
 
 // 16-byte async copy global -> shared, bypassing L1 (.cg). With src_bytes == 0 nothing is read from
 // global memory and the 16 destination bytes are zero-filled: that is how tails are padded.
@@ -194,20 +195,6 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const u32 (&a)[4], u32 
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #endif
-}
-
-// 2^x as one MUFU.EX2. exp2f without fast-math compiles to the non-ftz ex2, which adds denormal
-// handling around it; flushing a denormal probability to 0 changes nothing here.
-__device__ __forceinline__ float exp2_ftz(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
-// Two floats -> one b32 holding two elements, `lo` in the low 16 bits (the lower column index).
-__device__ __forceinline__ u32 pack_elem2(float lo, float hi) {
-    elem2_t v = from_float2(lo, hi);
-    return *reinterpret_cast<u32*>(&v);
 }
 
 // Byte offset of logical 16-byte chunk `chunk` of row `row` inside a swizzled tile.
@@ -336,11 +323,6 @@ __device__ __forceinline__ void store_output(unsigned char* smem, const float (&
             *reinterpret_cast<uint4*>(o_head + static_cast<size_t>(m0 + row) * D + chunk * 8) = value;
         }
     }
-}
-
-// Key limit (exclusive) of one query row: the causal bound, clipped to the keys that exist.
-__device__ __forceinline__ int row_kv_limit(int row, int seq_q, int seq_kv, int causal) {
-    return causal ? min(seq_kv, causal_kv_end(row, seq_q, seq_kv)) : seq_kv;
 }
 
 // exp2(a - b) for running maxima, where b = -inf (a row that has seen no key) gives 0, not NaN.
