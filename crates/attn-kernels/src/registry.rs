@@ -607,3 +607,88 @@ impl Implementation {
         Ok(g)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The per-shape rules: which knobs a shape gets (empty: the defaults), and that the result is
+    /// a valid config for the H100.
+    fn check(
+        implementation: &str,
+        (b, h, s, d): (usize, usize, usize, usize),
+        expected: &[(&str, i64)],
+    ) {
+        let imp = find(implementation).unwrap();
+        let shape = Shape::new(b, h, s, s, d).unwrap();
+        let tuned = imp.tuned_for(&shape);
+        for (name, value) in expected {
+            assert_eq!(
+                tuned.get(name),
+                Some(*value),
+                "{implementation} {b},{h},{s},{d}: {name} in {tuned:?}"
+            );
+        }
+        if expected.is_empty() {
+            assert_eq!(tuned, Config::default(), "{implementation} {b},{h},{s},{d}");
+        }
+        imp.resolve(&tuned, d, &Limits::H100)
+            .unwrap_or_else(|e| panic!("{implementation} {b},{h},{s},{d}: {e}"));
+    }
+
+    #[test]
+    fn small_grids_get_their_own_knobs_and_large_ones_the_defaults() {
+        // mma: 16-row blocks with 4-way split keys while 2 blocks/SM still hold the grid, then
+        // 32-row blocks with a 2-way split; D=128 and full grids keep the defaults.
+        check("mma", (1, 8, 512, 64), &[("BLOCK_M", 16), ("KV_SPLIT", 4)]);
+        check("mma", (2, 8, 512, 64), &[("BLOCK_M", 32), ("KV_SPLIT", 2)]);
+        check("mma", (2, 16, 8192, 64), &[]);
+        check("mma", (1, 8, 512, 128), &[]);
+        // hopper: one 64-row warpgroup under one wave of default blocks, at either head dim.
+        check(
+            "hopper",
+            (1, 8, 512, 64),
+            &[("BLOCK_M", 64), ("NUM_WARPS", 4), ("PINGPONG", 0)],
+        );
+        check(
+            "hopper",
+            (2, 8, 512, 64),
+            &[("BLOCK_M", 64), ("NUM_WARPS", 4)],
+        );
+        check(
+            "hopper",
+            (1, 8, 1024, 128),
+            &[("BLOCK_M", 64), ("NUM_WARPS", 4)],
+        );
+        check("hopper", (4, 16, 2048, 128), &[]);
+        check("hopper", (2, 16, 8192, 64), &[]);
+    }
+
+    #[test]
+    fn mma_rejects_tiles_that_do_not_split_over_the_threads() {
+        let mma = find("mma").unwrap();
+        // 8 warps, BLOCK_N 48 at D=64: 48 rows × 8 chunks = 384 chunks over 256 threads.
+        let overrides = Config::from_pairs(&[
+            ("NUM_WARPS", 8),
+            ("WARP_M", 16),
+            ("BLOCK_M", 128),
+            ("BLOCK_N", 48),
+        ]);
+        let err = mma
+            .resolve(&overrides, 64, &Limits::H100)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("does not split evenly over 256 threads"),
+            "{err}"
+        );
+        // The same tile with 4 warps (128 threads) is fine.
+        let ok = Config::from_pairs(&[
+            ("NUM_WARPS", 4),
+            ("WARP_M", 32),
+            ("BLOCK_M", 128),
+            ("BLOCK_N", 48),
+        ]);
+        mma.resolve(&ok, 64, &Limits::H100).unwrap();
+    }
+}
