@@ -54,7 +54,8 @@
 //   those 8 rows have distinct (r & 7), so the 8 chunks land in 8 distinct bank groups; the cp.async
 //   stores write 8 consecutive chunks of one row per phase, which the XOR only permutes. Both are
 //   therefore bank-conflict free, as are the 4-byte O staging stores (see store_output) and the
-//   lane-indexed 16-byte stores of the merge.
+//   lane-indexed 16-byte stores of the merge. (ncu still counts a few conflicts in the 32-row
+//   defaults, 0.07% of the SM cycles at 2,16,4096,128, none in 16-row configs: not traced yet.)
 //
 // Fragment layouts of mma.sync.m16n8k16 (PTX ISA), with g = lane / 4 and t = lane % 4:
 //   A (16×16, row-major, 4 × b32): a0 = A[g][2t..2t+1]   a1 = A[g+8][2t..2t+1]
