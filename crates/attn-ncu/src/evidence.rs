@@ -51,9 +51,6 @@ pub struct NcuEvidence {
     pub explanation: Option<Explanation>,
     /// The explanation as text (its `Display`), if computed.
     pub summary: Option<String>,
-    /// What the counters suggest changing first ([`Explanation::next_step`]), if explained.
-    #[serde(default)]
-    pub next_step: Option<String>,
     /// The composite score with its inputs and weights, if scored.
     pub fitness: Option<Fitness>,
 }
@@ -70,7 +67,6 @@ impl NcuEvidence {
             metrics: kernel.metrics.clone(),
             explanation: None,
             summary: None,
-            next_step: None,
             fitness: None,
         }
     }
@@ -78,7 +74,6 @@ impl NcuEvidence {
     /// Adds an explanation (numbers and text).
     pub fn with_explanation(mut self, explanation: Explanation) -> Self {
         self.summary = Some(explanation.to_string());
-        self.next_step = Some(explanation.next_step());
         self.explanation = Some(explanation);
         self
     }

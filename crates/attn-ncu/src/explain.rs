@@ -125,6 +125,7 @@ pub fn explain(summary: &KernelSummary, flops: Option<f64>, ceilings: &Ceilings)
     let seconds = duration_ns.map(|ns| ns * 1e-9);
     let tflops = flops.zip(seconds).map(|(f, s)| f / s / 1e12);
     let dram_bytes = sum(DRAM_BYTES_READ, DRAM_BYTES_WRITE);
+    let bank_conflicts = sum(SHARED_BANK_CONFLICTS_LD, SHARED_BANK_CONFLICTS_ST);
     let dram_bytes_per_s = dram_bytes.zip(seconds).map(|(b, s)| b / s);
     let tflops_fraction = tflops.map(|t| t / ceilings.tensor_tflops);
     let dram_fraction = dram_bytes_per_s.map(|b| b / ceilings.dram_bytes_per_s);
@@ -160,8 +161,8 @@ pub fn explain(summary: &KernelSummary, flops: Option<f64>, ceilings: &Ceilings)
         waves_per_sm: v(WAVES_PER_SM),
         registers_per_thread: v(REGISTERS_PER_THREAD),
         spill_bytes: sum(LOCAL_BYTES_LD, LOCAL_BYTES_ST),
-        bank_conflicts: sum(SHARED_BANK_CONFLICTS_LD, SHARED_BANK_CONFLICTS_ST),
-        bank_conflict_cycles_pct: sum(SHARED_BANK_CONFLICTS_LD, SHARED_BANK_CONFLICTS_ST)
+        bank_conflicts,
+        bank_conflict_cycles_pct: bank_conflicts
             .zip(seconds)
             .zip(v(SM_COUNT).zip(v(SM_CLOCK_KHZ)))
             .map(|((conflicts, s), (sms, khz))| 100.0 * conflicts / (sms * s * khz * 1e3))

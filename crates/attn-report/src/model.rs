@@ -7,6 +7,7 @@ use attn_evidence::{
     json_files, load_dir, read_evo_log, Evidence, EvoCandidate, GateRun, ShapeSpec, Timing,
 };
 
+use crate::format::short_rev;
 use crate::ReportError;
 
 /// Seed and resample count of the bootstrap CIs of medians drawn in the progression chart. Fixed,
@@ -322,14 +323,7 @@ fn ncu_row(file: String, evidence: &attn_ncu::NcuEvidence) -> NcuRow {
         file,
         label: evidence.provenance.label.clone(),
         kernel: evidence.kernel.clone(),
-        git_rev: evidence
-            .provenance
-            .git_rev
-            .as_deref()
-            .unwrap_or("")
-            .chars()
-            .take(7)
-            .collect(),
+        git_rev: short_rev(evidence.provenance.git_rev.as_deref().unwrap_or("")),
         time_us: field(|e| e.duration_ns).map(|ns| ns / 1000.0),
         tflops: field(|e| e.tflops),
         tflops_fraction: field(|e| e.tflops_fraction),
