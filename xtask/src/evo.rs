@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use attn_evidence::{EvoCandidate, EvoLogAppender, ShapeSpec};
 use attn_evo::{KnobDomain, Knobs, Options, Search, Space};
-use attn_kernels::compile::{compile, CompileRequest};
+use attn_kernels::compile::compile;
 use attn_kernels::registry::{Engine, Limits};
 use attn_kernels::{Candidate, Config, Gpu, Prepared, TimingMode, TimingOptions};
 use attn_stats::{BootstrapOptions, CompareOptions, Sample};
@@ -881,37 +881,22 @@ fn spawn_compiles(
     threads: usize,
 ) -> anyhow::Result<std::thread::JoinHandle<()>> {
     let (_, dtype, _) = measure::problem(&spec.shape)?;
-    let base = CompileRequest::abi_defines(dtype, spec.shape.head_dim)?;
-    let arch = gpu.arch();
-    let (name, source, include_dir) = match (&spec.implementation, &spec.src) {
-        (Some(imp), _) => match attn_kernels::registry::find(imp)?.engine {
-            Engine::Kernel { file, source } => (file.to_string(), source.to_string(), None),
-            Engine::Cublas => bail!("`{imp}` is not a kernel"),
-        },
-        (None, Some(src)) => (
-            src.display().to_string(),
-            std::fs::read_to_string(src).with_context(|| src.display().to_string())?,
-            src.parent().map(Path::to_path_buf),
-        ),
-        (None, None) => bail!("nothing to compile"),
-    };
-    let jobs: Vec<(usize, Vec<String>)> = candidates
+    let (arch, limits) = (gpu.arch(), gpu.limits());
+    let head_dim = spec.shape.head_dim;
+    // The candidates exactly as the workers build them, so that their compiles hit the same cache
+    // entries (`Candidate::variant` is the one place a config becomes defines).
+    let jobs: Vec<(usize, Option<Candidate>)> = candidates
         .iter()
         .enumerate()
         .map(|(i, knobs)| {
-            // The same defines, in the same order, as `Prepared::new`: the cache key matches.
-            let config = match &spec.implementation {
-                Some(imp) => attn_kernels::registry::find(imp)
-                    .map(|imp| {
-                        imp.default_config(spec.shape.head_dim)
-                            .merged(&Config(knobs.clone()))
-                    })
-                    .unwrap_or_default(),
-                None => Config(spec.defines.clone()).merged(&Config(knobs.clone())),
-            };
-            let mut defines = base.clone();
-            defines.extend(config.0.iter().map(|(k, v)| format!("{k}={v}")));
-            (i, defines)
+            let config = Config(spec.defines.clone()).merged(&Config(knobs.clone()));
+            let candidate = worker_candidate(
+                spec.implementation.as_deref(),
+                spec.src.as_deref(),
+                spec.entry.as_deref(),
+                config,
+            );
+            (i, candidate.ok())
         })
         .collect();
     Ok(std::thread::spawn(move || {
@@ -920,16 +905,12 @@ fn spawn_compiles(
             for _ in 0..threads.max(1) {
                 scope.spawn(|| loop {
                     let job = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
-                    let Some((index, defines)) = job else { break };
+                    let Some((index, candidate)) = job else { break };
                     let started = Instant::now();
-                    let req = CompileRequest {
-                        name: &name,
-                        source: &source,
-                        include_dir: include_dir.as_deref(),
-                        defines,
-                        arch: arch.clone(),
-                    };
-                    let ok = compile(&req).is_ok();
+                    let ok = candidate.is_some_and(|c| {
+                        c.variant(dtype, head_dim, &arch, &limits)
+                            .is_ok_and(|v| compile(&v.request).is_ok())
+                    });
                     board.finish(index, ok.then(|| started.elapsed().as_secs_f64()));
                 });
             }
@@ -1146,11 +1127,12 @@ fn evaluate(args: &WorkerArgs) -> anyhow::Result<WorkerReport> {
         });
     }
     let config = parse_config(&args.config, "--config")?;
-    let candidate = match (&args.implementation, &args.src) {
-        (Some(name), _) => Candidate::registered(name, config)?,
-        (None, Some(src)) => Candidate::from_file(src, args.entry.as_deref(), config)?,
-        (None, None) => bail!("the worker needs --impl, --src or --baseline"),
-    };
+    let candidate = worker_candidate(
+        args.implementation.as_deref(),
+        args.src.as_deref(),
+        args.entry.as_deref(),
+        config,
+    )?;
     let (_, dtype, _) = measure::problem(&spec)?;
     let started = Instant::now();
     let prepared = Prepared::new(&gpu, &candidate, dtype, spec.head_dim)?;
@@ -1170,6 +1152,20 @@ fn evaluate(args: &WorkerArgs) -> anyhow::Result<WorkerReport> {
         status: "ok".into(),
         samples_us: timings.samples_us,
         prepare_s,
+    })
+}
+
+/// The candidate a worker measures (and the precompile compiles): `--impl` or `--src` with `config`.
+fn worker_candidate(
+    implementation: Option<&str>,
+    src: Option<&Path>,
+    entry: Option<&str>,
+    config: Config,
+) -> anyhow::Result<Candidate> {
+    Ok(match (implementation, src) {
+        (Some(name), _) => Candidate::registered(name, config)?,
+        (None, Some(src)) => Candidate::from_file(src, entry, config)?,
+        (None, None) => bail!("the worker needs --impl, --src or --baseline"),
     })
 }
 

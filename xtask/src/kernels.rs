@@ -1,9 +1,9 @@
 //! `cargo xtask kernels`: the registered implementations, their knobs, domains and default configs;
 //! with `--ptxas`, registers / shared memory / stack / spills of every default variant (CPU only).
 
-use attn_kernels::compile::{self, Arch, CompileRequest};
-use attn_kernels::registry::{registry, Engine, Limits};
-use attn_kernels::Config;
+use attn_kernels::compile::{self, Arch};
+use attn_kernels::registry::{registry, Limits};
+use attn_kernels::{Candidate, Config};
 use attn_oracle::DType;
 
 /// Arguments of `cargo xtask kernels`.
@@ -54,30 +54,19 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     );
     let mut spills = 0;
     for imp in registry() {
-        let imp_arch = imp
-            .arch
-            .map(|a| Arch(a.to_string()))
-            .unwrap_or_else(|| arch.clone());
         for dtype in [DType::F16, DType::Bf16] {
             for d in [64usize, 128] {
                 if imp.check_head_dim(d).is_err() {
                     continue;
                 }
-                let cfg = imp.resolve(&Config::default(), d, &Limits::H100)?;
-                let mut defines = CompileRequest::abi_defines(dtype, d)?;
-                defines.extend(cfg.0.iter().map(|(k, v)| format!("{k}={v}")));
-                let (source, entry) = match imp.engine {
-                    Engine::Kernel { source, .. } => (source, "attn_fwd"),
-                    Engine::Cublas => (include_str!("../../kernels/softmax.cu"), "softmax_rows"),
+                let candidate = Candidate::Registered {
+                    implementation: imp,
+                    overrides: Config::default(),
                 };
-                let req = CompileRequest {
-                    name: imp.name,
-                    source,
-                    include_dir: None,
-                    defines,
-                    arch: imp_arch.clone(),
-                };
-                let compiled = compile::compile(&req)?;
+                let variant = candidate.variant(dtype, d, &arch, &Limits::H100)?;
+                let (req, cfg, entry) = (&variant.request, &variant.config, variant.entry);
+                let imp_arch = req.arch.clone();
+                let compiled = compile::compile(req)?;
                 let res = compile::ptxas_resources(&compiled.ptx, &imp_arch, entry)?;
                 let shown = if cfg.0.is_empty() {
                     entry.to_string()

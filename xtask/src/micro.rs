@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use attn_evidence::EvoCandidate;
-use attn_kernels::compile::{compile, CompileRequest};
+use attn_kernels::compile::compile;
 use attn_kernels::{Candidate, Config, Gpu, Prepared};
 use attn_oracle::{generate, CaseSpec, DType, Distribution, Params, Shape};
 use serde::Serialize;
@@ -196,37 +196,21 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
 
 /// Compiles every config on CPU threads (NVRTC's disk cache makes the loads instant); seconds each.
 fn compile_all(gpu: &Gpu, candidates: &[Candidate]) -> anyhow::Result<Vec<f64>> {
-    let abi = CompileRequest::abi_defines(DType::F16, 64)?;
-    let arch = gpu.arch();
+    let (arch, limits) = (gpu.arch(), gpu.limits());
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let chunk = candidates.len().div_ceil(threads).max(1);
     let mut seconds = vec![0.0; candidates.len()];
     std::thread::scope(|scope| {
         for (cands, out) in candidates.chunks(chunk).zip(seconds.chunks_mut(chunk)) {
-            let (abi, arch) = (&abi, &arch);
+            let (arch, limits) = (&arch, &limits);
             scope.spawn(move || {
                 for (candidate, out) in cands.iter().zip(out) {
-                    if let Candidate::Source {
-                        path,
-                        source,
-                        defines,
-                        ..
-                    } = candidate
-                    {
-                        let mut all = abi.clone();
-                        all.extend(defines.0.iter().map(|(k, v)| format!("{k}={v}")));
-                        let name = path.display().to_string();
-                        let started = Instant::now();
-                        // A failure is reported again, per config, when it is loaded.
-                        let _ = compile(&CompileRequest {
-                            name: &name,
-                            source,
-                            include_dir: path.parent(),
-                            defines: all,
-                            arch: arch.clone(),
-                        });
-                        *out = started.elapsed().as_secs_f64();
+                    let started = Instant::now();
+                    // A failure is reported again, per config, when it is loaded.
+                    if let Ok(variant) = candidate.variant(DType::F16, 64, arch, limits) {
+                        let _ = compile(&variant.request);
                     }
+                    *out = started.elapsed().as_secs_f64();
                 }
             });
         }

@@ -11,7 +11,7 @@ fn planted_bad_kernels_compile() {
     for file in ["writes_nothing.cu", "writes_half.cu", "stale_output.cu"] {
         let source = std::fs::read_to_string(dir.join(file)).unwrap();
         let req = CompileRequest {
-            name: file,
+            name: file.into(),
             source: &source,
             include_dir: Some(dir),
             defines: vec!["ATTN_DTYPE_F16".into(), "HEAD_DIM=64".into()],

@@ -166,7 +166,7 @@ fn planted_and_micro_kernels_compile() {
         let mut all = vec!["ATTN_DTYPE_F16".to_string(), "HEAD_DIM=64".to_string()];
         all.extend(defines.iter().map(|d| d.to_string()));
         let req = CompileRequest {
-            name: "evo test kernel",
+            name: "evo test kernel".into(),
             source,
             include_dir: Some(Path::new(dir)),
             defines: all,

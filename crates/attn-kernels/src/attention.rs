@@ -10,11 +10,11 @@ use cudarc::driver::{
     CudaFunction, CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg,
 };
 
-use crate::compile::CompileRequest;
+use crate::compile::{Arch, CompileRequest};
 use crate::config::Config;
 use crate::error::{DriverContext, KernelError, Result};
 use crate::gpu::{DeviceTensor, Gpu};
-use crate::registry::{self, Abi, Engine, Geometry, Implementation};
+use crate::registry::{self, Abi, Engine, Geometry, Implementation, Limits};
 use crate::tensormap;
 
 /// What to run: a registered implementation with config overrides, or a user's kernel file.
@@ -88,6 +88,80 @@ impl Candidate {
         }
     }
 
+    /// What NVRTC compiles for this candidate at `dtype` and `head_dim`: the one place where a
+    /// config becomes defines (the ABI's, then the resolved knobs or the user's defines), so that
+    /// every compile of the same variant (gate, bench, search precompiles, ptxas report, tests)
+    /// hits the same cache entry. Validates the config against `limits` first.
+    pub fn variant(
+        &self,
+        dtype: DType,
+        head_dim: usize,
+        arch: &Arch,
+        limits: &Limits,
+    ) -> Result<Variant<'_>> {
+        let mut defines = CompileRequest::abi_defines(dtype, head_dim)?;
+        let (config, name, source, include_dir, entry, arch, shared_bytes) = match self {
+            Candidate::Registered {
+                implementation,
+                overrides,
+            } => {
+                let config = implementation.resolve(overrides, head_dim, limits)?;
+                let probe = Shape {
+                    batch: 1,
+                    heads: 1,
+                    seq_q: 1,
+                    seq_kv: 1,
+                    head_dim,
+                };
+                let shared = implementation.geometry(&config, &probe)?.shared_bytes;
+                let arch = implementation
+                    .arch
+                    .map(|a| Arch(a.to_string()))
+                    .unwrap_or_else(|| arch.clone());
+                let (source, entry) = match implementation.engine {
+                    Engine::Kernel { source, .. } => (source, "attn_fwd"),
+                    Engine::Cublas => (SOFTMAX_SOURCE, "softmax_rows"),
+                };
+                let name = implementation.name.to_string();
+                (config, name, source, None, entry, arch, shared)
+            }
+            Candidate::Source {
+                path,
+                source,
+                entry,
+                defines: user,
+            } => {
+                let geometry = source_geometry(user);
+                geometry.check(&self.label(), limits)?;
+                let name = path.display().to_string();
+                let shared = geometry.shared_bytes as u32;
+                let dir = path.parent();
+                (
+                    user.clone(),
+                    name,
+                    source.as_str(),
+                    dir,
+                    entry.as_str(),
+                    arch.clone(),
+                    shared,
+                )
+            }
+        };
+        defines.extend(config.0.iter().map(|(k, v)| format!("{k}={v}")));
+        Ok(Variant {
+            request: CompileRequest {
+                name,
+                source,
+                include_dir,
+                defines,
+                arch,
+            },
+            config,
+            entry,
+            shared_bytes,
+        })
+    }
+
     /// A short label: the implementation's name, or `src:<file name>`.
     pub fn label(&self) -> String {
         match self {
@@ -100,6 +174,73 @@ impl Candidate {
                         .unwrap_or_default()
                 )
             }
+        }
+    }
+}
+
+/// The source of the cuBLAS path's fused softmax step.
+const SOFTMAX_SOURCE: &str = include_str!("../../../kernels/softmax.cu");
+
+/// One compilable variant of a candidate ([`Candidate::variant`]).
+#[derive(Debug, Clone)]
+pub struct Variant<'a> {
+    /// The resolved config (defaults plus overrides), or the user's defines.
+    pub config: Config,
+    /// What NVRTC compiles.
+    pub request: CompileRequest<'a>,
+    /// The kernel to load.
+    pub entry: &'a str,
+    /// Dynamic shared memory per block, bytes.
+    pub shared_bytes: u32,
+}
+
+/// The geometry of a user's kernel, from its defines `BLOCK_M` (default 64), `NUM_WARPS`
+/// (default 4) and `SHARED_BYTES` (default 0).
+#[derive(Debug, Clone, Copy)]
+struct SourceGeometry {
+    block_m: i64,
+    warps: i64,
+    shared_bytes: i64,
+}
+
+fn source_geometry(defines: &Config) -> SourceGeometry {
+    SourceGeometry {
+        block_m: defines.get("BLOCK_M").unwrap_or(64),
+        warps: defines.get("NUM_WARPS").unwrap_or(4),
+        shared_bytes: defines.get("SHARED_BYTES").unwrap_or(0),
+    }
+}
+
+impl SourceGeometry {
+    fn check(&self, label: &str, limits: &Limits) -> Result<()> {
+        let SourceGeometry {
+            block_m,
+            warps,
+            shared_bytes,
+        } = *self;
+        if block_m < 1
+            || warps < 1
+            || warps * 32 > i64::from(limits.max_threads_per_block)
+            || shared_bytes < 0
+            || shared_bytes > i64::from(limits.max_shared_per_block)
+        {
+            return Err(KernelError::InvalidConfig {
+                implementation: label.to_string(),
+                reason: format!("BLOCK_M={block_m}, NUM_WARPS={warps}, SHARED_BYTES={shared_bytes} do not fit the device"),
+            });
+        }
+        Ok(())
+    }
+
+    fn for_shape(&self, shape: &Shape) -> Geometry {
+        Geometry {
+            grid: (
+                shape.seq_q.div_ceil(self.block_m as usize) as u32,
+                shape.heads as u32,
+                shape.batch as u32,
+            ),
+            block: self.warps as u32 * 32,
+            shared_bytes: self.shared_bytes as u32,
         }
     }
 }
@@ -156,10 +297,6 @@ impl std::fmt::Debug for Prepared {
     }
 }
 
-fn user_knob(defines: &Config, name: &str, default: i64) -> i64 {
-    defines.get(name).unwrap_or(default)
-}
-
 impl Prepared {
     /// Validates, compiles (through the caches) and loads `candidate` for `dtype` and `head_dim`.
     pub fn new(
@@ -168,146 +305,71 @@ impl Prepared {
         dtype: DType,
         head_dim: usize,
     ) -> Result<Prepared> {
-        let mut defines = CompileRequest::abi_defines(dtype, head_dim)?;
-        match candidate {
-            Candidate::Registered {
-                implementation,
-                overrides,
-            } => {
-                if let Some(required) = implementation.arch {
-                    if gpu.arch().0 != required {
-                        return Err(KernelError::Unsupported {
-                            implementation: implementation.name.into(),
-                            what: format!(
-                                "{} (it needs {required}: a Hopper sm_90 GPU); use `mma` here",
-                                gpu.arch().sm()
-                            ),
-                        });
-                    }
-                }
-                let config = implementation.resolve(overrides, head_dim, &gpu.limits())?;
-                defines.extend(config.0.iter().map(|(k, v)| format!("{k}={v}")));
-                let probe = Shape {
-                    batch: 1,
-                    heads: 1,
-                    seq_q: 1,
-                    seq_kv: 1,
-                    head_dim,
-                };
-                let shared = implementation.geometry(&config, &probe)?.shared_bytes;
-                let engine = match implementation.engine {
-                    Engine::Kernel { file, source } => {
-                        let req = CompileRequest {
-                            name: file,
-                            source,
-                            include_dir: None,
-                            defines,
-                            arch: gpu.arch(),
-                        };
-                        let function = gpu.load(&req, "attn_fwd", shared)?;
-                        let tensor_maps = match implementation.abi {
-                            Abi::Plain => None,
-                            Abi::TensorMaps => {
-                                let rows = |name| {
-                                    config.get(name).map(|v| v as u32).ok_or_else(|| {
-                                        KernelError::InvalidConfig {
-                                            implementation: implementation.name.into(),
-                                            reason: format!("the TensorMaps ABI needs the knob {name} for its boxes"),
-                                        }
-                                    })
-                                };
-                                Some(BoxRows {
-                                    q: rows("BLOCK_M")?,
-                                    kv: rows("BLOCK_N")?,
-                                })
-                            }
-                        };
-                        let (imp, cfg) = (*implementation, config.clone());
-                        Launcher::Kernel {
-                            function,
-                            geometry: Box::new(move |shape| imp.geometry(&cfg, shape)),
-                            tensor_maps,
-                        }
-                    }
-                    Engine::Cublas => {
-                        let req = CompileRequest {
-                            name: "softmax.cu",
-                            source: include_str!("../../../kernels/softmax.cu"),
-                            include_dir: None,
-                            defines,
-                            arch: gpu.arch(),
-                        };
-                        Launcher::Cublas {
-                            softmax: gpu.load(&req, "softmax_rows", 0)?,
-                            scratch: Mutex::new(None),
-                        }
-                    }
-                };
-                Ok(Prepared {
-                    label: implementation.name.into(),
-                    config,
-                    dtype,
-                    head_dim,
-                    engine,
-                })
-            }
-            Candidate::Source {
-                path,
-                source,
-                entry,
-                defines: user,
-            } => {
-                defines.extend(user.0.iter().map(|(k, v)| format!("{k}={v}")));
-                let (block_m, warps, shared) = (
-                    user_knob(user, "BLOCK_M", 64),
-                    user_knob(user, "NUM_WARPS", 4),
-                    user_knob(user, "SHARED_BYTES", 0),
-                );
-                let limits = gpu.limits();
-                if block_m < 1
-                    || warps < 1
-                    || warps * 32 > limits.max_threads_per_block as i64
-                    || shared < 0
-                    || shared > limits.max_shared_per_block as i64
-                {
-                    return Err(KernelError::InvalidConfig {
-                        implementation: candidate.label(),
-                        reason: format!("BLOCK_M={block_m}, NUM_WARPS={warps}, SHARED_BYTES={shared} do not fit the device"),
+        if let Candidate::Registered { implementation, .. } = candidate {
+            if let Some(required) = implementation.arch {
+                if gpu.arch().0 != required {
+                    return Err(KernelError::Unsupported {
+                        implementation: implementation.name.into(),
+                        what: format!(
+                            "{} (it needs {required}: a Hopper sm_90 GPU); use `mma` here",
+                            gpu.arch().sm()
+                        ),
                     });
                 }
-                let name = path.display().to_string();
-                let req = CompileRequest {
-                    name: &name,
-                    source,
-                    include_dir: path.parent(),
-                    defines,
-                    arch: gpu.arch(),
-                };
-                let function = gpu.load(&req, entry, shared as u32)?;
-                let geometry = move |shape: &Shape| {
-                    Ok(Geometry {
-                        grid: (
-                            shape.seq_q.div_ceil(block_m as usize) as u32,
-                            shape.heads as u32,
-                            shape.batch as u32,
-                        ),
-                        block: warps as u32 * 32,
-                        shared_bytes: shared as u32,
-                    })
-                };
-                Ok(Prepared {
-                    label: candidate.label(),
-                    config: user.clone(),
-                    dtype,
-                    head_dim,
-                    engine: Launcher::Kernel {
-                        function,
-                        geometry: Box::new(geometry),
-                        tensor_maps: None,
-                    },
-                })
             }
         }
+        let limits = gpu.limits();
+        let variant = candidate.variant(dtype, head_dim, &gpu.arch(), &limits)?;
+        let function = gpu.load(&variant.request, variant.entry, variant.shared_bytes)?;
+        let config = variant.config;
+        let engine = match candidate {
+            Candidate::Registered { implementation, .. } => match implementation.engine {
+                Engine::Kernel { .. } => {
+                    let tensor_maps = match implementation.abi {
+                        Abi::Plain => None,
+                        Abi::TensorMaps => {
+                            let rows = |name| {
+                                config.get(name).map(|v| v as u32).ok_or_else(|| {
+                                    KernelError::InvalidConfig {
+                                        implementation: implementation.name.into(),
+                                        reason: format!("the TensorMaps ABI needs the knob {name} for its boxes"),
+                                    }
+                                })
+                            };
+                            Some(BoxRows {
+                                q: rows("BLOCK_M")?,
+                                kv: rows("BLOCK_N")?,
+                            })
+                        }
+                    };
+                    let (imp, cfg) = (*implementation, config.clone());
+                    Launcher::Kernel {
+                        function,
+                        geometry: Box::new(move |shape| imp.geometry(&cfg, shape)),
+                        tensor_maps,
+                    }
+                }
+                Engine::Cublas => Launcher::Cublas {
+                    softmax: function,
+                    scratch: Mutex::new(None),
+                },
+            },
+            Candidate::Source { .. } => {
+                let geometry = source_geometry(&config);
+                Launcher::Kernel {
+                    function,
+                    geometry: Box::new(move |shape: &Shape| Ok(geometry.for_shape(shape))),
+                    tensor_maps: None,
+                }
+            }
+        };
+        Ok(Prepared {
+            label: candidate.label(),
+            config,
+            dtype,
+            head_dim,
+            engine,
+        })
     }
 
     /// The label of the candidate.

@@ -39,7 +39,7 @@ impl Arch {
 #[derive(Debug, Clone)]
 pub struct CompileRequest<'a> {
     /// Name for error messages (implementation name or file).
-    pub name: &'a str,
+    pub name: String,
     /// The `.cu` source.
     pub source: &'a str,
     /// Extra folder for the user's own `#include`s.

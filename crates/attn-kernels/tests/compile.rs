@@ -3,14 +3,12 @@
 //! rejected before compiling, with their reason. Needs NVRTC (`cargo xtask test` provides it).
 
 use attn_kernels::compile::{self, Arch, CompileRequest};
-use attn_kernels::registry::{registry, Engine, Limits};
-use attn_kernels::{Config, KernelError};
+use attn_kernels::registry::{registry, Limits};
+use attn_kernels::{Candidate, Config, KernelError};
 use attn_oracle::DType;
 
-const SOFTMAX: &str = include_str!("../../../kernels/softmax.cu");
-
-/// (B, H, S) of the gate's suites (`xtask/src/gate/suites.rs`), whose tuned configs must not
-/// spill either.
+/// (B, H, S) of the gate's suites (attn-measure's `suites`), whose tuned configs must not spill
+/// either.
 const SUITE_SHAPES: [(usize, usize, usize); 6] = [
     (1, 8, 512),
     (2, 8, 512),
@@ -20,15 +18,14 @@ const SUITE_SHAPES: [(usize, usize, usize); 6] = [
     (2, 16, 1024),
 ];
 
-struct Variant {
-    name: &'static str,
-    arch: Option<&'static str>,
-    source: &'static str,
-    entry: &'static str,
-    defines: Vec<String>,
+/// One (implementation, config, dtype, head dim) to compile, as `Candidate::variant` builds it.
+struct Case {
+    candidate: Candidate,
+    dtype: DType,
+    head_dim: usize,
 }
 
-fn variants() -> Vec<Variant> {
+fn cases() -> Vec<Case> {
     let mut out = Vec::new();
     for imp in registry() {
         let head_dims: Vec<usize> = imp
@@ -47,19 +44,13 @@ fn variants() -> Vec<Variant> {
                     }
                 }
                 for overrides in configs {
-                    let mut defines = CompileRequest::abi_defines(dtype, head_dim).unwrap();
-                    let cfg = imp.resolve(&overrides, head_dim, &Limits::H100).unwrap();
-                    defines.extend(cfg.0.iter().map(|(k, v)| format!("{k}={v}")));
-                    let (name, source, entry) = match imp.engine {
-                        Engine::Kernel { source, .. } => (imp.name, source, "attn_fwd"),
-                        Engine::Cublas => (imp.name, SOFTMAX, "softmax_rows"),
-                    };
-                    out.push(Variant {
-                        name,
-                        arch: imp.arch,
-                        source,
-                        entry,
-                        defines,
+                    out.push(Case {
+                        candidate: Candidate::Registered {
+                            implementation: imp,
+                            overrides,
+                        },
+                        dtype,
+                        head_dim,
                     });
                 }
             }
@@ -72,25 +63,25 @@ fn variants() -> Vec<Variant> {
 fn every_default_variant_compiles_without_spills() {
     let ptxas = attn_kernels::toolkit::ptxas_path();
     let mut checked = 0;
-    for variant in variants() {
-        let archs: Vec<&str> = match variant.arch {
+    for case in cases() {
+        let Candidate::Registered { implementation, .. } = &case.candidate else {
+            unreachable!("cases() builds registered candidates")
+        };
+        let archs: Vec<&str> = match implementation.arch {
             Some(required) => vec![required],
             None => vec!["compute_80", "compute_90"],
         };
         for arch in archs {
             let arch = Arch(arch.to_string());
-            let req = CompileRequest {
-                name: variant.name,
-                source: variant.source,
-                include_dir: None,
-                defines: variant.defines.clone(),
-                arch: arch.clone(),
-            };
-            let compiled = compile::compile(&req).unwrap_or_else(|e| panic!("{e}"));
+            let variant = case
+                .candidate
+                .variant(case.dtype, case.head_dim, &arch, &Limits::H100)
+                .unwrap_or_else(|e| panic!("{e}"));
+            let compiled = compile::compile(&variant.request).unwrap_or_else(|e| panic!("{e}"));
             assert!(
                 compiled.ptx.contains(&format!(".entry {}", variant.entry)),
                 "{}: no entry in the PTX",
-                variant.name
+                implementation.name
             );
             if ptxas.is_some() {
                 let res = compile::ptxas_resources(&compiled.ptx, &arch, variant.entry)
@@ -98,8 +89,8 @@ fn every_default_variant_compiles_without_spills() {
                 assert!(
                     !res.uses_local_memory(),
                     "{} [{}] for {}: unexpected local memory {res:?}",
-                    variant.name,
-                    variant.defines.join(" "),
+                    implementation.name,
+                    variant.request.defines.join(" "),
                     arch.0
                 );
             }
@@ -112,7 +103,7 @@ fn every_default_variant_compiles_without_spills() {
 #[test]
 fn a_compile_error_reports_the_log_and_the_config() {
     let req = CompileRequest {
-        name: "broken.cu",
+        name: "broken.cu".into(),
         source: "#include \"attn_common.cuh\"\nextern \"C\" __global__ void attn_fwd() { undeclared_thing(); }\n",
         include_dir: None,
         defines: vec!["ATTN_DTYPE_F16".into(), "HEAD_DIM=64".into(), "BLOCK_M=64".into()],
