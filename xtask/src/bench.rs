@@ -3,12 +3,13 @@
 
 use std::path::PathBuf;
 
-use attn_evidence::{BenchEntry, BenchRun, Implementation};
+use attn_evidence::{BenchEntry, BenchRun, Dtype, Implementation};
 use attn_kernels::{Candidate, Config, Gpu, TimingMode, TimingOptions};
+use attn_measure::baseline::{candidate_implementation, sdpa_implementation, timing_evidence};
+use attn_measure::sdpa::{Backend, Sdpa};
+use attn_measure::timing::{KernelSide, PreparedCache, SdpaSide, TimedSide};
+use attn_measure::{suites, Problem};
 use attn_stats::Sample;
-
-use crate::gate::{sdpa::Sdpa, suites};
-use crate::measure::{self, PreparedCache};
 
 /// Arguments of `cargo xtask bench`.
 #[derive(Debug, clap::Args)]
@@ -24,7 +25,10 @@ pub struct Args {
     pub suite: String,
     /// fp16 or bf16.
     #[arg(long, default_value = "fp16")]
-    pub dtype: String,
+    pub dtype: Dtype,
+    /// Causal versions of the suite's shapes.
+    #[arg(long)]
+    pub causal: bool,
     /// Timed samples per implementation and shape.
     #[arg(long, default_value_t = 50)]
     pub samples: usize,
@@ -41,30 +45,41 @@ pub struct Args {
 
 /// Runs the subcommand; returns the process exit code.
 pub fn run(args: Args) -> anyhow::Result<u8> {
-    let shapes = suites::suite(&args.suite, &args.dtype)?;
+    let mut problems = suites::suite(&args.suite, args.dtype)?;
+    if args.causal {
+        problems = problems
+            .into_iter()
+            .map(|p| {
+                Problem::new(attn_evidence::ShapeSpec {
+                    causal: true,
+                    ..p.spec
+                })
+            })
+            .collect::<Result<_, _>>()?;
+    }
     let candidates: Vec<Candidate> = args
         .implementations
         .iter()
         .filter(|n| !n.is_empty())
         .map(|n| Candidate::registered(n, Config::default()))
         .collect::<Result<_, _>>()?;
-    let gpu = Gpu::open(0)?;
-    let backends: Vec<String> = args
+    let backends: Vec<Backend> = args
         .sdpa_backends
         .iter()
         .filter(|b| !b.is_empty())
-        .cloned()
-        .collect();
+        .map(|b| b.parse())
+        .collect::<Result<_, _>>()?;
+    if args.samples < 2 {
+        anyhow::bail!("--samples must be at least 2");
+    }
+    let gpu = Gpu::open(0)?;
     let sdpa = if backends.is_empty() {
         None
     } else {
         match Sdpa::detect() {
             Ok(s) => Some(s),
             Err(err) => {
-                println!(
-                    "PyTorch SDPA is unavailable ({}): timing our implementations only",
-                    crate::one_line(&err)
-                );
+                println!("PyTorch SDPA is unavailable ({err}): timing our implementations only");
                 None
             }
         }
@@ -76,48 +91,56 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         mode: TimingMode::Graph,
         ..TimingOptions::default()
     };
-    let total = shapes.len() * (candidates.len() + if sdpa.is_some() { backends.len() } else { 0 });
-    let bar = indicatif::ProgressBar::new(total as u64);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
-            .expect("valid template"),
+    let sdpa_count = if sdpa.is_some() { backends.len() } else { 0 };
+    let bar = crate::progress::bar(
+        (problems.len() * (candidates.len() + sdpa_count)) as u64,
+        "bench",
     );
     let mut cache = PreparedCache::default();
     let mut entries = Vec::new();
     let before = attn_kernels::telemetry::read_clocks(0);
-    for spec in &shapes {
-        let (shape, dtype, _) = measure::problem(spec)?;
+    for problem in &problems {
         for candidate in &candidates {
-            let candidate = &candidate.for_shape(&shape);
-            bar.set_message(format!("{} {spec}", candidate.label()));
-            let prepared = cache.get(&gpu, &candidate.label(), candidate, dtype, spec.head_dim)?;
-            match measure::time_prepared(&gpu, prepared, spec, &opts, args.seed, None) {
-                Ok((timings, _, _)) => entries.push(entry(
-                    measure::candidate_implementation(candidate, Some(prepared.config())),
-                    spec,
-                    &timings,
-                )?),
+            let candidate = &candidate.for_shape(&problem.shape);
+            bar.set_message(format!("{} {problem}", candidate.label()));
+            let timed = cache
+                .get(
+                    &gpu,
+                    "bench",
+                    candidate,
+                    problem.dtype,
+                    problem.shape.head_dim,
+                )
+                .and_then(|prepared| {
+                    let mut side = KernelSide::new(&gpu, prepared, problem, args.seed)?;
+                    let timings = side.block(&opts)?;
+                    Ok((
+                        candidate_implementation(candidate, Some(prepared.config())),
+                        timings,
+                    ))
+                });
+            match timed {
+                Ok((implementation, timings)) => {
+                    entries.push(entry(implementation, problem, &timings)?)
+                }
                 Err(err) => bar.println(format!(
-                    "  skipped {} on {spec}: {}",
-                    candidate.label(),
-                    crate::one_line(&err)
+                    "  skipped {} on {problem}: {err}",
+                    candidate.label()
                 )),
             }
             bar.inc(1);
         }
         if let Some(sdpa) = &sdpa {
-            for backend in &backends {
-                bar.set_message(format!("sdpa:{backend} {spec}"));
-                match measure::time_sdpa(sdpa, backend, &gpu, spec, &opts, args.seed) {
-                    Ok(timings) => entries.push(entry(
-                        measure::sdpa_implementation(backend),
-                        spec,
-                        &timings,
-                    )?),
-                    Err(err) => bar.println(format!(
-                        "  skipped sdpa:{backend} on {spec}: {}",
-                        crate::one_line(&err)
-                    )),
+            for &backend in &backends {
+                bar.set_message(format!("sdpa:{backend} {problem}"));
+                let mut side = SdpaSide::new(&gpu, sdpa, backend, problem, args.seed);
+                match side.block(&opts) {
+                    Ok(timings) => {
+                        entries.push(entry(sdpa_implementation(backend), problem, &timings)?)
+                    }
+                    Err(err) => {
+                        bar.println(format!("  skipped sdpa:{backend} on {problem}: {err}"))
+                    }
                 }
                 bar.inc(1);
             }
@@ -164,15 +187,15 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
 
 fn entry(
     implementation: Implementation,
-    spec: &attn_evidence::ShapeSpec,
+    problem: &Problem,
     timings: &attn_kernels::Timings,
 ) -> anyhow::Result<BenchEntry> {
     let summary = Sample::new(timings.samples_us.clone())?.summary();
     Ok(BenchEntry {
         implementation,
-        shape: spec.clone(),
-        timing: measure::timing_evidence(timings),
-        tflops: spec.tflops(summary.median),
+        shape: problem.spec.clone(),
+        timing: timing_evidence(timings),
+        tflops: problem.spec.tflops(summary.median),
         summary,
     })
 }

@@ -14,9 +14,9 @@
 //! winner, its evidence and the `cargo xtask gate` command that confirms it).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -29,7 +29,8 @@ use attn_kernels::{Candidate, Config, Gpu, Prepared, TimingMode, TimingOptions};
 use attn_stats::{BootstrapOptions, CompareOptions, Sample};
 use serde::{Deserialize, Serialize};
 
-use crate::measure;
+use attn_measure::supervise::{classify_failure, exit_with_parent, run_supervised, Supervised};
+use attn_measure::timing::{KernelSide, TimedSide};
 
 /// Arguments of `cargo xtask evo`.
 #[derive(Debug, clap::Args)]
@@ -58,7 +59,7 @@ pub struct Args {
     pub causal: bool,
     /// fp16 or bf16.
     #[arg(long, default_value = "fp16")]
-    pub dtype: String,
+    pub dtype: attn_evidence::Dtype,
     /// What speedups are measured against: sdpa (falls back to cublas without PyTorch), cublas, or
     /// a registered implementation with its default config (e.g. the one being tuned).
     #[arg(long, default_value = "sdpa")]
@@ -634,8 +635,8 @@ fn search_spec(args: &Args) -> anyhow::Result<SearchSpec> {
         .parse()
         .with_context(|| format!("--shape {}", args.shape))?;
     shape.causal |= args.causal;
-    shape.dtype = args.dtype.clone();
-    measure::problem(&shape)?;
+    shape.dtype = args.dtype;
+    attn_measure::Problem::new(shape.clone())?;
     let declared = args
         .knobs
         .iter()
@@ -755,7 +756,7 @@ fn seeds(args: &Args, spec: &SearchSpec, space: &Space) -> anyhow::Result<Vec<Kn
     let fill: Knobs = match &spec.implementation {
         Some(name) => {
             let imp = attn_kernels::registry::find(name)?;
-            let tuned = imp.tuned_for(&measure::problem(&spec.shape)?.0);
+            let tuned = imp.tuned_for(&attn_measure::Problem::new(spec.shape.clone())?.shape);
             imp.default_config(spec.shape.head_dim).merged(&tuned).0
         }
         None => space
@@ -880,7 +881,7 @@ fn spawn_compiles(
     board: Arc<CompileBoard>,
     threads: usize,
 ) -> anyhow::Result<std::thread::JoinHandle<()>> {
-    let (_, dtype, _) = measure::problem(&spec.shape)?;
+    let dtype = attn_measure::oracle_dtype(spec.shape.dtype);
     let (arch, limits) = (gpu.arch(), gpu.limits());
     let head_dim = spec.shape.head_dim;
     // The candidates exactly as the workers build them, so that their compiles hit the same cache
@@ -985,65 +986,23 @@ impl WorkerContext {
     }
 }
 
-/// Spawns `xtask <args>` in its own process group, kills the group on timeout, and turns what it
-/// printed (or how it died) into a report.
+/// Runs `xtask <args>` supervised (own process group, killed with its group on timeout) and turns
+/// what it printed, or how it died, into a report.
 fn run_with_timeout(args: &[String], timeout: Duration) -> anyhow::Result<WorkerReport> {
-    use std::os::unix::process::CommandExt;
-    let exe = std::env::current_exe().context("finding the xtask executable")?;
-    let mut child = Command::new(exe)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .context("starting a worker")?;
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut text = String::new();
-            if let Some(mut pipe) = pipe {
-                let _ = pipe.read_to_string(&mut text);
-            }
-            text
-        })
-    };
-    let stdout = drain(
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let stderr = drain(
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break Some(status);
+    let mut command = Command::new(std::env::current_exe().context("finding this executable")?);
+    command.args(args);
+    let (status, out, err) = match run_supervised(command, timeout)? {
+        Supervised::TimedOut => {
+            return Ok(WorkerReport {
+                status: format!("invalid: timeout after {} s", timeout.as_secs_f64()),
+                ..WorkerReport::default()
+            })
         }
-        if started.elapsed() >= timeout {
-            // The whole group: a worker's own children (SDPA's Python helper) die with it.
-            // SAFETY: killpg only sends a signal; the group id is the worker's own pid, which is
-            // its group leader (`process_group(0)` above) and has not been reaped yet.
-            unsafe { libc::killpg(child.id() as libc::pid_t, libc::SIGKILL) };
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let (out, err) = (
-        stdout.join().unwrap_or_default(),
-        stderr.join().unwrap_or_default(),
-    );
-    let Some(status) = status else {
-        return Ok(WorkerReport {
-            status: format!("invalid: timeout after {} s", timeout.as_secs_f64()),
-            ..WorkerReport::default()
-        });
+        Supervised::Finished {
+            status,
+            stdout,
+            stderr,
+        } => (status, stdout, stderr),
     };
     if let Some(report) = out
         .lines()
@@ -1053,47 +1012,30 @@ fn run_with_timeout(args: &[String], timeout: Duration) -> anyhow::Result<Worker
     {
         return Ok(report);
     }
-    let text = format!("{out}\n{err}");
     let why = match status.code() {
         Some(code) => format!("exit code {code}"),
         None => format!("killed by a signal ({status})"),
     };
     Ok(WorkerReport {
-        status: classify(&text, &why),
+        status: format!(
+            "invalid: {}",
+            classify_failure(&format!("{out}\n{err}"), &why)
+        ),
         ..WorkerReport::default()
     })
-}
-
-/// One line for a failed candidate: illegal addresses by name, else the last line it printed.
-fn classify(text: &str, fallback: &str) -> String {
-    if text.contains("ILLEGAL_ADDRESS") || text.contains("illegal memory access") {
-        return "invalid: illegal address".into();
-    }
-    let last = text
-        .lines()
-        .map(str::trim)
-        .rfind(|l| !l.is_empty())
-        .unwrap_or(fallback);
-    let last = last.strip_prefix("error: ").unwrap_or(last);
-    let short: String = last.chars().take(200).collect();
-    format!("invalid: {short}")
 }
 
 /// Runs the hidden `xtask evo-worker`: prints one JSON line, exits without tearing down CUDA
 /// (a context hit by a fault may not survive its destructors).
 pub fn worker(args: WorkerArgs) -> anyhow::Result<u8> {
-    // A worker outlives no search: if the parent dies (killed), so does the worker, hung or not.
-    let parent = std::os::unix::process::parent_id();
-    std::thread::spawn(move || loop {
-        std::thread::sleep(Duration::from_millis(200));
-        if std::os::unix::process::parent_id() != parent {
-            std::process::exit(3);
-        }
-    });
+    exit_with_parent();
     let report = match evaluate(&args) {
         Ok(report) => report,
         Err(err) => WorkerReport {
-            status: classify(&crate::one_line(&err), "error"),
+            status: format!(
+                "invalid: {}",
+                classify_failure(&crate::one_line(&err), "error")
+            ),
             ..WorkerReport::default()
         },
     };
@@ -1109,6 +1051,7 @@ fn evaluate(args: &WorkerArgs) -> anyhow::Result<WorkerReport> {
     if args.synthetic {
         return Ok(synthetic(args));
     }
+    let problem = attn_measure::Problem::new(spec)?;
     let timing = TimingOptions {
         warmup: args.warmup,
         samples: args.samples,
@@ -1117,9 +1060,20 @@ fn evaluate(args: &WorkerArgs) -> anyhow::Result<WorkerReport> {
     };
     let gpu = Gpu::open(args.device)?;
     if let Some(name) = &args.baseline {
-        let baseline = measure::baseline(name, &args.sdpa_backend)?;
-        let mut cache = measure::PreparedCache::default();
-        let timings = baseline.time(&gpu, &mut cache, &spec, &timing, args.seed)?;
+        let backend: attn_measure::sdpa::Backend = args.sdpa_backend.parse()?;
+        let (baseline, _) = attn_measure::Baseline::from_name(name, backend)?;
+        let timings = match &baseline {
+            attn_measure::Baseline::Sdpa { sdpa, backend } => {
+                attn_measure::timing::SdpaSide::new(&gpu, sdpa, *backend, &problem, args.seed)
+                    .block(&timing)?
+            }
+            attn_measure::Baseline::Registered(candidate) => {
+                let candidate = candidate.for_shape(&problem.shape);
+                let prepared =
+                    Prepared::new(&gpu, &candidate, problem.dtype, problem.shape.head_dim)?;
+                KernelSide::new(&gpu, &prepared, &problem, args.seed)?.block(&timing)?
+            }
+        };
         return Ok(WorkerReport {
             status: "ok".into(),
             samples_us: timings.samples_us,
@@ -1133,21 +1087,28 @@ fn evaluate(args: &WorkerArgs) -> anyhow::Result<WorkerReport> {
         args.entry.as_deref(),
         config,
     )?;
-    let (_, dtype, _) = measure::problem(&spec)?;
     let started = Instant::now();
-    let prepared = Prepared::new(&gpu, &candidate, dtype, spec.head_dim)?;
+    let prepared = Prepared::new(&gpu, &candidate, problem.dtype, problem.shape.head_dim)?;
     let prepare_s = Some(started.elapsed().as_secs_f64());
-    if let Some(reason) =
-        measure::check_against_oracle(&gpu, &prepared, &spec, args.seed, args.checks)?
-    {
+    let reference = attn_kernels::GpuReference::new(&gpu, problem.dtype, problem.shape.head_dim)?;
+    let runs = attn_measure::check::run_checks(
+        &gpu,
+        &prepared,
+        &reference,
+        &problem,
+        args.seed,
+        args.checks,
+        None,
+    )?;
+    if let Some(reason) = attn_measure::check::first_failure(&runs) {
         return Ok(WorkerReport {
             status: format!("invalid: wrong result ({reason})"),
             samples_us: vec![],
             prepare_s,
         });
     }
-    let (timings, _, _) =
-        measure::time_prepared(&gpu, &prepared, &spec, &timing, args.seed ^ 0x5eed, None)?;
+    let mut side = KernelSide::new(&gpu, &prepared, &problem, args.seed ^ 0x5eed)?;
+    let timings = side.block(&timing)?;
     Ok(WorkerReport {
         status: "ok".into(),
         samples_us: timings.samples_us,
@@ -1211,21 +1172,5 @@ fn synthetic(args: &WorkerArgs) -> WorkerReport {
         status: "ok".into(),
         samples_us,
         prepare_s: None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::classify;
-
-    #[test]
-    fn failures_are_classified_on_one_line() {
-        let fault = "error: CUDA cuStreamSynchronize failed: DriverError(CUDA_ERROR_ILLEGAL_ADDRESS, \"an illegal memory access was encountered\")";
-        assert_eq!(classify(fault, "x"), "invalid: illegal address");
-        assert_eq!(
-            classify("noise\nerror: NVRTC could not compile\n\n", "x"),
-            "invalid: NVRTC could not compile"
-        );
-        assert_eq!(classify("", "exit code 134"), "invalid: exit code 134");
     }
 }

@@ -8,14 +8,15 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod args;
 mod bench;
 mod bundle;
 mod evo;
 mod gate;
 mod kernels;
-mod measure;
 mod micro;
 mod ncu;
+mod progress;
 mod provenance;
 mod report;
 mod run;
@@ -93,12 +94,21 @@ fn main() -> ExitCode {
     }
 }
 
-/// An error and its causes on one line: "reading a.txt: line 3: not a number".
+/// An error and its causes on one line: "reading a.txt: line 3: not a number". A cause whose
+/// text its parent already shows (errors that print their source) is not repeated.
 pub fn one_line(err: &anyhow::Error) -> String {
-    err.chain()
-        .map(|c| c.to_string())
-        .collect::<Vec<_>>()
-        .join(": ")
+    let mut line = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if line.contains(text.as_str()) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
 }
 
 /// The workspace root: the folder above xtask's own manifest when built by cargo here, else the

@@ -250,5 +250,5 @@ fn measure(
     if cycles.iter().any(|c| *c <= 0.0) {
         anyhow::bail!("a block reported no cycles (the kernel did not run as expected)");
     }
-    Ok(crate::measure::median(&cycles))
+    Ok(attn_measure::baseline::median(&cycles))
 }

@@ -39,7 +39,7 @@ pub struct Args {
     pub causal: bool,
     /// fp16 or bf16.
     #[arg(long, default_value = "fp16")]
-    pub dtype: String,
+    pub dtype: attn_evidence::Dtype,
     /// Profiled launches (after one unprofiled warm-up launch).
     #[arg(long, default_value_t = 3)]
     pub launches: u32,
@@ -120,7 +120,7 @@ fn spec(args: &Args) -> anyhow::Result<attn_evidence::ShapeSpec> {
         .parse()
         .with_context(|| format!("--shape {}", args.shape))?;
     spec.causal |= args.causal;
-    spec.dtype = args.dtype.clone();
+    spec.dtype = args.dtype;
     Ok(spec)
 }
 
@@ -133,11 +133,12 @@ fn candidate(args: &Args) -> anyhow::Result<attn_kernels::Candidate> {
 /// Target mode: one warm-up launch and `launches` profiled ones of the candidate, nothing else.
 fn launch_target(args: &Args) -> anyhow::Result<u8> {
     let spec = spec(args)?;
-    let (shape, dtype, params) = crate::measure::problem(&spec)?;
+    let problem = attn_measure::Problem::new(spec)?;
+    let (shape, dtype, params) = (problem.shape, problem.dtype, problem.params);
     let gpu = attn_kernels::Gpu::open(0)?;
     let candidate = candidate(args)?.for_shape(&shape);
     let prepared = attn_kernels::Prepared::new(&gpu, &candidate, dtype, shape.head_dim)?;
-    let mut sets = crate::measure::InputSets::new(&gpu, shape, dtype, 1, 1)?;
+    let mut sets = attn_measure::timing::InputSets::new(&gpu, &problem, 1, 1)?;
     for _ in 0..=args.launches {
         prepared.launch(
             &gpu,
@@ -168,7 +169,7 @@ fn purpose(name: &str) -> anyhow::Result<attn_ncu::metrics::Purpose> {
 
 fn profile_impl(args: &Args) -> anyhow::Result<u8> {
     let spec = spec(args)?;
-    crate::measure::problem(&spec)?;
+    attn_measure::Problem::new(spec.clone())?;
     let candidate = candidate(args)?;
     let entry = match &candidate {
         attn_kernels::Candidate::Registered { implementation, .. } => match implementation.engine {
@@ -194,11 +195,11 @@ fn profile_impl(args: &Args) -> anyhow::Result<u8> {
         candidate.label(),
     ];
     for (flag, value) in [
-        ("--config", &args.config),
-        ("--shape", &args.shape),
-        ("--dtype", &args.dtype),
+        ("--config", args.config.clone()),
+        ("--shape", args.shape.clone()),
+        ("--dtype", args.dtype.to_string()),
     ] {
-        target_args.extend([flag.to_string(), value.clone()]);
+        target_args.extend([flag.to_string(), value]);
     }
     if args.causal {
         target_args.push("--causal".into());

@@ -33,7 +33,7 @@ fn nvidia_smi(query: &str) -> Option<String> {
 /// Provenance for a run on `gpu`, with the clock readings taken around it.
 pub fn collect(
     gpu: &Gpu,
-    torch: Option<&crate::gate::sdpa::SdpaInfo>,
+    torch: Option<&attn_measure::sdpa::SdpaInfo>,
     before: Option<ClockReading>,
     after: Option<ClockReading>,
 ) -> Provenance {
@@ -63,30 +63,14 @@ pub fn collect(
             temp_c_before: before.map(|c| c.temp_c),
             temp_c_after: after.map(|c| c.temp_c),
         },
+        max_sm_mhz: Some(info.max_sm_mhz),
+        peak_tflops: peak_tflops(gpu),
     }
 }
 
-/// A flag when the SM clock read after the run is more than 10% under the device's maximum
-/// (a throttled card), or moved by more than 10% between the readings taken around the timing.
-pub fn clock_flag(
-    before: Option<ClockReading>,
-    after: Option<ClockReading>,
-    max_mhz: u32,
-) -> Option<String> {
-    let after = after?;
-    if f64::from(after.sm_mhz) < 0.9 * f64::from(max_mhz) {
-        return Some(format!(
-            "SM clock {} MHz after timing, under 90% of the maximum {max_mhz} MHz (throttled?)",
-            after.sm_mhz
-        ));
-    }
-    let before = before?;
-    let change = (f64::from(after.sm_mhz) - f64::from(before.sm_mhz)).abs()
-        / f64::from(before.sm_mhz.max(1));
-    (change > 0.10).then(|| {
-        format!(
-            "SM clock changed {} -> {} MHz during timing",
-            before.sm_mhz, after.sm_mhz
-        )
-    })
+/// The device's dense fp16/bf16 tensor peak from its properties (SMs × max SM clock × FLOP per
+/// clock per SM), when its architecture's rate is known.
+pub fn peak_tflops(gpu: &Gpu) -> Option<f64> {
+    let info = gpu.info();
+    attn_measure::decide::peak_tflops(info.sm_count, info.max_sm_mhz, info.capability)
 }

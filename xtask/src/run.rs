@@ -71,15 +71,8 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         .clone()
         .or_else(|| std::env::var("IMPL").ok())
         .unwrap_or_default();
-    let big = q.len() > (1 << 22);
-    let rows = if big {
-        RowSelection::Sampled {
-            rows_per_head: 64,
-            seed: 0,
-        }
-    } else {
-        RowSelection::All
-    };
+    let shape = attn_oracle::Shape::new(q.dims[0], q.dims[1], q.dims[2], k.dims[2], head_dim)?;
+    let rows = RowSelection::for_check(&shape, 0);
     let (out, label) = if name == "reference" {
         let exact = reference(&q, &k, &v, &params, &RowSelection::All)?;
         let out = exact
@@ -121,11 +114,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let verdict = compare(&out, &exact, &tolerance(dtype, Distribution::Normal));
     println!(
         "vs f64 oracle ({}): max abs {:.3e}, rel L2 {:.3e}, NaN {}, unwritten {} -> {}",
-        if big {
-            "64 sampled rows per head"
-        } else {
-            "every row"
-        },
+        rows.describe(),
         verdict.max_abs,
         verdict.rel_l2,
         verdict.nan_count,

@@ -78,7 +78,7 @@ impl BenchRun {
                 shape.seq_kv.to_string(),
                 shape.head_dim.to_string(),
                 shape.causal.to_string(),
-                shape.dtype.clone(),
+                shape.dtype.to_string(),
                 summary.median.to_string(),
                 summary.p10.to_string(),
                 summary.p90.to_string(),

@@ -72,4 +72,7 @@ pub enum EvidenceError {
         /// What was wrong with it.
         reason: String,
     },
+    /// A dtype other than fp16 or bf16.
+    #[error("unsupported dtype {0:?} (fp16 or bf16)")]
+    Dtype(String),
 }

@@ -5,6 +5,45 @@ use std::collections::BTreeMap;
 
 use crate::{Implementation, Provenance, ShapeSpec, Timing};
 
+/// How a correctness check failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CheckFailure {
+    /// Elements beyond the tolerance.
+    Incorrect,
+    /// Elements never written (still poison).
+    Unwritten,
+    /// NaN or Inf elements.
+    NonFinite,
+    /// The output is byte-identical to the previous check's on new inputs.
+    Stale,
+}
+
+/// The whole output compared with the GPU reference (f32, `kernels/reference.cu`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FullCheck {
+    /// Elements compared: all of them.
+    pub elements: u64,
+    /// Largest |out − ref| over finite, written elements.
+    pub max_abs: f64,
+    /// ‖out − ref‖₂ / ‖ref‖₂.
+    pub rel_l2: f64,
+    /// Elements beyond `tolerance`, unwritten or not finite.
+    pub bad_elements: u64,
+    /// Rows with at least one bad element.
+    pub bad_rows: u64,
+    /// `[b, h, s]` of the row with the largest error.
+    pub worst_row: [usize; 3],
+    /// The per-row largest errors: median, 99th percentile and maximum over rows.
+    pub row_max_abs: [f64; 3],
+    /// Absolute tolerance per element: the oracle table's bound less the reference's own
+    /// measured error (`reference_vs_f64`).
+    pub tolerance: f64,
+    /// The GPU reference's largest error against the f64 oracle on the checked rows: why the
+    /// reference can judge the rest.
+    pub reference_vs_f64: f64,
+}
+
 /// One correctness check of the candidate against the fp32 oracle on one seeded input.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CorrectnessCheck {
@@ -31,6 +70,202 @@ pub struct CorrectnessCheck {
     /// Which reference the candidate is closer to (`"oracle"` or `"sdpa"`), when both ran.
     #[serde(default)]
     pub closer_to: Option<String>,
+    /// How it failed, when it did (absent in schema-1 files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<CheckFailure>,
+    /// Which rows the f64 oracle computed (absent in schema-1 files: every row up to 2M query
+    /// elements, else 64 sampled rows per head).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<String>,
+    /// The whole output against the GPU reference (absent in schema-1 files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub full: Option<FullCheck>,
+}
+
+/// The outputs of the timed launches, checked after every sample against the reference of the
+/// input set they ran on (outputs are poisoned before each sample, outside the timed region).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TimedOutputCheck {
+    /// Input sets rotated among.
+    pub sets: usize,
+    /// Samples whose outputs were checked.
+    pub samples_checked: usize,
+    /// Samples with at least one bad element.
+    pub samples_bad: usize,
+    /// The first bad sample, one line.
+    #[serde(default)]
+    pub first_bad: Option<String>,
+}
+
+/// Blocks of samples dropped because the SM clock was throttled, and re-taken.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClockGuard {
+    /// Samples a block, per side; candidate and baseline blocks alternate.
+    pub block_samples: usize,
+    /// Blocks kept per side (candidate, baseline).
+    pub kept_blocks: [usize; 2],
+    /// Blocks dropped per side.
+    pub dropped_blocks: [usize; 2],
+    /// The SM clock under which a block is dropped, MHz (none where the clock is unreadable).
+    pub threshold_mhz: Option<u32>,
+    /// The lowest SM clock read after a kept block, MHz.
+    pub min_kept_mhz: Option<u32>,
+    /// Whether each side has its full count of clean samples.
+    pub complete: bool,
+}
+
+/// What ended a gate case: the one typed outcome every reader (markdown, replay, report) uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CaseStatus {
+    /// Correct, verified, plausible, and faster by the gate rule.
+    Passed,
+    /// Correct, but not faster by the gate rule.
+    NotFaster,
+    /// Too few clean samples (throttled clocks): no decision.
+    Inconclusive,
+    /// Faster than the device can be, or more than the rule's limit faster than the baseline.
+    Implausible,
+    /// Wrong values.
+    Incorrect,
+    /// Output elements never written.
+    Unwritten,
+    /// NaN or Inf output.
+    NonFinite,
+    /// Output unchanged on new inputs.
+    StaleOutput,
+    /// What the timed launches produced differs from the checked output.
+    TimedOutputDiffers,
+    /// Work ran outside the timed stream.
+    EscapedStream,
+    /// A launch did not finish within the bound.
+    Hang,
+    /// The kernel faulted (the CUDA context is lost).
+    Fault,
+    /// Could not be compiled, launched or measured.
+    CouldNotRun,
+}
+
+impl CaseStatus {
+    /// Whether this status passes the gate.
+    pub fn passed(self) -> bool {
+        self == CaseStatus::Passed
+    }
+
+    /// The status as it reads in tables.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CaseStatus::Passed => "pass",
+            CaseStatus::NotFaster => "not faster",
+            CaseStatus::Inconclusive => "inconclusive",
+            CaseStatus::Implausible => "implausible",
+            CaseStatus::Incorrect => "incorrect",
+            CaseStatus::Unwritten => "unwritten output",
+            CaseStatus::NonFinite => "NaN/Inf output",
+            CaseStatus::StaleOutput => "stale output",
+            CaseStatus::TimedOutputDiffers => "timed output differs",
+            CaseStatus::EscapedStream => "work escapes the stream",
+            CaseStatus::Hang => "hang",
+            CaseStatus::Fault => "fault",
+            CaseStatus::CouldNotRun => "could not run",
+        }
+    }
+}
+
+impl std::fmt::Display for CaseStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a flag is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FlagKind {
+    /// Work escaped the timed stream (rejects the case).
+    EscapedStream,
+    /// The SM clock was throttled or moved during timing.
+    Throttled,
+    /// Faster than the device or the rule allows.
+    Implausible,
+    /// Anything else worth a look.
+    Note,
+}
+
+/// Something a reviewer should look at, typed; schema-1 files stored plain text, which is
+/// classified once, here, when read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "FlagRepr")]
+pub struct Flag {
+    /// What it is about.
+    pub kind: FlagKind,
+    /// One line.
+    pub message: String,
+}
+
+impl Flag {
+    /// A flag of `kind`.
+    pub fn new(kind: FlagKind, message: impl Into<String>) -> Flag {
+        Flag {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Flag {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum FlagRepr {
+    Typed { kind: FlagKind, message: String },
+    Legacy(String),
+}
+
+impl From<FlagRepr> for Flag {
+    fn from(repr: FlagRepr) -> Flag {
+        match repr {
+            FlagRepr::Typed { kind, message } => Flag { kind, message },
+            FlagRepr::Legacy(message) => {
+                let kind = if message.contains("escapes the timed stream") {
+                    FlagKind::EscapedStream
+                } else if message.contains("SM clock") {
+                    FlagKind::Throttled
+                } else if message.contains("above 10x") {
+                    FlagKind::Implausible
+                } else {
+                    FlagKind::Note
+                };
+                Flag { kind, message }
+            }
+        }
+    }
+}
+
+/// The gate's rule beyond the statistics: plausibility and time bounds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GateRule {
+    /// A candidate more than this many times faster than the baseline is implausible.
+    pub max_speedup: f64,
+    /// Implausible results may pass (a person said `--allow-implausible`).
+    pub allow_implausible: bool,
+    /// A candidate launch that has not finished after this many seconds is a hang.
+    #[serde(default)]
+    pub hang_bound_s: Option<f64>,
+}
+
+impl Default for GateRule {
+    fn default() -> Self {
+        GateRule {
+            max_speedup: 10.0,
+            allow_implausible: false,
+            hang_bound_s: None,
+        }
+    }
 }
 
 /// The gate's result for one shape.
@@ -60,10 +295,18 @@ pub struct GateCase {
     /// Baseline throughput at its median time, TFLOP/s.
     #[serde(default)]
     pub baseline_tflops: Option<f64>,
-    /// Things a reviewer should look at even when the case passed, one line each, e.g.
-    /// `"speedup above 10x: look again"`, `"SM clock changed 1980 -> 1755 MHz"`.
+    /// Things a reviewer should look at even when the case passed, e.g. an SM clock that moved.
     #[serde(default)]
-    pub flags: Vec<String>,
+    pub flags: Vec<Flag>,
+    /// The timed launches' outputs, verified (absent in schema-1 files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timed_outputs: Option<TimedOutputCheck>,
+    /// Clock-throttled blocks dropped and re-taken (absent in schema-1 files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_guard: Option<ClockGuard>,
+    /// What ended the case (absent in schema-1 files; replay derives it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<CaseStatus>,
     /// Whether the case passed the gate (correct, and the comparison passed the gate rule).
     pub passed: bool,
     /// Why it passed or failed, one line.
@@ -88,6 +331,9 @@ pub struct GateRun {
     pub suite: Option<String>,
     /// Confidence, resamples, seed and threshold of the comparisons.
     pub options: attn_stats::CompareOptions,
+    /// Plausibility and time bounds (schema-1 files: the defaults).
+    #[serde(default)]
+    pub rule: GateRule,
     /// One result per shape, in suite order.
     pub cases: Vec<GateCase>,
     /// Whether every case passed.

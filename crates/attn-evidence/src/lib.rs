@@ -29,7 +29,7 @@
 //!     cuda_driver_api: None, nvrtc: None, pytorch: None, torch_cuda: None, cudnn: None,
 //!     git_rev: "1f367d0c0ffee".into(), git_dirty: false, date: "2025-11-22T14:19:00Z".into(),
 //!     host: None, tool: "attn 0.1.0".into(), command: vec!["cargo".into(), "xtask".into(), "bench".into()],
-//!     clocks: Default::default(),
+//!     clocks: Default::default(), max_sm_mhz: None, peak_tflops: None,
 //! };
 //! let run = BenchRun { schema: attn_evidence::SCHEMA_VERSION, kind: "bench".into(), provenance, suite: None, entries: vec![] };
 //! let path = evidence_path(root.path(), "bench", &run.provenance.date, &run.provenance.gpu, &run.provenance.git_rev);
@@ -52,10 +52,13 @@ mod timing;
 pub use bench::{BenchEntry, BenchRun, BENCH_CSV_HEADER};
 pub use error::EvidenceError;
 pub use evo::{read_evo_log, write_evo_log, EvoCandidate, EvoLogAppender};
-pub use gate::{CorrectnessCheck, GateCase, GateRun};
+pub use gate::{
+    CaseStatus, CheckFailure, ClockGuard, CorrectnessCheck, Flag, FlagKind, FullCheck, GateCase,
+    GateRule, GateRun, TimedOutputCheck,
+};
 pub use implementation::Implementation;
 pub use provenance::{utc_now_rfc3339, ClockReadings, Provenance};
-pub use shape::ShapeSpec;
+pub use shape::{Dtype, ShapeSpec};
 pub use store::{
     evidence_file_name, evidence_path, json_files, load_dir, read, slug, write_bytes_atomic,
     write_json_atomic, Evidence,

@@ -51,6 +51,13 @@ pub struct Provenance {
     /// SM clock and temperature around the measurement.
     #[serde(default)]
     pub clocks: ClockReadings,
+    /// The device's highest SM clock, MHz (absent in schema-1 files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_sm_mhz: Option<u32>,
+    /// The device's dense tensor-core peak for the run's dtype, TFLOP/s: SMs × max SM clock ×
+    /// dense FLOP per clock per SM (absent in schema-1 files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_tflops: Option<f64>,
 }
 
 /// SM clock and GPU temperature read just before and just after a measurement. A clock that moved

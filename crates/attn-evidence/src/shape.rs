@@ -7,6 +7,50 @@ use serde::{Deserialize, Serialize};
 
 use crate::EvidenceError;
 
+/// The element type of Q, K, V and O: what the GPU kernels support.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Dtype {
+    /// IEEE half precision.
+    #[default]
+    Fp16,
+    /// bfloat16.
+    Bf16,
+}
+
+impl Dtype {
+    /// Both, in order.
+    pub const ALL: [Dtype; 2] = [Dtype::Fp16, Dtype::Bf16];
+
+    /// `"fp16"` or `"bf16"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dtype::Fp16 => "fp16",
+            Dtype::Bf16 => "bf16",
+        }
+    }
+}
+
+impl fmt::Display for Dtype {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Dtype {
+    type Err = EvidenceError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "fp16" | "f16" | "float16" => Ok(Dtype::Fp16),
+            "bf16" | "bfloat16" => Ok(Dtype::Bf16),
+            other => Err(EvidenceError::Dtype(other.to_owned())),
+        }
+    }
+}
+
 /// One attention problem: `O = softmax(Q·Kᵀ·scale + mask)·V` with Q `[batch, heads, seq_q, head_dim]`
 /// and K, V `[batch, heads, seq_kv, head_dim]`.
 ///
@@ -18,7 +62,7 @@ use crate::EvidenceError;
 /// let shape: ShapeSpec = "4,16,1024,64 causal".parse()?;
 /// assert_eq!(shape.to_string(), "4,16,1024,64 causal");
 /// assert_eq!(shape.flops(), 4.0 * 4.0 * 16.0 * 1024.0 * 1024.0 * 64.0 / 2.0);
-/// let cross = ShapeSpec { seq_kv: 4096, causal: false, dtype: "bf16".into(), ..shape };
+/// let cross = ShapeSpec { seq_kv: 4096, causal: false, dtype: attn_evidence::Dtype::Bf16, ..shape };
 /// assert_eq!(cross.to_string(), "4,16,1024,4096,64 bf16");
 /// # Ok::<(), attn_evidence::EvidenceError>(())
 /// ```
@@ -36,8 +80,9 @@ pub struct ShapeSpec {
     pub head_dim: usize,
     /// Causal mask, aligned bottom-right.
     pub causal: bool,
-    /// Element type: `"fp16"` or `"bf16"`.
-    pub dtype: String,
+    /// Element type.
+    #[serde(default)]
+    pub dtype: Dtype,
 }
 
 impl ShapeSpec {
@@ -73,7 +118,7 @@ impl fmt::Display for ShapeSpec {
         if self.causal {
             f.write_str(" causal")?;
         }
-        if self.dtype != "fp16" {
+        if self.dtype != Dtype::Fp16 {
             write!(f, " {}", self.dtype)?;
         }
         Ok(())
@@ -120,12 +165,13 @@ impl FromStr for ShapeSpec {
             seq_kv,
             head_dim,
             causal: false,
-            dtype: "fp16".into(),
+            dtype: Dtype::Fp16,
         };
         for word in words {
             match word {
                 "causal" => shape.causal = true,
-                "fp16" | "bf16" => shape.dtype = word.to_owned(),
+                "fp16" => shape.dtype = Dtype::Fp16,
+                "bf16" => shape.dtype = Dtype::Bf16,
                 other => {
                     return Err(fail(format!(
                         "unknown word {other:?}; expected causal, fp16 or bf16"

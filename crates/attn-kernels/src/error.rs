@@ -108,6 +108,29 @@ pub(crate) trait DriverContext<T> {
     fn during(self, call: &'static str) -> Result<T>;
 }
 
+impl KernelError {
+    /// Whether a kernel faulted on the device (illegal address or instruction, misaligned
+    /// access, trap): the CUDA context is lost, and nothing more can run in this process.
+    pub fn is_fault(&self) -> bool {
+        use cudarc::driver::sys::CUresult as R;
+        matches!(
+            self,
+            KernelError::Driver { source, .. } if matches!(
+                source.0,
+                R::CUDA_ERROR_ILLEGAL_ADDRESS
+                    | R::CUDA_ERROR_LAUNCH_FAILED
+                    | R::CUDA_ERROR_ILLEGAL_INSTRUCTION
+                    | R::CUDA_ERROR_MISALIGNED_ADDRESS
+                    | R::CUDA_ERROR_INVALID_ADDRESS_SPACE
+                    | R::CUDA_ERROR_INVALID_PC
+                    | R::CUDA_ERROR_HARDWARE_STACK_ERROR
+                    | R::CUDA_ERROR_ASSERT
+                    | R::CUDA_ERROR_LAUNCH_TIMEOUT
+            )
+        )
+    }
+}
+
 impl<T> DriverContext<T> for std::result::Result<T, cudarc::driver::DriverError> {
     fn during(self, call: &'static str) -> Result<T> {
         self.map_err(|source| KernelError::Driver { call, source })

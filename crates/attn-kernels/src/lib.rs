@@ -9,6 +9,8 @@
 //! - [`gpu`]: the device, its lazily compiled and cached kernels, device tensors.
 //! - [`attention`]: a [`Candidate`] prepared for a device and launched on tensors.
 //! - [`timing`]: the harness (L2 flush, input rotation, events, raw samples).
+//! - [`reference`]: the whole-output check on the GPU (an f32 reference kernel and a per-row
+//!   comparison).
 //! - [`telemetry`]: SM clock and temperature, to flag a throttled run.
 //!
 //! ```no_run
@@ -29,6 +31,7 @@ pub mod config;
 pub mod error;
 pub mod gpu;
 pub mod planted;
+pub mod reference;
 pub mod registry;
 pub mod telemetry;
 pub mod tensormap;
@@ -39,5 +42,6 @@ pub use attention::{Candidate, Prepared};
 pub use config::{Config, Knob};
 pub use error::{KernelError, Result};
 pub use gpu::{DeviceInfo, DeviceTensor, Gpu};
+pub use reference::{GpuReference, ReferenceOutput, RowErrors};
 pub use registry::{registry, Implementation, Limits};
-pub use timing::{Harness, TimingMode, TimingOptions, Timings};
+pub use timing::{Harness, SampleHooks, TimingMode, TimingOptions, Timings};

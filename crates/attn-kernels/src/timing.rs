@@ -77,6 +77,28 @@ pub struct Timings {
     pub guard_event_us: Vec<f64>,
 }
 
+/// What the caller does around each timed sample, outside the events: e.g. poison the outputs the
+/// sample will write, then check what the timed launches produced.
+pub trait SampleHooks {
+    /// Before the sample's L2 flush and start event; `sets` are the input sets it launches on.
+    fn before_sample(&mut self, sets: &[usize]) -> Result<()>;
+    /// After the sample's end event completed.
+    fn after_sample(&mut self, sets: &[usize]) -> Result<()>;
+}
+
+/// Hooks that do nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoHooks;
+
+impl SampleHooks for NoHooks {
+    fn before_sample(&mut self, _: &[usize]) -> Result<()> {
+        Ok(())
+    }
+    fn after_sample(&mut self, _: &[usize]) -> Result<()> {
+        Ok(())
+    }
+}
+
 /// Events and the L2 flush buffer, made once per GPU and reused.
 #[derive(Debug)]
 pub struct Harness<'g> {
@@ -103,12 +125,14 @@ impl<'g> Harness<'g> {
             .during("cuMemsetD8Async (L2 flush)")
     }
 
-    /// Times `launch` (which enqueues one launch on the GPU's stream using input set `i`).
+    /// Times `launch` (which enqueues one launch on the GPU's stream using input set `i`), with
+    /// `hooks` called around every timed sample.
     pub fn time(
         &mut self,
         sets: usize,
         opts: &TimingOptions,
         launch: &mut dyn FnMut(usize) -> Result<()>,
+        hooks: &mut dyn SampleHooks,
     ) -> Result<Timings> {
         let sets = sets.max(1);
         let ctx = self.gpu.context().clone();
@@ -150,32 +174,35 @@ impl<'g> Harness<'g> {
             counter += 1;
             counter % sets
         };
-
-        let mut run_one = |launch: &mut dyn FnMut(usize) -> Result<()>| -> Result<()> {
-            let set = next_set();
+        let run_one = |set: usize, launch: &mut dyn FnMut(usize) -> Result<()>| -> Result<()> {
             match graphs.get(set) {
                 Some(graph) => graph.launch().during("cuGraphLaunch"),
                 None => launch(set),
             }
         };
         for _ in 0..opts.warmup {
-            run_one(launch)?;
+            run_one(next_set(), launch)?;
         }
         self.gpu.synchronize()?;
 
         let mut samples_us = Vec::with_capacity(opts.samples);
+        let mut sample_sets = Vec::with_capacity(per_sample);
         for i in 0..opts.samples {
+            sample_sets.clear();
+            sample_sets.extend((0..per_sample).map(|_| next_set()));
+            hooks.before_sample(&sample_sets)?;
             if opts.mode != TimingMode::Batch {
                 self.flush_l2((i % 251) as u8)?;
             }
             start.record(&stream).during("cuEventRecord")?;
-            for _ in 0..per_sample {
-                run_one(launch)?;
+            for &set in &sample_sets {
+                run_one(set, launch)?;
             }
             end.record(&stream).during("cuEventRecord")?;
             end.synchronize().during("cuEventSynchronize")?;
             let ms = start.elapsed_ms(&end).during("cuEventElapsedTime")?;
             samples_us.push(f64::from(ms) * 1000.0 / per_sample as f64);
+            hooks.after_sample(&sample_sets)?;
         }
         self.gpu.synchronize()?;
 

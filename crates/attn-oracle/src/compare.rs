@@ -62,6 +62,7 @@ pub fn tolerance(dtype: DType, distribution: Distribution) -> Tolerance {
         | Distribution::Uniform
         | Distribution::ConstantRows
         | Distribution::Distinct => (2.0, 0.0),
+        Distribution::SmallVariance => (2.0 * Distribution::SmallVariance.value_scale(), 0.0),
         Distribution::Peaky => (4.0, 0.0),
         Distribution::LargeMagnitude => (4.0, LARGE_LOGIT_ERROR),
     };

@@ -42,18 +42,43 @@ pub enum Distribution {
     /// to 6144 (fp16), 768 (bf16) or 49152 (f32) elements; larger tensors repeat the pool in
     /// a fresh random order per block of that many elements.
     Distinct,
+    /// Q, K, V ~ N(0, σ²) with σ = [`SMALL_SIGMA`]: logits near zero (attention close to uniform)
+    /// and outputs near σ/√S_kv, so absolute epsilons and lost low-order bits show.
+    SmallVariance,
 }
+
+/// The standard deviation of [`Distribution::SmallVariance`].
+pub const SMALL_SIGMA: f64 = 1.0 / 16.0;
 
 impl Distribution {
     /// Every distribution, in declaration order.
-    pub const ALL: [Distribution; 6] = [
+    pub const ALL: [Distribution; 7] = [
         Distribution::Normal,
         Distribution::Uniform,
         Distribution::LargeMagnitude,
         Distribution::Peaky,
         Distribution::ConstantRows,
         Distribution::Distinct,
+        Distribution::SmallVariance,
     ];
+
+    /// What the gate's correctness checks cycle through, in order: check `i` draws from
+    /// `CHECKS[i % 5]`, so five checks see every one.
+    pub const CHECKS: [Distribution; 5] = [
+        Distribution::Normal,
+        Distribution::LargeMagnitude,
+        Distribution::Peaky,
+        Distribution::ConstantRows,
+        Distribution::SmallVariance,
+    ];
+
+    /// The scale of V's values (outputs are convex combinations of them): tolerances scale with it.
+    pub fn value_scale(self) -> f64 {
+        match self {
+            Distribution::SmallVariance => SMALL_SIGMA,
+            _ => 1.0,
+        }
+    }
 
     /// The kebab-case name, as in serde, `Display` and `FromStr`.
     pub fn name(self) -> &'static str {
@@ -64,6 +89,7 @@ impl Distribution {
             Distribution::Peaky => "peaky",
             Distribution::ConstantRows => "constant-rows",
             Distribution::Distinct => "distinct",
+            Distribution::SmallVariance => "small-variance",
         }
     }
 }
@@ -284,6 +310,19 @@ fn slab_values(spec: &CaseSpec, slab: usize, pool_bits: u32) -> [Vec<f64>; 3] {
             let row = normal(Which::K, head_dim);
             let k = row.iter().copied().cycle().take(kv_len).collect();
             [normal(Which::Q, q_len), k, normal(Which::V, kv_len)]
+        }
+        Distribution::SmallVariance => {
+            let small = |which, len| -> Vec<f64> {
+                normal(which, len)
+                    .into_iter()
+                    .map(|x| x * SMALL_SIGMA)
+                    .collect()
+            };
+            [
+                small(Which::Q, q_len),
+                small(Which::K, kv_len),
+                small(Which::V, kv_len),
+            ]
         }
         Distribution::Distinct => {
             let distinct =

@@ -53,8 +53,8 @@ mod tiled;
 
 pub use compare::{compare, tolerance, Tolerance, Verdict};
 pub use error::OracleError;
-pub use generate::{generate, CaseSpec, Distribution, Inputs};
-pub use reference::{reference, Reference, RowId, RowSelection};
+pub use generate::{generate, CaseSpec, Distribution, Inputs, SMALL_SIGMA};
+pub use reference::{reference, Reference, RowId, RowSelection, ALL_ROWS_LIMIT, TILE_HEIGHTS};
 pub use shape::{DType, Params, Shape};
 pub use tensor::{HostData, HostTensor, POISON_BF16_BITS, POISON_F16_BITS, POISON_F32_BITS};
 pub use tiled::{tiled_f32, tiled_f32_with, TiledConfig};

@@ -30,6 +30,49 @@ pub enum RowSelection {
         /// The seed of the draw; record it with the result.
         seed: u64,
     },
+    /// The correctness checks' rows ([`RowSelection::for_check`]): in each (batch, head), the
+    /// first and last rows, every row of a ragged last tile (past the largest multiple of any
+    /// of [`TILE_HEIGHTS`] at or under S_q, where tiled kernels take their edge paths), and
+    /// `sampled` other rows drawn without replacement (seeded, a fresh draw per (batch, head)).
+    Checked {
+        /// Interior rows drawn per (batch, head), besides the first, last and tail rows.
+        sampled: usize,
+        /// The seed of the draw; record it with the result.
+        seed: u64,
+    },
+}
+
+/// Row-tile heights of tiled kernels: a ragged last tile of any of them is checked row by row.
+pub const TILE_HEIGHTS: [usize; 4] = [64, 128, 176, 192];
+
+/// Above this many query elements (B·H·S_q·D), the checks compute selected rows in f64 rather
+/// than all of them (the whole output is still compared with the GPU reference).
+pub const ALL_ROWS_LIMIT: usize = 1 << 21;
+
+impl RowSelection {
+    /// The one row policy of correctness checks: every row up to [`ALL_ROWS_LIMIT`] query
+    /// elements, else [`RowSelection::Checked`] with 64 sampled rows per (batch, head).
+    pub fn for_check(shape: &Shape, seed: u64) -> RowSelection {
+        if shape.q_len() <= ALL_ROWS_LIMIT {
+            RowSelection::All
+        } else {
+            RowSelection::Checked { sampled: 64, seed }
+        }
+    }
+
+    /// One line for evidence: `"every row"` or what was drawn.
+    pub fn describe(&self) -> String {
+        match self {
+            RowSelection::All => "every row".into(),
+            RowSelection::Sampled {
+                rows_per_head,
+                seed,
+            } => format!("{rows_per_head} rows per (batch, head), first and last included, seed {seed}"),
+            RowSelection::Checked { sampled, seed } => format!(
+                "per (batch, head): first and last rows, the ragged tail of {TILE_HEIGHTS:?}-row tiles, {sampled} sampled rows (seed {seed})"
+            ),
+        }
+    }
 }
 
 /// One computed query row.
@@ -221,6 +264,24 @@ fn select_rows(rows: &RowSelection, seq_q: usize, slab: usize) -> Vec<usize> {
             picked.push(0);
             picked.push(seq_q - 1);
             picked.sort_unstable();
+            picked
+        }
+        RowSelection::Checked { sampled, seed } => {
+            let tail_start = TILE_HEIGHTS
+                .iter()
+                .map(|t| seq_q / t * t)
+                .min()
+                .unwrap_or(seq_q);
+            let mut picked: Vec<usize> = (tail_start..seq_q).collect();
+            picked.extend([0, seq_q - 1]);
+            if seq_q > 2 {
+                let mut rng = ChaCha8Rng::seed_from_u64(seed);
+                rng.set_stream(slab as u64);
+                let interior = index::sample(&mut rng, seq_q - 2, sampled.min(seq_q - 2));
+                picked.extend(interior.into_iter().map(|i| i + 1));
+            }
+            picked.sort_unstable();
+            picked.dedup();
             picked
         }
         _ => (0..seq_q).collect(),

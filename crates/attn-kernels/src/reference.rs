@@ -1,0 +1,229 @@
+//! The whole-output check on the GPU: a reference attention in f32 whose correctness is easy to
+//! see (`kernels/reference.cu`: one warp per row, two plain passes, no tiling), and a per-row
+//! comparison of a candidate's output with it. The f64 oracle on the CPU checks selected rows
+//! exactly; this checks every element of every shape, fast enough for the largest suites.
+
+use attn_oracle::{DType, Params, Shape};
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
+
+use crate::compile::CompileRequest;
+use crate::error::{DriverContext, KernelError, Result};
+use crate::gpu::{DeviceTensor, Gpu};
+
+const SOURCE: &str = include_str!("../../../kernels/reference.cu");
+/// Rows (warps) per block of both kernels (`ROWS_PER_BLOCK` in the source).
+const ROWS_PER_BLOCK: usize = 4;
+/// Statistics per row written by `compare_rows`.
+const ROW_STATS: usize = 6;
+
+/// The reference output of one input set: f32, `[B, H, S_q, D]`, on the device.
+#[derive(Debug)]
+pub struct ReferenceOutput {
+    shape: Shape,
+    data: CudaSlice<f32>,
+}
+
+impl ReferenceOutput {
+    /// The problem it was computed for.
+    pub fn shape(&self) -> Shape {
+        self.shape
+    }
+
+    /// Copies it to the host (row-major `[B, H, S_q, D]`).
+    pub fn download(&self, gpu: &Gpu) -> Result<Vec<f32>> {
+        let out = gpu.stream().clone_dtoh(&self.data).during("cuMemcpyDtoH")?;
+        gpu.synchronize()?;
+        Ok(out)
+    }
+}
+
+/// Per-row comparison of an output with a [`ReferenceOutput`], flat row index `(b·H + h)·S_q + s`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RowErrors {
+    /// Largest |out − ref| over the row's finite, written elements.
+    pub max_abs: Vec<f32>,
+    /// Elements beyond the tolerance, poisoned, NaN or Inf.
+    pub bad: Vec<u32>,
+    /// Elements still holding the poison pattern (never written).
+    pub poison: Vec<u32>,
+    /// NaN or Inf elements (not poison).
+    pub nonfinite: Vec<u32>,
+    /// Σ (out − ref)² over finite elements.
+    pub diff_sq: Vec<f64>,
+    /// Σ ref².
+    pub ref_sq: Vec<f64>,
+}
+
+impl RowErrors {
+    /// Number of rows.
+    pub fn rows(&self) -> usize {
+        self.max_abs.len()
+    }
+
+    /// Total bad elements.
+    pub fn bad_elements(&self) -> u64 {
+        self.bad.iter().map(|&b| u64::from(b)).sum()
+    }
+
+    /// Total poisoned elements.
+    pub fn poisoned_elements(&self) -> u64 {
+        self.poison.iter().map(|&b| u64::from(b)).sum()
+    }
+
+    /// Total NaN/Inf elements.
+    pub fn nonfinite_elements(&self) -> u64 {
+        self.nonfinite.iter().map(|&b| u64::from(b)).sum()
+    }
+
+    /// Rows with at least one bad element.
+    pub fn bad_rows(&self) -> usize {
+        self.bad.iter().filter(|&&b| b > 0).count()
+    }
+
+    /// The largest error of any row, and that row.
+    pub fn worst(&self) -> (f32, usize) {
+        self.max_abs.iter().enumerate().fold(
+            (0.0f32, 0usize),
+            |(m, at), (i, &e)| {
+                if e > m {
+                    (e, i)
+                } else {
+                    (m, at)
+                }
+            },
+        )
+    }
+
+    /// ‖out − ref‖₂ / ‖ref‖₂ over the whole output.
+    pub fn rel_l2(&self) -> f64 {
+        let diff: f64 = self.diff_sq.iter().sum();
+        let reference: f64 = self.ref_sq.iter().sum();
+        (diff / reference.max(f64::MIN_POSITIVE)).sqrt()
+    }
+}
+
+/// The reference and compare kernels compiled for one dtype and head dim.
+#[derive(Debug)]
+pub struct GpuReference {
+    dtype: DType,
+    head_dim: usize,
+    attention: CudaFunction,
+    compare: CudaFunction,
+}
+
+impl GpuReference {
+    /// Compiles (through the caches) and loads both kernels.
+    pub fn new(gpu: &Gpu, dtype: DType, head_dim: usize) -> Result<GpuReference> {
+        let request = CompileRequest {
+            name: "reference.cu".into(),
+            source: SOURCE,
+            include_dir: None,
+            defines: CompileRequest::abi_defines(dtype, head_dim)?,
+            arch: gpu.arch(),
+        };
+        Ok(GpuReference {
+            dtype,
+            head_dim,
+            attention: gpu.load(&request, "attn_reference", 0)?,
+            compare: gpu.load(&request, "compare_rows", 0)?,
+        })
+    }
+
+    fn grid(rows: usize) -> LaunchConfig {
+        LaunchConfig {
+            grid_dim: (rows.div_ceil(ROWS_PER_BLOCK) as u32, 1, 1),
+            block_dim: ((ROWS_PER_BLOCK * 32) as u32, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+
+    /// The f32 reference output of `q, k, v` (asynchronous, on the GPU's stream).
+    pub fn compute(
+        &self,
+        gpu: &Gpu,
+        q: &DeviceTensor,
+        k: &DeviceTensor,
+        v: &DeviceTensor,
+        params: &Params,
+    ) -> Result<ReferenceOutput> {
+        // O has Q's dims: Q stands in for it in the shape check.
+        let shape = crate::attention::check_shapes(q, k, v, q, self.dtype, self.head_dim)?;
+        let rows = shape.batch * shape.heads * shape.seq_q;
+        // SAFETY: every element is written by the kernel below before anything reads it.
+        let mut data = unsafe { gpu.stream().alloc::<f32>(rows * shape.head_dim) }
+            .during("cuMemAlloc (reference output)")?;
+        let (heads, seq_q, seq_kv) = (shape.heads as i32, shape.seq_q as i32, shape.seq_kv as i32);
+        let (scale, causal, rows_arg) =
+            (params.scale as f32, i32::from(params.causal), rows as i64);
+        let mut launch = gpu.stream().launch_builder(&self.attention);
+        launch
+            .arg(&q.buf)
+            .arg(&k.buf)
+            .arg(&v.buf)
+            .arg(&mut data)
+            .arg(&heads)
+            .arg(&seq_q)
+            .arg(&seq_kv)
+            .arg(&scale)
+            .arg(&causal)
+            .arg(&rows_arg);
+        // SAFETY: attn_reference(q, k, v, float* o, heads, seq_q, seq_kv, scale, causal, rows)
+        // over checked [B, H, S, D] tensors of the compiled dtype and head dim; `data` holds
+        // rows × D floats; one warp per row, the grid covers every row.
+        unsafe { launch.launch(Self::grid(rows)) }.during("cuLaunchKernel (attn_reference)")?;
+        Ok(ReferenceOutput { shape, data })
+    }
+
+    /// Compares `out` with `reference`, element by element, and returns the per-row statistics
+    /// (synchronises). `atol` is the absolute tolerance an element may be off by.
+    pub fn compare(
+        &self,
+        gpu: &Gpu,
+        out: &DeviceTensor,
+        reference: &ReferenceOutput,
+        atol: f64,
+    ) -> Result<RowErrors> {
+        let shape = reference.shape;
+        if out.dims != shape.q_dims() || out.dtype != self.dtype {
+            return Err(KernelError::Shape(format!(
+                "output {:?} {} does not match the reference {:?} {}",
+                out.dims,
+                out.dtype,
+                shape.q_dims(),
+                self.dtype
+            )));
+        }
+        let rows = shape.batch * shape.heads * shape.seq_q;
+        // SAFETY: every row's statistics are written by the kernel below before they are read.
+        let mut stats = unsafe { gpu.stream().alloc::<f32>(rows * ROW_STATS) }
+            .during("cuMemAlloc (row statistics)")?;
+        let poison: u16 = match self.dtype {
+            DType::Bf16 => attn_oracle::POISON_BF16_BITS,
+            _ => attn_oracle::POISON_F16_BITS,
+        };
+        let (atol, rows_arg) = (atol as f32, rows as i64);
+        let mut launch = gpu.stream().launch_builder(&self.compare);
+        launch
+            .arg(&out.buf)
+            .arg(&reference.data)
+            .arg(&atol)
+            .arg(&poison)
+            .arg(&rows_arg)
+            .arg(&mut stats);
+        // SAFETY: compare_rows(const u16* out, const float* ref, float atol, u16 poison, rows,
+        // float* stats): out and ref hold rows × D elements (checked above), stats rows × 6.
+        unsafe { launch.launch(Self::grid(rows)) }.during("cuLaunchKernel (compare_rows)")?;
+        let flat = gpu.stream().clone_dtoh(&stats).during("cuMemcpyDtoH")?;
+        gpu.synchronize()?;
+        let mut errors = RowErrors::default();
+        for row in flat.chunks_exact(ROW_STATS) {
+            errors.max_abs.push(row[0]);
+            errors.bad.push(row[1] as u32);
+            errors.poison.push(row[2] as u32);
+            errors.nonfinite.push(row[3] as u32);
+            errors.diff_sq.push(f64::from(row[4]));
+            errors.ref_sq.push(f64::from(row[5]));
+        }
+        Ok(errors)
+    }
+}

@@ -1,0 +1,279 @@
+//! The gate's decision for one case, as one function of its typed results and the rule. A live
+//! run and `--replay` of its evidence call it alike: a stored decision is reproduced from the
+//! stored facts (raw samples included), never from message text.
+
+use attn_evidence::{CaseStatus, CheckFailure, CorrectnessCheck, FlagKind, GateCase, GateRule};
+use attn_stats::CompareOptions;
+
+/// The outcome of a case and why, in one line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// What ended the case.
+    pub status: CaseStatus,
+    /// Why.
+    pub reason: String,
+}
+
+/// Dense tensor-core FLOP per clock per SM for fp16/bf16 with f32 accumulation, by compute
+/// capability (the datasheets' dense rates over their SM counts and boost clocks): 4096 on
+/// Hopper (sm_90), 2048 on Ampere sm_80, 1024 on the sm_86/89 parts.
+pub fn dense_flop_per_clock_per_sm(capability: (i32, i32)) -> Option<f64> {
+    match capability {
+        (9, 0) => Some(4096.0),
+        (8, 0) => Some(2048.0),
+        (8, 6) | (8, 7) | (8, 9) => Some(1024.0),
+        _ => None,
+    }
+}
+
+/// The device's dense fp16/bf16 tensor peak, TFLOP/s: SMs × max SM clock × FLOP/clock/SM.
+pub fn peak_tflops(sm_count: u32, max_sm_mhz: u32, capability: (i32, i32)) -> Option<f64> {
+    let per_clock = dense_flop_per_clock_per_sm(capability)?;
+    (sm_count > 0 && max_sm_mhz > 0)
+        .then(|| f64::from(sm_count) * f64::from(max_sm_mhz) * 1e6 * per_clock / 1e12)
+}
+
+/// How a check failed (schema-1 checks recorded only counts).
+fn failure_of(check: &CorrectnessCheck) -> CheckFailure {
+    check.failure.unwrap_or(if check.poison_count > 0 {
+        CheckFailure::Unwritten
+    } else if check.nan_count > 0 {
+        CheckFailure::NonFinite
+    } else {
+        CheckFailure::Incorrect
+    })
+}
+
+/// Why a timed result is implausible, if it is: above the device's peak, or more than the rule's
+/// limit faster than the baseline.
+pub fn implausibility(
+    case: &GateCase,
+    rule: &GateRule,
+    peak_tflops: Option<f64>,
+) -> Option<String> {
+    let comparison = case.comparison.as_ref()?;
+    let tflops = case.shape.tflops(comparison.candidate.median);
+    if let Some(peak) = peak_tflops {
+        if tflops > peak {
+            return Some(format!(
+                "{tflops:.0} TFLOP/s is above the device's dense tensor peak of {peak:.0} TFLOP/s"
+            ));
+        }
+    }
+    (comparison.speedup.point > rule.max_speedup).then(|| {
+        format!(
+            "{:.1}× faster than the baseline, beyond the plausible {:.0}×",
+            comparison.speedup.point, rule.max_speedup
+        )
+    })
+}
+
+/// The decision for `case` (its comparison already computed from its samples).
+pub fn decide(
+    case: &GateCase,
+    rule: &GateRule,
+    options: &CompareOptions,
+    peak_tflops: Option<f64>,
+) -> Decision {
+    let done = |status, reason: String| Decision { status, reason };
+    if let Some(status @ (CaseStatus::Hang | CaseStatus::Fault | CaseStatus::CouldNotRun)) =
+        case.status
+    {
+        return done(status, case.reason.clone());
+    }
+    if let Some(bad) = case.correctness.iter().find(|c| !c.passed) {
+        let status = match failure_of(bad) {
+            CheckFailure::Unwritten => CaseStatus::Unwritten,
+            CheckFailure::NonFinite => CaseStatus::NonFinite,
+            CheckFailure::Stale => CaseStatus::StaleOutput,
+            CheckFailure::Incorrect => CaseStatus::Incorrect,
+        };
+        let why = bad.reason.as_deref().unwrap_or("wrong result");
+        return done(
+            status,
+            format!(
+                "incorrect ({} inputs, seed {}): {why}",
+                bad.distribution, bad.seed
+            ),
+        );
+    }
+    if let Some(timed) = case.timed_outputs.as_ref().filter(|t| t.samples_bad > 0) {
+        return done(
+            CaseStatus::TimedOutputDiffers,
+            format!(
+                "output of timed launches differs from the checked output in {} of {} samples ({})",
+                timed.samples_bad,
+                timed.samples_checked,
+                timed.first_bad.as_deref().unwrap_or("?")
+            ),
+        );
+    }
+    if let Some(flag) = case
+        .flags
+        .iter()
+        .find(|f| f.kind == FlagKind::EscapedStream)
+    {
+        return done(
+            CaseStatus::EscapedStream,
+            format!("rejected: {}", flag.message),
+        );
+    }
+    let Some(comparison) = &case.comparison else {
+        return done(CaseStatus::CouldNotRun, "not timed".into());
+    };
+    if let Some(guard) = case.clock_guard.as_ref().filter(|g| !g.complete) {
+        return done(
+            CaseStatus::Inconclusive,
+            format!(
+                "inconclusive: too few clean samples (blocks dropped for a throttled SM clock: candidate {}, baseline {})",
+                guard.dropped_blocks[0], guard.dropped_blocks[1]
+            ),
+        );
+    }
+    if let Some(flag) = case.flags.iter().find(|f| f.kind == FlagKind::Throttled) {
+        return done(
+            CaseStatus::Inconclusive,
+            format!("inconclusive: {}", flag.message),
+        );
+    }
+    let speed = format!(
+        "{} vs {} µs, speedup {:.2}× [{:.2}, {:.2}], {}",
+        micros(comparison.candidate.median),
+        micros(comparison.baseline.median),
+        comparison.speedup.point,
+        comparison.speedup.lower,
+        comparison.speedup.upper,
+        comparison.verdict
+    );
+    if let Some(why) = implausibility(case, rule, peak_tflops) {
+        if !rule.allow_implausible {
+            return done(
+                CaseStatus::Implausible,
+                format!(
+                    "implausible: {why} ({speed}); a person may accept it with --allow-implausible"
+                ),
+            );
+        }
+    }
+    if comparison.gate.passed {
+        done(CaseStatus::Passed, format!("passed: {speed}"))
+    } else {
+        done(
+            CaseStatus::NotFaster,
+            format!(
+                "not faster enough: {speed} (gate: ≤ {:.2}× baseline median, CI of the difference below 0)",
+                options.gate_threshold
+            ),
+        )
+    }
+}
+
+fn micros(us: f64) -> String {
+    if us >= 100.0 {
+        format!("{us:.0}")
+    } else if us >= 10.0 {
+        format!("{us:.1}")
+    } else {
+        format!("{us:.2}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use attn_evidence::{Flag, ShapeSpec, TimedOutputCheck};
+    use attn_stats::Sample;
+
+    fn case(candidate_us: f64, baseline_us: f64) -> GateCase {
+        let options = CompareOptions::default();
+        let wobble = |base: f64| -> Vec<f64> {
+            (0..60)
+                .map(|i| base * (1.0 + 0.001 * f64::from(i % 7)))
+                .collect()
+        };
+        let comparison = attn_stats::compare(
+            &Sample::new(wobble(baseline_us)).unwrap(),
+            &Sample::new(wobble(candidate_us)).unwrap(),
+            &options,
+        )
+        .unwrap();
+        GateCase {
+            shape: "2,16,4096,128".parse::<ShapeSpec>().unwrap(),
+            config: Default::default(),
+            correctness: vec![],
+            candidate: None,
+            baseline: None,
+            comparison: Some(comparison),
+            candidate_tflops: None,
+            baseline_tflops: None,
+            flags: vec![],
+            timed_outputs: None,
+            clock_guard: None,
+            status: None,
+            passed: false,
+            reason: String::new(),
+        }
+    }
+
+    fn status(case: &GateCase, peak: Option<f64>) -> CaseStatus {
+        decide(case, &GateRule::default(), &CompareOptions::default(), peak).status
+    }
+
+    #[test]
+    fn a_faster_case_passes_and_a_slower_one_does_not() {
+        assert_eq!(
+            status(&case(400.0, 460.0), Some(1070.0)),
+            CaseStatus::Passed
+        );
+        assert_eq!(
+            status(&case(455.0, 460.0), Some(1070.0)),
+            CaseStatus::NotFaster
+        );
+    }
+
+    #[test]
+    fn impossible_speed_is_implausible_unless_a_person_allows_it() {
+        // 2,16,4096,128 is 275 GFLOP: 100 µs would be 2749 TFLOP/s.
+        let fast = case(100.0, 460.0);
+        assert_eq!(status(&fast, Some(1070.0)), CaseStatus::Implausible);
+        // Without a known peak, 20× the baseline is still implausible.
+        let twenty = case(23.0, 460.0);
+        assert_eq!(status(&twenty, None), CaseStatus::Implausible);
+        let rule = GateRule {
+            allow_implausible: true,
+            ..GateRule::default()
+        };
+        let allowed = decide(&fast, &rule, &CompareOptions::default(), Some(1070.0));
+        assert_eq!(allowed.status, CaseStatus::Passed);
+    }
+
+    #[test]
+    fn verification_failures_come_before_speed() {
+        let mut timed = case(400.0, 460.0);
+        timed.timed_outputs = Some(TimedOutputCheck {
+            sets: 2,
+            samples_checked: 100,
+            samples_bad: 88,
+            first_bad: Some("sample 12".into()),
+        });
+        assert_eq!(status(&timed, None), CaseStatus::TimedOutputDiffers);
+        let mut escaped = case(400.0, 460.0);
+        escaped.flags.push(Flag::new(
+            FlagKind::EscapedStream,
+            "work escapes the timed stream",
+        ));
+        assert_eq!(status(&escaped, None), CaseStatus::EscapedStream);
+        let mut throttled = case(400.0, 460.0);
+        throttled
+            .flags
+            .push(Flag::new(FlagKind::Throttled, "SM clock 1635 MHz"));
+        assert_eq!(status(&throttled, None), CaseStatus::Inconclusive);
+    }
+
+    #[test]
+    fn the_h100_peak_is_computed_from_its_properties() {
+        let peak = peak_tflops(132, 1980, (9, 0)).unwrap();
+        assert!((peak - 1070.5).abs() < 1.0, "{peak}");
+        assert_eq!(peak_tflops(132, 1980, (7, 5)), None);
+    }
+}

@@ -1,0 +1,37 @@
+//! The one error type of attn-measure.
+
+use thiserror::Error;
+
+/// What can go wrong while measuring; every variant prints as one line with its context.
+#[derive(Debug, Error)]
+pub enum MeasureError {
+    /// A CUDA, NVRTC or launch failure (the kernel crate's error, with its context).
+    #[error(transparent)]
+    Kernel(#[from] attn_kernels::KernelError),
+    /// A bad problem or an oracle failure.
+    #[error(transparent)]
+    Oracle(#[from] attn_oracle::OracleError),
+    /// A statistics failure (too few samples, bad options).
+    #[error(transparent)]
+    Stats(#[from] attn_stats::StatsError),
+    /// An evidence file that cannot be read or written.
+    #[error(transparent)]
+    Evidence(#[from] attn_evidence::EvidenceError),
+    /// PyTorch SDPA could not be used or failed on a job.
+    #[error("PyTorch SDPA: {0}")]
+    Sdpa(String),
+    /// A file or process operation failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done, e.g. "starting python3".
+        what: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A request that makes no sense (unknown suite, bad option), said in one line.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// The result type of attn-measure.
+pub type Result<T> = std::result::Result<T, MeasureError>;

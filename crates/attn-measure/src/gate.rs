@@ -1,0 +1,318 @@
+//! One gate case, start to end: prepare, check, time both sides interleaved with every timed
+//! output verified, compare, decide. Failures of the candidate (compile errors, faults) become
+//! the case's status, never an error of the run; a hang ends the process through the watchdog.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::Duration;
+
+use attn_evidence::{CaseStatus, Flag, FlagKind, GateCase, GateRule, TimedOutputCheck};
+use attn_kernels::planted::SideStreamWork;
+use attn_kernels::{Candidate, Gpu, GpuReference, Timings};
+use attn_oracle::{compare, npy, tolerance, DType, Distribution};
+use attn_stats::{CompareOptions, Sample};
+
+use crate::baseline::{median, timing_evidence, Baseline};
+use crate::check::{run_checks, CheckRun};
+use crate::decide::{decide, implausibility};
+use crate::supervise::Watchdog;
+use crate::timing::{interleave, Interleave, KernelSide, PreparedCache, SdpaSide, TimedSide};
+use crate::{MeasureError, Problem, Result};
+
+/// How every case of a run is judged.
+#[derive(Debug, Clone)]
+pub struct GatePlan {
+    /// Correctness checks per case (cycling through the check distributions).
+    pub checks: usize,
+    /// Timing: harness options, blocks, clock guard.
+    pub interleave: Interleave,
+    /// Bootstrap and the gate threshold.
+    pub compare: CompareOptions,
+    /// Plausibility.
+    pub rule: GateRule,
+    /// The least time a candidate launch may take before it is a hang; the bound is
+    /// max(this, `hang_factor` × the baseline's median) once the baseline is timed.
+    pub hang_floor: Duration,
+    /// See `hang_floor`.
+    pub hang_factor: f64,
+    /// The device's dense tensor peak, TFLOP/s, when known.
+    pub peak_tflops: Option<f64>,
+}
+
+/// A gate run's state across cases: the device, both sides, compiled kernels.
+pub struct GateSession<'a> {
+    gpu: &'a Gpu,
+    candidate: &'a Candidate,
+    baseline: &'a Baseline,
+    plan: &'a GatePlan,
+    candidates: PreparedCache,
+    baselines: PreparedCache,
+    references: HashMap<(DType, usize), GpuReference>,
+    watchdog: Option<&'a Watchdog>,
+    side_work: Option<SideStreamWork>,
+    /// Set after a fault: the CUDA context is lost, nothing more can run.
+    pub lost: bool,
+}
+
+impl std::fmt::Debug for GateSession<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GateSession")
+            .field("candidate", &self.candidate.label())
+            .field("lost", &self.lost)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An empty case of `problem` with a status and reason.
+pub fn ended_case(problem: &Problem, status: CaseStatus, reason: String) -> GateCase {
+    GateCase {
+        shape: problem.spec.clone(),
+        config: Default::default(),
+        correctness: vec![],
+        candidate: None,
+        baseline: None,
+        comparison: None,
+        candidate_tflops: None,
+        baseline_tflops: None,
+        flags: vec![],
+        timed_outputs: None,
+        clock_guard: None,
+        status: Some(status),
+        passed: false,
+        reason,
+    }
+}
+
+impl<'a> GateSession<'a> {
+    /// A session; `watchdog` bounds every candidate launch (see [`GatePlan::hang_floor`]).
+    pub fn new(
+        gpu: &'a Gpu,
+        candidate: &'a Candidate,
+        baseline: &'a Baseline,
+        plan: &'a GatePlan,
+        watchdog: Option<&'a Watchdog>,
+    ) -> GateSession<'a> {
+        GateSession {
+            gpu,
+            candidate,
+            baseline,
+            plan,
+            candidates: PreparedCache::default(),
+            baselines: PreparedCache::default(),
+            references: HashMap::new(),
+            watchdog,
+            side_work: None,
+            lost: false,
+        }
+    }
+
+    /// Plants hidden work on another stream after every candidate launch (tests the guard).
+    pub fn plant_side_stream_work(&mut self) -> Result<()> {
+        self.side_work = Some(SideStreamWork::new(self.gpu)?);
+        Ok(())
+    }
+
+    /// Judges `problem` with inputs from `seed`.
+    pub fn case(&mut self, problem: &Problem, seed: u64) -> GateCase {
+        match self.try_case(problem, seed) {
+            Ok(case) => case,
+            Err(err) => {
+                let fault = matches!(&err, MeasureError::Kernel(e) if e.is_fault());
+                self.lost |= fault;
+                let (status, what) = if fault {
+                    (CaseStatus::Fault, "fault")
+                } else {
+                    (CaseStatus::CouldNotRun, "could not run")
+                };
+                ended_case(problem, status, format!("{what}: {err}"))
+            }
+        }
+    }
+
+    fn try_case(&mut self, problem: &Problem, seed: u64) -> Result<GateCase> {
+        let gpu = self.gpu;
+        let plan = self.plan;
+        let mut case = ended_case(problem, CaseStatus::CouldNotRun, String::new());
+        let candidate = self.candidate.for_shape(&problem.shape);
+        let prepared = self.candidates.get(
+            gpu,
+            "candidate",
+            &candidate,
+            problem.dtype,
+            problem.shape.head_dim,
+        )?;
+        case.config = prepared.config().to_strings();
+        let key = (problem.dtype, problem.shape.head_dim);
+        if !self.references.contains_key(&key) {
+            let reference = GpuReference::new(gpu, problem.dtype, problem.shape.head_dim)?;
+            self.references.insert(key, reference);
+        }
+        let reference = &self.references[&key];
+        let watched = self.watchdog.map(|w| (w, plan.hang_floor));
+        let mut runs = run_checks(
+            gpu,
+            prepared,
+            reference,
+            problem,
+            seed,
+            plan.checks,
+            watched,
+        )?;
+        if let Some(sdpa) = self.baseline.sdpa() {
+            second_reference(sdpa, problem, &mut runs)?;
+        }
+        case.correctness = runs.into_iter().map(|r| r.check).collect();
+        if case.correctness.iter().any(|c| !c.passed) {
+            return Ok(self.finish(case));
+        }
+
+        // Timing: the candidate with every timed output verified, against the baseline.
+        let mut cand = KernelSide::new(gpu, prepared, problem, seed ^ 0x5eed)?;
+        let reference = GpuReference::new(gpu, problem.dtype, problem.shape.head_dim)?;
+        let atol = 0.75 * tolerance(problem.dtype, Distribution::Normal).max_abs;
+        cand.verify_outputs(reference, atol)?;
+        if let Some(work) = self.side_work.as_mut() {
+            cand.with_side_work(work);
+        }
+        let bound = Rc::new(Cell::new(plan.hang_floor));
+        if let Some(w) = self.watchdog {
+            cand.with_watchdog(w, Rc::clone(&bound));
+        }
+        let baseline_candidate;
+        let mut base: Box<dyn TimedSide + '_> = match self.baseline {
+            Baseline::Sdpa { sdpa, backend } => {
+                Box::new(SdpaSide::new(gpu, sdpa, *backend, problem, seed ^ 0xba5e))
+            }
+            Baseline::Registered(c) => {
+                baseline_candidate = c.for_shape(&problem.shape);
+                let prepared = self.baselines.get(
+                    gpu,
+                    "baseline",
+                    &baseline_candidate,
+                    problem.dtype,
+                    problem.shape.head_dim,
+                )?;
+                Box::new(KernelSide::new(gpu, prepared, problem, seed ^ 0xba5e)?)
+            }
+        };
+        let (floor, factor) = (plan.hang_floor, plan.hang_factor);
+        let timed = interleave(gpu, &mut cand, base.as_mut(), &plan.interleave, |first| {
+            let scaled = Duration::from_secs_f64(factor * median(&first.samples_us) * 1e-6);
+            bound.set(floor.max(scaled));
+        })?;
+        let verifier = cand.verifier.take();
+        drop(cand);
+        drop(base);
+
+        case.timed_outputs = verifier.map(|v| TimedOutputCheck {
+            sets: crate::timing::input_set_count(problem, gpu),
+            samples_checked: v.samples_checked,
+            samples_bad: v.samples_bad,
+            first_bad: v.first_bad,
+        });
+        case.flags.extend(escaped_work(&timed.a));
+        if timed.clocks.0.is_none() {
+            case.flags.push(Flag::new(
+                FlagKind::Note,
+                "the SM clock could not be read (nvidia-smi): throttled samples could not be dropped",
+            ));
+        }
+        case.clock_guard = Some(timed.guard.clone());
+        if timed.a.samples_us.len() >= 2 && timed.b.samples_us.len() >= 2 {
+            let comparison = attn_stats::compare(
+                &Sample::new(timed.b.samples_us.clone())?,
+                &Sample::new(timed.a.samples_us.clone())?,
+                &plan.compare,
+            )?;
+            case.candidate_tflops = Some(problem.spec.tflops(comparison.candidate.median));
+            case.baseline_tflops = Some(problem.spec.tflops(comparison.baseline.median));
+            case.comparison = Some(comparison);
+        }
+        case.candidate = Some(timing_evidence(&timed.a));
+        case.baseline = Some(timing_evidence(&timed.b));
+        if let Some(why) = implausibility(&case, &plan.rule, plan.peak_tflops) {
+            case.flags.push(Flag::new(FlagKind::Implausible, why));
+        }
+        Ok(self.finish(case))
+    }
+
+    fn finish(&self, mut case: GateCase) -> GateCase {
+        case.status = None;
+        let decision = decide(
+            &case,
+            &self.plan.rule,
+            &self.plan.compare,
+            self.plan.peak_tflops,
+        );
+        case.passed = decision.status.passed();
+        case.status = Some(decision.status);
+        case.reason = decision.reason;
+        case
+    }
+}
+
+/// Work that escaped the timed stream: in the guard pass, the device-synchronised host time per
+/// launch exceeds the same launches' event time by more than launch and synchronisation overhead
+/// can explain.
+pub fn escaped_work(timings: &Timings) -> Option<Flag> {
+    let (event, wall) = (median(&timings.guard_event_us), median(&timings.wall_us));
+    (wall.is_finite() && event.is_finite() && wall - event > (0.5 * event).max(50.0)).then(|| {
+        Flag::new(
+            FlagKind::EscapedStream,
+            format!(
+                "device-synchronised wall time {wall:.1} µs per launch vs {event:.1} µs by the timed stream's events: work escapes the timed stream (another stream?)"
+            ),
+        )
+    })
+}
+
+/// SDPA's output on each check's inputs, as a second reference: how far the candidate is from
+/// it, and which of the two is closer to the f64 oracle (by relative L2: the largest absolute
+/// error of any accurate kernel sits at the output's own rounding, so it often ties).
+fn second_reference(
+    sdpa: &crate::sdpa::Sdpa,
+    problem: &Problem,
+    runs: &mut [CheckRun],
+) -> Result<()> {
+    use crate::sdpa::Backend;
+    let io = |what: &'static str| {
+        move |e: attn_oracle::OracleError| MeasureError::Sdpa(format!("{what}: {e}"))
+    };
+    for (i, run) in runs.iter_mut().enumerate() {
+        let path = |name: &str| sdpa.scratch(&format!("{name}{i}.npy"));
+        let (q, k, v, o) = (path("q"), path("k"), path("v"), path("o"));
+        npy::write(&q, &run.inputs.q).map_err(io("writing SDPA's inputs"))?;
+        npy::write(&k, &run.inputs.k).map_err(io("writing SDPA's inputs"))?;
+        npy::write(&v, &run.inputs.v).map_err(io("writing SDPA's inputs"))?;
+        if sdpa
+            .run([&q, &k, &v], &o, problem, Backend::Default)
+            .is_err()
+        {
+            continue; // SDPA cannot run this shape: the f64 oracle alone decides
+        }
+        let sdpa_out = npy::read_as(&o, problem.dtype).map_err(io("reading SDPA's output"))?;
+        let distribution: Distribution = run.check.distribution.parse()?;
+        let sdpa_verdict = compare(
+            &sdpa_out,
+            &run.reference,
+            &tolerance(problem.dtype, distribution),
+        );
+        let diff = run
+            .output
+            .to_f64()
+            .iter()
+            .zip(sdpa_out.to_f64())
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f64::max);
+        let check = &mut run.check;
+        check.sdpa_max_abs = Some(diff);
+        let (mine, theirs) = (check.rel_l2, sdpa_verdict.rel_l2);
+        check.closer_to = Some(if mine <= theirs {
+            format!("candidate is as close or closer to the f64 oracle than SDPA: rel L2 {mine:.3e} vs {theirs:.3e} (max abs {:.3e} vs {:.3e})", check.max_abs, sdpa_verdict.max_abs)
+        } else {
+            format!("SDPA is closer to the f64 oracle: rel L2 {theirs:.3e} vs candidate {mine:.3e} (max abs {:.3e} vs {:.3e})", sdpa_verdict.max_abs, check.max_abs)
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,32 @@
+//! The gate's pipeline as a library: what `cargo xtask gate` and `bench` do, step by step.
+//!
+//! - [`Problem`] (`problem`): one attention problem, built once from its text; [`suites`]: the
+//!   named shape lists.
+//! - [`Baseline`] (`baseline`): PyTorch SDPA through the long-lived helper ([`sdpa`], typed
+//!   requests and replies), cuBLAS, or any registered implementation; the evidence descriptions.
+//! - [`check`]: correctness checks with one row policy, every element compared with the GPU
+//!   reference, inputs cycling through the distributions that find bugs.
+//! - [`timing`]: input sets, timed sides (every timed output verified), and the interleaved,
+//!   clock-guarded sampling of candidate and baseline.
+//! - [`decide`]: the decision as one function of typed results; [`replay`] calls it unchanged.
+//! - [`gate`]: one case end to end; [`supervise`]: the watchdog that bounds a hang, and
+//!   supervised worker processes.
+//!
+//! It depends on attn-kernels, attn-oracle, attn-stats and attn-evidence, never on a command
+//! line parser: xtask turns arguments into these types and prints what comes back.
+
+pub mod baseline;
+pub mod check;
+pub mod decide;
+mod error;
+pub mod gate;
+mod problem;
+pub mod replay;
+pub mod sdpa;
+pub mod suites;
+pub mod supervise;
+pub mod timing;
+
+pub use baseline::Baseline;
+pub use error::{MeasureError, Result};
+pub use problem::{oracle_dtype, Problem};

@@ -1,0 +1,49 @@
+//! `--replay`: a stored gate run's decisions recomputed from its stored facts and raw samples,
+//! on any machine, with the same [`decide`](crate::decide::decide) a live run uses.
+
+use attn_evidence::GateRun;
+use attn_stats::Sample;
+
+use crate::decide::decide;
+use crate::Result;
+
+/// A replayed run, and whether it reproduces the stored decisions.
+#[derive(Debug, Clone)]
+pub struct Replayed {
+    /// The run with every comparison and decision recomputed.
+    pub run: GateRun,
+    /// Whether every case's verdict and comparison, and the run's verdict, are as stored.
+    pub same: bool,
+}
+
+/// Recomputes every case of `stored`.
+pub fn replay(stored: &GateRun) -> Result<Replayed> {
+    let mut run = stored.clone();
+    let peak = stored.provenance.peak_tflops;
+    for case in &mut run.cases {
+        if let (Some(c), Some(b)) = (&case.candidate, &case.baseline) {
+            case.comparison = Some(attn_stats::compare(
+                &Sample::new(b.samples.clone())?,
+                &Sample::new(c.samples.clone())?,
+                &stored.options,
+            )?);
+            case.candidate_tflops = case
+                .comparison
+                .as_ref()
+                .map(|c| case.shape.tflops(c.candidate.median));
+        }
+        let decision = decide(case, &stored.rule, &stored.options, peak);
+        case.passed = decision.status.passed();
+        case.status = Some(decision.status);
+        case.reason = decision.reason;
+    }
+    run.passed = !run.cases.is_empty() && run.cases.iter().all(|c| c.passed);
+    let same = run.passed == stored.passed
+        && run.cases.len() == stored.cases.len()
+        && run.cases.iter().zip(&stored.cases).all(|(a, b)| {
+            a.passed == b.passed
+                && a.comparison == b.comparison
+                && b.status.is_none_or(|s| Some(s) == a.status)
+        });
+    Ok(Replayed { run, same })
+}

@@ -1,0 +1,372 @@
+//! PyTorch SDPA as a baseline and a second reference, through an embedded Python helper that
+//! stays alive for the whole run (`python3`, or `ATTN_PYTHON`): typed requests go to its stdin and
+//! typed replies come back on its stdout, one JSON object a line. A reply missing a field is an
+//! error, never a silent default.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::Mutex;
+
+use attn_evidence::Dtype;
+use attn_kernels::{TimingMode, TimingOptions, Timings};
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+
+use crate::{MeasureError, Problem, Result};
+
+const HELPER: &str = include_str!("sdpa_helper.py");
+
+/// Which SDPA backend PyTorch is asked to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// PyTorch's own dispatch (cuDNN on an H100).
+    Default,
+    /// FlashAttention-2.
+    Flash,
+    /// Memory-efficient attention.
+    Efficient,
+    /// cuDNN, explicitly.
+    Cudnn,
+    /// The unfused math path.
+    Math,
+}
+
+impl Backend {
+    /// Every backend.
+    pub const ALL: [Backend; 5] = [
+        Backend::Default,
+        Backend::Flash,
+        Backend::Efficient,
+        Backend::Cudnn,
+        Backend::Math,
+    ];
+
+    /// Its name on the command line and in evidence.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Default => "default",
+            Backend::Flash => "flash",
+            Backend::Efficient => "efficient",
+            Backend::Cudnn => "cudnn",
+            Backend::Math => "math",
+        }
+    }
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Backend {
+    type Err = MeasureError;
+
+    fn from_str(text: &str) -> Result<Backend> {
+        Backend::ALL
+            .into_iter()
+            .find(|b| b.as_str() == text)
+            .ok_or_else(|| {
+                MeasureError::Invalid(format!(
+                    "unknown SDPA backend `{text}` (known: default, flash, efficient, cudnn, math)"
+                ))
+            })
+    }
+}
+
+/// Versions the helper reports.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct SdpaInfo {
+    /// `torch.__version__`.
+    pub torch: String,
+    /// `torch.version.cuda`.
+    pub cuda: String,
+    /// `torch.backends.cudnn.version()`.
+    pub cudnn: String,
+}
+
+/// A request to the helper.
+#[derive(Debug, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+enum Request<'a> {
+    Info,
+    Run(RunRequest<'a>),
+    Time(TimeRequest),
+}
+
+/// Compute SDPA's output on `.npy` inputs.
+#[derive(Debug, Serialize)]
+struct RunRequest<'a> {
+    q: &'a Path,
+    k: &'a Path,
+    v: &'a Path,
+    out: &'a Path,
+    dtype: Dtype,
+    causal: bool,
+    scale: f64,
+    backend: Backend,
+}
+
+/// Time SDPA with the harness's protocol.
+#[derive(Debug, Serialize)]
+struct TimeRequest {
+    shape: [usize; 5],
+    dtype: Dtype,
+    causal: bool,
+    scale: f64,
+    backend: Backend,
+    warmup: usize,
+    samples: usize,
+    mode: TimingMode,
+    batch_launches: usize,
+    guard_launches: usize,
+    sets: usize,
+    seed: u64,
+    flush_bytes: usize,
+}
+
+/// The helper's reply to a time request.
+#[derive(Debug, Deserialize)]
+struct TimeReply {
+    samples_us: Vec<f64>,
+    wall_us: Vec<f64>,
+    guard_event_us: Vec<f64>,
+    launches_per_sample: usize,
+}
+
+/// The helper's reply to a run request.
+#[derive(Debug, Deserialize)]
+struct RunReply {
+    #[allow(dead_code)] // read to check the reply's form
+    out: PathBuf,
+}
+
+/// One reply line.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Reply<T> {
+    Ok { ok: T },
+    Error { error: String },
+    Fatal { fatal: String },
+}
+
+struct Process {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+/// The running helper, its scratch folder, and what it reported.
+pub struct Sdpa {
+    process: Mutex<Process>,
+    dir: PathBuf,
+    /// Versions.
+    pub info: SdpaInfo,
+}
+
+impl std::fmt::Debug for Sdpa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sdpa")
+            .field("dir", &self.dir)
+            .field("info", &self.info)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Sdpa {
+    fn drop(&mut self) {
+        if let Ok(mut p) = self.process.lock() {
+            let _ = p.child.kill();
+            let _ = p.child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Sdpa {
+    /// Starts the helper and reads its versions. `Err` says in one line why PyTorch is unusable.
+    pub fn detect() -> Result<Sdpa> {
+        let python = std::env::var("ATTN_PYTHON").unwrap_or_else(|_| "python3".into());
+        let dir = std::env::temp_dir().join(format!("attn-sdpa-{}", std::process::id()));
+        let io = |what: &str| {
+            let what = what.to_string();
+            move |source| MeasureError::Io { what, source }
+        };
+        std::fs::create_dir_all(&dir).map_err(io("creating the SDPA scratch folder"))?;
+        let script = dir.join("sdpa_helper.py");
+        std::fs::write(&script, HELPER).map_err(io("writing the SDPA helper"))?;
+        let mut child = Command::new(&python)
+            .arg(&script)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|source| MeasureError::Io {
+                what: format!("no Python to run PyTorch SDPA (`{python}`; set ATTN_PYTHON)"),
+                source,
+            })?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err(MeasureError::Sdpa("the helper's pipes are missing".into()));
+        };
+        let mut sdpa = Sdpa {
+            process: Mutex::new(Process {
+                child,
+                stdin,
+                stdout: BufReader::new(stdout),
+            }),
+            dir,
+            info: SdpaInfo {
+                torch: String::new(),
+                cuda: String::new(),
+                cudnn: String::new(),
+            },
+        };
+        sdpa.info = sdpa.call(&Request::Info)?;
+        Ok(sdpa)
+    }
+
+    fn call<T: DeserializeOwned>(&self, request: &Request<'_>) -> Result<T> {
+        let mut p = self.process.lock().unwrap_or_else(|e| e.into_inner());
+        let line = serde_json::to_string(request)
+            .map_err(|e| MeasureError::Sdpa(format!("encoding a request: {e}")))?;
+        let sent = writeln!(p.stdin, "{line}").and_then(|()| p.stdin.flush());
+        let mut answer = String::new();
+        let read = sent.and_then(|()| p.stdout.read_line(&mut answer));
+        if read.is_err() || answer.is_empty() {
+            let status = p.child.try_wait().ok().flatten();
+            return Err(MeasureError::Sdpa(match status {
+                Some(s) => format!("the Python helper exited ({s})"),
+                None => "the Python helper stopped answering".into(),
+            }));
+        }
+        match serde_json::from_str::<Reply<T>>(&answer) {
+            Ok(Reply::Ok { ok }) => Ok(ok),
+            Ok(Reply::Error { error }) => Err(MeasureError::Sdpa(error)),
+            Ok(Reply::Fatal { fatal }) => Err(MeasureError::Sdpa(fatal)),
+            Err(e) => Err(MeasureError::Sdpa(format!(
+                "malformed reply from the helper ({e}): {}",
+                answer.trim()
+            ))),
+        }
+    }
+
+    /// A path in the helper's scratch folder.
+    pub fn scratch(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// SDPA's output on `.npy` inputs `[q, k, v]`, written to `out`.
+    pub fn run(
+        &self,
+        qkv: [&Path; 3],
+        out: &Path,
+        problem: &Problem,
+        backend: Backend,
+    ) -> Result<()> {
+        let [q, k, v] = qkv;
+        let _: RunReply = self.call(&Request::Run(RunRequest {
+            q,
+            k,
+            v,
+            out,
+            dtype: problem.spec.dtype,
+            causal: problem.params.causal,
+            scale: problem.params.scale,
+            backend,
+        }))?;
+        Ok(())
+    }
+
+    /// Times SDPA on `problem` with the harness's protocol: `sets` input sets drawn from `seed`,
+    /// the L2 flushed with `flush_bytes`. Repeated calls on one problem continue its rotation.
+    pub fn time(
+        &self,
+        problem: &Problem,
+        backend: Backend,
+        opts: &TimingOptions,
+        sets: usize,
+        seed: u64,
+        flush_bytes: usize,
+    ) -> Result<Timings> {
+        let s = &problem.spec;
+        let reply: TimeReply = self
+            .call(&Request::Time(TimeRequest {
+                shape: [s.batch, s.heads, s.seq_q, s.seq_kv, s.head_dim],
+                dtype: s.dtype,
+                causal: problem.params.causal,
+                scale: problem.params.scale,
+                backend,
+                warmup: opts.warmup,
+                samples: opts.samples,
+                mode: opts.mode,
+                batch_launches: opts.batch_launches,
+                guard_launches: opts.guard_launches,
+                sets,
+                seed,
+                flush_bytes,
+            }))
+            .map_err(|e| MeasureError::Sdpa(format!("{backend} on {problem}: {e}")))?;
+        Ok(Timings {
+            mode: opts.mode,
+            warmup: opts.warmup,
+            launches_per_sample: reply.launches_per_sample,
+            samples_us: reply.samples_us,
+            wall_us: reply.wall_us,
+            guard_event_us: reply.guard_event_us,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_the_helpers_protocol() {
+        let line = serde_json::to_string(&Request::Info).unwrap();
+        assert_eq!(line, r#"{"kind":"info"}"#);
+        let time = Request::Time(TimeRequest {
+            shape: [1, 2, 3, 3, 64],
+            dtype: Dtype::Bf16,
+            causal: true,
+            scale: 0.125,
+            backend: Backend::Flash,
+            warmup: 1,
+            samples: 2,
+            mode: TimingMode::Graph,
+            batch_launches: 5,
+            guard_launches: 3,
+            sets: 2,
+            seed: 9,
+            flush_bytes: 16,
+        });
+        let value: serde_json::Value = serde_json::to_value(&time).unwrap();
+        assert_eq!(value["kind"], "time");
+        assert_eq!(value["dtype"], "bf16");
+        assert_eq!(value["backend"], "flash");
+        assert_eq!(value["mode"], "graph");
+    }
+
+    #[test]
+    fn a_reply_missing_a_field_is_an_error_not_a_default() {
+        let full = r#"{"ok": {"samples_us": [1.0], "wall_us": [], "guard_event_us": [], "launches_per_sample": 1}}"#;
+        assert!(matches!(
+            serde_json::from_str::<Reply<TimeReply>>(full),
+            Ok(Reply::Ok { .. })
+        ));
+        let partial = r#"{"ok": {"samples_us": [1.0]}}"#;
+        assert!(serde_json::from_str::<Reply<TimeReply>>(partial).is_err());
+        let error = r#"{"error": "RuntimeError: no kernel"}"#;
+        assert!(matches!(
+            serde_json::from_str::<Reply<TimeReply>>(error),
+            Ok(Reply::Error { .. })
+        ));
+    }
+
+    #[test]
+    fn backends_parse_by_name() {
+        assert_eq!("flash".parse::<Backend>().unwrap(), Backend::Flash);
+        assert!("fast".parse::<Backend>().is_err());
+    }
+}

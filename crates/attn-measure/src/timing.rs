@@ -1,0 +1,516 @@
+//! Timing one problem: input sets on the device, prepared candidates, the candidate's side
+//! (with every timed output verified) and the baseline's, sampled in alternating blocks with
+//! clock-throttled blocks dropped and re-taken.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::Duration;
+
+use attn_evidence::ClockGuard;
+use attn_kernels::planted::SideStreamWork;
+use attn_kernels::telemetry::{self, ClockReading};
+use attn_kernels::{
+    Candidate, DeviceTensor, Gpu, GpuReference, Harness, Prepared, ReferenceOutput, SampleHooks,
+    TimingOptions, Timings,
+};
+use attn_oracle::{generate, CaseSpec, DType, Distribution};
+
+use crate::supervise::Watchdog;
+use crate::{Problem, Result};
+
+/// How many input sets to rotate among: enough to exceed twice the L2 between reuses, at most 8,
+/// and never more than a quarter of the device's memory.
+pub fn input_set_count(problem: &Problem, gpu: &Gpu) -> usize {
+    let shape = &problem.shape;
+    let set_bytes = (2 * shape.q_len() + 2 * shape.kv_len()) * 2;
+    let wanted = (2 * gpu.info().l2_bytes as usize)
+        .div_ceil(set_bytes.max(1))
+        .clamp(2, 8);
+    let affordable = (gpu.info().total_memory / 4 / set_bytes.max(1)).max(1);
+    wanted.min(affordable)
+}
+
+/// The L2 flush size both sides use: twice the L2, at least 2 MiB.
+pub fn flush_bytes(gpu: &Gpu) -> usize {
+    (gpu.info().l2_bytes as usize).max(1 << 20) * 2
+}
+
+/// Device-resident input sets with their (poisoned) output buffers.
+#[derive(Debug)]
+pub struct InputSets {
+    /// Q of each set.
+    pub q: Vec<DeviceTensor>,
+    /// K of each set.
+    pub k: Vec<DeviceTensor>,
+    /// V of each set.
+    pub v: Vec<DeviceTensor>,
+    /// O of each set, poisoned.
+    pub o: Vec<DeviceTensor>,
+}
+
+impl InputSets {
+    /// `count` fresh normal sets (seeds `seed`, `seed+1`, ...), uploaded.
+    pub fn new(gpu: &Gpu, problem: &Problem, count: usize, seed: u64) -> Result<InputSets> {
+        let mut sets = InputSets {
+            q: vec![],
+            k: vec![],
+            v: vec![],
+            o: vec![],
+        };
+        for i in 0..count {
+            let inputs = generate(&CaseSpec {
+                shape: problem.shape,
+                dtype: problem.dtype,
+                distribution: Distribution::Normal,
+                seed: seed.wrapping_add(i as u64),
+            });
+            sets.q.push(gpu.upload(&inputs.q)?);
+            sets.k.push(gpu.upload(&inputs.k)?);
+            sets.v.push(gpu.upload(&inputs.v)?);
+            sets.o
+                .push(gpu.alloc_poisoned(inputs.q.dims, problem.dtype)?);
+        }
+        Ok(sets)
+    }
+
+    /// Number of sets.
+    pub fn len(&self) -> usize {
+        self.q.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.q.is_empty()
+    }
+
+    /// Launches `prepared` on set `i` (asynchronously).
+    pub fn launch(
+        &mut self,
+        gpu: &Gpu,
+        prepared: &Prepared,
+        problem: &Problem,
+        i: usize,
+    ) -> Result<()> {
+        prepared.launch(
+            gpu,
+            &self.q[i],
+            &self.k[i],
+            &self.v[i],
+            &mut self.o[i],
+            &problem.params,
+        )?;
+        Ok(())
+    }
+}
+
+/// Prepared candidates, compiled once per (label and knobs, dtype, head dim).
+#[derive(Default)]
+pub struct PreparedCache {
+    prepared: HashMap<(String, DType, usize), Prepared>,
+}
+
+impl std::fmt::Debug for PreparedCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedCache")
+            .field("entries", &self.prepared.len())
+            .finish()
+    }
+}
+
+impl PreparedCache {
+    /// `candidate` prepared for `dtype` and `head_dim` (compiled on first use). `role` keeps a
+    /// candidate and a baseline of the same implementation apart.
+    pub fn get(
+        &mut self,
+        gpu: &Gpu,
+        role: &str,
+        candidate: &Candidate,
+        dtype: DType,
+        head_dim: usize,
+    ) -> Result<&Prepared> {
+        let key = (format!("{role}[{}]", candidate.knobs()), dtype, head_dim);
+        if !self.prepared.contains_key(&key) {
+            let prepared = Prepared::new(gpu, candidate, dtype, head_dim)?;
+            self.prepared.insert(key.clone(), prepared);
+        }
+        Ok(&self.prepared[&key])
+    }
+}
+
+/// One side of a comparison, sampled a block at a time.
+pub trait TimedSide {
+    /// Takes one block of samples with `opts`.
+    fn block(&mut self, opts: &TimingOptions) -> Result<Timings>;
+}
+
+/// Checks the timed launches' outputs: poisons each output before a sample, compares it with
+/// its set's reference after.
+#[derive(Debug)]
+pub struct OutputVerifier {
+    reference: GpuReference,
+    references: Vec<ReferenceOutput>,
+    atol: f64,
+    /// Samples checked so far.
+    pub samples_checked: usize,
+    /// Samples with a bad element.
+    pub samples_bad: usize,
+    /// The first bad sample, one line.
+    pub first_bad: Option<String>,
+}
+
+impl OutputVerifier {
+    /// References of every set of `sets` (normal inputs), with the tolerance for normal inputs.
+    pub fn new(
+        gpu: &Gpu,
+        problem: &Problem,
+        sets: &InputSets,
+        reference: GpuReference,
+        atol: f64,
+    ) -> Result<OutputVerifier> {
+        let references = (0..sets.len())
+            .map(|i| reference.compute(gpu, &sets.q[i], &sets.k[i], &sets.v[i], &problem.params))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        Ok(OutputVerifier {
+            reference,
+            references,
+            atol,
+            samples_checked: 0,
+            samples_bad: 0,
+            first_bad: None,
+        })
+    }
+}
+
+/// A kernel (candidate or registered baseline) on its own input sets.
+pub struct KernelSide<'a> {
+    gpu: &'a Gpu,
+    prepared: &'a Prepared,
+    problem: &'a Problem,
+    sets: RefCell<InputSets>,
+    harness: Harness<'a>,
+    /// Checks every timed output when present.
+    pub verifier: Option<OutputVerifier>,
+    side_work: Option<&'a mut SideStreamWork>,
+    watchdog: Option<(&'a Watchdog, Rc<Cell<Duration>>)>,
+}
+
+impl std::fmt::Debug for KernelSide<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelSide")
+            .field("prepared", &self.prepared)
+            .field("problem", &self.problem.spec)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> KernelSide<'a> {
+    /// `prepared` on fresh input sets drawn from `seed`.
+    pub fn new(
+        gpu: &'a Gpu,
+        prepared: &'a Prepared,
+        problem: &'a Problem,
+        seed: u64,
+    ) -> Result<KernelSide<'a>> {
+        let sets = InputSets::new(gpu, problem, input_set_count(problem, gpu), seed)?;
+        Ok(KernelSide {
+            gpu,
+            prepared,
+            problem,
+            sets: RefCell::new(sets),
+            harness: Harness::new(gpu)?,
+            verifier: None,
+            side_work: None,
+            watchdog: None,
+        })
+    }
+
+    /// Verifies every timed output against the GPU reference within `atol`.
+    pub fn verify_outputs(&mut self, reference: GpuReference, atol: f64) -> Result<()> {
+        let verifier =
+            OutputVerifier::new(self.gpu, self.problem, &self.sets.borrow(), reference, atol)?;
+        self.verifier = Some(verifier);
+        Ok(())
+    }
+
+    /// Launches `work` after every launch (a planted fault: hidden work on another stream).
+    pub fn with_side_work(&mut self, work: &'a mut SideStreamWork) {
+        self.side_work = Some(work);
+    }
+
+    /// Every launch must finish within `bound` (the watchdog ends the process otherwise); the
+    /// bound may be changed between blocks.
+    pub fn with_watchdog(&mut self, watchdog: &'a Watchdog, bound: Rc<Cell<Duration>>) {
+        self.watchdog = Some((watchdog, bound));
+    }
+}
+
+struct Hooks<'s, 'a> {
+    gpu: &'a Gpu,
+    sets: &'s RefCell<InputSets>,
+    verifier: Option<&'s mut OutputVerifier>,
+    /// The watchdog, and the bound of one sample.
+    watchdog: Option<(&'a Watchdog, Duration)>,
+}
+
+impl SampleHooks for Hooks<'_, '_> {
+    fn before_sample(&mut self, sets: &[usize]) -> attn_kernels::Result<()> {
+        if self.verifier.is_some() {
+            let mut all = self.sets.borrow_mut();
+            for &i in sets {
+                self.gpu.poison(&mut all.o[i])?;
+            }
+        }
+        Ok(())
+    }
+
+    fn after_sample(&mut self, sets: &[usize]) -> attn_kernels::Result<()> {
+        if let Some((w, bound)) = self.watchdog {
+            w.kick(bound);
+        }
+        let Some(verifier) = self.verifier.as_deref_mut() else {
+            return Ok(());
+        };
+        let sample = verifier.samples_checked;
+        verifier.samples_checked += 1;
+        let all = self.sets.borrow();
+        let mut seen = Vec::with_capacity(sets.len());
+        for &i in sets {
+            if seen.contains(&i) {
+                continue;
+            }
+            seen.push(i);
+            let errors = verifier.reference.compare(
+                self.gpu,
+                &all.o[i],
+                &verifier.references[i],
+                verifier.atol,
+            )?;
+            if errors.bad_elements() > 0 {
+                if verifier.first_bad.is_none() {
+                    verifier.first_bad = Some(format!(
+                        "timed sample {sample} on input set {i}: {} bad elements ({} never written, {} NaN/Inf) in {} rows, max abs error {:.3e}",
+                        errors.bad_elements(),
+                        errors.poisoned_elements(),
+                        errors.nonfinite_elements(),
+                        errors.bad_rows(),
+                        errors.worst().0
+                    ));
+                }
+                verifier.samples_bad += 1;
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl TimedSide for KernelSide<'_> {
+    fn block(&mut self, opts: &TimingOptions) -> Result<Timings> {
+        let count = self.sets.borrow().len();
+        let (gpu, prepared, problem) = (self.gpu, self.prepared, self.problem);
+        let sets = &self.sets;
+        let mut side_work = self.side_work.as_deref_mut();
+        let mut launch = |i: usize| -> attn_kernels::Result<()> {
+            let mut all = sets.borrow_mut();
+            let InputSets { q, k, v, o } = &mut *all;
+            prepared.launch(gpu, &q[i], &k[i], &v[i], &mut o[i], &problem.params)?;
+            if let Some(work) = side_work.as_deref_mut() {
+                work.launch()?;
+            }
+            Ok(())
+        };
+        let per_sample = match opts.mode {
+            attn_kernels::TimingMode::Batch => opts.batch_launches.max(1),
+            _ => 1,
+        } as u32;
+        let mut hooks = Hooks {
+            gpu,
+            sets,
+            verifier: self.verifier.as_mut(),
+            watchdog: self
+                .watchdog
+                .as_ref()
+                .map(|(w, bound)| (*w, bound.get() * per_sample)),
+        };
+        let timed = match self.watchdog.as_ref().map(|(w, bound)| (*w, bound.get())) {
+            // Warm-up and graph capture run under one deadline for all their launches; then
+            // each completed sample gives the next one its own.
+            Some((w, bound)) => {
+                let launches = (opts.warmup + count + 1) as u32;
+                w.guard(bound * launches, "a timed launch", || {
+                    self.harness.time(count, opts, &mut launch, &mut hooks)
+                })
+            }
+            None => self.harness.time(count, opts, &mut launch, &mut hooks),
+        };
+        Ok(timed?)
+    }
+}
+
+/// PyTorch SDPA with a backend, as a timed side.
+#[derive(Debug)]
+pub struct SdpaSide<'a> {
+    sdpa: &'a crate::sdpa::Sdpa,
+    backend: crate::sdpa::Backend,
+    problem: &'a Problem,
+    sets: usize,
+    seed: u64,
+    flush_bytes: usize,
+}
+
+impl<'a> SdpaSide<'a> {
+    /// SDPA on `problem` with as many input sets as a kernel side would use.
+    pub fn new(
+        gpu: &Gpu,
+        sdpa: &'a crate::sdpa::Sdpa,
+        backend: crate::sdpa::Backend,
+        problem: &'a Problem,
+        seed: u64,
+    ) -> SdpaSide<'a> {
+        SdpaSide {
+            sdpa,
+            backend,
+            problem,
+            sets: input_set_count(problem, gpu),
+            seed,
+            flush_bytes: flush_bytes(gpu),
+        }
+    }
+}
+
+impl TimedSide for SdpaSide<'_> {
+    fn block(&mut self, opts: &TimingOptions) -> Result<Timings> {
+        self.sdpa.time(
+            self.problem,
+            self.backend,
+            opts,
+            self.sets,
+            self.seed,
+            self.flush_bytes,
+        )
+    }
+}
+
+/// How two sides are sampled against each other.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Interleave {
+    /// The harness options; `samples` is the clean samples wanted per side.
+    pub timing: TimingOptions,
+    /// Samples per block: the sides alternate block by block (A B A B …) so both see the same
+    /// clocks and temperature.
+    pub block: usize,
+    /// A block after which the SM clock reads under this fraction of the device's maximum is
+    /// dropped and re-taken (nvbench's rule).
+    pub throttle_fraction: f64,
+    /// The device's maximum SM clock, MHz.
+    pub max_sm_mhz: u32,
+}
+
+impl Interleave {
+    /// Blocks of 10 samples, dropped under 90% of the maximum SM clock.
+    pub fn new(timing: TimingOptions, max_sm_mhz: u32) -> Interleave {
+        Interleave {
+            timing,
+            block: 10,
+            throttle_fraction: 0.9,
+            max_sm_mhz,
+        }
+    }
+}
+
+/// The samples of both sides, and what the clock guard did.
+#[derive(Debug, Clone)]
+pub struct Interleaved {
+    /// Side A (the candidate): its kept samples, and the guard pass of its first block.
+    pub a: Timings,
+    /// Side B (the baseline).
+    pub b: Timings,
+    /// Blocks kept and dropped.
+    pub guard: ClockGuard,
+    /// The clock read before the first block and after the last.
+    pub clocks: (Option<ClockReading>, Option<ClockReading>),
+}
+
+/// Samples `a` and `b` in alternating blocks (B first, so the baseline's time is known before
+/// the candidate's first block), until each has `timing.samples` clean samples or each has had
+/// twice its blocks.
+pub fn interleave(
+    gpu: &Gpu,
+    a: &mut dyn TimedSide,
+    b: &mut dyn TimedSide,
+    plan: &Interleave,
+    mut after_first_baseline_block: impl FnMut(&Timings),
+) -> Result<Interleaved> {
+    let wanted = plan.timing.samples;
+    let block = plan.block.clamp(1, wanted.max(1));
+    let blocks_needed = wanted.div_ceil(block);
+    let ordinal = gpu.info().ordinal;
+    let threshold = (f64::from(plan.max_sm_mhz) * plan.throttle_fraction) as u32;
+    let before = telemetry::read_clocks(ordinal);
+    let mut merged: [Option<Timings>; 2] = [None, None];
+    let mut kept = [0usize; 2];
+    let mut dropped = [0usize; 2];
+    let mut min_kept: Option<u32> = None;
+    let mut attempts = 0;
+    while (kept[0] < blocks_needed || kept[1] < blocks_needed) && attempts < 4 * blocks_needed {
+        attempts += 1;
+        for side in [1usize, 0] {
+            if kept[side] >= blocks_needed {
+                continue;
+            }
+            let first = merged[side].is_none();
+            let opts = TimingOptions {
+                samples: block.min(wanted - kept[side] * block).max(1),
+                warmup: if first { plan.timing.warmup } else { 2 },
+                guard_launches: if first { plan.timing.guard_launches } else { 0 },
+                ..plan.timing
+            };
+            let timings = if side == 0 {
+                a.block(&opts)?
+            } else {
+                b.block(&opts)?
+            };
+            let clock = telemetry::read_clocks(ordinal).map(|c| c.sm_mhz);
+            if clock.is_some_and(|mhz| mhz < threshold) {
+                dropped[side] += 1;
+                continue;
+            }
+            min_kept = match (min_kept, clock) {
+                (Some(m), Some(c)) => Some(m.min(c)),
+                (m, c) => m.or(c),
+            };
+            kept[side] += 1;
+            if side == 1 && first {
+                after_first_baseline_block(&timings);
+            }
+            match &mut merged[side] {
+                Some(all) => all.samples_us.extend(timings.samples_us),
+                slot => *slot = Some(timings),
+            }
+        }
+    }
+    let after = telemetry::read_clocks(ordinal);
+    let empty = || Timings {
+        mode: plan.timing.mode,
+        warmup: plan.timing.warmup,
+        launches_per_sample: 1,
+        samples_us: vec![],
+        wall_us: vec![],
+        guard_event_us: vec![],
+    };
+    let [a_t, b_t] = merged;
+    Ok(Interleaved {
+        a: a_t.unwrap_or_else(empty),
+        b: b_t.unwrap_or_else(empty),
+        guard: ClockGuard {
+            block_samples: block,
+            kept_blocks: kept,
+            dropped_blocks: dropped,
+            threshold_mhz: before.map(|_| threshold),
+            min_kept_mhz: min_kept,
+            complete: kept[0] >= blocks_needed && kept[1] >= blocks_needed,
+        },
+        clocks: (before, after),
+    })
+}

@@ -1,0 +1,142 @@
+// reference: the gate's whole-output check on the GPU.
+//
+// `attn_reference` computes attention in f32 with no tiling tricks: one warp per query row, two
+// passes over the visible keys (the row maximum first, then the exponentials and the weighted sum
+// of V), each score a plain dot product reduced by shuffles. Its output is f32, so the only
+// rounding is f32 arithmetic: its error against the f64 oracle is measured on every check and
+// recorded, and it must stay far under the tolerance it is used with.
+//
+// `compare_rows` compares a candidate's output (the ABI's element type) with that f32 reference,
+// one warp per row, and writes per row: the largest |out - ref|, the number of elements beyond
+// `atol`, of poison (never written) and of NaN/Inf elements, and the sums of (out - ref)^2 and
+// ref^2 (for the relative L2 error).
+//
+// Grid: (ceil(rows / ROWS_PER_BLOCK)), block ROWS_PER_BLOCK * 32; rows = B * H * S_q.
+#include "attn_common.cuh"
+
+#define ROWS_PER_BLOCK 4
+#define DIMS_PER_LANE ((HEAD_DIM + 31) / 32)
+#define ROW_STATS 6
+
+__device__ __forceinline__ float bits_to_float(unsigned short bits) {
+#if defined(ATTN_DTYPE_BF16)
+    return __bfloat162float(__ushort_as_bfloat16(bits));
+#else
+    return __half2float(__ushort_as_half(bits));
+#endif
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
+    return x;
+}
+
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+    return x;
+}
+
+extern "C" __global__ void __launch_bounds__(ROWS_PER_BLOCK * 32)
+attn_reference(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_t* __restrict__ v,
+               float* __restrict__ o, int heads, int seq_q, int seq_kv, float scale, int causal,
+               long long rows) {
+    const int lane = threadIdx.x % 32;
+    const long long flat_row = (long long)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    if (flat_row >= rows) return;  // the whole warp leaves together
+    const long long bh = flat_row / seq_q;
+    const int row = (int)(flat_row % seq_q);
+    const elem_t* q_row = q + flat_row * HEAD_DIM;
+    const elem_t* k_head = k + bh * seq_kv * HEAD_DIM;
+    const elem_t* v_head = v + bh * seq_kv * HEAD_DIM;
+
+    float q_reg[DIMS_PER_LANE];
+#pragma unroll
+    for (int i = 0; i < DIMS_PER_LANE; ++i) {
+        const int d = lane + 32 * i;
+        q_reg[i] = d < HEAD_DIM ? to_float(q_row[d]) : 0.0f;
+    }
+    const int kv_end = causal ? min(seq_kv, causal_kv_end(row, seq_q, seq_kv)) : seq_kv;
+
+    // Pass 1: the row maximum of the scaled scores.
+    float m = -INFINITY;
+    for (int j = 0; j < kv_end; ++j) {
+        float partial = 0.0f;
+#pragma unroll
+        for (int i = 0; i < DIMS_PER_LANE; ++i) {
+            const int d = lane + 32 * i;
+            if (d < HEAD_DIM) partial += q_reg[i] * to_float(k_head[(size_t)j * HEAD_DIM + d]);
+        }
+        m = fmaxf(m, warp_sum(partial) * scale);
+    }
+    // Pass 2: exp(s - m), their sum, and the weighted sum of V.
+    float acc[DIMS_PER_LANE];
+#pragma unroll
+    for (int i = 0; i < DIMS_PER_LANE; ++i) acc[i] = 0.0f;
+    float l = 0.0f;
+    for (int j = 0; j < kv_end; ++j) {
+        float partial = 0.0f;
+#pragma unroll
+        for (int i = 0; i < DIMS_PER_LANE; ++i) {
+            const int d = lane + 32 * i;
+            if (d < HEAD_DIM) partial += q_reg[i] * to_float(k_head[(size_t)j * HEAD_DIM + d]);
+        }
+        const float p = expf(warp_sum(partial) * scale - m);
+        l += p;
+#pragma unroll
+        for (int i = 0; i < DIMS_PER_LANE; ++i) {
+            const int d = lane + 32 * i;
+            if (d < HEAD_DIM) acc[i] += p * to_float(v_head[(size_t)j * HEAD_DIM + d]);
+        }
+    }
+    const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;  // a row that sees no key is zero
+    float* o_row = o + flat_row * HEAD_DIM;
+#pragma unroll
+    for (int i = 0; i < DIMS_PER_LANE; ++i) {
+        const int d = lane + 32 * i;
+        if (d < HEAD_DIM) o_row[d] = acc[i] * inv_l;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(ROWS_PER_BLOCK * 32)
+compare_rows(const unsigned short* __restrict__ out, const float* __restrict__ ref, float atol,
+             unsigned short poison_bits, long long rows, float* __restrict__ stats) {
+    const int lane = threadIdx.x % 32;
+    const long long flat_row = (long long)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    if (flat_row >= rows) return;
+    float max_abs = 0.0f, bad = 0.0f, poison = 0.0f, nonfinite = 0.0f, diff_sq = 0.0f, ref_sq = 0.0f;
+    for (int d = lane; d < HEAD_DIM; d += 32) {
+        const unsigned short bits = out[flat_row * HEAD_DIM + d];
+        const float r = ref[flat_row * HEAD_DIM + d];
+        const float x = bits_to_float(bits);
+        ref_sq += r * r;
+        if (bits == poison_bits) {
+            poison += 1.0f;
+            bad += 1.0f;
+        } else if ((__float_as_uint(x) & 0x7f800000u) == 0x7f800000u) {  // NaN or Inf
+            nonfinite += 1.0f;
+            bad += 1.0f;
+        } else {
+            const float err = fabsf(x - r);
+            max_abs = fmaxf(max_abs, err);
+            diff_sq += err * err;
+            if (!(err <= atol)) bad += 1.0f;
+        }
+    }
+    float* row_stats = stats + flat_row * ROW_STATS;
+    max_abs = warp_max(max_abs);
+    bad = warp_sum(bad);
+    poison = warp_sum(poison);
+    nonfinite = warp_sum(nonfinite);
+    diff_sq = warp_sum(diff_sq);
+    ref_sq = warp_sum(ref_sq);
+    if (lane == 0) {
+        row_stats[0] = max_abs;
+        row_stats[1] = bad;
+        row_stats[2] = poison;
+        row_stats[3] = nonfinite;
+        row_stats[4] = diff_sq;
+        row_stats[5] = ref_sq;
+    }
+}

@@ -1,0 +1,128 @@
+//! Arguments several commands share, flattened into each: what to run, and on which problems.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use attn_evidence::Dtype;
+use attn_kernels::{Candidate, Config};
+use attn_measure::{suites, Problem};
+
+/// What to run: a registered implementation with knob overrides, or your own kernel file.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CandidateArgs {
+    /// Registered implementation (default: IMPL, then the best registered one).
+    #[arg(long = "impl")]
+    pub implementation: Option<String>,
+    /// Knob overrides for --impl, `K=V,K=V`.
+    #[arg(long, default_value = "")]
+    pub config: String,
+    /// Your own kernel file following kernels/README.md's ABI (instead of --impl).
+    #[arg(long, conflicts_with = "implementation")]
+    pub src: Option<PathBuf>,
+    /// Entry point of --src.
+    #[arg(long, requires = "src")]
+    pub entry: Option<String>,
+    /// Defines for --src, `K=V` (repeatable); BLOCK_M, NUM_WARPS, SHARED_BYTES set its geometry.
+    #[arg(long = "define", requires = "src")]
+    pub defines: Vec<String>,
+}
+
+impl CandidateArgs {
+    /// The candidate, validated as far as can be without a GPU.
+    pub fn candidate(&self) -> anyhow::Result<Candidate> {
+        match &self.src {
+            Some(path) => {
+                let defines: Config = self
+                    .defines
+                    .join(",")
+                    .parse()
+                    .map_err(|e: String| anyhow::anyhow!("--define: {e}"))?;
+                let candidate = Candidate::from_file(path, self.entry.as_deref(), defines)?;
+                if let Candidate::Source { source, .. } = &candidate {
+                    if source.trim().is_empty() {
+                        bail!("--src {}: the file is empty", path.display());
+                    }
+                }
+                Ok(candidate)
+            }
+            None => {
+                let implementation =
+                    attn_kernels::registry::select(self.implementation.as_deref())?;
+                let overrides: Config = self
+                    .config
+                    .parse()
+                    .map_err(|e: String| anyhow::anyhow!("--config: {e}"))?;
+                Ok(Candidate::Registered {
+                    implementation,
+                    overrides,
+                })
+            }
+        }
+    }
+}
+
+/// Which problems: shapes, or a named suite.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ProblemArgs {
+    /// A shape `B,H,S,D` or `B,H,SQ,SKV,D` (repeatable).
+    #[arg(long = "shape")]
+    pub shapes: Vec<String>,
+    /// Causal mask for --shape.
+    #[arg(long)]
+    pub causal: bool,
+    /// fp16 or bf16.
+    #[arg(long, default_value = "fp16")]
+    pub dtype: Dtype,
+    /// A named suite: seed, large, sweep.
+    #[arg(long)]
+    pub suite: Option<String>,
+}
+
+impl ProblemArgs {
+    /// The problems asked for (`default_suite` when neither --shape nor --suite is given).
+    pub fn problems(&self, default_suite: &str) -> anyhow::Result<Vec<Problem>> {
+        if self.shapes.is_empty() {
+            let name = self.suite.as_deref().unwrap_or(default_suite);
+            return Ok(suites::suite(name, self.dtype)?);
+        }
+        if self.suite.is_some() {
+            bail!("give --shape or --suite, not both");
+        }
+        self.shapes
+            .iter()
+            .map(|s| {
+                let mut spec: attn_evidence::ShapeSpec =
+                    s.parse().with_context(|| format!("--shape {s}"))?;
+                spec.causal |= self.causal;
+                spec.dtype = self.dtype;
+                Problem::new(spec).with_context(|| format!("--shape {s}"))
+            })
+            .collect()
+    }
+
+    /// The suite's name for evidence, when the problems came from one.
+    pub fn suite_name(&self, default_suite: &str) -> Option<String> {
+        self.shapes
+            .is_empty()
+            .then(|| self.suite.clone().unwrap_or_else(|| default_suite.into()))
+    }
+}
+
+/// Checks that `candidate` can run `problems` as far as the registry can tell without a GPU
+/// (head dims, per-shape knobs and constraints), so that a bad request fails before any probe.
+pub fn validate(candidate: &Candidate, problems: &[Problem]) -> anyhow::Result<()> {
+    if let Candidate::Registered { implementation, .. } = candidate {
+        for p in problems {
+            let for_shape = candidate.for_shape(&p.shape);
+            implementation.check_head_dim(p.shape.head_dim)?;
+            implementation
+                .resolve(
+                    for_shape.knobs(),
+                    p.shape.head_dim,
+                    &attn_kernels::Limits::H100,
+                )
+                .with_context(|| format!("{p}"))?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,362 @@
+//! `cargo xtask gate`: is a candidate kernel correct, and statistically faster than the baseline
+//! (PyTorch SDPA by default) on this GPU?
+//!
+//! The pipeline is attn-measure's (`GateSession`): per shape, correctness on `--checks` fresh
+//! inputs of several distributions (every element against the GPU reference, selected rows
+//! against the f64 oracle, SDPA's output as a second reference), then candidate and baseline
+//! timed in alternating blocks with every timed output verified and throttled blocks re-taken,
+//! then one decision: candidate median ≤ threshold × baseline median AND the whole bootstrap CI of
+//! (candidate − baseline) medians below zero, for a plausible result. This module parses, prints
+//! and writes evidence. Exit codes: 0 passed, 1 failed (a hang too), 2 could not run.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::bail;
+use attn_evidence::{CaseStatus, GateRule, GateRun};
+use attn_kernels::{Gpu, TimingMode, TimingOptions};
+use attn_measure::gate::{ended_case, GatePlan, GateSession};
+use attn_measure::sdpa::Backend;
+use attn_measure::supervise::Watchdog;
+use attn_measure::timing::Interleave;
+use attn_measure::Baseline;
+use attn_report::{format, table::Table};
+use attn_stats::{BootstrapOptions, CompareOptions};
+
+use crate::args::{CandidateArgs, ProblemArgs};
+
+/// Arguments of `cargo xtask gate`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub candidate: CandidateArgs,
+    #[command(flatten)]
+    pub problems: ProblemArgs,
+    /// What to beat: sdpa (falls back to cublas without PyTorch), cublas, or a registered implementation.
+    #[arg(long, default_value = "sdpa")]
+    pub baseline: String,
+    /// SDPA backend: default, flash, efficient, cudnn, math.
+    #[arg(long, default_value = "default")]
+    pub sdpa_backend: Backend,
+    /// Fresh random inputs per shape that must all pass before timing; they cycle through normal,
+    /// large-logit, peaky, constant-row and small-variance inputs.
+    #[arg(long, default_value_t = 5)]
+    pub checks: usize,
+    /// Base seed (default: a new one each run, recorded in the evidence).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Clean timed samples per side.
+    #[arg(long, default_value_t = 100)]
+    pub samples: usize,
+    /// Samples per block: candidate and baseline blocks alternate (A B A B ...).
+    #[arg(long, default_value_t = 10)]
+    pub block: usize,
+    /// Untimed launches first.
+    #[arg(long, default_value_t = 10)]
+    pub warmup: usize,
+    /// Timing mode, the same for both sides: graph (L2 flushed, each launch replayed from a CUDA
+    /// graph so that host launch overhead stays out), flushed (plain launches), or batch.
+    #[arg(long, default_value = "graph", value_parser = ["graph", "flushed", "batch"])]
+    pub mode: String,
+    /// Gate: candidate median ≤ THRESHOLD × baseline median.
+    #[arg(long, default_value_t = 0.95)]
+    pub threshold: f64,
+    /// Bootstrap resamples.
+    #[arg(long, default_value_t = 10_000)]
+    pub resamples: usize,
+    /// A candidate launch running longer than max(this many seconds, 100× the baseline's median)
+    /// is a hang: the gate reports it and ends (exit 1).
+    #[arg(long, default_value_t = 10.0)]
+    pub hang_bound: f64,
+    /// Let a result faster than the device's peak, or over 10× the baseline, pass: a person has
+    /// looked at it.
+    #[arg(long)]
+    pub allow_implausible: bool,
+    /// Also write the result as markdown (PR comment / job summary) to this file.
+    #[arg(long)]
+    pub markdown: Option<PathBuf>,
+    /// Evidence folder (the run goes to <DIR>/gate/).
+    #[arg(long, default_value = "evidence")]
+    pub evidence: PathBuf,
+    /// Write no evidence file.
+    #[arg(long)]
+    pub no_evidence: bool,
+    /// Recompute the decision from a stored evidence file (no GPU needed).
+    #[arg(long, conflicts_with_all = ["implementation", "src", "shapes", "suite"])]
+    pub replay: Option<PathBuf>,
+    /// Plant a fault to test the guards: `side-stream` (hidden work on another stream).
+    #[arg(long, hide = true)]
+    pub plant: Option<String>,
+}
+
+fn fresh_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(1)
+}
+
+/// Runs the subcommand; returns the process exit code.
+pub fn run(args: Args) -> anyhow::Result<u8> {
+    if let Some(path) = &args.replay {
+        return replay(path);
+    }
+    // Everything that needs no GPU is checked first.
+    if !(0.0..=1.0).contains(&args.threshold) || args.threshold == 0.0 {
+        bail!("--threshold must be in (0, 1], got {}", args.threshold);
+    }
+    if args.checks == 0 || args.samples < 2 || args.block == 0 {
+        bail!("--checks and --block must be at least 1 and --samples at least 2");
+    }
+    if !(args.hang_bound > 0.0) {
+        bail!("--hang-bound must be a positive number of seconds");
+    }
+    let side_stream = match args.plant.as_deref() {
+        None => false,
+        Some("side-stream") => true,
+        Some(other) => bail!("unknown --plant {other} (known: side-stream)"),
+    };
+    let problems = args.problems.problems("seed")?;
+    let candidate = args.candidate.candidate()?;
+    crate::args::validate(&candidate, &problems)?;
+    let seed = args.seed.unwrap_or_else(fresh_seed);
+    let compare = CompareOptions {
+        bootstrap: BootstrapOptions {
+            resamples: args.resamples,
+            seed,
+            ..BootstrapOptions::default()
+        },
+        gate_threshold: args.threshold,
+        ..CompareOptions::default()
+    };
+    compare.validate()?;
+
+    let gpu = Gpu::open(0)?;
+    let (baseline, note) = Baseline::from_name(&args.baseline, args.sdpa_backend)?;
+    if let Some(note) = note {
+        println!("{note}");
+    }
+    let timing = TimingOptions {
+        warmup: args.warmup,
+        samples: args.samples,
+        mode: match args.mode.as_str() {
+            "batch" => TimingMode::Batch,
+            "flushed" => TimingMode::Flushed,
+            _ => TimingMode::Graph,
+        },
+        ..TimingOptions::default()
+    };
+    let info = gpu.info();
+    let plan = GatePlan {
+        checks: args.checks,
+        interleave: Interleave {
+            block: args.block,
+            ..Interleave::new(timing, info.max_sm_mhz)
+        },
+        compare,
+        rule: GateRule {
+            allow_implausible: args.allow_implausible,
+            hang_bound_s: Some(args.hang_bound),
+            ..GateRule::default()
+        },
+        hang_floor: Duration::from_secs_f64(args.hang_bound),
+        hang_factor: 100.0,
+        peak_tflops: crate::provenance::peak_tflops(&gpu),
+    };
+    println!(
+        "gate: {} vs {} on {} ({} shape(s), seed {seed}, {} samples a side in blocks of {}, {} mode; clocks left as found)",
+        candidate.label(),
+        baseline.implementation().label(),
+        info.name,
+        problems.len(),
+        timing.samples,
+        args.block,
+        args.mode
+    );
+    let current = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let shown = std::sync::Arc::clone(&current);
+    let watchdog = Watchdog::start(Box::new(move |what, bound| {
+        let shape = shown.lock().map(|s| s.clone()).unwrap_or_default();
+        println!(
+            "  {shape}: hang: {what} did not finish within {:.1} s",
+            bound.as_secs_f64()
+        );
+        println!("\n**attn gate: FAILED** (hang on {shape}; no evidence written)");
+    }));
+    let mut session = GateSession::new(&gpu, &candidate, &baseline, &plan, Some(&watchdog));
+    if side_stream {
+        session.plant_side_stream_work()?;
+    }
+    let clocks_before = attn_kernels::telemetry::read_clocks(0);
+    let mut cases = Vec::new();
+    let bar = crate::progress::bar(problems.len() as u64, "gate");
+    for (i, problem) in problems.iter().enumerate() {
+        if session.lost {
+            cases.push(ended_case(
+                problem,
+                CaseStatus::CouldNotRun,
+                "not run: an earlier fault lost the CUDA context".into(),
+            ));
+            continue;
+        }
+        *current.lock().unwrap_or_else(|e| e.into_inner()) = problem.to_string();
+        bar.set_message(problem.to_string());
+        let case = session.case(problem, seed.wrapping_add(1_000_003 * i as u64));
+        bar.println(format!("  {}: {}", case.shape, case.reason));
+        bar.inc(1);
+        cases.push(case);
+    }
+    bar.finish_and_clear();
+    let clocks_after = attn_kernels::telemetry::read_clocks(0);
+
+    // The run's config: the defaults (plus overrides) resolved for the first shape, without
+    // compiling anything more; each case records the config it actually ran.
+    let resolved = match &candidate {
+        attn_kernels::Candidate::Registered {
+            implementation,
+            overrides,
+        } => implementation
+            .resolve(overrides, problems[0].shape.head_dim, &gpu.limits())
+            .ok(),
+        attn_kernels::Candidate::Source { .. } => None,
+    };
+    let torch = baseline.sdpa().map(|s| s.info.clone());
+    let passed = !cases.is_empty() && cases.iter().all(|c| c.passed);
+    let run = GateRun {
+        schema: attn_evidence::SCHEMA_VERSION,
+        kind: "gate".into(),
+        provenance: crate::provenance::collect(&gpu, torch.as_ref(), clocks_before, clocks_after),
+        candidate: attn_measure::baseline::candidate_implementation(&candidate, resolved.as_ref()),
+        baseline: baseline.implementation(),
+        suite: args.problems.suite_name("seed"),
+        options: plan.compare.clone(),
+        rule: plan.rule.clone(),
+        cases,
+        passed,
+    };
+    finish(
+        &run,
+        args.markdown.as_deref(),
+        (!args.no_evidence).then_some(args.evidence.as_path()),
+    )
+}
+
+fn replay(path: &std::path::Path) -> anyhow::Result<u8> {
+    let stored = match attn_evidence::read(path)? {
+        attn_evidence::Evidence::Gate(run) => run,
+        _ => bail!("{} is not a gate evidence file", path.display()),
+    };
+    let replayed = attn_measure::replay::replay(&stored)?;
+    println!(
+        "replaying {} ({} on {}, {})",
+        path.display(),
+        stored.candidate.label(),
+        stored.provenance.gpu,
+        stored.provenance.date
+    );
+    print!("{}", markdown(&replayed.run));
+    if !replayed.same {
+        println!("REPLAY DIFFERS from the stored decision");
+        return Ok(crate::EXIT_FAILED);
+    }
+    println!("replay reproduces the stored decision exactly");
+    Ok(if replayed.run.passed {
+        0
+    } else {
+        crate::EXIT_FAILED
+    })
+}
+
+/// The result table (markdown, also readable in a terminal).
+pub fn markdown(run: &GateRun) -> String {
+    let mut table = Table::new(&[
+        "shape",
+        "candidate µs",
+        "baseline µs",
+        "speedup [95% CI]",
+        "TFLOP/s cand / base",
+        "verdict",
+        "gate",
+    ])
+    .numeric(&[1, 2, 4]);
+    for case in &run.cases {
+        let (cand, base, speed, tf, verdict) = match &case.comparison {
+            Some(c) => (
+                format::micros(c.candidate.median),
+                format::micros(c.baseline.median),
+                format::speedup_ci(c.speedup.point, c.speedup.lower, c.speedup.upper),
+                format!(
+                    "{} / {}",
+                    format::tflops(case.candidate_tflops.unwrap_or(f64::NAN)),
+                    format::tflops(case.baseline_tflops.unwrap_or(f64::NAN))
+                ),
+                c.verdict.to_string(),
+            ),
+            None => (
+                "–".into(),
+                "–".into(),
+                "–".into(),
+                "–".into(),
+                "not timed".into(),
+            ),
+        };
+        table.push(vec![
+            case.shape.to_string(),
+            cand,
+            base,
+            speed,
+            tf,
+            verdict,
+            match case.status {
+                Some(status) if !case.passed => format!("FAIL: {status}"),
+                _ if case.passed => "pass".into(),
+                _ => "FAIL".into(),
+            },
+        ]);
+    }
+    let mut out = format!(
+        "**attn gate: {}** — `{}` vs `{}` on {} ({})\n\n",
+        if run.passed { "PASSED" } else { "FAILED" },
+        run.candidate.label(),
+        run.baseline.label(),
+        run.provenance.gpu,
+        format::short_rev(&run.provenance.git_rev)
+    );
+    out.push_str(&table.to_markdown());
+    out.push_str(&format!(
+        "\nGate rule: candidate median ≤ {:.2} × baseline median AND the {:.0}% bootstrap CI ({} resamples, BCa, seed {}) of the median difference entirely below zero.\n",
+        run.options.gate_threshold,
+        run.options.bootstrap.confidence * 100.0,
+        run.options.bootstrap.resamples,
+        run.options.bootstrap.seed
+    ));
+    for case in &run.cases {
+        if !case.passed || !case.flags.is_empty() {
+            out.push_str(&format!("\n- `{}`: {}", case.shape, case.reason));
+            for flag in &case.flags {
+                out.push_str(&format!("\n  - flag: {flag}"));
+            }
+        }
+    }
+    out.push('\n');
+    out
+}
+
+fn finish(
+    run: &GateRun,
+    markdown_path: Option<&std::path::Path>,
+    evidence: Option<&std::path::Path>,
+) -> anyhow::Result<u8> {
+    let text = markdown(run);
+    println!("\n{text}");
+    if let Some(path) = markdown_path {
+        attn_evidence::write_bytes_atomic(path, text.as_bytes())?;
+    }
+    if let Some(root) = evidence {
+        let p = &run.provenance;
+        let path = attn_evidence::evidence_path(root, "gate", &p.date, &p.gpu, &p.git_rev);
+        attn_evidence::write_json_atomic(&path, run)?;
+        println!("evidence: {}", path.display());
+    }
+    Ok(if run.passed { 0 } else { crate::EXIT_FAILED })
+}
