@@ -256,6 +256,10 @@ pub struct GateRule {
     /// A candidate launch that has not finished after this many seconds is a hang.
     #[serde(default)]
     pub hang_bound_s: Option<f64>,
+    /// A case flagged for a throttled SM clock is inconclusive. Schema-1 runs predate the rule
+    /// (their throttle flags were notes): their replays keep their verdicts.
+    #[serde(default)]
+    pub throttle_inconclusive: bool,
 }
 
 impl Default for GateRule {
@@ -264,6 +268,18 @@ impl Default for GateRule {
             max_speedup: 10.0,
             allow_implausible: false,
             hang_bound_s: None,
+            throttle_inconclusive: true,
+        }
+    }
+}
+
+impl GateRule {
+    /// The rule schema-1 runs were judged by (no stored rule): the same plausibility limit,
+    /// throttle flags as notes.
+    pub fn schema1() -> GateRule {
+        GateRule {
+            throttle_inconclusive: false,
+            ..GateRule::default()
         }
     }
 }
@@ -331,8 +347,8 @@ pub struct GateRun {
     pub suite: Option<String>,
     /// Confidence, resamples, seed and threshold of the comparisons.
     pub options: attn_stats::CompareOptions,
-    /// Plausibility and time bounds (schema-1 files: the defaults).
-    #[serde(default)]
+    /// Plausibility and time bounds (schema-1 files: [`GateRule::schema1`]).
+    #[serde(default = "GateRule::schema1")]
     pub rule: GateRule,
     /// One result per shape, in suite order.
     pub cases: Vec<GateCase>,

@@ -130,7 +130,8 @@ pub fn decide(
             ),
         );
     }
-    if let Some(flag) = case.flags.iter().find(|f| f.kind == FlagKind::Throttled) {
+    let throttled = case.flags.iter().find(|f| f.kind == FlagKind::Throttled);
+    if let Some(flag) = throttled.filter(|_| rule.throttle_inconclusive) {
         return done(
             CaseStatus::Inconclusive,
             format!("inconclusive: {}", flag.message),

@@ -42,8 +42,36 @@ pub fn replay(stored: &GateRun) -> Result<Replayed> {
         && run.cases.len() == stored.cases.len()
         && run.cases.iter().zip(&stored.cases).all(|(a, b)| {
             a.passed == b.passed
-                && a.comparison == b.comparison
                 && b.status.is_none_or(|s| Some(s) == a.status)
+                && same_comparison(a.comparison.as_ref(), b.comparison.as_ref())
         });
     Ok(Replayed { run, same })
+}
+
+/// The same comparison up to floating-point summation order (the bootstrap's parallel sums may
+/// differ in the last bits between machines and thread counts): medians, the speedup and the
+/// difference's interval within 1e-9 relative, and the same verdict and gate result.
+fn same_comparison(a: Option<&attn_stats::Comparison>, b: Option<&attn_stats::Comparison>) -> bool {
+    let close = |x: f64, y: f64| (x - y).abs() <= 1e-9 * x.abs().max(y.abs()).max(1e-12);
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => {
+            let numbers = |c: &attn_stats::Comparison| {
+                [
+                    c.candidate.median,
+                    c.baseline.median,
+                    c.speedup.point,
+                    c.speedup.lower,
+                    c.speedup.upper,
+                    c.diff_median.point,
+                    c.diff_median.lower,
+                    c.diff_median.upper,
+                ]
+            };
+            a.verdict == b.verdict
+                && a.gate == b.gate
+                && numbers(a).iter().zip(numbers(b)).all(|(x, y)| close(*x, y))
+        }
+        _ => false,
+    }
 }

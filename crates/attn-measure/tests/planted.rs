@@ -1,0 +1,252 @@
+//! The adversarial suite: planted kernels (`tests/planted/planted.cu`, one defect each) judged by
+//! the real gate pipeline on the GPU, each of which must be rejected for its own reason. Each
+//! case runs in a child process of this test executable: a fault loses the CUDA context and a
+//! hang ends the process (that is how the gate bounds it), so neither may take the others down.
+//!
+//! Run on a GPU machine with `--include-ignored`.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use attn_evidence::{CaseStatus, GateRule};
+use attn_kernels::{Candidate, Config, Gpu, TimingMode, TimingOptions};
+use attn_measure::gate::{GatePlan, GateSession};
+use attn_measure::sdpa::Backend;
+use attn_measure::supervise::Watchdog;
+use attn_measure::timing::Interleave;
+use attn_measure::{Baseline, Problem};
+use attn_stats::CompareOptions;
+
+const SOURCE: &str = include_str!("planted/planted.cu");
+/// The hang bound the children use (the gate's default is 10 s).
+const HANG_BOUND: Duration = Duration::from_secs(3);
+
+/// One planted kernel: its PLANT number, the shape it runs on, and the verdict it must get.
+struct Planted {
+    name: &'static str,
+    plant: i64,
+    shape: &'static str,
+    side_stream: bool,
+    expect: CaseStatus,
+}
+
+const PLANTED: &[Planted] = &[
+    Planted {
+        name: "writes-nothing",
+        plant: 1,
+        shape: "1,4,256,64",
+        side_stream: false,
+        expect: CaseStatus::Unwritten,
+    },
+    Planted {
+        name: "stale-output",
+        plant: 2,
+        shape: "1,4,256,64",
+        side_stream: false,
+        expect: CaseStatus::StaleOutput,
+    },
+    Planted {
+        name: "first-12-launches",
+        plant: 3,
+        shape: "1,4,256,64",
+        side_stream: false,
+        expect: CaseStatus::TimedOutputDiffers,
+    },
+    Planted {
+        name: "one-bad-row-large",
+        plant: 4,
+        shape: "2,16,8192,64",
+        side_stream: false,
+        expect: CaseStatus::Incorrect,
+    },
+    Planted {
+        name: "no-running-max",
+        plant: 5,
+        shape: "1,4,256,64",
+        side_stream: false,
+        expect: CaseStatus::NonFinite,
+    },
+    Planted {
+        name: "ignores-causal",
+        plant: 6,
+        shape: "1,4,256,64 causal",
+        side_stream: false,
+        expect: CaseStatus::Incorrect,
+    },
+    Planted {
+        name: "causal-top-left",
+        plant: 7,
+        shape: "1,4,100,300,64 causal",
+        side_stream: false,
+        expect: CaseStatus::Incorrect,
+    },
+    Planted {
+        name: "bf16-read-as-fp16",
+        plant: 8,
+        shape: "1,4,256,64 bf16",
+        side_stream: false,
+        expect: CaseStatus::Incorrect,
+    },
+    Planted {
+        name: "side-stream",
+        plant: 0,
+        shape: "1,4,256,64",
+        side_stream: true,
+        expect: CaseStatus::EscapedStream,
+    },
+    Planted {
+        name: "hang",
+        plant: 9,
+        shape: "1,4,256,64",
+        side_stream: false,
+        expect: CaseStatus::Hang,
+    },
+    Planted {
+        name: "fault",
+        plant: 10,
+        shape: "1,4,256,64",
+        side_stream: false,
+        expect: CaseStatus::Fault,
+    },
+    Planted {
+        name: "memoised-impossibly-fast",
+        plant: 11,
+        shape: "1,8,4096,128",
+        side_stream: false,
+        expect: CaseStatus::Implausible,
+    },
+    Planted {
+        name: "correct-but-slow",
+        plant: 0,
+        shape: "1,4,256,64",
+        side_stream: false,
+        expect: CaseStatus::NotFaster,
+    },
+];
+
+/// In a child: judges one planted kernel and prints `STATUS <status> | <reason>`.
+fn judge(p: &Planted) {
+    let gpu = Gpu::open(0).expect("a CUDA GPU");
+    let mut defines = Config::default();
+    defines.0.insert("PLANT".into(), p.plant);
+    defines.0.insert("BLOCK_M".into(), 4);
+    defines.0.insert("NUM_WARPS".into(), 4);
+    let candidate = Candidate::Source {
+        path: "planted.cu".into(),
+        source: SOURCE.into(),
+        entry: "attn_fwd".into(),
+        defines,
+    };
+    let (baseline, note) = Baseline::from_name("sdpa", Backend::Default).unwrap();
+    if let Some(note) = note {
+        println!("{note}");
+    }
+    let info = gpu.info();
+    let plan = GatePlan {
+        checks: 5,
+        interleave: Interleave::new(
+            TimingOptions {
+                samples: 20,
+                warmup: 3,
+                mode: TimingMode::Graph,
+                ..TimingOptions::default()
+            },
+            info.max_sm_mhz,
+        ),
+        compare: CompareOptions::default(),
+        rule: GateRule::default(),
+        hang_floor: HANG_BOUND,
+        hang_factor: 100.0,
+        peak_tflops: attn_measure::decide::peak_tflops(
+            info.sm_count,
+            info.max_sm_mhz,
+            info.capability,
+        ),
+    };
+    let watchdog = Watchdog::start(Box::new(|what, bound| {
+        println!(
+            "STATUS hang | {what} did not finish within {:.1} s",
+            bound.as_secs_f64()
+        );
+    }));
+    let mut session = GateSession::new(&gpu, &candidate, &baseline, &plan, Some(&watchdog));
+    if p.side_stream {
+        session.plant_side_stream_work().unwrap();
+    }
+    let problem = Problem::parse(p.shape).unwrap();
+    let case = session.case(&problem, 0x9a7e ^ p.plant as u64);
+    println!(
+        "STATUS {} | {}",
+        case.status.map(|s| s.as_str()).unwrap_or("none"),
+        case.reason
+    );
+    // Leave without tearing CUDA down: a faulted context may not survive its destructors.
+    std::process::exit(0);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn planted_case_child() {
+    // Runs only as a child of the test below (it names the case in ATTN_PLANTED).
+    if let Ok(name) = std::env::var("ATTN_PLANTED") {
+        let p = PLANTED
+            .iter()
+            .find(|p| p.name == name)
+            .expect("a planted case");
+        judge(p);
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn every_planted_kernel_is_rejected_for_its_own_reason() {
+    let exe = std::env::current_exe().unwrap();
+    let mut wrong = Vec::new();
+    for p in PLANTED {
+        let started = Instant::now();
+        let out = Command::new(&exe)
+            .args([
+                "--exact",
+                "planted_case_child",
+                "--include-ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("ATTN_PLANTED", p.name)
+            .output()
+            .unwrap();
+        let elapsed = started.elapsed();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with("STATUS "))
+            .unwrap_or("STATUS none | no verdict printed");
+        let got = line["STATUS ".len()..].split(" | ").next().unwrap_or("");
+        println!(
+            "{:<26} expected {:<22} {line} ({:.1} s)",
+            p.name,
+            p.expect.as_str(),
+            elapsed.as_secs_f64()
+        );
+        if got != p.expect.as_str() {
+            wrong.push(format!("{}: expected {}, got {line}", p.name, p.expect));
+        }
+        if p.expect == CaseStatus::Hang {
+            // Compile and checks before the hung launch take a few seconds; the hang itself is
+            // bounded by HANG_BOUND.
+            assert!(
+                elapsed < HANG_BOUND + Duration::from_secs(60),
+                "the hang took {elapsed:?}"
+            );
+            assert!(
+                !out.status.success(),
+                "a hang must end the process with a failure code"
+            );
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "planted kernels judged wrongly:\n{}",
+        wrong.join("\n")
+    );
+}

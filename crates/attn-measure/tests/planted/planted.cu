@@ -1,0 +1,177 @@
+// Planted kernels: a plain correct attention (one warp per query row, online softmax, as
+// kernels/naive.cu) with one defect chosen by PLANT, each of a kind a candidate might use to fool
+// the gate. Geometry: BLOCK_M = NUM_WARPS = rows per block, one warp per row.
+//
+//  0 correct              1 writes nothing          2 replays a stale (cached) output
+//  3 correct only for its first 12 launches         4 corrupts one row (last batch and head)
+//  5 forgets the running max (exp overflows on large logits)
+//  6 ignores the causal flag                        7 aligns the causal mask top-left
+//  8 reads its inputs as fp16 whatever the dtype    9 never finishes
+// 10 faults (writes far outside its output)
+// 11 memoises outputs by input content: correct every time, and impossibly fast on repeats
+#include "attn_common.cuh"
+
+#ifndef PLANT
+#define PLANT 0
+#endif
+#ifndef NUM_WARPS
+#define NUM_WARPS 4
+#endif
+#define DIMS_PER_LANE ((HEAD_DIM + 31) / 32)
+#define MEMO_SLOTS 8
+#define MEMO_ELEMS (8 * 4096 * 128)
+
+__device__ unsigned int block_launches[1 << 16];
+__device__ unsigned long long memo_keys[MEMO_SLOTS];
+#define MEMO_BLOCKS 16384
+__device__ int memo_done[MEMO_SLOTS][MEMO_BLOCKS];
+__device__ elem_t memo_out[MEMO_SLOTS][MEMO_ELEMS];
+__device__ elem_t stale_out[1 << 20];
+
+__device__ __forceinline__ float load(const elem_t* p) {
+#if PLANT == 8
+    return __half2float(*reinterpret_cast<const __half*>(p));
+#else
+    return to_float(*p);
+#endif
+}
+
+__device__ unsigned long long content_key(const elem_t* q, const elem_t* k, const elem_t* v) {
+    const unsigned short* a = reinterpret_cast<const unsigned short*>(q);
+    const unsigned short* b = reinterpret_cast<const unsigned short*>(k);
+    const unsigned short* c = reinterpret_cast<const unsigned short*>(v);
+    unsigned long long h = 1469598103934665603ull;
+    for (int i = 0; i < 16; ++i) {
+        h = (h ^ a[i]) * 1099511628211ull;
+        h = (h ^ b[i]) * 1099511628211ull;
+        h = (h ^ c[i]) * 1099511628211ull;
+    }
+    return h | 1ull;
+}
+
+extern "C" __global__ void __launch_bounds__(NUM_WARPS * 32)
+attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_t* __restrict__ v,
+         elem_t* __restrict__ o, int batch, int heads, int seq_q, int seq_kv, float scale, int causal) {
+    const int warp = threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    const int row = blockIdx.x * NUM_WARPS + warp;
+    const size_t bh = (size_t)blockIdx.z * heads + blockIdx.y;
+    const unsigned int block_id = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+    const size_t total = (size_t)batch * heads * seq_q * HEAD_DIM;
+
+#if PLANT == 1
+    return;
+#endif
+#if PLANT == 9
+    volatile int spin = 1;
+    while (spin) {}
+#endif
+#if PLANT == 10
+    o[total + ((size_t)1 << 40)] = from_float(1.0f);
+#endif
+    // How many times this block has run before: each block counts its own launches.
+    __shared__ unsigned int launch;
+    if (threadIdx.x == 0) launch = atomicAdd(&block_launches[block_id % (1 << 16)], 1u);
+    __syncthreads();
+#if PLANT == 3
+    if (launch >= 12) return;
+#endif
+#if PLANT == 2
+    if (launch >= 1 && total <= (1u << 20)) {
+        for (size_t i = (size_t)block_id * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * gridDim.y * gridDim.z * blockDim.x)
+            o[i] = stale_out[i];
+        return;
+    }
+#endif
+#if PLANT == 11
+    int slot = -1;
+    const unsigned long long key = content_key(q, k, v);
+    if (total <= MEMO_ELEMS && block_id < MEMO_BLOCKS) {
+        for (int s = 0; s < MEMO_SLOTS && slot < 0; ++s) {
+            const unsigned long long seen = atomicCAS(&memo_keys[s], 0ull, key);
+            if (seen == 0ull || seen == key) slot = s;
+        }
+    }
+    if (slot >= 0 && *(volatile int*)&memo_done[slot][block_id]) {
+        if (row < seq_q)
+            for (int d = lane; d < HEAD_DIM; d += 32)
+                o[(bh * seq_q + row) * HEAD_DIM + d] = memo_out[slot][(bh * seq_q + row) * HEAD_DIM + d];
+        return;
+    }
+#endif
+    if (row < seq_q) {
+        const elem_t* q_row = q + (bh * seq_q + row) * HEAD_DIM;
+        const elem_t* k_head = k + bh * seq_kv * HEAD_DIM;
+        const elem_t* v_head = v + bh * seq_kv * HEAD_DIM;
+        float q_reg[DIMS_PER_LANE], acc[DIMS_PER_LANE];
+#pragma unroll
+        for (int i = 0; i < DIMS_PER_LANE; ++i) {
+            const int d = lane + 32 * i;
+            q_reg[i] = d < HEAD_DIM ? load(&q_row[d]) : 0.0f;
+            acc[i] = 0.0f;
+        }
+#if PLANT == 6
+        const int masked = 0;
+#else
+        const int masked = causal;
+#endif
+#if PLANT == 7
+        const int limit = row + 1;
+#else
+        const int limit = causal_kv_end(row, seq_q, seq_kv);
+#endif
+        const int kv_end = masked ? min(seq_kv, limit) : seq_kv;
+        float m = -INFINITY, l = 0.0f;
+        for (int j = 0; j < kv_end; ++j) {
+            float partial = 0.0f;
+#pragma unroll
+            for (int i = 0; i < DIMS_PER_LANE; ++i) {
+                const int d = lane + 32 * i;
+                if (d < HEAD_DIM) partial += q_reg[i] * load(&k_head[(size_t)j * HEAD_DIM + d]);
+            }
+#pragma unroll
+            for (int off = 16; off > 0; off /= 2) partial += __shfl_xor_sync(0xffffffffu, partial, off);
+            const float s = partial * scale;
+#if PLANT == 5
+            const float m_new = 0.0f;
+#else
+            const float m_new = fmaxf(m, s);
+#endif
+            const float correction = expf(m - m_new);
+            const float p = expf(s - m_new);
+            l = l * correction + p;
+#pragma unroll
+            for (int i = 0; i < DIMS_PER_LANE; ++i) {
+                const int d = lane + 32 * i;
+                const float vd = d < HEAD_DIM ? load(&v_head[(size_t)j * HEAD_DIM + d]) : 0.0f;
+                acc[i] = acc[i] * correction + p * vd;
+            }
+            m = m_new;
+        }
+        const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+        const size_t base = (bh * seq_q + row) * HEAD_DIM;
+#pragma unroll
+        for (int i = 0; i < DIMS_PER_LANE; ++i) {
+            const int d = lane + 32 * i;
+            if (d >= HEAD_DIM) continue;
+            float out = acc[i] * inv_l;
+#if PLANT == 4
+            if (bh == (size_t)batch * heads - 1 && row == seq_q / 2) out += 0.5f;
+#endif
+            o[base + d] = from_float(out);
+#if PLANT == 2
+            if (total <= (1u << 20)) stale_out[base + d] = from_float(out);
+#endif
+#if PLANT == 11
+            if (slot >= 0) memo_out[slot][base + d] = from_float(out);
+#endif
+        }
+    }
+#if PLANT == 11
+    __syncthreads();
+    if (slot >= 0 && threadIdx.x == 0) {
+        __threadfence();
+        memo_done[slot][block_id] = 1;
+    }
+#endif
+}

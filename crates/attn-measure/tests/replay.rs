@@ -1,0 +1,76 @@
+//! Replay: every committed gate evidence file reproduces its stored verdicts, and a file whose
+//! candidate samples were edited to be 20× faster is rejected as implausible. Paths are relative
+//! to this crate's folder, where test runners start (the bundle's script enters it too).
+
+use std::path::Path;
+
+use attn_evidence::{CaseStatus, Evidence};
+use attn_measure::replay::replay;
+
+fn gate_files() -> Vec<std::path::PathBuf> {
+    let dir = Path::new("../../evidence/gate");
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e} (run from crates/attn-measure)", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn read(path: &Path) -> attn_evidence::GateRun {
+    match attn_evidence::read(path).unwrap() {
+        Evidence::Gate(run) => run,
+        _ => panic!("{} is not gate evidence", path.display()),
+    }
+}
+
+#[test]
+fn every_committed_gate_file_replays_to_its_stored_verdict() {
+    let files = gate_files();
+    assert!(!files.is_empty(), "no committed gate evidence");
+    for path in files {
+        let stored = read(&path);
+        let replayed = replay(&stored).unwrap();
+        for (a, b) in replayed.run.cases.iter().zip(&stored.cases) {
+            assert_eq!(
+                a.passed,
+                b.passed,
+                "{}: {} ({})",
+                path.display(),
+                a.shape,
+                a.reason
+            );
+        }
+        assert_eq!(replayed.run.passed, stored.passed, "{}", path.display());
+    }
+}
+
+#[test]
+fn samples_edited_to_be_twenty_times_faster_are_implausible() {
+    let path = gate_files()
+        .into_iter()
+        .find(|p| read(p).cases.iter().any(|c| c.candidate.is_some()))
+        .expect("a timed gate file");
+    let mut edited = read(&path);
+    for case in &mut edited.cases {
+        if let Some(t) = &mut case.candidate {
+            for s in &mut t.samples {
+                *s /= 20.0;
+            }
+        }
+    }
+    let replayed = replay(&edited).unwrap();
+    assert!(!replayed.same, "an edited file must not replay as stored");
+    assert!(!replayed.run.passed);
+    let timed = replayed.run.cases.iter().filter(|c| c.candidate.is_some());
+    for case in timed {
+        assert_eq!(
+            case.status,
+            Some(CaseStatus::Implausible),
+            "{}",
+            case.reason
+        );
+        assert!(case.reason.contains("implausible"), "{}", case.reason);
+    }
+}
