@@ -6,8 +6,10 @@
 //!
 //! 1. [`model`]: read `evidence/` (gate and bench runs via `attn-evidence`, `ncu/*.json` loosely,
 //!    search `log.csv` files) into an [`EvidenceSet`], and derive measurements from it.
-//! 2. [`sections`]: decide what to say: verdict lines, [`Table`]s and the data of each chart. Both
-//!    outputs render these same sections, so markdown and HTML cannot disagree.
+//! 2. [`sections`]: decide what to say: the headline per suite ([`headline`]), throughput curves per
+//!    family of shapes ([`sweep`]) with the physical lines of [`ceilings`], the progression per shape
+//!    ([`progress`]), verdict lines, [`Table`]s and the data of each chart. Both outputs render these
+//!    same sections, so markdown and HTML cannot disagree.
 //! 3. [`charts`] (plotters → SVG strings, text kept as `<text>`) and [`pages`] (markdown, PR comment,
 //!    self-contained HTML with the SVGs inlined).
 //!

@@ -47,7 +47,10 @@ fn blocks<'a>(sections: &'a Sections, charts: &'a [RenderedChart]) -> Vec<Block<
         out.push(Block::Text(format!(
             "From `{file}`. Times are µs per call; TFLOP/s at the median."
         )));
-        out.push(Block::Table(table));
+        out.push(Block::Details(
+            format!("All {} entries", table.rows.len()),
+            table,
+        ));
     }
     ncu_blocks(sections, charts, &mut out);
     if let Some(table) = &sections.searches {
@@ -222,16 +225,16 @@ fn pr_gate(gate: &GateSection) -> String {
     out
 }
 
-/// The page's style. Tables never scroll sideways or hide columns: text cells wrap (anywhere, if a
-/// word is longer than its column), numbers stay on one line.
+/// The page's style. Tables never scroll sideways or hide columns: text cells wrap between words
+/// (inside a word only when it is wider than the page allows), numbers stay on one line.
 const CSS: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:0 auto;max-width:1320px;padding:16px 24px;color:#1b1b1b;line-height:1.45}
 h1{font-size:1.6em;margin:.4em 0}h2{font-size:1.25em;margin-top:1.8em;border-bottom:1px solid #ddd;padding-bottom:.2em}h3{font-size:1.05em;margin:1.2em 0 .3em}
 table{border-collapse:collapse;margin:.6em 0;font-size:13px;max-width:100%}
-th,td{border:1px solid #d0d0d0;padding:3px 6px;text-align:left;vertical-align:top;overflow-wrap:anywhere}th{background:#f3f3f3}
+th,td{border:1px solid #d0d0d0;padding:3px 6px;text-align:left;vertical-align:top;overflow-wrap:break-word}th{background:#f3f3f3}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}td.num{white-space:nowrap}td.good{color:#0a6b2d;font-weight:600}td.bad{color:#b3141b;font-weight:600}
 figure{margin:1em 0}figure svg{display:block;width:100%;max-width:1040px;height:auto;border:1px solid #eee}figcaption{font-size:13px;color:#555}
 details{margin:.4em 0 1em}summary{cursor:pointer;color:#333}
-code{background:#f3f3f3;padding:1px 4px;border-radius:3px;overflow-wrap:anywhere}p.verdict{font-size:1.1em;padding:6px 10px;border-left:6px solid}
+code{background:#f3f3f3;padding:1px 4px;border-radius:3px;overflow-wrap:break-word}p.verdict{font-size:1.1em;padding:6px 10px;border-left:6px solid}
 p.verdict.good{border-color:#0a6b2d;background:#eaf6ee}p.verdict.bad{border-color:#b3141b;background:#fbecec}ul{margin-top:.2em}";
 
 /// `index.html`: one self-contained page, inline CSS and SVG, no script, no network.

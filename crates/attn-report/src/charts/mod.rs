@@ -5,6 +5,7 @@
 //! a panel on the right ([`LEGEND_WIDTH`]), outside the data. Tick labels are formatted with just
 //! enough decimals that no two ticks of an axis read the same ([`tick_decimals`]).
 
+mod axis;
 mod bootstrap;
 mod convergence;
 mod legend;
@@ -21,6 +22,7 @@ pub use roofline::{roofline, RooflineChart, RooflinePoint};
 pub use speedup::{speedup_bars, SpeedupBar, SpeedupChart};
 pub use throughput::{throughput, ThroughputChart, ThroughputSeries};
 
+pub(crate) use axis::TickedAxis;
 pub(crate) use legend::{draw_legend_panel, frame};
 
 use plotters::coord::Shift;
@@ -109,6 +111,29 @@ pub(crate) fn whole_tick(value: f64) -> Option<i64> {
     ((value - rounded).abs() < 1e-6).then_some(rounded as i64)
 }
 
+/// Tick positions of a log-scale axis drawn in log10 coordinates over `lo..hi`: the exponents of
+/// 1, 2 and 5 × 10^k in range, or of the powers of ten alone when those are many.
+pub(crate) fn log10_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    if !(lo.is_finite() && hi.is_finite() && lo < hi) {
+        return Vec::new();
+    }
+    let decades = (lo.floor() as i32)..=(hi.ceil() as i32);
+    let in_range = |v: &f64| *v >= lo && *v <= hi;
+    let powers: Vec<f64> = decades.clone().map(f64::from).filter(in_range).collect();
+    if powers.len() >= 4 {
+        return powers;
+    }
+    decades
+        .flat_map(|k| [1.0f64, 2.0, 5.0].map(|m| f64::from(k) + m.log10()))
+        .filter(in_range)
+        .collect()
+}
+
+/// The label of a [`log10_ticks`] position: `200`, `0.5`, `1000`.
+pub(crate) fn log10_label(exponent: f64) -> String {
+    crate::format::significant(10f64.powf(exponent), 1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,5 +146,19 @@ mod tests {
         assert_eq!(tick_decimals(0.0, 10), 0);
         assert_eq!(whole_tick(3.0000001), Some(3));
         assert_eq!(whole_tick(2.5), None);
+    }
+
+    #[test]
+    fn log_ticks_are_one_two_five_within_a_few_decades() {
+        let labels: Vec<String> = log10_ticks(2.25, 3.33)
+            .into_iter()
+            .map(log10_label)
+            .collect();
+        assert_eq!(labels, ["200", "500", "1000", "2000"]);
+        let wide: Vec<String> = log10_ticks(-0.5, 4.2)
+            .into_iter()
+            .map(log10_label)
+            .collect();
+        assert_eq!(wide, ["1", "10", "100", "1000", "10000"]);
     }
 }

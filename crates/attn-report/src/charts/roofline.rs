@@ -4,8 +4,8 @@
 use plotters::prelude::*;
 
 use super::{
-    bounds, color, draw_legend_panel, frame, render_svg, whole_tick, LegendEntry, Mark, FONT,
-    RULE_RED,
+    bounds, color, draw_legend_panel, frame, log10_label, log10_ticks, render_svg, LegendEntry,
+    Mark, TickedAxis, FONT, RULE_RED,
 };
 use crate::ceilings::{PhysicalLine, PEAK_LINE};
 use crate::format::significant;
@@ -74,19 +74,15 @@ pub fn roofline(chart: &RooflineChart) -> Result<String, ReportError> {
             .margin(12)
             .x_label_area_size(50)
             .y_label_area_size(70)
-            .build_cartesian_2d(x_lo..x_hi, y_lo..y_hi)?;
-        let power_label = |v: &f64| {
-            whole_tick(*v)
-                .map(|p| significant(10f64.powi(p as i32), 1))
-                .unwrap_or_default()
-        };
+            .build_cartesian_2d(
+                TickedAxis::new(x_lo..x_hi, log10_ticks(x_lo, x_hi)),
+                TickedAxis::new(y_lo..y_hi, log10_ticks(y_lo, y_hi)),
+            )?;
         plot.configure_mesh()
             .x_desc("arithmetic intensity (FLOP per DRAM byte, log scale)")
             .y_desc("throughput (TFLOP/s, log scale)")
-            .x_labels(((x_hi - x_lo).ceil() as usize + 2).max(2))
-            .y_labels(((y_hi - y_lo).ceil() as usize + 2).max(2))
-            .x_label_formatter(&power_label)
-            .y_label_formatter(&power_label)
+            .x_label_formatter(&|v| log10_label(*v))
+            .y_label_formatter(&|v| log10_label(*v))
             .label_style((FONT, 16))
             .axis_desc_style((FONT, 17))
             .light_line_style(TRANSPARENT)

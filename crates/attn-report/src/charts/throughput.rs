@@ -5,8 +5,8 @@
 use plotters::prelude::*;
 
 use super::{
-    bounds, color, draw_legend_panel, frame, render_svg, tick_decimals, whole_tick, LegendEntry,
-    Mark, FONT, RULE_RED,
+    bounds, color, draw_legend_panel, frame, render_svg, tick_decimals, LegendEntry, Mark,
+    TickedAxis, FONT, RULE_RED,
 };
 use crate::ceilings::{PhysicalLine, PEAK_LINE};
 use crate::ReportError;
@@ -41,7 +41,11 @@ pub fn throughput(file: &str, chart: &ThroughputChart) -> Result<String, ReportE
     render_svg(file, |root| {
         let (area, panel) = frame(root, &chart.title)?;
         let points = || chart.series.iter().flat_map(|s| s.points.iter());
-        // x is log2(S): powers of two are evenly spaced and labelled with S itself.
+        // x is log2(S), ticked and labelled at the sequence lengths measured.
+        let mut lengths: Vec<usize> = points().map(|p| p.0.max(1)).collect();
+        lengths.sort_unstable();
+        lengths.dedup();
+        let ticks: Vec<f64> = lengths.iter().map(|s| (*s as f64).log2()).collect();
         let (x_lo, x_hi) =
             bounds(points().map(|p| (p.0.max(1) as f64).log2())).unwrap_or((9.0, 14.0));
         let (x_lo, x_hi) = (x_lo - 0.4, x_hi + 0.4);
@@ -57,16 +61,11 @@ pub fn throughput(file: &str, chart: &ThroughputChart) -> Result<String, ReportE
             .margin(12)
             .x_label_area_size(50)
             .y_label_area_size(70)
-            .build_cartesian_2d(x_lo..x_hi, 0.0..y_hi)?;
+            .build_cartesian_2d(TickedAxis::new(x_lo..x_hi, ticks), 0.0..y_hi)?;
         plot.configure_mesh()
             .x_desc("sequence length S (tokens, log scale)")
             .y_desc("throughput (TFLOP/s)")
-            .x_labels(((x_hi - x_lo).ceil() as usize + 1).max(2))
-            .x_label_formatter(&|v| {
-                whole_tick(*v)
-                    .map(|power| format!("{}", 2f64.powi(power as i32)))
-                    .unwrap_or_default()
-            })
+            .x_label_formatter(&|v| format!("{:.0}", 2f64.powf(*v)))
             .y_labels(10)
             .y_label_formatter(&|v| format!("{v:.y_decimals$}"))
             .label_style((FONT, 16))
