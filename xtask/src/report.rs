@@ -14,10 +14,10 @@ pub struct Args {
     /// Directory to write index.html, report.md, pr-comment.md and charts/*.svg into.
     #[arg(long, default_value = "reports")]
     out: PathBuf,
-    /// The GPU's dense fp16 matmul rate in TFLOP/s, drawn as the throughput ceiling (e.g. 891 for
-    /// an H100 via cuBLAS). Default: the best `cublas` bench entry in the evidence, if any.
-    #[arg(long)]
-    ceiling_tflops: Option<f64>,
+    /// The GPU's dense fp16 matmul rate in TFLOP/s, drawn on the throughput charts (e.g. 891 for
+    /// cuBLAS 8192³ on an H100). Default: the measured value for a GPU the report knows, else no line.
+    #[arg(long, alias = "ceiling-tflops")]
+    matmul_tflops: Option<f64>,
     /// Write nothing; exit 1 if the report in --out is stale with respect to the evidence.
     #[arg(long)]
     check: bool,
@@ -25,14 +25,14 @@ pub struct Args {
 
 /// Runs the subcommand; returns the process exit code.
 pub fn run(args: Args) -> anyhow::Result<u8> {
-    if let Some(ceiling) = args.ceiling_tflops {
+    if let Some(rate) = args.matmul_tflops {
         anyhow::ensure!(
-            ceiling.is_finite() && ceiling > 0.0,
-            "--ceiling-tflops must be a positive number, got {ceiling}"
+            rate.is_finite() && rate > 0.0,
+            "--matmul-tflops must be a positive number, got {rate}"
         );
     }
     let options = attn_report::ReportOptions {
-        ceiling_tflops: args.ceiling_tflops,
+        matmul_tflops: args.matmul_tflops,
     };
     let report = attn_report::Report::build(&args.evidence, &options)
         .with_context(|| format!("building the report from {}", args.evidence.display()))?;

@@ -6,8 +6,10 @@
 //!
 //! 1. [`model`]: read `evidence/` (gate and bench runs via `attn-evidence`, `ncu/*.json` loosely,
 //!    search `log.csv` files) into an [`EvidenceSet`], and derive measurements from it.
-//! 2. [`sections`]: decide what to say: verdict lines, [`Table`]s and the data of each chart. Both
-//!    outputs render these same sections, so markdown and HTML cannot disagree.
+//! 2. [`sections`]: decide what to say: the headline per suite ([`headline`]), throughput curves per
+//!    family of shapes ([`sweep`]) with the physical lines of [`ceilings`], the progression per shape
+//!    ([`progress`]), verdict lines, [`Table`]s and the data of each chart. Both outputs render these
+//!    same sections, so markdown and HTML cannot disagree.
 //! 3. [`charts`] (plotters → SVG strings, text kept as `<text>`) and [`pages`] (markdown, PR comment,
 //!    self-contained HTML with the SVGs inlined).
 //!
@@ -28,12 +30,16 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod ceilings;
 pub mod charts;
 mod error;
 pub mod format;
+pub mod headline;
 pub mod model;
 pub mod pages;
+pub mod progress;
 pub mod sections;
+pub mod sweep;
 pub mod table;
 
 use std::collections::BTreeMap;
@@ -50,10 +56,10 @@ use pages::RenderedChart;
 /// Options of a report.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ReportOptions {
-    /// The GPU's dense fp16 matmul rate (TFLOP/s) drawn as the ceiling of the throughput chart
-    /// (e.g. 891 for cuBLAS measured on an H100). `None`: use the best `cublas` bench entry in the
-    /// evidence, if any, else draw no ceiling.
-    pub ceiling_tflops: Option<f64>,
+    /// The GPU's dense fp16 matmul rate (TFLOP/s), drawn on the throughput charts (e.g. 891 for
+    /// cuBLAS 8192³ measured on an H100). `None`: the measured value of a known GPU
+    /// ([`ceilings::KNOWN_GPUS`]), else no matmul line. Never an attention implementation's rate.
+    pub matmul_tflops: Option<f64>,
 }
 
 /// A rendered report: relative file name (`index.html`, `report.md`, `pr-comment.md`,
@@ -178,18 +184,25 @@ fn render_charts(sections: &Sections) -> Result<Vec<RenderedChart>, ReportError>
             );
         }
     }
-    if let Some((_, chart)) = &sections.progression {
+    for sweep in &sections.sweeps {
         add(
-            "progression.svg".into(),
-            chart.title.clone(),
-            charts::progression(chart)?,
+            sweep.file.clone(),
+            sweep.chart.title.clone(),
+            charts::throughput(&sweep.file, &sweep.chart)?,
         );
     }
-    if let Some(chart) = &sections.throughput {
+    for progress in &sections.progressions {
         add(
-            "tflops.svg".into(),
+            progress.file.clone(),
+            progress.chart.title.clone(),
+            charts::progression(&progress.file, &progress.chart)?,
+        );
+    }
+    if let Some(chart) = &sections.roofline {
+        add(
+            "roofline.svg".into(),
             chart.title.clone(),
-            charts::throughput(chart)?,
+            charts::roofline(chart)?,
         );
     }
     for (file, chart) in &sections.convergence {

@@ -4,9 +4,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use attn_evidence::{
-    json_files, load_dir, read_evo_log, Evidence, EvoCandidate, GateRun, ShapeSpec, Timing,
+    json_files, load_dir, read_evo_log, Evidence, EvoCandidate, GateRun, Implementation, ShapeSpec,
+    Timing,
 };
 
+use crate::ceilings::GpuFacts;
 use crate::format::short_rev;
 use crate::ReportError;
 
@@ -36,6 +38,48 @@ pub struct Run {
     pub path: String,
     /// The file's content.
     pub evidence: Evidence,
+    /// `provenance.peak_tflops` (the device's dense tensor peak), when the file records it; read
+    /// loosely so that files written before the field existed still load.
+    pub recorded_peak_tflops: Option<f64>,
+}
+
+impl Run {
+    /// What this run's provenance says about its GPU.
+    pub fn gpu_facts(&self) -> GpuFacts {
+        let p = self.evidence.provenance();
+        GpuFacts {
+            name: p.gpu.clone(),
+            recorded_peak_tflops: self.recorded_peak_tflops,
+            sm_count: p.sm_count,
+            max_sm_mhz: None,
+            compute_capability: None,
+        }
+    }
+}
+
+/// What an implementation is to the report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Role {
+    /// One of the project's kernels (or a user's `src:` kernel).
+    Ours,
+    /// A PyTorch SDPA backend.
+    Sdpa,
+    /// The FlashAttention-3 anchor (`fa3`), the bar the best kernel is measured against.
+    Anchor,
+    /// Another reference library (`cublas`, attention through cuBLAS).
+    OtherReference,
+}
+
+impl Role {
+    /// The role of `implementation`.
+    pub fn of(implementation: &Implementation) -> Role {
+        match implementation.name.as_str() {
+            "sdpa" => Role::Sdpa,
+            "cublas" => Role::OtherReference,
+            name if name == "fa3" || name.starts_with("fa3:") => Role::Anchor,
+            _ => Role::Ours,
+        }
+    }
 }
 
 /// One kernel's Nsight Compute metrics, read loosely from `evidence/ncu/*.json`.
@@ -67,6 +111,16 @@ pub struct NcuRow {
     pub bound: Option<String>,
     /// What the counters suggest changing first.
     pub next_step: Option<String>,
+    /// FLOPs of one launch (achieved TFLOP/s × duration).
+    pub flops: Option<f64>,
+    /// DRAM bytes read + written by one launch.
+    pub dram_bytes: Option<f64>,
+    /// The DRAM bandwidth (bytes/s) the profile was scored against (a measured copy rate).
+    pub dram_roof_bytes_per_s: Option<f64>,
+    /// The dense-matmul rate (TFLOP/s) the profile was scored against.
+    pub matmul_roof_tflops: Option<f64>,
+    /// The profiled GPU, from the device attributes ncu recorded.
+    pub gpu: GpuFacts,
 }
 
 /// One search log.
@@ -85,8 +139,8 @@ pub struct Measurement {
     pub run: usize,
     /// [`attn_evidence::Implementation::label`].
     pub label: String,
-    /// Whether it is a reference library (SDPA, cuBLAS).
-    pub reference: bool,
+    /// Ours, SDPA, the FA3 anchor or another reference.
+    pub role: Role,
     /// The problem size.
     pub shape: ShapeSpec,
     /// Median time per launch, µs.
@@ -95,6 +149,8 @@ pub struct Measurement {
     pub samples: Vec<f64>,
     /// Throughput at the median, TFLOP/s.
     pub tflops: f64,
+    /// For a gate run's candidate: the bootstrap CI of its speedup over the run's baseline.
+    pub speedup_ci: Option<(f64, f64)>,
 }
 
 impl EvidenceSet {
@@ -112,6 +168,7 @@ impl EvidenceSet {
         let runs = load_dir(dir)?
             .into_iter()
             .map(|(path, evidence)| Run {
+                recorded_peak_tflops: recorded_peak_tflops(&path),
                 path: relative(dir, &path),
                 evidence,
             })
@@ -171,11 +228,12 @@ impl EvidenceSet {
                         out.push(Measurement {
                             run,
                             label: entry.implementation.label(),
-                            reference: entry.implementation.is_reference(),
+                            role: Role::of(&entry.implementation),
                             shape: entry.shape.clone(),
                             median_us: entry.summary.median,
                             samples: entry.timing.samples.clone(),
                             tflops: entry.tflops,
+                            speedup_ci: None,
                         });
                     }
                 }
@@ -205,11 +263,16 @@ impl EvidenceSet {
                             out.push(Measurement {
                                 run,
                                 label: implementation.label(),
-                                reference: implementation.is_reference(),
+                                role: Role::of(implementation),
                                 shape: case.shape.clone(),
                                 median_us,
                                 samples: timing.samples.clone(),
                                 tflops: tflops.unwrap_or_else(|| case.shape.tflops(median_us)),
+                                speedup_ci: case
+                                    .comparison
+                                    .as_ref()
+                                    .filter(|_| is_candidate)
+                                    .map(|c| (c.speedup.lower, c.speedup.upper)),
                             });
                         }
                     }
@@ -217,42 +280,6 @@ impl EvidenceSet {
             }
         }
         out
-    }
-
-    /// The shape measured in the most runs (ties: the most FLOPs, then the smallest by order): the
-    /// shape the progression follows. `None` without measurements.
-    pub fn headline_shape(&self) -> Option<ShapeSpec> {
-        let mut runs_per_shape: BTreeMap<ShapeSpec, Vec<usize>> = BTreeMap::new();
-        for m in self.measurements() {
-            let runs = runs_per_shape.entry(m.shape).or_default();
-            if !runs.contains(&m.run) {
-                runs.push(m.run);
-            }
-        }
-        runs_per_shape
-            .into_iter()
-            .max_by(|(shape_a, runs_a), (shape_b, runs_b)| {
-                runs_a
-                    .len()
-                    .cmp(&runs_b.len())
-                    .then(shape_a.flops().total_cmp(&shape_b.flops()))
-                    .then(shape_b.cmp(shape_a))
-            })
-            .map(|(shape, _)| shape)
-    }
-
-    /// The `ceiling_tflops` to draw: the option when given, else the best cuBLAS rate in the
-    /// evidence (a bench entry named `cublas`), else none.
-    pub fn ceiling_tflops(&self, option: Option<f64>) -> Option<(f64, String)> {
-        if let Some(value) = option {
-            return Some((value, "given with --ceiling-tflops".into()));
-        }
-        self.measurements()
-            .into_iter()
-            .filter(|m| m.label.starts_with("cublas"))
-            .map(|m| m.tflops)
-            .max_by(f64::total_cmp)
-            .map(|value| (value, "cuBLAS fp16 matmul, measured".into()))
     }
 }
 
@@ -290,6 +317,18 @@ pub fn median_ci(samples: &[f64]) -> Option<(f64, f64)> {
         .into_iter()
         .next()?;
     Some((estimate.lower, estimate.upper))
+}
+
+/// `provenance.peak_tflops` of an evidence file, if it records one (read loosely: the field is newer
+/// than some files).
+fn recorded_peak_tflops(path: &Path) -> Option<f64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let value: serde_json::Value = serde_json::from_str(&text).ok()?;
+    value
+        .get("provenance")?
+        .get("peak_tflops")?
+        .as_f64()
+        .filter(|p| p.is_finite() && *p > 0.0)
 }
 
 fn relative(root: &Path, path: &Path) -> String {
@@ -333,6 +372,41 @@ fn ncu_row(file: String, evidence: &attn_ncu::NcuEvidence) -> NcuRow {
         registers: field(|e| e.registers_per_thread),
         bound: e.map(|e| e.bound.to_string()),
         next_step: e.map(attn_ncu::Explanation::next_step),
+        flops: field(|e| {
+            e.tflops
+                .zip(e.duration_ns)
+                .map(|(t, ns)| t * 1e12 * ns * 1e-9)
+        }),
+        dram_bytes: field(|e| e.dram_bytes),
+        dram_roof_bytes_per_s: field(|e| ratio(e.dram_bytes_per_s, e.dram_fraction)),
+        matmul_roof_tflops: field(|e| ratio(e.tflops, e.tflops_fraction)),
+        gpu: ncu_gpu_facts(evidence),
+    }
+}
+
+/// `value / fraction`: the ceiling a fraction was computed against.
+fn ratio(value: Option<f64>, fraction: Option<f64>) -> Option<f64> {
+    let (value, fraction) = (value?, fraction?);
+    (fraction > 0.0 && value.is_finite()).then(|| value / fraction)
+}
+
+/// The GPU as ncu's device attributes describe it.
+fn ncu_gpu_facts(evidence: &attn_ncu::NcuEvidence) -> GpuFacts {
+    let metric = |name: &str| evidence.metrics.get(name).and_then(|a| a.median);
+    let whole = |name: &str| {
+        metric(name)
+            .filter(|v| *v >= 0.0 && v.fract() == 0.0)
+            .map(|v| v as u32)
+    };
+    GpuFacts {
+        name: evidence.provenance.device.clone().unwrap_or_default(),
+        recorded_peak_tflops: None,
+        sm_count: whole(attn_ncu::metrics::SM_COUNT),
+        max_sm_mhz: metric(attn_ncu::metrics::SM_CLOCK_KHZ)
+            .filter(|khz| *khz > 0.0)
+            .map(|khz| khz / 1000.0),
+        compute_capability: whole("device__attribute_compute_capability_major")
+            .zip(whole("device__attribute_compute_capability_minor")),
     }
 }
 

@@ -17,41 +17,21 @@ pub struct RenderedChart {
 /// One block of the report, in page order; markdown and HTML render the same blocks.
 enum Block<'a> {
     Heading(&'a str),
+    Subheading(&'a str),
     Text(String),
     Table(&'a Table),
+    /// A table folded away under a one-line summary (long detail).
+    Details(String, &'a Table),
     Chart(&'a RenderedChart),
     List(&'a [String]),
 }
 
 fn blocks<'a>(sections: &'a Sections, charts: &'a [RenderedChart]) -> Vec<Block<'a>> {
-    let chart = |file: &str| charts.iter().find(|c| c.file == file);
     let mut out = vec![Block::Text(sections.summary.clone())];
-    if !sections.gates.is_empty() {
-        out.push(Block::Heading("Latest gate verdicts"));
-        for gate in &sections.gates {
-            out.push(Block::Text(gate.verdict.clone()));
-            out.push(Block::Table(&gate.table));
-            out.push(Block::Text(gate.rule.clone()));
-            if !gate.flags.is_empty() {
-                out.push(Block::Text(
-                    "Flags (look at these even when the gate passed):".into(),
-                ));
-                out.push(Block::List(&gate.flags));
-            }
-            out.push(Block::Text(format!("Evidence: `{}`", gate.file)));
-            out.extend(chart(&format!("speedup-{}.svg", gate.slug)).map(Block::Chart));
-            out.extend(chart(&format!("bootstrap-{}.svg", gate.slug)).map(Block::Chart));
-        }
-    }
-    if let (Some(shape), Some((table, _))) = (&sections.headline, &sections.progression) {
-        out.push(Block::Heading("Progression"));
-        out.push(Block::Text(format!(
-            "Every measurement of {shape}, the shape measured in the most runs, oldest first."
-        )));
-        out.push(Block::Table(table));
-        out.push(Block::Text(progression_note()));
-        out.extend(chart("progression.svg").map(Block::Chart));
-    }
+    glance_blocks(sections, &mut out);
+    sweep_blocks(sections, charts, &mut out);
+    progression_blocks(sections, charts, &mut out);
+    gate_blocks(sections, charts, &mut out);
     if let Some(table) = &sections.implementations {
         out.push(Block::Heading("Implementations against SDPA's backends"));
         out.push(Block::Text(
@@ -67,23 +47,17 @@ fn blocks<'a>(sections: &'a Sections, charts: &'a [RenderedChart]) -> Vec<Block<
         out.push(Block::Text(format!(
             "From `{file}`. Times are µs per call; TFLOP/s at the median."
         )));
-        out.push(Block::Table(table));
-        out.extend(chart("tflops.svg").map(Block::Chart));
-    }
-    if let Some(table) = &sections.ncu {
-        out.push(Block::Heading("Nsight Compute"));
-        out.push(Block::Text(
-            "What limits each profiled kernel (`cargo xtask ncu`, L2 flushed before each launch, clocks as found). \
-             \"of dense matmul\" is the achieved TFLOP/s over the measured dense fp16 matmul rate (cuBLAS)."
-                .into(),
+        out.push(Block::Details(
+            format!("All {} entries", table.rows.len()),
+            table,
         ));
-        out.push(Block::Table(table));
     }
+    ncu_blocks(sections, charts, &mut out);
     if let Some(table) = &sections.searches {
         out.push(Block::Heading("Configuration search"));
         out.push(Block::Table(table));
         for (file, _) in &sections.convergence {
-            out.extend(chart(file).map(Block::Chart));
+            out.extend(chart(charts, file).map(Block::Chart));
         }
     }
     if !sections.files.rows.is_empty() {
@@ -91,6 +65,103 @@ fn blocks<'a>(sections: &'a Sections, charts: &'a [RenderedChart]) -> Vec<Block<
         out.push(Block::Table(&sections.files));
     }
     out
+}
+
+fn chart<'a>(charts: &'a [RenderedChart], file: &str) -> Option<&'a RenderedChart> {
+    charts.iter().find(|c| c.file == file)
+}
+
+fn glance_blocks<'a>(sections: &'a Sections, out: &mut Vec<Block<'a>>) {
+    if sections.glance.is_empty() {
+        return;
+    }
+    out.push(Block::Heading("At a glance"));
+    for suite in &sections.glance {
+        out.push(Block::Subheading(&suite.suite));
+        out.extend(suite.lines.iter().cloned().map(Block::Text));
+        out.extend(suite.table.as_ref().map(Block::Table));
+    }
+}
+
+fn sweep_blocks<'a>(sections: &'a Sections, charts: &'a [RenderedChart], out: &mut Vec<Block<'a>>) {
+    if sections.glance.is_empty() {
+        return;
+    }
+    out.push(Block::Heading("Throughput vs sequence length"));
+    if sections.sweeps.is_empty() {
+        out.push(Block::Text(
+            "No sweep yet: no bench run covers two or more sequence lengths of one (B, H, D, causal, \
+             dtype) family. `cargo xtask bench --suite sweep` on a GPU machine produces one."
+                .into(),
+        ));
+        return;
+    }
+    out.push(Block::Text(
+        "TFLOP/s at the median time, one curve per implementation (SDPA backends and other references \
+         dashed), with the GPU's measured dense fp16 matmul rate (dashed red) and its dense tensor peak \
+         (solid dark red)."
+            .into(),
+    ));
+    for sweep in &sections.sweeps {
+        out.extend(chart(charts, &sweep.file).map(Block::Chart));
+        let sources: Vec<String> = sweep.sources.iter().map(|s| format!("`{s}`")).collect();
+        out.push(Block::Text(format!("From {}.", sources.join(", "))));
+    }
+}
+
+fn progression_blocks<'a>(
+    sections: &'a Sections,
+    charts: &'a [RenderedChart],
+    out: &mut Vec<Block<'a>>,
+) {
+    if sections.progressions.is_empty() {
+        return;
+    }
+    out.push(Block::Heading("Progression per shape"));
+    out.push(Block::Text(progression_note()));
+    for progress in &sections.progressions {
+        out.extend(chart(charts, &progress.file).map(Block::Chart));
+        out.push(Block::Details(
+            format!("Every run on {}", progress.shape),
+            &progress.table,
+        ));
+    }
+}
+
+fn gate_blocks<'a>(sections: &'a Sections, charts: &'a [RenderedChart], out: &mut Vec<Block<'a>>) {
+    if sections.gates.is_empty() {
+        return;
+    }
+    out.push(Block::Heading("Latest gate verdicts"));
+    for gate in &sections.gates {
+        out.push(Block::Text(gate.verdict.clone()));
+        out.push(Block::Table(&gate.table));
+        out.push(Block::Text(gate.rule.clone()));
+        if !gate.flags.is_empty() {
+            out.push(Block::Text(
+                "Flags (look at these even when the gate passed):".into(),
+            ));
+            out.push(Block::List(&gate.flags));
+        }
+        out.push(Block::Text(format!("Evidence: `{}`", gate.file)));
+        out.extend(chart(charts, &format!("speedup-{}.svg", gate.slug)).map(Block::Chart));
+        out.extend(chart(charts, &format!("bootstrap-{}.svg", gate.slug)).map(Block::Chart));
+    }
+}
+
+fn ncu_blocks<'a>(sections: &'a Sections, charts: &'a [RenderedChart], out: &mut Vec<Block<'a>>) {
+    let Some(table) = &sections.ncu else {
+        return;
+    };
+    out.push(Block::Heading("Nsight Compute"));
+    out.push(Block::Text(
+        "What limits each profiled kernel (`cargo xtask ncu`, L2 flushed before each launch, clocks as found). \
+         \"of dense matmul\" is the achieved TFLOP/s over the measured dense fp16 matmul rate (cuBLAS); \
+         \"of device peak\" over SMs × SM clock × dense FLOP per clock, from the device attributes ncu recorded."
+            .into(),
+    ));
+    out.push(Block::Table(table));
+    out.extend(chart(charts, "roofline.svg").map(Block::Chart));
 }
 
 const TITLE: &str = "attn performance report";
@@ -101,8 +172,13 @@ pub fn markdown(sections: &Sections, charts: &[RenderedChart]) -> String {
     for block in blocks(sections, charts) {
         match block {
             Block::Heading(text) => out.push_str(&format!("## {text}\n\n")),
+            Block::Subheading(text) => out.push_str(&format!("### {text}\n\n")),
             Block::Text(text) => out.push_str(&format!("{text}\n\n")),
             Block::Table(table) => out.push_str(&format!("{}\n", table.to_markdown())),
+            Block::Details(summary, table) => out.push_str(&format!(
+                "<details><summary>{summary}</summary>\n\n{}\n</details>\n\n",
+                table.to_markdown()
+            )),
             Block::Chart(chart) => {
                 out.push_str(&format!("![{}](charts/{})\n\n", chart.caption, chart.file))
             }
@@ -149,13 +225,16 @@ fn pr_gate(gate: &GateSection) -> String {
     out
 }
 
-const CSS: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:0 auto;max-width:1100px;padding:16px 24px;color:#1b1b1b;line-height:1.45}
-h1{font-size:1.6em;margin:.4em 0}h2{font-size:1.25em;margin-top:1.8em;border-bottom:1px solid #ddd;padding-bottom:.2em}
-table{border-collapse:collapse;margin:.6em 0;font-size:14px;display:block;overflow-x:auto}
-th,td{border:1px solid #d0d0d0;padding:4px 8px;text-align:left;white-space:nowrap}th{background:#f3f3f3}
-td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}td.good{color:#0a6b2d;font-weight:600}td.bad{color:#b3141b;font-weight:600}
-figure{margin:1em 0}figure svg{width:100%;max-width:960px;height:auto;border:1px solid #eee}figcaption{font-size:13px;color:#555}
-code{background:#f3f3f3;padding:1px 4px;border-radius:3px}p.verdict{font-size:1.1em;padding:6px 10px;border-left:6px solid}
+/// The page's style. Tables never scroll sideways or hide columns: text cells wrap between words
+/// (inside a word only when it is wider than the page allows), numbers stay on one line.
+const CSS: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:0 auto;max-width:1320px;padding:16px 24px;color:#1b1b1b;line-height:1.45}
+h1{font-size:1.6em;margin:.4em 0}h2{font-size:1.25em;margin-top:1.8em;border-bottom:1px solid #ddd;padding-bottom:.2em}h3{font-size:1.05em;margin:1.2em 0 .3em}
+table{border-collapse:collapse;margin:.6em 0;font-size:13px;max-width:100%}
+th,td{border:1px solid #d0d0d0;padding:3px 6px;text-align:left;vertical-align:top;overflow-wrap:break-word}th{background:#f3f3f3}
+td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}td.num{white-space:nowrap}td.good{color:#0a6b2d;font-weight:600}td.bad{color:#b3141b;font-weight:600}
+figure{margin:1em 0}figure svg{display:block;width:100%;max-width:1040px;height:auto;border:1px solid #eee}figcaption{font-size:13px;color:#555}
+details{margin:.4em 0 1em}summary{cursor:pointer;color:#333}
+code{background:#f3f3f3;padding:1px 4px;border-radius:3px;overflow-wrap:break-word}p.verdict{font-size:1.1em;padding:6px 10px;border-left:6px solid}
 p.verdict.good{border-color:#0a6b2d;background:#eaf6ee}p.verdict.bad{border-color:#b3141b;background:#fbecec}ul{margin-top:.2em}";
 
 /// `index.html`: one self-contained page, inline CSS and SVG, no script, no network.
@@ -166,8 +245,14 @@ pub fn html(sections: &Sections, charts: &[RenderedChart]) -> String {
     for block in blocks(sections, charts) {
         match block {
             Block::Heading(text) => out.push_str(&format!("<h2>{}</h2>\n", escape_html(text))),
+            Block::Subheading(text) => out.push_str(&format!("<h3>{}</h3>\n", escape_html(text))),
             Block::Text(text) => out.push_str(&paragraph(&text)),
             Block::Table(table) => out.push_str(&table.to_html(verdict_class)),
+            Block::Details(summary, table) => out.push_str(&format!(
+                "<details>\n<summary>{}</summary>\n{}</details>\n",
+                escape_html(&summary),
+                table.to_html(verdict_class)
+            )),
             Block::Chart(chart) => out.push_str(&format!(
                 "<figure>\n{}\n<figcaption>{}</figcaption>\n</figure>\n",
                 inline_svg(&chart.svg),

@@ -3,16 +3,19 @@
 
 use std::collections::BTreeMap;
 
-use attn_evidence::{slug, GateCase, GateRun, ShapeSpec};
+use attn_evidence::{slug, GateCase, GateRun};
 
+use crate::ceilings::{device_peak, PhysicalLine, MATMUL_LINE};
 use crate::charts::{
-    BootstrapChart, ConvergenceChart, ProgressionChart, ProgressionPoint, ProgressionSeries,
-    SpeedupBar, SpeedupChart, ThroughputChart, ThroughputSeries,
+    BootstrapChart, ConvergenceChart, RooflineChart, RooflinePoint, SpeedupBar, SpeedupChart,
 };
 use crate::format::{
     micros, percent, short_date, short_rev, significant, speedup, speedup_ci, tflops,
 };
-use crate::model::{median_ci, EvidenceSet, Run, MEDIAN_CI_RESAMPLES, MEDIAN_CI_SEED};
+use crate::headline::{headlines, SuiteHeadline};
+use crate::model::{EvidenceSet, Run, MEDIAN_CI_RESAMPLES, MEDIAN_CI_SEED};
+use crate::progress::{progressions, ShapeProgress};
+use crate::sweep::{sweep_charts, SweepChart};
 use crate::table::Table;
 use crate::ReportOptions;
 
@@ -50,18 +53,20 @@ pub struct Sections {
     pub gates: Vec<GateSection>,
     /// Index of the latest gate run overall within `gates` (for the PR comment).
     pub latest_gate: Option<usize>,
-    /// The shape the progression follows.
-    pub headline: Option<ShapeSpec>,
-    /// Medians of every implementation over runs, on the headline shape.
-    pub progression: Option<(Table, ProgressionChart)>,
+    /// Per suite: the fastest of ours against SDPA's backends and the FA3 anchor.
+    pub glance: Vec<SuiteHeadline>,
+    /// Throughput against sequence length, one chart per family of shapes.
+    pub sweeps: Vec<SweepChart>,
+    /// Per shape: speedup over each run's own baseline, run by run.
+    pub progressions: Vec<ShapeProgress>,
     /// Every implementation against SDPA's backends, shape by shape (latest bench entries).
     pub implementations: Option<Table>,
     /// The latest bench run's entries, with the file's name.
     pub bench: Option<(String, Table)>,
-    /// TFLOP/s over sequence length.
-    pub throughput: Option<ThroughputChart>,
     /// Nsight Compute metrics.
     pub ncu: Option<Table>,
+    /// The Nsight Compute profiles on a roofline.
+    pub roofline: Option<RooflineChart>,
     /// Best candidate of each search.
     pub searches: Option<Table>,
     /// Convergence charts, one per search log with scores, with their file names.
@@ -92,16 +97,16 @@ impl Sections {
             let file = &evidence.runs[run].path;
             gates.iter().position(|g| &g.file == file)
         });
-        let headline = evidence.headline_shape();
         Sections {
             summary: summary(evidence),
             latest_gate,
-            progression: headline.as_ref().map(|shape| progression(evidence, shape)),
-            headline,
+            glance: headlines(evidence),
+            sweeps: sweep_charts(evidence, options),
+            progressions: progressions(evidence),
             implementations: implementations_table(evidence),
             bench: bench_table(evidence),
-            throughput: throughput(evidence, options),
             ncu: ncu_table(evidence),
+            roofline: roofline(evidence),
             searches: search_table(evidence),
             convergence: convergence(evidence),
             files: files_table(evidence),
@@ -317,89 +322,10 @@ fn bootstrap_chart(gate: &GateRun, title: &str) -> Option<BootstrapChart> {
     })
 }
 
-fn run_label(run: &Run) -> String {
-    let p = run.evidence.provenance();
-    let day = short_date(&p.date);
-    format!(
-        "{} {}",
-        short_rev(&p.git_rev),
-        day.get(5..10).unwrap_or(&day)
-    )
-}
-
-fn progression(evidence: &EvidenceSet, shape: &ShapeSpec) -> (Table, ProgressionChart) {
-    let measurements: Vec<_> = evidence
-        .measurements()
-        .into_iter()
-        .filter(|m| &m.shape == shape)
-        .collect();
-    // Only runs that measured this shape get an x position.
-    let mut runs: Vec<usize> = measurements.iter().map(|m| m.run).collect();
-    runs.dedup();
-    let position = |run: usize| runs.iter().position(|r| *r == run).unwrap_or(0);
-    let mut table = Table::new(&[
-        "run",
-        "commit",
-        "implementation",
-        "median (µs)",
-        "95% CI of median (µs)",
-        "TFLOP/s",
-        "vs fastest reference",
-    ])
-    .numeric(&[3, 4, 5, 6]);
-    let mut series: BTreeMap<String, ProgressionSeries> = BTreeMap::new();
-    let mut references: BTreeMap<String, f64> = BTreeMap::new();
-    for m in &measurements {
-        let ci = median_ci(&m.samples);
-        let fastest_reference = measurements
-            .iter()
-            .filter(|r| r.run == m.run && r.reference)
-            .map(|r| r.median_us)
-            .min_by(f64::total_cmp);
-        let p = evidence.runs[m.run].evidence.provenance();
-        table.push(vec![
-            short_date(&p.date),
-            short_rev(&p.git_rev),
-            m.label.clone(),
-            micros(m.median_us),
-            ci.map(|(lo, hi)| format!("{} – {}", micros(lo), micros(hi)))
-                .unwrap_or_else(|| "–".into()),
-            tflops(m.tflops),
-            match fastest_reference {
-                Some(r) if !m.reference => speedup(r / m.median_us),
-                _ => "–".into(),
-            },
-        ]);
-        if m.reference {
-            references.insert(m.label.clone(), m.median_us);
-        } else {
-            series
-                .entry(m.label.clone())
-                .or_insert_with(|| ProgressionSeries {
-                    label: m.label.clone(),
-                    points: Vec::new(),
-                })
-                .points
-                .push(ProgressionPoint {
-                    run: position(m.run),
-                    median_us: m.median_us,
-                    ci,
-                });
-        }
-    }
-    let chart = ProgressionChart {
-        title: format!("Median time per call on {shape} over evidence runs"),
-        runs: runs.iter().map(|r| run_label(&evidence.runs[*r])).collect(),
-        series: series.into_values().collect(),
-        references: references.into_iter().collect(),
-    };
-    (table, chart)
-}
-
 /// Text under the progression table saying how its CIs were computed.
 pub fn progression_note() -> String {
     format!(
-        "CIs of medians: percentile bootstrap over the raw samples, {MEDIAN_CI_RESAMPLES} resamples, seed {MEDIAN_CI_SEED}. \"vs fastest reference\" = fastest SDPA/cuBLAS median of the same run / this median (above 1× is faster)."
+        "Each point is one run: the run's baseline median / our median on the same shape in the same run (the gate's baseline; in a bench run sdpa:default, else the first SDPA backend measured), so a baseline that moved between runs does not read as progress; above 1× is faster. CIs of medians: percentile bootstrap over the raw samples, {MEDIAN_CI_RESAMPLES} resamples, seed {MEDIAN_CI_SEED}; CIs of speedups: the gate's BCa bootstrap."
     )
 }
 
@@ -519,55 +445,6 @@ fn bench_table(evidence: &EvidenceSet) -> Option<(String, Table)> {
     Some((run.path.clone(), table))
 }
 
-/// TFLOP/s over sequence length from the latest bench run, for its most common family of shapes
-/// (same B, H, D, causality and dtype), so lines compare like with like.
-fn throughput(evidence: &EvidenceSet, options: &ReportOptions) -> Option<ThroughputChart> {
-    let (_, bench) = latest_bench(evidence)?;
-    let family = |s: &ShapeSpec| (s.batch, s.heads, s.head_dim, s.causal, s.dtype.clone());
-    let mut counts: BTreeMap<_, usize> = BTreeMap::new();
-    for e in bench
-        .entries
-        .iter()
-        .filter(|e| e.implementation.name != "cublas")
-    {
-        *counts.entry(family(&e.shape)).or_default() += 1;
-    }
-    let chosen = counts
-        .into_iter()
-        .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))?
-        .0;
-    let mut series: BTreeMap<(bool, String), Vec<(usize, f64)>> = BTreeMap::new();
-    for e in bench
-        .entries
-        .iter()
-        .filter(|e| e.implementation.name != "cublas" && family(&e.shape) == chosen)
-    {
-        series
-            .entry((e.implementation.is_reference(), e.implementation.label()))
-            .or_default()
-            .push((e.shape.seq_kv, e.tflops));
-    }
-    let (batch, heads, head_dim, causal, dtype) = chosen;
-    Some(ThroughputChart {
-        title: format!(
-            "Throughput vs sequence length (B={batch}, H={heads}, D={head_dim}{}, {dtype})",
-            if causal { ", causal" } else { "" }
-        ),
-        series: series
-            .into_iter()
-            .map(|((reference, label), mut points)| {
-                points.sort_by_key(|p| p.0);
-                ThroughputSeries {
-                    label,
-                    reference,
-                    points,
-                }
-            })
-            .collect(),
-        ceiling: evidence.ceiling_tflops(options.ceiling_tflops),
-    })
-}
-
 fn ncu_table(evidence: &EvidenceSet) -> Option<Table> {
     if evidence.ncu.is_empty() {
         return None;
@@ -578,6 +455,7 @@ fn ncu_table(evidence: &EvidenceSet) -> Option<Table> {
         "time (µs)",
         "TFLOP/s",
         "of dense matmul",
+        "of device peak",
         "tensor pipe",
         "SM busy",
         "warps active",
@@ -585,10 +463,14 @@ fn ncu_table(evidence: &EvidenceSet) -> Option<Table> {
         "bound by",
         "next step",
     ])
-    .numeric(&[2, 3, 4, 5, 6, 7, 8]);
+    .numeric(&[2, 3, 4, 5, 6, 7, 8, 9]);
     let dash = || "–".to_string();
     let cell = |value: Option<f64>, show: fn(f64) -> String| value.map(show).unwrap_or_else(dash);
     for row in &evidence.ncu {
+        let of_peak = row
+            .tflops
+            .zip(device_peak(&row.gpu))
+            .map(|(t, peak)| t / peak.tflops);
         let profile = if row.label.is_empty() {
             row.kernel.clone()
         } else {
@@ -600,6 +482,7 @@ fn ncu_table(evidence: &EvidenceSet) -> Option<Table> {
             cell(row.time_us, micros),
             cell(row.tflops, |t| format!("{t:.1}")),
             cell(row.tflops_fraction, |f| percent(100.0 * f)),
+            cell(of_peak, |f| percent(100.0 * f)),
             cell(row.tensor_pct, percent),
             cell(row.sm_pct, percent),
             cell(row.warps_active_pct, percent),
@@ -609,6 +492,69 @@ fn ncu_table(evidence: &EvidenceSet) -> Option<Table> {
         ]);
     }
     Some(table)
+}
+
+/// The ncu profiles on a roofline: the DRAM roof and compute roofs the profiles were scored against
+/// (measured copy bandwidth, dense-matmul rate), and the device peak from ncu's device attributes.
+fn roofline(evidence: &EvidenceSet) -> Option<RooflineChart> {
+    let points: Vec<RooflinePoint> = evidence
+        .ncu
+        .iter()
+        .filter_map(|row| {
+            let (flops, bytes, tflops) = (row.flops?, row.dram_bytes?, row.tflops?);
+            (bytes > 0.0 && flops > 0.0 && tflops > 0.0).then(|| RooflinePoint {
+                label: if row.label.is_empty() {
+                    row.kernel.clone()
+                } else {
+                    row.label.clone()
+                },
+                intensity: flops / bytes,
+                tflops,
+            })
+        })
+        .collect();
+    if points.is_empty() {
+        return None;
+    }
+    // Roofs from the latest profile that has them (profiles are in file-name order).
+    let dram_roof = evidence
+        .ncu
+        .iter()
+        .rev()
+        .find_map(|row| row.dram_roof_bytes_per_s)
+        .map(|b| {
+            (
+                b,
+                "copy, read + write, measured; what the profiles are scored against".to_owned(),
+            )
+        });
+    let matmul = evidence
+        .ncu
+        .iter()
+        .rev()
+        .find_map(|row| row.matmul_roof_tflops)
+        .map(|tflops| PhysicalLine {
+            name: MATMUL_LINE,
+            tflops,
+            source: "cuBLAS, measured; what the profiles are scored against".into(),
+        });
+    let peak = evidence
+        .ncu
+        .iter()
+        .rev()
+        .find_map(|row| device_peak(&row.gpu));
+    let gpu = evidence
+        .ncu
+        .iter()
+        .map(|row| row.gpu.name.as_str())
+        .find(|name| !name.is_empty())
+        .unwrap_or("GPU not recorded");
+    Some(RooflineChart {
+        title: format!("Roofline of the Nsight Compute profiles ({gpu})"),
+        points,
+        dram_roof,
+        lines: matmul.into_iter().chain(peak).collect(),
+    })
 }
 
 fn search_table(evidence: &EvidenceSet) -> Option<Table> {

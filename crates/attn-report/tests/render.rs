@@ -17,7 +17,7 @@ fn build(dir: &Path, ceiling: Option<f64>) -> Report {
     Report::build(
         dir,
         &ReportOptions {
-            ceiling_tflops: ceiling,
+            matmul_tflops: ceiling,
         },
     )
     .unwrap_or_else(|e| panic!("{e}"))
@@ -47,10 +47,11 @@ fn every_chart_is_well_formed_svg_with_labelled_axes() {
             "charts/bootstrap-tiled-vs-sdpa-flash-h100-small.svg",
             "charts/convergence-evo-run1.svg",
             "charts/convergence-micro.svg",
-            "charts/progression.svg",
+            "charts/progression-4-16-1024-64-causal.svg",
+            "charts/roofline.svg",
             "charts/speedup-mma-vs-sdpa-flash-h100-small.svg",
             "charts/speedup-tiled-vs-sdpa-flash-h100-small.svg",
-            "charts/tflops.svg",
+            "charts/throughput-nvidia-h100-80gb-hbm3-b-4-h-16-d-64-causal-fp16.svg",
         ]
     );
     for (name, svg) in charts {
@@ -67,11 +68,171 @@ fn every_chart_is_well_formed_svg_with_labelled_axes() {
             .any(|u| texts.contains(u));
         assert!(unit, "{name}: no axis label with a unit in {texts}");
     }
-    let tflops = &report.files()["charts/tflops.svg"];
-    assert!(tflops.contains("ceiling 891 TFLOP/s (given with --ceiling-tflops)"));
-    // Without the option the ceiling comes from the cuBLAS entry of the fixture bench run.
-    let measured = build(&fixtures(), None);
-    assert!(measured.files()["charts/tflops.svg"].contains("cuBLAS fp16 matmul, measured"));
+}
+
+const THROUGHPUT: &str = "charts/throughput-nvidia-h100-80gb-hbm3-b-4-h-16-d-64-causal-fp16.svg";
+
+/// The text of an SVG's `<text>` elements, joined by spaces (legend lines wrap).
+fn svg_text(svg: &str) -> String {
+    let doc = roxmltree::Document::parse(svg).unwrap();
+    doc.descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .filter_map(|n| n.text())
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[test]
+fn throughput_lines_are_the_matmul_rate_and_the_device_peak_never_an_attention_rate() {
+    // The fixture's cublas entry (attention through cuBLAS, 1762 TFLOP/s on an odd shape) must not
+    // become a ceiling: the matmul line is the measured 891 of the table, or the option.
+    let text = svg_text(&build(&fixtures(), None).files()[THROUGHPUT]);
+    assert!(
+        text.contains(
+            "dense fp16 matmul 891 TFLOP/s (cuBLAS 8192³, measured on the development H100)"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("device peak 1071 TFLOP/s (132 SMs × 1980 MHz × 4096 FLOP/clock/SM, sm_90)"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("1762") && !text.contains("ceiling"),
+        "{text}"
+    );
+    let given = svg_text(&build(&fixtures(), Some(800.0)).files()[THROUGHPUT]);
+    assert!(
+        given.contains("dense fp16 matmul 800 TFLOP/s (given with --matmul-tflops)"),
+        "{given}"
+    );
+    // A GPU the report does not know gets no physical line at all.
+    let evidence = tempfile::tempdir().unwrap();
+    copy_dir(&fixtures(), evidence.path());
+    let bench = evidence
+        .path()
+        .join("bench/2025-11-21T10-30-00Z-nvidia-h100-80gb-hbm3-ccccccc.json");
+    let renamed = fs::read_to_string(&bench)
+        .unwrap()
+        .replace("NVIDIA H100 80GB HBM3", "Some Future GPU");
+    fs::write(&bench, renamed).unwrap();
+    let report = build(evidence.path(), None);
+    let unknown = report
+        .files()
+        .iter()
+        .find(|(name, _)| name.contains("throughput-some-future-gpu"))
+        .map(|(_, svg)| svg_text(svg))
+        .expect("chart of the renamed GPU");
+    assert!(!unknown.contains("TFLOP/s ("), "{unknown}");
+}
+
+#[test]
+fn a_sweep_gives_one_curve_per_implementation_and_family() {
+    let sweep = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sweep");
+    let report = build(&sweep, None);
+    let charts: Vec<&String> = report
+        .files()
+        .keys()
+        .filter(|name| name.starts_with("charts/throughput-"))
+        .collect();
+    // 2,16,S,128 at five lengths and causal at three; the lone 8,16,2048,64 gets no chart.
+    assert_eq!(
+        charts,
+        [
+            "charts/throughput-nvidia-h100-80gb-hbm3-b-2-h-16-d-128-causal-fp16.svg",
+            "charts/throughput-nvidia-h100-80gb-hbm3-b-2-h-16-d-128-fp16.svg",
+        ]
+    );
+    let svg = &report.files()[charts[1].as_str()];
+    let doc = roxmltree::Document::parse(svg).unwrap();
+    // Ours are solid polylines through the five points (references are dashed: many short segments).
+    let curves: Vec<usize> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("polyline"))
+        .map(|n| {
+            n.attribute("points")
+                .unwrap_or("")
+                .split_whitespace()
+                .count()
+        })
+        .filter(|points| *points == 5)
+        .collect();
+    assert_eq!(
+        curves.len(),
+        3,
+        "a solid curve each for tiled, mma, hopper: {curves:?}"
+    );
+    let text = svg_text(svg);
+    for tick in ["1024", "2048", "4096", "8192", "16384"] {
+        assert!(text.contains(tick), "x tick {tick} missing: {text}");
+    }
+    // The headline compares the fastest of ours with SDPA's backends and the FA3 anchor.
+    let markdown = &report.files()["report.md"];
+    assert!(
+        markdown.contains("Fastest of ours: **hopper** on 9/9 shapes"),
+        "{markdown}"
+    );
+    assert!(
+        markdown.contains("over fa3 0.90×–0.99× (geometric mean 0.95×)"),
+        "{markdown}"
+    );
+    assert!(
+        !markdown.contains("No FlashAttention-3 anchor"),
+        "{markdown}"
+    );
+    assert!(
+        markdown.contains("| vs sdpa:default (its TFLOP/s) |"),
+        "{markdown}"
+    );
+}
+
+#[test]
+fn no_axis_repeats_a_tick_label() {
+    let sweep = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sweep");
+    let evidence = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../evidence");
+    for dir in [fixtures(), sweep, evidence] {
+        let report = build(&dir, None);
+        for (name, svg) in report
+            .files()
+            .iter()
+            .filter(|(n, _)| n.starts_with("charts/"))
+        {
+            for axis in tick_rows(svg) {
+                let mut seen = axis.clone();
+                seen.sort();
+                seen.dedup();
+                assert_eq!(
+                    seen.len(),
+                    axis.len(),
+                    "{name}: repeated tick labels {axis:?}"
+                );
+            }
+        }
+    }
+}
+
+/// Tick labels of an SVG's axes: non-empty texts that share a baseline (x axis: same `y`) or a right
+/// edge (y axis: same `x`, anchored at the end), in groups of three or more.
+fn tick_rows(svg: &str) -> Vec<Vec<String>> {
+    let doc = roxmltree::Document::parse(svg).unwrap();
+    let mut rows: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for node in doc.descendants().filter(|n| n.has_tag_name("text")) {
+        let text = node.text().unwrap_or("").trim().to_owned();
+        if text.is_empty() {
+            continue;
+        }
+        let (x, y) = (
+            node.attribute("x").unwrap_or(""),
+            node.attribute("y").unwrap_or(""),
+        );
+        match node.attribute("text-anchor") {
+            Some("end") => rows.entry(format!("x={x}")).or_default().push(text),
+            Some("middle") => rows.entry(format!("y={y}")).or_default().push(text),
+            _ => {}
+        }
+    }
+    rows.into_values().filter(|row| row.len() >= 3).collect()
 }
 
 #[test]
@@ -104,7 +265,7 @@ fn gate_tables_show_the_evidence_numbers() {
             && comment.contains("candidate median ≤ 0.95 × baseline median")
     );
     assert!(
-        comment.contains("| mma 4,16,1024,64 causal | ccccccc | 29.1 | 73.8 | 8.3% | 61.4% | 78.2% | 24.0% | 168 | latency/occupancy | few warps are active (24.0%)"),
+        comment.contains("| mma 4,16,1024,64 causal | ccccccc | 29.1 | 73.8 | 8.3% | 6.9% | 61.4% | 78.2% | 24.0% | 168 | latency/occupancy | few warps are active (24.0%)"),
         "ncu metrics missing:\n{comment}"
     );
     assert!(comment.contains("SM clock changed 1980 -> 1755 MHz"));
@@ -155,8 +316,10 @@ fn html_is_one_self_contained_page() {
     assert_eq!(
         md_headings,
         [
+            "At a glance",
+            "Throughput vs sequence length",
+            "Progression per shape",
             "Latest gate verdicts",
-            "Progression",
             "Implementations against SDPA's backends",
             "Latest benchmark",
             "Nsight Compute",
@@ -167,10 +330,13 @@ fn html_is_one_self_contained_page() {
 }
 
 #[test]
-fn progression_follows_the_headline_shape_in_time_order() {
+fn progression_reads_each_run_against_its_own_baseline_in_time_order() {
     let report = build(&fixtures(), None);
-    let markdown = &report.files()["report.md"];
-    assert!(markdown.contains("Every measurement of 4,16,1024,64 causal"));
+    let whole = &report.files()["report.md"];
+    let markdown = &whole[whole
+        .find("## Progression per shape")
+        .expect("progression section")..];
+    assert!(markdown.contains("<summary>Every run on 4,16,1024,64 causal</summary>"));
     let positions: Vec<usize> = ["| minimal |", "| tiled |", "| mma |"]
         .iter()
         .map(|needle| {
@@ -182,6 +348,26 @@ fn progression_follows_the_headline_shape_in_time_order() {
     assert!(
         positions.windows(2).all(|w| w[0] < w[1]),
         "minimal, tiled, mma should appear oldest first"
+    );
+    // Each row names the baseline of its own run: the bench of 11-21 had sdpa:cudnn, the gates
+    // sdpa:flash.
+    assert!(
+        markdown.contains("| 2025-11-21 10:30 | ccccccc | mma |"),
+        "{markdown}"
+    );
+    let svg = svg_text(&report.files()["charts/progression-4-16-1024-64-causal.svg"]);
+    for series in [
+        "minimal vs sdpa:flash",
+        "tiled vs sdpa:flash",
+        "mma vs sdpa:cudnn",
+        "mma vs sdpa:flash",
+    ] {
+        assert!(svg.contains(series), "{series} missing: {svg}");
+    }
+    // x labels carry the time and differ from each other.
+    assert!(
+        svg.contains("11-18 08:00 0000000") && svg.contains("11-22 14:19 bbbbbbb"),
+        "{svg}"
     );
 }
 
@@ -289,7 +475,7 @@ fn implementations_matrix_takes_the_latest_entry_of_every_pair() {
     // best of ours is mma (293.4 beats minimal's 2.9 from the older run).
     let row = markdown
         .lines()
-        .find(|l| l.starts_with("| 4,16,1024,64 causal |") && l.contains("293.4"))
+        .find(|l| l.starts_with("| 4,16,1024,64 causal | 293.4 |"))
         .expect("row for 4,16,1024,64 causal missing");
     assert!(
         row.contains("| 293.4 | 2.9 | – | 314.8 | 328.0 | 198.1 | – | 0.93× |"),

@@ -2,7 +2,10 @@
 
 use plotters::prelude::*;
 
-use super::{bounds, color, draw_legend, render_svg, FONT, RULE_RED};
+use super::{
+    bounds, color, draw_legend_panel, frame, render_svg, tick_decimals, whole_tick, LegendEntry,
+    Mark, FONT, RULE_RED,
+};
 use crate::ReportError;
 
 /// Bins of the histogram.
@@ -28,6 +31,7 @@ pub struct BootstrapChart {
 /// Draws the bootstrap histogram as SVG.
 pub fn bootstrap_histogram(chart: &BootstrapChart) -> Result<String, ReportError> {
     render_svg("bootstrap.svg", |root| {
+        let (area, panel) = frame(root, &chart.title)?;
         let marks = [chart.point, chart.lower, chart.upper];
         let (lo, hi) = bounds(chart.replicates.iter().copied().chain(marks)).unwrap_or((0.0, 1.0));
         let width = ((hi - lo) / BINS as f64).max(1e-9);
@@ -47,23 +51,23 @@ pub fn bootstrap_histogram(chart: &BootstrapChart) -> Result<String, ReportError
             Some(t) => (lo.min(t) - pad)..(hi.max(t) + pad),
             None => (lo - pad)..(hi + pad),
         };
-        // Enough decimals that neighbouring ticks (about a fifth of the span apart) differ.
-        let decimals = (-((x_range.end - x_range.start) / 5.0).log10())
-            .ceil()
-            .clamp(1.0, 9.0) as usize;
-        let mut plot = ChartBuilder::on(root)
-            .caption(&chart.title, (FONT, 20))
+        // Enough decimals that no two ticks read the same, and at least two for the legend.
+        let x_labels = 8;
+        let decimals = tick_decimals(x_range.end - x_range.start, x_labels);
+        let legend_decimals = decimals.max(2);
+        let mut plot = ChartBuilder::on(&area)
             .margin(12)
-            .x_label_area_size(45)
-            .y_label_area_size(90)
+            .x_label_area_size(50)
+            .y_label_area_size(70)
             .build_cartesian_2d(x_range, 0.0..tallest * 1.15)?;
         plot.configure_mesh()
             .x_desc("speedup replicate (baseline time / candidate time)")
             .y_desc("number of resamples")
+            .x_labels(x_labels)
             .x_label_formatter(&|v| format!("{v:.decimals$}"))
-            .y_label_formatter(&|v| format!("{v:.0}"))
-            .label_style((FONT, 14))
-            .axis_desc_style((FONT, 15))
+            .y_label_formatter(&|v| whole_tick(*v).map(|c| c.to_string()).unwrap_or_default())
+            .label_style((FONT, 16))
+            .axis_desc_style((FONT, 17))
             .light_line_style(TRANSPARENT)
             .bold_line_style(RGBColor(225, 225, 225))
             .draw()?;
@@ -74,28 +78,34 @@ pub fn bootstrap_histogram(chart: &BootstrapChart) -> Result<String, ReportError
                 [(left, 0.0), (left + width, *count as f64)],
                 bar.mix(0.6).filled(),
             )
-        }))?
-        .label(format!("{} resamples", chart.replicates.len()))
-        .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 20, y + 6)], bar.mix(0.6).filled()));
+        }))?;
+        let mut legend = vec![LegendEntry::new(
+            format!("{} bootstrap resamples", chart.replicates.len()),
+            Mark::Box(bar),
+        )];
         let vertical = |x: f64| [(x, 0.0), (x, tallest * 1.05)];
         let ci = color(1);
         plot.draw_series(LineSeries::new(
             vertical(chart.point),
             BLACK.stroke_width(2),
-        ))?
-        .label(format!("point {:.decimals$}×", chart.point))
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(2)));
+        ))?;
+        legend.push(LegendEntry::new(
+            format!("point estimate {:.legend_decimals$}×", chart.point),
+            Mark::Line(BLACK),
+        ));
         plot.draw_series(DashedLineSeries::new(
             vertical(chart.lower),
             6,
             4,
             ci.stroke_width(2),
-        ))?
-        .label(format!(
-            "CI [{:.decimals$}, {:.decimals$}]",
-            chart.lower, chart.upper
-        ))
-        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], ci.stroke_width(2)));
+        ))?;
+        legend.push(LegendEntry::new(
+            format!(
+                "95% CI [{:.legend_decimals$}, {:.legend_decimals$}]",
+                chart.lower, chart.upper
+            ),
+            Mark::Dashed(ci),
+        ));
         plot.draw_series(DashedLineSeries::new(
             vertical(chart.upper),
             6,
@@ -108,17 +118,17 @@ pub fn bootstrap_histogram(chart: &BootstrapChart) -> Result<String, ReportError
                 10,
                 4,
                 RULE_RED.stroke_width(2),
-            ))?
-            .label(format!("gate: speedup ≥ {threshold:.3}×"))
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RULE_RED.stroke_width(2)));
+            ))?;
+            legend.push(LegendEntry::new(
+                format!("gate: speedup ≥ {threshold:.3}×"),
+                Mark::Dashed(RULE_RED),
+            ));
         } else if let Some(threshold) = chart.threshold {
-            plot.draw_series(std::iter::empty::<Circle<(f64, f64), i32>>())?
-                .label(format!("gate: speedup ≥ {threshold:.3}× (off scale)"))
-                .legend(|(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], RULE_RED.stroke_width(2))
-                });
+            legend.push(LegendEntry::new(
+                format!("gate: speedup ≥ {threshold:.3}× (off scale)"),
+                Mark::Dashed(RULE_RED),
+            ));
         }
-        draw_legend(&mut plot, SeriesLabelPosition::UpperLeft)?;
-        Ok(())
+        draw_legend_panel(&panel, &legend)
     })
 }

@@ -3,7 +3,10 @@
 
 use plotters::prelude::*;
 
-use super::{bounds, color, draw_legend, render_svg, FONT, RULE_RED};
+use super::{
+    bounds, color, draw_legend_panel, frame, render_svg, tick_decimals, LegendEntry, Mark, FONT,
+    RULE_RED,
+};
 use crate::ReportError;
 
 /// Data of the speedup chart.
@@ -36,6 +39,7 @@ pub struct SpeedupBar {
 /// Draws the speedup chart as SVG.
 pub fn speedup_bars(chart: &SpeedupChart) -> Result<String, ReportError> {
     render_svg("speedup.svg", |root| {
+        let (area, panel) = frame(root, &chart.title)?;
         let values = chart
             .bars
             .iter()
@@ -46,12 +50,13 @@ pub fn speedup_bars(chart: &SpeedupChart) -> Result<String, ReportError> {
         // Segments 0..=last: one per shape (at least two: plotters draws nothing on a range of
         // one segment, so a single shape gets an empty neighbour).
         let count = chart.bars.len().max(2) as i32;
-        let mut plot = ChartBuilder::on(root)
-            .caption(&chart.title, (FONT, 20))
+        let y_hi = hi * 1.2;
+        let y_decimals = tick_decimals(y_hi, 10);
+        let mut plot = ChartBuilder::on(&area)
             .margin(12)
-            .x_label_area_size(45)
-            .y_label_area_size(90)
-            .build_cartesian_2d((0..count - 1).into_segmented(), 0.0..hi * 1.4)?;
+            .x_label_area_size(50)
+            .y_label_area_size(70)
+            .build_cartesian_2d((0..count - 1).into_segmented(), 0.0..y_hi)?;
         let shapes = &chart.bars;
         plot.configure_mesh()
             .disable_x_mesh()
@@ -65,9 +70,10 @@ pub fn speedup_bars(chart: &SpeedupChart) -> Result<String, ReportError> {
                     .unwrap_or_default(),
                 _ => String::new(),
             })
-            .y_label_formatter(&|v| format!("{v:.2}×"))
-            .label_style((FONT, 14))
-            .axis_desc_style((FONT, 15))
+            .y_labels(10)
+            .y_label_formatter(&|v| format!("{v:.y_decimals$}×"))
+            .label_style((FONT, 16))
+            .axis_desc_style((FONT, 17))
             .light_line_style(TRANSPARENT)
             .bold_line_style(RGBColor(225, 225, 225))
             .draw()?;
@@ -92,36 +98,28 @@ pub fn speedup_bars(chart: &SpeedupChart) -> Result<String, ReportError> {
             )
         }))?;
         let whole = |y: f64| [(SegmentValue::Exact(0), y), (SegmentValue::Exact(count), y)];
-        plot.draw_series(LineSeries::new(whole(1.0), BLACK.stroke_width(1)))?
-            .label("1.0× = as fast as the baseline")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK));
+        plot.draw_series(LineSeries::new(whole(1.0), BLACK.stroke_width(1)))?;
+        let mut legend = vec![LegendEntry::new(
+            "1.0× = as fast as the baseline",
+            Mark::Line(BLACK),
+        )];
         if let Some(threshold) = chart.threshold {
             plot.draw_series(DashedLineSeries::new(
                 whole(threshold),
                 8,
                 5,
                 RULE_RED.stroke_width(2),
-            ))?
-            .label(format!("gate: speedup ≥ {threshold:.3}×"))
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RULE_RED.stroke_width(2)));
+            ))?;
+            legend.push(LegendEntry::new(
+                format!("gate: speedup ≥ {threshold:.3}×"),
+                Mark::Dashed(RULE_RED),
+            ));
         }
-        plot.draw_series(std::iter::once(Rectangle::new(
-            [(SegmentValue::Exact(0), 0.0), (SegmentValue::Exact(0), 0.0)],
-            pass.mix(0.75).filled(),
-        )))?
-        .label("passed (whisker: CI)")
-        .legend(move |(x, y)| {
-            Rectangle::new([(x, y - 6), (x + 20, y + 6)], pass.mix(0.75).filled())
-        });
-        plot.draw_series(std::iter::once(Rectangle::new(
-            [(SegmentValue::Exact(0), 0.0), (SegmentValue::Exact(0), 0.0)],
-            fail.mix(0.75).filled(),
-        )))?
-        .label("failed")
-        .legend(move |(x, y)| {
-            Rectangle::new([(x, y - 6), (x + 20, y + 6)], fail.mix(0.75).filled())
-        });
-        draw_legend(&mut plot, SeriesLabelPosition::UpperRight)?;
-        Ok(())
+        legend.push(LegendEntry::new(
+            "passed (whisker: 95% CI)",
+            Mark::Box(pass),
+        ));
+        legend.push(LegendEntry::new("failed", Mark::Box(fail)));
+        draw_legend_panel(&panel, &legend)
     })
 }
