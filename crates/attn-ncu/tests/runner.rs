@@ -10,10 +10,8 @@ use attn_ncu::{profile, NcuError, Page, ProfileOptions};
 /// another thread forks would fail to execute with "text file busy".
 static SCRIPTS: Mutex<()> = Mutex::new(());
 
-const RAW: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/tests/fixtures/h100_sdpa_cudnn_raw.csv"
-);
+/// Relative to the crate folder, where test runners start: the executable stays relocatable.
+const RAW: &str = "tests/fixtures/h100_sdpa_cudnn_raw.csv";
 
 /// Writes an executable fake ncu with this body into `dir`.
 fn fake_ncu(dir: &Path, body: &str) -> PathBuf {
@@ -60,7 +58,10 @@ fn run(body: &str) -> (Result<attn_ncu::Profile, NcuError>, Vec<String>) {
 
 #[test]
 fn passes_the_right_command_line_and_parses_the_output() {
-    let (result, args) = run(&format!("echo 'bench: starting'\ncat '{RAW}'\nexit 0"));
+    let (result, args) = run(&format!(
+        "echo 'bench: starting'\ncat '{}'\nexit 0",
+        std::fs::canonicalize(RAW).unwrap().display()
+    ));
     let expected = [
         "--csv",
         "--page",

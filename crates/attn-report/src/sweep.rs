@@ -44,7 +44,7 @@ impl Family {
             heads: shape.heads,
             head_dim: shape.head_dim,
             causal: shape.causal,
-            dtype: shape.dtype.clone(),
+            dtype: shape.dtype.to_string(),
         }
     }
 

@@ -22,7 +22,9 @@ const WINDOW_WIDTH: u32 = 1400;
 const MAX_SCREENSHOT_HEIGHT: u32 = 16_000;
 
 fn crate_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    // Test runners start in the crate folder (cargo test, and the bundle's script): relative
+    // paths keep the executable relocatable.
+    std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."))
 }
 
 /// The browser to use: `ATTN_CHROMIUM`, else the first of the usual names on `PATH`.

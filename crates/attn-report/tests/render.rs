@@ -10,7 +10,7 @@ use attn_report::format::{micros, speedup_ci};
 use attn_report::{Report, ReportOptions, Staleness};
 
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/evidence")
+    Path::new(".").join("tests/fixtures/evidence")
 }
 
 fn build(dir: &Path, ceiling: Option<f64>) -> Report {
@@ -129,7 +129,7 @@ fn throughput_lines_are_the_matmul_rate_and_the_device_peak_never_an_attention_r
 
 #[test]
 fn a_sweep_gives_one_curve_per_implementation_and_family() {
-    let sweep = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sweep");
+    let sweep = Path::new(".").join("tests/fixtures/sweep");
     let report = build(&sweep, None);
     let charts: Vec<&String> = report
         .files()
@@ -189,8 +189,8 @@ fn a_sweep_gives_one_curve_per_implementation_and_family() {
 
 #[test]
 fn no_axis_repeats_a_tick_label() {
-    let sweep = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sweep");
-    let evidence = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../evidence");
+    let sweep = Path::new(".").join("tests/fixtures/sweep");
+    let evidence = Path::new(".").join("../../evidence");
     for dir in [fixtures(), sweep, evidence] {
         let report = build(&dir, None);
         for (name, svg) in report
