@@ -59,6 +59,7 @@ fn only_attn_kernels_touches_cuda() {
         "attn-ncu",
         "attn-evidence",
         "attn-report",
+        "attn-evo",
     ] {
         let deps = reachable(&direct, leaf);
         for forbidden in ["cudarc", "attn-kernels", "cublas-sys"] {
@@ -74,6 +75,21 @@ fn only_attn_kernels_touches_cuda() {
         assert!(
             internal.is_empty(),
             "{leaf} is a leaf but depends on {internal:?}"
+        );
+    }
+    // The measurement library sits between the kernels and the command line: it uses the
+    // libraries below it and never a command-line parser or xtask.
+    let measure = reachable(&direct, "attn-measure");
+    for needed in ["attn-kernels", "attn-oracle", "attn-stats", "attn-evidence"] {
+        assert!(
+            measure.contains(needed),
+            "attn-measure should build on {needed}"
+        );
+    }
+    for forbidden in ["clap", "xtask", "attn-report", "attn-evo"] {
+        assert!(
+            !measure.contains(forbidden),
+            "attn-measure depends on {forbidden}: it is a library under xtask"
         );
     }
     assert!(
