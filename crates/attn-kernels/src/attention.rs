@@ -135,7 +135,9 @@ impl Candidate {
                 geometry.check(&self.label(), limits)?;
                 let name = path.display().to_string();
                 let shared = geometry.shared_bytes as u32;
-                let dir = path.parent();
+                // `planted.cu` has the parent "": no include folder (an empty -I would swallow
+                // the next option).
+                let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
                 (
                     user.clone(),
                     name,
