@@ -140,3 +140,22 @@ compare_rows(const unsigned short* __restrict__ out, const float* __restrict__ r
         row_stats[5] = ref_sq;
     }
 }
+
+// count_bad: how many of an output's elements are poison, NaN/Inf, or off the reference by more
+// than `atol`, added to bad[slot]. Launched without a host wait after every timed sample, so that
+// verifying the timed outputs adds no idle gap between samples; the counts are read at the end.
+extern "C" __global__ void count_bad(const unsigned short* __restrict__ out, const float* __restrict__ ref,
+                                     float atol, unsigned short poison_bits, long long n,
+                                     unsigned int* __restrict__ bad, int slot) {
+    unsigned int count = 0;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        const unsigned short bits = out[i];
+        const float x = bits_to_float(bits);
+        const bool nonfinite = (__float_as_uint(x) & 0x7f800000u) == 0x7f800000u;
+        if (bits == poison_bits || nonfinite || !(fabsf(x - ref[i]) <= atol)) ++count;
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) count += __shfl_xor_sync(0xffffffffu, count, offset);
+    if (threadIdx.x % 32 == 0 && count > 0) atomicAdd(&bad[slot], count);
+}

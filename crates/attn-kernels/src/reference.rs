@@ -102,6 +102,38 @@ impl RowErrors {
     }
 }
 
+/// Device counters of bad elements, one slot per verified output ([`GpuReference::count_bad_async`]).
+#[derive(Debug)]
+pub struct Counters(CudaSlice<u32>);
+
+impl Counters {
+    /// `slots` zeroed counters on the device.
+    pub fn new(gpu: &Gpu, slots: usize) -> Result<Counters> {
+        Ok(Counters(
+            gpu.stream()
+                .alloc_zeros::<u32>(slots.max(1))
+                .during("cuMemAlloc (verification counters)")?,
+        ))
+    }
+
+    /// Number of slots.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there are no slots.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Copies the counts back (synchronises).
+    pub fn read(&self, gpu: &Gpu) -> Result<Vec<u32>> {
+        let counts = gpu.stream().clone_dtoh(&self.0).during("cuMemcpyDtoH")?;
+        gpu.synchronize()?;
+        Ok(counts)
+    }
+}
+
 /// The reference and compare kernels compiled for one dtype and head dim.
 #[derive(Debug)]
 pub struct GpuReference {
@@ -109,6 +141,7 @@ pub struct GpuReference {
     head_dim: usize,
     attention: CudaFunction,
     compare: CudaFunction,
+    count: CudaFunction,
 }
 
 impl GpuReference {
@@ -126,6 +159,7 @@ impl GpuReference {
             head_dim,
             attention: gpu.load(&request, "attn_reference", 0)?,
             compare: gpu.load(&request, "compare_rows", 0)?,
+            count: gpu.load(&request, "count_bad", 0)?,
         })
     }
 
@@ -172,6 +206,55 @@ impl GpuReference {
         // rows × D floats; one warp per row, the grid covers every row.
         unsafe { launch.launch(Self::grid(rows)) }.during("cuLaunchKernel (attn_reference)")?;
         Ok(ReferenceOutput { shape, data })
+    }
+
+    /// Adds to `counters[slot]` the number of elements of `out` that are poison, NaN/Inf or off
+    /// `reference` by more than `atol` — asynchronously, on the GPU's stream, with no host wait.
+    pub fn count_bad_async(
+        &self,
+        gpu: &Gpu,
+        out: &DeviceTensor,
+        reference: &ReferenceOutput,
+        atol: f64,
+        counters: &mut Counters,
+        slot: usize,
+    ) -> Result<()> {
+        if out.dims != reference.shape.q_dims() || out.dtype != self.dtype || slot >= counters.len()
+        {
+            return Err(KernelError::Shape(format!(
+                "output {:?} {} or counter slot {slot} does not match the reference {:?} {}",
+                out.dims,
+                out.dtype,
+                reference.shape.q_dims(),
+                self.dtype
+            )));
+        }
+        let n = out.buf.len() as i64;
+        let poison: u16 = match self.dtype {
+            DType::Bf16 => attn_oracle::POISON_BF16_BITS,
+            _ => attn_oracle::POISON_F16_BITS,
+        };
+        let (atol, slot_arg) = (atol as f32, slot as i32);
+        let blocks = (n as usize).div_ceil(256).min(4096) as u32;
+        let mut launch = gpu.stream().launch_builder(&self.count);
+        launch
+            .arg(&out.buf)
+            .arg(&reference.data)
+            .arg(&atol)
+            .arg(&poison)
+            .arg(&n)
+            .arg(&mut counters.0)
+            .arg(&slot_arg);
+        let cfg = LaunchConfig {
+            grid_dim: (blocks.max(1), 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: count_bad(const u16* out, const float* ref, float atol, u16 poison, long long n,
+        // unsigned* bad, int slot): out and ref hold n elements (same dims, checked above), slot
+        // is inside `counters`; a grid-stride loop covers every element.
+        unsafe { launch.launch(cfg) }.during("cuLaunchKernel (count_bad)")?;
+        Ok(())
     }
 
     /// Compares `out` with `reference`, element by element, and returns the per-row statistics

@@ -101,6 +101,25 @@ fn every_default_variant_compiles_without_spills() {
 }
 
 #[test]
+fn the_gpu_reference_compiles_for_every_dtype_and_head_dim() {
+    for dtype in [DType::F16, DType::Bf16] {
+        for head_dim in [32usize, 64, 96, 128, 256] {
+            let req = CompileRequest {
+                name: "reference.cu".into(),
+                source: include_str!("../../../kernels/reference.cu"),
+                include_dir: None,
+                defines: CompileRequest::abi_defines(dtype, head_dim).unwrap(),
+                arch: Arch("compute_90".into()),
+            };
+            let compiled = compile::compile(&req).unwrap_or_else(|e| panic!("{e}"));
+            for entry in ["attn_reference", "compare_rows", "count_bad"] {
+                assert!(compiled.ptx.contains(&format!(".entry {entry}")), "{entry}");
+            }
+        }
+    }
+}
+
+#[test]
 fn a_compile_error_reports_the_log_and_the_config() {
     let req = CompileRequest {
         name: "broken.cu".into(),

@@ -171,7 +171,7 @@ impl<'a> GateSession<'a> {
         let mut cand = KernelSide::new(gpu, prepared, problem, seed ^ 0x5eed)?;
         let reference = GpuReference::new(gpu, problem.dtype, problem.shape.head_dim)?;
         let atol = 0.75 * tolerance(problem.dtype, Distribution::Normal).max_abs;
-        cand.verify_outputs(reference, atol)?;
+        cand.verify_outputs(reference, atol, 4 * plan.interleave.timing.samples)?;
         if let Some(work) = self.side_work.as_mut() {
             cand.with_side_work(work);
         }
@@ -201,11 +201,11 @@ impl<'a> GateSession<'a> {
             let scaled = Duration::from_secs_f64(factor * median(&first.samples_us) * 1e-6);
             bound.set(floor.max(scaled));
         })?;
-        let verifier = cand.verifier.take();
+        let verified = cand.verifier.as_ref().map(|v| v.finish(gpu)).transpose()?;
         drop(cand);
         drop(base);
 
-        case.timed_outputs = verifier.map(|v| TimedOutputCheck {
+        case.timed_outputs = verified.map(|v| TimedOutputCheck {
             sets: crate::timing::input_set_count(problem, gpu),
             samples_checked: v.samples_checked,
             samples_bad: v.samples_bad,
@@ -315,4 +315,32 @@ fn second_reference(
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escaped_work;
+    use attn_kernels::{TimingMode, Timings};
+
+    fn guard(event_us: &[f64], wall_us: &[f64]) -> Timings {
+        Timings {
+            mode: TimingMode::Graph,
+            warmup: 0,
+            launches_per_sample: 1,
+            samples_us: vec![],
+            wall_us: wall_us.to_vec(),
+            guard_event_us: event_us.to_vec(),
+        }
+    }
+
+    #[test]
+    fn work_escaping_the_timed_stream_is_flagged_and_overheads_are_not() {
+        // A legitimate 10 µs kernel: launch + synchronisation overhead on top of the events.
+        assert!(escaped_work(&guard(&[10.0, 11.0, 10.5], &[30.0, 35.0, 28.0])).is_none());
+        // A long kernel: overhead is small relative to it.
+        assert!(escaped_work(&guard(&[3000.0; 5], &[3030.0; 5])).is_none());
+        // The events see 11 µs, the device-synchronised clock 340 µs: work ran elsewhere.
+        let flag = escaped_work(&guard(&[11.0; 5], &[340.0; 5])).unwrap();
+        assert!(flag.message.contains("escapes the timed stream"), "{flag}");
+    }
 }

@@ -11,8 +11,8 @@ use attn_evidence::ClockGuard;
 use attn_kernels::planted::SideStreamWork;
 use attn_kernels::telemetry::{self, ClockReading};
 use attn_kernels::{
-    Candidate, DeviceTensor, Gpu, GpuReference, Harness, Prepared, ReferenceOutput, SampleHooks,
-    TimingOptions, Timings,
+    Candidate, Counters, DeviceTensor, Gpu, GpuReference, Harness, Prepared, ReferenceOutput,
+    SampleHooks, TimingOptions, Timings,
 };
 use attn_oracle::{generate, CaseSpec, DType, Distribution};
 
@@ -144,40 +144,78 @@ pub trait TimedSide {
     fn block(&mut self, opts: &TimingOptions) -> Result<Timings>;
 }
 
-/// Checks the timed launches' outputs: poisons each output before a sample, compares it with
-/// its set's reference after.
+/// Checks the timed launches' outputs: poisons each output before a sample and, after it,
+/// counts on the GPU (no host wait, so verification adds no idle gap between samples) the
+/// elements that are unwritten, not finite or off the set's reference; [`OutputVerifier::finish`]
+/// reads the counts.
 #[derive(Debug)]
 pub struct OutputVerifier {
     reference: GpuReference,
     references: Vec<ReferenceOutput>,
     atol: f64,
-    /// Samples checked so far.
+    counters: Counters,
+    /// (sample, input set) of each counter slot used.
+    slots: Vec<(usize, usize)>,
+    samples: usize,
+}
+
+/// What [`OutputVerifier::finish`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifiedOutputs {
+    /// Samples whose outputs were checked.
     pub samples_checked: usize,
-    /// Samples with a bad element.
+    /// Samples with at least one bad element.
     pub samples_bad: usize,
     /// The first bad sample, one line.
     pub first_bad: Option<String>,
 }
 
 impl OutputVerifier {
-    /// References of every set of `sets` (normal inputs), with the tolerance for normal inputs.
+    /// References of every set of `sets` (normal inputs), and counters for `capacity` checks.
     pub fn new(
         gpu: &Gpu,
         problem: &Problem,
         sets: &InputSets,
         reference: GpuReference,
         atol: f64,
+        capacity: usize,
     ) -> Result<OutputVerifier> {
         let references = (0..sets.len())
             .map(|i| reference.compute(gpu, &sets.q[i], &sets.k[i], &sets.v[i], &problem.params))
             .collect::<std::result::Result<Vec<_>, _>>()?;
         Ok(OutputVerifier {
+            counters: Counters::new(gpu, capacity)?,
             reference,
             references,
             atol,
-            samples_checked: 0,
-            samples_bad: 0,
-            first_bad: None,
+            slots: Vec::with_capacity(capacity),
+            samples: 0,
+        })
+    }
+
+    /// Reads the counts (synchronises).
+    pub fn finish(&self, gpu: &Gpu) -> Result<VerifiedOutputs> {
+        let counts = self.counters.read(gpu)?;
+        let mut bad_samples: Vec<usize> = Vec::new();
+        let mut first_bad = None;
+        for (slot, &(sample, set)) in self.slots.iter().enumerate() {
+            let bad = counts.get(slot).copied().unwrap_or(0);
+            if bad > 0 {
+                if first_bad.is_none() {
+                    first_bad = Some(format!(
+                        "timed sample {sample} on input set {set}: {bad} of {} elements unwritten, not finite or off the reference",
+                        self.references[set].shape().q_len()
+                    ));
+                }
+                if bad_samples.last() != Some(&sample) {
+                    bad_samples.push(sample);
+                }
+            }
+        }
+        Ok(VerifiedOutputs {
+            samples_checked: self.samples,
+            samples_bad: bad_samples.len(),
+            first_bad,
         })
     }
 }
@@ -225,10 +263,23 @@ impl<'a> KernelSide<'a> {
         })
     }
 
-    /// Verifies every timed output against the GPU reference within `atol`.
-    pub fn verify_outputs(&mut self, reference: GpuReference, atol: f64) -> Result<()> {
-        let verifier =
-            OutputVerifier::new(self.gpu, self.problem, &self.sets.borrow(), reference, atol)?;
+    /// Verifies every timed output (of up to `samples` samples) against the GPU reference
+    /// within `atol`.
+    pub fn verify_outputs(
+        &mut self,
+        reference: GpuReference,
+        atol: f64,
+        samples: usize,
+    ) -> Result<()> {
+        let capacity = samples * self.sets.borrow().len().min(8) + 16;
+        let verifier = OutputVerifier::new(
+            self.gpu,
+            self.problem,
+            &self.sets.borrow(),
+            reference,
+            atol,
+            capacity,
+        )?;
         self.verifier = Some(verifier);
         Ok(())
     }
@@ -271,35 +322,26 @@ impl SampleHooks for Hooks<'_, '_> {
         let Some(verifier) = self.verifier.as_deref_mut() else {
             return Ok(());
         };
-        let sample = verifier.samples_checked;
-        verifier.samples_checked += 1;
+        let sample = verifier.samples;
+        verifier.samples += 1;
         let all = self.sets.borrow();
-        let mut seen = Vec::with_capacity(sets.len());
-        for &i in sets {
-            if seen.contains(&i) {
+        for (i, &set) in sets.iter().enumerate() {
+            if sets[..i].contains(&set) {
                 continue;
             }
-            seen.push(i);
-            let errors = verifier.reference.compare(
-                self.gpu,
-                &all.o[i],
-                &verifier.references[i],
-                verifier.atol,
-            )?;
-            if errors.bad_elements() > 0 {
-                if verifier.first_bad.is_none() {
-                    verifier.first_bad = Some(format!(
-                        "timed sample {sample} on input set {i}: {} bad elements ({} never written, {} NaN/Inf) in {} rows, max abs error {:.3e}",
-                        errors.bad_elements(),
-                        errors.poisoned_elements(),
-                        errors.nonfinite_elements(),
-                        errors.bad_rows(),
-                        errors.worst().0
-                    ));
-                }
-                verifier.samples_bad += 1;
-                break;
+            let slot = verifier.slots.len();
+            if slot >= verifier.counters.len() {
+                break; // more samples than planned: the rest go unchecked (counted as checked: no)
             }
+            verifier.reference.count_bad_async(
+                self.gpu,
+                &all.o[set],
+                &verifier.references[set],
+                verifier.atol,
+                &mut verifier.counters,
+                slot,
+            )?;
+            verifier.slots.push((sample, set));
         }
         Ok(())
     }
