@@ -10,8 +10,9 @@
 //!
 //! Inputs rotate among `sets` (the caller's launch closure receives the set index). Every sample is
 //! kept. A separate guard pass times a few plain launches twice, by events on the timed stream and
-//! by the host clock up to a device-wide synchronisation: work that escapes the timed stream
-//! (another stream, a child launch) shows up in the second and not in the first.
+//! by the host clock up to a device-wide synchronisation, and measures how long the device keeps
+//! working after the timed stream's end event: work that escapes the timed stream (another stream,
+//! a child launch) shows up in the last two and not in the first.
 
 use std::time::Instant;
 
@@ -75,6 +76,11 @@ pub struct Timings {
     pub wall_us: Vec<f64>,
     /// Guard pass: the same launches timed by events on the timed stream, µs.
     pub guard_event_us: Vec<f64>,
+    /// Guard pass: how long the device kept working after the timed stream's end event had
+    /// completed (host time from that event to a device-wide synchronisation), µs. Near zero
+    /// unless work runs on another stream.
+    #[serde(default)]
+    pub guard_residual_us: Vec<f64>,
 }
 
 /// What the caller does around each timed sample, outside the events: e.g. poison the outputs the
@@ -208,12 +214,16 @@ impl<'g> Harness<'g> {
 
         let mut wall_us = Vec::with_capacity(opts.guard_launches);
         let mut guard_event_us = Vec::with_capacity(opts.guard_launches);
+        let mut guard_residual_us = Vec::with_capacity(opts.guard_launches);
         for i in 0..opts.guard_launches {
             let t0 = Instant::now();
             start.record(&stream).during("cuEventRecord")?;
             launch(i % sets)?;
             end.record(&stream).during("cuEventRecord")?;
+            end.synchronize().during("cuEventSynchronize")?;
+            let timed_stream_done = Instant::now();
             self.gpu.synchronize()?;
+            guard_residual_us.push(timed_stream_done.elapsed().as_secs_f64() * 1e6);
             wall_us.push(t0.elapsed().as_secs_f64() * 1e6);
             guard_event_us
                 .push(f64::from(start.elapsed_ms(&end).during("cuEventElapsedTime")?) * 1000.0);
@@ -225,6 +235,7 @@ impl<'g> Harness<'g> {
             samples_us,
             wall_us,
             guard_event_us,
+            guard_residual_us,
         })
     }
 }

@@ -252,16 +252,20 @@ impl<'a> GateSession<'a> {
     }
 }
 
-/// Work that escaped the timed stream: in the guard pass, the device-synchronised host time per
-/// launch exceeds the same launches' event time by more than launch and synchronisation overhead
-/// can explain.
+/// Work that escaped the timed stream, seen in the guard pass: the device still busy after the
+/// timed stream's end event (more than a synchronisation's few µs), or a device-synchronised host
+/// time per launch beyond the same launches' event time by more than launch and synchronisation
+/// overhead can explain.
 pub fn escaped_work(timings: &Timings) -> Option<Flag> {
     let (event, wall) = (median(&timings.guard_event_us), median(&timings.wall_us));
-    (wall.is_finite() && event.is_finite() && wall - event > (0.5 * event).max(50.0)).then(|| {
+    let residual = median(&timings.guard_residual_us);
+    let still_busy = residual.is_finite() && residual > (0.1 * event).max(25.0);
+    let slow_wall = wall.is_finite() && event.is_finite() && wall - event > (0.5 * event).max(50.0);
+    (still_busy || slow_wall).then(|| {
         Flag::new(
             FlagKind::EscapedStream,
             format!(
-                "device-synchronised wall time {wall:.1} µs per launch vs {event:.1} µs by the timed stream's events: work escapes the timed stream (another stream?)"
+                "the device kept working {residual:.1} µs after the timed stream's last event (device-synchronised wall time {wall:.1} µs per launch vs {event:.1} µs by the timed stream's events): work escapes the timed stream (another stream?)"
             ),
         )
     })
@@ -330,6 +334,7 @@ mod tests {
             samples_us: vec![],
             wall_us: wall_us.to_vec(),
             guard_event_us: event_us.to_vec(),
+            guard_residual_us: vec![3.0; event_us.len()],
         }
     }
 
@@ -342,5 +347,9 @@ mod tests {
         // The events see 11 µs, the device-synchronised clock 340 µs: work ran elsewhere.
         let flag = escaped_work(&guard(&[11.0; 5], &[340.0; 5])).unwrap();
         assert!(flag.message.contains("escapes the timed stream"), "{flag}");
+        // Overlapping hidden work: the wall time hides it, the device still busy shows it.
+        let mut overlapped = guard(&[204.0; 5], &[300.0; 5]);
+        overlapped.guard_residual_us = vec![150.0; 5];
+        assert!(escaped_work(&overlapped).is_some());
     }
 }

@@ -314,6 +314,7 @@ impl Sdpa {
             samples_us: reply.samples_us,
             wall_us: reply.wall_us,
             guard_event_us: reply.guard_event_us,
+            guard_residual_us: vec![],
         })
     }
 }

@@ -540,6 +540,7 @@ pub fn interleave(
         samples_us: vec![],
         wall_us: vec![],
         guard_event_us: vec![],
+        guard_residual_us: vec![],
     };
     let [a_t, b_t] = merged;
     Ok(Interleaved {

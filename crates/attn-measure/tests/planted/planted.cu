@@ -63,8 +63,8 @@ attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_
     return;
 #endif
 #if PLANT == 9
-    volatile int spin = 1;
-    while (spin) {}
+    // A loop with a side effect in it (an infinite loop without one may be compiled away).
+    while (*(volatile unsigned int*)&block_launches[(1 << 16) - 1] != 0xdeadbeefu) __nanosleep(1000);
 #endif
 #if PLANT == 10
     o[total + ((size_t)1 << 40)] = from_float(1.0f);
