@@ -13,11 +13,10 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
-use attn_evidence::EvoCandidate;
+use attn_evidence::{CandidateStatus, EvoCandidate, MicroBest, MicroRanked};
 use attn_kernels::compile::compile;
 use attn_kernels::{Candidate, Config, Gpu, Prepared};
 use attn_oracle::{generate, CaseSpec, DType, Distribution, Params, Shape};
-use serde::Serialize;
 
 /// Arguments of `cargo xtask micro`.
 #[derive(Debug, clap::Args)]
@@ -42,26 +41,6 @@ const STAGES: [i64; 4] = [1, 2, 3, 4];
 const VEC_WIDTH: [i64; 3] = [4, 8, 16];
 const NUM_WARPS: i64 = 4;
 const SCOPE: &str = "micro predicts the load/pipeline throughput of tile shapes (cp.async depth, copy width, tile size) on one block per SM; it cannot predict softmax cost, register pressure, tensor-core use or the occupancy of a full attention kernel. Use its ranking to seed `cargo xtask evo --seed-from-micro`, not as a verdict.";
-
-#[derive(Debug, Serialize)]
-struct Ranked {
-    config: BTreeMap<String, i64>,
-    cycles_per_tile: f64,
-    flops_per_cycle: f64,
-}
-
-#[derive(Debug, Serialize)]
-struct MicroBest {
-    kind: &'static str,
-    gpu: String,
-    seed: u64,
-    tiles: usize,
-    blocks: usize,
-    configs: usize,
-    top: Vec<Ranked>,
-    scope: &'static str,
-    provenance: attn_evidence::Provenance,
-}
 
 /// The tile configs that fit the device (the others are never built).
 fn configs(max_shared: u32) -> Vec<Config> {
@@ -137,7 +116,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
                 .iter()
                 .map(|(k, v)| (k.clone(), v.to_string()))
                 .collect(),
-            status: "ok".into(),
+            status: CandidateStatus::Ok,
             median_us: None,
             speedup: None,
             speedup_lower: None,
@@ -154,13 +133,13 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
                         as f64;
                 row.median_us = Some(cycles / f64::from(info.max_sm_mhz.max(1)));
                 row.score = Some(flops / per_tile);
-                ranked.push(Ranked {
+                ranked.push(MicroRanked {
                     config: knobs,
                     cycles_per_tile: per_tile,
                     flops_per_cycle: flops / per_tile,
                 });
             }
-            Err(err) => row.status = format!("invalid: {}", crate::one_line(&err)),
+            Err(err) => row.status = CandidateStatus::invalid(crate::one_line(&err)),
         }
         row.run_s = Some(started.elapsed().as_secs_f64());
         rows.push(row);
@@ -179,17 +158,17 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         );
     }
     let best = MicroBest {
-        kind: "micro-best",
+        kind: MicroBest::KIND.into(),
         gpu: info.name.clone(),
         seed: args.seed,
         tiles,
         blocks,
         configs: rows.len(),
         top: ranked,
-        scope: SCOPE,
+        scope: SCOPE.into(),
         provenance: crate::provenance::collect(&gpu, None, None, None),
     };
-    attn_evidence::write_json_atomic(&dir.join("best.json"), &best)?;
+    best.write(&dir.join("best.json"))?;
     println!("evidence: {}", dir.display());
     Ok(0)
 }
