@@ -16,7 +16,9 @@
 //!   baseline ([`Measurement::log_row`]); [`best_row`] picks the winner.
 //! - `plan`: [`narrow_domains`], the `--src` constraint ([`source_constraint`]), generation 0's
 //!   seeds from a micro log or earlier bests, each candidate's input seed ([`config_seed`]) and
-//!   the `gate` command that confirms a config ([`gate_command`]).
+//!   the `gate` command that confirms a config ([`gate_command`]); [`evo_best`]: `best.json`.
+//! - `micro`: the micro-benchmark's tile configs and ranking ([`micro_tile_configs`],
+//!   [`micro_ranked`]), which seed a search.
 //!
 //! ```
 //! use attn_evo::{KnobDomain, Options, Search, Space};
@@ -43,6 +45,7 @@
 mod error;
 mod log;
 mod measured;
+mod micro;
 mod plan;
 mod search;
 mod select;
@@ -50,7 +53,8 @@ mod space;
 
 pub use error::{EvoError, Result};
 pub use log::{evaluations_from_log, knobs_from_strings, knobs_to_strings};
-pub use measured::{best_row, Measurement};
+pub use measured::{best_row, evo_best, synthetic_samples, Measurement};
+pub use micro::{micro_knobs, micro_ranked, micro_tile_configs, MICRO_KNOBS, MICRO_SCOPE};
 pub use plan::{
     config_seed, format_knobs, gate_command, narrow_domains, seed_from_bests, seed_from_log,
     source_constraint,

@@ -1,10 +1,11 @@
 //! What measuring a candidate gave, and the log row it becomes.
 
-use attn_evidence::{CandidateStatus, EvoCandidate};
+use attn_evidence::{CandidateStatus, EvoBest, EvoCandidate, Provenance, SearchSpec};
 use attn_stats::{CompareOptions, Sample};
 use serde::{Deserialize, Serialize};
 
-use crate::log::knobs_to_strings;
+use crate::log::{knobs_from_strings, knobs_to_strings};
+use crate::plan::gate_command;
 use crate::space::Knobs;
 
 /// One candidate (or the baseline) measured: what a worker process prints as its last stdout line,
@@ -96,4 +97,60 @@ pub fn best_row(rows: &[EvoCandidate]) -> Option<&EvoCandidate> {
     rows.iter()
         .filter(|r| r.status.is_ok() && r.score.is_some())
         .max_by(|a, b| a.score.unwrap_or(0.0).total_cmp(&b.score.unwrap_or(0.0)))
+}
+
+/// `best.json` of a finished search: its best row with the run's counts; `None` without a valid
+/// row.
+pub fn evo_best(
+    spec: &SearchSpec,
+    run: &str,
+    rows: &[EvoCandidate],
+    devices: Vec<String>,
+    ncu: String,
+    provenance: Option<Provenance>,
+) -> Option<EvoBest> {
+    let best = best_row(rows)?;
+    let knobs = knobs_from_strings(&best.config).unwrap_or_default();
+    Some(EvoBest {
+        kind: EvoBest::KIND.into(),
+        run: run.into(),
+        target: spec.target.clone(),
+        shape: spec.shape.clone(),
+        baseline: spec.baseline.clone(),
+        seed: spec.seed,
+        config: best.config.clone(),
+        fixed_defines: spec.defines.clone(),
+        generation: best.generation,
+        median_us: best.median_us,
+        speedup: best.speedup,
+        speedup_lower: best.speedup_lower,
+        speedup_upper: best.speedup_upper,
+        score: best.score,
+        candidates: rows.len(),
+        invalid: rows.iter().filter(|r| !r.status.is_ok()).count(),
+        devices,
+        reproduce: gate_command(spec, &knobs),
+        ncu,
+        provenance,
+    })
+}
+
+/// Samples of a synthetic measurement (tests without a GPU): 100 µs for the baseline; for a
+/// candidate, faster the larger the sum of its knobs; with a tiny seeded wobble.
+pub fn synthetic_samples(knobs: &Knobs, baseline: bool, seed: u64, samples: usize) -> Vec<f64> {
+    let base = if baseline {
+        100.0
+    } else {
+        100.0 / (1.0 + 0.05 * knobs.values().sum::<i64>() as f64)
+    };
+    // A linear congruential sequence from the seed.
+    let mut state = seed | 1;
+    (0..samples)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            base * (1.0 + 1e-3 * ((state >> 33) as f64 / (1u64 << 31) as f64))
+        })
+        .collect()
 }

@@ -25,7 +25,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use attn_evidence::{CandidateStatus, EvoBest};
+use attn_evidence::CandidateStatus;
 use attn_evo::{Knobs, Options, Search};
 use attn_kernels::registry::Limits;
 use attn_kernels::Gpu;
@@ -328,54 +328,35 @@ fn finish(args: &Args, run: &Run, devices: &[Device], gpu: Option<&Gpu>) -> anyh
         invalid,
         log_path.display()
     );
-    let Some(best_row) = attn_evo::best_row(&rows) else {
+    let ncu = ncu_note(args.ncu);
+    let run_name = run
+        .dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned());
+    let devices = devices
+        .iter()
+        .map(|d| format!("{} {}", d.ordinal, d.name))
+        .collect();
+    let provenance = gpu.map(|g| crate::provenance::collect(g, None, None, None));
+    let name = run_name.unwrap_or_default();
+    let Some(best) = attn_evo::evo_best(spec, &name, &rows, devices, ncu, provenance) else {
         println!("evo: no valid candidate; no best.json");
         return Ok(crate::EXIT_FAILED);
     };
-    let ncu = ncu_note(args.ncu);
-    if !ncu.is_empty() {
-        println!("{ncu}");
+    if !best.ncu.is_empty() {
+        println!("{}", best.ncu);
     }
-    let knobs = attn_evo::knobs_from_strings(&best_row.config).unwrap_or_default();
-    let best = EvoBest {
-        kind: EvoBest::KIND.into(),
-        run: run
-            .dir
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-        target: spec.target.clone(),
-        shape: spec.shape.clone(),
-        baseline: spec.baseline.clone(),
-        seed: spec.seed,
-        config: best_row.config.clone(),
-        fixed_defines: spec.defines.clone(),
-        generation: best_row.generation,
-        median_us: best_row.median_us,
-        speedup: best_row.speedup,
-        speedup_lower: best_row.speedup_lower,
-        speedup_upper: best_row.speedup_upper,
-        score: best_row.score,
-        candidates: rows.len(),
-        invalid,
-        devices: devices
-            .iter()
-            .map(|d| format!("{} {}", d.ordinal, d.name))
-            .collect(),
-        reproduce: attn_evo::gate_command(spec, &knobs),
-        ncu,
-        provenance: gpu.map(|g| crate::provenance::collect(g, None, None, None)),
-    };
     let path = run.dir.join("best.json");
     best.write(&path)?;
+    let config = attn_evo::knobs_from_strings(&best.config).unwrap_or_default();
     println!(
         "best: {} (generation {}): {:.2} µs, speedup {:.3}x [{:.3}, {:.3}] vs {}\nconfirm it: {}\nevidence: {}",
-        attn_evo::format_knobs(&knobs),
-        best_row.generation,
-        best_row.median_us.unwrap_or(f64::NAN),
-        best_row.speedup.unwrap_or(f64::NAN),
-        best_row.speedup_lower.unwrap_or(f64::NAN),
-        best_row.speedup_upper.unwrap_or(f64::NAN),
+        attn_evo::format_knobs(&config),
+        best.generation,
+        best.median_us.unwrap_or(f64::NAN),
+        best.speedup.unwrap_or(f64::NAN),
+        best.speedup_lower.unwrap_or(f64::NAN),
+        best.speedup_upper.unwrap_or(f64::NAN),
         spec.baseline,
         best.reproduce,
         path.display()

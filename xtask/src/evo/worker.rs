@@ -230,8 +230,7 @@ pub fn candidate(
     })
 }
 
-/// The synthetic worker (tests without a GPU): 100 µs for the baseline; for a candidate, faster the
-/// larger its knobs, with a little seeded noise. `MODE=1` dies the way a faulting kernel's worker
+/// The synthetic worker (tests without a GPU; times from `attn_evo::synthetic_samples`). `MODE=1` dies the way a faulting kernel's worker
 /// does, `MODE=2` hangs; `ATTN_EVO_SYNTHETIC_DELAY_MS` slows every candidate down (to kill a run
 /// mid-way in tests).
 fn synthetic(args: &WorkerArgs) -> Measurement {
@@ -252,20 +251,7 @@ fn synthetic(args: &WorkerArgs) -> Measurement {
     {
         std::thread::sleep(Duration::from_millis(ms));
     }
-    let base = if args.baseline.is_some() {
-        100.0
-    } else {
-        100.0 / (1.0 + 0.05 * knobs.0.values().sum::<i64>() as f64)
-    };
-    // A tiny deterministic wobble (a linear congruential sequence from the seed).
-    let mut state = args.seed | 1;
-    let samples_us = (0..args.samples)
-        .map(|_| {
-            state = state
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            base * (1.0 + 1e-3 * ((state >> 33) as f64 / (1u64 << 31) as f64))
-        })
-        .collect();
+    let samples_us =
+        attn_evo::synthetic_samples(&knobs.0, args.baseline.is_some(), args.seed, args.samples);
     Measurement::ok(samples_us, None)
 }
