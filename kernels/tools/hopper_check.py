@@ -5,25 +5,125 @@ Prints one line per (config, dtype): registers, stack frame, spill bytes, and th
 memory of hopper.cu's formula; exits 1 if a config fails to compile, spills, uses a stack frame,
 needs more shared memory than sm_90 allows, or ptxas warns (e.g. wgmma serialisation).
 
-Usage: hopper_check.py [--cuda DIR] [--keep DIR] [--config "HEAD_DIM=128 NUM_WARPS=8 ..."] ...
+Usage: hopper_check.py [--cuda DIR (default $CUDA_HOME, else target/cuda-wheels/nvidia/cu13)] [--keep DIR] [--config "HEAD_DIM=128 NUM_WARPS=8 ..."] ...
 Without --config it checks every NUM_WARPS x BLOCK_N x STAGES x OVERLAP x PINGPONG combination of both head dims that
 fits in shared memory.
 """
 
 import argparse
 import ctypes
+import glob
 import itertools
 import os
+import re
 import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import nvrtc_check as nc  # noqa: E402  (the NVRTC binding and ptxas parsing)
-
-SRC = os.path.join(nc.KERNELS_DIR, "hopper.cu")
+KERNELS_DIR = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+# $CUDA_HOME, else the wheels `cargo xtask test` installs into this checkout's target/.
+DEFAULT_CUDA = os.environ.get("CUDA_HOME") or os.path.join(KERNELS_DIR, "..", "target", "cuda-wheels", "nvidia", "cu13")
+DTYPE_DEFINES = {"f16": "ATTN_DTYPE_F16", "bf16": "ATTN_DTYPE_BF16"}
+SRC = os.path.join(KERNELS_DIR, "hopper.cu")
 ARCH = "90a"
 SMEM_OPTIN_LIMIT = 232448
+
+
+class Nvrtc:
+    """Minimal ctypes binding of the NVRTC calls needed to turn a source string into PTX."""
+
+    def __init__(self, lib_path):
+        self.lib = ctypes.CDLL(lib_path)
+        self.lib.nvrtcGetErrorString.restype = ctypes.c_char_p
+
+    def _check(self, status, what, log=""):
+        if status != 0:
+            msg = self.lib.nvrtcGetErrorString(status).decode()
+            raise RuntimeError(f"{what} failed: {msg}\n{log}")
+
+    def compile_to_ptx(self, source, name, options):
+        prog = ctypes.c_void_p()
+        self._check(
+            self.lib.nvrtcCreateProgram(
+                ctypes.byref(prog), source.encode(), name.encode(), 0, None, None
+            ),
+            "nvrtcCreateProgram",
+        )
+        try:
+            opts = [o.encode() for o in options]
+            arr = (ctypes.c_char_p * len(opts))(*opts)
+            status = self.lib.nvrtcCompileProgram(prog, len(opts), arr)
+            log = self._log(prog)
+            self._check(status, "nvrtcCompileProgram", log)
+            size = ctypes.c_size_t()
+            self._check(self.lib.nvrtcGetPTXSize(prog, ctypes.byref(size)), "nvrtcGetPTXSize")
+            buf = ctypes.create_string_buffer(size.value)
+            self._check(self.lib.nvrtcGetPTX(prog, buf), "nvrtcGetPTX")
+            return buf.value.decode(), log
+        finally:
+            self.lib.nvrtcDestroyProgram(ctypes.byref(prog))
+
+    def _log(self, prog):
+        size = ctypes.c_size_t()
+        self.lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+        buf = ctypes.create_string_buffer(max(size.value, 1))
+        self.lib.nvrtcGetProgramLog(prog, buf)
+        return buf.value.decode(errors="replace").strip()
+
+
+def nvrtc_options(include_dir, arch, defines):
+    """The NVRTC options the host uses: virtual arch, C++17, kernels/ and CUDA headers, -D defines."""
+    opts = [
+        f"--gpu-architecture=compute_{arch}",
+        "-std=c++17",
+        f"-I{KERNELS_DIR}",
+        f"-I{include_dir}",
+        "-default-device",
+    ]
+    opts += [f"-D{k}" if v is None else f"-D{k}={v}" for k, v in defines.items()]
+    return opts
+
+
+PTXAS_PATTERNS = {
+    "regs": re.compile(r"Used (\d+) registers"),
+    "smem": re.compile(r"(\d+) bytes smem"),
+    "stack": re.compile(r"(\d+) bytes stack frame"),
+    "spill_st": re.compile(r"(\d+) bytes spill stores"),
+    "spill_ld": re.compile(r"(\d+) bytes spill loads"),
+}
+
+
+def ptxas_verbose(cuda_dir, arch, ptx, keep_dir, tag):
+    """Assembles `ptx` for sm_<arch> and parses `ptxas -v` into a dict of ints."""
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx_path = os.path.join(keep_dir or tmp, f"{tag}.ptx")
+        with open(ptx_path, "w") as f:
+            f.write(ptx)
+        cubin = os.path.join(keep_dir or tmp, f"{tag}.cubin")
+        res = subprocess.run(
+            [os.path.join(cuda_dir, "bin", "ptxas"), f"-arch=sm_{arch}", "-v", ptx_path, "-o", cubin],
+            capture_output=True,
+            text=True,
+        )
+    out = res.stdout + res.stderr
+    if res.returncode != 0:
+        raise RuntimeError(f"ptxas failed:\n{out}")
+    report = {}
+    for key, pat in PTXAS_PATTERNS.items():
+        m = pat.search(out)
+        report[key] = int(m.group(1)) if m else 0
+    report["warnings"] = [l for l in out.splitlines() if "warning" in l.lower()]
+    return report
+
+
+def parse_config(text):
+    cfg = {}
+    for item in text.split():
+        key, _, value = item.partition("=")
+        cfg[key] = int(value) if value.lstrip("-").isdigit() else (value or None)
+    if "HEAD_DIM" not in cfg:
+        raise SystemExit(f"config {text!r} lacks HEAD_DIM")
+    return cfg
 
 
 def shared_bytes(cfg):
@@ -36,7 +136,7 @@ def shared_bytes(cfg):
 def ptxas_report(cuda_dir, ptx, keep_dir, tag):
     """nvrtc_check's ptxas report, plus ptxas's "Potential Performance Loss" infos (C75xx: wgmma
     serialised, i.e. no overlap between wgmma groups), which are not warnings and say why."""
-    rep = nc.ptxas_report(cuda_dir, ARCH, ptx, keep_dir, tag)
+    rep = ptxas_verbose(cuda_dir, ARCH, ptx, keep_dir, tag)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "k.ptx")
         with open(path, "w") as f:
@@ -66,7 +166,7 @@ def all_configs():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cuda", default=nc.DEFAULT_CUDA)
+    ap.add_argument("--cuda", default=DEFAULT_CUDA)
     ap.add_argument("--keep", default=None, help="directory to keep the .ptx/.cubin files in")
     ap.add_argument("--config", action="append", default=[])
     ap.add_argument("--dtypes", default="f16,bf16")
@@ -74,13 +174,16 @@ def main():
     args = ap.parse_args()
 
     # NVRTC dlopens its builtins by name: load them first so that no LD_LIBRARY_PATH is needed.
-    builtins = os.path.join(args.cuda, "lib", "libnvrtc-builtins.so.13.0")
-    if os.path.exists(builtins):
+    for builtins in glob.glob(os.path.join(args.cuda, "lib*", "libnvrtc-builtins.so.*")):
         ctypes.CDLL(builtins, mode=ctypes.RTLD_GLOBAL)
-    lib = nc.Nvrtc(os.path.join(args.cuda, "lib", "libnvrtc.so.13"))
+        break
+    found = sorted(glob.glob(os.path.join(args.cuda, "lib*", "libnvrtc.so*")))
+    if not found:
+        raise SystemExit(f"no libnvrtc.so under {args.cuda}/lib*: pass --cuda DIR or set CUDA_HOME")
+    lib = Nvrtc(found[0])
     with open(SRC) as f:
         source = f.read()
-    configs = [nc.parse_config(c) for c in args.config] or list(all_configs())
+    configs = [parse_config(c) for c in args.config] or list(all_configs())
     if args.keep:
         os.makedirs(args.keep, exist_ok=True)
 
@@ -89,9 +192,9 @@ def main():
     for cfg, dtype in itertools.product(configs, args.dtypes.split(",")):
         label = " ".join(f"{k}={v}" for k, v in cfg.items())
         tag = f"hopper_{dtype}_" + "_".join(f"{k}{v}" for k, v in cfg.items())
-        defines = {nc.DTYPE_DEFINES[dtype]: None, **cfg}
+        defines = {DTYPE_DEFINES[dtype]: None, **cfg}
         try:
-            opts = nc.nvrtc_options(os.path.join(args.cuda, "include"), ARCH, defines)
+            opts = nvrtc_options(os.path.join(args.cuda, "include"), ARCH, defines)
             ptx, log = lib.compile_to_ptx(source, "hopper.cu", opts)
             rep = ptxas_report(args.cuda, ptx, args.keep, tag)
         except RuntimeError as e:

@@ -9,7 +9,7 @@
 # oracle (--checks 2, poisoned outputs); speed: (2,16,8192,D) fp16 vs SDPA.
 # Machine code: cubins built by `hopper_check.py --keep target/hopper_sass` are disassembled.
 set -u
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export LD_LIBRARY_PATH=${CUDA_HOME:-/usr/local/cuda}/lib64:${LD_LIBRARY_PATH:-}
 log=${OUT:-/tmp}/hopper.log
 what=${1:-all}
 xtask=${BUNDLE:-target/bundle}/xtask

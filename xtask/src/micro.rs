@@ -8,16 +8,15 @@
 //! register pressure or occupancy effects of a full attention kernel: a starting point for the
 //! search, not a verdict.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
-use attn_evidence::EvoCandidate;
+use attn_evidence::{CandidateStatus, EvoCandidate, MicroBest};
+use attn_evo::{micro_knobs, micro_ranked, micro_tile_configs, Knobs, MICRO_SCOPE};
 use attn_kernels::compile::compile;
 use attn_kernels::{Candidate, Config, Gpu, Prepared};
 use attn_oracle::{generate, CaseSpec, DType, Distribution, Params, Shape};
-use serde::Serialize;
 
 /// Arguments of `cargo xtask micro`.
 #[derive(Debug, clap::Args)]
@@ -36,58 +35,6 @@ pub struct Args {
     pub evidence: PathBuf,
 }
 
-const BLOCK_M: [i64; 4] = [16, 32, 64, 128];
-const BLOCK_K: [i64; 3] = [32, 64, 128];
-const STAGES: [i64; 4] = [1, 2, 3, 4];
-const VEC_WIDTH: [i64; 3] = [4, 8, 16];
-const NUM_WARPS: i64 = 4;
-const SCOPE: &str = "micro predicts the load/pipeline throughput of tile shapes (cp.async depth, copy width, tile size) on one block per SM; it cannot predict softmax cost, register pressure, tensor-core use or the occupancy of a full attention kernel. Use its ranking to seed `cargo xtask evo --seed-from-micro`, not as a verdict.";
-
-#[derive(Debug, Serialize)]
-struct Ranked {
-    config: BTreeMap<String, i64>,
-    cycles_per_tile: f64,
-    flops_per_cycle: f64,
-}
-
-#[derive(Debug, Serialize)]
-struct MicroBest {
-    kind: &'static str,
-    gpu: String,
-    seed: u64,
-    tiles: usize,
-    blocks: usize,
-    configs: usize,
-    top: Vec<Ranked>,
-    scope: &'static str,
-    provenance: attn_evidence::Provenance,
-}
-
-/// The tile configs that fit the device (the others are never built).
-fn configs(max_shared: u32) -> Vec<Config> {
-    let mut out = Vec::new();
-    for m in BLOCK_M {
-        for k in BLOCK_K {
-            for s in STAGES {
-                for w in VEC_WIDTH {
-                    let shared = s * m * k * 2;
-                    if shared <= i64::from(max_shared) {
-                        out.push(Config::from_pairs(&[
-                            ("BLOCK_M", m),
-                            ("BLOCK_K", k),
-                            ("STAGES", s),
-                            ("VEC_WIDTH", w),
-                            ("NUM_WARPS", NUM_WARPS),
-                            ("SHARED_BYTES", shared),
-                        ]));
-                    }
-                }
-            }
-        }
-    }
-    out
-}
-
 /// Runs the subcommand; returns the process exit code.
 pub fn run(args: Args) -> anyhow::Result<u8> {
     let gpu = Gpu::open(0)?;
@@ -96,9 +43,9 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let path = crate::workspace_root().join("kernels").join("micro.cu");
     let source = include_str!("../../kernels/micro.cu");
     let tiles = args.tiles.max(1);
-    let configs = configs(gpu.limits().max_shared_per_block);
+    let configs = micro_tile_configs(gpu.limits().max_shared_per_block);
     println!(
-        "micro: {} tile configs on {} ({} blocks, {} tiles each, seed {})\n{SCOPE}",
+        "micro: {} tile configs on {} ({} blocks, {} tiles each, seed {})\n{MICRO_SCOPE}",
         configs.len(),
         info.name,
         blocks,
@@ -108,7 +55,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let candidates: Vec<Candidate> = configs
         .iter()
         .map(|c| {
-            let mut defines = c.clone();
+            let mut defines = Config(c.clone());
             defines.0.insert("TILES".into(), tiles as i64);
             Candidate::Source {
                 path: path.clone(),
@@ -123,21 +70,12 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let mut rows = Vec::new();
     let mut ranked = Vec::new();
     for ((config, candidate), compile_s) in configs.iter().zip(&candidates).zip(compile_s) {
-        let knobs: BTreeMap<String, i64> = config
-            .0
-            .iter()
-            .filter(|(k, _)| matches!(k.as_str(), "BLOCK_M" | "BLOCK_K" | "STAGES" | "VEC_WIDTH"))
-            .map(|(k, v)| (k.clone(), *v))
-            .collect();
         let started = Instant::now();
         let measured = measure(&gpu, candidate, config, blocks, args.seed);
         let mut row = EvoCandidate {
             generation: 0,
-            config: knobs
-                .iter()
-                .map(|(k, v)| (k.clone(), v.to_string()))
-                .collect(),
-            status: "ok".into(),
+            config: attn_evo::knobs_to_strings(&micro_knobs(config)),
+            status: CandidateStatus::Ok,
             median_us: None,
             speedup: None,
             speedup_lower: None,
@@ -148,19 +86,12 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         };
         match measured {
             Ok(cycles) => {
-                let per_tile = cycles / tiles as f64;
-                let flops = 2.0
-                    * (config.get("BLOCK_M").unwrap_or(1) * config.get("BLOCK_K").unwrap_or(1))
-                        as f64;
+                let entry = micro_ranked(config, cycles, tiles);
                 row.median_us = Some(cycles / f64::from(info.max_sm_mhz.max(1)));
-                row.score = Some(flops / per_tile);
-                ranked.push(Ranked {
-                    config: knobs,
-                    cycles_per_tile: per_tile,
-                    flops_per_cycle: flops / per_tile,
-                });
+                row.score = Some(entry.flops_per_cycle);
+                ranked.push(entry);
             }
-            Err(err) => row.status = format!("invalid: {}", crate::one_line(&err)),
+            Err(err) => row.status = CandidateStatus::invalid(crate::one_line(&err)),
         }
         row.run_s = Some(started.elapsed().as_secs_f64());
         rows.push(row);
@@ -173,23 +104,23 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         println!(
             "{:>2}. {:<50} {:>8.1} cycles/tile  {:>6.2} FLOP/cycle",
             i + 1,
-            Config(r.config.clone()).to_string(),
+            attn_evo::format_knobs(&r.config),
             r.cycles_per_tile,
             r.flops_per_cycle
         );
     }
     let best = MicroBest {
-        kind: "micro-best",
+        kind: MicroBest::KIND.into(),
         gpu: info.name.clone(),
         seed: args.seed,
         tiles,
         blocks,
         configs: rows.len(),
         top: ranked,
-        scope: SCOPE,
+        scope: MICRO_SCOPE.into(),
         provenance: crate::provenance::collect(&gpu, None, None, None),
     };
-    attn_evidence::write_json_atomic(&dir.join("best.json"), &best)?;
+    best.write(&dir.join("best.json"))?;
     println!("evidence: {}", dir.display());
     Ok(0)
 }
@@ -222,11 +153,11 @@ fn compile_all(gpu: &Gpu, candidates: &[Candidate]) -> anyhow::Result<Vec<f64>> 
 fn measure(
     gpu: &Gpu,
     candidate: &Candidate,
-    config: &Config,
+    config: &Knobs,
     blocks: usize,
     seed: u64,
 ) -> anyhow::Result<f64> {
-    let block_m = config.get("BLOCK_M").unwrap_or(64) as usize;
+    let block_m = config.get("BLOCK_M").copied().unwrap_or(64) as usize;
     let shape = Shape::new(1, 1, block_m * blocks, 65_536, 64)?;
     let inputs = generate(&CaseSpec {
         shape,

@@ -45,7 +45,7 @@ pub struct Args {
     pub launches: u32,
     /// Metric set: overview, tensor, memory, occupancy, bank-conflicts, spills, all.
     #[arg(long, default_value = "all")]
-    pub purpose: String,
+    pub purpose: attn_ncu::metrics::Purpose,
     /// Speedup against the baseline (from a gate run), an input of the fitness score.
     #[arg(long, default_value_t = 1.0)]
     pub speedup: f64,
@@ -153,20 +153,6 @@ fn launch_target(args: &Args) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-fn purpose(name: &str) -> anyhow::Result<attn_ncu::metrics::Purpose> {
-    use attn_ncu::metrics::Purpose;
-    Ok(match name {
-        "overview" => Purpose::Overview,
-        "tensor" => Purpose::Tensor,
-        "memory" => Purpose::Memory,
-        "occupancy" => Purpose::Occupancy,
-        "bank-conflicts" => Purpose::BankConflicts,
-        "spills" => Purpose::Spills,
-        "all" => Purpose::All,
-        other => anyhow::bail!("unknown --purpose {other} (overview, tensor, memory, occupancy, bank-conflicts, spills, all)"),
-    })
-}
-
 fn profile_impl(args: &Args) -> anyhow::Result<u8> {
     let spec = spec(args)?;
     attn_measure::Problem::new(spec.clone())?;
@@ -178,7 +164,7 @@ fn profile_impl(args: &Args) -> anyhow::Result<u8> {
         },
         attn_kernels::Candidate::Source { .. } => "attn_fwd",
     };
-    let metrics = attn_ncu::metrics::hopper(purpose(&args.purpose)?)
+    let metrics = attn_ncu::metrics::hopper(args.purpose)
         .metrics
         .iter()
         .map(|m| m.to_string())

@@ -8,6 +8,8 @@ use common::xtask;
 use std::path::Path;
 use std::process::Command;
 
+use attn_evidence::CandidateStatus;
+
 fn evo(args: &[&str], evidence: &Path) -> String {
     let out = Command::new(xtask())
         .arg("evo")
@@ -98,9 +100,10 @@ fn planted_faulting_and_hanging_candidates_are_survived() {
         rows.iter()
             .find(|r| r.config["MODE"] == mode)
             .map(|r| r.status.clone())
-            .unwrap_or_default()
     };
-    assert_eq!(status("0"), "ok", "{rows:?}");
-    assert_eq!(status("1"), "invalid: illegal address", "{rows:?}");
-    assert_eq!(status("2"), "invalid: timeout after 10 s", "{rows:?}");
+    assert_eq!(status("0"), Some(CandidateStatus::Ok), "{rows:?}");
+    let illegal = CandidateStatus::invalid("illegal address");
+    assert_eq!(status("1"), Some(illegal), "{rows:?}");
+    let timeout = CandidateStatus::invalid("timeout after 10 s");
+    assert_eq!(status("2"), Some(timeout), "{rows:?}");
 }

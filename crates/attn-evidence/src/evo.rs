@@ -19,8 +19,8 @@ pub struct EvoCandidate {
     pub generation: u32,
     /// The configuration, as `-D` defines.
     pub config: BTreeMap<String, String>,
-    /// `"ok"`, or `"invalid: <why>"` (did not compile, wrong result, too much shared memory...).
-    pub status: String,
+    /// Measured, or invalid and why (did not compile, wrong result, too much shared memory...).
+    pub status: CandidateStatus,
     /// Median time per launch, µs.
     pub median_us: Option<f64>,
     /// Speedup over the baseline (baseline time / candidate time; above 1 is faster).
@@ -35,6 +35,95 @@ pub struct EvoCandidate {
     pub compile_s: Option<f64>,
     /// Seconds spent checking and timing.
     pub run_s: Option<f64>,
+}
+
+/// How a candidate ended: measured, or invalid and why. Files hold the text `ok` or
+/// `invalid: <why>` ([`std::fmt::Display`] writes it, [`std::str::FromStr`] reads it back).
+///
+/// ```
+/// use attn_evidence::CandidateStatus;
+/// let status: CandidateStatus = "invalid: timeout after 10 s".parse()?;
+/// assert_eq!(status, CandidateStatus::invalid("timeout after 10 s"));
+/// assert_eq!(status.to_string(), "invalid: timeout after 10 s");
+/// assert!("ok".parse::<CandidateStatus>()?.is_ok());
+/// # Ok::<(), String>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub enum CandidateStatus {
+    /// Compiled, correct and timed.
+    Ok,
+    /// Not measured: why, on one line.
+    Invalid {
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+impl CandidateStatus {
+    /// An invalid candidate.
+    pub fn invalid(reason: impl Into<String>) -> CandidateStatus {
+        CandidateStatus::Invalid {
+            reason: reason.into(),
+        }
+    }
+
+    /// Whether the candidate was measured.
+    pub fn is_ok(&self) -> bool {
+        matches!(self, CandidateStatus::Ok)
+    }
+}
+
+impl std::fmt::Display for CandidateStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CandidateStatus::Ok => f.write_str("ok"),
+            CandidateStatus::Invalid { reason } => write!(f, "invalid: {reason}"),
+        }
+    }
+}
+
+impl std::str::FromStr for CandidateStatus {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<CandidateStatus, String> {
+        if text == "ok" {
+            return Ok(CandidateStatus::Ok);
+        }
+        match text.strip_prefix("invalid") {
+            Some(rest) if rest.is_empty() || rest.starts_with(':') => {
+                Ok(CandidateStatus::invalid(rest[rest.len().min(1)..].trim()))
+            }
+            _ => Err(format!(
+                "status {text:?} is neither `ok` nor `invalid: <why>`"
+            )),
+        }
+    }
+}
+
+impl From<CandidateStatus> for String {
+    fn from(status: CandidateStatus) -> String {
+        status.to_string()
+    }
+}
+
+impl TryFrom<String> for CandidateStatus {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<CandidateStatus, String> {
+        text.parse()
+    }
+}
+
+/// Transitional, for readers that still compare the text (attn-report); use
+/// [`CandidateStatus::is_ok`] instead.
+impl PartialEq<&str> for CandidateStatus {
+    fn eq(&self, text: &&str) -> bool {
+        match self {
+            CandidateStatus::Ok => *text == "ok",
+            CandidateStatus::Invalid { reason } => text.strip_prefix("invalid: ") == Some(reason),
+        }
+    }
 }
 
 /// The fixed columns, in file order; config columns go between `generation` and `status`.
@@ -54,7 +143,7 @@ impl EvoCandidate {
     fn record<'k>(&self, keys: impl Iterator<Item = &'k str>) -> Vec<String> {
         let mut record = vec![self.generation.to_string()];
         record.extend(keys.map(|k| self.config.get(k).cloned().unwrap_or_default()));
-        record.push(self.status.clone());
+        record.push(self.status.to_string());
         record.extend(
             self.optional_fields()
                 .iter()
@@ -79,13 +168,13 @@ impl EvoCandidate {
 /// Writes a whole search log atomically (rewrite it after each generation; logs are small).
 ///
 /// ```
-/// use attn_evidence::{read_evo_log, write_evo_log, EvoCandidate};
+/// use attn_evidence::{read_evo_log, write_evo_log, CandidateStatus, EvoCandidate};
 /// let dir = tempfile::tempdir()?;
 /// let path = dir.path().join("evo/run1/log.csv");
 /// let row = EvoCandidate {
 ///     generation: 0,
 ///     config: [("BLOCK_M".to_string(), "128".to_string())].into(),
-///     status: "ok".into(),
+///     status: CandidateStatus::Ok,
 ///     median_us: Some(31.5), speedup: Some(0.85), speedup_lower: Some(0.84), speedup_upper: Some(0.86),
 ///     score: Some(0.84), compile_s: Some(1.2), run_s: None,
 /// };
@@ -115,7 +204,7 @@ pub fn write_evo_log(path: &Path, rows: &[EvoCandidate]) -> Result<(), EvidenceE
             keys.iter()
                 .map(|k| row.config.get(*k).cloned().unwrap_or_default()),
         );
-        record.push(row.status.clone());
+        record.push(row.status.to_string());
         record.extend(
             row.optional_fields()
                 .iter()
@@ -134,19 +223,20 @@ pub fn write_evo_log(path: &Path, rows: &[EvoCandidate]) -> Result<(), EvidenceE
 /// The config columns are fixed when the file is created (a search's knobs are known up front).
 ///
 /// ```
-/// use attn_evidence::{read_evo_log, EvoCandidate, EvoLogAppender};
+/// use attn_evidence::{read_evo_log, CandidateStatus, EvoCandidate, EvoLogAppender};
 /// let dir = tempfile::tempdir()?;
 /// let path = dir.path().join("evo/run1/log.csv");
-/// let row = |generation, status: &str| EvoCandidate {
-///     generation, config: [("STAGES".to_string(), "2".to_string())].into(), status: status.into(),
+/// let row = |generation, status: CandidateStatus| EvoCandidate {
+///     generation, config: [("STAGES".to_string(), "2".to_string())].into(), status,
 ///     median_us: None, speedup: None, speedup_lower: None, speedup_upper: None, score: None,
 ///     compile_s: None, run_s: Some(10.0),
 /// };
 /// let keys = vec!["STAGES".to_string()];
-/// EvoLogAppender::open(&path, &keys)?.append(&row(0, "ok"))?;
+/// let timeout = CandidateStatus::invalid("timeout after 10 s");
+/// EvoLogAppender::open(&path, &keys)?.append(&row(0, CandidateStatus::Ok))?;
 /// // Reopened (a resumed search): rows are added after the ones already there.
-/// EvoLogAppender::open(&path, &keys)?.append(&row(1, "invalid: timeout after 10 s"))?;
-/// assert_eq!(read_evo_log(&path)?, vec![row(0, "ok"), row(1, "invalid: timeout after 10 s")]);
+/// EvoLogAppender::open(&path, &keys)?.append(&row(1, timeout.clone()))?;
+/// assert_eq!(read_evo_log(&path)?, vec![row(0, CandidateStatus::Ok), row(1, timeout)]);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug)]
@@ -326,7 +416,7 @@ fn parse_evo_log(path: &Path, text: &str) -> Result<Vec<EvoCandidate>, EvidenceE
         rows.push(EvoCandidate {
             generation,
             config,
-            status: cell("status").to_owned(),
+            status: cell("status").parse().map_err(|e| fail(line, e))?,
             median_us: number("median_us")?,
             speedup: number("speedup")?,
             speedup_lower: number("speedup_lower")?,
@@ -347,7 +437,7 @@ mod appender_tests {
         EvoCandidate {
             generation,
             config: [("A".to_string(), generation.to_string())].into(),
-            status: "ok".into(),
+            status: CandidateStatus::Ok,
             median_us: Some(1.5),
             speedup: None,
             speedup_lower: None,

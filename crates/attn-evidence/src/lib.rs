@@ -15,7 +15,9 @@
 //!   [`attn_stats::Comparison`] per shape and a verdict. [`BenchRun`] (`evidence/bench/*.json` and a
 //!   same-name `.csv`): timings with summaries. Both are an [`Evidence`], told apart by `"kind"`.
 //! - [`EvoCandidate`]: one row of a search log (`evidence/evo/<run>/log.csv`,
-//!   `evidence/micro/log.csv`), read and written by [`read_evo_log`] and [`write_evo_log`].
+//!   `evidence/micro/log.csv`) with its [`CandidateStatus`], read and written by [`read_evo_log`]
+//!   and [`write_evo_log`]; [`SearchSpec`] (`search.json`), [`EvoBest`] (`evo/<run>/best.json`)
+//!   and [`MicroBest`] (`micro/best.json`): the rest of a search's files.
 //! - [`write_json_atomic`], [`read`], [`load_dir`], [`evidence_file_name`]: files are written
 //!   atomically (temp file + rename), read with errors that name the file, and loaded in time order.
 //!
@@ -45,23 +47,25 @@ mod evo;
 mod gate;
 mod implementation;
 mod provenance;
+mod search;
 mod shape;
 mod store;
 mod timing;
 
 pub use bench::{BenchEntry, BenchRun, BENCH_CSV_HEADER};
 pub use error::EvidenceError;
-pub use evo::{read_evo_log, write_evo_log, EvoCandidate, EvoLogAppender};
+pub use evo::{read_evo_log, write_evo_log, CandidateStatus, EvoCandidate, EvoLogAppender};
 pub use gate::{
     CaseStatus, CheckFailure, ClockGuard, CorrectnessCheck, Flag, FlagKind, FullCheck, GateCase,
     GateRule, GateRun, TimedOutputCheck,
 };
 pub use implementation::Implementation;
 pub use provenance::{utc_now_rfc3339, ClockReadings, Provenance};
+pub use search::{EvoBest, MicroBest, MicroRanked, SearchSpec};
 pub use shape::{Dtype, ShapeSpec};
 pub use store::{
-    evidence_file_name, evidence_path, json_files, load_dir, read, slug, write_bytes_atomic,
-    write_json_atomic, Evidence,
+    evidence_file_name, evidence_path, json_files, load_dir, read, read_json, slug,
+    write_bytes_atomic, write_json_atomic, Evidence,
 };
 pub use timing::{Timing, TimingMode};
 

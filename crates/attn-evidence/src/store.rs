@@ -87,6 +87,32 @@ pub fn write_bytes_atomic(path: &Path, bytes: &[u8]) -> Result<(), EvidenceError
     result.map_err(fail)
 }
 
+/// Reads a JSON file of type `T` (a search's files), refusing a newer schema. Errors name the
+/// file.
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, EvidenceError> {
+    let text = fs::read_to_string(path).map_err(|source| EvidenceError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let value = parse_value(path, &text)?;
+    check_schema(path, &value)?;
+    serde_json::from_value(value).map_err(|source| EvidenceError::Json {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn check_schema(path: &Path, value: &serde_json::Value) -> Result<(), EvidenceError> {
+    match value.get("schema").and_then(|s| s.as_u64()) {
+        Some(found) if found > u64::from(SCHEMA_VERSION) => Err(EvidenceError::SchemaTooNew {
+            path: path.to_owned(),
+            found,
+            supported: SCHEMA_VERSION,
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Reads one gate or bench file. Errors name the file: unreadable, not JSON, an unknown `"kind"`,
 /// a newer schema, or a field that does not match the schema.
 pub fn read(path: &Path) -> Result<Evidence, EvidenceError> {
@@ -114,15 +140,7 @@ fn from_value(path: &Path, value: serde_json::Value) -> Result<Evidence, Evidenc
         path: path.to_owned(),
         source,
     };
-    if let Some(found) = value.get("schema").and_then(|s| s.as_u64()) {
-        if found > u64::from(SCHEMA_VERSION) {
-            return Err(EvidenceError::SchemaTooNew {
-                path: path.to_owned(),
-                found,
-                supported: SCHEMA_VERSION,
-            });
-        }
-    }
+    check_schema(path, &value)?;
     match kind_of(&value) {
         "gate" => serde_json::from_value(value)
             .map(Evidence::Gate)

@@ -243,7 +243,7 @@ fn evo_log_round_trips_with_missing_values_and_uneven_configs() {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
-        status: status.into(),
+        status: status.parse().unwrap(),
         median_us: median,
         speedup: median.map(|m| 27.0 / m),
         speedup_lower: None,
@@ -308,4 +308,41 @@ fn atomic_writes_leave_no_temporaries_and_names_sort_by_time() {
     );
     assert!(early < late);
     assert!(!Path::new(&early).to_string_lossy().contains(':'));
+}
+
+/// The committed search files (`evidence/evo/*/`) read into their types and write back byte for
+/// byte: the typed schema is the one they were written with.
+#[test]
+fn committed_search_files_read_and_write_back_unchanged() {
+    use attn_evidence::{EvoBest, SearchSpec};
+    // Tests run from the crate folder (cargo and the bundle alike).
+    let root = Path::new("../../evidence/evo");
+    let dir = tempfile::tempdir().unwrap();
+    let mut runs = 0;
+    for run in fs::read_dir(root).unwrap().flatten() {
+        let run = run.path();
+        runs += 1;
+        let log = read_evo_log(&run.join("log.csv")).unwrap();
+        assert!(log.iter().any(|r| r.status.is_ok()));
+        let copy = dir.path().join("log.csv");
+        write_evo_log(&copy, &log).unwrap();
+        assert_eq!(
+            fs::read_to_string(&copy).unwrap(),
+            fs::read_to_string(run.join("log.csv")).unwrap()
+        );
+        let best = EvoBest::read(&run.join("best.json")).unwrap();
+        assert_eq!(best.kind, EvoBest::KIND);
+        best.write(&dir.path().join("best.json")).unwrap();
+        let spec = SearchSpec::read(&run.join("search.json")).unwrap();
+        spec.write(&dir.path().join("search.json")).unwrap();
+        for name in ["best.json", "search.json"] {
+            assert_eq!(
+                fs::read_to_string(dir.path().join(name)).unwrap(),
+                fs::read_to_string(run.join(name)).unwrap(),
+                "{}",
+                run.join(name).display()
+            );
+        }
+    }
+    assert!(runs > 0, "no committed search under {}", root.display());
 }

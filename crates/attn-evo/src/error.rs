@@ -31,6 +31,24 @@ pub enum EvoError {
     /// Options that cannot work (population 0, rates outside [0, 1]...).
     #[error("invalid search options: {0}")]
     Options(String),
+    /// A declared knob value outside the target's domain.
+    #[error("knob {knob}: {value} is outside its domain {domain:?}")]
+    OutsideDomain {
+        /// The knob.
+        knob: String,
+        /// The value declared.
+        value: i64,
+        /// The values the target allows.
+        domain: Vec<i64>,
+    },
+    /// A declared knob the target does not have.
+    #[error("knob {knob}: `{target}` has no such knob")]
+    UnknownKnob {
+        /// The knob.
+        knob: String,
+        /// The target searched.
+        target: String,
+    },
     /// A row of a search log that does not fit the space (resume).
     #[error("log row {row}: {reason}")]
     LogRow {

@@ -12,6 +12,13 @@
 //!   a fitness, or `None` for an invalid candidate. Configs are never measured twice; everything is
 //!   seeded; [`Search::resume`] continues from a log as if never interrupted.
 //! - [`evaluations_from_log`]: a search log (`attn_evidence::EvoCandidate` rows) as evaluations.
+//! - [`Measurement`]: what a worker measured (its JSON line), scored into a log row against the
+//!   baseline ([`Measurement::log_row`]); [`best_row`] picks the winner.
+//! - `plan`: [`narrow_domains`], the `--src` constraint ([`source_constraint`]), generation 0's
+//!   seeds from a micro log or earlier bests, each candidate's input seed ([`config_seed`]) and
+//!   the `gate` command that confirms a config ([`gate_command`]); [`evo_best`]: `best.json`.
+//! - `micro`: the micro-benchmark's tile configs and ranking ([`micro_tile_configs`],
+//!   [`micro_ranked`]), which seed a search.
 //!
 //! ```
 //! use attn_evo::{KnobDomain, Options, Search, Space};
@@ -37,12 +44,21 @@
 
 mod error;
 mod log;
+mod measured;
+mod micro;
+mod plan;
 mod search;
 mod select;
 mod space;
 
 pub use error::{EvoError, Result};
 pub use log::{evaluations_from_log, knobs_from_strings, knobs_to_strings};
+pub use measured::{best_row, evo_best, synthetic_samples, Measurement};
+pub use micro::{micro_knobs, micro_ranked, micro_tile_configs, MICRO_KNOBS, MICRO_SCOPE};
+pub use plan::{
+    config_seed, format_knobs, gate_command, narrow_domains, seed_from_bests, seed_from_log,
+    source_constraint,
+};
 pub use search::{Evaluation, Generation, Options, Search};
 pub use select::{pick_rank, rank_probabilities};
 pub use space::{KnobDomain, Knobs, Space};

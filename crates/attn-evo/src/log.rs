@@ -7,7 +7,7 @@ use crate::search::Evaluation;
 use crate::space::Knobs;
 
 /// The evaluations recorded in a search log, for [`crate::Search::resume`]: the fitness of a row
-/// is its score when its status is `ok`, nothing otherwise.
+/// is its score when it was measured, nothing otherwise.
 pub fn evaluations_from_log(rows: &[EvoCandidate]) -> Result<Vec<Evaluation>> {
     rows.iter()
         .enumerate()
@@ -17,7 +17,7 @@ pub fn evaluations_from_log(rows: &[EvoCandidate]) -> Result<Vec<Evaluation>> {
             Ok(Evaluation {
                 generation: row.generation,
                 knobs,
-                fitness: if row.status == "ok" { row.score } else { None },
+                fitness: if row.status.is_ok() { row.score } else { None },
             })
         })
         .collect()

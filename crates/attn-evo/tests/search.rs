@@ -268,3 +268,38 @@ fn a_resumed_search_loses_nothing_and_proposes_what_the_uninterrupted_one_would(
         assert_eq!(resumed.history(), whole.history(), "killed at {kill_at}");
     }
 }
+
+#[test]
+fn planning_narrows_domains_and_constrains_source_kernels() {
+    use attn_evo::{narrow_domains, source_constraint, EvoError};
+    let available = [("BLOCK_M", &[64_i64, 128][..]), ("STAGES", &[1, 2, 3][..])];
+    let declared = [("STAGES".to_string(), vec![2, 3])].into();
+    let knobs = narrow_domains("mma", available, &declared).unwrap();
+    assert_eq!(knobs["BLOCK_M"], [64, 128]);
+    assert_eq!(knobs["STAGES"], [2, 3]);
+    let outside = [("STAGES".to_string(), vec![7])].into();
+    assert!(matches!(
+        narrow_domains("mma", available, &outside),
+        Err(EvoError::OutsideDomain { value: 7, .. })
+    ));
+    let unknown = [("NOPE".to_string(), vec![1])].into();
+    assert!(matches!(
+        narrow_domains("mma", available, &unknown),
+        Err(EvoError::UnknownKnob { .. })
+    ));
+    let fits = source_constraint([("SHARED_BYTES".to_string(), 1024)].into(), 1024, 2048);
+    assert!(fits(&[("NUM_WARPS".to_string(), 32)].into()).is_ok());
+    assert!(fits(&[("NUM_WARPS".to_string(), 33)].into()).is_err());
+    assert!(fits(&[("SHARED_BYTES".to_string(), 4096)].into()).is_err());
+}
+
+#[test]
+fn micro_configs_fit_and_rank_by_flops_per_cycle() {
+    let configs = attn_evo::micro_tile_configs(48 * 1024);
+    assert!(configs.iter().all(|c| c["SHARED_BYTES"] <= 48 * 1024));
+    assert!(configs.len() < 4 * 3 * 4 * 3);
+    let ranked = attn_evo::micro_ranked(&configs[0], 6400.0, 64);
+    assert_eq!(ranked.config.len(), attn_evo::MICRO_KNOBS.len());
+    let flops = 2.0 * (configs[0]["BLOCK_M"] * configs[0]["BLOCK_K"]) as f64;
+    assert_eq!(ranked.flops_per_cycle, flops / 100.0);
+}

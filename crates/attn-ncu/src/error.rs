@@ -58,6 +58,12 @@ pub enum NcuError {
         metric: String,
     },
 
+    /// A metric-set name that is not a [`crate::metrics::Purpose`].
+    #[error(
+        "unknown purpose {0:?} (overview, tensor, memory, occupancy, bank-conflicts, spills, all)"
+    )]
+    UnknownPurpose(String),
+
     /// The ncu executable could not be started because it does not exist.
     #[error(
         "ncu not found at {path:?}: install Nsight Compute (it ships with the CUDA toolkit) and put ncu on PATH, or pass its full path"

@@ -60,6 +60,24 @@ pub enum Purpose {
     All,
 }
 
+impl std::str::FromStr for Purpose {
+    type Err = crate::NcuError;
+
+    /// `overview`, `tensor`, `memory`, `occupancy`, `bank-conflicts`, `spills` or `all`.
+    fn from_str(name: &str) -> Result<Purpose, crate::NcuError> {
+        Ok(match name {
+            "overview" => Purpose::Overview,
+            "tensor" => Purpose::Tensor,
+            "memory" => Purpose::Memory,
+            "occupancy" => Purpose::Occupancy,
+            "bank-conflicts" => Purpose::BankConflicts,
+            "spills" => Purpose::Spills,
+            "all" => Purpose::All,
+            other => return Err(crate::NcuError::UnknownPurpose(other.to_string())),
+        })
+    }
+}
+
 /// A named list of ncu metric names.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct MetricSet {

@@ -1,0 +1,156 @@
+//! What measuring a candidate gave, and the log row it becomes.
+
+use attn_evidence::{CandidateStatus, EvoBest, EvoCandidate, Provenance, SearchSpec};
+use attn_stats::{CompareOptions, Sample};
+use serde::{Deserialize, Serialize};
+
+use crate::log::{knobs_from_strings, knobs_to_strings};
+use crate::plan::gate_command;
+use crate::space::Knobs;
+
+/// One candidate (or the baseline) measured: what a worker process prints as its last stdout line,
+/// as JSON.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Measurement {
+    /// Measured, or invalid and why.
+    pub status: CandidateStatus,
+    /// Timed samples, µs.
+    #[serde(default)]
+    pub samples_us: Vec<f64>,
+    /// Seconds to prepare (compile or cache hit, load).
+    #[serde(default)]
+    pub prepare_s: Option<f64>,
+}
+
+impl Measurement {
+    /// Timed samples.
+    pub fn ok(samples_us: Vec<f64>, prepare_s: Option<f64>) -> Measurement {
+        Measurement {
+            status: CandidateStatus::Ok,
+            samples_us,
+            prepare_s,
+        }
+    }
+
+    /// Nothing measured, because of `reason`.
+    pub fn invalid(reason: impl Into<String>) -> Measurement {
+        Measurement {
+            status: CandidateStatus::invalid(reason),
+            samples_us: vec![],
+            prepare_s: None,
+        }
+    }
+
+    /// The last JSON line of a worker's stdout, if it printed one.
+    pub fn from_output(stdout: &str) -> Option<Measurement> {
+        stdout
+            .lines()
+            .rev()
+            .find(|l| l.starts_with('{'))
+            .and_then(|l| serde_json::from_str(l).ok())
+    }
+
+    /// The log row of this candidate, scored by its speedup over `baseline` (a candidate whose
+    /// samples cannot be compared is invalid).
+    pub fn log_row(
+        &self,
+        generation: u32,
+        knobs: &Knobs,
+        baseline: &Sample,
+        options: &CompareOptions,
+        compile_s: Option<f64>,
+        run_s: f64,
+    ) -> EvoCandidate {
+        let mut row = EvoCandidate {
+            generation,
+            config: knobs_to_strings(knobs),
+            status: self.status.clone(),
+            median_us: None,
+            speedup: None,
+            speedup_lower: None,
+            speedup_upper: None,
+            score: None,
+            compile_s: compile_s.or(self.prepare_s),
+            run_s: Some(run_s),
+        };
+        if !self.status.is_ok() {
+            return row;
+        }
+        let compared = Sample::new(self.samples_us.clone())
+            .and_then(|c| attn_stats::compare(baseline, &c, options));
+        match compared {
+            Ok(c) => {
+                row.median_us = Some(c.candidate.median);
+                row.speedup = Some(c.speedup.point);
+                row.speedup_lower = Some(c.speedup.lower);
+                row.speedup_upper = Some(c.speedup.upper);
+                row.score = Some(c.speedup.point);
+            }
+            Err(err) => row.status = CandidateStatus::invalid(err.to_string()),
+        }
+        row
+    }
+}
+
+/// The valid row with the highest score.
+pub fn best_row(rows: &[EvoCandidate]) -> Option<&EvoCandidate> {
+    rows.iter()
+        .filter(|r| r.status.is_ok() && r.score.is_some())
+        .max_by(|a, b| a.score.unwrap_or(0.0).total_cmp(&b.score.unwrap_or(0.0)))
+}
+
+/// `best.json` of a finished search: its best row with the run's counts; `None` without a valid
+/// row.
+pub fn evo_best(
+    spec: &SearchSpec,
+    run: &str,
+    rows: &[EvoCandidate],
+    devices: Vec<String>,
+    ncu: String,
+    provenance: Option<Provenance>,
+) -> Option<EvoBest> {
+    let best = best_row(rows)?;
+    let knobs = knobs_from_strings(&best.config).unwrap_or_default();
+    Some(EvoBest {
+        kind: EvoBest::KIND.into(),
+        run: run.into(),
+        target: spec.target.clone(),
+        shape: spec.shape.clone(),
+        baseline: spec.baseline.clone(),
+        seed: spec.seed,
+        config: best.config.clone(),
+        fixed_defines: spec.defines.clone(),
+        generation: best.generation,
+        median_us: best.median_us,
+        speedup: best.speedup,
+        speedup_lower: best.speedup_lower,
+        speedup_upper: best.speedup_upper,
+        score: best.score,
+        candidates: rows.len(),
+        invalid: rows.iter().filter(|r| !r.status.is_ok()).count(),
+        devices,
+        reproduce: gate_command(spec, &knobs),
+        ncu,
+        provenance,
+    })
+}
+
+/// Samples of a synthetic measurement (tests without a GPU): 100 µs for the baseline; for a
+/// candidate, faster the larger the sum of its knobs; with a tiny seeded wobble.
+pub fn synthetic_samples(knobs: &Knobs, baseline: bool, seed: u64, samples: usize) -> Vec<f64> {
+    let base = if baseline {
+        100.0
+    } else {
+        100.0 / (1.0 + 0.05 * knobs.values().sum::<i64>() as f64)
+    };
+    // A linear congruential sequence from the seed.
+    let mut state = seed | 1;
+    (0..samples)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            base * (1.0 + 1e-3 * ((state >> 33) as f64 / (1u64 << 31) as f64))
+        })
+        .collect()
+}

@@ -1,0 +1,142 @@
+//! What to search, resolved from the arguments: the target and its knobs, the space with the
+//! registry's constraints (or the `--src` geometry), and generation 0's seeds.
+
+use std::collections::BTreeMap;
+
+use anyhow::{bail, Context};
+use attn_evidence::{read_evo_log, SearchSpec, ShapeSpec};
+use attn_evo::{KnobDomain, Knobs, Space};
+use attn_kernels::registry::{self, Engine, Limits};
+use attn_kernels::Config;
+
+use super::Args;
+
+/// The search the arguments ask for (a new run's `search.json`).
+pub fn search_spec(args: &Args) -> anyhow::Result<SearchSpec> {
+    let mut shape: ShapeSpec = args
+        .shape
+        .parse()
+        .with_context(|| format!("--shape {}", args.shape))?;
+    shape.causal |= args.causal;
+    shape.dtype = args.dtype;
+    attn_measure::Problem::new(shape.clone())?;
+    let declared = args
+        .knobs
+        .iter()
+        .map(|k| KnobDomain::parse(k).map(|d| (d.name, d.values)))
+        .collect::<Result<BTreeMap<_, _>, _>>()
+        .context("--knob")?;
+    let mut spec = SearchSpec {
+        target: String::new(),
+        implementation: None,
+        src: None,
+        entry: args.entry.clone(),
+        defines: BTreeMap::new(),
+        knobs: declared.clone(),
+        shape,
+        baseline: args.baseline.clone(),
+        seed: args.seed.unwrap_or_else(fresh_seed),
+        population: args.population,
+        generations: args.generations,
+    };
+    if args.synthetic {
+        spec.target = "synthetic".into();
+        if declared.is_empty() {
+            bail!("--synthetic needs --knob declarations");
+        }
+    } else if let Some(src) = &args.src {
+        if declared.is_empty() {
+            bail!("--src needs its knobs declared with --knob NAME=v1,v2,...");
+        }
+        spec.src = Some(src.clone());
+        let file = src.file_name().map(|n| n.to_string_lossy());
+        spec.target = format!("src:{}", file.unwrap_or_default());
+        spec.defines = args
+            .defines
+            .join(",")
+            .parse::<Config>()
+            .map_err(|e| anyhow::anyhow!("--define: {e}"))?
+            .0;
+    } else {
+        let name = args.implementation.as_deref().unwrap_or("tiled");
+        let imp = registry::find(name)?;
+        if !matches!(imp.engine, Engine::Kernel { .. }) || imp.knobs.is_empty() {
+            bail!("`{name}` has no knobs to search");
+        }
+        imp.check_head_dim(spec.shape.head_dim)?;
+        let available = imp.knobs.iter().map(|k| (k.name, k.domain));
+        spec.knobs = attn_evo::narrow_domains(name, available, &declared).context("--knob")?;
+        spec.target = name.to_string();
+        spec.implementation = Some(name.to_string());
+    }
+    Ok(spec)
+}
+
+fn fresh_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(1)
+}
+
+/// The search space of a spec: its knobs, validated like the registry (or the `--src` geometry).
+pub fn space(spec: &SearchSpec, limits: Limits) -> anyhow::Result<Space> {
+    let knobs = spec
+        .knobs
+        .iter()
+        .map(|(name, values)| KnobDomain::new(name.clone(), values.clone()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let head_dim = spec.shape.head_dim;
+    Ok(match &spec.implementation {
+        Some(name) => {
+            let imp = registry::find(name)?;
+            Space::new(knobs, move |k| {
+                imp.resolve(&Config(k.clone()), head_dim, &limits)
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            })?
+        }
+        None => Space::new(
+            knobs,
+            attn_evo::source_constraint(
+                spec.defines.clone(),
+                limits.max_threads_per_block,
+                limits.max_shared_per_block,
+            ),
+        )?,
+    })
+}
+
+/// Generation 0's seeds: the registered default, then micro's top configs and earlier bests.
+pub fn seeds(args: &Args, spec: &SearchSpec, space: &Space) -> anyhow::Result<Vec<Knobs>> {
+    let fill: Knobs = match &spec.implementation {
+        Some(name) => {
+            let imp = registry::find(name)?;
+            let tuned = imp.tuned_for(&attn_measure::Problem::new(spec.shape.clone())?.shape);
+            imp.default_config(spec.shape.head_dim).merged(&tuned).0
+        }
+        None => space
+            .knobs()
+            .iter()
+            .map(|k| (k.name.clone(), k.values[0]))
+            .collect(),
+    };
+    let mut seeds = vec![fill.clone()];
+    if args.seed_from_micro {
+        let rows = read_evo_log(&args.evidence.join("micro").join("log.csv"))
+            .context("--seed-from-micro: run `cargo xtask micro` first")?;
+        let before = seeds.len();
+        let ranked = attn_evo::seed_from_log(&mut seeds, &rows, space, &fill);
+        let names: Vec<&str> = space.knobs().iter().map(|k| k.name.as_str()).collect();
+        println!(
+            "seeded from micro: {} distinct valid config(s) from {ranked} ranked tile configs (knobs matched by name: {})",
+            seeds.len() - before,
+            names.join(", ")
+        );
+    }
+    if args.seed_from_evo {
+        let dir = args.evidence.join("evo");
+        attn_evo::seed_from_bests(&mut seeds, &dir, &spec.target, space, &fill);
+    }
+    Ok(seeds)
+}
