@@ -31,7 +31,7 @@
 //                                  < 128, else 0 (the accumulators leave no room)
 //   MIN_BLOCKS ≥ 1                 default 1: the min-blocks-per-SM hint of __launch_bounds__
 //                                  (only emitted when > 1)
-//   Defaults (no spills, stack frame 0 under ptxas sm_90; see kernels/tools/nvrtc_check.py):
+//   Defaults (no spills, stack frame 0 under ptxas sm_90; see `cargo xtask kernels --ptxas`):
 //     HEAD_DIM 64:  NUM_WARPS 4, WARP_M 32 (BLOCK_M 128), BLOCK_N 96,  STAGES 2, Q_IN_REGS 0 (255 regs)
 //     HEAD_DIM 128: NUM_WARPS 4, WARP_M 32 (BLOCK_M 128), BLOCK_N 48,  STAGES 3, Q_IN_REGS 0 (255 regs)
 //   (BLOCK_N 64 at HEAD_DIM 128, and 128 at HEAD_DIM 64 for sm_80, spill 8 bytes: one register

@@ -115,17 +115,6 @@ impl TryFrom<String> for CandidateStatus {
     }
 }
 
-/// Transitional, for readers that still compare the text (attn-report); use
-/// [`CandidateStatus::is_ok`] instead.
-impl PartialEq<&str> for CandidateStatus {
-    fn eq(&self, text: &&str) -> bool {
-        match self {
-            CandidateStatus::Ok => *text == "ok",
-            CandidateStatus::Invalid { reason } => text.strip_prefix("invalid: ") == Some(reason),
-        }
-    }
-}
-
 /// The fixed columns, in file order; config columns go between `generation` and `status`.
 const FIXED_AFTER_CONFIG: [&str; 8] = [
     "status",

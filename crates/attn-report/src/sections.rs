@@ -573,7 +573,7 @@ fn search_table(evidence: &EvidenceSet) -> Option<Table> {
     ])
     .numeric(&[1, 2, 3, 4, 5, 6]);
     for log in &evidence.searches {
-        let valid: Vec<_> = log.rows.iter().filter(|r| r.status == "ok").collect();
+        let valid: Vec<_> = log.rows.iter().filter(|r| r.status.is_ok()).collect();
         let best = valid.iter().filter(|r| r.score.is_some()).max_by(|a, b| {
             a.score
                 .unwrap_or(f64::MIN)
@@ -622,7 +622,7 @@ fn convergence(evidence: &EvidenceSet) -> Vec<(String, ConvergenceChart)> {
         .iter()
         .filter_map(|log| {
             let mut per_generation: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
-            for row in log.rows.iter().filter(|r| r.status == "ok") {
+            for row in log.rows.iter().filter(|r| r.status.is_ok()) {
                 if let Some(score) = row.score.filter(|s| s.is_finite()) {
                     per_generation
                         .entry(row.generation)
