@@ -20,7 +20,6 @@ use attn_measure::sdpa::Backend;
 use attn_measure::supervise::Watchdog;
 use attn_measure::timing::Interleave;
 use attn_measure::Baseline;
-use attn_report::{format, table::Table};
 use attn_stats::{BootstrapOptions, CompareOptions};
 
 use crate::args::{CandidateArgs, ProblemArgs};
@@ -254,7 +253,7 @@ fn replay(path: &std::path::Path) -> anyhow::Result<u8> {
         stored.provenance.gpu,
         stored.provenance.date
     );
-    print!("{}", markdown(&replayed.run));
+    print!("{}", attn_report::gate::markdown(&replayed.run));
     if !replayed.same {
         println!("REPLAY DIFFERS from the stored decision");
         return Ok(crate::EXIT_FAILED);
@@ -267,87 +266,12 @@ fn replay(path: &std::path::Path) -> anyhow::Result<u8> {
     })
 }
 
-/// The result table (markdown, also readable in a terminal).
-pub fn markdown(run: &GateRun) -> String {
-    let mut table = Table::new(&[
-        "shape",
-        "candidate µs",
-        "baseline µs",
-        "speedup [95% CI]",
-        "TFLOP/s cand / base",
-        "verdict",
-        "gate",
-    ])
-    .numeric(&[1, 2, 4]);
-    for case in &run.cases {
-        let (cand, base, speed, tf, verdict) = match &case.comparison {
-            Some(c) => (
-                format::micros(c.candidate.median),
-                format::micros(c.baseline.median),
-                format::speedup_ci(c.speedup.point, c.speedup.lower, c.speedup.upper),
-                format!(
-                    "{} / {}",
-                    format::tflops(case.candidate_tflops.unwrap_or(f64::NAN)),
-                    format::tflops(case.baseline_tflops.unwrap_or(f64::NAN))
-                ),
-                c.verdict.to_string(),
-            ),
-            None => (
-                "–".into(),
-                "–".into(),
-                "–".into(),
-                "–".into(),
-                "not timed".into(),
-            ),
-        };
-        table.push(vec![
-            case.shape.to_string(),
-            cand,
-            base,
-            speed,
-            tf,
-            verdict,
-            match case.status {
-                Some(status) if !case.passed => format!("FAIL: {status}"),
-                _ if case.passed => "pass".into(),
-                _ => "FAIL".into(),
-            },
-        ]);
-    }
-    let mut out = format!(
-        "**attn gate: {}** — `{}` vs `{}` on {} ({})\n\n",
-        if run.passed { "PASSED" } else { "FAILED" },
-        run.candidate.label(),
-        run.baseline.label(),
-        run.provenance.gpu,
-        format::short_rev(&run.provenance.git_rev)
-    );
-    out.push_str(&table.to_markdown());
-    out.push_str(&format!(
-        "\nGate rule: candidate median ≤ {:.2} × baseline median AND the {:.0}% bootstrap CI ({} resamples, BCa, seed {}) of the median difference entirely below zero.\n",
-        run.options.gate_threshold,
-        run.options.bootstrap.confidence * 100.0,
-        run.options.bootstrap.resamples,
-        run.options.bootstrap.seed
-    ));
-    for case in &run.cases {
-        if !case.passed || !case.flags.is_empty() {
-            out.push_str(&format!("\n- `{}`: {}", case.shape, case.reason));
-            for flag in &case.flags {
-                out.push_str(&format!("\n  - flag: {flag}"));
-            }
-        }
-    }
-    out.push('\n');
-    out
-}
-
 fn finish(
     run: &GateRun,
     markdown_path: Option<&std::path::Path>,
     evidence: Option<&std::path::Path>,
 ) -> anyhow::Result<u8> {
-    let text = markdown(run);
+    let text = attn_report::gate::markdown(run);
     println!("\n{text}");
     if let Some(path) = markdown_path {
         attn_evidence::write_bytes_atomic(path, text.as_bytes())?;

@@ -34,6 +34,7 @@ pub mod ceilings;
 pub mod charts;
 mod error;
 pub mod format;
+pub mod gate;
 pub mod headline;
 pub mod model;
 pub mod pages;

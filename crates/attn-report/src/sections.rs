@@ -197,14 +197,7 @@ fn gate_section(run: &Run, gate: &GateRun) -> GateSection {
     // The gate bounds candidate median / baseline median; in speedup terms that is its inverse.
     let threshold = comparison.map(|c| min_speedup(c.gate.threshold));
     let rule = match comparison {
-        Some(c) => format!(
-            "Gate rule: a shape passes when every correctness check passes, candidate median ≤ {t} × baseline median (speedup ≥ {s:.3}×), and the {conf:.0}% bootstrap CI of candidate − baseline median lies below 0 ({n} resamples, seed {seed}). Speedup = baseline median / candidate median; times are µs per call.",
-            t = c.gate.threshold,
-            s = min_speedup(c.gate.threshold),
-            conf = c.confidence * 100.0,
-            n = c.resamples,
-            seed = c.seed
-        ),
+        Some(_) => crate::gate::rule_sentence(gate),
         None => "Gate rule: every correctness check must pass; no timing comparison was recorded.".into(),
     };
     // One file per (candidate, baseline, suite): the seed and large suites keep separate charts.

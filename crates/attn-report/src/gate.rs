@@ -1,0 +1,97 @@
+//! The gate's result as markdown (terminal output, PR comment, job summary), and the gate rule in
+//! words: one wording, used by `cargo xtask gate` and by the report alike.
+
+use attn_evidence::GateRun;
+
+use crate::{format, table::Table};
+
+/// The rule a gate run was judged by, in one sentence.
+pub fn rule_sentence(run: &GateRun) -> String {
+    let o = &run.options;
+    let plausibility = if run.rule.allow_implausible {
+        "implausible results allowed by a person".to_string()
+    } else {
+        format!(
+            "a result above the device's dense tensor peak or {:.0}× the baseline is implausible",
+            run.rule.max_speedup
+        )
+    };
+    format!(
+        "Gate rule: a shape passes when every correctness check passes (and every timed output is verified), candidate median ≤ {:.2} × baseline median (speedup ≥ {:.3}×), and the {:.0}% bootstrap CI (BCa, {} resamples, seed {}) of candidate − baseline median lies entirely below 0; {plausibility}. Speedup = baseline median / candidate median; times are µs per call.",
+        o.gate_threshold,
+        1.0 / o.gate_threshold,
+        o.bootstrap.confidence * 100.0,
+        o.bootstrap.resamples,
+        o.bootstrap.seed
+    )
+}
+
+/// The result table (markdown, also readable in a terminal).
+pub fn markdown(run: &GateRun) -> String {
+    let mut table = Table::new(&[
+        "shape",
+        "candidate µs",
+        "baseline µs",
+        "speedup [95% CI]",
+        "TFLOP/s cand / base",
+        "verdict",
+        "gate",
+    ])
+    .numeric(&[1, 2, 4]);
+    for case in &run.cases {
+        let (cand, base, speed, tf, verdict) = match &case.comparison {
+            Some(c) => (
+                format::micros(c.candidate.median),
+                format::micros(c.baseline.median),
+                format::speedup_ci(c.speedup.point, c.speedup.lower, c.speedup.upper),
+                format!(
+                    "{} / {}",
+                    format::tflops(case.candidate_tflops.unwrap_or(f64::NAN)),
+                    format::tflops(case.baseline_tflops.unwrap_or(f64::NAN))
+                ),
+                c.verdict.to_string(),
+            ),
+            None => (
+                "–".into(),
+                "–".into(),
+                "–".into(),
+                "–".into(),
+                "not timed".into(),
+            ),
+        };
+        table.push(vec![
+            case.shape.to_string(),
+            cand,
+            base,
+            speed,
+            tf,
+            verdict,
+            match case.status {
+                Some(status) if !case.passed => format!("FAIL: {status}"),
+                _ if case.passed => "pass".into(),
+                _ => "FAIL".into(),
+            },
+        ]);
+    }
+    let mut out = format!(
+        "**attn gate: {}** — `{}` vs `{}` on {} ({})\n\n",
+        if run.passed { "PASSED" } else { "FAILED" },
+        run.candidate.label(),
+        run.baseline.label(),
+        run.provenance.gpu,
+        format::short_rev(&run.provenance.git_rev)
+    );
+    out.push_str(&table.to_markdown());
+    out.push_str(&format!("\n{}\n", rule_sentence(run)));
+    for case in &run.cases {
+        if !case.passed || !case.flags.is_empty() {
+            out.push_str(&format!("\n- `{}`: {}", case.shape, case.reason));
+            for flag in &case.flags {
+                out.push_str(&format!("\n  - flag: {flag}"));
+            }
+        }
+    }
+    out.push('\n');
+    out
+}
+
