@@ -98,11 +98,13 @@ fn steps(args: &Args) -> anyhow::Result<Option<&'static str>> {
         indicatif::ProgressStyle::with_template("{spinner} {msg} {elapsed}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
     );
-    spinner.set_message("compile test: every kernel variant through NVRTC and ptxas (about 20 s)");
+    spinner.set_message(
+        "compile test: every kernel variant through NVRTC and ptxas (tens of seconds)",
+    );
     spinner.enable_steady_tick(std::time::Duration::from_millis(200));
     if spinner.is_hidden() {
         // No terminal for the spinner: say once what runs.
-        println!("compile test: every kernel variant through NVRTC and ptxas (about 20 s)");
+        println!("compile test: every kernel variant through NVRTC and ptxas (tens of seconds)");
     }
     let output = compile.output().context("running the compile test")?;
     spinner.finish_and_clear();
