@@ -44,55 +44,126 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         return Ok(0);
     }
     let arch = Arch(args.arch.clone());
-    println!(
-        "\nptxas -arch={} (an implementation bound to one architecture uses its own) on the NVRTC output of every default variant:",
-        arch.sm()
-    );
-    println!(
-        "{:<8} {:<5} {:>4}  {:<40} {:>5} {:>8} {:>6} {:>7}",
-        "impl", "dtype", "D", "config", "regs", "smem", "stack", "spills"
-    );
-    let mut spills = 0;
+    let mut jobs = Vec::new();
     for imp in registry() {
         for dtype in [DType::F16, DType::Bf16] {
             for d in [64usize, 128] {
-                if imp.check_head_dim(d).is_err() {
-                    continue;
-                }
-                let candidate = Candidate::Registered {
-                    implementation: imp,
-                    overrides: Config::default(),
-                };
-                let variant = candidate.variant(dtype, d, &arch, &Limits::H100)?;
-                let (req, cfg, entry) = (&variant.request, &variant.config, variant.entry);
-                let imp_arch = req.arch.clone();
-                let compiled = compile::compile(req)?;
-                let res = compile::ptxas_resources(&compiled.ptx, &imp_arch, entry)?;
-                let shown = if cfg.0.is_empty() {
-                    entry.to_string()
-                } else {
-                    cfg.to_string()
-                };
-                println!(
-                    "{:<8} {:<5} {:>4}  {:<40} {:>5} {:>8} {:>6} {:>7}",
-                    imp.name,
-                    dtype.to_string(),
-                    d,
-                    shown,
-                    res.registers,
-                    res.shared_bytes,
-                    res.stack_bytes,
-                    res.spill_stores + res.spill_loads
-                );
-                if res.uses_local_memory() {
-                    spills += 1;
+                if imp.check_head_dim(d).is_ok() {
+                    jobs.push((imp, dtype, d));
                 }
             }
         }
     }
+    let bar = crate::progress::bar(jobs.len() as u64, "NVRTC + ptxas");
+    let mut rows = Vec::new();
+    let mut spills = 0;
+    for (imp, dtype, d) in jobs {
+        bar.set_message(format!("{} {dtype} D={d}", imp.name));
+        let candidate = Candidate::Registered {
+            implementation: imp,
+            overrides: Config::default(),
+        };
+        let variant = candidate.variant(dtype, d, &arch, &Limits::H100)?;
+        let (req, cfg, entry) = (&variant.request, &variant.config, variant.entry);
+        let compiled = compile::compile(req)?;
+        let res = compile::ptxas_resources(&compiled.ptx, &req.arch, entry)?;
+        if res.uses_local_memory() {
+            spills += 1;
+        }
+        let shown = if cfg.0.is_empty() {
+            entry.to_string()
+        } else {
+            cfg.to_string()
+        };
+        rows.push([
+            imp.name.to_string(),
+            dtype.to_string(),
+            d.to_string(),
+            res.registers.to_string(),
+            res.shared_bytes.to_string(),
+            variant.shared_bytes.to_string(),
+            res.stack_bytes.to_string(),
+            (res.spill_stores + res.spill_loads).to_string(),
+            shown,
+        ]);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    println!(
+        "\nptxas -arch={} (an implementation bound to one architecture uses its own) on the NVRTC output of every default variant.\n\
+         static smem: shared memory declared in the kernel (ptxas); dyn smem: dynamic shared memory the launch requests (not in ptxas's count); bytes per block.",
+        arch.sm()
+    );
+    print!("{}", table(&rows));
     if spills > 0 {
         eprintln!("{spills} default variant(s) use local memory (spills or a stack frame)");
         return Ok(crate::EXIT_FAILED);
     }
     Ok(0)
+}
+
+/// The ptxas table: every column as wide as its widest cell, numbers right-aligned, the config
+/// (of any length) last.
+fn table(rows: &[[String; 9]]) -> String {
+    const HEADER: [&str; 9] = [
+        "impl",
+        "dtype",
+        "D",
+        "regs",
+        "static smem",
+        "dyn smem",
+        "stack",
+        "spills",
+        "config",
+    ];
+    let mut widths = HEADER.map(str::len);
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: [&str; 9]| {
+        let mut out = String::new();
+        for (i, (cell, width)) in cells.iter().zip(widths).enumerate() {
+            let text = match i {
+                0 | 1 => format!("{cell:<width$}"),
+                8 => (*cell).to_string(),
+                _ => format!("{cell:>width$}"),
+            };
+            if i > 0 {
+                out.push_str("  ");
+            }
+            out.push_str(&text);
+        }
+        out.trim_end().to_string() + "\n"
+    };
+    let mut out = line(HEADER);
+    for row in rows {
+        out.push_str(&line(row.each_ref().map(String::as_str)));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_table_lines_up_whatever_the_config_length() {
+        let row = |name: &str, regs: &str, config: &str| {
+            [name, "fp16", "64", regs, "0", "49152", "0", "0", config].map(String::from)
+        };
+        let text = super::table(&[
+            row("naive", "27", "ROWS_PER_BLOCK=4"),
+            row(
+                "mma",
+                "255",
+                "BLOCK_M=128,BLOCK_N=96,KV_SPLIT=1,MIN_BLOCKS=1,NUM_WARPS=4",
+            ),
+        ]);
+        let lines: Vec<&str> = text.lines().collect();
+        // The config column starts at the same place on every line.
+        let at = |line: &str, word: &str| line.find(word).unwrap();
+        assert_eq!(at(lines[0], "config"), at(lines[1], "ROWS"));
+        assert_eq!(at(lines[1], "ROWS"), at(lines[2], "BLOCK_M"));
+        assert_eq!(at(lines[0], "regs") + 4, at(lines[2], "255") + 3);
+    }
 }

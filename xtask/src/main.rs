@@ -69,8 +69,29 @@ enum Command {
     EvoWorker(evo::WorkerArgs),
 }
 
+impl Command {
+    /// Whether the command may compile kernels with NVRTC (and so needs the toolkit loaded).
+    fn compiles_kernels(&self) -> bool {
+        match self {
+            Command::Kernels(args) => args.ptxas,
+            Command::Gate(args) => args.replay.is_none(),
+            Command::Bench(_)
+            | Command::Ncu(_)
+            | Command::Run(_)
+            | Command::Evo(_)
+            | Command::Micro(_)
+            | Command::EvoWorker(_) => true,
+            Command::Stats(_) | Command::Report(_) | Command::Test(_) | Command::Bundle(_) => false,
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if cli.command.compiles_kernels() {
+        // Before any thread: it may set an environment variable.
+        toolkit::preload(&workspace_root());
+    }
     let result = match cli.command {
         Command::Gate(args) => gate::run(args),
         Command::Bench(args) => bench::run(args),

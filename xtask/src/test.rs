@@ -19,8 +19,30 @@ pub struct Args {
     pub cargo_args: Vec<String>,
 }
 
-/// Runs the subcommand; returns the process exit code.
+/// The NVRTC compile test (crates/attn-kernels/tests/compile.rs): every kernel variant through
+/// NVRTC and ptxas, silent for its ~20 s under libtest's capture, so it runs as its own step with
+/// a spinner.
+const COMPILE_TEST: &str = "every_default_variant_compiles_without_spills";
+
+/// Runs the subcommand; returns the process exit code. The last line printed is the verdict.
 pub fn run(args: Args) -> anyhow::Result<u8> {
+    let failed = steps(&args)?;
+    match failed {
+        None => {
+            println!(
+                "\ncargo xtask test: PASSED (workspace tests, every kernel variant compiled, no default variant spills)"
+            );
+            Ok(0)
+        }
+        Some(step) => {
+            println!("\ncargo xtask test: FAILED ({step}; see above)");
+            Ok(crate::EXIT_FAILED)
+        }
+    }
+}
+
+/// The steps in order; the first that fails, named, or `None`.
+fn steps(args: &Args) -> anyhow::Result<Option<&'static str>> {
     let workspace = crate::workspace_root();
     let toolkit = toolkit::find_or_install(&workspace)?;
     println!(
@@ -28,24 +50,79 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         toolkit.root.display(),
         toolkit.origin
     );
-    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    cmd.current_dir(&workspace)
+    let cargo = || {
+        let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+        cmd.current_dir(&workspace);
+        toolkit.apply(&mut cmd);
+        cmd
+    };
+    // The user's arguments: those for cargo, and those after `--` for the test harness.
+    let split = args.cargo_args.iter().position(|a| a == "--");
+    let (for_cargo, for_harness) = match split {
+        Some(at) => (&args.cargo_args[..at], &args.cargo_args[at + 1..]),
+        None => (&args.cargo_args[..], &[][..]),
+    };
+
+    let mut tests = cargo();
+    tests
         .args(["test", "--workspace"])
-        .args(&args.cargo_args);
-    toolkit.apply(&mut cmd);
+        .args(for_cargo)
+        .arg("--")
+        .args(for_harness)
+        .args(["--skip", COMPILE_TEST]);
     if ensure_chromium() {
         // The browser test then fails (one line) instead of skipping if the browser is missing.
-        cmd.env("ATTN_BROWSER_TEST", "required");
+        tests.env("ATTN_BROWSER_TEST", "required");
     }
-    let status = cmd.status().context("running cargo test")?;
-    if !status.success() {
-        return Ok(crate::EXIT_FAILED);
+    if !tests.status().context("running cargo test")?.success() {
+        return Ok(Some("workspace tests"));
     }
-    // Show what the compile tests checked: every default variant through NVRTC and ptxas, with a
-    // non-zero exit on any spill.
-    // Through cargo: `cargo test` may have relinked this very executable.
-    let mut kernels = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    kernels.current_dir(&workspace).args([
+
+    // Built by the step above: this only runs the one test, with its output kept for a failure.
+    let mut compile = cargo();
+    compile
+        .args([
+            "test",
+            "--quiet",
+            "--package",
+            "attn-kernels",
+            "--test",
+            "compile",
+        ])
+        .args(for_cargo.iter().filter(|a| *a == "--release"))
+        .arg("--")
+        .args(for_harness)
+        .args(["--exact", COMPILE_TEST]);
+    let spinner = indicatif::ProgressBar::new_spinner();
+    spinner.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {msg} {elapsed}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    spinner.set_message(
+        "compile test: every kernel variant through NVRTC and ptxas (tens of seconds)",
+    );
+    spinner.enable_steady_tick(std::time::Duration::from_millis(200));
+    if spinner.is_hidden() {
+        // No terminal for the spinner: say once what runs.
+        println!("compile test: every kernel variant through NVRTC and ptxas (tens of seconds)");
+    }
+    let output = compile.output().context("running the compile test")?;
+    spinner.finish_and_clear();
+    if !output.status.success() {
+        print!("{}", String::from_utf8_lossy(&output.stdout));
+        eprint!("{}", String::from_utf8_lossy(&output.stderr));
+        return Ok(Some("compile test"));
+    }
+    println!(
+        "compile test: every kernel variant compiled without spills ({:.0?})",
+        spinner.elapsed()
+    );
+
+    // Show what the compile test checked for the defaults: registers, shared memory, spills, with
+    // a non-zero exit on any spill. Through cargo: `cargo test` may have relinked this very
+    // executable.
+    let mut kernels = cargo();
+    kernels.args([
         "run",
         "--quiet",
         "--package",
@@ -54,13 +131,14 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         "kernels",
         "--ptxas",
     ]);
-    toolkit.apply(&mut kernels);
-    let status = kernels.status().context("running xtask kernels --ptxas")?;
-    Ok(if status.success() {
-        0
-    } else {
-        crate::EXIT_FAILED
-    })
+    if !kernels
+        .status()
+        .context("running xtask kernels --ptxas")?
+        .success()
+    {
+        return Ok(Some("a default variant spills (xtask kernels --ptxas)"));
+    }
+    Ok(None)
 }
 
 /// Names the report's browser test looks for on `PATH` (see `crates/attn-report/tests/browser.rs`).

@@ -44,7 +44,10 @@ impl Toolkit {
         if let Some(old) = std::env::var_os("PATH") {
             path.extend(std::env::split_paths(&old));
         }
-        cmd.env("CUDA_HOME", &self.root)
+        // Not CUDA_HOME: cudarc's build script reruns when CUDA_HOME changes, so a `cargo` child
+        // given it would rebuild cudarc (and everything above it) for `cargo xtask test`, then
+        // again for the next plain `cargo xtask`. attn-kernels reads ATTN_CUDA_HOME first.
+        cmd.env(ATTN_CUDA_HOME, &self.root)
             .env(
                 "LD_LIBRARY_PATH",
                 std::env::join_paths(lib_path).expect("paths without ':'"),
@@ -53,6 +56,54 @@ impl Toolkit {
                 "PATH",
                 std::env::join_paths(path).expect("paths without ':'"),
             );
+    }
+}
+
+/// The variable through which xtask hands the toolkit it found to attn-kernels (headers, ptxas)
+/// in this process and its children; see [`Toolkit::apply`] for why not `CUDA_HOME`.
+pub const ATTN_CUDA_HOME: &str = "ATTN_CUDA_HOME";
+
+/// Makes the toolkit that [`find`] finds usable in this very process, whatever `LD_LIBRARY_PATH`
+/// says: NVRTC and its builtins are loaded by full path (cudarc's later `dlopen("libnvrtc.so.13")`
+/// then finds the library already loaded under that soname), and `ATTN_CUDA_HOME` names the root
+/// for the headers and ptxas. Without it `cargo xtask kernels --ptxas` failed after `cargo xtask
+/// test` had fetched the wheels unless `LD_LIBRARY_PATH` was set by hand. Does nothing when NVRTC
+/// already loads or no toolkit is found (compiling then fails with its own one-line error).
+///
+/// Call it at the start of `main`, before any thread is spawned (it sets an environment variable).
+pub fn preload(workspace: &Path) {
+    let Some(toolkit) = find(workspace) else {
+        return;
+    };
+    if std::env::var_os(ATTN_CUDA_HOME).is_none() {
+        std::env::set_var(ATTN_CUDA_HOME, &toolkit.root);
+    }
+    if attn_kernels::toolkit::nvrtc_available() {
+        return;
+    }
+    for dir in toolkit.lib_dirs() {
+        // The builtins first: libnvrtc opens them by soname when it compiles.
+        for prefix in ["libnvrtc-builtins.so", "libnvrtc.so"] {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            let mut files: Vec<PathBuf> = entries
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+                .map(|e| e.path())
+                .collect();
+            files.sort();
+            let Some(file) = files.first() else { continue };
+            let Ok(path) = std::ffi::CString::new(file.as_os_str().as_encoded_bytes()) else {
+                continue;
+            };
+            // SAFETY: `path` is a valid NUL-terminated string; the library is NVIDIA's NVRTC (or
+            // its builtins), whose initialisers are safe to run; the handle is deliberately never
+            // closed, so that the library stays loaded for cudarc.
+            unsafe {
+                libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL);
+            }
+        }
     }
 }
 
@@ -70,9 +121,14 @@ fn is_toolkit(root: &Path) -> bool {
     has_header && has_nvrtc
 }
 
-/// Looks for a toolkit in `CUDA_HOME`, `CUDA_PATH`, `/usr/local/cuda` and `target/cuda-wheels`.
+/// Looks for a toolkit in `ATTN_CUDA_HOME`, `CUDA_HOME`, `CUDA_PATH`, `/usr/local/cuda` and
+/// `target/cuda-wheels`.
 pub fn find(workspace: &Path) -> Option<Toolkit> {
     let candidates = [
+        (
+            std::env::var_os(ATTN_CUDA_HOME).map(PathBuf::from),
+            ATTN_CUDA_HOME,
+        ),
         (
             std::env::var_os("CUDA_HOME").map(PathBuf::from),
             "CUDA_HOME",
@@ -105,7 +161,7 @@ pub fn find_or_install(workspace: &Path) -> anyhow::Result<Toolkit> {
     }
     let target = workspace.join("target/cuda-wheels");
     eprintln!(
-        "no CUDA toolkit found: installing {} into {}",
+        "no CUDA toolkit found: installing {} into {} (about 500 MB to download; pip shows its progress)",
         PINNED_WHEELS.join(" "),
         target.display()
     );
@@ -118,7 +174,9 @@ pub fn find_or_install(workspace: &Path) -> anyhow::Result<Toolkit> {
             "-m",
             "pip",
             "install",
-            "--quiet",
+            // pip's own download progress (drawn when stderr is a terminal): the wheels are large.
+            "--progress-bar",
+            "on",
             "--disable-pip-version-check",
             "--upgrade",
             "--target",

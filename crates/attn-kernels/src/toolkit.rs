@@ -4,18 +4,24 @@ use std::path::PathBuf;
 
 use crate::error::{KernelError, Result};
 
-/// Candidate toolkit roots, in order: `CUDA_HOME`, `CUDA_PATH`, `/usr/local/cuda`, and NVIDIA's
-/// pip wheels (`nvidia/cu13`) where `cargo xtask test` installs them.
+/// Candidate toolkit roots, in order: `ATTN_CUDA_HOME` (the toolkit `cargo xtask` found, handed
+/// down without touching `CUDA_HOME`, whose change would make cargo rebuild cudarc), `CUDA_HOME`,
+/// `CUDA_PATH`, `/usr/local/cuda`, and NVIDIA's pip wheels (`nvidia/cu13`) where `cargo xtask
+/// test` installs them, looked for above the current folder and above this executable.
 fn roots() -> Vec<PathBuf> {
-    let mut roots: Vec<PathBuf> = ["CUDA_HOME", "CUDA_PATH"]
+    let mut roots: Vec<PathBuf> = ["ATTN_CUDA_HOME", "CUDA_HOME", "CUDA_PATH"]
         .iter()
         .filter_map(std::env::var_os)
         .map(PathBuf::from)
         .collect();
     roots.push(PathBuf::from("/usr/local/cuda"));
-    if let Ok(cwd) = std::env::current_dir() {
-        for dir in cwd.ancestors() {
-            roots.push(dir.join("target/cuda-wheels/nvidia/cu13"));
+    let exe = std::env::current_exe().ok();
+    for start in [std::env::current_dir().ok(), exe].into_iter().flatten() {
+        for dir in start.ancestors() {
+            let wheels = dir.join("target/cuda-wheels/nvidia/cu13");
+            if !roots.contains(&wheels) {
+                roots.push(wheels);
+            }
         }
     }
     roots

@@ -104,10 +104,11 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), OracleError> {
     temp_name.push(file_name);
     temp_name.push(format!(".tmp-{}-{nanos}", std::process::id()));
     let temp: PathBuf = path.with_file_name(temp_name);
+    // Errors name the file asked for: the temporary file's name would only confuse.
     let result = (|| {
-        let mut file = fs::File::create(&temp).map_err(io_error(&temp))?;
-        file.write_all(bytes).map_err(io_error(&temp))?;
-        file.sync_all().map_err(io_error(&temp))?;
+        let mut file = fs::File::create(&temp).map_err(io_error(path))?;
+        file.write_all(bytes).map_err(io_error(path))?;
+        file.sync_all().map_err(io_error(path))?;
         fs::rename(&temp, path).map_err(io_error(path))
     })();
     if result.is_err() {
@@ -161,9 +162,14 @@ fn parse(bytes: &[u8]) -> Result<HostTensor, String> {
     };
     if data.len() != count * item_size {
         return Err(format!(
-            "{} data bytes for shape {dims:?} of {descr}, expected {}",
+            "{} data bytes for shape {dims:?} of {descr}, expected {}{}",
             data.len(),
-            count * item_size
+            count * item_size,
+            if data.len() < count * item_size {
+                " (truncated?)"
+            } else {
+                ""
+            }
         ));
     }
     let words = |size: usize| {

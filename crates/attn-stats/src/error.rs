@@ -61,6 +61,14 @@ pub enum StatsError {
         /// Extra advice (may be empty), e.g. to name a CSV column.
         hint: &'static str,
     },
+    /// A line of a file of timings held a number that is not a positive timing.
+    #[error("line {line}: {value} is not a positive timing")]
+    NotATiming {
+        /// One-based line number.
+        line: u64,
+        /// The number found there.
+        value: f64,
+    },
     /// A CSV file had no column of the requested name.
     #[error("no column named {column:?} (columns: {available})")]
     MissingColumn {

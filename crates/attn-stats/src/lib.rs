@@ -64,10 +64,11 @@ pub use bootstrap::{
     DEFAULT_SEED,
 };
 pub use compare::{
-    compare, speedup_replicates, verdict, CompareOptions, Comparison, GateResult, Verdict,
+    compare, compare_with_progress, speedup_replicates, verdict, CompareOptions, Comparison,
+    GateResult, Verdict,
 };
 pub use error::StatsError;
 pub use mann_whitney::{mann_whitney, MannWhitney};
-pub use read::{parse_sample, read_sample};
+pub use read::{parse_sample, parse_timings, read_sample, read_timings};
 pub use sample::{quantile, statistic, Sample};
 pub use summary::{Outliers, Summary};

@@ -26,6 +26,11 @@ pub fn parse_sample(text: &str, column: Option<&str>) -> Result<Sample, StatsErr
         None => parse_lines(text)?,
         Some(column) => parse_csv_column(text, column)?,
     };
+    into_sample(numbered)
+}
+
+/// The sample of `(line, value)` pairs; errors when there are fewer than two.
+fn into_sample(numbered: Vec<(u64, f64)>) -> Result<Sample, StatsError> {
     match numbered.as_slice() {
         [] => Err(StatsError::Empty),
         [(line, _)] => Err(StatsError::SingleValue { line: *line }),
@@ -33,8 +38,40 @@ pub fn parse_sample(text: &str, column: Option<&str>) -> Result<Sample, StatsErr
     }
 }
 
+/// Parses a sample of timings: as [`parse_sample`], and every value must be positive (a speedup
+/// divides by them); the error names the line of the first that is not.
+///
+/// ```
+/// use attn_stats::parse_timings;
+/// let err = parse_timings("1.0\n# warm\n-2\n", None).unwrap_err();
+/// assert_eq!(err.to_string(), "line 3: -2 is not a positive timing");
+/// ```
+pub fn parse_timings(text: &str, column: Option<&str>) -> Result<Sample, StatsError> {
+    let numbered = match column {
+        None => parse_lines(text)?,
+        Some(column) => parse_csv_column(text, column)?,
+    };
+    if let Some(&(line, value)) = numbered.iter().find(|(_, value)| *value <= 0.0) {
+        return Err(StatsError::NotATiming { line, value });
+    }
+    into_sample(numbered)
+}
+
 /// Reads a sample from the file at `path`, as [`parse_sample`]; errors carry the path.
 pub fn read_sample(path: &Path, column: Option<&str>) -> Result<Sample, StatsError> {
+    read_with(path, |text| parse_sample(text, column))
+}
+
+/// Reads a sample of timings from the file at `path`, as [`parse_timings`]; errors carry the
+/// path.
+pub fn read_timings(path: &Path, column: Option<&str>) -> Result<Sample, StatsError> {
+    read_with(path, |text| parse_timings(text, column))
+}
+
+fn read_with(
+    path: &Path,
+    parse: impl FnOnce(&str) -> Result<Sample, StatsError>,
+) -> Result<Sample, StatsError> {
     let in_file = |error| StatsError::InFile {
         path: path.to_path_buf(),
         error: Box::new(error),
@@ -44,7 +81,7 @@ pub fn read_sample(path: &Path, column: Option<&str>) -> Result<Sample, StatsErr
             message: e.to_string(),
         })
     })?;
-    parse_sample(&text, column).map_err(in_file)
+    parse(&text).map_err(in_file)
 }
 
 /// `(line, value)` of every number in a one-number-a-line text.

@@ -31,6 +31,23 @@ pub(crate) fn replicates<E>(
 where
     E: Fn(&mut [Vec<f64>], &mut [f64]) + Sync,
 {
+    replicates_with_progress(samples, resamples, seed, outputs, evaluate, &|_| {})
+}
+
+/// [`replicates`], calling `progress(n)` from the worker threads each time `n` more resamples
+/// are done (once per chunk), for a progress bar on large samples. The replicates do not depend
+/// on it.
+pub(crate) fn replicates_with_progress<E>(
+    samples: &[&[f64]],
+    resamples: usize,
+    seed: u64,
+    outputs: usize,
+    evaluate: E,
+    progress: &(dyn Fn(usize) + Sync),
+) -> Vec<f64>
+where
+    E: Fn(&mut [Vec<f64>], &mut [f64]) + Sync,
+{
     let mut rows = vec![0.0; resamples * outputs];
     if outputs == 0 {
         return rows;
@@ -47,6 +64,7 @@ where
                 }
                 evaluate(&mut buffers, row);
             }
+            progress(chunk_rows.len() / outputs);
         });
     rows
 }
