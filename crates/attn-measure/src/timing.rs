@@ -494,6 +494,7 @@ pub fn interleave(
     let mut kept = [0usize; 2];
     let mut dropped = [0usize; 2];
     let mut min_kept: Option<u32> = None;
+    let mut guard: [Option<(Vec<f64>, Vec<f64>, Vec<f64>)>; 2] = [None, None];
     let mut attempts = 0;
     while (kept[0] < blocks_needed || kept[1] < blocks_needed) && attempts < 4 * blocks_needed {
         attempts += 1;
@@ -505,7 +506,11 @@ pub fn interleave(
             let opts = TimingOptions {
                 samples: block.min(wanted - kept[side] * block).max(1),
                 warmup: if first { plan.timing.warmup } else { 2 },
-                guard_launches: if first { plan.timing.guard_launches } else { 0 },
+                guard_launches: if guard[side].is_none() {
+                    plan.timing.guard_launches
+                } else {
+                    0
+                },
                 ..plan.timing
             };
             let timings = if side == 0 {
@@ -513,6 +518,16 @@ pub fn interleave(
             } else {
                 b.block(&opts)?
             };
+            // The guard pass judges where the work ran, not how fast: it is kept even from a
+            // block whose samples are dropped (or work escaping the stream could hide behind a
+            // throttled first block).
+            if guard[side].is_none() && !timings.wall_us.is_empty() {
+                guard[side] = Some((
+                    timings.wall_us.clone(),
+                    timings.guard_event_us.clone(),
+                    timings.guard_residual_us.clone(),
+                ));
+            }
             let clock = telemetry::read_clocks(ordinal).map(|c| c.sm_mhz);
             if clock.is_some_and(|mhz| mhz < threshold) {
                 dropped[side] += 1;
@@ -543,9 +558,17 @@ pub fn interleave(
         guard_residual_us: vec![],
     };
     let [a_t, b_t] = merged;
+    let with_guard = |t: Option<Timings>, g: Option<(Vec<f64>, Vec<f64>, Vec<f64>)>| {
+        let mut t = t.unwrap_or_else(empty);
+        if let Some((wall, event, residual)) = g {
+            (t.wall_us, t.guard_event_us, t.guard_residual_us) = (wall, event, residual);
+        }
+        t
+    };
+    let [a_g, b_g] = guard;
     Ok(Interleaved {
-        a: a_t.unwrap_or_else(empty),
-        b: b_t.unwrap_or_else(empty),
+        a: with_guard(a_t, a_g),
+        b: with_guard(b_t, b_g),
         guard: ClockGuard {
             block_samples: block,
             kept_blocks: kept,

@@ -111,7 +111,7 @@ const PLANTED: &[Planted] = &[
     Planted {
         name: "memoised-impossibly-fast",
         plant: 11,
-        shape: "1,8,4096,128",
+        shape: "1,8,2048,128",
         side_stream: false,
         expect: CaseStatus::Implausible,
     },

@@ -94,4 +94,3 @@ pub fn markdown(run: &GateRun) -> String {
     out.push('\n');
     out
 }
-

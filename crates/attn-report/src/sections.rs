@@ -198,7 +198,8 @@ fn gate_section(run: &Run, gate: &GateRun) -> GateSection {
     let threshold = comparison.map(|c| min_speedup(c.gate.threshold));
     let rule = match comparison {
         Some(_) => crate::gate::rule_sentence(gate),
-        None => "Gate rule: every correctness check must pass; no timing comparison was recorded.".into(),
+        None => "Gate rule: every correctness check must pass; no timing comparison was recorded."
+            .into(),
     };
     // One file per (candidate, baseline, suite): the seed and large suites keep separate charts.
     let shape_slug = format!(

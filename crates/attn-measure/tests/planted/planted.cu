@@ -18,8 +18,8 @@
 #define NUM_WARPS 4
 #endif
 #define DIMS_PER_LANE ((HEAD_DIM + 31) / 32)
-#define MEMO_SLOTS 8
-#define MEMO_ELEMS (8 * 4096 * 128)
+#define MEMO_SLOTS 16
+#define MEMO_ELEMS (8 * 2048 * 128)
 
 __device__ unsigned int block_launches[1 << 16];
 __device__ unsigned long long memo_keys[MEMO_SLOTS];
