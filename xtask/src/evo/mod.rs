@@ -13,26 +13,21 @@
 //! continues from it), `search.json` (what was searched, to resume with) and `best.json` (the
 //! winner, its evidence and the `cargo xtask gate` command that confirms it).
 
-mod compile;
-mod resume;
 mod spec;
 mod worker;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use attn_evidence::CandidateStatus;
-use attn_evo::{Knobs, Options, Search};
+use attn_evo::{Knobs, Options, Search, SearchRun};
 use attn_kernels::registry::Limits;
 use attn_kernels::Gpu;
+use attn_measure::search::{Device, Precompile};
 use attn_stats::{BootstrapOptions, CompareOptions, Sample};
 
-use compile::CompileBoard;
-use resume::Run;
 pub use worker::{worker, WorkerArgs};
 use worker::{Job, Workers};
 
@@ -128,7 +123,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     if args.timeout <= 0.0 || args.samples < 2 || args.checks == 0 {
         bail!("--timeout must be positive, --samples at least 2 and --checks at least 1");
     }
-    let run = Run::open(&args)?;
+    let run = spec::open_run(&args)?;
     let spec = &run.spec;
     let (devices, gpu) = if args.synthetic {
         let synthetic = Device {
@@ -137,7 +132,14 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         };
         (vec![synthetic], None)
     } else {
-        (devices()?, Some(Gpu::open(0)?))
+        let (devices, other) = attn_measure::search::same_model_devices()?;
+        for d in other {
+            let (ordinal, name, model) = (d.ordinal, d.name, &devices[0].name);
+            println!(
+                "GPU {ordinal} ({name}) is not a {model}: not used, its timings would not compare"
+            );
+        }
+        (devices, Some(Gpu::open(0)?))
     };
     let space = spec::space(spec, gpu.as_ref().map_or(Limits::H100, Gpu::limits))?;
     let options = Options {
@@ -148,7 +150,11 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         ..Options::default()
     };
     let seeds = spec::seeds(&args, spec, &space)?;
-    let (mut search, mut log) = run.start(Search::new(space, options, seeds)?)?;
+    let (mut search, mut log, resumed) = run.start(Search::new(space, options, seeds)?)?;
+    if let Some(rows) = resumed {
+        let dir = run.dir.display();
+        println!("evo: resuming {dir} ({rows} candidates already measured)");
+    }
     let names: Vec<String> = devices
         .iter()
         .map(|d| format!("GPU {} {}", d.ordinal, d.name))
@@ -193,23 +199,17 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     let compile_threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let ordinals: Vec<usize> = devices.iter().map(|d| d.ordinal).collect();
     while let Some(generation) = search.next_generation() {
         bar.set_prefix(generation.number.to_string());
-        let board = Arc::new(CompileBoard::default());
-        let compiler = gpu.as_ref().map(|gpu| {
-            compile::spawn_compiles(
-                spec,
-                gpu,
-                &generation.candidates,
-                board.clone(),
-                compile_threads,
-            )
-        });
+        let compiler = gpu
+            .as_ref()
+            .map(|gpu| Precompile::start(spec, gpu, &generation.candidates, compile_threads));
         let timeout = Duration::from_secs_f64(args.timeout);
         let measured = |index: usize, knobs: &Knobs, device: usize| {
             // Inputs seeded by the config, not its position: a resumed run measures the same
             // candidate on the same inputs.
-            let compile_s = compiler.as_ref().and_then(|_| board.wait(index));
+            let compile_s = compiler.as_ref().and_then(|c| c.wait(index));
             let started = Instant::now();
             let seed = attn_evo::config_seed(spec.seed, knobs);
             let measured = workers.run(&Job::Candidate(knobs.clone()), device, seed, timeout);
@@ -223,9 +223,9 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             );
             (knobs.clone(), row)
         };
-        for_each_on_devices(
+        attn_evo::for_each_on_devices(
             &generation.candidates,
-            &devices,
+            &ordinals,
             measured,
             |(knobs, row)| {
                 log.append(&row)?;
@@ -247,41 +247,15 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
                         attn_evo::format_knobs(&best.knobs)
                     ));
                 }
-                Ok(())
+                Ok::<(), anyhow::Error>(())
             },
         )?;
-        if let Some(handle) = compiler {
-            let _ = handle.join();
+        if let Some(compiler) = compiler {
+            compiler.join();
         }
     }
     bar.finish();
     finish(&args, &run, &devices, gpu.as_ref())
-}
-
-/// Measures `items` on one thread per device (each takes the next item when free) and hands each
-/// result to `record` on this thread, in completion order.
-fn for_each_on_devices<T: Sync, R: Send>(
-    items: &[T],
-    devices: &[Device],
-    measure: impl Fn(usize, &T, usize) -> R + Sync,
-    mut record: impl FnMut(R) -> anyhow::Result<()>,
-) -> anyhow::Result<()> {
-    let next = AtomicUsize::new(0);
-    let (tx, rx) = mpsc::channel();
-    std::thread::scope(|scope| {
-        for device in devices {
-            let (tx, next, measure) = (tx.clone(), &next, &measure);
-            scope.spawn(move || loop {
-                let index = next.fetch_add(1, Ordering::Relaxed);
-                let Some(item) = items.get(index) else { break };
-                if tx.send(measure(index, item, device.ordinal)).is_err() {
-                    break;
-                }
-            });
-        }
-        drop(tx);
-        rx.into_iter().try_for_each(&mut record)
-    })
 }
 
 /// The baseline, once per GPU, by a worker like any candidate (sdpa's helper may take a while).
@@ -316,7 +290,12 @@ fn baselines(
 }
 
 /// The summary and `best.json` of a finished search.
-fn finish(args: &Args, run: &Run, devices: &[Device], gpu: Option<&Gpu>) -> anyhow::Result<u8> {
+fn finish(
+    args: &Args,
+    run: &SearchRun,
+    devices: &[Device],
+    gpu: Option<&Gpu>,
+) -> anyhow::Result<u8> {
     let spec = &run.spec;
     let log_path = run.log_path();
     let rows = attn_evidence::read_evo_log(&log_path)?;
@@ -328,7 +307,7 @@ fn finish(args: &Args, run: &Run, devices: &[Device], gpu: Option<&Gpu>) -> anyh
         invalid,
         log_path.display()
     );
-    let ncu = ncu_note(args.ncu);
+    let ncu = attn_evo::ncu_note(args.ncu);
     let run_name = run
         .dir
         .file_name()
@@ -362,45 +341,4 @@ fn finish(args: &Args, run: &Run, devices: &[Device], gpu: Option<&Gpu>) -> anyh
         path.display()
     );
     Ok(0)
-}
-
-fn ncu_note(asked: bool) -> String {
-    if !asked {
-        return String::new();
-    }
-    let found = std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("ncu").is_file()));
-    if found {
-        "--ncu: finalists are ranked by speedup; profile the best with `cargo xtask ncu` (ncu scoring inside evo is not wired yet)".into()
-    } else {
-        "--ncu: Nsight Compute (ncu) is not on PATH: finalists are ranked by speedup alone".into()
-    }
-}
-
-/// A GPU workers run on.
-#[derive(Debug, Clone)]
-struct Device {
-    ordinal: usize,
-    name: String,
-}
-
-/// The visible GPUs of the same model as the first (timings are only compared within a model).
-fn devices() -> anyhow::Result<Vec<Device>> {
-    let model = Gpu::open(0)?.info().name.clone();
-    let mut found = vec![Device {
-        ordinal: 0,
-        name: model.clone(),
-    }];
-    for ordinal in 1..64 {
-        let Ok(gpu) = Gpu::open(ordinal) else { break };
-        let name = gpu.info().name.clone();
-        if name == model {
-            found.push(Device { ordinal, name });
-        } else {
-            println!(
-                "GPU {ordinal} ({name}) is not a {model}: not used, its timings would not compare"
-            );
-        }
-    }
-    Ok(found)
 }

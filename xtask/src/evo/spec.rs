@@ -1,15 +1,27 @@
-//! What to search, resolved from the arguments: the target and its knobs, the space with the
-//! registry's constraints (or the `--src` geometry), and generation 0's seeds.
+//! What to search, resolved from the arguments: the run, the target and its knobs, the space
+//! with the registry's constraints (or the `--src` geometry), and generation 0's seeds.
 
 use std::collections::BTreeMap;
 
 use anyhow::{bail, Context};
 use attn_evidence::{read_evo_log, SearchSpec, ShapeSpec};
-use attn_evo::{KnobDomain, Knobs, Space};
+use attn_evo::{KnobDomain, Knobs, SearchRun, Space};
 use attn_kernels::registry::{self, Engine, Limits};
 use attn_kernels::Config;
 
 use super::Args;
+
+/// The run the arguments name: `--resume DIR`'s, or a new one in `<evidence>/evo/<run>`.
+pub fn open_run(args: &Args) -> anyhow::Result<SearchRun> {
+    if let Some(dir) = &args.resume {
+        return Ok(SearchRun::resume(dir).context("--resume")?);
+    }
+    Ok(SearchRun::new(
+        search_spec(args)?,
+        &args.evidence,
+        args.run.clone(),
+    ))
+}
 
 /// The search the arguments ask for (a new run's `search.json`).
 pub fn search_spec(args: &Args) -> anyhow::Result<SearchSpec> {
