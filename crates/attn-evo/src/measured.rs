@@ -57,15 +57,6 @@ impl Measurement {
         }
     }
 
-    /// The last JSON line of a worker's stdout, if it printed one.
-    pub fn from_output(stdout: &str) -> Option<Measurement> {
-        stdout
-            .lines()
-            .rev()
-            .find(|l| l.starts_with('{'))
-            .and_then(|l| serde_json::from_str(l).ok())
-    }
-
     /// The log row of this candidate, scored by its speedup over `baseline` (a candidate whose
     /// samples cannot be compared is invalid).
     pub fn log_row(

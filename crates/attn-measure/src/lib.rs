@@ -13,7 +13,8 @@
 //!   supervised worker processes.
 //! - [`search`]: one search candidate (or the baseline) measured as a search worker does, a
 //!   generation's precompile, the GPUs a search runs on; [`micro`]: the `clock64()`
-//!   micro-benchmark; [`profile`]: what Nsight Compute profiles.
+//!   micro-benchmark; [`profile`]: what Nsight Compute profiles; [`provenance`]: where a
+//!   measurement comes from.
 //!
 //! It depends on attn-kernels, attn-oracle, attn-stats and attn-evidence, never on a command
 //! line parser: xtask turns arguments into these types and prints what comes back.
@@ -26,6 +27,7 @@ pub mod gate;
 pub mod micro;
 mod problem;
 pub mod profile;
+pub mod provenance;
 pub mod replay;
 pub mod sdpa;
 pub mod search;

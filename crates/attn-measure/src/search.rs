@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use attn_evidence::{SearchSpec, ShapeSpec};
 use attn_kernels::compile::compile;
+use attn_kernels::registry::{self, Engine, Limits};
 use attn_kernels::{Candidate, Config, Gpu, GpuReference, Prepared, TimingMode, TimingOptions};
 
 use crate::timing::{KernelSide, SdpaSide, TimedSide};
@@ -126,6 +127,44 @@ pub fn candidate(
 /// A search candidate's defines: the spec's fixed ones and its knobs.
 pub fn config(spec: &SearchSpec, knobs: &BTreeMap<String, i64>) -> Config {
     Config(spec.defines.clone()).merged(&Config(knobs.clone()))
+}
+
+/// The knobs of registered implementation `name` a search may tune at `head_dim`, with their
+/// domains.
+pub fn searchable_knobs(
+    name: &str,
+    head_dim: usize,
+) -> Result<Vec<(&'static str, &'static [i64])>> {
+    let imp = registry::find(name)?;
+    if !matches!(imp.engine, Engine::Kernel { .. }) || imp.knobs.is_empty() {
+        return Err(MeasureError::Invalid(format!(
+            "`{name}` has no knobs to search"
+        )));
+    }
+    imp.check_head_dim(head_dim)?;
+    Ok(imp.knobs.iter().map(|k| (k.name, k.domain)).collect())
+}
+
+/// The registry's constraints on `name`'s knobs at `head_dim` within `limits`, as a search
+/// space's validator.
+pub fn registry_constraint(
+    name: &str,
+    head_dim: usize,
+    limits: Limits,
+) -> Result<impl Fn(&BTreeMap<String, i64>) -> std::result::Result<(), String> + Send + Sync> {
+    let imp = registry::find(name)?;
+    Ok(move |knobs: &BTreeMap<String, i64>| {
+        imp.resolve(&Config(knobs.clone()), head_dim, &limits)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+}
+
+/// `name`'s default config for `shape`, tuned values included: a search's first seed.
+pub fn default_knobs(name: &str, shape: &ShapeSpec) -> Result<BTreeMap<String, i64>> {
+    let imp = registry::find(name)?;
+    let tuned = imp.tuned_for(&Problem::new(shape.clone())?.shape);
+    Ok(imp.default_config(shape.head_dim).merged(&tuned).0)
 }
 
 /// A GPU a search measures on.

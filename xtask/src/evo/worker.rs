@@ -13,7 +13,7 @@ use attn_evidence::{SearchSpec, ShapeSpec};
 use attn_evo::{Knobs, Measurement};
 use attn_kernels::Config;
 use attn_measure::search::Worker;
-use attn_measure::supervise::{classify_failure, exit_with_parent, run_supervised, Supervised};
+use attn_measure::supervise::{classify_failure, exit_with_parent, run_json_worker};
 
 /// Arguments of the hidden `xtask evo-worker`: one candidate (or the baseline) on one shape.
 #[derive(Debug, clap::Args)]
@@ -107,34 +107,11 @@ impl Workers {
     }
 }
 
-/// Runs `xtask <args>` supervised and turns what it printed, or how it died, into a measurement.
+/// Runs `xtask <args>` supervised: its measurement, or how it died as an invalid one.
 fn supervise(args: &[String], timeout: Duration) -> anyhow::Result<Measurement> {
     let mut command = Command::new(std::env::current_exe().context("finding this executable")?);
     command.args(args);
-    let (status, out, err) = match run_supervised(command, timeout)? {
-        Supervised::TimedOut => {
-            return Ok(Measurement::invalid(format!(
-                "timeout after {} s",
-                timeout.as_secs_f64()
-            )))
-        }
-        Supervised::Finished {
-            status,
-            stdout,
-            stderr,
-        } => (status, stdout, stderr),
-    };
-    if let Some(measured) = Measurement::from_output(&out) {
-        return Ok(measured);
-    }
-    let why = match status.code() {
-        Some(code) => format!("exit code {code}"),
-        None => format!("killed by a signal ({status})"),
-    };
-    Ok(Measurement::invalid(classify_failure(
-        &format!("{out}\n{err}"),
-        &why,
-    )))
+    Ok(run_json_worker(command, timeout)?.unwrap_or_else(Measurement::invalid))
 }
 
 /// Runs the hidden `xtask evo-worker`: prints one JSON line, exits without tearing down CUDA
