@@ -57,6 +57,19 @@ pub enum EvoError {
         /// The run's folder.
         dir: std::path::PathBuf,
     },
+    /// The baseline could not be measured: a search has nothing to compare with.
+    #[error("the baseline {name} failed on GPU {device}: {status}")]
+    Baseline {
+        /// The baseline.
+        name: String,
+        /// The GPU it ran on.
+        device: usize,
+        /// Why it failed (`invalid: ...`).
+        status: String,
+    },
+    /// Samples the statistics refuse.
+    #[error(transparent)]
+    Stats(#[from] attn_stats::StatsError),
     /// A run's file could not be read or written.
     #[error(transparent)]
     Evidence(#[from] attn_evidence::EvidenceError),

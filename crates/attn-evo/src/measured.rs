@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::log::{knobs_from_strings, knobs_to_strings};
 use crate::plan::gate_command;
 use crate::space::Knobs;
+use crate::EvoError;
 
 /// One candidate (or the baseline) measured: what a worker process prints as its last stdout line,
 /// as JSON.
@@ -55,6 +56,20 @@ impl Measurement {
             samples_us,
             prepare_s,
         }
+    }
+
+    /// The baseline's samples measured on GPU `device`; failing there is an error.
+    pub fn baseline_sample(self, name: &str, device: usize) -> crate::Result<Sample> {
+        if !self.status.is_ok() {
+            let status = self.status.to_string();
+            let name = name.to_string();
+            return Err(EvoError::Baseline {
+                name,
+                device,
+                status,
+            });
+        }
+        Ok(Sample::new(self.samples_us)?)
     }
 
     /// The log row of this candidate, scored by its speedup over `baseline` (a candidate whose

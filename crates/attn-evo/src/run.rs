@@ -46,6 +46,12 @@ impl SearchRun {
         }
     }
 
+    /// The run's name: its folder's.
+    pub fn name(&self) -> String {
+        let name = self.dir.file_name().map(|n| n.to_string_lossy());
+        name.unwrap_or_default().into_owned()
+    }
+
     /// The run's log, a row per candidate.
     pub fn log_path(&self) -> PathBuf {
         self.dir.join("log.csv")

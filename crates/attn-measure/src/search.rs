@@ -176,6 +176,21 @@ pub struct Device {
     pub name: String,
 }
 
+impl std::fmt::Display for Device {
+    /// `ordinal model`, e.g. `0 NVIDIA H100 80GB HBM3`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.ordinal, self.name)
+    }
+}
+
+impl Device {
+    /// The stand-in of a synthetic search (tests without a GPU).
+    pub fn synthetic() -> Device {
+        let name = "synthetic".into();
+        Device { ordinal: 0, name }
+    }
+}
+
 /// The visible GPUs of the same model as the first (timings are only compared within a model),
 /// and those left out for being another model.
 pub fn same_model_devices() -> Result<(Vec<Device>, Vec<Device>)> {

@@ -54,20 +54,16 @@ pub enum Job {
     Candidate(Knobs),
 }
 
-/// Everything the workers of a run share.
-pub struct Workers {
-    pub spec: SearchSpec,
-    pub samples: usize,
-    pub warmup: usize,
-    pub checks: usize,
-    pub sdpa_backend: String,
-    pub synthetic: bool,
+/// Everything the workers of a run share: the search and the arguments of `evo`.
+pub struct Workers<'a> {
+    pub spec: &'a SearchSpec,
+    pub args: &'a super::Args,
 }
 
-impl Workers {
+impl Workers<'_> {
     /// Runs one worker on GPU `device` within `timeout`: its measurement, or why there is none.
     pub fn run(&self, job: &Job, device: usize, seed: u64, timeout: Duration) -> Measurement {
-        let spec = &self.spec;
+        let (spec, run) = (self.spec, self.args);
         let mut args: Vec<String> = vec![
             "evo-worker".into(),
             "--shape".into(),
@@ -76,14 +72,14 @@ impl Workers {
         for (flag, value) in [
             ("--device", device.to_string()),
             ("--seed", seed.to_string()),
-            ("--samples", self.samples.to_string()),
-            ("--warmup", self.warmup.to_string()),
-            ("--checks", self.checks.to_string()),
-            ("--sdpa-backend", self.sdpa_backend.clone()),
+            ("--samples", run.samples.to_string()),
+            ("--warmup", run.warmup.to_string()),
+            ("--checks", run.checks.to_string()),
+            ("--sdpa-backend", run.sdpa_backend.clone()),
         ] {
             args.extend([flag.into(), value]);
         }
-        if self.synthetic {
+        if run.synthetic {
             args.push("--synthetic".into());
         }
         match job {
@@ -132,30 +128,20 @@ fn evaluate(args: &WorkerArgs) -> anyhow::Result<Measurement> {
     let spec: ShapeSpec = args.shape.parse()?;
     if args.synthetic {
         let knobs: Config = args.config.parse().unwrap_or_default();
-        let baseline = args.baseline.is_some();
+        let (baseline, seed) = (args.baseline.is_some(), args.seed);
         let samples = args.samples;
-        return Ok(attn_evo::synthetic_measurement(
-            &knobs.0, baseline, args.seed, samples,
-        ));
+        let measured = attn_evo::synthetic_measurement(&knobs.0, baseline, seed, samples);
+        return Ok(measured);
     }
     let worker = Worker::open(spec, args.device, args.warmup, args.samples)?;
     if let Some(name) = &args.baseline {
         let samples_us = worker.baseline(name, &args.sdpa_backend, args.seed)?;
         return Ok(Measurement::ok(samples_us, None));
     }
-    let config = args
-        .config
-        .parse()
-        .map_err(|e: String| anyhow::anyhow!("--config: {e}"))?;
-    let (name, src, entry) = (
-        args.implementation.as_deref(),
-        args.src.as_deref(),
-        args.entry.as_deref(),
-    );
-    let candidate = attn_measure::search::candidate(name, src, entry, config)?;
-    let measured = worker.candidate(&candidate, args.seed, args.checks)?;
-    Ok(Measurement::from_result(
-        measured.samples_us,
-        measured.prepare_s,
-    ))
+    let bad = |e: String| anyhow::anyhow!("--config: {e}");
+    let config = args.config.parse().map_err(bad)?;
+    let (name, entry) = (args.implementation.as_deref(), args.entry.as_deref());
+    let candidate = attn_measure::search::candidate(name, args.src.as_deref(), entry, config)?;
+    let m = worker.candidate(&candidate, args.seed, args.checks)?;
+    Ok(Measurement::from_result(m.samples_us, m.prepare_s))
 }
