@@ -14,7 +14,7 @@ use super::Args;
 /// The run the arguments name: `--resume DIR`'s, or a new one in `<evidence>/evo/<run>`.
 pub fn open_run(args: &Args) -> anyhow::Result<SearchRun> {
     if let Some(dir) = &args.resume {
-        return Ok(SearchRun::resume(dir).context("--resume")?);
+        return SearchRun::resume(dir).context("--resume");
     }
     Ok(SearchRun::new(
         search_spec(args)?,
