@@ -69,7 +69,9 @@ pub struct Args {
 /// Runs the subcommand; returns the process exit code.
 pub fn run(args: Args) -> anyhow::Result<u8> {
     if args.as_target {
-        return launch_target(&args);
+        let candidate = candidate(&args)?;
+        attn_measure::profile::launch_for_profiler(spec(&args)?, &candidate, args.launches)?;
+        return Ok(0);
     }
     if args.implementation.is_some() {
         return profile_impl(&args);
@@ -80,24 +82,8 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     let launches = attn_ncu::parse(&text).with_context(|| format!("parsing {}", path.display()))?;
-    let filter = args
-        .kernel
-        .as_deref()
-        .map(attn_ncu::KernelFilter::parse)
-        .transpose()?;
-    let kernels = attn_ncu::group(&launches, filter.as_ref());
-    if kernels.is_empty() {
-        let names: std::collections::BTreeSet<String> = launches
-            .iter()
-            .map(|l| attn_ncu::group::short_name(&l.kernel, 60))
-            .collect();
-        anyhow::bail!(
-            "no kernel in {} matches {:?}; kernels there: {}",
-            path.display(),
-            args.kernel.unwrap_or_default(),
-            names.into_iter().collect::<Vec<_>>().join(" | ")
-        );
-    }
+    let source = path.display().to_string();
+    let kernels = attn_ncu::matching_kernels(&launches, args.kernel.as_deref(), &source)?;
     let text = if args.json {
         serde_json::to_string_pretty(&kernels)? + "\n"
     } else {
@@ -130,49 +116,12 @@ fn candidate(args: &Args) -> anyhow::Result<attn_kernels::Candidate> {
     Ok(attn_kernels::Candidate::registered(name, overrides)?)
 }
 
-/// Target mode: one warm-up launch and `launches` profiled ones of the candidate, nothing else.
-fn launch_target(args: &Args) -> anyhow::Result<u8> {
-    let spec = spec(args)?;
-    let problem = attn_measure::Problem::new(spec)?;
-    let (shape, dtype, params) = (problem.shape, problem.dtype, problem.params);
-    let gpu = attn_kernels::Gpu::open(0)?;
-    let candidate = candidate(args)?.for_shape(&shape);
-    let prepared = attn_kernels::Prepared::new(&gpu, &candidate, dtype, shape.head_dim)?;
-    let mut sets = attn_measure::timing::InputSets::new(&gpu, &problem, 1, 1)?;
-    for _ in 0..=args.launches {
-        prepared.launch(
-            &gpu,
-            &sets.q[0],
-            &sets.k[0],
-            &sets.v[0],
-            &mut sets.o[0],
-            &params,
-        )?;
-    }
-    gpu.synchronize()?;
-    Ok(0)
-}
-
 fn profile_impl(args: &Args) -> anyhow::Result<u8> {
     let spec = spec(args)?;
     attn_measure::Problem::new(spec.clone())?;
     let candidate = candidate(args)?;
-    let entry = match &candidate {
-        attn_kernels::Candidate::Registered { implementation, .. } => match implementation.engine {
-            attn_kernels::registry::Engine::Kernel { .. } => "attn_fwd",
-            attn_kernels::registry::Engine::Cublas => ".*",
-        },
-        attn_kernels::Candidate::Source { .. } => "attn_fwd",
-    };
-    let metrics = attn_ncu::metrics::hopper(args.purpose)
-        .metrics
-        .iter()
-        .map(|m| m.to_string())
-        .collect();
-    let mut opts = attn_ncu::ProfileOptions::new(entry, metrics);
-    opts.ncu = args.ncu.clone();
-    opts.launch_skip = 1;
-    opts.launch_count = args.launches;
+    let entry = attn_measure::profile::profiled_entry(&candidate);
+    let opts = attn_ncu::kernel_options(entry, args.purpose, args.ncu.clone(), args.launches);
     let program = std::env::current_exe().context("locating this program for ncu to run")?;
     let mut target_args: Vec<String> = vec![
         "ncu".into(),
@@ -205,44 +154,26 @@ fn profile_impl(args: &Args) -> anyhow::Result<u8> {
     print!("{}", attn_ncu::render_text(&kernels));
     let (git_rev, _) = crate::provenance::git_revision();
     for kernel in &kernels {
-        let explanation = attn_ncu::explain(
-            kernel,
-            Some(spec.flops()),
-            &attn_ncu::Ceilings::H100_MEASURED,
-        );
-        println!("\n{explanation}");
-        let mut evidence = attn_ncu::NcuEvidence::new(
-            attn_ncu::Provenance {
-                label: format!("{} {spec}", candidate.label()),
-                created: Some(attn_evidence::utc_now_rfc3339()),
-                git_rev: Some(git_rev.clone()),
-                device: kernel
-                    .metrics
-                    .get("device__attribute_display_name")
-                    .and_then(|a| a.text.clone()),
-                command_line: profile.command_line.clone(),
-                clock_note: Some(profile.clock_note.clone()),
-                seed: Some(1),
-            },
-            kernel,
-        )
-        .with_explanation(explanation);
-        match attn_ncu::FitnessInputs::from_summary(kernel, args.speedup, args.syncs_per_tile) {
-            Ok(inputs) => {
-                let fitness = attn_ncu::fitness(&inputs, &attn_ncu::FitnessWeights::default());
-                println!(
-                    "fitness {:.1} = 1000·speedup {:.3} + 2·tensor {:.1}% + SM {:.1}% − penalty {:.1} (registers {}, syncs/tile {}, spill bytes {})",
-                    fitness.score, inputs.speedup, inputs.tensor_pct, inputs.sm_busy_pct, fitness.penalty,
-                    inputs.registers_per_thread, inputs.syncs_per_tile, inputs.spill_bytes
-                );
-                evidence = evidence.with_fitness(fitness);
-            }
+        let provenance = attn_ncu::Provenance {
+            label: format!("{} {spec}", candidate.label()),
+            created: Some(attn_evidence::utc_now_rfc3339()),
+            git_rev: Some(git_rev.clone()),
+            device: None,
+            command_line: profile.command_line.clone(),
+            clock_note: Some(profile.clock_note.clone()),
+            seed: Some(1),
+        };
+        let (speedup, syncs) = (args.speedup, args.syncs_per_tile);
+        let assessed = attn_ncu::assess(kernel, provenance, spec.flops(), speedup, syncs);
+        println!("\n{}", assessed.explanation);
+        match &assessed.fitness {
+            Ok(fitness) => println!("{}", attn_ncu::fitness_line(fitness)),
             Err(err) => {
                 println!("no fitness score: {err} (profile with --purpose all or overview)")
             }
         }
         if !args.no_evidence {
-            let path = evidence.write_in(&args.evidence.join("ncu"))?;
+            let path = assessed.evidence.write_in(&args.evidence.join("ncu"))?;
             println!("evidence: {}", path.display());
         }
     }

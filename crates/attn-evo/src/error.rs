@@ -1,7 +1,7 @@
 //! The one error type of this crate.
 
 /// Everything that can go wrong while describing or resuming a search.
-#[derive(Debug, thiserror::Error, PartialEq)]
+#[derive(Debug, thiserror::Error)]
 pub enum EvoError {
     /// A knob was declared with no values.
     #[error("knob {knob} has an empty domain")]
@@ -49,6 +49,30 @@ pub enum EvoError {
         /// The target searched.
         target: String,
     },
+    /// A new run in a folder that already has a log.
+    #[error("{} exists: continue it with --resume {}", log.display(), dir.display())]
+    RunExists {
+        /// The log found.
+        log: std::path::PathBuf,
+        /// The run's folder.
+        dir: std::path::PathBuf,
+    },
+    /// The baseline could not be measured: a search has nothing to compare with.
+    #[error("the baseline {name} failed on GPU {device}: {status}")]
+    Baseline {
+        /// The baseline.
+        name: String,
+        /// The GPU it ran on.
+        device: usize,
+        /// Why it failed (`invalid: ...`).
+        status: String,
+    },
+    /// Samples the statistics refuse.
+    #[error(transparent)]
+    Stats(#[from] attn_stats::StatsError),
+    /// A run's file could not be read or written.
+    #[error(transparent)]
+    Evidence(#[from] attn_evidence::EvidenceError),
     /// A row of a search log that does not fit the space (resume).
     #[error("log row {row}: {reason}")]
     LogRow {

@@ -17,6 +17,10 @@
 //! - `plan`: [`narrow_domains`], the `--src` constraint ([`source_constraint`]), generation 0's
 //!   seeds from a micro log or earlier bests, each candidate's input seed ([`config_seed`]) and
 //!   the `gate` command that confirms a config ([`gate_command`]); [`evo_best`]: `best.json`.
+//! - `summary`: the lines `cargo xtask evo` prints ([`search_line`], [`best_lines`], ...).
+//! - [`SearchRun`]: a run's folder, new (`search.json` written) or resumed from its log.
+//! - [`drive`]: a search measured to its end by a [`Measurer`] (the caller's), one thread per
+//!   device ([`for_each_on_devices`]), every candidate scored against its device's baseline.
 //! - `micro`: the micro-benchmark's tile configs and ranking ([`micro_tile_configs`],
 //!   [`micro_ranked`]), which seed a search.
 //!
@@ -42,23 +46,33 @@
 //! # Ok::<(), attn_evo::EvoError>(())
 //! ```
 
+mod drive;
 mod error;
 mod log;
 mod measured;
 mod micro;
 mod plan;
+mod run;
 mod search;
 mod select;
 mod space;
+mod summary;
 
+pub use drive::{
+    compare_options, drive, for_each_on_devices, measure_baselines, ncu_note, Measurer,
+};
 pub use error::{EvoError, Result};
 pub use log::{evaluations_from_log, knobs_from_strings, knobs_to_strings};
-pub use measured::{best_row, evo_best, synthetic_samples, Measurement};
-pub use micro::{micro_knobs, micro_ranked, micro_tile_configs, MICRO_KNOBS, MICRO_SCOPE};
+pub use measured::{best_row, evo_best, synthetic_measurement, synthetic_samples, Measurement};
+pub use micro::{
+    micro_knobs, micro_ranked, micro_results, micro_tile_configs, MICRO_KNOBS, MICRO_SCOPE,
+};
 pub use plan::{
     config_seed, format_knobs, gate_command, narrow_domains, seed_from_bests, seed_from_log,
     source_constraint,
 };
+pub use run::SearchRun;
 pub use search::{Evaluation, Generation, Options, Search};
 pub use select::{pick_rank, rank_probabilities};
 pub use space::{KnobDomain, Knobs, Space};
+pub use summary::{best_lines, counts_line, row_line, search_line};

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::log::{knobs_from_strings, knobs_to_strings};
 use crate::plan::gate_command;
 use crate::space::Knobs;
+use crate::EvoError;
 
 /// One candidate (or the baseline) measured: what a worker process prints as its last stdout line,
 /// as JSON.
@@ -41,13 +42,34 @@ impl Measurement {
         }
     }
 
-    /// The last JSON line of a worker's stdout, if it printed one.
-    pub fn from_output(stdout: &str) -> Option<Measurement> {
-        stdout
-            .lines()
-            .rev()
-            .find(|l| l.starts_with('{'))
-            .and_then(|l| serde_json::from_str(l).ok())
+    /// Timed samples, or why there are none.
+    pub fn from_result(
+        samples_us: Result<Vec<f64>, String>,
+        prepare_s: Option<f64>,
+    ) -> Measurement {
+        let (status, samples_us) = match samples_us {
+            Ok(samples) => (CandidateStatus::Ok, samples),
+            Err(why) => (CandidateStatus::invalid(why), vec![]),
+        };
+        Measurement {
+            status,
+            samples_us,
+            prepare_s,
+        }
+    }
+
+    /// The baseline's samples measured on GPU `device`; failing there is an error.
+    pub fn baseline_sample(self, name: &str, device: usize) -> crate::Result<Sample> {
+        if !self.status.is_ok() {
+            let status = self.status.to_string();
+            let name = name.to_string();
+            return Err(EvoError::Baseline {
+                name,
+                device,
+                status,
+            });
+        }
+        Ok(Sample::new(self.samples_us)?)
     }
 
     /// The log row of this candidate, scored by its speedup over `baseline` (a candidate whose
@@ -133,6 +155,34 @@ pub fn evo_best(
         ncu,
         provenance,
     })
+}
+
+/// What a synthetic worker reports (tests without a GPU; times from [`synthetic_samples`]). In
+/// this process: `MODE=1` dies the way a faulting kernel's worker does, `MODE=2` hangs;
+/// `ATTN_EVO_SYNTHETIC_DELAY_MS` slows every candidate down (to kill a run mid-way in tests).
+pub fn synthetic_measurement(
+    knobs: &Knobs,
+    baseline: bool,
+    seed: u64,
+    samples: usize,
+) -> Measurement {
+    match knobs.get("MODE") {
+        Some(1) => {
+            eprintln!("error: CUDA cuStreamSynchronize failed: DriverError(CUDA_ERROR_ILLEGAL_ADDRESS, \"an illegal memory access was encountered\")");
+            std::process::abort();
+        }
+        Some(2) => loop {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        },
+        _ => {}
+    }
+    if let Some(ms) = std::env::var("ATTN_EVO_SYNTHETIC_DELAY_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
+    Measurement::ok(synthetic_samples(knobs, baseline, seed, samples), None)
 }
 
 /// Samples of a synthetic measurement (tests without a GPU): 100 µs for the baseline; for a

@@ -1,7 +1,8 @@
 //! The micro-benchmark's tile configs and their ranking (`cargo xtask micro`, which seeds a search).
 
-use attn_evidence::MicroRanked;
+use attn_evidence::{CandidateStatus, EvoCandidate, MicroRanked};
 
+use crate::log::knobs_to_strings;
 use crate::space::Knobs;
 
 /// What the micro ranking can and cannot predict (stored in `micro/best.json`).
@@ -57,4 +58,45 @@ pub fn micro_ranked(config: &Knobs, cycles: f64, tiles: usize) -> MicroRanked {
         cycles_per_tile: per_tile,
         flops_per_cycle: flops / per_tile,
     }
+}
+
+/// The micro log's rows (one per config, in order, scored by FLOPs per cycle) and the `top` best
+/// of the ranking, from each config's loop cycles (or why there are none), compile and run
+/// seconds, on a GPU whose SM clock peaks at `max_sm_mhz`.
+pub fn micro_results(
+    configs: &[Knobs],
+    measured: impl IntoIterator<Item = (Result<f64, String>, f64, f64)>,
+    tiles: usize,
+    max_sm_mhz: u32,
+    top: usize,
+) -> (Vec<EvoCandidate>, Vec<MicroRanked>) {
+    let mut rows = Vec::new();
+    let mut ranked = Vec::new();
+    for (config, (cycles, compile_s, run_s)) in configs.iter().zip(measured) {
+        let mut row = EvoCandidate {
+            generation: 0,
+            config: knobs_to_strings(&micro_knobs(config)),
+            status: CandidateStatus::Ok,
+            median_us: None,
+            speedup: None,
+            speedup_lower: None,
+            speedup_upper: None,
+            score: None,
+            compile_s: Some(compile_s),
+            run_s: Some(run_s),
+        };
+        match cycles {
+            Ok(cycles) => {
+                let entry = micro_ranked(config, cycles, tiles);
+                row.median_us = Some(cycles / f64::from(max_sm_mhz.max(1)));
+                row.score = Some(entry.flops_per_cycle);
+                ranked.push(entry);
+            }
+            Err(why) => row.status = CandidateStatus::invalid(why),
+        }
+        rows.push(row);
+    }
+    ranked.sort_by(|a, b| b.flops_per_cycle.total_cmp(&a.flops_per_cycle));
+    ranked.truncate(top.max(1));
+    (rows, ranked)
 }

@@ -51,6 +51,17 @@ impl Default for Options {
 }
 
 impl Options {
+    /// The options of the search `spec` describes, with `budget` evaluations at most.
+    pub fn for_spec(spec: &attn_evidence::SearchSpec, budget: usize) -> Options {
+        Options {
+            population: spec.population,
+            generations: spec.generations,
+            budget,
+            seed: spec.seed,
+            ..Options::default()
+        }
+    }
+
     fn validate(&self) -> Result<()> {
         if self.population == 0 || self.generations == 0 || self.budget == 0 {
             return Err(EvoError::Options(format!(

@@ -11,6 +11,10 @@
 //! - [`decide`]: the decision as one function of typed results; [`replay`] calls it unchanged.
 //! - [`gate`]: one case end to end; [`supervise`]: the watchdog that bounds a hang, and
 //!   supervised worker processes.
+//! - [`search`]: one search candidate (or the baseline) measured as a search worker does, a
+//!   generation's precompile, the GPUs a search runs on; [`micro`]: the `clock64()`
+//!   micro-benchmark; [`profile`]: what Nsight Compute profiles; [`provenance`]: where a
+//!   measurement comes from.
 //!
 //! It depends on attn-kernels, attn-oracle, attn-stats and attn-evidence, never on a command
 //! line parser: xtask turns arguments into these types and prints what comes back.
@@ -20,9 +24,13 @@ pub mod check;
 pub mod decide;
 mod error;
 pub mod gate;
+pub mod micro;
 mod problem;
+pub mod profile;
+pub mod provenance;
 pub mod replay;
 pub mod sdpa;
+pub mod search;
 pub mod suites;
 pub mod supervise;
 pub mod timing;

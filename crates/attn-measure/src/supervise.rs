@@ -5,6 +5,7 @@
 //!   CUDA context; ending the process is the only way to bound it, and the driver frees the GPU.
 //! - [`run_supervised`]: runs a command (a worker, e.g. one search candidate) in its own process
 //!   group with a time limit, killing the whole group when it runs over.
+//! - [`run_json_worker`]: a supervised worker's JSON result, or why there is none.
 //! - [`classify_failure`]: what a dead worker printed, as one line.
 
 use std::io::Read;
@@ -175,6 +176,34 @@ pub fn run_supervised(mut command: Command, timeout: Duration) -> Result<Supervi
         },
         None => Supervised::TimedOut,
     })
+}
+
+/// Runs a worker that ends by printing its result as a JSON line, within `timeout`: the last
+/// such line read as `T`, or why there is none (the timeout, or how it died, classified).
+pub fn run_json_worker<T: serde::de::DeserializeOwned>(
+    command: Command,
+    timeout: Duration,
+) -> Result<std::result::Result<T, String>> {
+    let (status, out, err) = match run_supervised(command, timeout)? {
+        Supervised::TimedOut => {
+            let seconds = timeout.as_secs_f64();
+            return Ok(Err(format!("timeout after {seconds} s")));
+        }
+        Supervised::Finished {
+            status,
+            stdout,
+            stderr,
+        } => (status, stdout, stderr),
+    };
+    let line = out.lines().rev().find(|l| l.starts_with('{'));
+    if let Some(parsed) = line.and_then(|l| serde_json::from_str(l).ok()) {
+        return Ok(Ok(parsed));
+    }
+    let why = match status.code() {
+        Some(code) => format!("exit code {code}"),
+        None => format!("killed by a signal ({status})"),
+    };
+    Ok(Err(classify_failure(&format!("{out}\n{err}"), &why)))
 }
 
 /// Ends this process when its parent goes away (a worker outlives no supervisor, hung or not).

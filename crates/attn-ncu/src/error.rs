@@ -58,6 +58,17 @@ pub enum NcuError {
         metric: String,
     },
 
+    /// No kernel of a capture matches the kernel filter.
+    #[error("no kernel in {capture} matches {filter:?}; kernels there: {}", kernels.join(" | "))]
+    NoMatchingKernel {
+        /// The capture (its file name).
+        capture: String,
+        /// The filter as given (empty when none).
+        filter: String,
+        /// The kernels the capture holds, shortened.
+        kernels: Vec<String>,
+    },
+
     /// A metric-set name that is not a [`crate::metrics::Purpose`].
     #[error(
         "unknown purpose {0:?} (overview, tensor, memory, occupancy, bank-conflicts, spills, all)"

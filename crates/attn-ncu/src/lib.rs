@@ -30,6 +30,7 @@
 //! # Ok::<(), attn_ncu::NcuError>(())
 //! ```
 
+pub mod assess;
 mod error;
 pub mod evidence;
 pub mod explain;
@@ -41,6 +42,7 @@ pub mod render;
 pub mod runner;
 pub mod value;
 
+pub use assess::{assess, fitness_line, kernel_options, matching_kernels, Assessed};
 pub use error::NcuError;
 pub use evidence::{NcuEvidence, Provenance};
 pub use explain::{explain, Bound, Ceilings, Explanation};

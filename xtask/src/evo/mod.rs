@@ -1,38 +1,27 @@
 //! `cargo xtask evo`: an evolutionary search over a kernel's knobs that survives bad candidates.
 //!
-//! The search itself (space, operators, selection, survival, resume) is `attn-evo`; this module
-//! measures. Each candidate runs in its own worker process (`xtask evo-worker`, hidden) with a
-//! timeout: compile (a disk-cache hit: the parent compiles the generation on CPU threads while the
-//! GPU measures), correctness against the f64 oracle on fresh seeds, then graph-mode timing. A fault,
-//! a hang or a crash kills only that worker; the candidate is logged `invalid: ...` and the search
-//! goes on. The baseline is measured once per GPU by a worker too, and each candidate's speedup
-//! and its CI come from `attn_stats::compare` against the baseline of the GPU it ran on. One
-//! worker runs per visible GPU of the same model as the first (`CUDA_VISIBLE_DEVICES` respected).
+//! The search itself (space, operators, selection, survival, resume, driving the generations) is
+//! `attn-evo`; measuring one candidate is `attn_measure::search`. This module runs each candidate in
+//! its own worker process (`xtask evo-worker`, hidden) with a timeout, one per visible GPU of the
+//! first one's model: a fault, a hang or a crash kills only that worker; the candidate is logged
+//! `invalid: ...` and the search goes on.
 //!
 //! Output: `<evidence>/evo/<run>/log.csv` (a row appended and flushed per candidate; `--resume`
 //! continues from it), `search.json` (what was searched, to resume with) and `best.json` (the
 //! winner, its evidence and the `cargo xtask gate` command that confirms it).
 
-mod compile;
-mod resume;
 mod spec;
 mod worker;
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::bail;
-use attn_evidence::CandidateStatus;
-use attn_evo::{Knobs, Options, Search};
+use attn_evo::{Knobs, Measurement, Options, Search, SearchRun};
 use attn_kernels::registry::Limits;
 use attn_kernels::Gpu;
-use attn_stats::{BootstrapOptions, CompareOptions, Sample};
+use attn_measure::search::{Device, Precompile};
 
-use compile::CompileBoard;
-use resume::Run;
 pub use worker::{worker, WorkerArgs};
 use worker::{Job, Workers};
 
@@ -128,218 +117,131 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     if args.timeout <= 0.0 || args.samples < 2 || args.checks == 0 {
         bail!("--timeout must be positive, --samples at least 2 and --checks at least 1");
     }
-    let run = Run::open(&args)?;
+    let run = spec::open_run(&args)?;
     let spec = &run.spec;
     let (devices, gpu) = if args.synthetic {
-        let synthetic = Device {
-            ordinal: 0,
-            name: "synthetic".into(),
-        };
-        (vec![synthetic], None)
+        (vec![Device::synthetic()], None)
     } else {
-        (devices()?, Some(Gpu::open(0)?))
+        let (devices, other) = attn_measure::search::same_model_devices()?;
+        for d in other {
+            let (ordinal, name, model) = (d.ordinal, d.name, &devices[0].name);
+            println!(
+                "GPU {ordinal} ({name}) is not a {model}: not used, its timings would not compare"
+            );
+        }
+        (devices, Some(Gpu::open(0)?))
     };
     let space = spec::space(spec, gpu.as_ref().map_or(Limits::H100, Gpu::limits))?;
-    let options = Options {
-        population: spec.population,
-        generations: spec.generations,
-        budget: args.budget,
-        seed: spec.seed,
-        ..Options::default()
-    };
+    let options = Options::for_spec(spec, args.budget);
     let seeds = spec::seeds(&args, spec, &space)?;
-    let (mut search, mut log) = run.start(Search::new(space, options, seeds)?)?;
-    let names: Vec<String> = devices
-        .iter()
-        .map(|d| format!("GPU {} {}", d.ordinal, d.name))
-        .collect();
-    println!(
-        "evo: {} on {} vs {} | {} knob(s), {} configs before constraints | population {}, generations {}, budget {}, seed {} | {} worker(s): {}",
-        spec.target,
-        spec.shape,
-        spec.baseline,
-        spec.knobs.len(),
-        search.space().size(),
-        spec.population,
-        spec.generations,
-        args.budget,
-        spec.seed,
-        devices.len(),
-        names.join(", ")
-    );
+    let (mut search, mut log, resumed) = run.start(Search::new(space, options, seeds)?)?;
+    if let Some(rows) = resumed {
+        let dir = run.dir.display();
+        println!("evo: resuming {dir} ({rows} candidates already measured)");
+    }
+    let names: Vec<String> = devices.iter().map(|d| format!("GPU {d}")).collect();
+    let header = attn_evo::search_line(spec, search.space().size(), args.budget, &names);
+    println!("{header}");
 
-    let workers = Workers {
-        spec: spec.clone(),
-        samples: args.samples,
-        warmup: args.warmup,
-        checks: args.checks,
-        sdpa_backend: args.sdpa_backend.clone(),
-        synthetic: args.synthetic,
-    };
-    let compare = CompareOptions {
-        bootstrap: BootstrapOptions {
-            resamples: args.resamples,
-            seed: spec.seed,
-            ..BootstrapOptions::default()
-        },
-        ..CompareOptions::default()
-    };
-    compare.validate()?;
-    let baselines = baselines(&workers, &devices, args.timeout)?;
+    let workers = Workers { spec, args: &args };
+    let compare = attn_evo::compare_options(args.resamples, spec.seed)?;
+    let ordinals: Vec<usize> = devices.iter().map(|d| d.ordinal).collect();
+    // Once per GPU, by a worker like any candidate (sdpa's helper may take a while).
+    let timeout = Duration::from_secs_f64(args.timeout.max(120.0));
+    let baselines = attn_evo::measure_baselines(&ordinals, &spec.baseline, |device| {
+        workers.run(&Job::Baseline, device, spec.seed ^ 0xba5e, timeout)
+    })?;
+    for (device, sample) in &baselines {
+        let (name, median) = (&spec.baseline, sample.median());
+        println!("baseline {name} on GPU {device}: median {median:.2} µs");
+    }
 
     let bar = indicatif::ProgressBar::new(args.budget.saturating_sub(search.evaluated()) as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} gen {prefix} {msg}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
-    let compile_threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-    while let Some(generation) = search.next_generation() {
-        bar.set_prefix(generation.number.to_string());
-        let board = Arc::new(CompileBoard::default());
-        let compiler = gpu.as_ref().map(|gpu| {
-            compile::spawn_compiles(
-                spec,
-                gpu,
-                &generation.candidates,
-                board.clone(),
-                compile_threads,
-            )
-        });
-        let timeout = Duration::from_secs_f64(args.timeout);
-        let measured = |index: usize, knobs: &Knobs, device: usize| {
-            // Inputs seeded by the config, not its position: a resumed run measures the same
-            // candidate on the same inputs.
-            let compile_s = compiler.as_ref().and_then(|_| board.wait(index));
-            let started = Instant::now();
-            let seed = attn_evo::config_seed(spec.seed, knobs);
-            let measured = workers.run(&Job::Candidate(knobs.clone()), device, seed, timeout);
-            let row = measured.log_row(
-                generation.number,
-                knobs,
-                &baselines[&device],
-                &compare,
-                compile_s,
-                started.elapsed().as_secs_f64(),
-            );
-            (knobs.clone(), row)
-        };
-        for_each_on_devices(
-            &generation.candidates,
-            &devices,
-            measured,
-            |(knobs, row)| {
-                log.append(&row)?;
-                search.record(generation.number, knobs, row.score);
-                bar.inc(1);
-                if let CandidateStatus::Invalid { .. } = &row.status {
-                    let config = attn_evo::format_knobs(
-                        &attn_evo::knobs_from_strings(&row.config).unwrap_or_default(),
-                    );
-                    bar.println(format!(
-                        "  gen {} {config}: {}",
-                        generation.number, row.status
-                    ));
-                }
-                if let Some(best) = search.best() {
-                    bar.set_message(format!(
-                        "best {:.3}x {}",
-                        best.fitness.unwrap_or(0.0),
-                        attn_evo::format_knobs(&best.knobs)
-                    ));
-                }
-                Ok(())
-            },
-        )?;
-        if let Some(handle) = compiler {
-            let _ = handle.join();
-        }
-    }
+    let measure = Measure {
+        workers: &workers,
+        gpu: gpu.as_ref(),
+        bar: &bar,
+    };
+    attn_evo::drive(
+        &mut search,
+        &measure,
+        &ordinals,
+        &baselines,
+        &compare,
+        |search, row| {
+            log.append(row)?;
+            bar.inc(1);
+            if !row.status.is_ok() {
+                bar.println(attn_evo::row_line(row));
+            }
+            if let Some(best) = search.best() {
+                let knobs = attn_evo::format_knobs(&best.knobs);
+                bar.set_message(format!("best {:.3}x {knobs}", best.fitness.unwrap_or(0.0)));
+            }
+            Ok::<(), anyhow::Error>(())
+        },
+    )?;
     bar.finish();
     finish(&args, &run, &devices, gpu.as_ref())
 }
 
-/// Measures `items` on one thread per device (each takes the next item when free) and hands each
-/// result to `record` on this thread, in completion order.
-fn for_each_on_devices<T: Sync, R: Send>(
-    items: &[T],
-    devices: &[Device],
-    measure: impl Fn(usize, &T, usize) -> R + Sync,
-    mut record: impl FnMut(R) -> anyhow::Result<()>,
-) -> anyhow::Result<()> {
-    let next = AtomicUsize::new(0);
-    let (tx, rx) = mpsc::channel();
-    std::thread::scope(|scope| {
-        for device in devices {
-            let (tx, next, measure) = (tx.clone(), &next, &measure);
-            scope.spawn(move || loop {
-                let index = next.fetch_add(1, Ordering::Relaxed);
-                let Some(item) = items.get(index) else { break };
-                if tx.send(measure(index, item, device.ordinal)).is_err() {
-                    break;
-                }
-            });
-        }
-        drop(tx);
-        rx.into_iter().try_for_each(&mut record)
-    })
+/// Candidates measured by worker processes while the generation compiles on CPU threads.
+struct Measure<'a> {
+    workers: &'a Workers<'a>,
+    gpu: Option<&'a Gpu>,
+    bar: &'a indicatif::ProgressBar,
 }
 
-/// The baseline, once per GPU, by a worker like any candidate (sdpa's helper may take a while).
-fn baselines(
-    workers: &Workers,
-    devices: &[Device],
-    timeout: f64,
-) -> anyhow::Result<HashMap<usize, Sample>> {
-    let mut baselines = HashMap::new();
-    for device in devices {
-        let seed = workers.spec.seed ^ 0xba5e;
-        let timeout = Duration::from_secs_f64(timeout.max(120.0));
-        let measured = workers.run(&Job::Baseline, device.ordinal, seed, timeout);
-        if let CandidateStatus::Invalid { .. } = &measured.status {
-            bail!(
-                "the baseline {} failed on GPU {}: {}",
-                workers.spec.baseline,
-                device.ordinal,
-                measured.status
-            );
-        }
-        let sample = Sample::new(measured.samples_us)?;
-        println!(
-            "baseline {} on GPU {}: median {:.2} µs",
-            workers.spec.baseline,
-            device.ordinal,
-            sample.median()
-        );
-        baselines.insert(device.ordinal, sample);
+impl attn_evo::Measurer for Measure<'_> {
+    type Generation = Option<Precompile>;
+
+    fn begin(&self, generation: &attn_evo::Generation) -> Option<Precompile> {
+        self.bar.set_prefix(generation.number.to_string());
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let (spec, candidates) = (&self.workers.spec, &generation.candidates);
+        self.gpu
+            .map(|gpu| Precompile::start(spec, gpu, candidates, threads))
     }
-    Ok(baselines)
+
+    fn ready(&self, precompile: &Option<Precompile>, index: usize) -> Option<f64> {
+        precompile.as_ref().and_then(|p| p.wait(index))
+    }
+
+    fn measure(&self, knobs: &Knobs, device: usize) -> Measurement {
+        // Inputs seeded by the config, not its position: a resumed run measures the same
+        // candidate on the same inputs.
+        let seed = attn_evo::config_seed(self.workers.spec.seed, knobs);
+        let timeout = Duration::from_secs_f64(self.workers.args.timeout);
+        self.workers
+            .run(&Job::Candidate(knobs.clone()), device, seed, timeout)
+    }
+
+    fn end(&self, precompile: Option<Precompile>) {
+        if let Some(precompile) = precompile {
+            precompile.join();
+        }
+    }
 }
 
 /// The summary and `best.json` of a finished search.
-fn finish(args: &Args, run: &Run, devices: &[Device], gpu: Option<&Gpu>) -> anyhow::Result<u8> {
+fn finish(
+    args: &Args,
+    run: &SearchRun,
+    devices: &[Device],
+    gpu: Option<&Gpu>,
+) -> anyhow::Result<u8> {
     let spec = &run.spec;
     let log_path = run.log_path();
     let rows = attn_evidence::read_evo_log(&log_path)?;
-    let invalid = rows.iter().filter(|r| !r.status.is_ok()).count();
-    println!(
-        "evo: {} candidates, {} valid, {} invalid; log {}",
-        rows.len(),
-        rows.len() - invalid,
-        invalid,
-        log_path.display()
-    );
-    let ncu = ncu_note(args.ncu);
-    let run_name = run
-        .dir
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned());
-    let devices = devices
-        .iter()
-        .map(|d| format!("{} {}", d.ordinal, d.name))
-        .collect();
+    println!("{}", attn_evo::counts_line(&rows, &log_path));
+    let ncu = attn_evo::ncu_note(args.ncu);
+    let devices = devices.iter().map(Device::to_string).collect();
     let provenance = gpu.map(|g| crate::provenance::collect(g, None, None, None));
-    let name = run_name.unwrap_or_default();
-    let Some(best) = attn_evo::evo_best(spec, &name, &rows, devices, ncu, provenance) else {
+    let Some(best) = attn_evo::evo_best(spec, &run.name(), &rows, devices, ncu, provenance) else {
         println!("evo: no valid candidate; no best.json");
         return Ok(crate::EXIT_FAILED);
     };
@@ -348,59 +250,6 @@ fn finish(args: &Args, run: &Run, devices: &[Device], gpu: Option<&Gpu>) -> anyh
     }
     let path = run.dir.join("best.json");
     best.write(&path)?;
-    let config = attn_evo::knobs_from_strings(&best.config).unwrap_or_default();
-    println!(
-        "best: {} (generation {}): {:.2} µs, speedup {:.3}x [{:.3}, {:.3}] vs {}\nconfirm it: {}\nevidence: {}",
-        attn_evo::format_knobs(&config),
-        best.generation,
-        best.median_us.unwrap_or(f64::NAN),
-        best.speedup.unwrap_or(f64::NAN),
-        best.speedup_lower.unwrap_or(f64::NAN),
-        best.speedup_upper.unwrap_or(f64::NAN),
-        spec.baseline,
-        best.reproduce,
-        path.display()
-    );
+    println!("{}", attn_evo::best_lines(&best, &path));
     Ok(0)
-}
-
-fn ncu_note(asked: bool) -> String {
-    if !asked {
-        return String::new();
-    }
-    let found = std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("ncu").is_file()));
-    if found {
-        "--ncu: finalists are ranked by speedup; profile the best with `cargo xtask ncu` (ncu scoring inside evo is not wired yet)".into()
-    } else {
-        "--ncu: Nsight Compute (ncu) is not on PATH: finalists are ranked by speedup alone".into()
-    }
-}
-
-/// A GPU workers run on.
-#[derive(Debug, Clone)]
-struct Device {
-    ordinal: usize,
-    name: String,
-}
-
-/// The visible GPUs of the same model as the first (timings are only compared within a model).
-fn devices() -> anyhow::Result<Vec<Device>> {
-    let model = Gpu::open(0)?.info().name.clone();
-    let mut found = vec![Device {
-        ordinal: 0,
-        name: model.clone(),
-    }];
-    for ordinal in 1..64 {
-        let Ok(gpu) = Gpu::open(ordinal) else { break };
-        let name = gpu.info().name.clone();
-        if name == model {
-            found.push(Device { ordinal, name });
-        } else {
-            println!(
-                "GPU {ordinal} ({name}) is not a {model}: not used, its timings would not compare"
-            );
-        }
-    }
-    Ok(found)
 }

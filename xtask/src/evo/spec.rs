@@ -1,15 +1,27 @@
-//! What to search, resolved from the arguments: the target and its knobs, the space with the
-//! registry's constraints (or the `--src` geometry), and generation 0's seeds.
+//! What to search, resolved from the arguments: the run, the target and its knobs, the space
+//! with the registry's constraints (or the `--src` geometry), and generation 0's seeds.
 
 use std::collections::BTreeMap;
 
 use anyhow::{bail, Context};
 use attn_evidence::{read_evo_log, SearchSpec, ShapeSpec};
-use attn_evo::{KnobDomain, Knobs, Space};
-use attn_kernels::registry::{self, Engine, Limits};
+use attn_evo::{KnobDomain, Knobs, SearchRun, Space};
+use attn_kernels::registry::Limits;
 use attn_kernels::Config;
 
 use super::Args;
+
+/// The run the arguments name: `--resume DIR`'s, or a new one in `<evidence>/evo/<run>`.
+pub fn open_run(args: &Args) -> anyhow::Result<SearchRun> {
+    if let Some(dir) = &args.resume {
+        return SearchRun::resume(dir).context("--resume");
+    }
+    Ok(SearchRun::new(
+        search_spec(args)?,
+        &args.evidence,
+        args.run.clone(),
+    ))
+}
 
 /// The search the arguments ask for (a new run's `search.json`).
 pub fn search_spec(args: &Args) -> anyhow::Result<SearchSpec> {
@@ -59,12 +71,7 @@ pub fn search_spec(args: &Args) -> anyhow::Result<SearchSpec> {
             .0;
     } else {
         let name = args.implementation.as_deref().unwrap_or("tiled");
-        let imp = registry::find(name)?;
-        if !matches!(imp.engine, Engine::Kernel { .. }) || imp.knobs.is_empty() {
-            bail!("`{name}` has no knobs to search");
-        }
-        imp.check_head_dim(spec.shape.head_dim)?;
-        let available = imp.knobs.iter().map(|k| (k.name, k.domain));
+        let available = attn_measure::search::searchable_knobs(name, spec.shape.head_dim)?;
         spec.knobs = attn_evo::narrow_domains(name, available, &declared).context("--knob")?;
         spec.target = name.to_string();
         spec.implementation = Some(name.to_string());
@@ -89,12 +96,8 @@ pub fn space(spec: &SearchSpec, limits: Limits) -> anyhow::Result<Space> {
     let head_dim = spec.shape.head_dim;
     Ok(match &spec.implementation {
         Some(name) => {
-            let imp = registry::find(name)?;
-            Space::new(knobs, move |k| {
-                imp.resolve(&Config(k.clone()), head_dim, &limits)
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
-            })?
+            let constraint = attn_measure::search::registry_constraint(name, head_dim, limits)?;
+            Space::new(knobs, constraint)?
         }
         None => Space::new(
             knobs,
@@ -110,11 +113,7 @@ pub fn space(spec: &SearchSpec, limits: Limits) -> anyhow::Result<Space> {
 /// Generation 0's seeds: the registered default, then micro's top configs and earlier bests.
 pub fn seeds(args: &Args, spec: &SearchSpec, space: &Space) -> anyhow::Result<Vec<Knobs>> {
     let fill: Knobs = match &spec.implementation {
-        Some(name) => {
-            let imp = registry::find(name)?;
-            let tuned = imp.tuned_for(&attn_measure::Problem::new(spec.shape.clone())?.shape);
-            imp.default_config(spec.shape.head_dim).merged(&tuned).0
-        }
+        Some(name) => attn_measure::search::default_knobs(name, &spec.shape)?,
         None => space
             .knobs()
             .iter()

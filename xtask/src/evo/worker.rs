@@ -1,19 +1,19 @@
 //! The worker protocol: the parent runs `xtask evo-worker` (hidden) per candidate, supervised
-//! by `attn_measure::supervise`; the worker measures one candidate (or the baseline) and prints
-//! one [`Measurement`] as a JSON line. Any failure becomes an invalid measurement.
+//! by `attn_measure::supervise`; the worker measures one candidate (or the baseline) with
+//! `attn_measure::search` and prints one [`Measurement`] as a JSON line. Any failure becomes an
+//! invalid measurement.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use attn_evidence::{SearchSpec, ShapeSpec};
 use attn_evo::{Knobs, Measurement};
-use attn_kernels::{Candidate, Config, Gpu, Prepared, TimingMode, TimingOptions};
-use attn_measure::supervise::{classify_failure, exit_with_parent, run_supervised, Supervised};
-use attn_measure::timing::{KernelSide, TimedSide};
-use attn_measure::{Baseline, Problem};
+use attn_kernels::Config;
+use attn_measure::search::Worker;
+use attn_measure::supervise::{classify_failure, exit_with_parent, run_json_worker};
 
 /// Arguments of the hidden `xtask evo-worker`: one candidate (or the baseline) on one shape.
 #[derive(Debug, clap::Args)]
@@ -54,20 +54,16 @@ pub enum Job {
     Candidate(Knobs),
 }
 
-/// Everything the workers of a run share.
-pub struct Workers {
-    pub spec: SearchSpec,
-    pub samples: usize,
-    pub warmup: usize,
-    pub checks: usize,
-    pub sdpa_backend: String,
-    pub synthetic: bool,
+/// Everything the workers of a run share: the search and the arguments of `evo`.
+pub struct Workers<'a> {
+    pub spec: &'a SearchSpec,
+    pub args: &'a super::Args,
 }
 
-impl Workers {
+impl Workers<'_> {
     /// Runs one worker on GPU `device` within `timeout`: its measurement, or why there is none.
     pub fn run(&self, job: &Job, device: usize, seed: u64, timeout: Duration) -> Measurement {
-        let spec = &self.spec;
+        let (spec, run) = (self.spec, self.args);
         let mut args: Vec<String> = vec![
             "evo-worker".into(),
             "--shape".into(),
@@ -76,14 +72,14 @@ impl Workers {
         for (flag, value) in [
             ("--device", device.to_string()),
             ("--seed", seed.to_string()),
-            ("--samples", self.samples.to_string()),
-            ("--warmup", self.warmup.to_string()),
-            ("--checks", self.checks.to_string()),
-            ("--sdpa-backend", self.sdpa_backend.clone()),
+            ("--samples", run.samples.to_string()),
+            ("--warmup", run.warmup.to_string()),
+            ("--checks", run.checks.to_string()),
+            ("--sdpa-backend", run.sdpa_backend.clone()),
         ] {
             args.extend([flag.into(), value]);
         }
-        if self.synthetic {
+        if run.synthetic {
             args.push("--synthetic".into());
         }
         match job {
@@ -97,46 +93,21 @@ impl Workers {
                 if let Some(entry) = &spec.entry {
                     args.extend(["--entry".into(), entry.clone()]);
                 }
-                args.extend(["--config".into(), config(spec, knobs).to_string()]);
+                args.extend([
+                    "--config".into(),
+                    attn_measure::search::config(spec, knobs).to_string(),
+                ]);
             }
         }
         supervise(&args, timeout).unwrap_or_else(|err| Measurement::invalid(crate::one_line(&err)))
     }
 }
 
-/// A candidate's defines: the spec's fixed ones and its knobs.
-pub fn config(spec: &SearchSpec, knobs: &Knobs) -> Config {
-    Config(spec.defines.clone()).merged(&Config(knobs.clone()))
-}
-
-/// Runs `xtask <args>` supervised and turns what it printed, or how it died, into a measurement.
+/// Runs `xtask <args>` supervised: its measurement, or how it died as an invalid one.
 fn supervise(args: &[String], timeout: Duration) -> anyhow::Result<Measurement> {
     let mut command = Command::new(std::env::current_exe().context("finding this executable")?);
     command.args(args);
-    let (status, out, err) = match run_supervised(command, timeout)? {
-        Supervised::TimedOut => {
-            return Ok(Measurement::invalid(format!(
-                "timeout after {} s",
-                timeout.as_secs_f64()
-            )))
-        }
-        Supervised::Finished {
-            status,
-            stdout,
-            stderr,
-        } => (status, stdout, stderr),
-    };
-    if let Some(measured) = Measurement::from_output(&out) {
-        return Ok(measured);
-    }
-    let why = match status.code() {
-        Some(code) => format!("exit code {code}"),
-        None => format!("killed by a signal ({status})"),
-    };
-    Ok(Measurement::invalid(classify_failure(
-        &format!("{out}\n{err}"),
-        &why,
-    )))
+    Ok(run_json_worker(command, timeout)?.unwrap_or_else(Measurement::invalid))
 }
 
 /// Runs the hidden `xtask evo-worker`: prints one JSON line, exits without tearing down CUDA
@@ -156,102 +127,21 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<u8> {
 fn evaluate(args: &WorkerArgs) -> anyhow::Result<Measurement> {
     let spec: ShapeSpec = args.shape.parse()?;
     if args.synthetic {
-        return Ok(synthetic(args));
+        let knobs: Config = args.config.parse().unwrap_or_default();
+        let (baseline, seed) = (args.baseline.is_some(), args.seed);
+        let samples = args.samples;
+        let measured = attn_evo::synthetic_measurement(&knobs.0, baseline, seed, samples);
+        return Ok(measured);
     }
-    let problem = Problem::new(spec)?;
-    let timing = TimingOptions {
-        warmup: args.warmup,
-        samples: args.samples,
-        mode: TimingMode::Graph,
-        ..TimingOptions::default()
-    };
-    let gpu = Gpu::open(args.device)?;
-    let prepare = |candidate: &Candidate| {
-        Prepared::new(&gpu, candidate, problem.dtype, problem.shape.head_dim)
-    };
+    let worker = Worker::open(spec, args.device, args.warmup, args.samples)?;
     if let Some(name) = &args.baseline {
-        let (baseline, _) = Baseline::from_name(name, args.sdpa_backend.parse()?)?;
-        let timings = match &baseline {
-            Baseline::Sdpa { sdpa, backend } => {
-                attn_measure::timing::SdpaSide::new(&gpu, sdpa, *backend, &problem, args.seed)
-                    .block(&timing)?
-            }
-            Baseline::Registered(candidate) => {
-                let prepared = prepare(&candidate.for_shape(&problem.shape))?;
-                KernelSide::new(&gpu, &prepared, &problem, args.seed)?.block(&timing)?
-            }
-        };
-        return Ok(Measurement::ok(timings.samples_us, None));
+        let samples_us = worker.baseline(name, &args.sdpa_backend, args.seed)?;
+        return Ok(Measurement::ok(samples_us, None));
     }
-    let config = args
-        .config
-        .parse()
-        .map_err(|e: String| anyhow::anyhow!("--config: {e}"))?;
-    let candidate = candidate(
-        args.implementation.as_deref(),
-        args.src.as_deref(),
-        args.entry.as_deref(),
-        config,
-    )?;
-    let started = Instant::now();
-    let prepared = prepare(&candidate)?;
-    let prepare_s = Some(started.elapsed().as_secs_f64());
-    let reference = attn_kernels::GpuReference::new(&gpu, problem.dtype, problem.shape.head_dim)?;
-    let runs = attn_measure::check::run_checks(
-        &gpu,
-        &prepared,
-        &reference,
-        &problem,
-        args.seed,
-        args.checks,
-        None,
-    )?;
-    if let Some(reason) = attn_measure::check::first_failure(&runs) {
-        return Ok(Measurement {
-            prepare_s,
-            ..Measurement::invalid(format!("wrong result ({reason})"))
-        });
-    }
-    let mut side = KernelSide::new(&gpu, &prepared, &problem, args.seed ^ 0x5eed)?;
-    Ok(Measurement::ok(side.block(&timing)?.samples_us, prepare_s))
-}
-
-/// The candidate a worker measures (and the precompile compiles): `--impl` or `--src` with `config`.
-pub fn candidate(
-    implementation: Option<&str>,
-    src: Option<&Path>,
-    entry: Option<&str>,
-    config: Config,
-) -> anyhow::Result<Candidate> {
-    Ok(match (implementation, src) {
-        (Some(name), _) => Candidate::registered(name, config)?,
-        (None, Some(src)) => Candidate::from_file(src, entry, config)?,
-        (None, None) => bail!("the worker needs --impl, --src or --baseline"),
-    })
-}
-
-/// The synthetic worker (tests without a GPU; times from `attn_evo::synthetic_samples`). `MODE=1` dies the way a faulting kernel's worker
-/// does, `MODE=2` hangs; `ATTN_EVO_SYNTHETIC_DELAY_MS` slows every candidate down (to kill a run
-/// mid-way in tests).
-fn synthetic(args: &WorkerArgs) -> Measurement {
-    let knobs: Config = args.config.parse().unwrap_or_default();
-    match knobs.get("MODE") {
-        Some(1) => {
-            eprintln!("error: CUDA cuStreamSynchronize failed: DriverError(CUDA_ERROR_ILLEGAL_ADDRESS, \"an illegal memory access was encountered\")");
-            std::process::abort();
-        }
-        Some(2) => loop {
-            std::thread::sleep(Duration::from_secs(1));
-        },
-        _ => {}
-    }
-    if let Some(ms) = std::env::var("ATTN_EVO_SYNTHETIC_DELAY_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        std::thread::sleep(Duration::from_millis(ms));
-    }
-    let samples_us =
-        attn_evo::synthetic_samples(&knobs.0, args.baseline.is_some(), args.seed, args.samples);
-    Measurement::ok(samples_us, None)
+    let bad = |e: String| anyhow::anyhow!("--config: {e}");
+    let config = args.config.parse().map_err(bad)?;
+    let (name, entry) = (args.implementation.as_deref(), args.entry.as_deref());
+    let candidate = attn_measure::search::candidate(name, args.src.as_deref(), entry, config)?;
+    let m = worker.candidate(&candidate, args.seed, args.checks)?;
+    Ok(Measurement::from_result(m.samples_us, m.prepare_s))
 }
