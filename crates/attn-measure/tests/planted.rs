@@ -125,7 +125,7 @@ const PLANTED: &[Planted] = &[
     Planted {
         name: "memoised-impossibly-fast",
         plant: 11,
-        shape: "1,8,2048,128",
+        shape: "1,4,8192,128",
         side_stream: false,
         registered: None,
         expect: CaseStatus::Implausible,

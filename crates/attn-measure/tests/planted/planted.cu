@@ -19,7 +19,7 @@
 #endif
 #define DIMS_PER_LANE ((HEAD_DIM + 31) / 32)
 #define MEMO_SLOTS 16
-#define MEMO_ELEMS (8 * 2048 * 128)
+#define MEMO_ELEMS (4 * 8192 * 128)
 
 __device__ unsigned int block_launches[1 << 16];
 __device__ unsigned long long memo_keys[MEMO_SLOTS];
