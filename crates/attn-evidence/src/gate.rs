@@ -95,6 +95,10 @@ pub struct TimedOutputCheck {
     /// The first bad sample, one line.
     #[serde(default)]
     pub first_bad: Option<String>,
+    /// Whether every timed sample ran on inputs turned through fresh signed column permutations
+    /// (so no launch saw inputs an earlier one had seen, and outputs cannot be remembered).
+    #[serde(default)]
+    pub inputs_scrambled: bool,
 }
 
 /// Blocks of samples dropped because the SM clock was throttled, and re-taken.

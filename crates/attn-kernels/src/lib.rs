@@ -42,6 +42,6 @@ pub use attention::{Candidate, Prepared};
 pub use config::{Config, Knob};
 pub use error::{KernelError, Result};
 pub use gpu::{DeviceInfo, DeviceTensor, Gpu};
-pub use reference::{Counters, GpuReference, ReferenceOutput, RowErrors};
+pub use reference::{ColumnMap, Counters, GpuReference, ReferenceOutput, RowErrors};
 pub use registry::{registry, Implementation, Limits};
 pub use timing::{Harness, SampleHooks, TimingMode, TimingOptions, Timings};

@@ -134,6 +134,22 @@ impl Counters {
     }
 }
 
+/// A signed column permutation on the device: `code[j] = src_j | (negate_j << 16)`
+/// ([`GpuReference::scramble`]).
+#[derive(Debug)]
+pub struct ColumnMap(CudaSlice<i32>);
+
+impl ColumnMap {
+    /// Uploads `code` (one entry per column of the head dim).
+    pub fn upload(gpu: &Gpu, code: &[i32]) -> Result<ColumnMap> {
+        Ok(ColumnMap(
+            gpu.stream()
+                .clone_htod(code)
+                .during("cuMemcpyHtoD (column map)")?,
+        ))
+    }
+}
+
 /// The reference and compare kernels compiled for one dtype and head dim.
 #[derive(Debug)]
 pub struct GpuReference {
@@ -142,6 +158,8 @@ pub struct GpuReference {
     attention: CudaFunction,
     compare: CudaFunction,
     count: CudaFunction,
+    scramble_elem: CudaFunction,
+    scramble_f32: CudaFunction,
 }
 
 impl GpuReference {
@@ -160,6 +178,8 @@ impl GpuReference {
             attention: gpu.load(&request, "attn_reference", 0)?,
             compare: gpu.load(&request, "compare_rows", 0)?,
             count: gpu.load(&request, "count_bad", 0)?,
+            scramble_elem: gpu.load(&request, "scramble_elem", 0)?,
+            scramble_f32: gpu.load(&request, "scramble_f32", 0)?,
         })
     }
 
@@ -254,6 +274,50 @@ impl GpuReference {
         // unsigned* bad, int slot): out and ref hold n elements (same dims, checked above), slot
         // is inside `counters`; a grid-stride loop covers every element.
         unsafe { launch.launch(cfg) }.during("cuLaunchKernel (count_bad)")?;
+        Ok(())
+    }
+
+    /// Rewrites every row of `tensor` through the signed column permutation `map`, in place and
+    /// asynchronously (exact: a permutation and sign flips).
+    pub fn scramble(&self, gpu: &Gpu, tensor: &mut DeviceTensor, map: &ColumnMap) -> Result<()> {
+        self.check_map(map, tensor.dims[3])?;
+        let rows = tensor.buf.len() / self.head_dim;
+        let rows_arg = rows as i64;
+        let mut launch = gpu.stream().launch_builder(&self.scramble_elem);
+        launch.arg(&mut tensor.buf).arg(&rows_arg).arg(&map.0);
+        // SAFETY: scramble_elem(u16* x, long long rows, const int* code): `x` holds rows × D
+        // 16-bit elements, `code` D entries each < D (checked); one warp per row.
+        unsafe { launch.launch(Self::grid(rows)) }.during("cuLaunchKernel (scramble_elem)")?;
+        Ok(())
+    }
+
+    /// As [`GpuReference::scramble`], for a reference output: it stays the reference of inputs
+    /// whose V went through the same map.
+    pub fn scramble_reference(
+        &self,
+        gpu: &Gpu,
+        reference: &mut ReferenceOutput,
+        map: &ColumnMap,
+    ) -> Result<()> {
+        self.check_map(map, reference.shape.head_dim)?;
+        let rows = reference.data.len() / self.head_dim;
+        let rows_arg = rows as i64;
+        let mut launch = gpu.stream().launch_builder(&self.scramble_f32);
+        launch.arg(&mut reference.data).arg(&rows_arg).arg(&map.0);
+        // SAFETY: scramble_f32(float* x, long long rows, const int* code): `x` holds rows × D
+        // floats, `code` D entries each < D (checked); one warp per row.
+        unsafe { launch.launch(Self::grid(rows)) }.during("cuLaunchKernel (scramble_f32)")?;
+        Ok(())
+    }
+
+    fn check_map(&self, map: &ColumnMap, head_dim: usize) -> Result<()> {
+        if map.0.len() != self.head_dim || head_dim != self.head_dim {
+            return Err(KernelError::Shape(format!(
+                "a column map of {} entries for head dim {head_dim} (compiled for {})",
+                map.0.len(),
+                self.head_dim
+            )));
+        }
         Ok(())
     }
 

@@ -256,6 +256,7 @@ mod tests {
             samples_checked: 100,
             samples_bad: 88,
             first_bad: Some("sample 12".into()),
+            inputs_scrambled: true,
         });
         assert_eq!(status(&timed, None), CaseStatus::TimedOutputDiffers);
         let mut escaped = case(400.0, 460.0);

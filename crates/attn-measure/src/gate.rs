@@ -210,6 +210,7 @@ impl<'a> GateSession<'a> {
             samples_checked: v.samples_checked,
             samples_bad: v.samples_bad,
             first_bad: v.first_bad,
+            inputs_scrambled: true,
         });
         case.flags.extend(escaped_work(&timed.a));
         if timed.clocks.0.is_none() {

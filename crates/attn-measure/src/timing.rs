@@ -11,8 +11,8 @@ use attn_evidence::ClockGuard;
 use attn_kernels::planted::SideStreamWork;
 use attn_kernels::telemetry::{self, ClockReading};
 use attn_kernels::{
-    Candidate, Counters, DeviceTensor, Gpu, GpuReference, Harness, Prepared, ReferenceOutput,
-    SampleHooks, TimingOptions, Timings,
+    Candidate, ColumnMap, Counters, DeviceTensor, Gpu, GpuReference, Harness, Prepared,
+    ReferenceOutput, SampleHooks, TimingOptions, Timings,
 };
 use attn_oracle::{generate, CaseSpec, DType, Distribution};
 
@@ -144,9 +144,13 @@ pub trait TimedSide {
     fn block(&mut self, opts: &TimingOptions) -> Result<Timings>;
 }
 
-/// Checks the timed launches' outputs: poisons each output before a sample and, after it,
-/// counts on the GPU (no host wait, so verification adds no idle gap between samples) the
-/// elements that are unwritten, not finite or off the set's reference; [`OutputVerifier::finish`]
+/// Checks the timed launches' outputs and keeps them from being remembered. Before each sample
+/// (outside the timed region) its input sets are turned through fresh signed column
+/// permutations — Q and K through one (Q·Kᵀ unchanged), V and the set's reference through another
+/// (the output turns with V) — so no timed launch sees inputs any launch saw before, and a kernel
+/// that caches outputs by content gains nothing; then the outputs are poisoned. After the sample
+/// it counts on the GPU (no host wait, so verification adds no idle gap between samples) the
+/// elements that are unwritten, not finite or off the reference; [`OutputVerifier::finish`]
 /// reads the counts.
 #[derive(Debug)]
 pub struct OutputVerifier {
@@ -157,6 +161,31 @@ pub struct OutputVerifier {
     /// (sample, input set) of each counter slot used.
     slots: Vec<(usize, usize)>,
     samples: usize,
+    /// The state of the permutations' generator (splitmix64).
+    rng: u64,
+    /// The maps of the latest sample, kept alive until their kernels have run.
+    maps: Vec<ColumnMap>,
+}
+
+/// One step of splitmix64.
+fn next_random(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// A random signed permutation of `d` columns as `code[j] = src_j | (negate_j << 16)`.
+pub fn signed_permutation(d: usize, state: &mut u64) -> Vec<i32> {
+    let mut src: Vec<i32> = (0..d as i32).collect();
+    for i in (1..d).rev() {
+        let j = (next_random(state) % (i as u64 + 1)) as usize;
+        src.swap(i, j);
+    }
+    src.into_iter()
+        .map(|s| s | (((next_random(state) & 1) as i32) << 16))
+        .collect()
 }
 
 /// What [`OutputVerifier::finish`] found.
@@ -179,6 +208,7 @@ impl OutputVerifier {
         reference: GpuReference,
         atol: f64,
         capacity: usize,
+        seed: u64,
     ) -> Result<OutputVerifier> {
         let references = (0..sets.len())
             .map(|i| reference.compute(gpu, &sets.q[i], &sets.k[i], &sets.v[i], &problem.params))
@@ -190,6 +220,8 @@ impl OutputVerifier {
             atol,
             slots: Vec::with_capacity(capacity),
             samples: 0,
+            rng: seed,
+            maps: Vec::new(),
         })
     }
 
@@ -231,6 +263,7 @@ pub struct KernelSide<'a> {
     pub verifier: Option<OutputVerifier>,
     side_work: Option<&'a mut SideStreamWork>,
     watchdog: Option<(&'a Watchdog, Rc<Cell<Duration>>)>,
+    seed: u64,
 }
 
 impl std::fmt::Debug for KernelSide<'_> {
@@ -260,6 +293,7 @@ impl<'a> KernelSide<'a> {
             verifier: None,
             side_work: None,
             watchdog: None,
+            seed,
         })
     }
 
@@ -279,6 +313,7 @@ impl<'a> KernelSide<'a> {
             reference,
             atol,
             capacity,
+            self.seed ^ 0x5c7a_3b1e,
         )?;
         self.verifier = Some(verifier);
         Ok(())
@@ -306,11 +341,28 @@ struct Hooks<'s, 'a> {
 
 impl SampleHooks for Hooks<'_, '_> {
     fn before_sample(&mut self, sets: &[usize]) -> attn_kernels::Result<()> {
-        if self.verifier.is_some() {
-            let mut all = self.sets.borrow_mut();
-            for &i in sets {
-                self.gpu.poison(&mut all.o[i])?;
+        let Some(verifier) = self.verifier.as_deref_mut() else {
+            return Ok(());
+        };
+        let mut all = self.sets.borrow_mut();
+        let d = all.q[0].dims[3];
+        verifier.maps.clear();
+        for (n, &i) in sets.iter().enumerate() {
+            if !sets[..n].contains(&i) {
+                let qk = ColumnMap::upload(self.gpu, &signed_permutation(d, &mut verifier.rng))?;
+                let v = ColumnMap::upload(self.gpu, &signed_permutation(d, &mut verifier.rng))?;
+                let InputSets {
+                    q, k, v: values, ..
+                } = &mut *all;
+                verifier.reference.scramble(self.gpu, &mut q[i], &qk)?;
+                verifier.reference.scramble(self.gpu, &mut k[i], &qk)?;
+                verifier.reference.scramble(self.gpu, &mut values[i], &v)?;
+                verifier
+                    .reference
+                    .scramble_reference(self.gpu, &mut verifier.references[i], &v)?;
+                verifier.maps.extend([qk, v]);
             }
+            self.gpu.poison(&mut all.o[i])?;
         }
         Ok(())
     }
@@ -579,4 +631,26 @@ pub fn interleave(
         },
         clocks: (before, after),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::signed_permutation;
+
+    #[test]
+    fn signed_permutations_permute_every_column_and_flip_some_signs() {
+        let mut state = 7;
+        let mut flips = 0;
+        let mut previous = Vec::new();
+        for _ in 0..20 {
+            let code = signed_permutation(128, &mut state);
+            let mut sources: Vec<i32> = code.iter().map(|c| c & 0xffff).collect();
+            flips += code.iter().filter(|c| *c >> 16 == 1).count();
+            assert_ne!(code, previous, "each draw is new");
+            previous = code;
+            sources.sort_unstable();
+            assert_eq!(sources, (0..128).collect::<Vec<_>>());
+        }
+        assert!(flips > 20 * 128 / 4 && flips < 20 * 128 * 3 / 4, "{flips}");
+    }
 }

@@ -123,12 +123,14 @@ const PLANTED: &[Planted] = &[
         expect: CaseStatus::Fault,
     },
     Planted {
-        name: "memoised-impossibly-fast",
+        name: "memoises-outputs",
         plant: 11,
-        shape: "1,4,8192,128",
+        shape: "1,8,2048,128",
         side_stream: false,
         registered: None,
-        expect: CaseStatus::Implausible,
+        // Remembers outputs by input content: 1.6× faster than SDPA here when the timed inputs
+        // repeat. Inputs turned before every timed sample leave it nothing to remember.
+        expect: CaseStatus::NotFaster,
     },
     Planted {
         name: "correct-but-slow",
