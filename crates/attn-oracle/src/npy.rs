@@ -91,11 +91,14 @@ pub fn write(path: impl AsRef<Path>, tensor: &HostTensor) -> Result<(), OracleEr
     bytes.extend_from_slice(&header_len.to_le_bytes());
     bytes.extend_from_slice(header.as_bytes());
     bytes.extend_from_slice(tensor.as_bytes());
-    write_atomically(path, &bytes)
+    write_bytes_atomic(path, &bytes)
 }
 
-/// Writes `bytes` to a temporary file beside `path`, syncs it, then renames it over `path`.
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), OracleError> {
+/// Writes `bytes` to a temporary file beside `path`, syncs it, then renames it over `path`: a
+/// reader sees the old file or the new one, never a partial one. The folder must exist. The one
+/// atomic write of the crates below attn-evidence (attn-kernels' compile cache uses it too; above,
+/// `attn_evidence::write_bytes_atomic`). Errors name `path`, never the temporary file.
+pub fn write_bytes_atomic(path: &Path, bytes: &[u8]) -> Result<(), OracleError> {
     let io_error = |path: &Path| {
         let path = path.to_owned();
         move |source| OracleError::Io { path, source }
