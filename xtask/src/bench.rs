@@ -13,6 +13,7 @@ use crate::args::ProblemArgs;
 
 /// Arguments of `cargo xtask bench`.
 #[derive(Debug, clap::Args)]
+#[command(mut_arg("suite", |a| a.help("A named suite: seed, large, sweep [default: large]")))]
 pub struct Args {
     /// Implementations to time, comma-separated (`cargo xtask kernels` lists them).
     #[arg(long = "impl", default_value = "tiled,mma", value_delimiter = ',')]
@@ -20,7 +21,6 @@ pub struct Args {
     /// SDPA backends to time alongside, comma-separated (empty for none).
     #[arg(long, default_value = "default,flash", value_delimiter = ',')]
     pub sdpa_backends: Vec<String>,
-    /// The problems: --shape, or --suite (default: large); --causal makes a suite's shapes causal.
     #[command(flatten)]
     pub problems: ProblemArgs,
     /// Timed samples per implementation and shape.
