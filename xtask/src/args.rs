@@ -67,7 +67,7 @@ pub struct ProblemArgs {
     /// A shape `B,H,S,D` or `B,H,SQ,SKV,D` (repeatable).
     #[arg(long = "shape")]
     pub shapes: Vec<String>,
-    /// Causal mask for --shape.
+    /// Causal mask for --shape (bench: for a suite's shapes too).
     #[arg(long)]
     pub causal: bool,
     /// fp16 or bf16.
@@ -105,6 +105,33 @@ impl ProblemArgs {
         self.shapes
             .is_empty()
             .then(|| self.suite.clone().unwrap_or_else(|| default_suite.into()))
+    }
+}
+
+/// One problem: a shape with its mask and dtype (`ncu`, `evo`; each sets its default `--shape`
+/// with `#[command(mut_arg("shape", ...))]`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ShapeArgs {
+    /// The shape, `B,H,S,D` or `B,H,SQ,SKV,D`.
+    #[arg(long)]
+    pub shape: String,
+    /// Causal mask.
+    #[arg(long)]
+    pub causal: bool,
+    /// fp16 or bf16.
+    #[arg(long, default_value = "fp16")]
+    pub dtype: Dtype,
+}
+
+impl ShapeArgs {
+    /// The problem asked for, checked as far as can be without a GPU.
+    pub fn spec(&self) -> anyhow::Result<attn_evidence::ShapeSpec> {
+        let mut spec: attn_evidence::ShapeSpec =
+            (self.shape.parse()).with_context(|| format!("--shape {}", self.shape))?;
+        spec.causal |= self.causal;
+        spec.dtype = self.dtype;
+        Problem::new(spec.clone())?;
+        Ok(spec)
     }
 }
 

@@ -3,16 +3,17 @@
 
 use std::path::PathBuf;
 
-use attn_evidence::{BenchEntry, BenchRun, Dtype, Implementation};
+use attn_evidence::BenchRun;
 use attn_kernels::{Candidate, Config, Gpu, TimingMode, TimingOptions};
-use attn_measure::baseline::{candidate_implementation, sdpa_implementation, timing_evidence};
 use attn_measure::sdpa::{Backend, Sdpa};
-use attn_measure::timing::{KernelSide, PreparedCache, SdpaSide, TimedSide};
-use attn_measure::{suites, Problem};
-use attn_stats::Sample;
+use attn_measure::timing::PreparedCache;
+use attn_measure::{bench, Problem};
+
+use crate::args::ProblemArgs;
 
 /// Arguments of `cargo xtask bench`.
 #[derive(Debug, clap::Args)]
+#[command(mut_arg("suite", |a| a.help("A named suite: seed, large, sweep [default: large]")))]
 pub struct Args {
     /// Implementations to time, comma-separated (`cargo xtask kernels` lists them).
     #[arg(long = "impl", default_value = "tiled,mma", value_delimiter = ',')]
@@ -20,15 +21,8 @@ pub struct Args {
     /// SDPA backends to time alongside, comma-separated (empty for none).
     #[arg(long, default_value = "default,flash", value_delimiter = ',')]
     pub sdpa_backends: Vec<String>,
-    /// Suite: seed, large, sweep.
-    #[arg(long, default_value = "large")]
-    pub suite: String,
-    /// fp16 or bf16.
-    #[arg(long, default_value = "fp16")]
-    pub dtype: Dtype,
-    /// Causal versions of the suite's shapes.
-    #[arg(long)]
-    pub causal: bool,
+    #[command(flatten)]
+    pub problems: ProblemArgs,
     /// Timed samples per implementation and shape.
     #[arg(long, default_value_t = 50)]
     pub samples: usize,
@@ -45,8 +39,8 @@ pub struct Args {
 
 /// Runs the subcommand; returns the process exit code.
 pub fn run(args: Args) -> anyhow::Result<u8> {
-    let mut problems = suites::suite(&args.suite, args.dtype)?;
-    if args.causal {
+    let mut problems = args.problems.problems("large")?;
+    if args.problems.causal {
         problems = problems
             .into_iter()
             .map(|p| {
@@ -96,32 +90,17 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         (problems.len() * (candidates.len() + sdpa_count)) as u64,
         "bench",
     );
-    let mut cache = PreparedCache::default();
+    let (mut cache, seed) = (PreparedCache::default(), args.seed);
     let mut entries = Vec::new();
     let before = attn_kernels::telemetry::read_clocks(0);
     for problem in &problems {
         for candidate in &candidates {
             let candidate = &candidate.for_shape(&problem.shape);
             bar.set_message(format!("{} {problem}", candidate.label()));
-            let timed = cache
-                .get(
-                    &gpu,
-                    "bench",
-                    candidate,
-                    problem.dtype,
-                    problem.shape.head_dim,
-                )
-                .and_then(|prepared| {
-                    let mut side = KernelSide::new(&gpu, prepared, problem, args.seed)?;
-                    let timings = side.block(&opts)?;
-                    Ok((
-                        candidate_implementation(candidate, Some(prepared.config())),
-                        timings,
-                    ))
-                });
+            let timed = bench::time_candidate(&gpu, &mut cache, candidate, problem, &opts, seed);
             match timed {
                 Ok((implementation, timings)) => {
-                    entries.push(entry(implementation, problem, &timings)?)
+                    entries.push(bench::entry(implementation, problem, &timings)?)
                 }
                 Err(err) => bar.println(format!(
                     "  skipped {} on {problem}: {err}",
@@ -133,10 +112,9 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         if let Some(sdpa) = &sdpa {
             for &backend in &backends {
                 bar.set_message(format!("sdpa:{backend} {problem}"));
-                let mut side = SdpaSide::new(&gpu, sdpa, backend, problem, args.seed);
-                match side.block(&opts) {
-                    Ok(timings) => {
-                        entries.push(entry(sdpa_implementation(backend), problem, &timings)?)
+                match bench::time_sdpa(&gpu, sdpa, backend, problem, &opts, seed) {
+                    Ok((implementation, timings)) => {
+                        entries.push(bench::entry(implementation, problem, &timings)?)
                     }
                     Err(err) => {
                         bar.println(format!("  skipped sdpa:{backend} on {problem}: {err}"))
@@ -152,7 +130,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         schema: attn_evidence::SCHEMA_VERSION,
         kind: "bench".into(),
         provenance: crate::provenance::collect(&gpu, torch.as_ref(), before, after),
-        suite: Some(args.suite.clone()),
+        suite: args.problems.suite_name("large"),
         entries,
     };
     let mut table = attn_report::table::Table::new(&[
@@ -183,19 +161,4 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     attn_evidence::write_bytes_atomic(&path.with_extension("csv"), run.to_csv()?.as_bytes())?;
     println!("evidence: {} (+ .csv)", path.display());
     Ok(0)
-}
-
-fn entry(
-    implementation: Implementation,
-    problem: &Problem,
-    timings: &attn_kernels::Timings,
-) -> anyhow::Result<BenchEntry> {
-    let summary = Sample::new(timings.samples_us.clone())?.summary();
-    Ok(BenchEntry {
-        implementation,
-        shape: problem.spec.clone(),
-        timing: timing_evidence(timings),
-        tflops: problem.spec.tflops(summary.median),
-        summary,
-    })
 }

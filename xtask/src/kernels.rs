@@ -55,7 +55,18 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         }
     }
     let bar = crate::progress::bar(jobs.len() as u64, "NVRTC + ptxas");
-    let mut rows = Vec::new();
+    let mut table = attn_report::table::Table::new(&[
+        "impl",
+        "dtype",
+        "D",
+        "regs",
+        "static smem",
+        "dyn smem",
+        "stack",
+        "spills",
+        "config",
+    ])
+    .numeric(&[2, 3, 4, 5, 6, 7]);
     let mut spills = 0;
     for (imp, dtype, d) in jobs {
         bar.set_message(format!("{} {dtype} D={d}", imp.name));
@@ -75,7 +86,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         } else {
             cfg.to_string()
         };
-        rows.push([
+        table.push(vec![
             imp.name.to_string(),
             dtype.to_string(),
             d.to_string(),
@@ -94,76 +105,10 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
          static smem: shared memory declared in the kernel (ptxas); dyn smem: dynamic shared memory the launch requests (not in ptxas's count); bytes per block.",
         arch.sm()
     );
-    print!("{}", table(&rows));
+    print!("{}", table.to_text());
     if spills > 0 {
         eprintln!("{spills} default variant(s) use local memory (spills or a stack frame)");
         return Ok(crate::EXIT_FAILED);
     }
     Ok(0)
-}
-
-/// The ptxas table: every column as wide as its widest cell, numbers right-aligned, the config
-/// (of any length) last.
-fn table(rows: &[[String; 9]]) -> String {
-    const HEADER: [&str; 9] = [
-        "impl",
-        "dtype",
-        "D",
-        "regs",
-        "static smem",
-        "dyn smem",
-        "stack",
-        "spills",
-        "config",
-    ];
-    let mut widths = HEADER.map(str::len);
-    for row in rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
-        }
-    }
-    let line = |cells: [&str; 9]| {
-        let mut out = String::new();
-        for (i, (cell, width)) in cells.iter().zip(widths).enumerate() {
-            let text = match i {
-                0 | 1 => format!("{cell:<width$}"),
-                8 => (*cell).to_string(),
-                _ => format!("{cell:>width$}"),
-            };
-            if i > 0 {
-                out.push_str("  ");
-            }
-            out.push_str(&text);
-        }
-        out.trim_end().to_string() + "\n"
-    };
-    let mut out = line(HEADER);
-    for row in rows {
-        out.push_str(&line(row.each_ref().map(String::as_str)));
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_table_lines_up_whatever_the_config_length() {
-        let row = |name: &str, regs: &str, config: &str| {
-            [name, "fp16", "64", regs, "0", "49152", "0", "0", config].map(String::from)
-        };
-        let text = super::table(&[
-            row("naive", "27", "ROWS_PER_BLOCK=4"),
-            row(
-                "mma",
-                "255",
-                "BLOCK_M=128,BLOCK_N=96,KV_SPLIT=1,MIN_BLOCKS=1,NUM_WARPS=4",
-            ),
-        ]);
-        let lines: Vec<&str> = text.lines().collect();
-        // The config column starts at the same place on every line.
-        let at = |line: &str, word: &str| line.find(word).unwrap();
-        assert_eq!(at(lines[0], "config"), at(lines[1], "ROWS"));
-        assert_eq!(at(lines[1], "ROWS"), at(lines[2], "BLOCK_M"));
-        assert_eq!(at(lines[0], "regs") + 4, at(lines[2], "255") + 3);
-    }
 }

@@ -22,7 +22,6 @@ mod report;
 mod run;
 mod stats;
 mod test;
-mod toolkit;
 
 /// Exit code for "ran, and the answer is no" (a failed gate, a stale report).
 pub const EXIT_FAILED: u8 = 1;
@@ -90,7 +89,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     if cli.command.compiles_kernels() {
         // Before any thread: it may set an environment variable.
-        toolkit::preload(&workspace_root());
+        attn_kernels::toolkit::preload(&workspace_root());
     }
     let result = match cli.command {
         Command::Gate(args) => gate::run(args),

@@ -15,6 +15,7 @@ use anyhow::Context;
 
 /// Arguments of `cargo xtask ncu`.
 #[derive(Debug, clap::Args)]
+#[command(mut_arg("shape", |a| a.required(false).default_value("2,16,4096,128")))]
 pub struct Args {
     /// An `ncu --csv` capture (`--page details` or `--page raw`); messy output is fine.
     #[arg(long, value_name = "FILE")]
@@ -31,15 +32,9 @@ pub struct Args {
     /// Knob overrides for --impl, `K=V,K=V`.
     #[arg(long, default_value = "")]
     pub config: String,
-    /// The shape to profile, `B,H,S,D` or `B,H,SQ,SKV,D`.
-    #[arg(long, default_value = "2,16,4096,128")]
-    pub shape: String,
-    /// Causal mask.
-    #[arg(long)]
-    pub causal: bool,
-    /// fp16 or bf16.
-    #[arg(long, default_value = "fp16")]
-    pub dtype: attn_evidence::Dtype,
+    /// The problem to profile.
+    #[command(flatten)]
+    pub problem: crate::args::ShapeArgs,
     /// Profiled launches (after one unprofiled warm-up launch).
     #[arg(long, default_value_t = 3)]
     pub launches: u32,
@@ -70,7 +65,8 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<u8> {
     if args.as_target {
         let candidate = candidate(&args)?;
-        attn_measure::profile::launch_for_profiler(spec(&args)?, &candidate, args.launches)?;
+        let spec = args.problem.spec()?;
+        attn_measure::profile::launch_for_profiler(spec, &candidate, args.launches)?;
         return Ok(0);
     }
     if args.implementation.is_some() {
@@ -100,16 +96,6 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     }
 }
 
-fn spec(args: &Args) -> anyhow::Result<attn_evidence::ShapeSpec> {
-    let mut spec: attn_evidence::ShapeSpec = args
-        .shape
-        .parse()
-        .with_context(|| format!("--shape {}", args.shape))?;
-    spec.causal |= args.causal;
-    spec.dtype = args.dtype;
-    Ok(spec)
-}
-
 fn candidate(args: &Args) -> anyhow::Result<attn_kernels::Candidate> {
     let name = args.implementation.as_deref().unwrap_or_default();
     let overrides: attn_kernels::Config = args.config.parse().map_err(anyhow::Error::msg)?;
@@ -117,8 +103,7 @@ fn candidate(args: &Args) -> anyhow::Result<attn_kernels::Candidate> {
 }
 
 fn profile_impl(args: &Args) -> anyhow::Result<u8> {
-    let spec = spec(args)?;
-    attn_measure::Problem::new(spec.clone())?;
+    let spec = args.problem.spec()?;
     let candidate = candidate(args)?;
     let entry = attn_measure::profile::profiled_entry(&candidate);
     let opts = attn_ncu::kernel_options(entry, args.purpose, args.ncu.clone(), args.launches);
@@ -131,12 +116,12 @@ fn profile_impl(args: &Args) -> anyhow::Result<u8> {
     ];
     for (flag, value) in [
         ("--config", args.config.clone()),
-        ("--shape", args.shape.clone()),
-        ("--dtype", args.dtype.to_string()),
+        ("--shape", args.problem.shape.clone()),
+        ("--dtype", args.problem.dtype.to_string()),
     ] {
         target_args.extend([flag.to_string(), value]);
     }
-    if args.causal {
+    if args.problem.causal {
         target_args.push("--causal".into());
     }
     target_args.extend(["--launches".into(), args.launches.to_string()]);

@@ -106,55 +106,7 @@ fn compare(args: CompareArgs) -> anyhow::Result<u8> {
             args.baseline.display(),
             args.candidate.display()
         );
-        // The table's gate line states the rule; say instead how these numbers met or missed it.
-        let table = comparison.to_string();
-        for line in table.lines() {
-            if line.starts_with("gate ") {
-                println!("{:<24}{}", "gate", gate_line(&comparison));
-            } else {
-                println!("{line}");
-            }
-        }
+        println!("{comparison}");
     }
     Ok(0)
-}
-
-/// The gate's outcome with the numbers that decided it: which of its two conditions failed, or
-/// that both held.
-fn gate_line(c: &attn_stats::Comparison) -> String {
-    let threshold = c.gate.threshold;
-    let bound = threshold * c.baseline.median;
-    let median_ok = c.candidate.median <= bound;
-    let median = format!(
-        "candidate median {} {} {threshold} x baseline median {} = {}",
-        number(c.candidate.median),
-        if median_ok { "<=" } else { ">" },
-        number(c.baseline.median),
-        number(bound)
-    );
-    let ci_ok = c.diff_median.upper < 0.0;
-    let ci = format!(
-        "diff interval [{}, {}] {}",
-        number(c.diff_median.lower),
-        number(c.diff_median.upper),
-        if ci_ok { "< 0" } else { "not entirely below 0" }
-    );
-    match (median_ok, ci_ok) {
-        (true, true) => format!("passed: {median}, and {ci}"),
-        (false, false) => format!("failed: {median}, and {ci}"),
-        (false, true) => format!("failed: {median}"),
-        (true, false) => format!("failed: {ci}"),
-    }
-}
-
-/// Five significant digits, as the table shows numbers.
-fn number(x: f64) -> String {
-    if x == 0.0 || !x.is_finite() {
-        return format!("{x}");
-    }
-    let magnitude = x.abs().log10().floor();
-    if !(-4.0..9.0).contains(&magnitude) {
-        return format!("{x:.4e}");
-    }
-    format!("{x:.*}", (4.0 - magnitude).max(0.0) as usize)
 }

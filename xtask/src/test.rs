@@ -7,9 +7,8 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use anyhow::Context;
-
-use crate::toolkit;
+use anyhow::{bail, Context};
+use attn_kernels::toolkit::{Toolkit, PINNED_WHEELS, WHEELS_DIR};
 
 /// Arguments of `cargo xtask test`.
 #[derive(Debug, clap::Args)]
@@ -44,7 +43,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
 /// The steps in order; the first that fails, named, or `None`.
 fn steps(args: &Args) -> anyhow::Result<Option<&'static str>> {
     let workspace = crate::workspace_root();
-    let toolkit = toolkit::find_or_install(&workspace)?;
+    let toolkit = find_or_install(&workspace)?;
     println!(
         "CUDA compile toolkit: {} ({})",
         toolkit.root.display(),
@@ -201,4 +200,40 @@ fn apt_get(args: &[&str]) -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|status| status.success())
+}
+
+/// Finds a toolkit (`attn_kernels::toolkit`), installing the pinned wheels with pip when there is
+/// none.
+fn find_or_install(workspace: &Path) -> anyhow::Result<Toolkit> {
+    if let Some(toolkit) = Toolkit::find(workspace) {
+        return Ok(toolkit);
+    }
+    let target = workspace.join(WHEELS_DIR);
+    eprintln!(
+        "no CUDA toolkit found: installing {} into {} (about 500 MB to download; pip shows its progress)",
+        PINNED_WHEELS.join(" "),
+        target.display()
+    );
+    let python = ["python3", "python"]
+        .into_iter()
+        .find(|p| Command::new(p).arg("-m").arg("pip").arg("--version").output().is_ok_and(|o| o.status.success()))
+        .context("no CUDA toolkit and no python3 with pip to install NVIDIA's NVRTC wheels (install pip, or set CUDA_HOME)")?;
+    // pip's own download progress (drawn when stderr is a terminal): the wheels are large.
+    let status = Command::new(python)
+        .args(["-m", "pip", "install", "--progress-bar", "on"])
+        .args(["--disable-pip-version-check", "--upgrade", "--target"])
+        .arg(&target)
+        .args(PINNED_WHEELS)
+        .status()
+        .with_context(|| format!("running {python} -m pip"))?;
+    if !status.success() {
+        bail!("pip could not install the CUDA wheels ({status}); set CUDA_HOME to a CUDA 13 toolkit instead");
+    }
+    Toolkit::find(workspace).with_context(|| {
+        let root = attn_kernels::toolkit::wheel_root(workspace);
+        format!(
+            "pip installed the wheels but {} has no include/cuda_fp16.h or libnvrtc",
+            root.display()
+        )
+    })
 }

@@ -83,10 +83,7 @@ fn embedded_include_dir() -> Result<PathBuf> {
     for (name, text) in HEADERS {
         let path = dir.join(name);
         if std::fs::read_to_string(&path).ok().as_deref() != Some(text) {
-            write_atomic(&path, text.as_bytes()).map_err(|source| KernelError::Io {
-                path: path.display().to_string(),
-                source,
-            })?;
+            write_atomic(&path, text.as_bytes())?;
         }
     }
     Ok(dir)
@@ -184,19 +181,15 @@ pub fn compile(req: &CompileRequest<'_>) -> Result<Compiled> {
     Ok(Compiled { ptx, cached: false })
 }
 
-/// Writes `bytes` to `path` through a temporary file in the same folder and a rename.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Writes `bytes` to `path` atomically (`attn_oracle::npy::write_bytes_atomic`), creating its
+/// folder.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(
-        ".{}.tmp{}",
-        path.file_name()
-            .map(|n| n.to_string_lossy())
-            .unwrap_or_default(),
-        std::process::id()
-    ));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
+    std::fs::create_dir_all(dir).map_err(|source| KernelError::Io {
+        path: dir.display().to_string(),
+        source,
+    })?;
+    Ok(attn_oracle::npy::write_bytes_atomic(path, bytes)?)
 }
 
 /// What ptxas says a kernel uses.

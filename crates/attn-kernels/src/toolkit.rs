@@ -1,30 +1,165 @@
-//! Finding NVRTC, ptxas and the CUDA headers at run time.
+//! Finding NVRTC, ptxas and the CUDA headers at run time: the one toolkit finder. [`Toolkit`]
+//! and [`preload`] serve `cargo xtask` (which installs [`PINNED_WHEELS`] where there is none);
+//! the compiler looks in the same places.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use crate::error::{KernelError, Result};
 
-/// Candidate toolkit roots, in order: `ATTN_CUDA_HOME` (the toolkit `cargo xtask` found, handed
-/// down without touching `CUDA_HOME`, whose change would make cargo rebuild cudarc), `CUDA_HOME`,
-/// `CUDA_PATH`, `/usr/local/cuda`, and NVIDIA's pip wheels (`nvidia/cu13`) where `cargo xtask
+/// The variable through which `cargo xtask` hands the toolkit it found to this crate (headers,
+/// ptxas) in its process and its children; see [`Toolkit::apply`] for why not `CUDA_HOME`.
+pub const ATTN_CUDA_HOME: &str = "ATTN_CUDA_HOME";
+
+/// The wheels `cargo xtask test` installs (into [`WHEELS_DIR`]) when no toolkit is found, pinned
+/// to CUDA 13.0; their `nvidia/cu13/` folder has a CUDA install's `include/`, `lib/` and `bin/`.
+pub const PINNED_WHEELS: [&str; 4] = [
+    "nvidia-cuda-nvrtc==13.0.*",
+    "nvidia-cuda-nvcc==13.0.*",
+    "nvidia-cuda-runtime==13.0.*",
+    "nvidia-cuda-crt==13.0.*",
+];
+
+/// Where [`PINNED_WHEELS`] are installed, under a workspace.
+pub const WHEELS_DIR: &str = "target/cuda-wheels";
+
+/// The toolkit root inside the wheels installed under `workspace`.
+pub fn wheel_root(workspace: &Path) -> PathBuf {
+    workspace.join(WHEELS_DIR).join("nvidia/cu13")
+}
+
+/// Toolkit roots the environment names, then `/usr/local/cuda`, each with where it came from:
+/// `ATTN_CUDA_HOME` (the toolkit `cargo xtask` found, handed down without touching `CUDA_HOME`,
+/// whose change would make cargo rebuild cudarc), `CUDA_HOME`, `CUDA_PATH`.
+fn named_roots() -> Vec<(PathBuf, &'static str)> {
+    let mut roots: Vec<(PathBuf, &'static str)> = [ATTN_CUDA_HOME, "CUDA_HOME", "CUDA_PATH"]
+        .into_iter()
+        .filter_map(|var| std::env::var_os(var).map(|root| (PathBuf::from(root), var)))
+        .collect();
+    roots.push((PathBuf::from("/usr/local/cuda"), "/usr/local/cuda"));
+    roots
+}
+
+/// Candidate toolkit roots, in order: [`named_roots`], then NVIDIA's pip wheels where `cargo xtask
 /// test` installs them, looked for above the current folder and above this executable.
 fn roots() -> Vec<PathBuf> {
-    let mut roots: Vec<PathBuf> = ["ATTN_CUDA_HOME", "CUDA_HOME", "CUDA_PATH"]
-        .iter()
-        .filter_map(std::env::var_os)
-        .map(PathBuf::from)
-        .collect();
-    roots.push(PathBuf::from("/usr/local/cuda"));
+    let mut roots: Vec<PathBuf> = named_roots().into_iter().map(|(root, _)| root).collect();
     let exe = std::env::current_exe().ok();
     for start in [std::env::current_dir().ok(), exe].into_iter().flatten() {
         for dir in start.ancestors() {
-            let wheels = dir.join("target/cuda-wheels/nvidia/cu13");
+            let wheels = wheel_root(dir);
             if !roots.contains(&wheels) {
                 roots.push(wheels);
             }
         }
     }
     roots
+}
+
+/// A CUDA toolkit root with `include/cuda_fp16.h` and an NVRTC library.
+#[derive(Debug, Clone)]
+pub struct Toolkit {
+    /// The root folder.
+    pub root: PathBuf,
+    /// Where it was found, in words (`CUDA_HOME`, `pip wheels in target/cuda-wheels`, ...).
+    pub origin: &'static str,
+}
+
+impl Toolkit {
+    /// Looks for a toolkit in `ATTN_CUDA_HOME`, `CUDA_HOME`, `CUDA_PATH`, `/usr/local/cuda` and
+    /// the wheels under `workspace`.
+    pub fn find(workspace: &Path) -> Option<Toolkit> {
+        let wheels = (wheel_root(workspace), "pip wheels in target/cuda-wheels");
+        named_roots()
+            .into_iter()
+            .chain([wheels])
+            .find(|(root, _)| is_toolkit(root))
+            .map(|(root, origin)| Toolkit { root, origin })
+    }
+
+    /// The folders holding `libnvrtc.so*` (and, in the wheels, `libnvrtc-builtins`).
+    pub fn lib_dirs(&self) -> Vec<PathBuf> {
+        ["lib64", "lib"]
+            .iter()
+            .map(|d| self.root.join(d))
+            .filter(|d| d.is_dir())
+            .collect()
+    }
+
+    /// The environment a child process needs to compile kernels with this toolkit.
+    pub fn apply(&self, cmd: &mut Command) {
+        let prepend = |mut paths: Vec<PathBuf>, var: &str| {
+            if let Some(old) = std::env::var_os(var) {
+                paths.extend(std::env::split_paths(&old));
+            }
+            std::env::join_paths(paths).expect("paths without ':'")
+        };
+        // Not CUDA_HOME: cudarc's build script reruns when CUDA_HOME changes, so a `cargo` child
+        // given it would rebuild cudarc (and everything above it) for `cargo xtask test`, then
+        // again for the next plain `cargo xtask`. This crate reads ATTN_CUDA_HOME first.
+        cmd.env(ATTN_CUDA_HOME, &self.root)
+            .env(
+                "LD_LIBRARY_PATH",
+                prepend(self.lib_dirs(), "LD_LIBRARY_PATH"),
+            )
+            .env("PATH", prepend(vec![self.root.join("bin")], "PATH"));
+    }
+}
+
+fn is_toolkit(root: &Path) -> bool {
+    let has_nvrtc = ["lib64", "lib"].iter().any(|d| {
+        std::fs::read_dir(root.join(d)).is_ok_and(|entries| {
+            entries
+                .flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with("libnvrtc.so"))
+        })
+    });
+    root.join("include/cuda_fp16.h").is_file() && has_nvrtc
+}
+
+/// Makes the toolkit that [`Toolkit::find`] finds usable in this very process, whatever
+/// `LD_LIBRARY_PATH` says: NVRTC and its builtins are loaded by full path (cudarc's later
+/// `dlopen("libnvrtc.so.13")` then finds the library already loaded under that soname), and
+/// `ATTN_CUDA_HOME` names the root for the headers and ptxas. Without it `cargo xtask kernels
+/// --ptxas` failed after `cargo xtask test` had fetched the wheels unless `LD_LIBRARY_PATH` was
+/// set by hand. Does nothing when NVRTC already loads or no toolkit is found (compiling then
+/// fails with its own one-line error).
+///
+/// Call it at the start of `main`, before any thread is spawned (it sets an environment variable).
+pub fn preload(workspace: &Path) {
+    let Some(toolkit) = Toolkit::find(workspace) else {
+        return;
+    };
+    if std::env::var_os(ATTN_CUDA_HOME).is_none() {
+        std::env::set_var(ATTN_CUDA_HOME, &toolkit.root);
+    }
+    if nvrtc_available() {
+        return;
+    }
+    for dir in toolkit.lib_dirs() {
+        // The builtins first: libnvrtc opens them by soname when it compiles.
+        for prefix in ["libnvrtc-builtins.so", "libnvrtc.so"] {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            let mut files: Vec<PathBuf> = entries
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+                .map(|e| e.path())
+                .collect();
+            files.sort();
+            let Some(file) = files.first() else { continue };
+            let Ok(path) = std::ffi::CString::new(file.as_os_str().as_encoded_bytes()) else {
+                continue;
+            };
+            // SAFETY: `path` is a valid NUL-terminated string; the library is NVIDIA's NVRTC (or
+            // its builtins), whose initialisers are safe to run; the handle is deliberately never
+            // closed, so that the library stays loaded for cudarc.
+            unsafe {
+                libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL);
+            }
+        }
+    }
 }
 
 /// The folder with `cuda_fp16.h`.

@@ -20,6 +20,7 @@
 //! line parser: xtask turns arguments into these types and prints what comes back.
 
 pub mod baseline;
+pub mod bench;
 pub mod check;
 pub mod decide;
 mod error;

@@ -125,4 +125,13 @@ pub enum OracleError {
         /// What is wrong with it.
         reason: String,
     },
+    /// Input files that cannot make one problem as they are (see `npy::read_inputs`): the message
+    /// names the file and says what to do.
+    #[error("{message}")]
+    Input {
+        /// The file refused (of several, the one that does not fit the others).
+        path: PathBuf,
+        /// What is wrong, on one line, the file named as the caller labelled it.
+        message: String,
+    },
 }

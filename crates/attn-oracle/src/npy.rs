@@ -19,6 +19,9 @@ use std::path::{Path, PathBuf};
 
 use crate::{DType, HostData, HostTensor, OracleError};
 
+mod inputs;
+pub use inputs::{check_output_path, read_inputs, InputFiles, ReadOptions};
+
 const MAGIC: &[u8] = b"\x93NUMPY";
 
 /// Reads a `.npy` file in whatever element type it holds (see the module docs for the mapping).
@@ -34,7 +37,11 @@ const MAGIC: &[u8] = b"\x93NUMPY";
 /// # Ok::<(), attn_oracle::OracleError>(())
 /// ```
 pub fn read(path: impl AsRef<Path>) -> Result<HostTensor, OracleError> {
-    let path = path.as_ref();
+    read_stored(path.as_ref()).map(|(tensor, _)| tensor)
+}
+
+/// Reads a `.npy` file: the tensor, and the shape its header stores (before padding to 4-D).
+fn read_stored(path: &Path) -> Result<(HostTensor, Vec<usize>), OracleError> {
     let bytes = fs::read(path).map_err(|source| OracleError::Io {
         path: path.to_owned(),
         source,
@@ -84,11 +91,14 @@ pub fn write(path: impl AsRef<Path>, tensor: &HostTensor) -> Result<(), OracleEr
     bytes.extend_from_slice(&header_len.to_le_bytes());
     bytes.extend_from_slice(header.as_bytes());
     bytes.extend_from_slice(tensor.as_bytes());
-    write_atomically(path, &bytes)
+    write_bytes_atomic(path, &bytes)
 }
 
-/// Writes `bytes` to a temporary file beside `path`, syncs it, then renames it over `path`.
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), OracleError> {
+/// Writes `bytes` to a temporary file beside `path`, syncs it, then renames it over `path`: a
+/// reader sees the old file or the new one, never a partial one. The folder must exist. The one
+/// atomic write of the crates below attn-evidence (attn-kernels' compile cache uses it too; above,
+/// `attn_evidence::write_bytes_atomic`). Errors name `path`, never the temporary file.
+pub fn write_bytes_atomic(path: &Path, bytes: &[u8]) -> Result<(), OracleError> {
     let io_error = |path: &Path| {
         let path = path.to_owned();
         move |source| OracleError::Io { path, source }
@@ -118,8 +128,8 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), OracleError> {
     result
 }
 
-/// Parses a whole `.npy` file.
-fn parse(bytes: &[u8]) -> Result<HostTensor, String> {
+/// Parses a whole `.npy` file: the tensor and the shape its header stores.
+fn parse(bytes: &[u8]) -> Result<(HostTensor, Vec<usize>), String> {
     if !bytes.starts_with(MAGIC) || bytes.len() < 10 {
         return Err("missing the \\x93NUMPY magic".to_owned());
     }
@@ -141,7 +151,8 @@ fn parse(bytes: &[u8]) -> Result<HostTensor, String> {
     if raw_value(&header, "fortran_order")?.starts_with("True") {
         return Err("fortran_order=True is not supported; save a C-contiguous array".to_owned());
     }
-    let dims = parse_shape(raw_value(&header, "shape")?)?;
+    let stored = parse_shape(raw_value(&header, "shape")?)?;
+    let dims = pad_shape(&stored)?;
     let count: usize = dims.iter().product();
     let data = &bytes[data_start..];
 
@@ -189,7 +200,7 @@ fn parse(bytes: &[u8]) -> Result<HostTensor, String> {
         "f4" => HostData::F32(words(4).map(|w| f32::from_bits(w as u32)).collect()),
         _ => HostData::F64(words(8).map(f64::from_bits).collect()),
     };
-    Ok(HostTensor { dims, data })
+    Ok((HostTensor { dims, data }, stored))
 }
 
 /// The text after `'key':` in a header dict, trimmed at the start.
@@ -213,13 +224,13 @@ fn quoted_value(header: &str, key: &str) -> Result<String, String> {
     Ok(rest[..end].to_owned())
 }
 
-/// Parses `(a, b, ...)` into 4 dims, padding with leading 1s.
-fn parse_shape(text: &str) -> Result<[usize; 4], String> {
+/// Parses `(a, b, ...)` into its extents.
+fn parse_shape(text: &str) -> Result<Vec<usize>, String> {
     let inner = text
         .strip_prefix('(')
         .and_then(|t| t.split(')').next())
         .ok_or("shape is not a tuple")?;
-    let extents = inner
+    inner
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
@@ -227,7 +238,11 @@ fn parse_shape(text: &str) -> Result<[usize; 4], String> {
             s.parse::<usize>()
                 .map_err(|_| format!("bad extent {s:?} in shape"))
         })
-        .collect::<Result<Vec<usize>, String>>()?;
+        .collect()
+}
+
+/// Extents as 4 dims, padded with leading 1s.
+fn pad_shape(extents: &[usize]) -> Result<[usize; 4], String> {
     let extra = extents.len().saturating_sub(4);
     if extents[..extra].iter().any(|&e| e != 1) {
         return Err(format!(

@@ -65,6 +65,35 @@ impl Table {
         out
     }
 
+    /// Plain text for a terminal: every column as wide as its widest cell (in characters), numbers
+    /// right-aligned, two spaces between columns, no trailing spaces (so a long last column, a
+    /// config, pushes nothing out of line).
+    pub fn to_text(&self) -> String {
+        let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
+        for row in &self.rows {
+            for (width, cell) in widths.iter_mut().zip(row) {
+                *width = (*width).max(cell.chars().count());
+            }
+        }
+        let line = |cells: &[String]| {
+            let padded: Vec<String> = cells
+                .iter()
+                .zip(&widths)
+                .enumerate()
+                .map(|(i, (cell, &width))| match self.numeric.contains(&i) {
+                    true => format!("{cell:>width$}"),
+                    false => format!("{cell:<width$}"),
+                })
+                .collect();
+            padded.join("  ").trim_end().to_string() + "\n"
+        };
+        let mut out = line(&self.headers);
+        for row in &self.rows {
+            out.push_str(&line(row));
+        }
+        out
+    }
+
     /// An HTML `<table>`; cells are escaped. `classes` maps a cell's text to a CSS class (verdict
     /// colouring), or `None`.
     pub fn to_html(&self, classes: fn(&str) -> Option<&'static str>) -> String {
@@ -138,5 +167,20 @@ mod tests {
             html.contains("<td>a|b</td><td class=\"num\">&lt;1&gt;</td>"),
             "{html}"
         );
+    }
+
+    #[test]
+    fn text_columns_line_up_whatever_the_last_cell_length() {
+        let mut table = Table::new(&["impl", "regs", "config"]).numeric(&[1]);
+        table.push(vec!["naive".into(), "27".into(), "ROWS_PER_BLOCK=4".into()]);
+        let config = "BLOCK_M=128,BLOCK_N=96,KV_SPLIT=1,MIN_BLOCKS=1,NUM_WARPS=4";
+        table.push(vec!["mma".into(), "255".into(), config.into()]);
+        let text = table.to_text();
+        let lines: Vec<&str> = text.lines().collect();
+        let at = |line: &str, word: &str| line.find(word).unwrap();
+        assert_eq!(at(lines[0], "config"), at(lines[1], "ROWS"));
+        assert_eq!(at(lines[1], "ROWS"), at(lines[2], "BLOCK_M"));
+        assert_eq!(at(lines[0], "regs") + 4, at(lines[2], "255") + 3);
+        assert!(text.lines().all(|l| !l.ends_with(' ')), "{text}");
     }
 }

@@ -6,7 +6,7 @@ use crate::{CiMethod, Comparison, Estimate, Summary, Verdict};
 
 impl fmt::Display for Comparison {
     /// A plain-text table: both summaries side by side, then the intervals, the test, the verdict
-    /// and the gate, each with the rule that produced it.
+    /// with the rule that produced it, and the gate with the numbers that decided it.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (b, c) = (&self.baseline, &self.candidate);
         writeln!(f, "{:<24}{:>14}{:>14}", "", "baseline", "candidate")?;
@@ -74,17 +74,43 @@ impl fmt::Display for Comparison {
             Verdict::NoChange => "speedup interval reaches into the noise band",
         };
         writeln!(f, "verdict                 {} ({rule})", self.verdict)?;
-        writeln!(
-            f,
-            "gate                    {} (candidate median <= {} x baseline median, and diff interval < 0)",
-            if self.gate.passed { "passed" } else { "failed" },
-            self.gate.threshold,
-        )?;
+        writeln!(f, "gate                    {}", self.gate_line())?;
         write!(
             f,
             "bootstrap               {} resamples, seed {}",
             self.resamples, self.seed
         )
+    }
+}
+
+impl Comparison {
+    /// The gate's outcome with the numbers that decided it (the table's `gate` row): which of its
+    /// two conditions failed (candidate median <= threshold x baseline median, and the diff
+    /// interval entirely below 0), or that both held.
+    pub fn gate_line(&self) -> String {
+        let threshold = self.gate.threshold;
+        let bound = threshold * self.baseline.median;
+        let median_ok = self.candidate.median <= bound;
+        let median = format!(
+            "candidate median {} {} {threshold} x baseline median {} = {}",
+            number(self.candidate.median),
+            if median_ok { "<=" } else { ">" },
+            number(self.baseline.median),
+            number(bound)
+        );
+        let ci_ok = self.diff_median.upper < 0.0;
+        let ci = format!(
+            "diff interval [{}, {}] {}",
+            number(self.diff_median.lower),
+            number(self.diff_median.upper),
+            if ci_ok { "< 0" } else { "not entirely below 0" }
+        );
+        match (median_ok, ci_ok) {
+            (true, true) => format!("passed: {median}, and {ci}"),
+            (false, false) => format!("failed: {median}, and {ci}"),
+            (false, true) => format!("failed: {median}"),
+            (true, false) => format!("failed: {ci}"),
+        }
     }
 }
 

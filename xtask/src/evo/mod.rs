@@ -27,6 +27,7 @@ use worker::{Job, Workers};
 
 /// Arguments of `cargo xtask evo`.
 #[derive(Debug, clap::Args)]
+#[command(mut_arg("shape", |a| a.required(false).default_value("2,8,1024,64")))]
 pub struct Args {
     /// Registered implementation to tune (default: tiled, unless --src).
     #[arg(long = "impl")]
@@ -44,15 +45,9 @@ pub struct Args {
     /// narrows a registered implementation's domains.
     #[arg(long = "knob")]
     pub knobs: Vec<String>,
-    /// The shape to tune for, `B,H,S,D` or `B,H,SQ,SKV,D`.
-    #[arg(long, default_value = "2,8,1024,64")]
-    pub shape: String,
-    /// Causal mask.
-    #[arg(long)]
-    pub causal: bool,
-    /// fp16 or bf16.
-    #[arg(long, default_value = "fp16")]
-    pub dtype: attn_evidence::Dtype,
+    /// The problem to tune for.
+    #[command(flatten)]
+    pub problem: crate::args::ShapeArgs,
     /// What speedups are measured against: sdpa (falls back to cublas without PyTorch), cublas, or
     /// a registered implementation with its default config (e.g. the one being tuned).
     #[arg(long, default_value = "sdpa")]

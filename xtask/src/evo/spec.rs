@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::{bail, Context};
-use attn_evidence::{read_evo_log, SearchSpec, ShapeSpec};
+use attn_evidence::{read_evo_log, SearchSpec};
 use attn_evo::{KnobDomain, Knobs, SearchRun, Space};
 use attn_kernels::registry::Limits;
 use attn_kernels::Config;
@@ -25,13 +25,7 @@ pub fn open_run(args: &Args) -> anyhow::Result<SearchRun> {
 
 /// The search the arguments ask for (a new run's `search.json`).
 pub fn search_spec(args: &Args) -> anyhow::Result<SearchSpec> {
-    let mut shape: ShapeSpec = args
-        .shape
-        .parse()
-        .with_context(|| format!("--shape {}", args.shape))?;
-    shape.causal |= args.causal;
-    shape.dtype = args.dtype;
-    attn_measure::Problem::new(shape.clone())?;
+    let shape = args.problem.spec()?;
     let declared = args
         .knobs
         .iter()

@@ -260,3 +260,59 @@ fn npy_reads_other_layouts_and_rejects_what_it_cannot_represent() {
     let missing = npy::read(dir.path().join("missing.npy")).unwrap_err();
     assert!(matches!(missing, OracleError::Io { .. }));
 }
+
+#[test]
+fn read_inputs_makes_one_problem_or_refuses_on_one_line_naming_the_file() {
+    use attn_oracle::npy::{check_output_path, read_inputs, ReadOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let save = |name: &str, dims: [usize; 4], dtype: DType, value: f64| {
+        let path = dir.path().join(name);
+        let n = dims.iter().product();
+        npy::write(&path, &HostTensor::from_f64(dims, dtype, &vec![value; n])).unwrap();
+        path
+    };
+    let q = save("q.npy", [1, 2, 8, 16], DType::F16, 0.5);
+    let k = save("k.npy", [1, 2, 4, 16], DType::F16, 0.25);
+    let v = save("v.npy", [1, 2, 4, 16], DType::F16, 1.0);
+    let short_v = save("v3.npy", [1, 2, 3, 16], DType::F16, 1.0);
+    let f32_k = save("k32.npy", [1, 2, 4, 16], DType::F32, 0.25);
+    let options = ReadOptions::default();
+    let mut notes = Vec::new();
+    let files = [("--q", &*q), ("--k", &*k), ("--v", &*v)];
+    let inputs = read_inputs(files, &options, |n| notes.push(n)).unwrap();
+    assert_eq!(inputs.shape, Shape::new(1, 2, 8, 4, 16).unwrap());
+    assert_eq!((inputs.dtype, notes.len()), (DType::F16, 0));
+
+    let refused = |files: [(&str, &std::path::Path); 3], options: ReadOptions| {
+        read_inputs(files, &options, |_| {})
+            .unwrap_err()
+            .to_string()
+    };
+    let line = refused([("--q", &q), ("--k", &k), ("--v", &short_v)], options);
+    assert!(
+        line.contains("--v") && line.contains("v3.npy") && line.contains("same length"),
+        "{line}"
+    );
+    let line = refused([("--q", &q), ("--k", &f32_k), ("--v", &v)], options);
+    assert!(
+        line.contains("q.npy holds fp16 but --k") && line.contains("holds f32"),
+        "{line}"
+    );
+    let bf16 = ReadOptions {
+        bf16: true,
+        ..options
+    };
+    let line = refused([("--q", &q), ("--k", &k), ("--v", &v)], bf16);
+    assert!(line.contains("holds fp16 and --bf16"), "{line}");
+    assert!(!line.contains('\n'), "{line}");
+
+    assert!(check_output_path("--out", &dir.path().join("o.npy")).is_ok());
+    let line = check_output_path("--out", dir.path())
+        .unwrap_err()
+        .to_string();
+    assert!(line.contains("is a folder"), "{line}");
+    let line = check_output_path("--out", &dir.path().join("no/o.npy"))
+        .unwrap_err()
+        .to_string();
+    assert!(line.contains("does not exist"), "{line}");
+}

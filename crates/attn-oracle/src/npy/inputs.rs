@@ -1,0 +1,195 @@
+//! A user's own Q, K and V files, read and refused rather than guessed at: arrays that are not
+//! 4-D, tensors of different dtypes or of dims that do not fit together, fp16 files to be run in
+//! bf16, f64 files not rounded on request, and NaN or infinite values unless allowed. Every
+//! refusal is one [`OracleError::Input`] line naming the file by its caller's label (`cargo xtask
+//! run` labels them with its flags, `--q FILE`; the options are its `--bf16` and `--allow-nan`).
+
+use std::path::Path;
+
+use super::read_stored;
+use crate::{DType, HostTensor, OracleError, Shape};
+
+/// How [`read_inputs`] treats what it reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadOptions {
+    /// Round f32/f64 files to bf16 (bf16 files are read as bf16 anyway; fp16 files are refused
+    /// rather than rounded).
+    pub bf16: bool,
+    /// Accept NaN or infinite values.
+    pub allow_nan: bool,
+}
+
+/// Q, K and V as read, in the dtype they run in, and the problem's shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InputFiles {
+    /// Q, `[B, H, S_q, D]`.
+    pub q: HostTensor,
+    /// K, `[B, H, S_kv, D]`.
+    pub k: HostTensor,
+    /// V, `[B, H, S_kv, D]`.
+    pub v: HostTensor,
+    /// The dtype of all three.
+    pub dtype: DType,
+    /// `B, H, S_q, S_kv, D`.
+    pub shape: Shape,
+}
+
+/// One file as read: its label, the dtype it stores (`f64` included) and its tensor.
+struct Read {
+    label: String,
+    stored: String,
+    tensor: HostTensor,
+}
+
+/// Reads Q, K and V from `files` (each `(label, path)`, the label naming the file in errors) and
+/// checks that they make one problem. `note` hears what was done that was asked for (a file
+/// rounded to bf16), as it is done.
+pub fn read_inputs(
+    files: [(&str, &Path); 3],
+    options: &ReadOptions,
+    mut note: impl FnMut(String),
+) -> Result<InputFiles, OracleError> {
+    let [q, k, v] = files;
+    let (q, k, v) = (
+        read_one(q, options, &mut note)?,
+        read_one(k, options, &mut note)?,
+        read_one(v, options, &mut note)?,
+    );
+    let refuse = |path: &Path, message: String| OracleError::Input {
+        path: path.to_owned(),
+        message,
+    };
+    for (other, path) in [(&k, files[1].1), (&v, files[2].1)] {
+        if other.stored != q.stored {
+            return Err(refuse(path, format!(
+                "{} holds {} but {} holds {}: give all three in one dtype (fp16, or bf16 as uint16 bits)",
+                q.label, q.stored, other.label, other.stored
+            )));
+        }
+    }
+    let [b, h, _, d] = q.tensor.dims;
+    for (other, path) in [(&k, files[1].1), (&v, files[2].1)] {
+        let [ob, oh, _, od] = other.tensor.dims;
+        if (ob, oh, od) != (b, h, d) {
+            return Err(refuse(
+                path,
+                format!(
+                    "{} has dims {:?} but {} has {:?}: B, H and D must match",
+                    q.label, q.tensor.dims, other.label, other.tensor.dims
+                ),
+            ));
+        }
+    }
+    let (s_q, s_kv) = (q.tensor.dims[2], k.tensor.dims[2]);
+    if v.tensor.dims[2] != s_kv {
+        return Err(refuse(
+            files[2].1,
+            format!(
+                "{} has S_kv = {s_kv} but {} has S_kv = {}: K and V must have the same length",
+                k.label, v.label, v.tensor.dims[2]
+            ),
+        ));
+    }
+    let dtype = q.tensor.dtype()?;
+    let shape = Shape::new(b, h, s_q, s_kv, d)
+        .map_err(|e| refuse(files[0].1, format!("{}: {e}", q.label)))?;
+    Ok(InputFiles {
+        q: q.tensor,
+        k: k.tensor,
+        v: v.tensor,
+        dtype,
+        shape,
+    })
+}
+
+/// Reads one file, refusing a rank other than 4, fp16 rounded to bf16, f64 not rounded, and NaN
+/// or infinite values (unless allowed).
+fn read_one(
+    (label, path): (&str, &Path),
+    options: &ReadOptions,
+    note: &mut impl FnMut(String),
+) -> Result<Read, OracleError> {
+    let label = format!("{label} {}", path.display());
+    let refuse = |message: String| OracleError::Input {
+        path: path.to_owned(),
+        message,
+    };
+    let (tensor, stored_shape) = read_stored(path).map_err(|e| match e {
+        OracleError::Io { source, .. } => refuse(format!("{label}: {source}")),
+        OracleError::Npy { reason, .. } => {
+            refuse(format!("{label}: not a supported .npy file: {reason}"))
+        }
+        other => refuse(format!("{label}: {other}")),
+    })?;
+    if stored_shape.len() != 4 {
+        return Err(refuse(format!(
+            "{label}: a {}-D array {stored_shape:?}; give a 4-D [B, H, S, D] array (reshape it, e.g. to {:?}, if that is what you mean)",
+            stored_shape.len(),
+            tensor.dims
+        )));
+    }
+    // `f64` is not a DType: it exists in files and on the host only.
+    let stored = tensor
+        .dtype()
+        .map_or_else(|_| "f64".to_string(), |d| d.to_string());
+    let tensor = match (tensor.dtype().ok(), options.bf16) {
+        (Some(DType::Bf16), _) | (Some(_), false) => tensor,
+        (Some(DType::F16), true) => return Err(refuse(format!(
+            "{label} holds fp16 and --bf16 would round every value to bf16: drop --bf16 to run in fp16, or save bf16 bits (uint16) yourself"
+        ))),
+        (_, true) => {
+            note(format!("{label}: {stored} rounded to bf16 (--bf16)"));
+            tensor.to_dtype(DType::Bf16)
+        }
+        (None, false) => return Err(refuse(format!(
+            "{label} holds f64: give fp16 or bf16 (uint16 bits), or pass --bf16 to round it to bf16"
+        ))),
+    };
+    if !options.allow_nan {
+        let values = tensor.to_f64();
+        let nan = values.iter().filter(|x| x.is_nan()).count();
+        let inf = values.iter().filter(|x| x.is_infinite()).count();
+        if let Some(first) = values.iter().position(|x| !x.is_finite()) {
+            let [_, h, s, d] = tensor.dims;
+            let index = [
+                first / (h * s * d),
+                first / (s * d) % h,
+                first / d % s,
+                first % d,
+            ];
+            return Err(refuse(format!(
+                "{label}: {nan} NaN and {inf} infinite value(s), the first at {index:?}: the output would be NaN there; pass --allow-nan to run anyway"
+            )));
+        }
+    }
+    Ok(Read {
+        label,
+        stored,
+        tensor,
+    })
+}
+
+/// Refuses an output path that names a folder, or whose folder does not exist (`label` names it
+/// in the error, e.g. `--out`).
+pub fn check_output_path(label: &str, out: &Path) -> Result<(), OracleError> {
+    let refuse = |message: String| OracleError::Input {
+        path: out.to_owned(),
+        message,
+    };
+    if out.is_dir() {
+        return Err(refuse(format!(
+            "{label} {} is a folder; give a file name",
+            out.display()
+        )));
+    }
+    if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        if !parent.is_dir() {
+            return Err(refuse(format!(
+                "{label} {}: the folder {} does not exist",
+                out.display(),
+                parent.display()
+            )));
+        }
+    }
+    Ok(())
+}
