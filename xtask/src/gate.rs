@@ -107,7 +107,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     if args.checks == 0 || args.samples < 2 || args.block == 0 {
         bail!("--checks and --block must be at least 1 and --samples at least 2");
     }
-    if !(args.hang_bound > 0.0) {
+    if args.hang_bound.is_nan() || args.hang_bound <= 0.0 {
         bail!("--hang-bound must be a positive number of seconds");
     }
     let side_stream = match args.plant.as_deref() {
@@ -228,7 +228,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         candidate: attn_measure::baseline::candidate_implementation(&candidate, resolved.as_ref()),
         baseline: baseline.implementation(),
         suite: args.problems.suite_name("seed"),
-        options: plan.compare.clone(),
+        options: plan.compare,
         rule: plan.rule.clone(),
         cases,
         passed,

@@ -109,7 +109,10 @@ fn check_one(
     // The GPU reference: its own error on the f64 rows first, then every element of the output.
     let gpu_ref = gpu_reference.compute(gpu, &q, &k, &v, &problem.params)?;
     let reference_vs_f64 = reference_error(&gpu_ref.download(gpu)?, &exact);
-    if !(reference_vs_f64 <= REFERENCE_SHARE * tol.max_abs) {
+    // NaN counts as too large (`is_some_and` on the ordering is false for NaN).
+    let within =
+        (reference_vs_f64.partial_cmp(&(REFERENCE_SHARE * tol.max_abs))).is_some_and(|o| o.is_le());
+    if !within {
         return Err(MeasureError::Invalid(format!(
             "the GPU reference is off by {reference_vs_f64:.3e} against the f64 oracle on {problem} ({distribution}, seed {seed}), over {:.0}% of the tolerance {:.3e}: it cannot judge this case",
             REFERENCE_SHARE * 100.0,
@@ -207,7 +210,11 @@ fn failure_of(
     tol: &Tolerance,
     stale: bool,
 ) -> Option<CheckFailure> {
-    let bad_full = full.bad_elements > 0 || !(full.rel_l2 <= tol.rel_l2);
+    let rel_l2_ok = full
+        .rel_l2
+        .partial_cmp(&tol.rel_l2)
+        .is_some_and(|o| o.is_le());
+    let bad_full = full.bad_elements > 0 || !rel_l2_ok;
     if verdict.poison_count > 0 {
         Some(CheckFailure::Unwritten)
     } else if verdict.nan_count + verdict.inf_count > 0 {

@@ -144,11 +144,15 @@ impl<'a> GateSession<'a> {
         )?;
         case.config = prepared.config().to_strings();
         let key = (problem.dtype, problem.shape.head_dim);
-        if !self.references.contains_key(&key) {
-            let reference = GpuReference::new(gpu, problem.dtype, problem.shape.head_dim)?;
-            self.references.insert(key, reference);
-        }
-        let reference = &self.references[&key];
+        let reference = match self.references.entry(key) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(GpuReference::new(
+                gpu,
+                problem.dtype,
+                problem.shape.head_dim,
+            )?),
+        };
+        let reference = &*reference;
         let watched = self.watchdog.map(|w| (w, plan.hang_floor));
         let mut runs = run_checks(
             gpu,

@@ -486,6 +486,9 @@ impl TimedSide for SdpaSide<'_> {
     }
 }
 
+/// A side's guard pass: wall, event and residual times, µs.
+type GuardPass = (Vec<f64>, Vec<f64>, Vec<f64>);
+
 /// How two sides are sampled against each other.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Interleave {
@@ -546,7 +549,7 @@ pub fn interleave(
     let mut kept = [0usize; 2];
     let mut dropped = [0usize; 2];
     let mut min_kept: Option<u32> = None;
-    let mut guard: [Option<(Vec<f64>, Vec<f64>, Vec<f64>)>; 2] = [None, None];
+    let mut guard: [Option<GuardPass>; 2] = [None, None];
     let mut attempts = 0;
     while (kept[0] < blocks_needed || kept[1] < blocks_needed) && attempts < 4 * blocks_needed {
         attempts += 1;
@@ -610,7 +613,7 @@ pub fn interleave(
         guard_residual_us: vec![],
     };
     let [a_t, b_t] = merged;
-    let with_guard = |t: Option<Timings>, g: Option<(Vec<f64>, Vec<f64>, Vec<f64>)>| {
+    let with_guard = |t: Option<Timings>, g: Option<GuardPass>| {
         let mut t = t.unwrap_or_else(empty);
         if let Some((wall, event, residual)) = g {
             (t.wall_us, t.guard_event_us, t.guard_residual_us) = (wall, event, residual);
