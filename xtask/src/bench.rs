@@ -57,6 +57,9 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         .filter(|n| !n.is_empty())
         .map(|n| Candidate::registered(n, Config::default()))
         .collect::<Result<_, _>>()?;
+    for candidate in &candidates {
+        crate::args::validate(candidate, &problems)?;
+    }
     let backends: Vec<Backend> = args
         .sdpa_backends
         .iter()

@@ -105,6 +105,8 @@ fn candidate(args: &Args) -> anyhow::Result<attn_kernels::Candidate> {
 fn profile_impl(args: &Args) -> anyhow::Result<u8> {
     let spec = args.problem.spec()?;
     let candidate = candidate(args)?;
+    let problem = attn_measure::Problem::new(spec.clone())?;
+    crate::args::validate(&candidate, std::slice::from_ref(&problem))?;
     let entry = attn_measure::profile::profiled_entry(&candidate);
     let opts = attn_ncu::kernel_options(entry, args.purpose, args.ncu.clone(), args.launches);
     let program = std::env::current_exe().context("locating this program for ncu to run")?;

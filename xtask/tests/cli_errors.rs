@@ -170,6 +170,37 @@ fn gate_checks_before_the_gpu_probe() {
 }
 
 #[test]
+fn bench_ncu_and_evo_check_before_the_gpu_probe() {
+    let dir = inputs();
+    let d = dir.path();
+    let hopper_d96 = ["--impl", "hopper", "--shape", "1,8,512,96"];
+    one_error_line(
+        d,
+        &[&["bench"][..], &hopper_d96].concat(),
+        &["hopper", "head dim 96"],
+    );
+    one_error_line(
+        d,
+        &[&["ncu"][..], &hopper_d96].concat(),
+        &["hopper", "head dim 96"],
+    );
+    one_error_line(
+        d,
+        &[
+            "ncu",
+            "--impl",
+            "mma",
+            "--config",
+            "BLOCK_M=7",
+            "--shape",
+            "1,8,512,64",
+        ],
+        &["BLOCK_M=7", "domain"],
+    );
+    one_error_line(d, &["evo", "--budget", "0"], &["--budget"]);
+}
+
+#[test]
 fn run_refuses_bad_requests_before_the_gpu_probe() {
     let dir = inputs();
     let d = dir.path();

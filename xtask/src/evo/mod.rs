@@ -109,8 +109,8 @@ pub struct Args {
 
 /// Runs `cargo xtask evo`; returns the exit code.
 pub fn run(args: Args) -> anyhow::Result<u8> {
-    if args.timeout <= 0.0 || args.samples < 2 || args.checks == 0 {
-        bail!("--timeout must be positive, --samples at least 2 and --checks at least 1");
+    if args.timeout <= 0.0 || args.samples < 2 || args.checks == 0 || args.budget == 0 {
+        bail!("--timeout must be positive, --samples at least 2, --checks and --budget at least 1");
     }
     let run = spec::open_run(&args)?;
     let spec = &run.spec;
