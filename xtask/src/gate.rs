@@ -245,7 +245,8 @@ fn replay(path: &std::path::Path) -> anyhow::Result<u8> {
         attn_evidence::Evidence::Gate(run) => run,
         _ => bail!("{} is not a gate evidence file", path.display()),
     };
-    let replayed = attn_measure::replay::replay(&stored)?;
+    let replayed = attn_measure::replay::replay(&stored)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     println!(
         "replaying {} ({} on {}, {})",
         path.display(),

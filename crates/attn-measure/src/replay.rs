@@ -5,7 +5,7 @@ use attn_evidence::GateRun;
 use attn_stats::Sample;
 
 use crate::decide::decide;
-use crate::Result;
+use crate::{MeasureError, Result};
 
 /// A replayed run, and whether it reproduces the stored decisions.
 #[derive(Debug, Clone)]
@@ -20,13 +20,23 @@ pub struct Replayed {
 pub fn replay(stored: &GateRun) -> Result<Replayed> {
     let mut run = stored.clone();
     let peak = stored.provenance.peak_tflops;
-    for case in &mut run.cases {
+    for (i, case) in run.cases.iter_mut().enumerate() {
         if let (Some(c), Some(b)) = (&case.candidate, &case.baseline) {
-            case.comparison = Some(attn_stats::compare(
-                &Sample::new(b.samples.clone())?,
-                &Sample::new(c.samples.clone())?,
-                &stored.options,
-            )?);
+            // A bad stored value is named by its case, shape and fields.
+            let named = |e: attn_stats::StatsError| {
+                MeasureError::Invalid(format!(
+                    "cases[{i}] ({}): candidate/baseline samples: {e}",
+                    case.shape
+                ))
+            };
+            case.comparison = Some(
+                attn_stats::compare(
+                    &Sample::new(b.samples.clone()).map_err(named)?,
+                    &Sample::new(c.samples.clone()).map_err(named)?,
+                    &stored.options,
+                )
+                .map_err(named)?,
+            );
             case.candidate_tflops = case
                 .comparison
                 .as_ref()
