@@ -22,7 +22,7 @@ pub fn time_candidate(
     seed: u64,
 ) -> Result<(Implementation, Timings)> {
     let (dtype, head_dim) = (problem.dtype, problem.shape.head_dim);
-    let prepared = cache.get(gpu, "bench", candidate, dtype, head_dim)?;
+    let prepared = cache.get(gpu, candidate, dtype, head_dim)?;
     let timings = KernelSide::new(gpu, prepared, problem, seed)?.block(opts)?;
     let implementation = candidate_implementation(candidate, Some(prepared.config()));
     Ok((implementation, timings))

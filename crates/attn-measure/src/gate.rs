@@ -135,13 +135,9 @@ impl<'a> GateSession<'a> {
         let plan = self.plan;
         let mut case = ended_case(problem, CaseStatus::CouldNotRun, String::new());
         let candidate = self.candidate.for_shape(&problem.shape);
-        let prepared = self.candidates.get(
-            gpu,
-            "candidate",
-            &candidate,
-            problem.dtype,
-            problem.shape.head_dim,
-        )?;
+        let prepared =
+            self.candidates
+                .get(gpu, &candidate, problem.dtype, problem.shape.head_dim)?;
         case.config = prepared.config().to_strings();
         let key = (problem.dtype, problem.shape.head_dim);
         let reference = match self.references.entry(key) {
@@ -192,7 +188,6 @@ impl<'a> GateSession<'a> {
                 baseline_candidate = c.for_shape(&problem.shape);
                 let prepared = self.baselines.get(
                     gpu,
-                    "baseline",
                     &baseline_candidate,
                     problem.dtype,
                     problem.shape.head_dim,

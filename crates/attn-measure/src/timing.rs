@@ -104,10 +104,32 @@ impl InputSets {
     }
 }
 
-/// Prepared candidates, compiled once per (label and knobs, dtype, head dim).
+/// Prepared candidates, compiled once per (candidate, dtype, head dim).
 #[derive(Default)]
 pub struct PreparedCache {
     prepared: HashMap<(String, DType, usize), Prepared>,
+}
+
+/// What tells two candidates apart in a [`PreparedCache`]: the implementation (or the user's
+/// file and the hash of its text) and the knobs. Knobs alone would let `mma` and `hopper`, both
+/// with their defaults, share one compiled kernel.
+pub fn cache_key(candidate: &Candidate) -> String {
+    match candidate {
+        Candidate::Registered {
+            implementation,
+            overrides,
+        } => format!("{}[{overrides}]", implementation.name),
+        Candidate::Source {
+            path,
+            source,
+            entry,
+            defines,
+        } => format!(
+            "{}:{entry}@{}[{defines}]",
+            path.display(),
+            attn_kernels::compile::sha256_hex(source.as_bytes())
+        ),
+    }
 }
 
 impl std::fmt::Debug for PreparedCache {
@@ -119,17 +141,15 @@ impl std::fmt::Debug for PreparedCache {
 }
 
 impl PreparedCache {
-    /// `candidate` prepared for `dtype` and `head_dim` (compiled on first use). `role` keeps a
-    /// candidate and a baseline of the same implementation apart.
+    /// `candidate` prepared for `dtype` and `head_dim` (compiled on first use).
     pub fn get(
         &mut self,
         gpu: &Gpu,
-        role: &str,
         candidate: &Candidate,
         dtype: DType,
         head_dim: usize,
     ) -> Result<&Prepared> {
-        let key = (format!("{role}[{}]", candidate.knobs()), dtype, head_dim);
+        let key = (cache_key(candidate), dtype, head_dim);
         if !self.prepared.contains_key(&key) {
             let prepared = Prepared::new(gpu, candidate, dtype, head_dim)?;
             self.prepared.insert(key.clone(), prepared);
@@ -638,7 +658,23 @@ pub fn interleave(
 
 #[cfg(test)]
 mod tests {
-    use super::signed_permutation;
+    use super::{cache_key, signed_permutation};
+    use attn_kernels::{Candidate, Config};
+
+    #[test]
+    fn implementations_with_the_same_knobs_have_their_own_cache_entries() {
+        let mma = Candidate::registered("mma", Config::default()).unwrap();
+        let hopper = Candidate::registered("hopper", Config::default()).unwrap();
+        let tiled = Candidate::registered("tiled", "BLOCK_M=64".parse().unwrap()).unwrap();
+        let tiled_default = Candidate::registered("tiled", Config::default()).unwrap();
+        let keys = [&mma, &hopper, &tiled, &tiled_default].map(cache_key);
+        for (i, a) in keys.iter().enumerate() {
+            for b in &keys[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+        assert_eq!(cache_key(&mma), cache_key(&mma.clone()));
+    }
 
     #[test]
     fn signed_permutations_permute_every_column_and_flip_some_signs() {
