@@ -135,8 +135,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     };
     compare.validate()?;
 
-    let (baseline, note) =
-        Baseline::for_candidate(&args.baseline, args.sdpa_backend, &candidate)?;
+    let (baseline, note) = Baseline::for_candidate(&args.baseline, args.sdpa_backend, &candidate)?;
     let mode = baseline.gate_mode(args.regression_tolerance)?;
     if let Some(note) = note {
         println!("{note}");

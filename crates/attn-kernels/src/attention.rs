@@ -215,7 +215,9 @@ impl Candidate {
     pub fn label(&self) -> String {
         match self {
             Candidate::Registered { implementation, .. } => implementation.name.to_string(),
-            Candidate::Revision { of, revision, .. } => format!("{}@{}", of.label(), short(revision)),
+            Candidate::Revision { of, revision, .. } => {
+                format!("{}@{}", of.label(), short(revision))
+            }
             Candidate::Source { path, .. } => {
                 format!(
                     "src:{}",

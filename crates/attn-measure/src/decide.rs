@@ -312,7 +312,12 @@ mod tests {
         // Faster, level, or slower within the tolerance: no regression.
         for (cand, base) in [(400.0, 460.0), (460.0, 460.0), (465.0, 460.0)] {
             let d = judge(cand, base);
-            assert_eq!(d.status, CaseStatus::Passed, "{cand} vs {base}: {}", d.reason);
+            assert_eq!(
+                d.status,
+                CaseStatus::Passed,
+                "{cand} vs {base}: {}",
+                d.reason
+            );
             assert!(d.reason.starts_with("no regression"), "{}", d.reason);
         }
         // 5 % slower, CI clear of 0: a regression.
@@ -323,7 +328,9 @@ mod tests {
         assert_eq!(status(&case(460.0, 460.0), None), CaseStatus::NotFaster);
         // Beyond the tolerance but noise wide enough that the CI reaches 0: no regression.
         let noisy = |base: f64| -> Vec<f64> {
-            (0..40).map(|i| base * (0.6 + 0.02 * f64::from(i % 41))).collect()
+            (0..40)
+                .map(|i| base * (0.6 + 0.02 * f64::from(i % 41)))
+                .collect()
         };
         let options = CompareOptions::default();
         let mut wide = case(480.0, 460.0);

@@ -60,8 +60,16 @@ impl Repo {
 
     /// The text of `path` (relative to the root, `/`-separated) at `commit`.
     pub fn read(&self, commit: &str, path: &str) -> Result<String> {
-        git(&self.root, &["cat-file", "blob", &format!("{commit}:{path}")])
-            .map_err(|_| bad(&commit[..commit.len().min(7)], format!("{path} does not exist there")))
+        git(
+            &self.root,
+            &["cat-file", "blob", &format!("{commit}:{path}")],
+        )
+        .map_err(|_| {
+            bad(
+                &commit[..commit.len().min(7)],
+                format!("{path} does not exist there"),
+            )
+        })
     }
 
     /// The files of folder `dir` (relative to the root, `""` for the root) at `commit`.
@@ -146,11 +154,17 @@ pub fn at_revision(candidate: &Candidate, reference: &str, repo: &Repo) -> Resul
     for name in repo.files(&commit, &dir)? {
         let ext = name.rsplit_once('.').map_or("", |(_, e)| e);
         if HEADER_EXTENSIONS.contains(&ext) {
-            let file = if dir.is_empty() { name.clone() } else { format!("{dir}/{name}") };
+            let file = if dir.is_empty() {
+                name.clone()
+            } else {
+                format!("{dir}/{name}")
+            };
             headers.push((name, repo.read(&commit, &file)?));
         }
     }
-    let common = COMMON_HEADER.rsplit_once('/').map_or(COMMON_HEADER, |(_, n)| n);
+    let common = COMMON_HEADER
+        .rsplit_once('/')
+        .map_or(COMMON_HEADER, |(_, n)| n);
     if !headers.iter().any(|(name, _)| name == common) {
         // Older revisions may predate the header: then the embedded one serves.
         if let Ok(text) = repo.read(&commit, COMMON_HEADER) {
@@ -228,6 +242,29 @@ mod tests {
     }
 
     #[test]
+    fn every_kernel_at_the_previous_commit_compiles_with_todays_knobs() {
+        let Some(repo) = repo() else { return };
+        if repo.commit("HEAD~1").is_err() {
+            return;
+        }
+        let arch = attn_kernels::compile::Arch("compute_90".into());
+        for name in ["naive", "tiled", "mma", "hopper"] {
+            let today = Candidate::registered(name, Config::default()).unwrap();
+            let at = at_revision(&today, "HEAD~1", &repo).unwrap();
+            let variant = at
+                .variant(
+                    attn_oracle::DType::F16,
+                    128,
+                    &arch,
+                    &attn_kernels::Limits::H100,
+                )
+                .unwrap();
+            attn_kernels::compile::compile(&variant.request)
+                .unwrap_or_else(|e| panic!("{name} at HEAD~1: {e}"));
+        }
+    }
+
+    #[test]
     fn a_source_file_is_read_at_the_revision_by_its_path_in_the_repository() {
         let Some(repo) = repo() else { return };
         let path = repo.root().join("kernels/tiled.cu");
@@ -245,7 +282,9 @@ mod tests {
         let Some(repo) = repo() else { return };
         let naive = Candidate::registered("naive", Config::default()).unwrap();
         for reference in ["no-such-branch-3f9a", "", "--output=x", "HEAD~100000"] {
-            let err = at_revision(&naive, reference, &repo).unwrap_err().to_string();
+            let err = at_revision(&naive, reference, &repo)
+                .unwrap_err()
+                .to_string();
             assert!(err.starts_with("revision "), "{err}");
             assert!(!err.contains('\n'), "{err}");
         }
@@ -253,7 +292,10 @@ mod tests {
             .read(&repo.commit("HEAD").unwrap(), "kernels/nope.cu")
             .unwrap_err()
             .to_string();
-        assert!(err.contains("kernels/nope.cu does not exist there"), "{err}");
+        assert!(
+            err.contains("kernels/nope.cu does not exist there"),
+            "{err}"
+        );
         let cublas = Candidate::registered("cublas", Config::default()).unwrap();
         let err = at_revision(&cublas, "HEAD", &repo).unwrap_err().to_string();
         assert!(err.contains("cublas has no kernel source"), "{err}");
