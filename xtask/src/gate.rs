@@ -7,7 +7,8 @@
 //! timed in alternating blocks with every timed output verified and throttled blocks re-taken,
 //! then one decision: candidate median ≤ threshold × baseline median AND the whole bootstrap CI of
 //! (candidate − baseline) medians below zero, for a plausible result (a ratchet, `--baseline
-//! rev:REF`: no regression instead). This module parses, prints and writes evidence. Exit codes: 0 passed, 1 failed (a hang too), 2 could not run.
+//! rev:REF`: no regression instead). This module parses, prints and writes evidence. Exit codes:
+//! 0 passed, 1 failed (a hang too), 2 could not run.
 
 use std::path::PathBuf;
 use std::time::Duration;
