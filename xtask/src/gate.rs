@@ -6,8 +6,9 @@
 //! against the f64 oracle, SDPA's output as a second reference), then candidate and baseline
 //! timed in alternating blocks with every timed output verified and throttled blocks re-taken,
 //! then one decision: candidate median ≤ threshold × baseline median AND the whole bootstrap CI of
-//! (candidate − baseline) medians below zero, for a plausible result. This module parses, prints
-//! and writes evidence. Exit codes: 0 passed, 1 failed (a hang too), 2 could not run.
+//! (candidate − baseline) medians below zero, for a plausible result (a ratchet, `--baseline
+//! rev:REF`: no regression instead). This module parses, prints and writes evidence. Exit codes:
+//! 0 passed, 1 failed (a hang too), 2 could not run.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -31,7 +32,9 @@ pub struct Args {
     pub candidate: CandidateArgs,
     #[command(flatten)]
     pub problems: ProblemArgs,
-    /// What to beat: sdpa (falls back to cublas without PyTorch), cublas, or a registered implementation.
+    /// What to beat: sdpa (falls back to cublas without PyTorch), cublas, a registered
+    /// implementation, or rev:REF, the candidate as committed at git revision REF (a ratchet:
+    /// fails only on a regression).
     #[arg(long, default_value = "sdpa")]
     pub baseline: String,
     /// SDPA backend: default, flash, efficient, cudnn, math.
@@ -60,6 +63,9 @@ pub struct Args {
     /// Gate: candidate median ≤ THRESHOLD × baseline median.
     #[arg(long, default_value_t = 0.95)]
     pub threshold: f64,
+    /// Ratchet (--baseline rev:REF): a regression is a median above (1 + this) × the baseline's.
+    #[arg(long, default_value_t = 0.02)]
+    pub regression_tolerance: f64,
     /// Bootstrap resamples.
     #[arg(long, default_value_t = 10_000)]
     pub resamples: usize,
@@ -130,11 +136,12 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     };
     compare.validate()?;
 
-    let gpu = Gpu::open(0)?;
-    let (baseline, note) = Baseline::from_name(&args.baseline, args.sdpa_backend)?;
+    let (baseline, note) = Baseline::for_candidate(&args.baseline, args.sdpa_backend, &candidate)?;
+    let mode = baseline.gate_mode(args.regression_tolerance)?;
     if let Some(note) = note {
         println!("{note}");
     }
+    let gpu = Gpu::open(0)?;
     let timing = TimingOptions {
         warmup: args.warmup,
         samples: args.samples,
@@ -154,6 +161,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         },
         compare,
         rule: GateRule {
+            mode,
             allow_implausible: args.allow_implausible,
             hang_bound_s: Some(args.hang_bound),
             ..GateRule::default()
@@ -217,7 +225,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         } => implementation
             .resolve(overrides, problems[0].shape.head_dim, &gpu.limits())
             .ok(),
-        attn_kernels::Candidate::Source { .. } => None,
+        _ => None,
     };
     let torch = baseline.sdpa().map(|s| s.info.clone());
     let passed = !cases.is_empty() && cases.iter().all(|c| c.passed);

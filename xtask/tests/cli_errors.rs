@@ -201,6 +201,51 @@ fn bench_ncu_and_evo_check_before_the_gpu_probe() {
 }
 
 #[test]
+fn a_ratchet_revision_that_cannot_be_read_is_one_line_before_the_gpu() {
+    let dir = inputs();
+    let shape = ["--shape", "1,8,512,64"];
+    let gate = |extra: &[&'static str]| -> Vec<&'static str> {
+        let mut args = vec!["gate"];
+        args.extend(extra);
+        args.extend(shape);
+        args
+    };
+    one_error_line(
+        dir.path(),
+        &gate(&["--impl", "naive", "--baseline", "rev:HEAD~1"]),
+        &["no git repository here"],
+    );
+    // This repository (tests run in the crate's folder); skipped in a copy without `.git`.
+    let here = Path::new(".");
+    let git = Command::new("git").args(["rev-parse", "HEAD"]).output();
+    if !git.is_ok_and(|o| o.status.success()) {
+        return;
+    }
+    one_error_line(
+        here,
+        &gate(&["--impl", "naive", "--baseline", "rev:no-such-ref-3f9a"]),
+        &["revision no-such-ref-3f9a: not a commit of this repository"],
+    );
+    one_error_line(
+        here,
+        &gate(&["--impl", "cublas", "--baseline", "rev:HEAD"]),
+        &["cublas has no kernel source"],
+    );
+    one_error_line(
+        here,
+        &gate(&[
+            "--impl",
+            "naive",
+            "--baseline",
+            "rev:HEAD",
+            "--regression-tolerance",
+            "1.5",
+        ]),
+        &["regression tolerance must be in [0, 1), got 1.5"],
+    );
+}
+
+#[test]
 fn run_refuses_bad_requests_before_the_gpu_probe() {
     let dir = inputs();
     let d = dir.path();

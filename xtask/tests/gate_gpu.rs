@@ -1,5 +1,6 @@
 //! GPU tests of the gate itself: deliberately bad candidates are rejected for the right reason, and
-//! a correct candidate against itself is "no-change". Run on a GPU machine with `--include-ignored`.
+//! a correct candidate against itself is "no-change" (and passes a ratchet against its own
+//! revision). Run on a GPU machine with `--include-ignored`.
 
 mod common;
 use common::xtask;
@@ -104,4 +105,28 @@ fn a_correct_candidate_against_itself_is_no_change() {
     ]);
     assert_eq!(code, 1, "a kernel is not 5% faster than itself");
     assert!(text.contains("no-change"), "{text}");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_ratchet_against_the_kernel_at_head_does_not_regress() {
+    // The same source read with git, compiled as a revision: passes the no-regression rule where
+    // the usual gate (above) fails. Skipped in a copy without `.git`.
+    let git = Command::new("git").args(["rev-parse", "HEAD"]).output();
+    if !git.is_ok_and(|o| o.status.success()) {
+        return;
+    }
+    let (code, text) = gate(&[
+        "--impl",
+        "mma",
+        "--baseline",
+        "rev:HEAD",
+        "--shape",
+        "2,16,2048,64",
+        "--samples",
+        "200",
+    ]);
+    assert!(text.contains("`mma` vs `mma@"), "{text}");
+    assert!(text.contains("does not regress"), "{text}");
+    assert_eq!(code, 0, "a kernel does not regress against itself:\n{text}");
 }

@@ -41,3 +41,22 @@ fn replay_reproduces_every_committed_gate_decision() {
         assert_eq!(output.status.code(), Some(expected), "{}", file.display());
     }
 }
+
+#[test]
+fn replay_reproduces_a_ratchet_decision_with_its_regression() {
+    let file = PathBuf::from("../crates/attn-measure/tests/fixtures/ratchet-gate.json");
+    let output = Command::new(xtask())
+        .args(["gate", "--replay"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("replay reproduces the stored decision exactly"),
+        "{text}"
+    );
+    assert!(text.contains("`hopper` vs `hopper@a1f0eac`"), "{text}");
+    assert!(text.contains("FAIL: regression"), "{text}");
+    assert!(text.contains("does not regress"), "{text}");
+    assert_eq!(output.status.code(), Some(1), "{text}");
+}

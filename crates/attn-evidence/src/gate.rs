@@ -126,6 +126,9 @@ pub enum CaseStatus {
     Passed,
     /// Correct, but not faster by the gate rule.
     NotFaster,
+    /// Correct, but slower than the baseline beyond the ratchet's tolerance
+    /// ([`GateMode::NoRegression`]).
+    Regression,
     /// Too few clean samples (throttled clocks): no decision.
     Inconclusive,
     /// Faster than the device can be, or more than the rule's limit faster than the baseline.
@@ -161,6 +164,7 @@ impl CaseStatus {
         match self {
             CaseStatus::Passed => "pass",
             CaseStatus::NotFaster => "not faster",
+            CaseStatus::Regression => "regression",
             CaseStatus::Inconclusive => "inconclusive",
             CaseStatus::Implausible => "implausible",
             CaseStatus::Incorrect => "incorrect",
@@ -250,9 +254,36 @@ impl From<FlagRepr> for Flag {
     }
 }
 
-/// The gate's rule beyond the statistics: plausibility and time bounds.
+/// What a timed comparison must show for a case to pass.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum GateMode {
+    /// The candidate is faster: median ≤ `options.gate_threshold` × the baseline's and the CI
+    /// of the median difference below 0 (the usual gate).
+    #[default]
+    Faster,
+    /// A ratchet (the baseline is the candidate at an earlier revision): the case fails only on
+    /// a regression, a median above (1 + `tolerance`) × the baseline's with the CI of the median
+    /// difference above 0.
+    NoRegression {
+        /// The slowdown tolerated, e.g. 0.02 for 2 %.
+        tolerance: f64,
+    },
+}
+
+impl GateMode {
+    /// Whether this is the usual gate (written only when it is not).
+    pub fn is_faster(&self) -> bool {
+        *self == GateMode::Faster
+    }
+}
+
+/// The gate's rule beyond the statistics: what must be shown, plausibility and time bounds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GateRule {
+    /// Faster than the baseline, or no regression against it (files without it: faster).
+    #[serde(default, skip_serializing_if = "GateMode::is_faster")]
+    pub mode: GateMode,
     /// A candidate more than this many times faster than the baseline is implausible.
     pub max_speedup: f64,
     /// Implausible results may pass (a person said `--allow-implausible`).
@@ -269,6 +300,7 @@ pub struct GateRule {
 impl Default for GateRule {
     fn default() -> Self {
         GateRule {
+            mode: GateMode::Faster,
             max_speedup: 10.0,
             allow_implausible: false,
             hang_bound_s: None,

@@ -18,6 +18,10 @@ pub struct Implementation {
     /// SHA-256 of the kernel source that ran, hex; pins the version of a kernel across commits.
     #[serde(default)]
     pub source_sha256: Option<String>,
+    /// The git commit the source was read from, when it is not the run's own (a ratchet's
+    /// baseline: the candidate as committed at an earlier revision).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
 }
 
 impl Implementation {
@@ -28,10 +32,12 @@ impl Implementation {
             backend: None,
             config: BTreeMap::new(),
             source_sha256: None,
+            revision: None,
         }
     }
 
-    /// Short label for tables and legends: the name, then `:backend` when there is one.
+    /// Short label for tables and legends: the name, then `:backend` when there is one, or
+    /// `@commit` (7 characters) when the source came from another revision.
     ///
     /// ```
     /// use attn_evidence::Implementation;
@@ -39,12 +45,20 @@ impl Implementation {
     /// assert_eq!(sdpa.label(), "sdpa");
     /// sdpa.backend = Some("flash".into());
     /// assert_eq!(sdpa.label(), "sdpa:flash");
+    /// let mut before = Implementation::named("hopper");
+    /// before.revision = Some("8bbe183c0ffee".into());
+    /// assert_eq!(before.label(), "hopper@8bbe183");
     /// ```
     pub fn label(&self) -> String {
-        match &self.backend {
+        let mut label = match &self.backend {
             Some(backend) => format!("{}:{backend}", self.name),
             None => self.name.clone(),
+        };
+        if let Some(rev) = &self.revision {
+            label.push('@');
+            label.extend(rev.chars().take(7));
         }
+        label
     }
 
     /// The config as `"BLOCK_M=128,BLOCK_N=64"` (empty when there is none).

@@ -57,7 +57,7 @@ pub use error::EvidenceError;
 pub use evo::{read_evo_log, write_evo_log, CandidateStatus, EvoCandidate, EvoLogAppender};
 pub use gate::{
     CaseStatus, CheckFailure, ClockGuard, CorrectnessCheck, Flag, FlagKind, FullCheck, GateCase,
-    GateRule, GateRun, TimedOutputCheck,
+    GateMode, GateRule, GateRun, TimedOutputCheck,
 };
 pub use implementation::Implementation;
 pub use provenance::{utc_now_rfc3339, ClockReadings, Provenance};

@@ -346,3 +346,34 @@ fn committed_search_files_read_and_write_back_unchanged() {
     }
     assert!(runs > 0, "no committed search under {}", root.display());
 }
+
+#[test]
+fn a_ratchet_rule_and_revision_round_trip_and_old_rules_read_as_faster() {
+    use attn_evidence::{GateMode, GateRule, Implementation};
+    // Files written before the mode existed: the usual gate; a usual rule is written as before.
+    let old: GateRule =
+        serde_json::from_str(r#"{"max_speedup":10.0,"allow_implausible":false}"#).unwrap();
+    assert_eq!(old.mode, GateMode::Faster);
+    let written = serde_json::to_string(&GateRule::default()).unwrap();
+    assert!(!written.contains("mode"), "{written}");
+    let ratchet = GateRule {
+        mode: GateMode::NoRegression { tolerance: 0.02 },
+        ..GateRule::default()
+    };
+    let text = serde_json::to_string(&ratchet).unwrap();
+    assert!(
+        text.contains(r#""mode":{"kind":"no-regression","tolerance":0.02}"#),
+        "{text}"
+    );
+    assert_eq!(serde_json::from_str::<GateRule>(&text).unwrap(), ratchet);
+    // A baseline read from an earlier commit names it; others write no revision.
+    let mut before = Implementation::named("hopper");
+    assert!(!serde_json::to_string(&before).unwrap().contains("revision"));
+    before.revision = Some("8bbe183c0ffee".into());
+    let text = serde_json::to_string(&before).unwrap();
+    assert_eq!(
+        serde_json::from_str::<Implementation>(&text).unwrap(),
+        before
+    );
+    assert_eq!(before.label(), "hopper@8bbe183");
+}

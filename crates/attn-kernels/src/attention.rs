@@ -40,6 +40,19 @@ pub enum Candidate {
         /// Defines passed to NVRTC.
         defines: Config,
     },
+    /// A candidate's kernel as committed at a git revision (`gate --baseline rev:REF`): that
+    /// revision's source, with that revision's headers searched first, compiled with today's
+    /// knobs, tuned configs, geometry, ABI and entry point (those of `of`).
+    Revision {
+        /// The candidate as built today.
+        of: Box<Candidate>,
+        /// The kernel's source at the revision.
+        source: String,
+        /// A folder holding the revision's headers (searched before the embedded ones).
+        include_dir: PathBuf,
+        /// The revision, a commit hash.
+        revision: String,
+    },
 }
 
 impl Candidate {
@@ -76,6 +89,17 @@ impl Candidate {
                 implementation,
                 overrides: implementation.tuned_for(shape).merged(overrides),
             },
+            Candidate::Revision {
+                of,
+                source,
+                include_dir,
+                revision,
+            } => Candidate::Revision {
+                of: Box::new(of.for_shape(shape)),
+                source: source.clone(),
+                include_dir: include_dir.clone(),
+                revision: revision.clone(),
+            },
             source => source.clone(),
         }
     }
@@ -85,6 +109,15 @@ impl Candidate {
         match self {
             Candidate::Registered { overrides, .. } => overrides,
             Candidate::Source { defines, .. } => defines,
+            Candidate::Revision { of, .. } => of.knobs(),
+        }
+    }
+
+    /// The candidate whose knobs, geometry and ABI apply: itself, or what a revision is of.
+    pub fn today(&self) -> &Candidate {
+        match self {
+            Candidate::Revision { of, .. } => of.today(),
+            other => other,
         }
     }
 
@@ -148,6 +181,19 @@ impl Candidate {
                     shared,
                 )
             }
+            Candidate::Revision {
+                of,
+                source,
+                include_dir,
+                revision,
+            } => {
+                // Today's defines and geometry; the revision's text and headers.
+                let mut variant = of.variant(dtype, head_dim, arch, limits)?;
+                variant.request.name = format!("{}@{}", variant.request.name, short(revision));
+                variant.request.source = source;
+                variant.request.include_dir = Some(include_dir);
+                return Ok(variant);
+            }
         };
         defines.extend(config.0.iter().map(|(k, v)| format!("{k}={v}")));
         Ok(Variant {
@@ -164,10 +210,14 @@ impl Candidate {
         })
     }
 
-    /// A short label: the implementation's name, or `src:<file name>`.
+    /// A short label: the implementation's name, or `src:<file name>`; `@<commit>` (7
+    /// characters) after either for a revision.
     pub fn label(&self) -> String {
         match self {
             Candidate::Registered { implementation, .. } => implementation.name.to_string(),
+            Candidate::Revision { of, revision, .. } => {
+                format!("{}@{}", of.label(), short(revision))
+            }
             Candidate::Source { path, .. } => {
                 format!(
                     "src:{}",
@@ -178,6 +228,11 @@ impl Candidate {
             }
         }
     }
+}
+
+/// The first 7 characters of a commit hash.
+fn short(revision: &str) -> String {
+    revision.chars().take(7).collect()
 }
 
 /// The source of the cuBLAS path's fused softmax step.
@@ -307,7 +362,7 @@ impl Prepared {
         dtype: DType,
         head_dim: usize,
     ) -> Result<Prepared> {
-        if let Candidate::Registered { implementation, .. } = candidate {
+        if let Candidate::Registered { implementation, .. } = candidate.today() {
             if let Some(required) = implementation.arch {
                 if gpu.arch().0 != required {
                     return Err(KernelError::Unsupported {
@@ -324,7 +379,7 @@ impl Prepared {
         let variant = candidate.variant(dtype, head_dim, &gpu.arch(), &limits)?;
         let function = gpu.load(&variant.request, variant.entry, variant.shared_bytes)?;
         let config = variant.config;
-        let engine = match candidate {
+        let engine = match candidate.today() {
             Candidate::Registered { implementation, .. } => match implementation.engine {
                 Engine::Kernel { .. } => {
                     let tensor_maps = match implementation.abi {
@@ -356,7 +411,8 @@ impl Prepared {
                     scratch: Mutex::new(None),
                 },
             },
-            Candidate::Source { .. } => {
+            // today() is never a revision.
+            Candidate::Source { .. } | Candidate::Revision { .. } => {
                 let geometry = source_geometry(&config);
                 Launcher::Kernel {
                     function,

@@ -42,7 +42,7 @@ pub struct CompileRequest<'a> {
     pub name: String,
     /// The `.cu` source.
     pub source: &'a str,
-    /// Extra folder for the user's own `#include`s.
+    /// Extra folder for the user's own `#include`s, searched before the embedded headers.
     pub include_dir: Option<&'a Path>,
     /// `-D` defines, `NAME=VALUE` or `NAME`.
     pub defines: Vec<String>,
@@ -94,12 +94,14 @@ fn options(req: &CompileRequest<'_>) -> Result<Vec<String>> {
     let mut opts = vec![
         format!("--gpu-architecture={}", req.arch.0),
         "-std=c++17".to_string(),
-        format!("-I{}", embedded_include_dir()?.display()),
-        format!("-I{}", include.display()),
     ];
+    // The kernel's own folder first: its headers (a revision's `attn_common.cuh`, say) win over
+    // the embedded ones of the same name.
     if let Some(dir) = req.include_dir {
         opts.push(format!("-I{}", dir.display()));
     }
+    opts.push(format!("-I{}", embedded_include_dir()?.display()));
+    opts.push(format!("-I{}", include.display()));
     opts.extend(req.defines.iter().map(|d| format!("-D{d}")));
     Ok(opts)
 }

@@ -231,3 +231,50 @@ fn unknown_implementation_lists_the_known_ones() {
         "{err}"
     );
 }
+
+#[test]
+fn a_revision_compiles_its_own_text_with_its_headers_first_and_todays_defines() {
+    let hopper = Candidate::registered("hopper", Config::default()).unwrap();
+    let arch = Arch("compute_90".into());
+    let today = hopper
+        .variant(DType::F16, 128, &arch, &Limits::H100)
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!("attn-revision-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // The revision's header defines a marker the embedded one lacks; the revision's kernel
+    // refuses to compile without it.
+    let header = compile::HEADERS[0].1.to_string() + "\n#define ATTN_FROM_REVISION 1\n";
+    std::fs::write(dir.join("attn_common.cuh"), header).unwrap();
+    let source = today.request.source.replace(
+        "#include \"attn_common.cuh\"",
+        "#include \"attn_common.cuh\"\n#ifndef ATTN_FROM_REVISION\n#error embedded header\n#endif",
+    );
+    assert_ne!(
+        source, today.request.source,
+        "hopper.cu includes attn_common.cuh"
+    );
+    let revision = Candidate::Revision {
+        of: Box::new(hopper.clone()),
+        source,
+        include_dir: dir.clone(),
+        revision: "0123456789abcdef".into(),
+    };
+    assert_eq!(revision.label(), "hopper@0123456");
+    let variant = revision
+        .variant(DType::F16, 128, &arch, &Limits::H100)
+        .unwrap();
+    // Today's defines, architecture (hopper's compute_90a), entry and shared memory.
+    assert_eq!(variant.request.defines, today.request.defines);
+    assert_eq!(variant.request.arch, today.request.arch);
+    assert_eq!(variant.shared_bytes, today.shared_bytes);
+    assert_eq!(variant.request.name, "hopper@0123456");
+    let compiled = compile::compile(&variant.request).unwrap_or_else(|e| panic!("{e}"));
+    assert!(compiled.ptx.contains(".entry attn_fwd"));
+    let _ = std::fs::remove_dir_all(&dir);
+    // Per-shape tuning carries over to the revision.
+    let shape = attn_oracle::Shape::new(1, 8, 512, 512, 64).unwrap();
+    assert_eq!(
+        revision.for_shape(&shape).knobs(),
+        hopper.for_shape(&shape).knobs()
+    );
+}

@@ -1,10 +1,13 @@
 //! What a candidate is compared with, and the evidence descriptions of both sides.
 
-use attn_evidence::{Implementation, Timing};
+use std::path::Path;
+
+use attn_evidence::{GateMode, Implementation, Timing};
 use attn_kernels::{registry::Engine, Candidate, Config, Timings};
 
+use crate::revision::{at_revision, Repo};
 use crate::sdpa::{Backend, Sdpa};
-use crate::Result;
+use crate::{MeasureError, Result};
 
 /// The baseline of a comparison.
 #[derive(Debug)]
@@ -16,7 +19,8 @@ pub enum Baseline {
         /// The backend asked for.
         backend: Backend,
     },
-    /// A registered implementation (`cublas`, or any other, the candidate itself included).
+    /// A registered implementation (`cublas`, or any other, the candidate itself included), or
+    /// the candidate at a git revision (a ratchet, [`Candidate::Revision`]).
     Registered(Candidate),
 }
 
@@ -39,6 +43,46 @@ impl Baseline {
             Baseline::Registered(Candidate::registered(name, Config::default())?),
             None,
         ))
+    }
+
+    /// `gate --baseline NAME` for `candidate`: as [`Baseline::from_name`], or `rev:REF`: the
+    /// candidate as committed at git revision REF in the repository around the current folder
+    /// ([`crate::revision`]), whose errors are one line before any GPU work.
+    pub fn for_candidate(
+        name: &str,
+        backend: Backend,
+        candidate: &Candidate,
+    ) -> Result<(Baseline, Option<String>)> {
+        match name.strip_prefix("rev:") {
+            Some(reference) => {
+                let repo = Repo::discover(Path::new("."))?;
+                let at = at_revision(candidate, reference, &repo)?;
+                Ok((Baseline::Registered(at), None))
+            }
+            None => Baseline::from_name(name, backend),
+        }
+    }
+
+    /// The revision a ratchet's baseline was read from.
+    pub fn revision(&self) -> Option<&str> {
+        match self {
+            Baseline::Registered(Candidate::Revision { revision, .. }) => Some(revision),
+            _ => None,
+        }
+    }
+
+    /// What the gate asks against this baseline: no regression beyond `tolerance` (a fraction,
+    /// e.g. 0.02) against an earlier revision, else faster.
+    pub fn gate_mode(&self, tolerance: f64) -> Result<GateMode> {
+        if self.revision().is_none() {
+            return Ok(GateMode::Faster);
+        }
+        if !(0.0..1.0).contains(&tolerance) {
+            return Err(MeasureError::Invalid(format!(
+                "the regression tolerance must be in [0, 1), got {tolerance}"
+            )));
+        }
+        Ok(GateMode::NoRegression { tolerance })
     }
 
     /// The evidence description.
@@ -86,6 +130,17 @@ pub fn candidate_implementation(
             source, defines, ..
         } => {
             imp.config = defines.to_strings();
+            Some(source.clone())
+        }
+        Candidate::Revision {
+            of,
+            source,
+            revision,
+            ..
+        } => {
+            // Today's name and config, the revision's source.
+            imp = candidate_implementation(of, resolved);
+            imp.revision = Some(revision.clone());
             Some(source.clone())
         }
     };

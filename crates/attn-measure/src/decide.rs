@@ -2,8 +2,10 @@
 //! run and `--replay` of its evidence call it alike: a stored decision is reproduced from the
 //! stored facts (raw samples included), never from message text.
 
-use attn_evidence::{CaseStatus, CheckFailure, CorrectnessCheck, FlagKind, GateCase, GateRule};
-use attn_stats::CompareOptions;
+use attn_evidence::{
+    CaseStatus, CheckFailure, CorrectnessCheck, FlagKind, GateCase, GateMode, GateRule,
+};
+use attn_stats::{CompareOptions, Comparison};
 
 /// The outcome of a case and why, in one line.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,7 +70,15 @@ pub fn implausibility(
     })
 }
 
-/// The decision for `case` (its comparison already computed from its samples).
+/// The ratchet's failure: the candidate's median above (1 + `tolerance`) × the baseline's AND
+/// the whole CI of (candidate − baseline) medians above 0; noise either way passes.
+pub fn regressed(comparison: &Comparison, tolerance: f64) -> bool {
+    comparison.candidate.median > (1.0 + tolerance) * comparison.baseline.median
+        && comparison.diff_median.lower > 0.0
+}
+
+/// The decision for `case` (its comparison already computed from its samples) under `rule`'s
+/// mode: faster by the threshold of `options`, or (a ratchet) no regression.
 pub fn decide(
     case: &GateCase,
     rule: &GateRule,
@@ -155,6 +165,19 @@ pub fn decide(
                 ),
             );
         }
+    }
+    if let GateMode::NoRegression { tolerance } = rule.mode {
+        return if regressed(comparison, tolerance) {
+            done(
+                CaseStatus::Regression,
+                format!(
+                    "regression: {speed} (ratchet: slower than {:.2}× the baseline's median, CI of the difference above 0)",
+                    1.0 + tolerance
+                ),
+            )
+        } else {
+            done(CaseStatus::Passed, format!("no regression: {speed}"))
+        };
     }
     if comparison.gate.passed {
         done(CaseStatus::Passed, format!("passed: {speed}"))
@@ -270,6 +293,70 @@ mod tests {
             .flags
             .push(Flag::new(FlagKind::Throttled, "SM clock 1635 MHz"));
         assert_eq!(status(&throttled, None), CaseStatus::Inconclusive);
+    }
+
+    #[test]
+    fn a_ratchet_fails_only_on_a_clear_regression() {
+        let ratchet = GateRule {
+            mode: GateMode::NoRegression { tolerance: 0.02 },
+            ..GateRule::default()
+        };
+        let judge = |cand: f64, base: f64| {
+            decide(
+                &case(cand, base),
+                &ratchet,
+                &CompareOptions::default(),
+                Some(1070.0),
+            )
+        };
+        // Faster, level, or slower within the tolerance: no regression.
+        for (cand, base) in [(400.0, 460.0), (460.0, 460.0), (465.0, 460.0)] {
+            let d = judge(cand, base);
+            assert_eq!(
+                d.status,
+                CaseStatus::Passed,
+                "{cand} vs {base}: {}",
+                d.reason
+            );
+            assert!(d.reason.starts_with("no regression"), "{}", d.reason);
+        }
+        // 5 % slower, CI clear of 0: a regression.
+        let d = judge(483.0, 460.0);
+        assert_eq!(d.status, CaseStatus::Regression, "{}", d.reason);
+        assert!(d.reason.contains("1.02×"), "{}", d.reason);
+        // The usual gate fails the level case the ratchet passes.
+        assert_eq!(status(&case(460.0, 460.0), None), CaseStatus::NotFaster);
+        // Beyond the tolerance but noise wide enough that the CI reaches 0: no regression.
+        let noisy = |base: f64| -> Vec<f64> {
+            (0..40)
+                .map(|i| base * (0.6 + 0.02 * f64::from(i % 41)))
+                .collect()
+        };
+        let options = CompareOptions::default();
+        let mut wide = case(480.0, 460.0);
+        wide.comparison = Some(
+            attn_stats::compare(
+                &Sample::new(noisy(460.0)).unwrap(),
+                &Sample::new(noisy(480.0)).unwrap(),
+                &options,
+            )
+            .unwrap(),
+        );
+        let c = wide.comparison.as_ref().unwrap();
+        assert!(c.candidate.median > 1.02 * c.baseline.median);
+        assert!(c.diff_median.lower <= 0.0, "{:?}", c.diff_median);
+        assert_eq!(
+            decide(&wide, &ratchet, &options, None).status,
+            CaseStatus::Passed
+        );
+        // Correctness still comes first.
+        let mut wrong = case(400.0, 460.0);
+        wrong.status = Some(CaseStatus::Fault);
+        wrong.reason = "fault: illegal address".into();
+        assert_eq!(
+            decide(&wrong, &ratchet, &options, None).status,
+            CaseStatus::Fault
+        );
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! - [`Problem`] (`problem`): one attention problem, built once from its text; [`suites`]: the
 //!   named shape lists.
 //! - [`Baseline`] (`baseline`): PyTorch SDPA through the long-lived helper ([`sdpa`], typed
-//!   requests and replies), cuBLAS, or any registered implementation; the evidence descriptions.
+//!   requests and replies), cuBLAS, any registered implementation, or the candidate at a git
+//!   revision ([`revision`], the ratchet); the evidence descriptions.
 //! - [`check`]: correctness checks with one row policy, every element compared with the GPU
 //!   reference, inputs cycling through the distributions that find bugs.
 //! - [`timing`]: input sets, timed sides (every timed output verified), and the interleaved,
@@ -30,6 +31,7 @@ mod problem;
 pub mod profile;
 pub mod provenance;
 pub mod replay;
+pub mod revision;
 pub mod sdpa;
 pub mod search;
 pub mod suites;

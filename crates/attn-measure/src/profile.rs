@@ -16,6 +16,7 @@ pub fn profiled_entry(candidate: &Candidate) -> &'static str {
             Engine::Cublas => ".*",
         },
         Candidate::Source { .. } => "attn_fwd",
+        Candidate::Revision { of, .. } => profiled_entry(of),
     }
 }
 

@@ -111,7 +111,7 @@ pub struct PreparedCache {
 }
 
 /// What tells two candidates apart in a [`PreparedCache`]: the implementation (or the user's
-/// file and the hash of its text) and the knobs. Knobs alone would let `mma` and `hopper`, both
+/// file and the hash of its text), the knobs, and for a revision its text and headers. Knobs alone would let `mma` and `hopper`, both
 /// with their defaults, share one compiled kernel.
 pub fn cache_key(candidate: &Candidate) -> String {
     match candidate {
@@ -128,6 +128,19 @@ pub fn cache_key(candidate: &Candidate) -> String {
             "{}:{entry}@{}[{defines}]",
             path.display(),
             attn_kernels::compile::sha256_hex(source.as_bytes())
+        ),
+        // The same candidate at a revision (a ratchet's baseline) is another kernel: its text
+        // and headers (the folder is named by their hash).
+        Candidate::Revision {
+            of,
+            source,
+            include_dir,
+            ..
+        } => format!(
+            "{}@{}:{}",
+            cache_key(of),
+            attn_kernels::compile::sha256_hex(source.as_bytes()),
+            include_dir.display()
         ),
     }
 }
@@ -674,6 +687,14 @@ mod tests {
             }
         }
         assert_eq!(cache_key(&mma), cache_key(&mma.clone()));
+        // The candidate and itself at a revision (a ratchet) never share a kernel.
+        let at = Candidate::Revision {
+            of: Box::new(mma.clone()),
+            source: "// mma at an earlier revision".into(),
+            include_dir: std::env::temp_dir(),
+            revision: "0123456".into(),
+        };
+        assert_ne!(cache_key(&at), cache_key(&mma));
     }
 
     #[test]

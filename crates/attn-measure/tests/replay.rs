@@ -74,3 +74,36 @@ fn samples_edited_to_be_twenty_times_faster_are_implausible() {
         assert!(case.reason.contains("implausible"), "{}", case.reason);
     }
 }
+
+#[test]
+fn a_ratchet_file_replays_under_its_no_regression_rule() {
+    use attn_evidence::{GateMode, GateRule};
+    let path = Path::new("tests/fixtures/ratchet-gate.json");
+    let stored = read(path);
+    assert_eq!(stored.rule.mode, GateMode::NoRegression { tolerance: 0.02 });
+    assert_eq!(stored.baseline.label(), "hopper@a1f0eac");
+    let replayed = replay(&stored).unwrap();
+    assert!(replayed.same, "the ratchet fixture must replay as stored");
+    let statuses: Vec<_> = replayed.run.cases.iter().map(|c| c.status).collect();
+    assert_eq!(
+        statuses,
+        [
+            Some(CaseStatus::Regression),
+            Some(CaseStatus::Passed),
+            Some(CaseStatus::Passed),
+            Some(CaseStatus::Passed)
+        ]
+    );
+    assert!(!replayed.run.passed);
+    // The same samples under the usual rule: the level case is not faster, and the file's
+    // stored decisions no longer replay.
+    let mut faster = stored.clone();
+    faster.rule = GateRule {
+        mode: GateMode::Faster,
+        ..stored.rule.clone()
+    };
+    let usual = replay(&faster).unwrap();
+    assert!(!usual.same);
+    assert_eq!(usual.run.cases[1].status, Some(CaseStatus::NotFaster));
+    assert_eq!(usual.run.cases[0].status, Some(CaseStatus::NotFaster));
+}

@@ -1,7 +1,7 @@
 //! The gate's result as markdown (terminal output, PR comment, job summary), and the gate rule in
 //! words: one wording, used by `cargo xtask gate` and by the report alike.
 
-use attn_evidence::GateRun;
+use attn_evidence::{GateMode, GateRun};
 
 use crate::{format, table::Table};
 
@@ -16,13 +16,25 @@ pub fn rule_sentence(run: &GateRun) -> String {
             run.rule.max_speedup
         )
     };
-    format!(
-        "Gate rule: a shape passes when every correctness check passes (and every timed output is verified), candidate median ≤ {:.2} × baseline median (speedup ≥ {:.3}×), and the {:.0}% bootstrap CI (BCa, {} resamples, seed {}) of candidate − baseline median lies entirely below 0; {plausibility}. Speedup = baseline median / candidate median; times are µs per call.",
-        o.gate_threshold,
-        1.0 / o.gate_threshold,
+    let ci = format!(
+        "the {:.0}% bootstrap CI (BCa, {} resamples, seed {}) of candidate − baseline median",
         o.bootstrap.confidence * 100.0,
         o.bootstrap.resamples,
         o.bootstrap.seed
+    );
+    let timed = match run.rule.mode {
+        GateMode::Faster => format!(
+            "candidate median ≤ {:.2} × baseline median (speedup ≥ {:.3}×), and {ci} lies entirely below 0",
+            o.gate_threshold,
+            1.0 / o.gate_threshold,
+        ),
+        GateMode::NoRegression { tolerance } => format!(
+            "and it does not regress (a ratchet against an earlier revision): it fails only when candidate median > {:.2} × baseline median and {ci} lies entirely above 0",
+            1.0 + tolerance
+        ),
+    };
+    format!(
+        "Gate rule: a shape passes when every correctness check passes (and every timed output is verified), {timed}; {plausibility}. Speedup = baseline median / candidate median; times are µs per call."
     )
 }
 

@@ -194,8 +194,12 @@ fn gate_section(run: &Run, gate: &GateRun) -> GateSection {
         }
     }
     let comparison = gate.cases.iter().find_map(|c| c.comparison.as_ref());
-    // The gate bounds candidate median / baseline median; in speedup terms that is its inverse.
-    let threshold = comparison.map(|c| min_speedup(c.gate.threshold));
+    // The gate bounds candidate median / baseline median; in speedup terms that is its inverse
+    // (a ratchet's bound is the regression tolerance's).
+    let threshold = comparison.map(|c| match gate.rule.mode {
+        attn_evidence::GateMode::Faster => min_speedup(c.gate.threshold),
+        attn_evidence::GateMode::NoRegression { tolerance } => min_speedup(1.0 + tolerance),
+    });
     let rule = match comparison {
         Some(_) => crate::gate::rule_sentence(gate),
         None => "Gate rule: every correctness check must pass; no timing comparison was recorded."
