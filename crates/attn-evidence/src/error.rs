@@ -75,4 +75,7 @@ pub enum EvidenceError {
     /// A dtype other than fp16 or bf16.
     #[error("unsupported dtype {0:?} (fp16 or bf16)")]
     Dtype(String),
+    /// A compute-sanitizer tool that does not exist.
+    #[error("unknown compute-sanitizer tool {0:?} (memcheck, racecheck, synccheck or initcheck)")]
+    SanitizeTool(String),
 }

@@ -3,7 +3,7 @@
 //!
 //! # Bird's-eye view
 //!
-//! Every measuring command (`cargo xtask gate`, `bench`, `evo`, `micro`, `ncu`) writes its result as
+//! Every measuring command (`cargo xtask gate`, `bench`, `evo`, `micro`, `ncu`, `sanitize`) writes its result as
 //! a file under `evidence/`, and `cargo xtask report` reads them back. This crate is the contract
 //! between the two sides:
 //!
@@ -18,6 +18,8 @@
 //!   `evidence/micro/log.csv`) with its [`CandidateStatus`], read and written by [`read_evo_log`]
 //!   and [`write_evo_log`]; [`SearchSpec`] (`search.json`), [`EvoBest`] (`evo/<run>/best.json`)
 //!   and [`MicroBest`] (`micro/best.json`): the rest of a search's files.
+//! - [`SanitizeRun`] (`evidence/sanitize/*.json`): one compute-sanitizer tool run on a candidate,
+//!   its [`SanitizeFinding`]s and whether it was clean.
 //! - [`write_json_atomic`], [`read`], [`load_dir`], [`evidence_file_name`]: files are written
 //!   atomically (temp file + rename), read with errors that name the file, and loaded in time order.
 //!
@@ -47,6 +49,7 @@ mod evo;
 mod gate;
 mod implementation;
 mod provenance;
+mod sanitize;
 mod search;
 mod shape;
 mod store;
@@ -61,6 +64,7 @@ pub use gate::{
 };
 pub use implementation::Implementation;
 pub use provenance::{utc_now_rfc3339, ClockReadings, Provenance};
+pub use sanitize::{SanitizeFinding, SanitizeRun, SanitizeTool};
 pub use search::{EvoBest, MicroBest, MicroRanked, SearchSpec};
 pub use shape::{Dtype, ShapeSpec};
 pub use store::{

@@ -28,6 +28,16 @@ pub enum MeasureError {
         /// The cause.
         source: std::io::Error,
     },
+    /// compute-sanitizer is not where it was looked for; found before anything runs.
+    #[error("compute-sanitizer not found ({looked}): it ships with the CUDA toolkit; put it on PATH or give its path")]
+    SanitizerNotFound {
+        /// Where it was looked for.
+        looked: String,
+    },
+    /// compute-sanitizer could not judge the candidate (the target failed without a finding, the
+    /// run timed out, the sanitizer could not start it).
+    #[error("compute-sanitizer {0}")]
+    Sanitizer(String),
     /// A request that makes no sense (unknown suite, bad option), said in one line.
     #[error("{0}")]
     Invalid(String),

@@ -14,8 +14,9 @@
 //!   supervised worker processes.
 //! - [`search`]: one search candidate (or the baseline) measured as a search worker does, a
 //!   generation's precompile, the GPUs a search runs on; [`micro`]: the `clock64()`
-//!   micro-benchmark; [`profile`]: what Nsight Compute profiles; [`provenance`]: where a
-//!   measurement comes from.
+//!   micro-benchmark; [`profile`]: what Nsight Compute and compute-sanitizer run (the
+//!   target-mode launch); [`sanitize`]: compute-sanitizer's command line and its report as typed
+//!   findings; [`provenance`]: where a measurement comes from.
 //!
 //! It depends on attn-kernels, attn-oracle, attn-stats and attn-evidence, never on a command
 //! line parser: xtask turns arguments into these types and prints what comes back.
@@ -32,6 +33,7 @@ pub mod profile;
 pub mod provenance;
 pub mod replay;
 pub mod revision;
+pub mod sanitize;
 pub mod sdpa;
 pub mod search;
 pub mod suites;
