@@ -17,6 +17,8 @@ use anyhow::bail;
 use attn_evidence::{CaseStatus, GateRule, GateRun};
 use attn_kernels::{Gpu, TimingMode, TimingOptions};
 use attn_measure::gate::{ended_case, GatePlan, GateSession};
+use attn_measure::provenance::fresh_seed;
+use attn_measure::sanitize::{self, GATE_TOOLS};
 use attn_measure::sdpa::Backend;
 use attn_measure::supervise::Watchdog;
 use attn_measure::timing::Interleave;
@@ -86,19 +88,16 @@ pub struct Args {
     /// Write no evidence file.
     #[arg(long)]
     pub no_evidence: bool,
+    /// First compute-sanitizer's memcheck and racecheck at small shapes (PATH: the program): a
+    /// finding fails the run before any timing.
+    #[arg(long, num_args = 0..=1, default_missing_value = "compute-sanitizer", value_name = "PATH")]
+    pub sanitize: Option<PathBuf>,
     /// Recompute the decision from a stored evidence file (no GPU needed).
     #[arg(long, conflicts_with_all = ["implementation", "src", "shapes", "suite"])]
     pub replay: Option<PathBuf>,
     /// Plant a fault to test the guards: `side-stream` (hidden work on another stream).
     #[arg(long, hide = true)]
     pub plant: Option<String>,
-}
-
-fn fresh_seed() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(1)
 }
 
 /// Runs the subcommand; returns the process exit code.
@@ -124,6 +123,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let problems = args.problems.problems("seed")?;
     let candidate = args.candidate.candidate()?;
     crate::args::validate(&candidate, &problems)?;
+    let sanitizer = args.sanitize.as_deref().map(sanitize::find).transpose()?;
     let seed = args.seed.unwrap_or_else(fresh_seed);
     let compare = CompareOptions {
         bootstrap: BootstrapOptions {
@@ -136,6 +136,14 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     };
     compare.validate()?;
 
+    let evidence = (!args.no_evidence).then_some(args.evidence.as_path());
+    if let Some(sanitizer) = &sanitizer {
+        let small = sanitize::small_problems(&problems)?;
+        if !crate::sanitize::check(sanitizer, &candidate, &small, &GATE_TOOLS, evidence)? {
+            println!("\n**attn gate: FAILED** (compute-sanitizer's findings above; nothing timed)");
+            return Ok(crate::EXIT_FAILED);
+        }
+    }
     let (baseline, note) = Baseline::for_candidate(&args.baseline, args.sdpa_backend, &candidate)?;
     let mode = baseline.gate_mode(args.regression_tolerance)?;
     if let Some(note) = note {
@@ -241,11 +249,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         cases,
         passed,
     };
-    finish(
-        &run,
-        args.markdown.as_deref(),
-        (!args.no_evidence).then_some(args.evidence.as_path()),
-    )
+    finish(&run, args.markdown.as_deref(), evidence)
 }
 
 fn replay(path: &std::path::Path) -> anyhow::Result<u8> {

@@ -20,6 +20,7 @@ mod progress;
 mod provenance;
 mod report;
 mod run;
+mod sanitize;
 mod stats;
 mod test;
 
@@ -49,6 +50,9 @@ enum Command {
     Stats(stats::Args),
     /// Summarise Nsight Compute CSV output, or profile one of our kernels.
     Ncu(ncu::Args),
+    /// compute-sanitizer on a candidate at small shapes (without --shape: the suite's with batch
+    /// and heads ≤ 2, sequences ≤ 197, each also causal); exit 0 clean, 1 findings, 2 could not run.
+    Sanitize(sanitize::Args),
     /// Render evidence/ into reports/ (HTML, markdown, SVG charts).
     Report(report::Args),
     /// List implementations, knobs and defaults; --ptxas reports registers and spills.
@@ -66,6 +70,9 @@ enum Command {
     /// One search candidate in an isolated process (used by `evo`).
     #[command(hide = true)]
     EvoWorker(evo::WorkerArgs),
+    /// Launch an `attn_measure::profile::Target` (JSON), exit: what ncu and compute-sanitizer run.
+    #[command(hide = true)]
+    Target { target: String },
 }
 
 impl Command {
@@ -79,7 +86,9 @@ impl Command {
             | Command::Run(_)
             | Command::Evo(_)
             | Command::Micro(_)
-            | Command::EvoWorker(_) => true,
+            | Command::EvoWorker(_)
+            | Command::Sanitize(_)
+            | Command::Target { .. } => true,
             Command::Stats(_) | Command::Report(_) | Command::Test(_) | Command::Bundle(_) => false,
         }
     }
@@ -104,6 +113,11 @@ fn main() -> ExitCode {
         Command::Evo(args) => evo::run(args),
         Command::Micro(args) => micro::run(args),
         Command::EvoWorker(args) => evo::worker(args),
+        Command::Sanitize(args) => sanitize::run(args),
+        Command::Target { target } => attn_measure::profile::Target::from_json(&target)
+            .and_then(|t| t.launch())
+            .map(|()| 0)
+            .map_err(Into::into),
     };
     match result {
         Ok(code) => ExitCode::from(code),

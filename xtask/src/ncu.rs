@@ -2,8 +2,8 @@
 //!
 //! - `--from-csv FILE`: summarise either ncu page (`details` or `raw`), no GPU needed: each kernel's
 //!   launches and metrics in base units.
-//! - `--impl NAME --shape B,H,S,D`: profile one of our kernels. ncu runs this same binary in a
-//!   hidden target mode (`--as-target`) that launches only the candidate; ncu is filtered to its
+//! - `--impl NAME --shape B,H,S,D`: profile one of our kernels. ncu runs this same binary in its
+//!   hidden target mode (`target`) that launches only the candidate; ncu is filtered to its
 //!   entry point, skips the first (warm-up) launch, leaves the clocks alone and flushes caches. The
 //!   summary, the explanation against the H100's measured ceilings and the composite fitness are
 //!   printed and stored in `evidence/ncu/`.
@@ -18,7 +18,7 @@ use anyhow::Context;
 #[command(mut_arg("shape", |a| a.required(false).default_value("2,16,4096,128")))]
 pub struct Args {
     /// An `ncu --csv` capture (`--page details` or `--page raw`); messy output is fine.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["implementation", "src"])]
     pub from_csv: Option<PathBuf>,
     /// Keep only kernels whose name contains PATTERN (or matches it, as `regex:PATTERN`).
     #[arg(long, value_name = "PATTERN")]
@@ -26,12 +26,9 @@ pub struct Args {
     /// Print JSON (one object per kernel, full names, medians and ranges) instead of text.
     #[arg(long)]
     pub json: bool,
-    /// Profile this registered implementation (see `cargo xtask kernels`).
-    #[arg(long = "impl", conflicts_with = "from_csv")]
-    pub implementation: Option<String>,
-    /// Knob overrides for --impl, `K=V,K=V`.
-    #[arg(long, default_value = "")]
-    pub config: String,
+    /// Profile this registered implementation (see `cargo xtask kernels`) or kernel file.
+    #[command(flatten)]
+    pub candidate: crate::args::CandidateArgs,
     /// The problem to profile.
     #[command(flatten)]
     pub problem: crate::args::ShapeArgs,
@@ -56,20 +53,11 @@ pub struct Args {
     /// Write no evidence file.
     #[arg(long)]
     pub no_evidence: bool,
-    /// Internal: the program ncu profiles (launch the candidate and exit).
-    #[arg(long, hide = true)]
-    pub as_target: bool,
 }
 
 /// Runs the subcommand; returns the process exit code.
 pub fn run(args: Args) -> anyhow::Result<u8> {
-    if args.as_target {
-        let candidate = candidate(&args)?;
-        let spec = args.problem.spec()?;
-        attn_measure::profile::launch_for_profiler(spec, &candidate, args.launches)?;
-        return Ok(0);
-    }
-    if args.implementation.is_some() {
+    if args.candidate.implementation.is_some() || args.candidate.src.is_some() {
         return profile_impl(&args);
     }
     let Some(path) = args.from_csv else {
@@ -96,42 +84,18 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     }
 }
 
-fn candidate(args: &Args) -> anyhow::Result<attn_kernels::Candidate> {
-    let name = args.implementation.as_deref().unwrap_or_default();
-    let overrides: attn_kernels::Config = args.config.parse().map_err(anyhow::Error::msg)?;
-    Ok(attn_kernels::Candidate::registered(name, overrides)?)
-}
-
 fn profile_impl(args: &Args) -> anyhow::Result<u8> {
     let spec = args.problem.spec()?;
-    let candidate = candidate(args)?;
+    let candidate = args.candidate.candidate()?;
     let problem = attn_measure::Problem::new(spec.clone())?;
     crate::args::validate(&candidate, std::slice::from_ref(&problem))?;
     let entry = attn_measure::profile::profiled_entry(&candidate);
     let opts = attn_ncu::kernel_options(entry, args.purpose, args.ncu.clone(), args.launches);
     let program = std::env::current_exe().context("locating this program for ncu to run")?;
-    let mut target_args: Vec<String> = vec![
-        "ncu".into(),
-        "--as-target".into(),
-        "--impl".into(),
-        candidate.label(),
-    ];
-    for (flag, value) in [
-        ("--config", args.config.clone()),
-        ("--shape", args.problem.shape.clone()),
-        ("--dtype", args.problem.dtype.to_string()),
-    ] {
-        target_args.extend([flag.to_string(), value]);
-    }
-    if args.problem.causal {
-        target_args.push("--causal".into());
-    }
-    target_args.extend(["--launches".into(), args.launches.to_string()]);
-    println!(
-        "profiling {} on {spec} with ncu ({} launches after a warm-up)",
-        candidate.label(),
-        args.launches
-    );
+    let target = attn_measure::profile::Target::new(&candidate, vec![spec.clone()], args.launches)?;
+    let target_args = ["target".to_string(), target.to_json()];
+    let (label, n) = (candidate.label(), args.launches);
+    println!("profiling {label} on {spec} with ncu ({n} launches after a warm-up)");
     let profile = attn_ncu::profile(&opts, &program, &target_args)?;
     println!("{}", profile.clock_note);
     let kernels = attn_ncu::group(&profile.launches, None);

@@ -455,3 +455,41 @@ fn stats_compare_names_the_file_and_line_and_what_failed() {
     );
     assert!(gate.contains("not entirely below 0"), "{gate}");
 }
+
+#[test]
+fn a_missing_compute_sanitizer_is_one_line_before_anything_runs() {
+    let dir = inputs();
+    let d = dir.path();
+    let missing = "--compute-sanitizer=/no/such/compute-sanitizer";
+    one_error_line(
+        d,
+        &["sanitize", "--impl", "naive", missing],
+        &[
+            "compute-sanitizer not found at /no/such/compute-sanitizer",
+            "CUDA toolkit",
+        ],
+    );
+    one_error_line(
+        d,
+        &[
+            "gate",
+            "--impl",
+            "naive",
+            "--sanitize=/no/such/compute-sanitizer",
+        ],
+        &["compute-sanitizer not found at /no/such/compute-sanitizer"],
+    );
+    // The sanitizer is looked for first of all, even before the request is checked.
+    one_error_line(
+        d,
+        &[
+            "sanitize",
+            "--impl",
+            "hopper",
+            "--shape",
+            "1,8,512,96",
+            missing,
+        ],
+        &["compute-sanitizer not found"],
+    );
+}

@@ -29,9 +29,11 @@ pub enum MeasureError {
         source: std::io::Error,
     },
     /// compute-sanitizer is not where it was looked for; found before anything runs.
-    #[error("compute-sanitizer not found ({looked}): it ships with the CUDA toolkit; put it on PATH or give its path")]
+    #[error("{name} not found {looked} (compute-sanitizer ships with the CUDA toolkit; put it on PATH or give its path)")]
     SanitizerNotFound {
-        /// Where it was looked for.
+        /// The program looked for.
+        name: String,
+        /// Where: `at PATH`, or `on PATH, in ...`.
         looked: String,
     },
     /// compute-sanitizer could not judge the candidate (the target failed without a finding, the

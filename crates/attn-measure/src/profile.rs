@@ -24,11 +24,7 @@ pub fn profiled_entry(candidate: &Candidate) -> &'static str {
     }
 }
 
-/// One warm-up launch and `launches` profiled ones of `candidate` on `spec`, nothing else.
-pub fn launch_for_profiler(spec: ShapeSpec, candidate: &Candidate, launches: u32) -> Result<()> {
-    launch_on(&Gpu::open(0)?, spec, candidate, launches)
-}
-
+/// One warm-up launch and `launches` more of `candidate` on `spec`, nothing else.
 fn launch_on(gpu: &Gpu, spec: ShapeSpec, candidate: &Candidate, launches: u32) -> Result<()> {
     let problem = Problem::new(spec)?;
     let (shape, dtype, params) = (problem.shape, problem.dtype, problem.params);

@@ -61,6 +61,14 @@ pub fn collect(
     }
 }
 
+/// A new seed for a run that was given none (recorded in its evidence for replay).
+pub fn fresh_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(1)
+}
+
 /// The device's dense fp16/bf16 tensor peak from its properties (SMs × max SM clock × FLOP per
 /// clock per SM), when its architecture's rate is known.
 pub fn peak_tflops(gpu: &Gpu) -> Option<f64> {

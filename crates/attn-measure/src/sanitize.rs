@@ -5,7 +5,7 @@
 //! The report format (`=========` lines): a headline (`Invalid __global__ write of size 2 bytes`,
 //! `Error: Race reported between Write access at ...`, `Program hit ...`) followed by indented
 //! details (`at attn_fwd+0x1b0 [in file.cu:42]`, `by thread (0,0,0) in block (0,0,0)`, `Address
-//! ...`, host frames), records separated by a bare prefix, and `ERROR SUMMARY: N errors` at the end.
+//! ...`, host frames), records separated by a bare prefix, and `ERROR SUMMARY: N errors` last.
 //! Older releases print `at 0x1b0 in file.cu:42:kernel(args)`; both are read.
 
 use std::collections::BTreeSet;
@@ -19,7 +19,7 @@ pub use attn_evidence::{SanitizeFinding as Finding, SanitizeTool as Tool};
 use attn_kernels::Candidate;
 
 use crate::supervise::{classify_failure, run_supervised, Supervised};
-use crate::{MeasureError, Result};
+use crate::{MeasureError, Problem, Result};
 
 /// The program's name.
 pub const SANITIZER: &str = "compute-sanitizer";
@@ -38,7 +38,8 @@ pub fn find(given: &Path) -> Result<PathBuf> {
         return match executable(given) {
             true => Ok(given.to_path_buf()),
             false => Err(MeasureError::SanitizerNotFound {
-                looked: given.display().to_string(),
+                name: SANITIZER.into(),
+                looked: format!("at {}", given.display()),
             }),
         };
     }
@@ -53,10 +54,8 @@ pub fn find(given: &Path) -> Result<PathBuf> {
         .map(|d| d.join(given))
         .find(|p| executable(p))
         .ok_or_else(|| MeasureError::SanitizerNotFound {
-            looked: format!(
-                "no {} on PATH, in $CUDA_HOME/bin or /usr/local/cuda/bin",
-                given.display()
-            ),
+            name: given.display().to_string(),
+            looked: "on PATH, in $CUDA_HOME/bin or /usr/local/cuda/bin".into(),
         })
 }
 
@@ -134,6 +133,16 @@ impl Report {
             errors: self.errors.unwrap_or(0),
             clean: self.clean(),
         }
+    }
+}
+
+impl std::fmt::Display for Report {
+    /// A line per finding (indented), then the verdict.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for finding in &self.findings {
+            writeln!(f, "  {finding}")?;
+        }
+        writeln!(f, "{}", self.verdict())
     }
 }
 
@@ -388,7 +397,7 @@ pub fn run(command: Command, tool: Tool, timeout: Duration) -> Result<Report> {
             kernel: None,
             location: None,
             message: format!(
-                "compute-sanitizer counted {} error(s) this parser did not recognise; run it by hand",
+                "compute-sanitizer counted {} error(s) not recognised here; run it by hand",
                 report.errors.unwrap_or(0)
             ),
             count: 1,
@@ -412,9 +421,41 @@ pub fn run(command: Command, tool: Tool, timeout: Duration) -> Result<Report> {
     fail(format!("the target failed without a finding: {why}"))
 }
 
-/// Small versions of `specs` for the tools (which slow a kernel down 10-1000x): batch and heads
-/// at most 2, sequences at most 197 (a ragged tail for every tile size), the same head dim, mask
-/// and dtype; each also causal. Deduplicated, in order.
+/// The tools `gate --sanitize` runs.
+pub const GATE_TOOLS: [Tool; 2] = [Tool::Memcheck, Tool::Racecheck];
+
+/// How long one tool may run on one target.
+pub const TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Runs each of `tools` in turn on `program args` (a target-mode program, see
+/// [`crate::profile::Target`]), each within [`TIMEOUT`]; `each` sees every report as it comes.
+pub fn run_tools(
+    sanitizer: &Path,
+    tools: &[Tool],
+    program: &Path,
+    args: &[String],
+    mut each: impl FnMut(&Report),
+) -> Result<Vec<Report>> {
+    let mut reports = Vec::new();
+    for &tool in tools {
+        let report = run(command(sanitizer, tool, program, args), tool, TIMEOUT)?;
+        each(&report);
+        reports.push(report);
+    }
+    Ok(reports)
+}
+
+/// Small versions of `problems` for the tools (which slow a kernel down 10-1000x): batch and
+/// heads at most 2, sequences at most 197 (a ragged tail for every tile size), the same head dim,
+/// mask and dtype; each also causal. Deduplicated, in order.
+pub fn small_problems(problems: &[Problem]) -> Result<Vec<Problem>> {
+    small_shapes(problems.iter().map(|p| &p.spec))
+        .into_iter()
+        .map(Problem::new)
+        .collect()
+}
+
+/// [`small_problems`]' shapes.
 pub fn small_shapes<'a>(specs: impl IntoIterator<Item = &'a ShapeSpec>) -> Vec<ShapeSpec> {
     let mut seen = BTreeSet::new();
     let mut out = vec![];
@@ -518,13 +559,15 @@ mod tests {
         let err = find(Path::new("/no/such/dir/compute-sanitizer"))
             .unwrap_err()
             .to_string();
-        assert!(err.starts_with("compute-sanitizer not found"), "{err}");
-        assert!(err.contains("/no/such/dir/compute-sanitizer"), "{err}");
+        assert!(
+            err.starts_with("compute-sanitizer not found at /no/such/dir/compute-sanitizer ("),
+            "{err}"
+        );
         let err = find(Path::new("no-such-sanitizer-anywhere"))
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("no no-such-sanitizer-anywhere on PATH"),
+            err.starts_with("no-such-sanitizer-anywhere not found on PATH, in $CUDA_HOME/bin"),
             "{err}"
         );
         assert!(!err.contains('\n'));

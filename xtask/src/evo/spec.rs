@@ -8,6 +8,7 @@ use attn_evidence::{read_evo_log, SearchSpec};
 use attn_evo::{KnobDomain, Knobs, SearchRun, Space};
 use attn_kernels::registry::Limits;
 use attn_kernels::Config;
+use attn_measure::provenance::fresh_seed;
 
 use super::Args;
 
@@ -71,13 +72,6 @@ pub fn search_spec(args: &Args) -> anyhow::Result<SearchSpec> {
         spec.implementation = Some(name.to_string());
     }
     Ok(spec)
-}
-
-fn fresh_seed() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(1)
 }
 
 /// The search space of a spec: its knobs, validated like the registry (or the `--src` geometry).

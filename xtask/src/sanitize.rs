@@ -1,0 +1,66 @@
+//! `cargo xtask sanitize`: compute-sanitizer on a candidate at small shapes, running this binary
+//! in its hidden target mode (as `ncu` does). Exit 0 clean, 1 findings, 2 could not run.
+
+use std::path::{Path, PathBuf};
+
+use attn_kernels::{Candidate, Gpu};
+use attn_measure::{profile::Target, sanitize, sanitize::Tool, Problem};
+
+/// Arguments of `cargo xtask sanitize`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub candidate: crate::args::CandidateArgs,
+    /// `--shape`s as given; else a suite's (default seed) made small, each also causal.
+    #[command(flatten)]
+    pub problems: crate::args::ProblemArgs,
+    /// memcheck, racecheck, synccheck or initcheck.
+    #[arg(long, default_value = "memcheck")]
+    pub tool: Tool,
+    /// compute-sanitizer (a bare name: on PATH, in $CUDA_HOME/bin or /usr/local/cuda/bin).
+    #[arg(long, default_value = sanitize::SANITIZER)]
+    pub compute_sanitizer: PathBuf,
+    /// Write no evidence file (else one in evidence/sanitize/).
+    #[arg(long)]
+    pub no_evidence: bool,
+}
+
+/// Runs the subcommand; returns the process exit code.
+pub fn run(args: Args) -> anyhow::Result<u8> {
+    let sanitizer = sanitize::find(&args.compute_sanitizer)?;
+    let candidate = args.candidate.candidate()?;
+    let mut problems = args.problems.problems("seed")?;
+    if args.problems.shapes.is_empty() {
+        problems = sanitize::small_problems(&problems)?;
+    }
+    crate::args::validate(&candidate, &problems)?;
+    let evidence = (!args.no_evidence).then_some(Path::new("evidence"));
+    let clean = check(&sanitizer, &candidate, &problems, &[args.tool], evidence)?;
+    Ok(if clean { 0 } else { crate::EXIT_FAILED })
+}
+
+/// `tools` on `candidate` at `problems` (`gate --sanitize` too): a line per finding and a verdict
+/// per tool, evidence under `evidence`; whether every tool was clean.
+pub fn check(
+    sanitizer: &Path,
+    candidate: &Candidate,
+    problems: &[Problem],
+    tools: &[Tool],
+    evidence: Option<&Path>,
+) -> anyhow::Result<bool> {
+    let shapes: Vec<_> = problems.iter().map(|p| p.spec.clone()).collect();
+    let json = Target::new(candidate, shapes.clone(), 0)?.to_json();
+    let shown: Vec<String> = shapes.iter().map(ToString::to_string).collect();
+    let (label, shown) = (candidate.label(), shown.join(", "));
+    let provenance = crate::provenance::collect(&Gpu::open(0)?, None, None, None);
+    println!("compute-sanitizer: {label} on {shown}");
+    let (program, target) = (std::env::current_exe()?, ["target".into(), json]);
+    let reports = sanitize::run_tools(sanitizer, tools, &program, &target, |r| print!("{r}"))?;
+    if let Some(root) = evidence {
+        for report in &reports {
+            let run = report.evidence(provenance.clone(), candidate, &shapes);
+            println!("evidence: {}", run.write_in(root)?.display());
+        }
+    }
+    Ok(reports.iter().all(sanitize::Report::clean))
+}
