@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
 # Collects the project's evidence on a GPU machine from a bundle (`cargo xtask bundle`), no Rust
-# needed there: GPU tests, the gate on both suites, benches for the report, an ncu profile and a
-# config search. Logs go to $LOGS (default /tmp/attn-logs); evidence to evidence/.
-# Usage: scripts/gpu-evidence.sh [tests] [gate] [bench] [ncu] [evo] [run]   (default: all)
+# needed there: GPU tests, the gate on both suites, benches for the report, an ncu profile,
+# compute-sanitizer (memcheck, racecheck) on mma and a config search. Logs go to $LOGS (default
+# /tmp/attn-logs); evidence to evidence/.
+# Usage: scripts/gpu-evidence.sh [tests] [gate] [bench] [ncu] [sanitize] [evo] [run]   (default: all)
 set -u
 cd "$(dirname "$0")/.."
 X=target/bundle/xtask
 LOGS=${LOGS:-/tmp/attn-logs}
 mkdir -p "$LOGS"
-steps=${*:-tests gate bench ncu evo run}
+steps=${*:-tests gate bench ncu sanitize evo run}
 step() { echo "== $1: $(date -u +%H:%M:%S)"; }
 for s in $steps; do
   case $s in
     tests)
       step tests
-      timeout 240 target/bundle/run-gpu-tests.sh > "$LOGS/gpu-tests.log" 2>&1; echo "run-gpu-tests rc=$?"
+      timeout 540 target/bundle/run-gpu-tests.sh > "$LOGS/gpu-tests.log" 2>&1; echo "run-gpu-tests rc=$?"
       grep -E "FAILED|all .* passed|cases,|^test .*(ok|FAILED)$" "$LOGS/gpu-tests.log" | grep -E "FAILED|passed|cases" ;;
     gate)
       step gate
@@ -31,6 +32,12 @@ for s in $steps; do
       step ncu
       timeout 120 $X ncu --impl mma --shape 2,16,4096,128 > "$LOGS/ncu-mma.log" 2>&1; echo "ncu rc=$?"
       grep -E "bound|fitness|TFLOP|error" "$LOGS/ncu-mma.log" | head -8 ;;
+    sanitize)
+      step sanitize
+      for tool in memcheck racecheck; do
+        timeout 300 $X sanitize --impl mma --tool $tool > "$LOGS/sanitize-$tool.log" 2>&1; echo "sanitize $tool rc=$?"
+        grep -vE "^(evidence|compute-sanitizer):" "$LOGS/sanitize-$tool.log" | head -6
+      done ;;
     evo)
       step evo
       timeout 240 $X evo --impl mma --shape 2,8,1024,64 --budget 40 --population 8 --generations 8 --seed 11 --samples 30 --run mma-2-8-1024-64 > "$LOGS/evo.log" 2>&1; echo "evo rc=$?"
