@@ -11,7 +11,6 @@ use attn_measure::{profile::Target, sanitize, sanitize::Tool, Problem};
 pub struct Args {
     #[command(flatten)]
     pub candidate: crate::args::CandidateArgs,
-    /// `--shape`s as given; else a suite's (default seed) made small, each also causal.
     #[command(flatten)]
     pub problems: crate::args::ProblemArgs,
     /// memcheck, racecheck, synccheck or initcheck.

@@ -189,6 +189,11 @@ fn add(report: &mut Report, head: &str, details: &[String]) {
     }
     let finding = if let Some((severity, race)) = head.split_once("Race reported between ") {
         race_finding(report.tool, severity, race, details)
+    } else if let Some(at) = head
+        .find("Potential ")
+        .filter(|_| head.contains("hazard detected"))
+    {
+        hazard_finding(report.tool, head, at, details)
     } else if let Some(api) = head.strip_prefix("Program hit ") {
         let call = api
             .rsplit_once("API call to ")
@@ -250,6 +255,28 @@ fn race_finding(tool: Tool, severity: &str, race: &str, details: &[String]) -> O
         ),
         kernel: Some(site.kernel),
         location: Some(site.location),
+        message: message(parts.iter()),
+        count: 1,
+    })
+}
+
+/// `--racecheck-report hazard`: `ERROR: Potential WAR hazard detected at __shared__ 0x0 in block
+/// (0, 0, 0) :` + `Read Thread (0, 0, 0) at 0xe8 in f.cu:18:k(int*)` + `Write Thread ...`.
+fn hazard_finding(tool: Tool, head: &str, at: usize, details: &[String]) -> Option<Finding> {
+    let (kind, place) = head[at..].split_once(" detected at ")?;
+    let site = details
+        .iter()
+        .find(|d| d.contains(" Thread ("))
+        .and_then(|d| d.split_once(") at "))
+        .map(|(_, site)| Site::parse(site));
+    let warning = head.starts_with("WARN");
+    let mut parts = vec![format!("at {}", place.trim_end_matches(" :"))];
+    parts.extend(details.iter().filter(|d| d.contains(" Thread (")).cloned());
+    Some(Finding {
+        tool,
+        kind: format!("{kind}{}", if warning { " (warning)" } else { "" }),
+        kernel: site.as_ref().map(|s| s.kernel.clone()),
+        location: site.map(|s| s.location),
         message: message(parts.iter()),
         count: 1,
     })

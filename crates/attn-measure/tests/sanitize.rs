@@ -24,6 +24,7 @@ fn fixture(name: &str) -> &'static str {
     match name {
         "memcheck-oob" => include_str!("fixtures/sanitize/memcheck-oob.txt"),
         "racecheck-race" => include_str!("fixtures/sanitize/racecheck-race.txt"),
+        "racecheck-hazard-report" => include_str!("fixtures/sanitize/racecheck-hazard-report.txt"),
         "memcheck-clean" => include_str!("fixtures/sanitize/memcheck-clean.txt"),
         "racecheck-clean" => include_str!("fixtures/sanitize/racecheck-clean.txt"),
         "memcheck-old-format" => include_str!("fixtures/sanitize/memcheck-old-format.txt"),
@@ -85,6 +86,24 @@ fn races_name_both_accesses_and_their_severity() {
          and Read access at attn_fwd+0x8a0 [6144 hazards]"
     );
     assert_eq!(report.verdict(), "racecheck: 3 findings (2 errors)");
+}
+
+#[test]
+fn the_older_hazard_report_is_read_too() {
+    let report = sanitize::parse(Tool::Racecheck, fixture("racecheck-hazard-report"));
+    assert_eq!(
+        lines(&report),
+        [
+            "racecheck: Potential WAR hazard in sumKernel at raceWAR.cu:18 (x2): at __shared__ 0x0 \
+             in block (0, 0, 0), Read Thread (0, 0, 0) at 0x000000e8 in \
+             raceWAR.cu:18:sumKernel(int*, int*), Write Thread (1, 0, 0) at 0x00000130 in \
+             raceWAR.cu:21:sumKernel(int*, int*)",
+            "racecheck: Potential RAW hazard (warning) in scan at warp_scan.cuh:146: at __shared__ \
+             0xf4 in block (0, 0, 0), Write Thread (24, 0, 0) at 0x00001ab0 in \
+             warp_scan.cuh:146:scan(int*), Read Thread (25, 0, 0) at 0x00001ac0 in \
+             warp_scan.cuh:151:scan(int*)",
+        ]
+    );
 }
 
 #[test]
