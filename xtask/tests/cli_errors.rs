@@ -13,6 +13,9 @@ fn xtask(dir: &Path, args: &[&str]) -> (i32, String, String) {
         .args(args)
         .current_dir(dir)
         .env_remove("IMPL")
+        // Outside a repository for real: no git environment pointing elsewhere.
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE")
         .output()
         .expect("xtask runs");
     (
