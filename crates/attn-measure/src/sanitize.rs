@@ -184,6 +184,18 @@ fn add(report: &mut Report, head: &str, details: &[String]) {
         report.errors = count.split_whitespace().next().and_then(|n| n.parse().ok());
         return;
     }
+    // racecheck's own summary (CUDA 13): `RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0
+    // warnings)`; errors and warnings both count.
+    if let Some(rest) = head.strip_prefix("RACECHECK SUMMARY:") {
+        let numbers: Vec<u64> = rest
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|n| n.parse().ok())
+            .collect();
+        if let [_, errors, warnings] = numbers[..] {
+            report.errors = Some(report.errors.unwrap_or(0).max(errors + warnings));
+        }
+        return;
+    }
     if head == "COMPUTE-SANITIZER" || head.contains("SUMMARY:") {
         return;
     }

@@ -26,6 +26,7 @@ fn fixture(name: &str) -> &'static str {
         "racecheck-hazard-report" => include_str!("fixtures/sanitize/racecheck-hazard-report.txt"),
         "memcheck-clean" => include_str!("fixtures/sanitize/memcheck-clean.txt"),
         "racecheck-clean" => include_str!("fixtures/sanitize/racecheck-clean.txt"),
+        "racecheck-clean-cuda13" => include_str!("fixtures/sanitize/racecheck-clean-cuda13.txt"),
         "memcheck-old-format" => include_str!("fixtures/sanitize/memcheck-old-format.txt"),
         "synccheck-divergent" => include_str!("fixtures/sanitize/synccheck-divergent.txt"),
         "initcheck-uninit" => include_str!("fixtures/sanitize/initcheck-uninit.txt"),
@@ -110,6 +111,8 @@ fn clean_reports_are_clean() {
     for (tool, name) in [
         (Tool::Memcheck, "memcheck-clean"),
         (Tool::Racecheck, "racecheck-clean"),
+        // As compute-sanitizer 2025 (CUDA 13.0) printed it on the H100.
+        (Tool::Racecheck, "racecheck-clean-cuda13"),
     ] {
         let report = sanitize::parse(tool, fixture(name));
         assert!(report.clean(), "{name}: {report:?}");
