@@ -43,10 +43,13 @@ pub fn headlines(evidence: &EvidenceSet) -> Vec<SuiteHeadline> {
     for run in &evidence.runs {
         match &run.evidence {
             Evidence::Bench(bench) => {
-                benches.insert(suite_name(&bench.suite), (run, bench));
+                let causal =
+                    !bench.entries.is_empty() && bench.entries.iter().all(|e| e.shape.causal);
+                benches.insert(suite_key(&bench.suite, causal), (run, bench));
             }
             Evidence::Gate(gate) => {
-                gates.insert(suite_name(&gate.suite), (run, gate));
+                let causal = !gate.cases.is_empty() && gate.cases.iter().all(|c| c.shape.causal);
+                gates.insert(suite_key(&gate.suite, causal), (run, gate));
             }
         }
     }
@@ -77,8 +80,14 @@ pub fn headlines(evidence: &EvidenceSet) -> Vec<SuiteHeadline> {
         .collect()
 }
 
-fn suite_name(suite: &Option<String>) -> String {
-    suite.clone().unwrap_or_else(|| NO_SUITE.into())
+/// A suite's headline key: its name, with " causal" when every shape of the run is causal (a
+/// suite benched with `--causal` is a family of its own, not a newer run of the same one).
+fn suite_key(suite: &Option<String>, all_causal: bool) -> String {
+    match suite {
+        Some(name) if all_causal && !name.contains("causal") => format!("{name} causal"),
+        Some(name) => name.clone(),
+        None => NO_SUITE.into(),
+    }
 }
 
 /// One shape of a bench run: the fastest of ours and every comparator's entry.
@@ -320,4 +329,17 @@ fn gate_line(run: &Run, gate: &GateRun) -> String {
         short_date(&run.evidence.provenance().date),
         short_rev(&run.evidence.provenance().git_rev),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{suite_key, NO_SUITE};
+
+    #[test]
+    fn a_causal_run_of_a_suite_has_its_own_headline() {
+        assert_eq!(suite_key(&Some("sweep".into()), false), "sweep");
+        assert_eq!(suite_key(&Some("sweep".into()), true), "sweep causal");
+        assert_eq!(suite_key(&Some("large causal".into()), true), "large causal");
+        assert_eq!(suite_key(&None, true), NO_SUITE);
+    }
 }
