@@ -339,7 +339,10 @@ mod tests {
     fn a_causal_run_of_a_suite_has_its_own_headline() {
         assert_eq!(suite_key(&Some("sweep".into()), false), "sweep");
         assert_eq!(suite_key(&Some("sweep".into()), true), "sweep causal");
-        assert_eq!(suite_key(&Some("large causal".into()), true), "large causal");
+        assert_eq!(
+            suite_key(&Some("large causal".into()), true),
+            "large causal"
+        );
         assert_eq!(suite_key(&None, true), NO_SUITE);
     }
 }
