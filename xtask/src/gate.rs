@@ -176,7 +176,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         },
         hang_floor: Duration::from_secs_f64(args.hang_bound),
         hang_factor: 100.0,
-        peak_tflops: crate::provenance::peak_tflops(&gpu),
+        peak_tflops: attn_measure::provenance::peak_tflops(&gpu),
     };
     println!(
         "gate: {} vs {} on {} ({} shape(s), seed {seed}, {} samples a side in blocks of {}, {} mode; clocks left as found)",

@@ -25,8 +25,3 @@ pub fn collect(
     let (git_rev, git_dirty) = git_revision();
     attn_measure::provenance::collect(gpu, torch, before, after, git_rev, git_dirty)
 }
-
-/// The device's dense fp16/bf16 tensor peak (`attn_measure::provenance::peak_tflops`).
-pub fn peak_tflops(gpu: &Gpu) -> Option<f64> {
-    attn_measure::provenance::peak_tflops(gpu)
-}

@@ -63,7 +63,9 @@ pub use gate::{
     GateMode, GateRule, GateRun, TimedOutputCheck,
 };
 pub use implementation::Implementation;
-pub use provenance::{utc_now_rfc3339, ClockReadings, Provenance};
+pub use provenance::{
+    dense_flop_per_clock_per_sm, dense_peak_tflops, utc_now_rfc3339, ClockReadings, Provenance,
+};
 pub use sanitize::{SanitizeFinding, SanitizeRun, SanitizeTool};
 pub use search::{EvoBest, MicroBest, MicroRanked, SearchSpec};
 pub use shape::{Dtype, ShapeSpec};

@@ -106,3 +106,23 @@ pub fn utc_now_rfc3339() -> String {
     now.format(&format)
         .unwrap_or_else(|_| "1970-01-01T00:00:00Z".to_owned())
 }
+
+/// Dense tensor-core FLOP per clock per SM for fp16/bf16 with f32 accumulation, by compute
+/// capability (the datasheets' dense rates over their SM counts and boost clocks): 4096 on
+/// Hopper (sm_90), 2048 on Ampere sm_80, 1024 on the sm_86/89 parts. `None` elsewhere.
+pub fn dense_flop_per_clock_per_sm(major: u32, minor: u32) -> Option<f64> {
+    match (major, minor) {
+        (9, 0) => Some(4096.0),
+        (8, 0) => Some(2048.0),
+        (8, 6) | (8, 7) | (8, 9) => Some(1024.0),
+        _ => None,
+    }
+}
+
+/// A device's dense fp16/bf16 tensor peak, TFLOP/s: SMs × max SM clock × FLOP/clock/SM (what
+/// [`Provenance::peak_tflops`] records, and what readers derive for files that predate it).
+pub fn dense_peak_tflops(sm_count: u32, max_sm_mhz: f64, major: u32, minor: u32) -> Option<f64> {
+    let per_clock = dense_flop_per_clock_per_sm(major, minor)?;
+    (sm_count > 0 && max_sm_mhz > 0.0)
+        .then(|| f64::from(sm_count) * max_sm_mhz * 1e6 * per_clock / 1e12)
+}

@@ -139,13 +139,7 @@ impl Candidate {
                 overrides,
             } => {
                 let config = implementation.resolve(overrides, head_dim, limits)?;
-                let probe = Shape {
-                    batch: 1,
-                    heads: 1,
-                    seq_q: 1,
-                    seq_kv: 1,
-                    head_dim,
-                };
+                let probe = Shape::single(head_dim);
                 let shared = implementation.geometry(&config, &probe)?.shared_bytes;
                 let arch = implementation
                     .arch

@@ -572,13 +572,7 @@ impl Implementation {
         }
         let cfg = self.default_config(head_dim).merged(overrides);
         (self.constraints)(&cfg, head_dim).map_err(invalid)?;
-        let probe = Shape {
-            batch: 1,
-            heads: 1,
-            seq_q: 1,
-            seq_kv: 1,
-            head_dim,
-        };
+        let probe = Shape::single(head_dim);
         let geometry = (self.geometry)(&cfg, &probe);
         if geometry.block > limits.max_threads_per_block {
             return Err(invalid(format!(

@@ -16,23 +16,16 @@ pub struct Decision {
     pub reason: String,
 }
 
-/// Dense tensor-core FLOP per clock per SM for fp16/bf16 with f32 accumulation, by compute
-/// capability (the datasheets' dense rates over their SM counts and boost clocks): 4096 on
-/// Hopper (sm_90), 2048 on Ampere sm_80, 1024 on the sm_86/89 parts.
-pub fn dense_flop_per_clock_per_sm(capability: (i32, i32)) -> Option<f64> {
-    match capability {
-        (9, 0) => Some(4096.0),
-        (8, 0) => Some(2048.0),
-        (8, 6) | (8, 7) | (8, 9) => Some(1024.0),
-        _ => None,
-    }
-}
-
-/// The device's dense fp16/bf16 tensor peak, TFLOP/s: SMs × max SM clock × FLOP/clock/SM.
+/// The device's dense fp16/bf16 tensor peak, TFLOP/s ([`attn_evidence::dense_peak_tflops`]),
+/// from a CUDA device's properties.
 pub fn peak_tflops(sm_count: u32, max_sm_mhz: u32, capability: (i32, i32)) -> Option<f64> {
-    let per_clock = dense_flop_per_clock_per_sm(capability)?;
-    (sm_count > 0 && max_sm_mhz > 0)
-        .then(|| f64::from(sm_count) * f64::from(max_sm_mhz) * 1e6 * per_clock / 1e12)
+    let (major, minor) = capability;
+    attn_evidence::dense_peak_tflops(
+        sm_count,
+        f64::from(max_sm_mhz),
+        u32::try_from(major).ok()?,
+        u32::try_from(minor).ok()?,
+    )
 }
 
 /// How a check failed (schema-1 checks recorded only counts).

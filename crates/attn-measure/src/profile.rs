@@ -27,13 +27,11 @@ pub fn profiled_entry(candidate: &Candidate) -> &'static str {
 /// One warm-up launch and `launches` more of `candidate` on `spec`, nothing else.
 fn launch_on(gpu: &Gpu, spec: ShapeSpec, candidate: &Candidate, launches: u32) -> Result<()> {
     let problem = Problem::new(spec)?;
-    let (shape, dtype, params) = (problem.shape, problem.dtype, problem.params);
-    let candidate = candidate.for_shape(&shape);
-    let prepared = Prepared::new(gpu, &candidate, dtype, shape.head_dim)?;
+    let candidate = candidate.for_shape(&problem.shape);
+    let prepared = Prepared::new(gpu, &candidate, problem.dtype, problem.shape.head_dim)?;
     let mut sets = InputSets::new(gpu, &problem, 1, 1)?;
-    let (q, k, v) = (&sets.q[0], &sets.k[0], &sets.v[0]);
     for _ in 0..=launches {
-        prepared.launch(gpu, q, k, v, &mut sets.o[0], &params)?;
+        sets.launch(gpu, &prepared, &problem, 0)?;
     }
     gpu.synchronize()?;
     Ok(())

@@ -178,11 +178,7 @@ fn judge(p: &Planted) {
         rule: GateRule::default(),
         hang_floor: HANG_BOUND,
         hang_factor: 100.0,
-        peak_tflops: attn_measure::decide::peak_tflops(
-            info.sm_count,
-            info.max_sm_mhz,
-            info.capability,
-        ),
+        peak_tflops: attn_measure::provenance::peak_tflops(&gpu),
     };
     let watchdog = Watchdog::start(Box::new(|what, bound| {
         println!(

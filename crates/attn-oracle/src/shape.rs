@@ -34,6 +34,18 @@ pub struct Shape {
 }
 
 impl Shape {
+    /// One query row and one key of head dim `head_dim`: the smallest problem, for what depends
+    /// on the head dim alone (a kernel's shared memory, its compile).
+    pub fn single(head_dim: usize) -> Shape {
+        Shape {
+            batch: 1,
+            heads: 1,
+            seq_q: 1,
+            seq_kv: 1,
+            head_dim,
+        }
+    }
+
     /// A shape whose extents are all at least 1 and whose element counts fit in `usize`.
     pub fn new(
         batch: usize,

@@ -69,15 +69,6 @@ pub const KNOWN_GPUS: [KnownGpu; 1] = [KnownGpu {
     matmul_source: "cuBLAS 8192³, measured on the development H100",
 }];
 
-/// Dense fp16/bf16 tensor-core FLOP per clock per SM for a compute capability: 4096 on sm_90
-/// (H100: 1024 FMA per clock per SM). `None` where the project has no verified figure.
-pub fn dense_flop_per_clock_per_sm(compute_capability: (u32, u32)) -> Option<u32> {
-    match compute_capability {
-        (9, 0) => Some(4096),
-        _ => None,
-    }
-}
-
 /// What the evidence records about the GPU it ran on; unknown fields are `None`.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct GpuFacts {
@@ -117,8 +108,8 @@ pub fn device_peak(facts: &GpuFacts) -> Option<PhysicalLine> {
     let capability = facts
         .compute_capability
         .or(table.map(|t| t.compute_capability))?;
-    let per_clock = dense_flop_per_clock_per_sm(capability)?;
-    let tflops = f64::from(sm_count) * mhz * 1e6 * f64::from(per_clock) / 1e12;
+    let per_clock = attn_evidence::dense_flop_per_clock_per_sm(capability.0, capability.1)?;
+    let tflops = attn_evidence::dense_peak_tflops(sm_count, mhz, capability.0, capability.1)?;
     Some(PhysicalLine {
         name: PEAK_LINE,
         tflops,

@@ -38,9 +38,6 @@ pub struct Run {
     pub path: String,
     /// The file's content.
     pub evidence: Evidence,
-    /// `provenance.peak_tflops` (the device's dense tensor peak), when the file records it; read
-    /// loosely so that files written before the field existed still load.
-    pub recorded_peak_tflops: Option<f64>,
 }
 
 impl Run {
@@ -49,9 +46,9 @@ impl Run {
         let p = self.evidence.provenance();
         GpuFacts {
             name: p.gpu.clone(),
-            recorded_peak_tflops: self.recorded_peak_tflops,
+            recorded_peak_tflops: p.peak_tflops,
             sm_count: p.sm_count,
-            max_sm_mhz: None,
+            max_sm_mhz: p.max_sm_mhz.map(f64::from),
             compute_capability: None,
         }
     }
@@ -168,7 +165,6 @@ impl EvidenceSet {
         let runs = load_dir(dir)?
             .into_iter()
             .map(|(path, evidence)| Run {
-                recorded_peak_tflops: recorded_peak_tflops(&path),
                 path: relative(dir, &path),
                 evidence,
             })
@@ -317,18 +313,6 @@ pub fn median_ci(samples: &[f64]) -> Option<(f64, f64)> {
         .into_iter()
         .next()?;
     Some((estimate.lower, estimate.upper))
-}
-
-/// `provenance.peak_tflops` of an evidence file, if it records one (read loosely: the field is newer
-/// than some files).
-fn recorded_peak_tflops(path: &Path) -> Option<f64> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let value: serde_json::Value = serde_json::from_str(&text).ok()?;
-    value
-        .get("provenance")?
-        .get("peak_tflops")?
-        .as_f64()
-        .filter(|p| p.is_finite() && *p > 0.0)
 }
 
 fn relative(root: &Path, path: &Path) -> String {
