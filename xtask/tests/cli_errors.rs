@@ -231,11 +231,6 @@ fn a_ratchet_revision_that_cannot_be_read_is_one_line_before_the_gpu() {
     );
     one_error_line(
         here,
-        &gate(&["--impl", "cublas", "--baseline", "rev:HEAD"]),
-        &["cublas has no kernel source"],
-    );
-    one_error_line(
-        here,
         &gate(&[
             "--impl",
             "naive",

@@ -14,7 +14,7 @@ use crate::compile::{Arch, CompileRequest};
 use crate::config::Config;
 use crate::error::{DriverContext, KernelError, Result};
 use crate::gpu::{DeviceTensor, Gpu};
-use crate::registry::{self, Abi, Engine, Geometry, Implementation, Limits};
+use crate::registry::{self, Abi, Engine, Geometry, Implementation, LibraryPlan, Limits};
 use crate::tensormap;
 
 /// What to run: a registered implementation with config overrides, or a user's kernel file.
@@ -147,7 +147,7 @@ impl Candidate {
                     .unwrap_or_else(|| arch.clone());
                 let (source, entry) = match implementation.engine {
                     Engine::Kernel { source, .. } => (source, "attn_fwd"),
-                    Engine::Cublas => (SOFTMAX_SOURCE, "softmax_rows"),
+                    Engine::Library { source, entry, .. } => (source, entry),
                 };
                 let name = implementation.name.to_string();
                 (config, name, source, None, entry, arch, shared)
@@ -229,9 +229,6 @@ fn short(revision: &str) -> String {
     revision.chars().take(7).collect()
 }
 
-/// The source of the cuBLAS path's fused softmax step.
-const SOFTMAX_SOURCE: &str = include_str!("../../../kernels/softmax.cu");
-
 /// One compilable variant of a candidate ([`Candidate::variant`]).
 #[derive(Debug, Clone)]
 pub struct Variant<'a> {
@@ -299,7 +296,7 @@ impl SourceGeometry {
 /// Launch geometry of a prepared kernel as a function of the shape.
 type GeometryFn = Box<dyn Fn(&Shape) -> Result<Geometry> + Send + Sync>;
 
-/// How a prepared candidate launches: one kernel, or the cuBLAS path.
+/// How a prepared candidate launches: one kernel, or cuBLAS and a kernel of ours.
 enum Launcher {
     Kernel {
         function: CudaFunction,
@@ -307,9 +304,12 @@ enum Launcher {
         /// `Some` for the `TensorMaps` ABI: the box rows of Q (`BLOCK_M`) and of K/V (`BLOCK_N`).
         tensor_maps: Option<BoxRows>,
     },
-    Cublas {
-        softmax: CudaFunction,
-        scratch: Mutex<Option<Scratch>>,
+    Library {
+        plan: LibraryPlan,
+        /// Our kernel of the plan.
+        function: CudaFunction,
+        geometry: GeometryFn,
+        scratch: Mutex<Scratch>,
     },
 }
 
@@ -320,11 +320,28 @@ struct BoxRows {
     kv: u32,
 }
 
-/// The cuBLAS path's intermediates: S in f32 and P in the input dtype.
+/// A library plan's intermediates, grown on demand: S in f32 and P in the input dtype (each only
+/// when cuBLAS reads or writes it).
+#[derive(Default)]
 struct Scratch {
+    scores: Option<CudaSlice<f32>>,
+    probs: Option<CudaSlice<u16>>,
+}
+
+/// `buffer` with room for at least `elements` (reallocated, uninitialised, when smaller).
+fn grown<'a, T: cudarc::driver::DeviceRepr>(
+    stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+    buffer: &'a mut Option<CudaSlice<T>>,
     elements: usize,
-    scores: CudaSlice<f32>,
-    probs: CudaSlice<u16>,
+    what: &'static str,
+) -> Result<&'a mut CudaSlice<T>> {
+    if buffer.as_ref().is_none_or(|b| b.len() < elements) {
+        *buffer = None; // free the old one first: these are the largest buffers of a run
+                        // SAFETY: every plan writes the part of the buffer it reads (a GEMM or our kernel) before
+                        // reading it, in stream order.
+        *buffer = Some(unsafe { stream.alloc::<T>(elements) }.during(what)?);
+    }
+    Ok(buffer.as_mut().expect("allocated above"))
 }
 
 /// A candidate compiled for one device, dtype and head dim, ready to launch on any shape with that
@@ -400,10 +417,15 @@ impl Prepared {
                         tensor_maps,
                     }
                 }
-                Engine::Cublas => Launcher::Cublas {
-                    softmax: function,
-                    scratch: Mutex::new(None),
-                },
+                Engine::Library { plan, .. } => {
+                    let (imp, cfg) = (*implementation, config.clone());
+                    Launcher::Library {
+                        plan,
+                        function,
+                        geometry: Box::new(move |shape| imp.geometry(&cfg, shape)),
+                        scratch: Mutex::new(Scratch::default()),
+                    }
+                }
             },
             // today() is never a revision.
             Candidate::Source { .. } | Candidate::Revision { .. } => {
@@ -499,147 +521,24 @@ impl Prepared {
                 // buffers with the boxes of the compiled config); the grid covers every output row.
                 unsafe { launch.launch(cfg) }.during("cuLaunchKernel")?;
             }
-            Launcher::Cublas { softmax, scratch } => {
-                self.launch_cublas(gpu, softmax, scratch, &shape, q, k, v, o, scale, causal)?;
+            Launcher::Library {
+                plan,
+                function,
+                geometry,
+                scratch,
+            } => {
+                let launch = LibraryLaunch {
+                    gpu,
+                    shape,
+                    dtype: self.dtype,
+                    function,
+                    geometry: geometry(&shape)?,
+                    scale,
+                    causal,
+                };
+                let mut scratch = scratch.lock().unwrap_or_else(|e| e.into_inner());
+                launch.run(*plan, &mut scratch, q, k, v, o)?;
             }
-        }
-        Ok(())
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn launch_cublas(
-        &self,
-        gpu: &Gpu,
-        softmax: &CudaFunction,
-        scratch: &Mutex<Option<Scratch>>,
-        shape: &Shape,
-        q: &DeviceTensor,
-        k: &DeviceTensor,
-        v: &DeviceTensor,
-        o: &mut DeviceTensor,
-        scale: f32,
-        causal: i32,
-    ) -> Result<()> {
-        let stream = gpu.stream();
-        let heads = (shape.batch * shape.heads) as i32;
-        let (sq, skv, d) = (
-            shape.seq_q as i32,
-            shape.seq_kv as i32,
-            shape.head_dim as i32,
-        );
-        let elements = shape.batch * shape.heads * shape.seq_q * shape.seq_kv;
-        let mut guard = scratch.lock().unwrap_or_else(|e| e.into_inner());
-        if guard.as_ref().is_none_or(|s| s.elements < elements) {
-            // SAFETY: S is written by the first GEMM and P by the softmax before either is read.
-            let scores = unsafe { stream.alloc::<f32>(elements) }.during("cuMemAlloc (scores)")?;
-            // SAFETY: as above.
-            let probs =
-                unsafe { stream.alloc::<u16>(elements) }.during("cuMemAlloc (probabilities)")?;
-            *guard = Some(Scratch {
-                elements,
-                scores,
-                probs,
-            });
-        }
-        let s = guard.as_mut().expect("allocated above");
-        let blas_handle = *gpu.blas()?.handle();
-        let elem_type = match self.dtype {
-            DType::Bf16 => blas::cudaDataType::CUDA_R_16BF,
-            _ => blas::cudaDataType::CUDA_R_16F,
-        };
-        let (one, zero) = (1.0f32, 0.0f32);
-        {
-            let (qp, _gq) = q.buf.device_ptr(stream);
-            let (kp, _gk) = k.buf.device_ptr(stream);
-            let (sp, _gs) = s.scores.device_ptr_mut(stream);
-            // S[b,h] (row-major S_q×S_kv) = Q·Kᵀ, i.e. in cuBLAS's column-major view
-            // S (S_kv×S_q) = Kᵀ(as op T of the D×S_kv matrix K) · Q (D×S_q).
-            // SAFETY: pointers come from live buffers of the sizes the strides and counts describe.
-            unsafe {
-                cudarc::cublas::result::gemm_strided_batched_ex(
-                    blas_handle,
-                    blas::cublasOperation_t::CUBLAS_OP_T,
-                    blas::cublasOperation_t::CUBLAS_OP_N,
-                    skv,
-                    sq,
-                    d,
-                    (&one as *const f32).cast(),
-                    kp as *const _,
-                    elem_type,
-                    d,
-                    (shape.seq_kv * shape.head_dim) as i64,
-                    qp as *const _,
-                    elem_type,
-                    d,
-                    (shape.seq_q * shape.head_dim) as i64,
-                    (&zero as *const f32).cast(),
-                    sp as *mut _,
-                    blas::cudaDataType::CUDA_R_32F,
-                    skv,
-                    (shape.seq_q * shape.seq_kv) as i64,
-                    heads,
-                    blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                    blas::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-                )
-            }
-            .map_err(|e| KernelError::Cublas {
-                call: "GemmStridedBatchedEx (Q·Kᵀ)",
-                message: format!("{e:?}"),
-            })?;
-        }
-        let cfg = LaunchConfig {
-            grid_dim: (sq as u32, heads as u32, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let mut launch = stream.launch_builder(softmax);
-        launch
-            .arg(&s.scores)
-            .arg(&mut s.probs)
-            .arg(&sq)
-            .arg(&skv)
-            .arg(&scale)
-            .arg(&causal);
-        // SAFETY: softmax_rows(const float* s, elem_t* p, int seq_q, int seq_kv, float scale, int causal)
-        // over [B·H, S_q, S_kv] buffers of `elements` entries; one block per (row, b·h).
-        unsafe { launch.launch(cfg) }.during("cuLaunchKernel (softmax_rows)")?;
-        {
-            let (pp, _gp) = s.probs.device_ptr(stream);
-            let (vp, _gv) = v.buf.device_ptr(stream);
-            let (op, _go) = o.buf.device_ptr_mut(stream);
-            // O (row-major S_q×D; column-major D×S_q) = V (D×S_kv) · P (S_kv×S_q).
-            // SAFETY: as above.
-            unsafe {
-                cudarc::cublas::result::gemm_strided_batched_ex(
-                    blas_handle,
-                    blas::cublasOperation_t::CUBLAS_OP_N,
-                    blas::cublasOperation_t::CUBLAS_OP_N,
-                    d,
-                    sq,
-                    skv,
-                    (&one as *const f32).cast(),
-                    vp as *const _,
-                    elem_type,
-                    d,
-                    (shape.seq_kv * shape.head_dim) as i64,
-                    pp as *const _,
-                    elem_type,
-                    skv,
-                    (shape.seq_q * shape.seq_kv) as i64,
-                    (&zero as *const f32).cast(),
-                    op as *mut _,
-                    elem_type,
-                    d,
-                    (shape.seq_q * shape.head_dim) as i64,
-                    heads,
-                    blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                    blas::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-                )
-            }
-            .map_err(|e| KernelError::Cublas {
-                call: "GemmStridedBatchedEx (P·V)",
-                message: format!("{e:?}"),
-            })?;
         }
         Ok(())
     }
@@ -658,6 +557,189 @@ impl Prepared {
         self.launch(gpu, &q, &k, &v, &mut o, params)?;
         gpu.synchronize()?;
         gpu.download(&o)
+    }
+}
+
+/// One launch of a library plan: cuBLAS for the GEMMs the plan names, our kernel for the rest,
+/// all on the GPU's stream.
+struct LibraryLaunch<'a> {
+    gpu: &'a Gpu,
+    shape: Shape,
+    dtype: DType,
+    function: &'a CudaFunction,
+    geometry: Geometry,
+    scale: f32,
+    causal: i32,
+}
+
+/// A strided-batched GEMM in cuBLAS's column-major terms (the row-major buffers read transposed):
+/// `C (m×n) = op(A) · B`, one per (b, h).
+struct Gemm {
+    call: &'static str,
+    transpose_a: bool,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: (u64, usize, usize),
+    b: (u64, usize, usize),
+    c: (u64, usize, usize),
+    c_f32: bool,
+}
+
+impl LibraryLaunch<'_> {
+    fn run(
+        &self,
+        plan: LibraryPlan,
+        scratch: &mut Scratch,
+        q: &DeviceTensor,
+        k: &DeviceTensor,
+        v: &DeviceTensor,
+        o: &mut DeviceTensor,
+    ) -> Result<()> {
+        let stream = self.gpu.stream();
+        let Shape {
+            seq_q: sq,
+            seq_kv: skv,
+            head_dim: d,
+            ..
+        } = self.shape;
+        let elements = self.shape.batch * self.shape.heads * sq * skv;
+        let (qp, _gq) = q.buf.device_ptr(stream);
+        let (kp, _gk) = k.buf.device_ptr(stream);
+        let (vp, _gv) = v.buf.device_ptr(stream);
+        let (op, _go) = o.buf.device_ptr_mut(stream);
+        let scores = if plan.cublas_scores() {
+            let buffer = grown(stream, &mut scratch.scores, elements, "cuMemAlloc (scores)")?;
+            let (sp, _gs) = buffer.device_ptr_mut(stream);
+            // S[b,h] (row-major S_q×S_kv) = Q·Kᵀ, i.e. column-major S (S_kv×S_q) = op_T(K) · Q.
+            self.gemm(Gemm {
+                call: "GemmStridedBatchedEx (Q·Kᵀ)",
+                transpose_a: true,
+                m: skv,
+                n: sq,
+                k: d,
+                a: (kp, d, skv * d),
+                b: (qp, d, sq * d),
+                c: (sp, skv, sq * skv),
+                c_f32: true,
+            })?;
+            Some(sp)
+        } else {
+            None
+        };
+        let probs = if plan.cublas_output() {
+            let buffer = grown(
+                stream,
+                &mut scratch.probs,
+                elements,
+                "cuMemAlloc (probabilities)",
+            )?;
+            Some(buffer.device_ptr_mut(stream).0)
+        } else {
+            None
+        };
+        let (sq_i, skv_i) = (sq as i32, skv as i32);
+        let cfg = LaunchConfig {
+            grid_dim: self.geometry.grid,
+            block_dim: (self.geometry.block, 1, 1),
+            shared_mem_bytes: self.geometry.shared_bytes,
+        };
+        let mut launch = stream.launch_builder(self.function);
+        // Each plan's kernel takes (input, input-or-none, output, seq_q, seq_kv, scale, causal).
+        let (first, second, out) = match (plan, scores, probs) {
+            // softmax_rows(const float* s, elem_t* p, ...)
+            (LibraryPlan::Math, Some(sp), Some(pp)) => (sp, None, pp),
+            // softmax_pv(const float* s, const elem_t* v, elem_t* o, ...)
+            (LibraryPlan::HybridQk, Some(sp), None) => (sp, Some(vp), op),
+            // qk_softmax(const elem_t* q, const elem_t* k, elem_t* p, ...)
+            (LibraryPlan::HybridPv, None, Some(pp)) => (qp, Some(kp), pp),
+            _ => unreachable!("the plan's buffers follow from LibraryPlan::cublas_*"),
+        };
+        launch.arg(&first);
+        if let Some(second) = &second {
+            launch.arg(second);
+        }
+        launch
+            .arg(&out)
+            .arg(&sq_i)
+            .arg(&skv_i)
+            .arg(&self.scale)
+            .arg(&self.causal);
+        // SAFETY: the pointers are live buffers of [B·H, S_q, S_kv] (scores, probabilities) or
+        // [B·H, S, D] (q, k, v, o) entries of the types the plan's kernel declares (listed above);
+        // its grid covers every row of every (b, h).
+        unsafe { launch.launch(cfg) }.during("cuLaunchKernel (library plan)")?;
+        if let Some(pp) = probs {
+            // O (row-major S_q×D; column-major D×S_q) = V (D×S_kv) · P (S_kv×S_q).
+            self.gemm(Gemm {
+                call: "GemmStridedBatchedEx (P·V)",
+                transpose_a: false,
+                m: d,
+                n: sq,
+                k: skv,
+                a: (vp, d, skv * d),
+                b: (pp, skv, sq * skv),
+                c: (op, d, sq * d),
+                c_f32: false,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Runs `g` on the GPU's cuBLAS handle (f32 compute, inputs in the problem's dtype).
+    fn gemm(&self, g: Gemm) -> Result<()> {
+        let handle = *self.gpu.blas()?.handle();
+        let elem = match self.dtype {
+            DType::Bf16 => blas::cudaDataType::CUDA_R_16BF,
+            _ => blas::cudaDataType::CUDA_R_16F,
+        };
+        let op = |t| {
+            if t {
+                blas::cublasOperation_t::CUBLAS_OP_T
+            } else {
+                blas::cublasOperation_t::CUBLAS_OP_N
+            }
+        };
+        let c_type = if g.c_f32 {
+            blas::cudaDataType::CUDA_R_32F
+        } else {
+            elem
+        };
+        let (one, zero) = (1.0f32, 0.0f32);
+        let batch = (self.shape.batch * self.shape.heads) as i32;
+        // SAFETY: the pointers come from live buffers of the sizes the leading dimensions, strides
+        // and batch count describe (Self::run), all on the handle's stream.
+        unsafe {
+            cudarc::cublas::result::gemm_strided_batched_ex(
+                handle,
+                op(g.transpose_a),
+                op(false),
+                g.m as i32,
+                g.n as i32,
+                g.k as i32,
+                (&one as *const f32).cast(),
+                g.a.0 as *const _,
+                elem,
+                g.a.1 as i32,
+                g.a.2 as i64,
+                g.b.0 as *const _,
+                elem,
+                g.b.1 as i32,
+                g.b.2 as i64,
+                (&zero as *const f32).cast(),
+                g.c.0 as *mut _,
+                c_type,
+                g.c.1 as i32,
+                g.c.2 as i64,
+                batch,
+                blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                blas::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(|e| KernelError::Cublas {
+            call: g.call,
+            message: format!("{e:?}"),
+        })
     }
 }
 

@@ -15,10 +15,16 @@ use crate::error::{KernelError, Result};
 use crate::toolkit;
 
 /// Headers that kernels may include by name.
-pub const HEADERS: [(&str, &str); 1] = [(
-    "attn_common.cuh",
-    include_str!("../../../kernels/attn_common.cuh"),
-)];
+pub const HEADERS: [(&str, &str); 2] = [
+    (
+        "attn_common.cuh",
+        include_str!("../../../kernels/attn_common.cuh"),
+    ),
+    (
+        "hybrid_common.cuh",
+        include_str!("../../../kernels/hybrid_common.cuh"),
+    ),
+];
 
 /// A virtual architecture to compile for, e.g. `compute_90` (or `compute_90a` for wgmma).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -15,8 +15,52 @@ pub enum Engine {
         /// Its source, embedded at build time.
         source: &'static str,
     },
-    /// The math path: cuBLAS GEMM, fused softmax kernel, cuBLAS GEMM.
-    Cublas,
+    /// cuBLAS for one or both GEMMs and one kernel of ours for the rest, as `plan` says; the
+    /// kernel's ABI is its own (stated in its file), not the one of `kernels/README.md`.
+    Library {
+        /// Which GEMMs cuBLAS does.
+        plan: LibraryPlan,
+        /// File name under `kernels/`.
+        file: &'static str,
+        /// Its source, embedded at build time.
+        source: &'static str,
+        /// The kernel's entry point.
+        entry: &'static str,
+    },
+}
+
+impl Engine {
+    /// The kernel file under `kernels/` and its source.
+    pub fn kernel_file(&self) -> (&'static str, &'static str) {
+        match *self {
+            Engine::Kernel { file, source } | Engine::Library { file, source, .. } => {
+                (file, source)
+            }
+        }
+    }
+}
+
+/// How a library-backed implementation splits attention between cuBLAS and our kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LibraryPlan {
+    /// cuBLAS S = Q·Kᵀ (f32), our scale + mask + softmax kernel writing P, cuBLAS O = P·V.
+    Math,
+    /// cuBLAS S = Q·Kᵀ (f32), our fused softmax·V kernel writing O.
+    HybridQk,
+    /// Our fused Q·Kᵀ + softmax kernel writing P, cuBLAS O = P·V.
+    HybridPv,
+}
+
+impl LibraryPlan {
+    /// cuBLAS computes S = Q·Kᵀ into an f32 scratch buffer.
+    pub fn cublas_scores(self) -> bool {
+        matches!(self, LibraryPlan::Math | LibraryPlan::HybridQk)
+    }
+
+    /// cuBLAS computes O = P·V from a probabilities scratch buffer.
+    pub fn cublas_output(self) -> bool {
+        matches!(self, LibraryPlan::Math | LibraryPlan::HybridPv)
+    }
 }
 
 /// The kernel ABI of an implementation (`kernels/README.md`).
@@ -311,7 +355,72 @@ fn hopper_dynamic_shared(cfg: &Config, head_dim: u32) -> u32 {
     1024 + m * head_dim * elem_bytes() + stages * 2 * n * head_dim * elem_bytes()
 }
 
-static REGISTRY: [Implementation; 5] = [
+/// The knobs of both hybrid kernels (`kernels/softmax_pv.cu`, `kernels/qk_softmax.cu`).
+static HYBRID_KNOBS: [Knob; 3] = [
+    Knob {
+        name: "BLOCK_M",
+        domain: &[16, 32, 64, 128],
+        doc: "query rows per block",
+    },
+    Knob {
+        name: "BLOCK_N",
+        domain: &[32, 64, 128],
+        doc: "keys per tile",
+    },
+    Knob {
+        name: "NUM_WARPS",
+        domain: &[2, 4, 8],
+        doc: "warps per block (each owns a fixed set of 16x16 WMMA tiles and BLOCK_M / NUM_WARPS rows)",
+    },
+];
+
+/// The hybrids' defaults: 64 query rows, 64-key tiles, 4 warps.
+fn hybrid_defaults(_head_dim: usize) -> Config {
+    Config::from_pairs(&[("BLOCK_M", 64), ("BLOCK_N", 64), ("NUM_WARPS", 4)])
+}
+
+/// The WMMA tiles a hybrid kernel's warps split: the 16x16 tiles of O (`softmax_pv`, BLOCK_M x D)
+/// or of S (`qk_softmax`, BLOCK_M x BLOCK_N); each warp takes the same number.
+fn hybrid_constraints(cfg: &Config, tile_cols: u32) -> std::result::Result<(), String> {
+    let (m, w) = (knob(cfg, "BLOCK_M"), knob(cfg, "NUM_WARPS"));
+    let tiles = (m / 16) * (tile_cols / 16);
+    if tiles % w != 0 {
+        return Err(format!(
+            "the {tiles} 16x16 tiles of a {m}x{tile_cols} block do not split evenly over NUM_WARPS={w}"
+        ));
+    }
+    Ok(())
+}
+
+/// A hybrid kernel's launch: grid (row tiles, B·H), NUM_WARPS warps, `shared` bytes.
+fn hybrid_geometry(cfg: &Config, shape: &Shape, shared: u32) -> Geometry {
+    let (m, w) = (knob(cfg, "BLOCK_M"), knob(cfg, "NUM_WARPS"));
+    Geometry {
+        grid: (
+            row_tiles(shape.seq_q, m),
+            (shape.batch * shape.heads) as u32,
+            1,
+        ),
+        block: w * 32,
+        shared_bytes: shared,
+    }
+}
+
+/// `softmax_pv`'s dynamic shared memory (its header states the formula).
+fn softmax_pv_shared(cfg: &Config, head_dim: u32) -> u32 {
+    let (m, n) = (knob(cfg, "BLOCK_M"), knob(cfg, "BLOCK_N"));
+    let tiles = n * (head_dim + 8) * 2 + m * (n + 8) * 2;
+    let stage = m * (head_dim + 4) * 4;
+    tiles.max(stage) + 8 * m
+}
+
+/// `qk_softmax`'s dynamic shared memory (its header states the formula).
+fn qk_softmax_shared(cfg: &Config, head_dim: u32) -> u32 {
+    let (m, n) = (knob(cfg, "BLOCK_M"), knob(cfg, "BLOCK_N"));
+    (m + n) * (head_dim + 8) * 2 + m * (n + 4) * 4 + 8 * m
+}
+
+static REGISTRY: [Implementation; 7] = [
     Implementation {
         name: "naive",
         summary: "one warp per query row, online softmax in registers; any shape, any head dim",
@@ -467,7 +576,12 @@ static REGISTRY: [Implementation; 5] = [
     Implementation {
         name: "cublas",
         summary: "math path: cuBLAS GEMM S=Q·Kᵀ (f32), fused scale+mask+softmax kernel, cuBLAS GEMM O=P·V",
-        engine: Engine::Cublas,
+        engine: Engine::Library {
+            plan: LibraryPlan::Math,
+            file: "softmax.cu",
+            source: include_str!("../../../kernels/softmax.cu"),
+            entry: "softmax_rows",
+        },
         abi: Abi::Plain,
         knobs: &[],
         head_dims: None,
@@ -479,6 +593,46 @@ static REGISTRY: [Implementation; 5] = [
             grid: (shape.seq_q as u32, (shape.batch * shape.heads) as u32, 1),
             block: 256,
             shared_bytes: 0,
+        },
+    },
+    Implementation {
+        name: "hybrid-qk",
+        summary: "library + custom: cuBLAS GEMM S=Q·Kᵀ (f32), our fused scale+mask+softmax·V kernel (exact row statistics, WMMA P·V) writing O",
+        engine: Engine::Library {
+            plan: LibraryPlan::HybridQk,
+            file: "softmax_pv.cu",
+            source: include_str!("../../../kernels/softmax_pv.cu"),
+            entry: "softmax_pv",
+        },
+        abi: Abi::Plain,
+        knobs: &HYBRID_KNOBS,
+        head_dims: Some(&[64, 128]),
+        arch: None,
+        defaults: hybrid_defaults,
+        tuned: |_| Config::default(),
+        constraints: |cfg, head_dim| hybrid_constraints(cfg, head_dim as u32),
+        geometry: |cfg, shape| {
+            hybrid_geometry(cfg, shape, softmax_pv_shared(cfg, shape.head_dim as u32))
+        },
+    },
+    Implementation {
+        name: "hybrid-pv",
+        summary: "custom + library: our fused Q·Kᵀ+scale+mask+softmax kernel (WMMA, two passes) writing P, cuBLAS GEMM O=P·V",
+        engine: Engine::Library {
+            plan: LibraryPlan::HybridPv,
+            file: "qk_softmax.cu",
+            source: include_str!("../../../kernels/qk_softmax.cu"),
+            entry: "qk_softmax",
+        },
+        abi: Abi::Plain,
+        knobs: &HYBRID_KNOBS,
+        head_dims: Some(&[64, 128]),
+        arch: None,
+        defaults: hybrid_defaults,
+        tuned: |_| Config::default(),
+        constraints: |cfg, _| hybrid_constraints(cfg, knob(cfg, "BLOCK_N")),
+        geometry: |cfg, shape| {
+            hybrid_geometry(cfg, shape, qk_softmax_shared(cfg, shape.head_dim as u32))
         },
     },
 ];

@@ -203,6 +203,18 @@ fn cublas_matches_the_oracle() {
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
+fn hybrid_qk_matches_the_oracle() {
+    check_implementation("hybrid-qk");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn hybrid_pv_matches_the_oracle() {
+    check_implementation("hybrid-pv");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
 fn naive_handles_other_head_dims_and_unequal_lengths() {
     let gpu = Gpu::open(0).expect("a CUDA GPU");
     let seed = base_seed();

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use attn_evidence::{GateMode, Implementation, Timing};
-use attn_kernels::{registry::Engine, Candidate, Config, Timings};
+use attn_kernels::{Candidate, Config, Timings};
 
 use crate::revision::{at_revision, Repo};
 use crate::sdpa::{Backend, Sdpa};
@@ -121,10 +121,8 @@ pub fn candidate_implementation(
             overrides,
         } => {
             imp.config = resolved.unwrap_or(overrides).to_strings();
-            match implementation.engine {
-                Engine::Kernel { source, .. } => Some(source.to_string()),
-                Engine::Cublas => None,
-            }
+            // Our kernel's source (a library plan's cuBLAS GEMMs are the library's).
+            Some(implementation.engine.kernel_file().1.to_string())
         }
         Candidate::Source {
             source, defines, ..

@@ -17,7 +17,7 @@ pub fn profiled_entry(candidate: &Candidate) -> &'static str {
     match candidate {
         Candidate::Registered { implementation, .. } => match implementation.engine {
             Engine::Kernel { .. } => "attn_fwd",
-            Engine::Cublas => ".*",
+            Engine::Library { .. } => ".*",
         },
         Candidate::Source { .. } => "attn_fwd",
         Candidate::Revision { of, .. } => profiled_entry(of),

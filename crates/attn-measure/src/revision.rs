@@ -10,7 +10,6 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use attn_kernels::registry::Engine;
 use attn_kernels::Candidate;
 
 use crate::{MeasureError, Result};
@@ -133,15 +132,11 @@ fn git(dir: &Path, args: &[&str]) -> std::result::Result<String, String> {
 pub fn at_revision(candidate: &Candidate, reference: &str, repo: &Repo) -> Result<Candidate> {
     let commit = repo.commit(reference)?;
     let (path, dir) = match candidate.today() {
-        Candidate::Registered { implementation, .. } => match implementation.engine {
-            Engine::Kernel { file, .. } => (format!("kernels/{file}"), "kernels".to_string()),
-            Engine::Cublas => {
-                return Err(bad(
-                    reference,
-                    format!("{} has no kernel source to read", implementation.name),
-                ))
-            }
-        },
+        // A library plan's own kernel is read at the revision; cuBLAS is today's.
+        Candidate::Registered { implementation, .. } => {
+            let file = implementation.engine.kernel_file().0;
+            (format!("kernels/{file}"), "kernels".to_string())
+        }
         Candidate::Source { path, .. } => {
             let path = repo.relative(path)?;
             let dir = path.rsplit_once('/').map_or("", |(d, _)| d).to_string();
@@ -276,7 +271,7 @@ mod tests {
     }
 
     #[test]
-    fn bad_revisions_files_and_the_cublas_path_are_one_line_errors() {
+    fn bad_revisions_and_files_are_one_line_errors_and_a_library_plan_reads_its_kernel() {
         let Some(repo) = repo() else { return };
         let naive = Candidate::registered("naive", Config::default()).unwrap();
         for reference in ["no-such-branch-3f9a", "", "--output=x", "HEAD~100000"] {
@@ -294,9 +289,12 @@ mod tests {
             err.contains("kernels/nope.cu does not exist there"),
             "{err}"
         );
+        // A library plan's revision is its own kernel's text there (cuBLAS is today's).
         let cublas = Candidate::registered("cublas", Config::default()).unwrap();
-        let err = at_revision(&cublas, "HEAD", &repo).unwrap_err().to_string();
-        assert!(err.contains("cublas has no kernel source"), "{err}");
+        match at_revision(&cublas, "HEAD", &repo) {
+            Ok(Candidate::Revision { source, .. }) => assert!(source.contains("softmax_rows")),
+            other => panic!("{other:?}"),
+        }
         // A file outside the repository.
         let outside = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(outside.path(), "x").unwrap();

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use attn_evidence::{SearchSpec, ShapeSpec};
 use attn_kernels::compile::compile;
-use attn_kernels::registry::{self, Engine, Limits};
+use attn_kernels::registry::{self, Limits};
 use attn_kernels::{Candidate, Config, Gpu, GpuReference, Prepared, TimingMode, TimingOptions};
 
 use crate::timing::{KernelSide, SdpaSide, TimedSide};
@@ -136,7 +136,7 @@ pub fn searchable_knobs(
     head_dim: usize,
 ) -> Result<Vec<(&'static str, &'static [i64])>> {
     let imp = registry::find(name)?;
-    if !matches!(imp.engine, Engine::Kernel { .. }) || imp.knobs.is_empty() {
+    if imp.knobs.is_empty() {
         return Err(MeasureError::Invalid(format!(
             "`{name}` has no knobs to search"
         )));

@@ -340,11 +340,13 @@ fn latest_bench(evidence: &EvidenceSet) -> Option<(&Run, &attn_evidence::BenchRu
 
 /// Column order of the implementations matrix: the project's kernels from simplest to most
 /// specialised, then the references. Names not listed sort after their group, alphabetically.
-const IMPLEMENTATION_ORDER: [&str; 10] = [
+const IMPLEMENTATION_ORDER: [&str; 12] = [
     "naive",
     "tiled",
     "mma",
     "hopper",
+    "hybrid-pv",
+    "hybrid-qk",
     "cublas",
     "sdpa:default",
     "sdpa:flash",
