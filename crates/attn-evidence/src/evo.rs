@@ -1,7 +1,8 @@
 //! The search log of `cargo xtask evo` / `micro`: one CSV row per evaluated candidate.
 //!
 //! Columns are the fixed fields of [`EvoCandidate`] plus one column per config key (the union of
-//! keys over all rows, sorted), so the log opens cleanly in a spreadsheet. Any column that is not a
+//! keys over all rows, sorted; a search over several implementations has [`IMPL_KNOB`] first), so
+//! the log opens cleanly in a spreadsheet. Any column that is not a
 //! fixed field is read back as a config key; empty cells are `None` (or an absent key).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -10,7 +11,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::store::write_bytes_atomic;
-use crate::EvidenceError;
+use crate::{EvidenceError, IMPL_KNOB};
 
 /// One evaluated configuration in a search.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -127,6 +128,18 @@ const FIXED_AFTER_CONFIG: [&str; 8] = [
     "run_s",
 ];
 
+/// The config columns of `keys`: sorted and without repeats, [`IMPL_KNOB`] (the implementation's
+/// name) first.
+fn config_columns<'k>(keys: impl IntoIterator<Item = &'k str>) -> Vec<&'k str> {
+    let mut columns: Vec<&str> = keys
+        .into_iter()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    columns.sort_by_key(|k| *k != IMPL_KNOB);
+    columns
+}
+
 impl EvoCandidate {
     /// The row's cells for the config columns `keys` (in order).
     fn record<'k>(&self, keys: impl Iterator<Item = &'k str>) -> Vec<String> {
@@ -176,10 +189,10 @@ pub fn write_evo_log(path: &Path, rows: &[EvoCandidate]) -> Result<(), EvidenceE
         path: path.to_owned(),
         message,
     };
-    let keys: BTreeSet<&str> = rows
-        .iter()
-        .flat_map(|row| row.config.keys().map(String::as_str))
-        .collect();
+    let keys = config_columns(
+        rows.iter()
+            .flat_map(|row| row.config.keys().map(String::as_str)),
+    );
     let mut writer = csv::Writer::from_writer(Vec::new());
     let header = std::iter::once("generation")
         .chain(keys.iter().copied())
@@ -241,11 +254,9 @@ impl EvoLogAppender {
     /// process was killed while writing it) is cut off.
     pub fn open(path: &Path, keys: &[String]) -> Result<EvoLogAppender, EvidenceError> {
         use std::io::Write;
-        let keys: Vec<String> = keys
-            .iter()
-            .cloned()
-            .collect::<BTreeSet<_>>()
+        let keys: Vec<String> = config_columns(keys.iter().map(String::as_str))
             .into_iter()
+            .map(str::to_owned)
             .collect();
         let write_err = |source| EvidenceError::Write {
             path: path.to_owned(),
@@ -435,6 +446,27 @@ mod appender_tests {
             compile_s: None,
             run_s: None,
         }
+    }
+
+    #[test]
+    fn the_implementation_column_comes_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.csv");
+        let mut cublas = row(0);
+        cublas.config = [(IMPL_KNOB.to_string(), "cublas".to_string())].into();
+        let mut mma = row(1);
+        mma.config.insert(IMPL_KNOB.into(), "mma".into());
+        let keys = ["A".to_string(), IMPL_KNOB.to_string()];
+        let mut log = EvoLogAppender::open(&path, &keys).unwrap();
+        log.append(&cublas).unwrap();
+        log.append(&mma).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.starts_with("generation,impl,A,status"), "{text}");
+        assert!(text.contains("\n0,cublas,,ok,"), "{text}");
+        assert_eq!(read_evo_log(&path).unwrap(), vec![cublas.clone(), mma]);
+        write_evo_log(&path, &[cublas]).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.starts_with("generation,impl,status"), "{text}");
     }
 
     #[test]

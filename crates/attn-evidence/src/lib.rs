@@ -17,7 +17,9 @@
 //! - [`EvoCandidate`]: one row of a search log (`evidence/evo/<run>/log.csv`,
 //!   `evidence/micro/log.csv`) with its [`CandidateStatus`], read and written by [`read_evo_log`]
 //!   and [`write_evo_log`]; [`SearchSpec`] (`search.json`), [`EvoBest`] (`evo/<run>/best.json`)
-//!   and [`MicroBest`] (`micro/best.json`): the rest of a search's files.
+//!   with its [`EvoFitness`], [`EvoFinalists`] (`evo/<run>/finalists.json`, a composite-fitness
+//!   search's profiled finalists) and [`MicroBest`] (`micro/best.json`): the rest of a search's
+//!   files; [`IMPL_KNOB`], the key that names a config's implementation in a search over several.
 //! - [`SanitizeRun`] (`evidence/sanitize/*.json`): one compute-sanitizer tool run on a candidate,
 //!   its [`SanitizeFinding`]s and whether it was clean.
 //! - [`write_json_atomic`], [`read`], [`load_dir`], [`evidence_file_name`]: files are written
@@ -67,7 +69,10 @@ pub use provenance::{
     dense_flop_per_clock_per_sm, dense_peak_tflops, utc_now_rfc3339, ClockReadings, Provenance,
 };
 pub use sanitize::{SanitizeFinding, SanitizeRun, SanitizeTool};
-pub use search::{EvoBest, MicroBest, MicroRanked, SearchSpec};
+pub use search::{
+    EvoBest, EvoFinalist, EvoFinalists, EvoFitness, MicroBest, MicroRanked, SearchImplementation,
+    SearchSpec, IMPL_KNOB,
+};
 pub use shape::{Dtype, ShapeSpec};
 pub use store::{
     evidence_file_name, evidence_path, json_files, load_dir, read, read_json, slug,

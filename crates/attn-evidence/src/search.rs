@@ -1,5 +1,6 @@
 //! The JSON files of a search: `evo/<run>/search.json` (what is searched, read back by
-//! `--resume`), `evo/<run>/best.json` (the winner) and `micro/best.json` (the micro ranking).
+//! `--resume`), `evo/<run>/best.json` (the winner), `evo/<run>/finalists.json` (the finalists of
+//! a composite-fitness search, profiled and ranked) and `micro/best.json` (the micro ranking).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -9,20 +10,43 @@ use serde::{Deserialize, Serialize};
 use crate::store::{read_json, write_json_atomic};
 use crate::{EvidenceError, Provenance, ShapeSpec};
 
+/// The config key (and log column) that names a config's implementation in a search over
+/// several (`--impl a,b,c`). Lower case, so that no knob (upper case) can take it. In a search's
+/// own configs its value is the implementation's index in [`SearchSpec::implementations`]; in
+/// log rows it is the implementation's name.
+pub const IMPL_KNOB: &str = "impl";
+
+/// One implementation of a search over several, and the values searched of each of its knobs
+/// (none for an implementation without knobs, e.g. `cublas`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SearchImplementation {
+    /// The registered implementation.
+    pub name: String,
+    /// Each knob and the values searched.
+    pub knobs: BTreeMap<String, Vec<i64>>,
+}
+
 /// What a search searches: written when a run starts, read back by `--resume`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SearchSpec {
-    /// What is tuned: a registered implementation's name, `src:<file name>` or `synthetic`.
+    /// What is tuned: a registered implementation's name, several joined by commas (`hopper,mma`),
+    /// `src:<file name>` or `synthetic`.
     pub target: String,
     /// The registered implementation, when the target is one.
     pub implementation: Option<String>,
+    /// The implementations searched, in order, when the search chooses among several: the
+    /// implementation is then a knob ([`IMPL_KNOB`]) with each one's knobs beneath it, and
+    /// [`SearchSpec::knobs`] is empty. Empty for any other search (and in files from before).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub implementations: Vec<SearchImplementation>,
     /// The kernel file, when the target is a `--src` kernel.
     pub src: Option<PathBuf>,
     /// The `--src` kernel's entry point, when not the default.
     pub entry: Option<String>,
     /// Defines every candidate gets (`--src`'s `--define`s).
     pub defines: BTreeMap<String, i64>,
-    /// Each knob and the values searched.
+    /// Each knob and the values searched (a search over several implementations: see
+    /// [`SearchSpec::implementations`]).
     pub knobs: BTreeMap<String, Vec<i64>>,
     /// The problem tuned for.
     pub shape: ShapeSpec,
@@ -58,13 +82,17 @@ pub struct EvoBest {
     pub run: String,
     /// [`SearchSpec::target`].
     pub target: String,
+    /// The registered implementation of the best config (in a search over several, the one it
+    /// chose); absent for a `--src` kernel or a synthetic search, and in files from before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub implementation: Option<String>,
     /// The problem tuned for.
     pub shape: ShapeSpec,
     /// What speedups were measured against.
     pub baseline: String,
     /// Seed of the search.
     pub seed: u64,
-    /// The best config, as in the log.
+    /// The best config's knobs (without the implementation: see `implementation`).
     pub config: BTreeMap<String, String>,
     /// [`SearchSpec::defines`].
     #[serde(default)]
@@ -79,7 +107,7 @@ pub struct EvoBest {
     pub speedup_lower: Option<f64>,
     /// Upper end of the speedup's confidence interval.
     pub speedup_upper: Option<f64>,
-    /// Its fitness.
+    /// Its fitness during the search (its speedup).
     pub score: Option<f64>,
     /// Candidates measured in all.
     pub candidates: usize,
@@ -90,12 +118,107 @@ pub struct EvoBest {
     pub devices: Vec<String>,
     /// The `cargo xtask gate` command that confirms the config independently.
     pub reproduce: String,
-    /// A note on Nsight Compute scoring (empty when not asked for).
+    /// How Nsight Compute chose the winner, in a line (empty when it did not: `--fitness speedup`).
     #[serde(default)]
     pub ncu: String,
+    /// How the winner was chosen when not by speedup alone (`--fitness composite`): the
+    /// composite's formula and the winner's terms; every finalist's are in `finalists.json`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fitness: Option<EvoFitness>,
     /// Where it ran (absent for synthetic searches).
     #[serde(default)]
     pub provenance: Option<Provenance>,
+}
+
+/// `best.json`'s `fitness` section: the winner of a composite-fitness search.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvoFitness {
+    /// Always `composite`.
+    pub method: String,
+    /// The composite's formula with its weights ([`attn_ncu::formula`]).
+    pub formula: String,
+    /// Finalists profiled (the fastest valid candidates).
+    pub finalists: usize,
+    /// Of which scored (profiled with every counter the formula reads).
+    pub scored: usize,
+    /// The winner's score with its inputs, weights and penalty; `None` when no finalist could be
+    /// scored (the winner is then the fastest).
+    pub winner: Option<attn_ncu::Fitness>,
+    /// The winner's place among the finalists by speedup alone (1: the fastest).
+    pub speedup_rank: usize,
+    /// The file with every finalist's terms, beside `best.json`.
+    pub details: String,
+}
+
+/// One finalist of a composite-fitness search: its search numbers, what Nsight Compute measured
+/// and its composite score.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvoFinalist {
+    /// Its place by composite score (1: the winner); finalists that could not be scored come
+    /// after those that were, by speedup.
+    pub rank: usize,
+    /// Its place by speedup alone (1: the fastest).
+    pub speedup_rank: usize,
+    /// The registered implementation, when the target is one.
+    pub implementation: Option<String>,
+    /// Its knobs, as in the log (without the implementation).
+    pub config: BTreeMap<String, String>,
+    /// The generation that found it.
+    pub generation: u32,
+    /// Its median time in the search, µs.
+    pub median_us: Option<f64>,
+    /// Its speedup over the baseline in the search (the formula's speedup).
+    pub speedup: Option<f64>,
+    /// Lower end of the speedup's confidence interval.
+    pub speedup_lower: Option<f64>,
+    /// Upper end of the speedup's confidence interval.
+    pub speedup_upper: Option<f64>,
+    /// Profiled and scored, or why not (ncu failed, timed out, a counter was missing).
+    pub status: crate::CandidateStatus,
+    /// The kernels ncu profiled for it (one, or several for a path like cuBLAS's), with the
+    /// metrics asked for, aggregated over the profiled launches, in base units.
+    pub kernels: Vec<attn_ncu::KernelSummary>,
+    /// Its composite score with every input, the weights and the penalty; `None` when not scored.
+    pub fitness: Option<attn_ncu::Fitness>,
+}
+
+/// `evo/<run>/finalists.json`: the finalists of a composite-fitness search, ranked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvoFinalists {
+    /// Always [`EvoFinalists::KIND`].
+    pub kind: String,
+    /// The run's folder name.
+    pub run: String,
+    /// The composite's formula with its weights ([`attn_ncu::formula`]).
+    pub formula: String,
+    /// The weights.
+    pub weights: attn_ncu::FitnessWeights,
+    /// Barriers per K/V tile every finalist was scored with.
+    pub syncs_per_tile: f64,
+    /// Where that number comes from.
+    pub syncs_per_tile_source: String,
+    /// How ncu ran: metric set, launches, clock and cache control.
+    pub profiling: String,
+    /// The finalists, best composite first.
+    pub finalists: Vec<EvoFinalist>,
+    /// Where it ran (absent for synthetic searches).
+    #[serde(default)]
+    pub provenance: Option<Provenance>,
+}
+
+impl EvoFinalists {
+    /// The `"kind"` of `finalists.json`.
+    pub const KIND: &'static str = "evo-finalists";
+
+    /// Reads `finalists.json`; errors name the file.
+    pub fn read(path: &Path) -> Result<EvoFinalists, EvidenceError> {
+        read_json(path)
+    }
+
+    /// Writes `finalists.json` atomically.
+    pub fn write(&self, path: &Path) -> Result<(), EvidenceError> {
+        write_json_atomic(path, self)
+    }
 }
 
 impl EvoBest {

@@ -119,6 +119,10 @@ pub enum NcuError {
         launch_skip: u32,
     },
 
+    /// A profile with no kernel at all where one was to be scored.
+    #[error("the profile holds no kernel to score")]
+    NoKernels,
+
     /// The profiled program itself exited with an error.
     #[error("the profiled program failed (exit code {code}): {detail}")]
     TargetFailed {

@@ -19,7 +19,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::metrics::{
-    LOCAL_BYTES_LD, LOCAL_BYTES_ST, REGISTERS_PER_THREAD, SM_BUSY_PCT, TENSOR_PIPE_PCT,
+    DURATION, LOCAL_BYTES_LD, LOCAL_BYTES_ST, REGISTERS_PER_THREAD, SM_BUSY_PCT, TENSOR_PIPE_PCT,
 };
 use crate::{KernelSummary, NcuError};
 
@@ -94,6 +94,76 @@ impl FitnessInputs {
             spill_bytes: spill(LOCAL_BYTES_LD) + spill(LOCAL_BYTES_ST),
         })
     }
+}
+
+impl FitnessInputs {
+    /// Takes the counters from every kernel one candidate launches, as [`FitnessInputs::from_summary`]
+    /// does for one. A path of several kernels (the cuBLAS path: two GEMMs and a softmax) is one
+    /// candidate: its tensor and SM percentages are its kernels' weighted by their time in the
+    /// profile (median duration × launches, so the percentage of the whole call), its registers
+    /// the largest any kernel uses, its spills their sum. No kernel is an error.
+    ///
+    /// ```
+    /// use attn_ncu::{group, parse_raw, FitnessInputs};
+    /// // A fill kernel (43.5% SM busy) and cuDNN's attention kernel (6.8% SM busy), as profiled.
+    /// let kernels = group(&parse_raw(include_str!("../tests/fixtures/h100_sdpa_cudnn_raw.csv"))?, None);
+    /// let one = FitnessInputs::from_kernels(&kernels[1..], 1.0, 1.0)?;
+    /// assert_eq!(one, FitnessInputs::from_summary(&kernels[1], 1.0, 1.0)?);
+    /// let both = FitnessInputs::from_kernels(&kernels, 1.0, 1.0)?;
+    /// assert!(both.sm_busy_pct > one.sm_busy_pct && both.sm_busy_pct < 43.6);
+    /// assert_eq!(both.registers_per_thread, 168.0);
+    /// # Ok::<(), attn_ncu::NcuError>(())
+    /// ```
+    pub fn from_kernels(
+        kernels: &[KernelSummary],
+        speedup: f64,
+        syncs_per_tile: f64,
+    ) -> Result<Self, NcuError> {
+        let each = kernels
+            .iter()
+            .map(|k| FitnessInputs::from_summary(k, speedup, syncs_per_tile))
+            .collect::<Result<Vec<_>, _>>()?;
+        match (kernels, each.as_slice()) {
+            ([], _) => Err(NcuError::NoKernels),
+            (_, [one]) => Ok(*one),
+            _ => {
+                let time = kernels
+                    .iter()
+                    .map(|k| Ok(k.require(DURATION)? * k.launches as f64))
+                    .collect::<Result<Vec<f64>, NcuError>>()?;
+                let total: f64 = time.iter().sum::<f64>().max(f64::MIN_POSITIVE);
+                let weighted = |pct: fn(&FitnessInputs) -> f64| {
+                    each.iter().zip(&time).map(|(i, t)| pct(i) * t).sum::<f64>() / total
+                };
+                Ok(Self {
+                    speedup,
+                    tensor_pct: weighted(|i| i.tensor_pct),
+                    sm_busy_pct: weighted(|i| i.sm_busy_pct),
+                    syncs_per_tile,
+                    registers_per_thread: each
+                        .iter()
+                        .map(|i| i.registers_per_thread)
+                        .fold(0.0, f64::max),
+                    spill_bytes: each.iter().map(|i| i.spill_bytes).sum(),
+                })
+            }
+        }
+    }
+}
+
+/// The formula of [`fitness`] with `weights`' numbers, on one line.
+///
+/// ```
+/// let text = attn_ncu::formula(&attn_ncu::FitnessWeights::default());
+/// assert_eq!(text, "1000·speedup + 2·tensor% + 1·SM busy% − (5·syncs per tile + 1·registers over 168 + 1·KiB spilled)");
+/// ```
+pub fn formula(weights: &FitnessWeights) -> String {
+    let w = weights;
+    format!(
+        "{}·speedup + {}·tensor% + {}·SM busy% − ({}·syncs per tile + {}·registers over {} + {}·KiB spilled)",
+        w.speedup, w.tensor_pct, w.sm_busy_pct, w.per_sync_per_tile, w.per_register_over_budget,
+        w.register_budget, w.per_spill_kib
+    )
 }
 
 /// A score with everything needed to recompute it.

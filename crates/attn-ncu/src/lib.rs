@@ -46,9 +46,9 @@ pub use assess::{assess, fitness_line, kernel_options, matching_kernels, Assesse
 pub use error::NcuError;
 pub use evidence::{NcuEvidence, Provenance};
 pub use explain::{explain, Bound, Ceilings, Explanation};
-pub use fitness::{fitness, Fitness, FitnessInputs, FitnessWeights};
+pub use fitness::{fitness, formula, Fitness, FitnessInputs, FitnessWeights};
 pub use group::{group, Aggregate, KernelFilter, KernelSummary};
 pub use parse::{detect_page, parse, parse_details, parse_raw, Launch, Page};
 pub use render::render_text;
-pub use runner::{arguments, command, interpret, profile, Profile, ProfileOptions};
+pub use runner::{arguments, command, interpret, profile, Ended, Profile, ProfileOptions};
 pub use value::{Unit, Value};

@@ -151,25 +151,58 @@ pub fn profile(
     })?;
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    let status = output.status.to_string();
-    let launches = interpret(opts, output.status.success(), &status, &stdout, &stderr)?;
-    let mut command_line = vec![opts.ncu.to_string_lossy().into_owned()];
-    command_line.extend(
-        arguments(opts, program, args)
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned()),
-    );
-    Ok(Profile {
-        command_line,
-        clock_note: opts.clock_note().to_owned(),
-        warnings: stdout
-            .lines()
-            .chain(stderr.lines())
-            .filter(|l| l.starts_with("==WARNING=="))
-            .map(str::to_owned)
-            .collect(),
-        launches,
-    })
+    let ended = Ended {
+        success: output.status.success(),
+        status: &output.status.to_string(),
+        stdout: &stdout,
+        stderr: &stderr,
+    };
+    Profile::from_output(opts, program, args, &ended)
+}
+
+/// How an ncu run ended, as its caller saw it (for [`Profile::from_output`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Ended<'a> {
+    /// Whether ncu exited with status 0.
+    pub success: bool,
+    /// Its exit status as text (`exit status: 1`, `signal: 9`...).
+    pub status: &'a str,
+    /// Everything it printed on stdout.
+    pub stdout: &'a str,
+    /// Everything it printed on stderr.
+    pub stderr: &'a str,
+}
+
+impl Profile {
+    /// The profile of an ncu run of `program args` with `opts` that the caller started its own way
+    /// (e.g. supervised, with a time limit), from how it `ended`; ncu's failures become
+    /// [`NcuError`]s as in [`profile`].
+    pub fn from_output(
+        opts: &ProfileOptions,
+        program: &Path,
+        args: &[String],
+        ended: &Ended<'_>,
+    ) -> Result<Profile, NcuError> {
+        let (stdout, stderr) = (ended.stdout, ended.stderr);
+        let launches = interpret(opts, ended.success, ended.status, stdout, stderr)?;
+        let mut command_line = vec![opts.ncu.to_string_lossy().into_owned()];
+        command_line.extend(
+            arguments(opts, program, args)
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned()),
+        );
+        Ok(Profile {
+            command_line,
+            clock_note: opts.clock_note().to_owned(),
+            warnings: stdout
+                .lines()
+                .chain(stderr.lines())
+                .filter(|l| l.starts_with("==WARNING=="))
+                .map(str::to_owned)
+                .collect(),
+            launches,
+        })
+    }
 }
 
 /// Turns ncu's exit status and output into launches or a classified error.
