@@ -40,13 +40,20 @@ pub fn drive<M: Measurer, E>(
     while let Some(generation) = search.next_generation() {
         let state = measurer.begin(&generation);
         let number = generation.number;
+        let space = search.space();
+        let configs: Vec<_> = generation
+            .candidates
+            .iter()
+            .map(|k| space.to_row(k))
+            .collect();
         let measured = |index: usize, knobs: &Knobs, device: usize| {
             let compile_s = measurer.ready(&state, index);
             let started = Instant::now();
             let measured = measurer.measure(knobs, device);
             let run_s = started.elapsed().as_secs_f64();
             let baseline = &baselines[&device];
-            let row = measured.log_row(number, knobs, baseline, compare, compile_s, run_s);
+            let config = configs[index].clone();
+            let row = measured.log_row(number, config, baseline, compare, compile_s, run_s);
             (knobs.clone(), row)
         };
         for_each_on_devices(&generation.candidates, devices, measured, |(knobs, row)| {
@@ -112,20 +119,6 @@ pub fn compare_options(resamples: usize, seed: u64) -> crate::Result<CompareOpti
     };
     compare.validate()?;
     Ok(compare)
-}
-
-/// The note `best.json` keeps on `--ncu` (`asked`): finalists are ranked by speedup alone.
-pub fn ncu_note(asked: bool) -> String {
-    if !asked {
-        return String::new();
-    }
-    let found = std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("ncu").is_file()));
-    if found {
-        "--ncu: finalists are ranked by speedup; profile the best with `cargo xtask ncu` (ncu scoring inside evo is not wired yet)".into()
-    } else {
-        "--ncu: Nsight Compute (ncu) is not on PATH: finalists are ranked by speedup alone".into()
-    }
 }
 
 #[cfg(test)]

@@ -3,20 +3,26 @@
 //! # Bird's-eye view
 //!
 //! - [`Space`]: the knobs of an implementation ([`KnobDomain`]: a name and its integer values)
-//!   and a validator (the registry's constraints and device limits). Its operators
-//!   ([`Space::random`], [`Space::mutate`], [`Space::crossover`], [`Space::project`]) only return
-//!   configs that pass [`Space::check`]: a config that cannot be valid is never built.
+//!   and a validator (the registry's constraints and device limits); or a choice among
+//!   implementations ([`Space::choice`] of [`Branch`]es, `--impl a,b,c`): the implementation is
+//!   a categorical knob ([`IMPL_KNOB`]) with each one's own knobs (maybe none) beneath it. Its
+//!   operators ([`Space::random`], [`Space::mutate`], [`Space::crossover`], [`Space::project`])
+//!   only return configs that pass [`Space::check`]: a config that cannot be valid is never built.
 //! - [`rank_probabilities`], [`pick_rank`]: rank-based parent selection, `p(r) ∝ 1 / (r + N)`.
 //! - [`Search`]: an elitist population search, one [`Generation`] at a time. The caller measures
 //!   the candidates (however it likes: worker processes, GPUs in parallel) and [`Search::record`]s
 //!   a fitness, or `None` for an invalid candidate. Configs are never measured twice; everything is
 //!   seeded; [`Search::resume`] continues from a log as if never interrupted.
-//! - [`evaluations_from_log`]: a search log (`attn_evidence::EvoCandidate` rows) as evaluations.
+//! - [`evaluations_from_log`]: a search log (`attn_evidence::EvoCandidate` rows) as evaluations
+//!   ([`Space::to_row`] and [`Space::from_row`]: a config as a row holds it, the implementation
+//!   by name).
 //! - [`Measurement`]: what a worker measured (its JSON line), scored into a log row against the
 //!   baseline ([`Measurement::log_row`]); [`best_row`] picks the winner.
-//! - `plan`: [`narrow_domains`], the `--src` constraint ([`source_constraint`]), generation 0's
+//! - `plan`: [`narrow_domains`] (and [`narrow_choice`] for several implementations), the `--src` constraint ([`source_constraint`]), generation 0's
 //!   seeds from a micro log or earlier bests, each candidate's input seed ([`config_seed`]) and
 //!   the `gate` command that confirms a config ([`gate_command`]); [`evo_best`]: `best.json`.
+//! - `composite`: `--fitness composite`, the finalists ([`finalists`]) profiled by the caller
+//!   and ranked by attn-ncu's composite fitness ([`rank_finalists`], [`composite_winner`]).
 //! - `summary`: the lines `cargo xtask evo` prints ([`search_line`], [`best_lines`], ...).
 //! - [`SearchRun`]: a run's folder, new (`search.json` written) or resumed from its log.
 //! - [`drive`]: a search measured to its end by a [`Measurer`] (the caller's), one thread per
@@ -46,6 +52,7 @@
 //! # Ok::<(), attn_evo::EvoError>(())
 //! ```
 
+mod composite;
 mod drive;
 mod error;
 mod log;
@@ -58,9 +65,11 @@ mod select;
 mod space;
 mod summary;
 
-pub use drive::{
-    compare_options, drive, for_each_on_devices, measure_baselines, ncu_note, Measurer,
+pub use composite::{
+    composite_note, composite_winner, finalists, finalists_table, rank_finalists, Composite,
+    SYNCS_PER_TILE_SOURCE,
 };
+pub use drive::{compare_options, drive, for_each_on_devices, measure_baselines, Measurer};
 pub use error::{EvoError, Result};
 pub use log::{evaluations_from_log, knobs_from_strings, knobs_to_strings};
 pub use measured::{best_row, evo_best, synthetic_measurement, synthetic_samples, Measurement};
@@ -68,11 +77,11 @@ pub use micro::{
     micro_knobs, micro_ranked, micro_results, micro_tile_configs, MICRO_KNOBS, MICRO_SCOPE,
 };
 pub use plan::{
-    config_seed, format_knobs, gate_command, narrow_domains, seed_from_bests, seed_from_log,
-    source_constraint,
+    config_seed, format_knobs, gate_command, narrow_choice, narrow_domains, seed_from_bests,
+    seed_from_log, source_constraint, split_row,
 };
 pub use run::SearchRun;
 pub use search::{Evaluation, Generation, Options, Search};
 pub use select::{pick_rank, rank_probabilities};
-pub use space::{KnobDomain, Knobs, Space};
-pub use summary::{best_lines, counts_line, row_line, search_line};
+pub use space::{Branch, KnobDomain, Knobs, Space, IMPL_KNOB};
+pub use summary::{best_lines, counts_line, describe_config, row_line, search_line};

@@ -4,8 +4,9 @@ use attn_evidence::{CandidateStatus, EvoBest, EvoCandidate, Provenance, SearchSp
 use attn_stats::{CompareOptions, Sample};
 use serde::{Deserialize, Serialize};
 
-use crate::log::{knobs_from_strings, knobs_to_strings};
-use crate::plan::gate_command;
+use std::collections::BTreeMap;
+
+use crate::plan::{gate_command, split_row};
 use crate::space::Knobs;
 use crate::EvoError;
 
@@ -72,12 +73,13 @@ impl Measurement {
         Ok(Sample::new(self.samples_us)?)
     }
 
-    /// The log row of this candidate, scored by its speedup over `baseline` (a candidate whose
+    /// The log row of this candidate (its `config` as the log holds it, see
+    /// [`crate::Space::to_row`]), scored by its speedup over `baseline` (a candidate whose
     /// samples cannot be compared is invalid).
     pub fn log_row(
         &self,
         generation: u32,
-        knobs: &Knobs,
+        config: BTreeMap<String, String>,
         baseline: &Sample,
         options: &CompareOptions,
         compile_s: Option<f64>,
@@ -85,7 +87,7 @@ impl Measurement {
     ) -> EvoCandidate {
         let mut row = EvoCandidate {
             generation,
-            config: knobs_to_strings(knobs),
+            config,
             status: self.status.clone(),
             median_us: None,
             speedup: None,
@@ -121,40 +123,44 @@ pub fn best_row(rows: &[EvoCandidate]) -> Option<&EvoCandidate> {
         .max_by(|a, b| a.score.unwrap_or(0.0).total_cmp(&b.score.unwrap_or(0.0)))
 }
 
-/// `best.json` of a finished search: its best row with the run's counts; `None` without a valid
-/// row.
+/// `best.json` of a finished search: `winner` (its best row, or the composite winner of
+/// [`crate::rank_finalists`]) with the run's counts, and how it was chosen when not by speedup
+/// (`ncu`, `fitness`).
 pub fn evo_best(
     spec: &SearchSpec,
     run: &str,
     rows: &[EvoCandidate],
+    winner: &EvoCandidate,
     devices: Vec<String>,
-    ncu: String,
     provenance: Option<Provenance>,
-) -> Option<EvoBest> {
-    let best = best_row(rows)?;
-    let knobs = knobs_from_strings(&best.config).unwrap_or_default();
-    Some(EvoBest {
+) -> EvoBest {
+    let (implementation, config) = split_row(spec, &winner.config);
+    let knobs = crate::knobs_from_strings(&config).unwrap_or_default();
+    let reproduce = gate_command(spec, implementation.as_deref(), &knobs);
+    EvoBest {
         kind: EvoBest::KIND.into(),
         run: run.into(),
         target: spec.target.clone(),
+        implementation,
         shape: spec.shape.clone(),
         baseline: spec.baseline.clone(),
         seed: spec.seed,
-        config: best.config.clone(),
+        config,
         fixed_defines: spec.defines.clone(),
-        generation: best.generation,
-        median_us: best.median_us,
-        speedup: best.speedup,
-        speedup_lower: best.speedup_lower,
-        speedup_upper: best.speedup_upper,
-        score: best.score,
+        generation: winner.generation,
+        median_us: winner.median_us,
+        speedup: winner.speedup,
+        speedup_lower: winner.speedup_lower,
+        speedup_upper: winner.speedup_upper,
+        score: winner.score,
         candidates: rows.len(),
         invalid: rows.iter().filter(|r| !r.status.is_ok()).count(),
         devices,
-        reproduce: gate_command(spec, &knobs),
-        ncu,
+        reproduce,
+        ncu: String::new(),
+        fitness: None,
         provenance,
-    })
+    }
 }
 
 /// What a synthetic worker reports (tests without a GPU; times from [`synthetic_samples`]). In

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use attn_evidence::{EvoBest, EvoCandidate, SearchSpec};
+use attn_evidence::{EvoBest, EvoCandidate, SearchImplementation, SearchSpec, IMPL_KNOB};
 
 use crate::error::{EvoError, Result};
 use crate::log::knobs_from_strings;
@@ -51,6 +51,97 @@ pub fn narrow_domains<'a>(
         }),
         None => Ok(knobs),
     }
+}
+
+/// The knobs of several registered implementations (`available`: each one's name and its knobs'
+/// domains; an implementation may have none), each narrowed to the values `declared` for it
+/// (`--knob` applies to every implementation that has the knob). A knob none of them has, or a
+/// value outside the domain of every implementation that has the knob, is an error; an
+/// implementation keeps the declared values its domain holds.
+///
+/// ```
+/// let available = vec![
+///     ("hopper", vec![("BLOCK_M", &[64_i64, 128, 192][..])]),
+///     ("cublas", vec![]),
+///     ("mma", vec![("BLOCK_M", &[16_i64, 32, 64, 128, 256][..]), ("STAGES", &[1_i64, 2][..])]),
+/// ];
+/// let declared = [("BLOCK_M".to_string(), vec![128, 256])].into();
+/// let narrowed = attn_evo::narrow_choice(available, &declared)?;
+/// assert_eq!(narrowed[0].knobs["BLOCK_M"], [128]);
+/// assert!(narrowed[1].knobs.is_empty());
+/// assert_eq!(narrowed[2].knobs["BLOCK_M"], [128, 256]);
+/// assert_eq!(narrowed[2].knobs["STAGES"], [1, 2]);
+/// # Ok::<(), attn_evo::EvoError>(())
+/// ```
+pub fn narrow_choice<'a>(
+    available: Vec<(&str, Vec<(&'a str, &'a [i64])>)>,
+    declared: &BTreeMap<String, Vec<i64>>,
+) -> Result<Vec<SearchImplementation>> {
+    let names: Vec<&str> = available.iter().map(|(name, _)| *name).collect();
+    let mut out = Vec::new();
+    for (name, knobs) in &available {
+        let mut narrowed = BTreeMap::new();
+        for (knob, domain) in knobs {
+            let values: Vec<i64> = match declared.get(*knob) {
+                Some(values) => values
+                    .iter()
+                    .copied()
+                    .filter(|v| domain.contains(v))
+                    .collect(),
+                None => domain.to_vec(),
+            };
+            if values.is_empty() {
+                return Err(EvoError::OutsideDomain {
+                    knob: format!("{knob} of {name}"),
+                    value: declared[*knob][0],
+                    domain: domain.to_vec(),
+                });
+            }
+            narrowed.insert(knob.to_string(), values);
+        }
+        out.push(SearchImplementation {
+            name: name.to_string(),
+            knobs: narrowed,
+        });
+    }
+    for (knob, values) in declared {
+        let domains: Vec<&[i64]> = available
+            .iter()
+            .flat_map(|(_, knobs)| knobs.iter().filter(|(k, _)| k == knob))
+            .map(|(_, domain)| *domain)
+            .collect();
+        if domains.is_empty() {
+            return Err(EvoError::UnknownKnob {
+                knob: knob.clone(),
+                target: names.join(","),
+            });
+        }
+        if let Some(v) = values
+            .iter()
+            .find(|v| !domains.iter().any(|d| d.contains(v)))
+        {
+            let mut union: Vec<i64> = domains.concat();
+            union.sort_unstable();
+            union.dedup();
+            return Err(EvoError::OutsideDomain {
+                knob: knob.clone(),
+                value: *v,
+                domain: union,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// A log row's config split into its implementation (the row's [`IMPL_KNOB`] in a search over
+/// several, else the search's own) and its knobs.
+pub fn split_row(
+    spec: &SearchSpec,
+    config: &BTreeMap<String, String>,
+) -> (Option<String>, BTreeMap<String, String>) {
+    let mut knobs = config.clone();
+    let chosen = knobs.remove(IMPL_KNOB);
+    (chosen.or_else(|| spec.implementation.clone()), knobs)
 }
 
 /// The constraint of a `--src` kernel's configs (its `defines` merged with the knobs): its block
@@ -118,7 +209,8 @@ pub fn seed_from_log(
 }
 
 /// Adds to `seeds` the best configs of earlier searches of `target` (`<evo_dir>/*/best.json`;
-/// unreadable files are skipped).
+/// unreadable files are skipped); a search over several implementations also takes the best of
+/// any earlier search whose winner is one of them.
 pub fn seed_from_bests(
     seeds: &mut Vec<Knobs>,
     evo_dir: &Path,
@@ -130,39 +222,47 @@ pub fn seed_from_bests(
         let Ok(best) = EvoBest::read(&entry.path().join("best.json")) else {
             continue;
         };
-        if best.target == target {
-            if let Ok(knobs) = knobs_from_strings(&best.config) {
+        let Ok(mut knobs) = knobs_from_strings(&best.config) else {
+            continue;
+        };
+        let implementation = best.implementation.as_deref().unwrap_or(&best.target);
+        match space.branch_index(implementation) {
+            Some(index) => {
+                knobs.insert(IMPL_KNOB.into(), index as i64);
                 push_projected(seeds, space, &knobs, fill);
             }
+            None if best.target == target => push_projected(seeds, space, &knobs, fill),
+            None => {}
         }
     }
 }
 
 fn push_projected(seeds: &mut Vec<Knobs>, space: &Space, partial: &Knobs, fill: &Knobs) {
-    if let Some(k) = space.project(partial, fill) {
+    for k in space.projections(partial, fill) {
         if !seeds.contains(&k) {
             seeds.push(k);
         }
     }
 }
 
-/// The `cargo xtask gate` command that confirms `knobs` of `spec` independently.
+/// The `cargo xtask gate` command that confirms `knobs` of `implementation` (the search's, or the
+/// one a search over several chose) independently.
 ///
 /// ```
 /// use attn_evidence::{SearchSpec, ShapeSpec};
 /// let spec = SearchSpec {
-///     target: "mma".into(), implementation: Some("mma".into()), src: None, entry: None,
-///     defines: Default::default(), knobs: Default::default(), shape: "2,8,1024,64".parse()?,
-///     baseline: "sdpa".into(), seed: 1, population: 8, generations: 8,
+///     target: "hopper,cublas,mma".into(), implementation: None, implementations: vec![], src: None,
+///     entry: None, defines: Default::default(), knobs: Default::default(),
+///     shape: "2,8,1024,64".parse()?, baseline: "sdpa".into(), seed: 1, population: 8, generations: 8,
 /// };
 /// let knobs = [("BLOCK_M".to_string(), 128)].into();
 /// assert_eq!(
-///     attn_evo::gate_command(&spec, &knobs),
+///     attn_evo::gate_command(&spec, Some("mma"), &knobs),
 ///     "cargo xtask gate --impl mma --config BLOCK_M=128 --shape 2,8,1024,64 --dtype fp16 --baseline sdpa"
 /// );
 /// # Ok::<(), attn_evidence::EvidenceError>(())
 /// ```
-pub fn gate_command(spec: &SearchSpec, knobs: &Knobs) -> String {
+pub fn gate_command(spec: &SearchSpec, implementation: Option<&str>, knobs: &Knobs) -> String {
     let s = &spec.shape;
     let mut shape = format!("{},{},{}", s.batch, s.heads, s.seq_q);
     if s.seq_kv != s.seq_q {
@@ -170,8 +270,14 @@ pub fn gate_command(spec: &SearchSpec, knobs: &Knobs) -> String {
     }
     shape.push_str(&format!(",{}", s.head_dim));
     let mut cmd = String::from("cargo xtask gate ");
-    match (&spec.implementation, &spec.src) {
-        (Some(name), _) => cmd.push_str(&format!("--impl {name} --config {}", format_knobs(knobs))),
+    match (implementation, &spec.src) {
+        (Some(name), _) => {
+            cmd.push_str(&format!("--impl {name}"));
+            // An implementation without knobs (cublas) takes no --config.
+            if !knobs.is_empty() {
+                cmd.push_str(&format!(" --config {}", format_knobs(knobs)));
+            }
+        }
         (None, Some(src)) => {
             cmd.push_str(&format!("--src {}", src.display()));
             if let Some(entry) = &spec.entry {

@@ -68,10 +68,8 @@ impl SearchRun {
             } else {
                 vec![]
             };
-            (
-                search.resume(evaluations_from_log(&rows)?)?,
-                Some(rows.len()),
-            )
+            let history = evaluations_from_log(&rows, search.space())?;
+            (search.resume(history)?, Some(rows.len()))
         } else {
             if log_path.exists() {
                 return Err(EvoError::RunExists {
@@ -82,8 +80,7 @@ impl SearchRun {
             self.spec.write(&self.dir.join("search.json"))?;
             (search, None)
         };
-        let knob_names: Vec<String> = self.spec.knobs.keys().cloned().collect();
-        let log = EvoLogAppender::open(&log_path, &knob_names)?;
+        let log = EvoLogAppender::open(&log_path, &search.space().columns())?;
         Ok((search, log, resumed))
     }
 }

@@ -1,21 +1,54 @@
 //! A search's summaries as `cargo xtask evo` prints them: what is searched, each failed
 //! candidate, the log's counts, the winner.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
-use attn_evidence::{EvoBest, EvoCandidate, SearchSpec};
+use attn_evidence::{EvoBest, EvoCandidate, SearchSpec, IMPL_KNOB};
 
-use crate::log::knobs_from_strings;
-use crate::plan::format_knobs;
+/// A config as a log row or `best.json` holds it, on one line: `K=V,K=V` in name order, after
+/// its implementation's name when it has one (`mma BLOCK_M=64,STAGES=2`, or just `cublas`).
+///
+/// ```
+/// let row = [("impl", "mma"), ("STAGES", "2"), ("BLOCK_M", "64")]
+///     .map(|(k, v)| (k.to_string(), v.to_string())).into();
+/// assert_eq!(attn_evo::describe_config(&row), "mma BLOCK_M=64,STAGES=2");
+/// ```
+pub fn describe_config(config: &BTreeMap<String, String>) -> String {
+    let knobs: Vec<String> = config
+        .iter()
+        .filter(|(k, _)| *k != IMPL_KNOB)
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    let knobs = knobs.join(",");
+    match config.get(IMPL_KNOB) {
+        Some(name) if knobs.is_empty() => name.clone(),
+        Some(name) => format!("{name} {knobs}"),
+        None => knobs,
+    }
+}
 
 /// What is searched and how: `configs` before constraints, up to `budget` candidates, on
 /// `workers`.
 pub fn search_line(spec: &SearchSpec, configs: u64, budget: usize, workers: &[String]) -> String {
     let (target, shape, baseline) = (&spec.target, &spec.shape, &spec.baseline);
     let (population, generations, seed) = (spec.population, spec.generations, spec.seed);
+    let knobs = if spec.implementations.is_empty() {
+        format!("{} knob(s)", spec.knobs.len())
+    } else {
+        let each: Vec<String> = spec
+            .implementations
+            .iter()
+            .map(|i| format!("{} {}", i.name, i.knobs.len()))
+            .collect();
+        format!(
+            "{} implementations (knobs: {})",
+            spec.implementations.len(),
+            each.join(", ")
+        )
+    };
     format!(
-        "evo: {target} on {shape} vs {baseline} | {} knob(s), {configs} configs before constraints | population {population}, generations {generations}, budget {budget}, seed {seed} | {} worker(s): {}",
-        spec.knobs.len(),
+        "evo: {target} on {shape} vs {baseline} | {knobs}, {configs} configs before constraints | population {population}, generations {generations}, budget {budget}, seed {seed} | {} worker(s): {}",
         workers.len(),
         workers.join(", ")
     )
@@ -23,7 +56,7 @@ pub fn search_line(spec: &SearchSpec, configs: u64, budget: usize, workers: &[St
 
 /// A logged candidate with its status (for one that failed).
 pub fn row_line(row: &EvoCandidate) -> String {
-    let config = format_knobs(&knobs_from_strings(&row.config).unwrap_or_default());
+    let config = describe_config(&row.config);
     format!("  gen {} {config}: {}", row.generation, row.status)
 }
 
@@ -38,11 +71,21 @@ pub fn counts_line(rows: &[EvoCandidate], log: &Path) -> String {
     )
 }
 
-/// The winner against the baseline, the command that confirms it, and where `best.json` is.
+/// The winner against the baseline, how it was chosen when not by speedup, the command that
+/// confirms it, and where `best.json` is.
 pub fn best_lines(best: &EvoBest, path: &Path) -> String {
-    let config = format_knobs(&knobs_from_strings(&best.config).unwrap_or_default());
+    let mut config = best.config.clone();
+    if let Some(name) = &best.implementation {
+        config.insert(IMPL_KNOB.into(), name.clone());
+    }
+    let chosen = if best.ncu.is_empty() {
+        String::new()
+    } else {
+        format!("\n{}", best.ncu)
+    };
     format!(
-        "best: {config} (generation {}): {:.2} µs, speedup {:.3}x [{:.3}, {:.3}] vs {}\nconfirm it: {}\nevidence: {}",
+        "best: {} (generation {}): {:.2} µs, speedup {:.3}x [{:.3}, {:.3}] vs {}{chosen}\nconfirm it: {}\nevidence: {}",
+        describe_config(&config),
         best.generation,
         best.median_us.unwrap_or(f64::NAN),
         best.speedup.unwrap_or(f64::NAN),
