@@ -17,6 +17,9 @@ pub enum MeasureError {
     /// An evidence file that cannot be read or written.
     #[error(transparent)]
     Evidence(#[from] attn_evidence::EvidenceError),
+    /// Nsight Compute could not be found or could not profile (its own one-line errors).
+    #[error(transparent)]
+    Ncu(#[from] attn_ncu::NcuError),
     /// PyTorch SDPA could not be used or failed on a job.
     #[error("PyTorch SDPA: {0}")]
     Sdpa(String),

@@ -1,16 +1,92 @@
-//! What Nsight Compute and compute-sanitizer run: the kernel ncu filters on, and the target-mode
-//! program that launches only the candidate ([`Target`], which a tool runs as this same binary in a
-//! hidden mode with the target as JSON).
+//! What Nsight Compute and compute-sanitizer run: the tools found before anything runs
+//! ([`find_program`], [`find_ncu`]), the kernel ncu filters on, the target-mode program that
+//! launches only the candidate ([`Target`], which a tool runs as this same binary in a hidden mode
+//! with the target as JSON), and ncu run on it supervised ([`ncu`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use attn_evidence::ShapeSpec;
 use attn_kernels::registry::Engine;
 use attn_kernels::{Candidate, Config, Gpu, Prepared};
+use attn_ncu::metrics::Purpose;
 use serde::{Deserialize, Serialize};
 
+use crate::supervise::{run_supervised, Supervised};
 use crate::timing::InputSets;
 use crate::{MeasureError, Problem, Result};
+
+/// Finds a tool's program before anything runs: `given` itself when it is a path (has a `/`),
+/// else `given` on PATH, then in `$CUDA_HOME/bin` and `/usr/local/cuda/bin` (where the CUDA
+/// toolkit puts ncu and compute-sanitizer); `None` when it is nowhere.
+pub fn find_program(given: &Path) -> Option<PathBuf> {
+    let executable = |p: &Path| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if given.components().count() > 1 {
+        return executable(given).then(|| given.to_path_buf());
+    }
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    if let Some(home) = std::env::var_os("CUDA_HOME") {
+        dirs.push(PathBuf::from(home).join("bin"));
+    }
+    dirs.push("/usr/local/cuda/bin".into());
+    dirs.iter().map(|d| d.join(given)).find(|p| executable(p))
+}
+
+/// Finds Nsight Compute (`given`: `ncu` or its path) as [`find_program`] does; missing is one
+/// clear error, said before anything is measured.
+pub fn find_ncu(given: &Path) -> Result<PathBuf> {
+    find_program(given).ok_or_else(|| {
+        let path = given.to_path_buf();
+        MeasureError::Ncu(attn_ncu::NcuError::NcuNotFound { path })
+    })
+}
+
+/// Profiles `candidate` on `shape` with Nsight Compute (`ncu`, from [`find_ncu`]): `program` (this
+/// binary) in its target mode, ncu filtered to the candidate's kernel(s) ([`profiled_entry`]),
+/// one warm-up launch skipped and `launches` profiled with `purpose`'s metrics, clocks left
+/// alone, caches flushed. ncu runs in its own process group, killed with the target past
+/// `timeout`: a faulting or hanging candidate ends only its own profile.
+pub fn ncu(
+    ncu: &Path,
+    program: &Path,
+    candidate: &Candidate,
+    shape: ShapeSpec,
+    purpose: Purpose,
+    launches: u32,
+    timeout: Duration,
+) -> Result<attn_ncu::Profile> {
+    let entry = profiled_entry(candidate);
+    let opts = attn_ncu::kernel_options(entry, purpose, ncu.to_path_buf(), launches);
+    let target = Target::new(candidate, vec![shape], launches)?;
+    let args = ["target".to_string(), target.to_json()];
+    let command = attn_ncu::command(&opts, program, &args);
+    match run_supervised(command, timeout)? {
+        Supervised::TimedOut => Err(MeasureError::Invalid(format!(
+            "ncu: timeout after {} s",
+            timeout.as_secs_f64()
+        ))),
+        Supervised::Finished {
+            status,
+            stdout,
+            stderr,
+        } => {
+            let ended = attn_ncu::Ended {
+                success: status.success(),
+                status: &status.to_string(),
+                stdout: &stdout,
+                stderr: &stderr,
+            };
+            Ok(attn_ncu::Profile::from_output(
+                &opts, program, &args, &ended,
+            )?)
+        }
+    }
+}
 
 /// The kernel name ncu is filtered to for `candidate` (the cuBLAS path launches several).
 pub fn profiled_entry(candidate: &Candidate) -> &'static str {
@@ -145,6 +221,23 @@ impl Target {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_ncu_is_one_line_naming_it() {
+        let err = find_ncu(Path::new("/no/such/dir/ncu"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("ncu not found at \"/no/such/dir/ncu\": install Nsight Compute"),
+            "{err}"
+        );
+        let err = find_ncu(Path::new("ncu-that-is-not-anywhere"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("ncu-that-is-not-anywhere"), "{err}");
+        let sh = find_program(Path::new("sh")).expect("sh is on PATH");
+        assert!(sh.is_absolute() && sh.ends_with("sh"), "{}", sh.display());
+    }
 
     #[test]
     fn a_target_round_trips_through_json() {

@@ -30,33 +30,15 @@ const PREFIX: &str = "=========";
 /// Finds compute-sanitizer: `given` itself when it is a path (has a `/`), else `given` on PATH,
 /// then in `$CUDA_HOME/bin` and `/usr/local/cuda/bin`. Missing is one clear error.
 pub fn find(given: &Path) -> Result<PathBuf> {
-    let executable = |p: &Path| {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    };
-    if given.components().count() > 1 {
-        return match executable(given) {
-            true => Ok(given.to_path_buf()),
-            false => Err(MeasureError::SanitizerNotFound {
-                name: SANITIZER.into(),
-                looked: format!("at {}", given.display()),
-            }),
+    crate::profile::find_program(given).ok_or_else(|| {
+        let (name, looked) = if given.components().count() > 1 {
+            (SANITIZER.into(), format!("at {}", given.display()))
+        } else {
+            let dirs = "on PATH, in $CUDA_HOME/bin or /usr/local/cuda/bin";
+            (given.display().to_string(), dirs.into())
         };
-    }
-    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect())
-        .unwrap_or_default();
-    if let Some(home) = std::env::var_os("CUDA_HOME") {
-        dirs.push(PathBuf::from(home).join("bin"));
-    }
-    dirs.push("/usr/local/cuda/bin".into());
-    dirs.iter()
-        .map(|d| d.join(given))
-        .find(|p| executable(p))
-        .ok_or_else(|| MeasureError::SanitizerNotFound {
-            name: given.display().to_string(),
-            looked: "on PATH, in $CUDA_HOME/bin or /usr/local/cuda/bin".into(),
-        })
+        MeasureError::SanitizerNotFound { name, looked }
+    })
 }
 
 /// compute-sanitizer's arguments for `tool` on `program args`: device backtraces only (the

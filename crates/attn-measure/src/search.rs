@@ -1,18 +1,20 @@
 //! Measuring for a search (`cargo xtask evo`): one candidate or the baseline on one GPU, the way
 //! a search worker process does it (compile or cache hit, correctness on fresh inputs, graph-mode
 //! timing); a generation's compiles on CPU threads while the GPU measures; the GPUs a search
-//! runs on.
+//! runs on; a finalist profiled with Nsight Compute (`--fitness composite`).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use attn_evidence::{SearchSpec, ShapeSpec};
+use attn_evidence::{SearchSpec, ShapeSpec, IMPL_KNOB};
 use attn_kernels::compile::compile;
 use attn_kernels::registry::{self, Limits};
 use attn_kernels::{Candidate, Config, Gpu, GpuReference, Prepared, TimingMode, TimingOptions};
+use attn_ncu::metrics::Purpose;
+use attn_ncu::KernelSummary;
 
 use crate::timing::{KernelSide, SdpaSide, TimedSide};
 use crate::{check, Baseline, MeasureError, Problem, Result};
@@ -124,13 +126,38 @@ pub fn candidate(
     })
 }
 
-/// A search candidate's defines: the spec's fixed ones and its knobs.
-pub fn config(spec: &SearchSpec, knobs: &BTreeMap<String, i64>) -> Config {
-    Config(spec.defines.clone()).merged(&Config(knobs.clone()))
+/// What a search config runs: the registered implementation (the spec's, or in a search over
+/// several the one the config's [`IMPL_KNOB`] picks; `None` for a `--src` kernel) and its
+/// defines (the spec's fixed ones and the config's knobs).
+pub fn implementation_and_config<'s>(
+    spec: &'s SearchSpec,
+    knobs: &BTreeMap<String, i64>,
+) -> (Option<&'s str>, Config) {
+    let mut knobs = knobs.clone();
+    let chosen = knobs.remove(IMPL_KNOB).and_then(|i| {
+        let i = usize::try_from(i).ok()?;
+        spec.implementations.get(i).map(|imp| imp.name.as_str())
+    });
+    let implementation = chosen.or(spec.implementation.as_deref());
+    (
+        implementation,
+        Config(spec.defines.clone()).merged(&Config(knobs)),
+    )
 }
 
-/// The knobs of registered implementation `name` a search may tune at `head_dim`, with their
-/// domains.
+/// The knobs of registered implementation `name` at `head_dim`, with their domains: none for an
+/// implementation without knobs (`cublas`).
+pub fn implementation_knobs(
+    name: &str,
+    head_dim: usize,
+) -> Result<Vec<(&'static str, &'static [i64])>> {
+    let imp = registry::find(name)?;
+    imp.check_head_dim(head_dim)?;
+    Ok(imp.knobs.iter().map(|k| (k.name, k.domain)).collect())
+}
+
+/// The knobs of registered implementation `name` a search of it alone may tune at `head_dim`,
+/// with their domains (one without knobs is an error: there is nothing to search).
 pub fn searchable_knobs(
     name: &str,
     head_dim: usize,
@@ -141,8 +168,7 @@ pub fn searchable_knobs(
             "`{name}` has no knobs to search"
         )));
     }
-    imp.check_head_dim(head_dim)?;
-    Ok(imp.knobs.iter().map(|k| (k.name, k.domain)).collect())
+    implementation_knobs(name, head_dim)
 }
 
 /// The registry's constraints on `name`'s knobs at `head_dim` within `limits`, as a search
@@ -165,6 +191,60 @@ pub fn default_knobs(name: &str, shape: &ShapeSpec) -> Result<BTreeMap<String, i
     let imp = registry::find(name)?;
     let tuned = imp.tuned_for(&Problem::new(shape.clone())?.shape);
     Ok(imp.default_config(shape.head_dim).merged(&tuned).0)
+}
+
+/// Launches of a search finalist that ncu profiles (after one warm-up launch).
+pub const FINALIST_LAUNCHES: u32 = 3;
+
+/// The metric set a search finalist is profiled with: everything the composite fitness reads.
+const FINALIST_METRICS: Purpose = Purpose::All;
+
+/// How a search's finalists are profiled, in a line (for `finalists.json`).
+pub fn finalist_profiling() -> String {
+    let opts = attn_ncu::ProfileOptions::new("attn_fwd", vec![]);
+    format!(
+        "ncu, metric set {}, {FINALIST_LAUNCHES} launches after a warm-up on GPU 0, filtered to the candidate's kernel (attn_fwd; every kernel of the cuBLAS path); {}; caches flushed before each pass",
+        attn_ncu::metrics::hopper(FINALIST_METRICS).name,
+        opts.clock_note()
+    )
+}
+
+/// A search finalist profiled with Nsight Compute ([`crate::profile::ncu`], `ncu` and this
+/// `program`, killed past `timeout`): `implementation` (or the spec's `--src` kernel) with
+/// `knobs` (without the implementation's choice) on the spec's shape. Its kernels, each with the
+/// metrics asked for (ncu's device attributes dropped), aggregated over the profiled launches.
+pub fn profile_finalist(
+    spec: &SearchSpec,
+    implementation: Option<&str>,
+    knobs: &BTreeMap<String, i64>,
+    ncu: &Path,
+    program: &Path,
+    timeout: Duration,
+) -> Result<Vec<KernelSummary>> {
+    let (_, config) = implementation_and_config(spec, knobs);
+    let made = candidate(
+        implementation,
+        spec.src.as_deref(),
+        spec.entry.as_deref(),
+        config,
+    )?;
+    let shape = spec.shape.clone();
+    let launches = FINALIST_LAUNCHES;
+    let profile = crate::profile::ncu(
+        ncu,
+        program,
+        &made,
+        shape,
+        FINALIST_METRICS,
+        launches,
+        timeout,
+    )?;
+    let asked = attn_ncu::metrics::hopper(FINALIST_METRICS).to_strings();
+    let mut kernels = attn_ncu::group(&profile.launches, None);
+    for kernel in &mut kernels {
+        kernel.metrics.retain(|name, _| asked.contains(name));
+    }
+    Ok(kernels)
 }
 
 /// A GPU a search measures on.
@@ -230,7 +310,7 @@ pub struct Precompile {
 }
 
 impl Precompile {
-    /// Starts compiling `candidates` (knobs of `spec`'s target) for `gpu` on `threads` threads.
+    /// Starts compiling `candidates` (configs of `spec`) for `gpu` on `threads` threads.
     pub fn start(
         spec: &SearchSpec,
         gpu: &Gpu,
@@ -246,8 +326,8 @@ impl Precompile {
             .iter()
             .enumerate()
             .map(|(i, knobs)| {
-                let (name, src) = (spec.implementation.as_deref(), spec.src.as_deref());
-                let made = candidate(name, src, spec.entry.as_deref(), config(spec, knobs));
+                let (name, config) = implementation_and_config(spec, knobs);
+                let made = candidate(name, spec.src.as_deref(), spec.entry.as_deref(), config);
                 (i, made.ok())
             })
             .collect();
@@ -295,5 +375,48 @@ impl Precompile {
     /// Waits for every compile to end.
     pub fn join(self) {
         let _ = self.handle.join();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_config_runs_the_implementation_it_picks() {
+        let spec: SearchSpec = serde_json::from_value(serde_json::json!({
+            "target": "cublas,mma", "implementation": null, "src": null, "entry": null,
+            "implementations": [{"name": "cublas", "knobs": {}}, {"name": "mma", "knobs": {"STAGES": [1, 2]}}],
+            "defines": {}, "knobs": {}, "shape": {"batch": 2, "heads": 8, "seq_q": 1024,
+            "seq_kv": 1024, "head_dim": 64, "causal": false, "dtype": "fp16"},
+            "baseline": "sdpa", "seed": 1, "population": 4, "generations": 2,
+        }))
+        .unwrap();
+        let knobs = |pairs: &[(&str, i64)]| -> BTreeMap<String, i64> {
+            pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+        };
+        let (name, config) =
+            implementation_and_config(&spec, &knobs(&[(IMPL_KNOB, 1), ("STAGES", 2)]));
+        assert_eq!(
+            (name, config.to_string().as_str()),
+            (Some("mma"), "STAGES=2")
+        );
+        let (name, config) = implementation_and_config(&spec, &knobs(&[(IMPL_KNOB, 0)]));
+        assert_eq!((name, config), (Some("cublas"), Config::default()));
+        assert!(candidate(name, None, None, Config::default()).is_ok());
+        // One implementation's search: its own name, the knobs as they are.
+        let single = SearchSpec {
+            implementation: Some("mma".into()),
+            implementations: vec![],
+            ..spec
+        };
+        let (name, config) = implementation_and_config(&single, &knobs(&[("STAGES", 1)]));
+        assert_eq!(
+            (name, config.to_string().as_str()),
+            (Some("mma"), "STAGES=1")
+        );
+        assert!(implementation_knobs("cublas", 64).unwrap().is_empty());
+        assert!(searchable_knobs("cublas", 64).is_err());
+        assert!(implementation_knobs("hopper", 96).is_err());
     }
 }
