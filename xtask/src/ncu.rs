@@ -90,13 +90,14 @@ fn profile_impl(args: &Args) -> anyhow::Result<u8> {
     let problem = attn_measure::Problem::new(spec.clone())?;
     crate::args::validate(&candidate, std::slice::from_ref(&problem))?;
     let entry = attn_measure::profile::profiled_entry(&candidate);
-    let opts = attn_ncu::kernel_options(entry, args.purpose, args.ncu.clone(), args.launches);
+    let ncu = attn_measure::profile::find_ncu(&args.ncu)?;
     let program = std::env::current_exe().context("locating this program for ncu to run")?;
-    let target = attn_measure::profile::Target::new(&candidate, vec![spec.clone()], args.launches)?;
-    let target_args = ["target".to_string(), target.to_json()];
     let (label, n) = (candidate.label(), args.launches);
     println!("profiling {label} on {spec} with ncu ({n} launches after a warm-up)");
-    let profile = attn_ncu::profile(&opts, &program, &target_args)?;
+    // A bound for a hung target; a full metric set on a large shape takes a minute or two.
+    let bound = std::time::Duration::from_secs(600);
+    let (purpose, shape) = (args.purpose, spec.clone());
+    let profile = attn_measure::profile::ncu(&ncu, &program, &candidate, shape, purpose, n, bound)?;
     println!("{}", profile.clock_note);
     let kernels = attn_ncu::group(&profile.launches, None);
     if kernels.is_empty() {

@@ -201,6 +201,47 @@ fn bench_ncu_and_evo_check_before_the_gpu_probe() {
         &["BLOCK_M=7", "domain"],
     );
     one_error_line(d, &["evo", "--budget", "0"], &["--budget"]);
+    let several = [
+        "evo",
+        "--synthetic",
+        "--impl",
+        "mma,cublas",
+        "--evidence",
+        "ev",
+    ];
+    one_error_line(
+        d,
+        &[&several[..], &["--knob", "NOPE=1"]].concat(),
+        &["knob NOPE: `mma,cublas` has no such knob"],
+    );
+    one_error_line(
+        d,
+        &[&several[..], &["--knob", "BLOCK_M=7"]].concat(),
+        &["BLOCK_M: 7 is outside its domain"],
+    );
+    one_error_line(
+        d,
+        &[
+            "evo",
+            "--synthetic",
+            "--impl",
+            "naive,hopper",
+            "--shape",
+            "1,8,512,96",
+        ],
+        &["hopper", "head dim 96"],
+    );
+    // A missing ncu is said before the search starts, not after it.
+    one_error_line(
+        d,
+        &[
+            &several[..],
+            &["--fitness", "composite", "--ncu", "/no/such/ncu"],
+        ]
+        .concat(),
+        &["ncu not found at \"/no/such/ncu\""],
+    );
+    assert!(!d.join("ev").exists(), "nothing was searched");
 }
 
 #[test]

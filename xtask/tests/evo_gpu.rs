@@ -1,6 +1,7 @@
 //! GPU tests of `cargo xtask evo`: a search over `tiled` does at least as well as its default
-//! config, and planted faulting and hanging candidates are survived. Run on a GPU machine with
-//! `--include-ignored`.
+//! config, planted faulting and hanging candidates are survived, a search over `cublas` and `mma`
+//! measures both, and a composite-fitness search profiles its finalists with ncu. Run on a GPU
+//! machine with `--include-ignored`.
 
 mod common;
 use common::xtask;
@@ -8,7 +9,7 @@ use common::xtask;
 use std::path::Path;
 use std::process::Command;
 
-use attn_evidence::CandidateStatus;
+use attn_evidence::{CandidateStatus, EvoBest, EvoFinalists, IMPL_KNOB};
 
 fn evo(args: &[&str], evidence: &Path) -> String {
     let out = Command::new(xtask())
@@ -106,4 +107,89 @@ fn planted_faulting_and_hanging_candidates_are_survived() {
     assert_eq!(status("1"), Some(illegal), "{rows:?}");
     let timeout = CandidateStatus::invalid("timeout after 10 s");
     assert_eq!(status("2"), Some(timeout), "{rows:?}");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_search_over_cublas_and_mma_measures_both_and_gates_the_winner() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--impl",
+        "cublas,mma",
+        "--baseline",
+        "mma",
+        "--shape",
+        "1,4,256,64",
+        "--population",
+        "4",
+        "--generations",
+        "2",
+        "--budget",
+        "6",
+        "--samples",
+        "20",
+        "--seed",
+        "2",
+    ];
+    evo(&args, dir.path());
+    let rows = attn_evidence::read_evo_log(&dir.path().join("evo/t/log.csv")).unwrap();
+    let measured = |name: &str| {
+        rows.iter()
+            .any(|r| r.config[IMPL_KNOB] == name && r.status.is_ok())
+    };
+    assert!(measured("cublas") && measured("mma"), "{rows:?}");
+    let best = EvoBest::read(&dir.path().join("evo/t/best.json")).unwrap();
+    let name = best.implementation.clone().unwrap();
+    let gate = format!("cargo xtask gate --impl {name}");
+    assert!(best.reproduce.starts_with(&gate), "{best:?}");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_composite_search_profiles_its_finalists_with_ncu() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--impl",
+        "mma",
+        "--baseline",
+        "mma",
+        "--shape",
+        "1,4,256,64",
+        "--population",
+        "3",
+        "--generations",
+        "1",
+        "--budget",
+        "3",
+        "--samples",
+        "20",
+        "--seed",
+        "4",
+        "--fitness",
+        "composite",
+        "--finalists",
+        "2",
+    ];
+    let text = evo(&args, dir.path());
+    let finalists = EvoFinalists::read(&dir.path().join("evo/t/finalists.json")).unwrap();
+    assert_eq!(finalists.finalists.len(), 2, "{text}");
+    for f in &finalists.finalists {
+        assert_eq!(f.status, CandidateStatus::Ok, "{f:?}");
+        assert!(
+            f.kernels.iter().all(|k| k.kernel.contains("attn_fwd")),
+            "{f:?}"
+        );
+        let score = f.fitness.unwrap();
+        let inputs = score.inputs;
+        assert!(
+            inputs.tensor_pct > 0.0 && inputs.sm_busy_pct > 0.0,
+            "{inputs:?}"
+        );
+        assert!(inputs.registers_per_thread > 0.0, "{inputs:?}");
+        assert_eq!(Some(inputs.speedup), f.speedup);
+    }
+    let best = EvoBest::read(&dir.path().join("evo/t/best.json")).unwrap();
+    let fitness = best.fitness.unwrap();
+    assert_eq!(fitness.winner, finalists.finalists[0].fitness);
+    assert_eq!(best.config, finalists.finalists[0].config);
 }

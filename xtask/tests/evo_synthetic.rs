@@ -1,6 +1,9 @@
 //! CPU: `cargo xtask evo` end to end with synthetic workers (no GPU): crashed and hung candidates
 //! are logged invalid and the search goes on; a search killed mid-way and resumed loses nothing and
-//! ends where an uninterrupted one does. Also: the planted and micro kernels compile (NVRTC).
+//! ends where an uninterrupted one does; a search over several registered implementations (their
+//! real knobs, constraints and defaults; synthetic times) chooses among them, and resumes too;
+//! `--fitness composite` ranks the finalists from a recorded ncu profile (a stand-in `ncu` that
+//! prints it). Also: the planted and micro kernels compile (NVRTC).
 
 mod common;
 use common::xtask;
@@ -9,7 +12,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use attn_evidence::{read_evo_log, CandidateStatus, EvoBest, EvoCandidate};
+use attn_evidence::{
+    read_evo_log, CandidateStatus, EvoBest, EvoCandidate, EvoFinalists, SearchSpec, IMPL_KNOB,
+};
 
 /// A synthetic search's arguments: MODE=1 crashes like an illegal address, MODE=2 hangs.
 fn evo_args(evidence: &Path, run: &str, budget: usize) -> Vec<String> {
@@ -87,18 +92,61 @@ fn bad_candidates_are_logged_invalid_and_the_search_goes_on() {
     assert!(text.contains("confirm it:"), "{text}");
 }
 
+/// A synthetic search over three registered implementations (`cublas` has no knobs), with
+/// `--knob BLOCK_M=64,128` narrowing the two that have it.
+fn choice_args(evidence: &Path, run: &str, budget: usize) -> Vec<String> {
+    [
+        "evo",
+        "--synthetic",
+        "--impl",
+        "hopper,cublas,mma",
+        "--knob",
+        "BLOCK_M=64,128",
+        "--timeout",
+        "5",
+        "--population",
+        "6",
+        "--generations",
+        "6",
+        "--seed",
+        "5",
+        "--baseline",
+        "synthetic",
+        "--run",
+        run,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([
+        "--budget".into(),
+        budget.to_string(),
+        "--evidence".into(),
+        evidence.display().to_string(),
+    ])
+    .collect()
+}
+
 #[test]
 fn a_killed_search_resumes_without_losing_or_repeating_anything() {
+    check_resume(evo_args, 20);
+}
+
+#[test]
+fn a_killed_search_over_several_implementations_resumes_too() {
+    check_resume(choice_args, 16);
+}
+
+/// Kills the search `args` describe mid-way, resumes it, and compares with an uninterrupted one.
+fn check_resume(args: fn(&Path, &str, usize) -> Vec<String>, budget: usize) {
     let dir = tempfile::tempdir().unwrap();
-    let budget = 20;
     let whole = tempfile::tempdir().unwrap();
-    run_to_end(&evo_args(whole.path(), "w", budget));
+    run_to_end(&args(whole.path(), "w", budget));
     let expected = read_evo_log(&whole.path().join("evo/w/log.csv")).unwrap();
 
     // Slow candidates down, wait for a few rows, then kill the search (SIGKILL: no clean-up).
     let log = dir.path().join("evo/k/log.csv");
     let mut child = Command::new(xtask())
-        .args(evo_args(dir.path(), "k", budget))
+        .args(args(dir.path(), "k", budget))
         .env("ATTN_EVO_SYNTHETIC_DELAY_MS", "150")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -118,7 +166,7 @@ fn a_killed_search_resumes_without_losing_or_repeating_anything() {
         before.len()
     );
 
-    let mut resume = evo_args(dir.path(), "k", budget);
+    let mut resume = args(dir.path(), "k", budget);
     resume.extend([
         "--resume".into(),
         dir.path().join("evo/k").display().to_string(),
@@ -142,6 +190,148 @@ fn a_killed_search_resumes_without_losing_or_repeating_anything() {
     assert_eq!(
         got, want,
         "the resumed search measured what the uninterrupted one did"
+    );
+}
+
+#[test]
+fn a_search_over_several_implementations_chooses_among_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = run_to_end(&choice_args(dir.path(), "c", 24));
+    let run = dir.path().join("evo/c");
+    let spec = SearchSpec::read(&run.join("search.json")).unwrap();
+    let names: Vec<&str> = spec
+        .implementations
+        .iter()
+        .map(|i| i.name.as_str())
+        .collect();
+    assert_eq!(names, ["hopper", "cublas", "mma"]);
+    assert_eq!(spec.target, "hopper,cublas,mma");
+    assert!(spec.implementations[1].knobs.is_empty());
+    for narrowed in [&spec.implementations[0], &spec.implementations[2]] {
+        assert_eq!(narrowed.knobs["BLOCK_M"], [64, 128], "{narrowed:?}");
+    }
+    let rows = read_evo_log(&run.join("log.csv")).unwrap();
+    assert_eq!(rows.len(), 24, "{text}");
+    let header = std::fs::read_to_string(run.join("log.csv")).unwrap();
+    assert!(header.starts_with("generation,impl,BLOCK_M,"), "{header}");
+    // Generation 0 seeds each implementation's defaults, in order; cublas is measured once.
+    let first: Vec<&str> = rows[..3]
+        .iter()
+        .map(|r| r.config[IMPL_KNOB].as_str())
+        .collect();
+    assert_eq!(first, names);
+    let cublas: Vec<&EvoCandidate> = rows
+        .iter()
+        .filter(|r| r.config[IMPL_KNOB] == "cublas")
+        .collect();
+    assert_eq!(cublas.len(), 1);
+    assert_eq!(cublas[0].config.len(), 1, "no knobs: {:?}", cublas[0]);
+    for row in &rows {
+        assert_eq!(row.status, CandidateStatus::Ok, "{row:?}");
+        let imp = &spec.implementations[names
+            .iter()
+            .position(|n| *n == row.config[IMPL_KNOB])
+            .unwrap()];
+        let knobs: Vec<&String> = row.config.keys().filter(|k| *k != IMPL_KNOB).collect();
+        assert_eq!(
+            knobs,
+            imp.knobs.keys().collect::<Vec<_>>(),
+            "exactly its knobs: {row:?}"
+        );
+        if let Some(m) = row.config.get("BLOCK_M") {
+            assert!(m == "64" || m == "128", "{row:?}");
+        }
+    }
+    // Synthetic time falls with the sum of the knobs: mma's big tiles win over hopper and cublas.
+    let best = EvoBest::read(&run.join("best.json")).unwrap();
+    assert_eq!(best.implementation.as_deref(), Some("mma"), "{best:?}");
+    let fastest = rows
+        .iter()
+        .max_by(|a, b| a.speedup.unwrap().total_cmp(&b.speedup.unwrap()))
+        .unwrap();
+    assert_eq!(best.speedup, fastest.speedup);
+    let config: Vec<String> = best
+        .config
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    let gate = format!(
+        "cargo xtask gate --impl mma --config {} --shape",
+        config.join(",")
+    );
+    assert!(best.reproduce.starts_with(&gate), "{}", best.reproduce);
+    assert!(text.contains("best: mma BLOCK_M="), "{text}");
+}
+
+/// The H100 profile of PyTorch's SDPA (a fill kernel and cuDNN's attention kernel), printed by a
+/// stand-in for ncu whatever it is asked.
+fn fake_ncu(dir: &Path) -> std::path::PathBuf {
+    let csv = dir.join("profile.csv");
+    std::fs::write(
+        &csv,
+        include_str!("../../crates/attn-ncu/tests/fixtures/h100_sdpa_cudnn_raw.csv"),
+    )
+    .unwrap();
+    let ncu = dir.join("ncu");
+    std::fs::write(&ncu, format!("#!/bin/sh\ncat '{}'\n", csv.display())).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&ncu, std::fs::Permissions::from_mode(0o755)).unwrap();
+    ncu
+}
+
+#[test]
+fn a_composite_search_ranks_its_finalists_and_records_every_term() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = choice_args(dir.path(), "f", 12);
+    let ncu = fake_ncu(dir.path());
+    args.extend(
+        [
+            "--fitness",
+            "composite",
+            "--finalists",
+            "4",
+            "--syncs-per-tile",
+            "2",
+        ]
+        .map(String::from),
+    );
+    args.extend(["--ncu".to_string(), ncu.display().to_string()]);
+    let text = run_to_end(&args);
+    let run = dir.path().join("evo/f");
+    let finalists = EvoFinalists::read(&run.join("finalists.json")).unwrap();
+    assert_eq!(finalists.finalists.len(), 4, "{text}");
+    for (i, f) in finalists.finalists.iter().enumerate() {
+        assert_eq!(f.rank, i + 1);
+        assert_eq!(f.status, CandidateStatus::Ok, "{f:?}");
+        let score = f.fitness.unwrap();
+        assert_eq!(score.inputs.syncs_per_tile, 2.0);
+        assert_eq!(score.inputs.speedup, f.speedup.unwrap());
+        assert!(score.inputs.tensor_pct > 0.0 && score.inputs.registers_per_thread == 168.0);
+        assert_eq!(f.kernels.len(), 2, "the fill kernel and cuDNN's");
+        assert!(f.kernels[0]
+            .metrics
+            .contains_key("launch__registers_per_thread"));
+        assert!(!f.kernels[0]
+            .metrics
+            .contains_key("device__attribute_display_name"));
+    }
+    let best = EvoBest::read(&run.join("best.json")).unwrap();
+    let fitness = best.fitness.as_ref().unwrap();
+    assert_eq!(
+        (fitness.method.as_str(), fitness.finalists, fitness.scored),
+        ("composite", 4, 4)
+    );
+    let winner = &finalists.finalists[0];
+    assert_eq!(fitness.winner, winner.fitness);
+    assert_eq!(
+        (&best.config, &best.implementation),
+        (&winner.config, &winner.implementation)
+    );
+    assert!(text.contains("composite fitness = 1000·speedup"), "{text}");
+    assert!(
+        best.ncu.contains("4 finalists profiled with ncu, 4 scored"),
+        "{}",
+        best.ncu
     );
 }
 

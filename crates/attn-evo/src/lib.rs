@@ -78,7 +78,7 @@ pub use micro::{
 };
 pub use plan::{
     config_seed, format_knobs, gate_command, narrow_choice, narrow_domains, seed_from_bests,
-    seed_from_log, source_constraint, split_row,
+    seed_from_log, source_constraint, split_row, KnobOf,
 };
 pub use run::SearchRun;
 pub use search::{Evaluation, Generation, Options, Search};

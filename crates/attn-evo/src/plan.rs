@@ -53,6 +53,9 @@ pub fn narrow_domains<'a>(
     }
 }
 
+/// A knob's name and its domain, as the registry lists them.
+pub type KnobOf<'a> = (&'a str, &'a [i64]);
+
 /// The knobs of several registered implementations (`available`: each one's name and its knobs'
 /// domains; an implementation may have none), each narrowed to the values `declared` for it
 /// (`--knob` applies to every implementation that has the knob). A knob none of them has, or a
@@ -74,36 +77,10 @@ pub fn narrow_domains<'a>(
 /// # Ok::<(), attn_evo::EvoError>(())
 /// ```
 pub fn narrow_choice<'a>(
-    available: Vec<(&str, Vec<(&'a str, &'a [i64])>)>,
+    available: Vec<(&str, Vec<KnobOf<'a>>)>,
     declared: &BTreeMap<String, Vec<i64>>,
 ) -> Result<Vec<SearchImplementation>> {
     let names: Vec<&str> = available.iter().map(|(name, _)| *name).collect();
-    let mut out = Vec::new();
-    for (name, knobs) in &available {
-        let mut narrowed = BTreeMap::new();
-        for (knob, domain) in knobs {
-            let values: Vec<i64> = match declared.get(*knob) {
-                Some(values) => values
-                    .iter()
-                    .copied()
-                    .filter(|v| domain.contains(v))
-                    .collect(),
-                None => domain.to_vec(),
-            };
-            if values.is_empty() {
-                return Err(EvoError::OutsideDomain {
-                    knob: format!("{knob} of {name}"),
-                    value: declared[*knob][0],
-                    domain: domain.to_vec(),
-                });
-            }
-            narrowed.insert(knob.to_string(), values);
-        }
-        out.push(SearchImplementation {
-            name: name.to_string(),
-            knobs: narrowed,
-        });
-    }
     for (knob, values) in declared {
         let domains: Vec<&[i64]> = available
             .iter()
@@ -129,6 +106,32 @@ pub fn narrow_choice<'a>(
                 domain: union,
             });
         }
+    }
+    let mut out = Vec::new();
+    for (name, knobs) in &available {
+        let mut narrowed = BTreeMap::new();
+        for (knob, domain) in knobs {
+            let values: Vec<i64> = match declared.get(*knob) {
+                Some(values) => values
+                    .iter()
+                    .copied()
+                    .filter(|v| domain.contains(v))
+                    .collect(),
+                None => domain.to_vec(),
+            };
+            if values.is_empty() {
+                return Err(EvoError::OutsideDomain {
+                    knob: format!("{knob} of {name}"),
+                    value: declared[*knob][0],
+                    domain: domain.to_vec(),
+                });
+            }
+            narrowed.insert(knob.to_string(), values);
+        }
+        out.push(SearchImplementation {
+            name: name.to_string(),
+            knobs: narrowed,
+        });
     }
     Ok(out)
 }

@@ -196,6 +196,10 @@ pub fn default_knobs(name: &str, shape: &ShapeSpec) -> Result<BTreeMap<String, i
 /// Launches of a search finalist that ncu profiles (after one warm-up launch).
 pub const FINALIST_LAUNCHES: u32 = 3;
 
+/// How long ncu may take on one finalist (its metric set replays each launch dozens of times)
+/// before it and the target are killed and the finalist is left unscored.
+pub const FINALIST_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// The metric set a search finalist is profiled with: everything the composite fitness reads.
 const FINALIST_METRICS: Purpose = Purpose::All;
 

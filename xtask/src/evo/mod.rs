@@ -8,7 +8,10 @@
 //!
 //! Output: `<evidence>/evo/<run>/log.csv` (a row appended and flushed per candidate; `--resume`
 //! continues from it), `search.json` (what was searched, to resume with) and `best.json` (the
-//! winner, its evidence and the `cargo xtask gate` command that confirms it).
+//! winner, its evidence and the `cargo xtask gate` command that confirms it). With `--fitness
+//! composite` the fastest finalists are then profiled with ncu, each in its own process group
+//! with a timeout (`attn_measure::search::profile_finalist`), ranked by attn-evo's composite
+//! (`finalists.json`), and the composite winner is `best.json`'s.
 
 mod spec;
 mod worker;
@@ -29,7 +32,9 @@ use worker::{Job, Workers};
 #[derive(Debug, clap::Args)]
 #[command(mut_arg("shape", |a| a.required(false).default_value("2,8,1024,64")))]
 pub struct Args {
-    /// Registered implementation to tune (default: tiled, unless --src).
+    /// Registered implementation to tune (default: tiled, unless --src); several, comma-separated
+    /// (`hopper,cublas,mma`), make the implementation a knob of the search, each one's knobs
+    /// beneath it.
     #[arg(long = "impl")]
     pub implementation: Option<String>,
     /// Your own kernel file (kernels/README.md's ABI); declare its knobs with --knob.
@@ -42,7 +47,7 @@ pub struct Args {
     #[arg(long = "define", requires = "src")]
     pub defines: Vec<String>,
     /// A knob and its values, `NAME=v1,v2,...` (repeatable): declares the knobs of --src, or
-    /// narrows a registered implementation's domains.
+    /// narrows the domains of the registered implementations that have it.
     #[arg(long = "knob")]
     pub knobs: Vec<String>,
     /// The problem to tune for.
@@ -98,9 +103,21 @@ pub struct Args {
     /// Evidence folder (the run goes to <DIR>/evo/<run>/).
     #[arg(long, default_value = "evidence")]
     pub evidence: PathBuf,
-    /// Also score the finalists with Nsight Compute (needs `ncu` on PATH).
-    #[arg(long)]
-    pub ncu: bool,
+    /// What picks the winner: `speedup`, or `composite`: the --finalists fastest are profiled
+    /// with Nsight Compute and ranked by 1000·speedup + 2·tensor% + SM busy% − penalties (syncs
+    /// per tile, registers over 168, spills); every term goes to finalists.json.
+    #[arg(long, default_value = "speedup", value_parser = ["speedup", "composite"])]
+    pub fitness: String,
+    /// Finalists profiled by --fitness composite.
+    #[arg(long, default_value_t = 8)]
+    pub finalists: usize,
+    /// Barriers per K/V tile in the kernel's main loop (from its source), an input of the
+    /// composite fitness, as `xtask ncu` takes it.
+    #[arg(long, default_value_t = 1.0)]
+    pub syncs_per_tile: f64,
+    /// The ncu executable (--fitness composite).
+    #[arg(long, default_value = "ncu")]
+    pub ncu: PathBuf,
     /// Test mode without a GPU: workers report a synthetic time computed from the knobs
     /// (MODE=1 crashes like an illegal address, MODE=2 hangs).
     #[arg(long, hide = true)]
@@ -112,6 +129,10 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     if args.timeout <= 0.0 || args.samples < 2 || args.checks == 0 || args.budget == 0 {
         bail!("--timeout must be positive, --samples at least 2, --checks and --budget at least 1");
     }
+    // Before anything is measured: not after an hour of searching.
+    let ncu = (args.fitness == "composite")
+        .then(|| attn_measure::profile::find_ncu(&args.ncu))
+        .transpose()?;
     let run = spec::open_run(&args)?;
     let spec = &run.spec;
     let (devices, gpu) = if args.synthetic {
@@ -174,14 +195,14 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
                 bar.println(attn_evo::row_line(row));
             }
             if let Some(best) = search.best() {
-                let knobs = attn_evo::format_knobs(&best.knobs);
+                let knobs = search.space().describe(&best.knobs);
                 bar.set_message(format!("best {:.3}x {knobs}", best.fitness.unwrap_or(0.0)));
             }
             Ok::<(), anyhow::Error>(())
         },
     )?;
     bar.finish();
-    finish(&args, &run, &devices, gpu.as_ref())
+    finish(&args, &run, &devices, gpu.as_ref(), ncu)
 }
 
 /// Candidates measured by worker processes while the generation compiles on CPU threads.
@@ -222,29 +243,86 @@ impl attn_evo::Measurer for Measure<'_> {
     }
 }
 
-/// The summary and `best.json` of a finished search.
+/// The summary and `best.json` of a finished search; with `ncu` (`--fitness composite`) its
+/// finalists profiled and ranked first.
 fn finish(
     args: &Args,
     run: &SearchRun,
     devices: &[Device],
     gpu: Option<&Gpu>,
+    ncu: Option<PathBuf>,
 ) -> anyhow::Result<u8> {
     let spec = &run.spec;
     let log_path = run.log_path();
     let rows = attn_evidence::read_evo_log(&log_path)?;
     println!("{}", attn_evo::counts_line(&rows, &log_path));
-    let ncu = attn_evo::ncu_note(args.ncu);
     let devices = devices.iter().map(Device::to_string).collect();
     let provenance = gpu.map(|g| crate::provenance::collect(g, None, None, None));
-    let Some(best) = attn_evo::evo_best(spec, &run.name(), &rows, devices, ncu, provenance) else {
+    let chosen = match ncu {
+        Some(ncu) => {
+            let finalists = profile_finalists(args, run, &rows, &ncu, provenance.clone())?;
+            attn_evo::composite_winner(spec, &finalists, &rows).map(|(r, f)| (r, Some(f)))
+        }
+        None => attn_evo::best_row(&rows).map(|r| (r, None)),
+    };
+    let Some((winner, fitness)) = chosen else {
         println!("evo: no valid candidate; no best.json");
         return Ok(crate::EXIT_FAILED);
     };
-    if !best.ncu.is_empty() {
-        println!("{}", best.ncu);
-    }
+    let mut best = attn_evo::evo_best(spec, &run.name(), &rows, winner, devices, provenance);
+    best.ncu = fitness
+        .as_ref()
+        .map(attn_evo::composite_note)
+        .unwrap_or_default();
+    best.fitness = fitness;
     let path = run.dir.join("best.json");
     best.write(&path)?;
     println!("{}", attn_evo::best_lines(&best, &path));
     Ok(0)
+}
+
+/// `--fitness composite`: the finalists profiled one by one (ncu in its own process group, killed
+/// past its bound), ranked, written to `finalists.json` and shown.
+fn profile_finalists(
+    args: &Args,
+    run: &SearchRun,
+    rows: &[attn_evidence::EvoCandidate],
+    ncu: &std::path::Path,
+    provenance: Option<attn_evidence::Provenance>,
+) -> anyhow::Result<attn_evidence::EvoFinalists> {
+    let composite = attn_evo::Composite {
+        finalists: args.finalists,
+        syncs_per_tile: args.syncs_per_tile,
+        weights: attn_ncu::FitnessWeights::default(),
+    };
+    let (spec, program) = (&run.spec, std::env::current_exe()?);
+    let timeout = attn_measure::search::FINALIST_TIMEOUT;
+    let count = attn_evo::finalists(rows, args.finalists).len();
+    println!("profiling {count} finalists with {}", ncu.display());
+    let mut done = 0;
+    let profile = |implementation: Option<&str>, knobs: &Knobs| {
+        done += 1;
+        let what = attn_evo::describe_config(&attn_evo::knobs_to_strings(knobs));
+        println!(
+            "  {done}/{count} {} {what}",
+            implementation.unwrap_or(&spec.target)
+        );
+        attn_measure::search::profile_finalist(spec, implementation, knobs, ncu, &program, timeout)
+            .map_err(|e| e.to_string())
+    };
+    let profiling = attn_measure::search::finalist_profiling();
+    let ranked = attn_evo::rank_finalists(
+        spec,
+        &run.name(),
+        rows,
+        &composite,
+        profiling,
+        provenance,
+        profile,
+    );
+    let path = run.dir.join("finalists.json");
+    ranked.write(&path)?;
+    print!("{}", attn_evo::finalists_table(&ranked));
+    println!("finalists: {}", path.display());
+    Ok(ranked)
 }

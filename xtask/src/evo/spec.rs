@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use anyhow::{bail, Context};
 use attn_evidence::{read_evo_log, SearchSpec};
-use attn_evo::{KnobDomain, Knobs, SearchRun, Space};
+use attn_evo::{Branch, KnobDomain, Knobs, SearchRun, Space};
 use attn_kernels::registry::Limits;
 use attn_kernels::Config;
 use attn_measure::provenance::fresh_seed;
@@ -36,6 +36,7 @@ pub fn search_spec(args: &Args) -> anyhow::Result<SearchSpec> {
     let mut spec = SearchSpec {
         target: String::new(),
         implementation: None,
+        implementations: vec![],
         src: None,
         entry: args.entry.clone(),
         defines: BTreeMap::new(),
@@ -46,7 +47,7 @@ pub fn search_spec(args: &Args) -> anyhow::Result<SearchSpec> {
         population: args.population,
         generations: args.generations,
     };
-    if args.synthetic {
+    if args.synthetic && args.implementation.is_none() {
         spec.target = "synthetic".into();
         if declared.is_empty() {
             bail!("--synthetic needs --knob declarations");
@@ -65,23 +66,50 @@ pub fn search_spec(args: &Args) -> anyhow::Result<SearchSpec> {
             .map_err(|e| anyhow::anyhow!("--define: {e}"))?
             .0;
     } else {
-        let name = args.implementation.as_deref().unwrap_or("tiled");
-        let available = attn_measure::search::searchable_knobs(name, spec.shape.head_dim)?;
-        spec.knobs = attn_evo::narrow_domains(name, available, &declared).context("--knob")?;
-        spec.target = name.to_string();
-        spec.implementation = Some(name.to_string());
+        let names = args.implementation.as_deref().unwrap_or("tiled");
+        let names: Vec<&str> = names.split(',').map(str::trim).collect();
+        spec.target = names.join(",");
+        let head_dim = spec.shape.head_dim;
+        if let [name] = names[..] {
+            let available = attn_measure::search::searchable_knobs(name, head_dim)?;
+            spec.knobs = attn_evo::narrow_domains(name, available, &declared).context("--knob")?;
+            spec.implementation = Some(name.to_string());
+        } else {
+            let available = names
+                .iter()
+                .map(|&n| Ok((n, attn_measure::search::implementation_knobs(n, head_dim)?)))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            spec.implementations =
+                attn_evo::narrow_choice(available, &declared).context("--knob")?;
+        }
     }
     Ok(spec)
 }
 
 /// The search space of a spec: its knobs, validated like the registry (or the `--src` geometry).
 pub fn space(spec: &SearchSpec, limits: Limits) -> anyhow::Result<Space> {
-    let knobs = spec
-        .knobs
-        .iter()
-        .map(|(name, values)| KnobDomain::new(name.clone(), values.clone()))
-        .collect::<Result<Vec<_>, _>>()?;
+    let domains = |knobs: &BTreeMap<String, Vec<i64>>| {
+        knobs
+            .iter()
+            .map(|(name, values)| KnobDomain::new(name.clone(), values.clone()))
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let knobs = domains(&spec.knobs)?;
     let head_dim = spec.shape.head_dim;
+    if !spec.implementations.is_empty() {
+        let branches = spec.implementations.iter().map(|imp| {
+            let name = imp.name.as_str();
+            let constraint = attn_measure::search::registry_constraint(name, head_dim, limits)?;
+            let defaults = attn_measure::search::default_knobs(name, &spec.shape)?;
+            Ok(Branch::new(
+                name,
+                domains(&imp.knobs)?,
+                constraint,
+                defaults,
+            )?)
+        });
+        return Ok(Space::choice(branches.collect::<anyhow::Result<_>>()?)?);
+    }
     Ok(match &spec.implementation {
         Some(name) => {
             let constraint = attn_measure::search::registry_constraint(name, head_dim, limits)?;
@@ -98,7 +126,8 @@ pub fn space(spec: &SearchSpec, limits: Limits) -> anyhow::Result<Space> {
     })
 }
 
-/// Generation 0's seeds: the registered default, then micro's top configs and earlier bests.
+/// Generation 0's seeds: the registered default (each implementation's, in a search over
+/// several), then micro's top configs and earlier bests.
 pub fn seeds(args: &Args, spec: &SearchSpec, space: &Space) -> anyhow::Result<Vec<Knobs>> {
     let fill: Knobs = match &spec.implementation {
         Some(name) => attn_measure::search::default_knobs(name, &spec.shape)?,
@@ -108,13 +137,16 @@ pub fn seeds(args: &Args, spec: &SearchSpec, space: &Space) -> anyhow::Result<Ve
             .map(|k| (k.name.clone(), k.values[0]))
             .collect(),
     };
-    let mut seeds = vec![fill.clone()];
+    let mut seeds = match space.branches() {
+        [] => vec![fill.clone()],
+        _ => space.defaults(),
+    };
     if args.seed_from_micro {
         let rows = read_evo_log(&args.evidence.join("micro").join("log.csv"))
             .context("--seed-from-micro: run `cargo xtask micro` first")?;
         let before = seeds.len();
         let ranked = attn_evo::seed_from_log(&mut seeds, &rows, space, &fill);
-        let names: Vec<&str> = space.knobs().iter().map(|k| k.name.as_str()).collect();
+        let names = space.columns();
         println!(
             "seeded from micro: {} distinct valid config(s) from {ranked} ranked tile configs (knobs matched by name: {})",
             seeds.len() - before,

@@ -85,18 +85,16 @@ impl Workers<'_> {
         match job {
             Job::Baseline => args.extend(["--baseline".into(), spec.baseline.clone()]),
             Job::Candidate(knobs) => {
-                match (&spec.implementation, &spec.src) {
-                    (Some(name), _) => args.extend(["--impl".into(), name.clone()]),
+                let (name, config) = attn_measure::search::implementation_and_config(spec, knobs);
+                match (name, &spec.src) {
+                    (Some(name), _) => args.extend(["--impl".into(), name.into()]),
                     (None, Some(src)) => args.extend(["--src".into(), src.display().to_string()]),
                     (None, None) => {}
                 }
                 if let Some(entry) = &spec.entry {
                     args.extend(["--entry".into(), entry.clone()]);
                 }
-                args.extend([
-                    "--config".into(),
-                    attn_measure::search::config(spec, knobs).to_string(),
-                ]);
+                args.extend(["--config".into(), config.to_string()]);
             }
         }
         supervise(&args, timeout).unwrap_or_else(|err| Measurement::invalid(crate::one_line(&err)))
