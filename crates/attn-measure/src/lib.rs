@@ -18,7 +18,7 @@
 //!   target-mode launch); [`sanitize`]: compute-sanitizer's command line and its report as typed
 //!   findings; [`provenance`]: where a measurement comes from.
 //!
-//! It depends on attn-kernels, attn-oracle, attn-stats and attn-evidence, never on a command
+//! It depends on attn-kernels, attn-oracle, attn-stats, attn-evidence and attn-ncu, never on a command
 //! line parser: xtask turns arguments into these types and prints what comes back.
 
 pub mod baseline;
