@@ -196,7 +196,7 @@ pub fn finalists_table(finalists: &EvoFinalists) -> String {
                 s.penalty,
                 s.score
             ),
-            None => format!("{:>46}", f.status.to_string()),
+            None => format!("  {:<44}", f.status.to_string()),
         };
         out.push_str(&format!(
             "{:>4} {:>5} {speedup:>24} {terms}  {}\n",

@@ -316,6 +316,23 @@ fn join(index: usize, mut knobs: Knobs) -> Knobs {
     knobs
 }
 
+/// The branch a choice config picks and its own knobs, or why it picks none.
+fn branch_of<'s>(
+    branches: &'s [Branch],
+    knobs: &Knobs,
+) -> std::result::Result<(usize, &'s Branch, Knobs), String> {
+    let Some(value) = knobs.get(IMPL_KNOB) else {
+        return Err(format!("{IMPL_KNOB} is not set"));
+    };
+    match split(knobs) {
+        Some((i, rest)) if i < branches.len() => Ok((i, &branches[i], rest)),
+        _ => Err(format!(
+            "{IMPL_KNOB}={value} is not an implementation of this search (0..{})",
+            branches.len()
+        )),
+    }
+}
+
 impl Space {
     /// A space over `knobs` whose configs must also pass `validator` (for a registered kernel:
     /// the registry's `resolve`, i.e. its constraints and the device limits).
@@ -414,31 +431,13 @@ impl Space {
         }
     }
 
-    /// The branch a choice config picks and its own knobs, or why it picks none.
-    fn branch_of<'s>(
-        &'s self,
-        branches: &'s [Branch],
-        knobs: &Knobs,
-    ) -> std::result::Result<(usize, &'s Branch, Knobs), String> {
-        let Some(value) = knobs.get(IMPL_KNOB) else {
-            return Err(format!("{IMPL_KNOB} is not set"));
-        };
-        match split(knobs) {
-            Some((i, rest)) if i < branches.len() => Ok((i, &branches[i], rest)),
-            _ => Err(format!(
-                "{IMPL_KNOB}={value} is not an implementation of this search (0..{})",
-                branches.len()
-            )),
-        }
-    }
-
     /// Checks that `knobs` sets exactly this space's knobs (a choice space: [`IMPL_KNOB`] and
     /// its branch's), each within its domain, and passes the validator; the reason otherwise.
     pub fn check(&self, knobs: &Knobs) -> std::result::Result<(), String> {
         match &self.form {
             Form::Flat(flat) => flat.check(knobs),
             Form::Choice(branches) => {
-                let (_, branch, rest) = self.branch_of(branches, knobs)?;
+                let (_, branch, rest) = branch_of(branches, knobs)?;
                 branch
                     .flat
                     .check(&rest)
@@ -469,7 +468,7 @@ impl Space {
             Form::Flat(flat) => return flat.mutate(parent, rng),
             Form::Choice(branches) => branches,
         };
-        let (index, branch, rest) = self.branch_of(branches, parent).ok()?;
+        let (index, branch, rest) = branch_of(branches, parent).ok()?;
         let movable = branch.flat.movable();
         let switchable = branches.len() > 1;
         let choices = movable.len() + usize::from(switchable);
@@ -505,8 +504,8 @@ impl Space {
             Form::Flat(flat) => return flat.crossover(a, b, rng),
             Form::Choice(branches) => branches,
         };
-        let (ia, _, ka) = self.branch_of(branches, a).ok()?;
-        let (ib, _, kb) = self.branch_of(branches, b).ok()?;
+        let (ia, _, ka) = branch_of(branches, a).ok()?;
+        let (ib, _, kb) = branch_of(branches, b).ok()?;
         let (index, kept, other) = if ia == ib || rng.random_bool(0.5) {
             (ia, ka, kb)
         } else {
@@ -533,7 +532,7 @@ impl Space {
         match &self.form {
             Form::Flat(flat) => flat.project(partial, fill),
             Form::Choice(branches) => {
-                let (index, branch, rest) = self.branch_of(branches, partial).ok()?;
+                let (index, branch, rest) = branch_of(branches, partial).ok()?;
                 let fill: Knobs = branch
                     .defaults
                     .iter()
