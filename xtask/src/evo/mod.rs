@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::bail;
-use attn_evo::{Knobs, Measurement, Options, Search, SearchRun};
+use attn_evo::{Knobs, Measurement, Options, Search, SearchRun, IMPL_KNOB};
 use attn_kernels::registry::Limits;
 use attn_kernels::Gpu;
 use attn_measure::search::{Device, Precompile};
@@ -302,11 +302,12 @@ fn profile_finalists(
     let mut done = 0;
     let profile = |implementation: Option<&str>, knobs: &Knobs| {
         done += 1;
-        let what = attn_evo::describe_config(&attn_evo::knobs_to_strings(knobs));
-        println!(
-            "  {done}/{count} {} {what}",
-            implementation.unwrap_or(&spec.target)
+        let mut config = attn_evo::knobs_to_strings(knobs);
+        config.insert(
+            IMPL_KNOB.into(),
+            implementation.unwrap_or(&spec.target).into(),
         );
+        println!("  {done}/{count} {}", attn_evo::describe_config(&config));
         attn_measure::search::profile_finalist(spec, implementation, knobs, ncu, &program, timeout)
             .map_err(|e| e.to_string())
     };
