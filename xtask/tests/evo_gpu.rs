@@ -1,6 +1,7 @@
 //! GPU tests of `cargo xtask evo`: a search over `tiled` does at least as well as its default
-//! config, planted faulting and hanging candidates are survived, a search over `cublas` and `mma`
-//! measures both, and a composite-fitness search profiles its finalists with ncu. Run on a GPU
+//! config, planted faulting and hanging candidates are survived, a search over `cublas`,
+//! `hybrid-pv` and `mma` measures each, and a composite-fitness search profiles its finalists with
+//! ncu. Run on a GPU
 //! machine with `--include-ignored`.
 
 mod common;
@@ -111,11 +112,11 @@ fn planted_faulting_and_hanging_candidates_are_survived() {
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn a_search_over_cublas_and_mma_measures_both_and_gates_the_winner() {
+fn a_search_over_cublas_a_hybrid_and_mma_measures_each_and_gates_the_winner() {
     let dir = tempfile::tempdir().unwrap();
     let args = [
         "--impl",
-        "cublas,mma",
+        "cublas,hybrid-pv,mma",
         "--baseline",
         "mma",
         "--shape",
@@ -137,7 +138,8 @@ fn a_search_over_cublas_and_mma_measures_both_and_gates_the_winner() {
         rows.iter()
             .any(|r| r.config[IMPL_KNOB] == name && r.status.is_ok())
     };
-    assert!(measured("cublas") && measured("mma"), "{rows:?}");
+    let all = ["cublas", "hybrid-pv", "mma"];
+    assert!(all.iter().all(|name| measured(name)), "{rows:?}");
     let best = EvoBest::read(&dir.path().join("evo/t/best.json")).unwrap();
     let name = best.implementation.clone().unwrap();
     let gate = format!("cargo xtask gate --impl {name}");

@@ -92,14 +92,15 @@ fn bad_candidates_are_logged_invalid_and_the_search_goes_on() {
     assert!(text.contains("confirm it:"), "{text}");
 }
 
-/// A synthetic search over three registered implementations (`cublas` has no knobs), with
-/// `--knob BLOCK_M=64,128` narrowing the two that have it.
+/// A synthetic search over four registered implementations (`cublas` has no knobs; `hybrid-qk`
+/// is cuBLAS and a kernel of ours), with `--knob BLOCK_M=64,128` narrowing the three that have
+/// it.
 fn choice_args(evidence: &Path, run: &str, budget: usize) -> Vec<String> {
     [
         "evo",
         "--synthetic",
         "--impl",
-        "hopper,cublas,mma",
+        "hopper,cublas,mma,hybrid-qk",
         "--knob",
         "BLOCK_M=64,128",
         "--timeout",
@@ -204,10 +205,11 @@ fn a_search_over_several_implementations_chooses_among_them() {
         .iter()
         .map(|i| i.name.as_str())
         .collect();
-    assert_eq!(names, ["hopper", "cublas", "mma"]);
-    assert_eq!(spec.target, "hopper,cublas,mma");
+    assert_eq!(names, ["hopper", "cublas", "mma", "hybrid-qk"]);
+    assert_eq!(spec.target, "hopper,cublas,mma,hybrid-qk");
     assert!(spec.implementations[1].knobs.is_empty());
-    for narrowed in [&spec.implementations[0], &spec.implementations[2]] {
+    for i in [0, 2, 3] {
+        let narrowed = &spec.implementations[i];
         assert_eq!(narrowed.knobs["BLOCK_M"], [64, 128], "{narrowed:?}");
     }
     let rows = read_evo_log(&run.join("log.csv")).unwrap();
@@ -215,7 +217,7 @@ fn a_search_over_several_implementations_chooses_among_them() {
     let header = std::fs::read_to_string(run.join("log.csv")).unwrap();
     assert!(header.starts_with("generation,impl,BLOCK_M,"), "{header}");
     // Generation 0 seeds each implementation's defaults, in order; cublas is measured once.
-    let first: Vec<&str> = rows[..3]
+    let first: Vec<&str> = rows[..4]
         .iter()
         .map(|r| r.config[IMPL_KNOB].as_str())
         .collect();
