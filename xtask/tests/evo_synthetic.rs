@@ -16,11 +16,28 @@ use attn_evidence::{
     read_evo_log, CandidateStatus, EvoBest, EvoCandidate, EvoFinalists, SearchSpec, IMPL_KNOB,
 };
 
-/// A synthetic search's arguments: MODE=1 crashes like an illegal address, MODE=2 hangs.
-fn evo_args(evidence: &Path, run: &str, budget: usize) -> Vec<String> {
-    [
+/// `xtask evo` with `options`, a synthetic baseline, run `run` in `evidence`, `budget` candidates.
+fn search(options: &[&str], evidence: &Path, run: &str, budget: usize) -> Vec<String> {
+    let mut args: Vec<String> = [
         "evo",
         "--synthetic",
+        "--baseline",
+        "synthetic",
+        "--run",
+        run,
+    ]
+    .iter()
+    .chain(options)
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(["--budget".into(), budget.to_string()]);
+    args.extend(["--evidence".into(), evidence.display().to_string()]);
+    args
+}
+
+/// A synthetic search's arguments: MODE=1 crashes like an illegal address, MODE=2 hangs.
+fn evo_args(evidence: &Path, run: &str, budget: usize) -> Vec<String> {
+    let options = [
         "--knob",
         "A=1,2,3,4",
         "--knob",
@@ -35,20 +52,8 @@ fn evo_args(evidence: &Path, run: &str, budget: usize) -> Vec<String> {
         "8",
         "--seed",
         "11",
-        "--baseline",
-        "synthetic",
-        "--run",
-        run,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .chain([
-        "--budget".into(),
-        budget.to_string(),
-        "--evidence".into(),
-        evidence.display().to_string(),
-    ])
-    .collect()
+    ];
+    search(&options, evidence, run, budget)
 }
 
 fn run_to_end(args: &[String]) -> String {
@@ -96,9 +101,7 @@ fn bad_candidates_are_logged_invalid_and_the_search_goes_on() {
 /// is cuBLAS and a kernel of ours), with `--knob BLOCK_M=64,128` narrowing the three that have
 /// it.
 fn choice_args(evidence: &Path, run: &str, budget: usize) -> Vec<String> {
-    [
-        "evo",
-        "--synthetic",
+    let options = [
         "--impl",
         "hopper,cublas,mma,hybrid-qk",
         "--knob",
@@ -111,20 +114,8 @@ fn choice_args(evidence: &Path, run: &str, budget: usize) -> Vec<String> {
         "6",
         "--seed",
         "5",
-        "--baseline",
-        "synthetic",
-        "--run",
-        run,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .chain([
-        "--budget".into(),
-        budget.to_string(),
-        "--evidence".into(),
-        evidence.display().to_string(),
-    ])
-    .collect()
+    ];
+    search(&options, evidence, run, budget)
 }
 
 #[test]
