@@ -67,11 +67,11 @@ pub use gate::{
     GateMode, GateRule, GateRun, TimedOutputCheck,
 };
 pub use implementation::Implementation;
+pub use micro::{MicroBest, MicroCorrelation, MicroPair, MicroRanked, MicroTarget};
 pub use provenance::{
     dense_flop_per_clock_per_sm, dense_peak_tflops, utc_now_rfc3339, ClockReadings, Provenance,
 };
 pub use sanitize::{SanitizeFinding, SanitizeRun, SanitizeTool};
-pub use micro::{MicroBest, MicroCorrelation, MicroPair, MicroRanked, MicroTarget};
 pub use search::{EvoBest, SearchSpec};
 pub use shape::{Dtype, ShapeSpec};
 pub use store::{

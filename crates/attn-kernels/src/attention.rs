@@ -300,8 +300,12 @@ impl SourceGeometry {
         }
         match (tensor_maps, block_n) {
             (0, _) | (1, Some(1..)) => Ok(()),
-            (1, _) => Err(invalid("TENSOR_MAPS=1 needs BLOCK_N (the rows of the K and V boxes)".into())),
-            (other, _) => Err(invalid(format!("TENSOR_MAPS={other} must be 0 (plain ABI) or 1 (Q, K, V maps appended)"))),
+            (1, _) => Err(invalid(
+                "TENSOR_MAPS=1 needs BLOCK_N (the rows of the K and V boxes)".into(),
+            )),
+            (other, _) => Err(invalid(format!(
+                "TENSOR_MAPS={other} must be 0 (plain ABI) or 1 (Q, K, V maps appended)"
+            ))),
         }
     }
 

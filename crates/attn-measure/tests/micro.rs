@@ -23,7 +23,11 @@ fn every_micro_config_compiles_for_sm_90a_without_spills() {
     for target in MicroTarget::ALL {
         for head_dim in [64, 128] {
             let configs = micro_configs(target, head_dim, &Limits::H100).unwrap();
-            assert!(configs.len() >= 12, "{target} D={head_dim}: {} configs", configs.len());
+            assert!(
+                configs.len() >= 12,
+                "{target} D={head_dim}: {} configs",
+                configs.len()
+            );
             for config in configs {
                 let candidate = micro_candidate(target, &config, 64, kernels_dir());
                 let what = format!("{target} D={head_dim} [{config}]");
@@ -55,7 +59,10 @@ fn micro_configs_fit_the_device_and_carry_their_launch_defines() {
             let configs = micro_configs(target, head_dim, &Limits::H100).unwrap();
             for config in &configs {
                 for knob in target.knobs() {
-                    assert!(config.get(knob).is_some(), "{target}: {knob} missing in {config}");
+                    assert!(
+                        config.get(knob).is_some(),
+                        "{target}: {knob} missing in {config}"
+                    );
                 }
                 let shared = config.get("SHARED_BYTES").unwrap();
                 assert!((1..=232_448).contains(&shared), "{target}: {config}");
@@ -64,20 +71,29 @@ fn micro_configs_fit_the_device_and_carry_their_launch_defines() {
             }
             // The unpipelined reference and a deep ring are both there.
             for stages in [1, 3] {
-                assert!(configs.iter().any(|c| c.get("STAGES") == Some(stages)), "{target}");
+                assert!(
+                    configs.iter().any(|c| c.get("STAGES") == Some(stages)),
+                    "{target}"
+                );
             }
         }
     }
     let hopper = micro_configs(MicroTarget::Hopper, 64, &Limits::H100).unwrap();
     for config in &hopper {
-        let (m, w) = (config.get("BLOCK_M").unwrap(), config.get("NUM_WARPS").unwrap());
+        let (m, w) = (
+            config.get("BLOCK_M").unwrap(),
+            config.get("NUM_WARPS").unwrap(),
+        );
         assert_eq!(m, 16 * w, "hopper's BLOCK_M = 16 x NUM_WARPS: {config}");
         assert_eq!(config.get("PRODUCER_WARPS"), Some(4));
         assert_eq!(config.get("TENSOR_MAPS"), Some(1));
     }
     assert!(hopper.iter().any(|c| c.get("NUM_WARPS") == Some(12)));
     let d128 = micro_configs(MicroTarget::Hopper, 128, &Limits::H100).unwrap();
-    assert!(d128.iter().all(|c| c.get("NUM_WARPS") != Some(12)), "12 warps need D = 64");
+    assert!(
+        d128.iter().all(|c| c.get("NUM_WARPS") != Some(12)),
+        "12 warps need D = 64"
+    );
     // A smaller device keeps only the rings that fit it.
     let small = Limits {
         max_threads_per_block: 1024,
@@ -85,7 +101,9 @@ fn micro_configs_fit_the_device_and_carry_their_launch_defines() {
     };
     let fitting = micro_configs(MicroTarget::CpAsync, 128, &small).unwrap();
     assert!(!fitting.is_empty());
-    assert!(fitting.iter().all(|c| c.get("SHARED_BYTES").unwrap() <= 48 * 1024));
+    assert!(fitting
+        .iter()
+        .all(|c| c.get("SHARED_BYTES").unwrap() <= 48 * 1024));
     for (target, head_dim) in [(MicroTarget::Hopper, 96), (MicroTarget::CpAsync, 12)] {
         let err = micro_configs(target, head_dim, &Limits::H100).unwrap_err();
         assert!(err.to_string().contains("head dim"), "{err}");
@@ -131,7 +149,10 @@ fn hopper_micro_cycles_are_sane_and_a_ring_is_not_slower_than_none() {
     );
     let mut per_tile = Vec::new();
     for (config, m) in configs.iter().zip(&measured) {
-        let cycles = *m.cycles.as_ref().unwrap_or_else(|e| panic!("[{config}]: {e}"));
+        let cycles = *m
+            .cycles
+            .as_ref()
+            .unwrap_or_else(|e| panic!("[{config}]: {e}"));
         let tile = cycles / tiles as f64;
         eprintln!(
             "[{config}] {tile:.0} cycles/tile, {} blocks/SM, launches {:?}",
@@ -139,7 +160,10 @@ fn hopper_micro_cycles_are_sane_and_a_ring_is_not_slower_than_none() {
         );
         // A 64 × 128 × 128 tile is 4.2 MFLOP of wgmma per warpgroup: at least ~1000 cycles at the
         // H100's dense peak per SM, and far under a million unless the pipeline stalls.
-        assert!((500.0..1e6).contains(&tile), "[{config}]: {tile} cycles per tile");
+        assert!(
+            (500.0..1e6).contains(&tile),
+            "[{config}]: {tile} cycles per tile"
+        );
         assert!(m.blocks_per_sm >= 1);
         let spread = {
             let (lo, hi) = m
