@@ -1,6 +1,7 @@
 //! CPU: `cargo xtask evo` end to end with synthetic workers (no GPU): crashed and hung candidates
 //! are logged invalid and the search goes on; a search killed mid-way and resumed loses nothing and
-//! ends where an uninterrupted one does. Also: the planted and micro kernels compile (NVRTC).
+//! ends where an uninterrupted one does. Also: the planted kernels compile (NVRTC; the micro
+//! kernels' compile test is attn-measure's `tests/micro.rs`).
 
 mod common;
 use common::xtask;
@@ -146,20 +147,13 @@ fn a_killed_search_resumes_without_losing_or_repeating_anything() {
 }
 
 #[test]
-fn planted_and_micro_kernels_compile() {
+fn planted_kernels_compile() {
     use attn_kernels::compile::{compile, Arch, CompileRequest};
     let planted = std::fs::read_to_string("tests/bad_kernels/planted.cu").unwrap();
-    let micro = std::fs::read_to_string("../kernels/micro.cu").unwrap();
     let cases = [
         (&planted, "tests/bad_kernels", vec!["MODE=0"]),
         (&planted, "tests/bad_kernels", vec!["MODE=1"]),
         (&planted, "tests/bad_kernels", vec!["MODE=2"]),
-        (&micro, "../kernels", vec!["STAGES=1", "VEC_WIDTH=4"]),
-        (
-            &micro,
-            "../kernels",
-            vec!["STAGES=3", "VEC_WIDTH=16", "BLOCK_M=128", "BLOCK_K=32"],
-        ),
     ];
     for (source, dir, defines) in cases {
         let mut all = vec!["ATTN_DTYPE_F16".to_string(), "HEAD_DIM=64".to_string()];
