@@ -110,11 +110,14 @@ fn micro_configs_fit_the_device_and_carry_their_launch_defines() {
     }
 }
 
-/// On the GPU: the hopper micro at D = 128 with one and two consumer warpgroups, each at STAGES 1
-/// (load, then compute, in turn) and 3. Every config reports positive cycles per tile within a
-/// plausible range, and the 3-deep ring is not slower than no ring beyond noise (three times the
-/// spread of its launches plus 5%): a ring that overlaps loads with compute cannot lose to one that
-/// serialises them unless something is broken.
+/// On the GPU: the hopper micro at D = 128 with two consumer warpgroups (one block per SM: their
+/// registers fill it), BLOCK_N 64 and 128, each at STAGES 1 (load, then compute, in turn) and 3.
+/// Every config reports positive cycles per tile within a plausible range, and the 3-deep ring is
+/// not slower than no ring beyond noise (three times the spread of its launches plus 5%): at equal
+/// blocks per SM, a ring that overlaps loads with compute cannot lose to one that serialises them
+/// unless something is broken. (One warpgroup is left out: its unpipelined config fits twice on an
+/// SM where the ring fits once, and two interleaved blocks hide latency as a ring does.) Seen on an
+/// H100: 3696 against 2597 cycles a tile at BLOCK_N 128.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn hopper_micro_cycles_are_sane_and_a_ring_is_not_slower_than_none() {
@@ -126,17 +129,17 @@ fn hopper_micro_cycles_are_sane_and_a_ring_is_not_slower_than_none() {
     let seed = attn_measure::provenance::fresh_seed();
     eprintln!("seed {seed}");
     let all = micro_configs(MicroTarget::Hopper, 128, &gpu.limits()).unwrap();
-    let pick = |warps: i64, stages: i64| -> Config {
+    let pick = |block_n: i64, stages: i64| -> Config {
         all.iter()
             .find(|c| {
-                c.get("NUM_WARPS") == Some(warps)
-                    && c.get("BLOCK_N") == Some(128)
+                c.get("NUM_WARPS") == Some(8)
+                    && c.get("BLOCK_N") == Some(block_n)
                     && c.get("STAGES") == Some(stages)
             })
             .cloned()
             .unwrap()
     };
-    let configs = [pick(4, 1), pick(4, 3), pick(8, 1), pick(8, 3)];
+    let configs = [pick(64, 1), pick(64, 3), pick(128, 1), pick(128, 3)];
     let tiles = 64;
     let measured = attn_measure::micro::measure_tile_configs(
         &gpu,
@@ -158,13 +161,12 @@ fn hopper_micro_cycles_are_sane_and_a_ring_is_not_slower_than_none() {
             "[{config}] {tile:.0} cycles/tile, {} blocks/SM, launches {:?}",
             m.blocks_per_sm, m.launch_medians
         );
-        // A 64 × 128 × 128 tile is 4.2 MFLOP of wgmma per warpgroup: at least ~1000 cycles at the
-        // H100's dense peak per SM, and far under a million unless the pipeline stalls.
+        // A 128 × 128 × 128 tile is 8.4 MFLOP of wgmma: at least ~2000 cycles at the H100's dense
+        // peak per SM, and far under a million unless the pipeline stalls.
         assert!(
             (500.0..1e6).contains(&tile),
             "[{config}]: {tile} cycles per tile"
         );
-        assert!(m.blocks_per_sm >= 1);
         let spread = {
             let (lo, hi) = m
                 .launch_medians
@@ -172,10 +174,16 @@ fn hopper_micro_cycles_are_sane_and_a_ring_is_not_slower_than_none() {
                 .fold((f64::MAX, 0.0f64), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
             (hi - lo) / cycles
         };
-        per_tile.push((tile, spread));
+        per_tile.push((tile, spread, m.blocks_per_sm));
     }
     for (unpipelined, ring) in [(0, 1), (2, 3)] {
-        let ((none, _), (deep, spread)) = (per_tile[unpipelined], per_tile[ring]);
+        let ((none, _, none_blocks), (deep, spread, deep_blocks)) =
+            (per_tile[unpipelined], per_tile[ring]);
+        assert_eq!(
+            none_blocks, deep_blocks,
+            "[{}] and [{}] must share an SM alike to compare",
+            configs[unpipelined], configs[ring]
+        );
         let tolerance = 0.05 + 3.0 * spread;
         assert!(
             deep <= none * (1.0 + tolerance),
