@@ -5,11 +5,11 @@
 //! (`correlation.json`). The kernels and configs are `attn_measure::micro`; ranking, seeds and
 //! the correlation are `attn_evo`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use anyhow::{bail, Context};
-use attn_evidence::{read_evo_log, MicroBest, MicroCorrelation, MicroTarget, SearchSpec};
-use attn_evo::{micro_results, micro_scope, CorrelationInputs, Knobs, MicroOutcome};
+use anyhow::bail;
+use attn_evidence::{MicroBest, MicroTarget};
+use attn_evo::{micro_results, micro_scope, Knobs, MicroOutcome};
 use attn_kernels::Gpu;
 
 /// Arguments of `cargo xtask micro`.
@@ -44,7 +44,8 @@ pub struct Args {
 /// Runs the subcommand; returns the process exit code.
 pub fn run(args: Args) -> anyhow::Result<u8> {
     if let Some(run_dir) = &args.compare_evo {
-        let (correlation, path) = correlate(&args.evidence, run_dir, args.target)?;
+        let (correlation, path) =
+            attn_evo::correlate_with_search(&args.evidence, run_dir, args.target)?;
         for line in attn_evo::correlation_lines(&correlation) {
             println!("{line}");
         }
@@ -133,40 +134,4 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     best.write(&dir.join("best.json"))?;
     println!("evidence: {}", dir.display());
     Ok(0)
-}
-
-/// Micro's ranking of `target` (default: the one that seeds the run's implementation) against
-/// the search in `run_dir`, written to `<evidence>/micro/<target>/correlation.json` (returned).
-pub fn correlate(
-    evidence: &Path,
-    run_dir: &Path,
-    target: Option<MicroTarget>,
-) -> anyhow::Result<(MicroCorrelation, PathBuf)> {
-    let spec = SearchSpec::read(&run_dir.join("search.json"))?;
-    let target =
-        target.unwrap_or_else(|| MicroTarget::for_implementation(spec.implementation.as_deref()));
-    let dir = target.dir(evidence);
-    let micro_log = dir.join("log.csv");
-    let micro_rows = read_evo_log(&micro_log).with_context(|| {
-        format!(
-            "run `cargo xtask micro --target {target} --head-dim {}` first",
-            spec.shape.head_dim
-        )
-    })?;
-    let micro_head_dim = MicroBest::read(&dir.join("best.json"))
-        .ok()
-        .and_then(|b| b.head_dim);
-    let evo_rows = read_evo_log(&run_dir.join("log.csv"))?;
-    let correlation = attn_evo::micro_correlation(&CorrelationInputs {
-        target,
-        micro_rows: &micro_rows,
-        micro_log: &micro_log,
-        micro_head_dim,
-        spec: &spec,
-        evo_rows: &evo_rows,
-        evo_run: run_dir,
-    })?;
-    let path = dir.join("correlation.json");
-    correlation.write(&path)?;
-    Ok((correlation, path))
 }

@@ -67,9 +67,9 @@ pub use error::{EvoError, Result};
 pub use log::{evaluations_from_log, knobs_from_strings, knobs_to_strings};
 pub use measured::{best_row, evo_best, synthetic_measurement, synthetic_samples, Measurement};
 pub use micro::{
-    correlation_lines, micro_correlation, micro_flops_per_tile, micro_knobs, micro_metric,
-    micro_ranked, micro_results, micro_scope, project_micro, seed_from_micro, CorrelationInputs,
-    MicroOutcome, MicroSeeds, MIN_PAIRS,
+    correlate_with_search, correlation_lines, micro_correlation, micro_flops_per_tile, micro_knobs,
+    micro_metric, micro_ranked, micro_results, micro_scope, project_micro, seed_from_micro,
+    CorrelationInputs, MicroOutcome, MicroSeeds, MIN_PAIRS,
 };
 pub use plan::{
     config_seed, format_knobs, gate_command, narrow_domains, seed_from_bests, source_constraint,

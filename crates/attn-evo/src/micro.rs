@@ -3,11 +3,11 @@
 //! ranking predicted the one a search measured (rank correlation over the configs both measured).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use attn_evidence::{
-    utc_now_rfc3339, CandidateStatus, EvoCandidate, MicroCorrelation, MicroPair, MicroRanked,
-    MicroTarget, SearchSpec,
+    read_evo_log, utc_now_rfc3339, CandidateStatus, EvoCandidate, MicroBest, MicroCorrelation,
+    MicroPair, MicroRanked, MicroTarget, SearchSpec,
 };
 use attn_stats::{average_ranks, kendall, spearman};
 
@@ -407,6 +407,44 @@ pub fn micro_correlation(inputs: &CorrelationInputs<'_>) -> Result<MicroCorrelat
         reading,
         scope: micro_scope(target).into(),
     })
+}
+
+/// Micro's ranking of `target` (default: the one that seeds the search's implementation,
+/// [`MicroTarget::for_implementation`]) under `evidence` against the search in `run_dir`
+/// ([`micro_correlation`] of their logs), written to `<evidence>/micro/<target>/correlation.json`,
+/// whose path comes back with it.
+pub fn correlate_with_search(
+    evidence: &Path,
+    run_dir: &Path,
+    target: Option<MicroTarget>,
+) -> Result<(MicroCorrelation, PathBuf)> {
+    let spec = SearchSpec::read(&run_dir.join("search.json"))?;
+    let target =
+        target.unwrap_or_else(|| MicroTarget::for_implementation(spec.implementation.as_deref()));
+    let dir = target.dir(evidence);
+    let micro_log = dir.join("log.csv");
+    let micro_rows = read_evo_log(&micro_log).map_err(|e| {
+        EvoError::Correlation(format!(
+            "{e}: run `cargo xtask micro --target {target} --head-dim {}` first",
+            spec.shape.head_dim
+        ))
+    })?;
+    let micro_head_dim = MicroBest::read(&dir.join("best.json"))
+        .ok()
+        .and_then(|b| b.head_dim);
+    let evo_rows = read_evo_log(&run_dir.join("log.csv"))?;
+    let correlation = micro_correlation(&CorrelationInputs {
+        target,
+        micro_rows: &micro_rows,
+        micro_log: &micro_log,
+        micro_head_dim,
+        spec: &spec,
+        evo_rows: &evo_rows,
+        evo_run: run_dir,
+    })?;
+    let path = dir.join("correlation.json");
+    correlation.write(&path)?;
+    Ok((correlation, path))
 }
 
 /// The lines `cargo xtask micro --compare-evo` prints: the pairs, both ranks, the statistics and

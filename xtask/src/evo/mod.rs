@@ -186,12 +186,14 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let code = finish(&args, &run, &devices, gpu.as_ref())?;
     if args.seed_from_micro {
         // The search measured micro's seeds: how well did micro rank them?
-        match crate::micro::correlate(&args.evidence, &run.dir, None) {
-            Ok((c, path)) => attn_evo::correlation_lines(&c)
-                .iter()
-                .chain([&format!("evidence: {}", path.display())])
-                .for_each(|line| println!("{line}")),
-            Err(e) => println!("micro vs this search: {}", crate::one_line(&e)),
+        match attn_evo::correlate_with_search(&args.evidence, &run.dir, None) {
+            Ok((c, path)) => {
+                attn_evo::correlation_lines(&c)
+                    .iter()
+                    .for_each(|l| println!("{l}"));
+                println!("evidence: {}", path.display());
+            }
+            Err(e) => println!("micro vs this search: {e}"),
         }
     }
     Ok(code)
