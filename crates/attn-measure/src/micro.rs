@@ -55,9 +55,9 @@ fn hopper_shared(block_m: i64, block_n: i64, stages: i64, head_dim: i64) -> i64 
 /// use attn_evidence::MicroTarget;
 /// use attn_kernels::registry::Limits;
 /// let configs = attn_measure::micro::micro_configs(MicroTarget::Hopper, 128, &Limits::H100)?;
-/// // 1 or 2 consumer warpgroups (3 need D = 64) × BLOCK_N 64, 128 × STAGES 1-4, less the rings
-/// // over 227 KiB.
-/// assert_eq!(configs.len(), 13);
+/// // 1 or 2 consumer warpgroups (3 need D = 64) × BLOCK_N 64, 128 × STAGES 1-4, less the two
+/// // 4-deep rings of 128-key tiles, over 227 KiB.
+/// assert_eq!(configs.len(), 14);
 /// assert!(configs.iter().all(|c| c.get("TENSOR_MAPS") == Some(1)));
 /// # Ok::<(), attn_measure::MeasureError>(())
 /// ```
