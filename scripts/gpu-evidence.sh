@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Collects the project's evidence on a GPU machine from a bundle (`cargo xtask bundle`), no Rust
 # needed there: GPU tests, the gate on both suites, benches for the report, an ncu profile,
-# compute-sanitizer (memcheck, racecheck) on mma and a config search. Logs go to $LOGS (default
-# /tmp/attn-logs); evidence to evidence/.
-# Usage: scripts/gpu-evidence.sh [tests] [gate] [bench] [ncu] [sanitize] [evo] [run]   (default: all)
+# compute-sanitizer (memcheck, racecheck) on mma, a config search, and the micro-benchmark's
+# rankings with a hopper search seeded from one (and their rank correlation). Logs go to $LOGS
+# (default /tmp/attn-logs); evidence to evidence/.
+# Usage: scripts/gpu-evidence.sh [tests] [gate] [bench] [ncu] [sanitize] [evo] [micro] [run]   (default: all)
 set -u
 cd "$(dirname "$0")/.."
 X=target/bundle/xtask
 LOGS=${LOGS:-/tmp/attn-logs}
 mkdir -p "$LOGS"
-steps=${*:-tests gate bench ncu sanitize evo run}
+steps=${*:-tests gate bench ncu sanitize evo micro run}
 step() { echo "== $1: $(date -u +%H:%M:%S)"; }
 for s in $steps; do
   case $s in
@@ -48,6 +49,14 @@ for s in $steps; do
         timeout 90 $X gate --impl mma --config "$cfg" --shape 2,8,1024,64 > "$LOGS/evo-confirm.log" 2>&1; echo "confirm rc=$?"
         grep -E "^  [0-9]" "$LOGS/evo-confirm.log"
       fi ;;
+    micro)
+      step micro
+      for target in hopper cp-async; do
+        timeout 240 $X micro --target $target --head-dim 128 > "$LOGS/micro-$target.log" 2>&1; echo "micro $target rc=$?"
+        grep -E "^ ?[0-9]+\. " "$LOGS/micro-$target.log" | head -8
+      done
+      timeout 540 $X evo --impl hopper --shape 2,16,8192,128 --seed-from-micro --budget 24 --population 12 --generations 2 --seed 11 --samples 30 --timeout 30 --run hopper-2-16-8192-128-micro > "$LOGS/evo-micro.log" 2>&1; echo "evo seeded from micro rc=$?"
+      grep -E "seeded from micro|configs measured by both|Spearman|^micro vs" "$LOGS/evo-micro.log" | cut -c1-220 ;;
     run)
       step run
       python3 -c "import numpy as np; r=np.random.default_rng(7); [np.save(f'/tmp/attn-{n}.npy', r.standard_normal((2,4,300,64)).astype(np.float16)) for n in 'qkv']"

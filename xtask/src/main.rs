@@ -65,7 +65,8 @@ enum Command {
     Bundle(bundle::Args),
     /// Evolutionary search over a kernel's knobs; writes evidence/evo/<run>/.
     Evo(evo::Args),
-    /// clock64() micro-benchmark of tile configs; ranks them into evidence/micro/.
+    /// clock64() micro-benchmark of tile configs; ranks them into evidence/micro/<target>/
+    /// (--compare-evo RUN: how well the ranking predicted a search).
     Micro(micro::Args),
     /// One search candidate in an isolated process (used by `evo`).
     #[command(hide = true)]
@@ -81,11 +82,11 @@ impl Command {
         match self {
             Command::Kernels(args) => args.ptxas,
             Command::Gate(args) => args.replay.is_none(),
+            Command::Micro(args) => args.compare_evo.is_none(),
             Command::Bench(_)
             | Command::Ncu(_)
             | Command::Run(_)
             | Command::Evo(_)
-            | Command::Micro(_)
             | Command::EvoWorker(_)
             | Command::Sanitize(_)
             | Command::Target { .. } => true,

@@ -75,6 +75,9 @@ pub enum EvidenceError {
     /// A dtype other than fp16 or bf16.
     #[error("unsupported dtype {0:?} (fp16 or bf16)")]
     Dtype(String),
+    /// A micro-benchmark target that does not exist.
+    #[error("unknown micro target {0:?} (hopper or cp-async)")]
+    MicroTarget(String),
     /// A compute-sanitizer tool that does not exist.
     #[error("unknown compute-sanitizer tool {0:?} (memcheck, racecheck, synccheck or initcheck)")]
     SanitizeTool(String),

@@ -15,11 +15,14 @@
 //!   [`attn_stats::Comparison`] per shape and a verdict. [`BenchRun`] (`evidence/bench/*.json` and a
 //!   same-name `.csv`): timings with summaries. Both are an [`Evidence`], told apart by `"kind"`.
 //! - [`EvoCandidate`]: one row of a search log (`evidence/evo/<run>/log.csv`,
-//!   `evidence/micro/log.csv`) with its [`CandidateStatus`], read and written by [`read_evo_log`]
-//!   and [`write_evo_log`]; [`SearchSpec`] (`search.json`), [`EvoBest`] (`evo/<run>/best.json`)
-//!   with its [`EvoFitness`], [`EvoFinalists`] (`evo/<run>/finalists.json`, a composite-fitness
-//!   search's profiled finalists) and [`MicroBest`] (`micro/best.json`): the rest of a search's
-//!   files; [`IMPL_KNOB`], the key that names a config's implementation in a search over several.
+//!   `evidence/micro/<target>/log.csv`) with its [`CandidateStatus`], read and written by
+//!   [`read_evo_log`] and [`write_evo_log`]; [`SearchSpec`] (`search.json`), [`EvoBest`]
+//!   (`evo/<run>/best.json`) with its [`EvoFitness`], [`EvoFinalists`] (`evo/<run>/finalists.json`,
+//!   a composite-fitness search's profiled finalists): the rest of a search's files;
+//!   [`IMPL_KNOB`], the key that names a config's implementation in a search over several.
+//! - The micro-benchmark's files under `evidence/micro/<target>/` ([`MicroTarget`]): its ranking
+//!   [`MicroBest`] (`best.json`) and how well it predicted a search, [`MicroCorrelation`]
+//!   (`correlation.json`).
 //! - [`SanitizeRun`] (`evidence/sanitize/*.json`): one compute-sanitizer tool run on a candidate,
 //!   its [`SanitizeFinding`]s and whether it was clean.
 //! - [`write_json_atomic`], [`read`], [`load_dir`], [`evidence_file_name`]: files are written
@@ -50,6 +53,7 @@ mod error;
 mod evo;
 mod gate;
 mod implementation;
+mod micro;
 mod provenance;
 mod sanitize;
 mod search;
@@ -65,13 +69,13 @@ pub use gate::{
     GateMode, GateRule, GateRun, TimedOutputCheck,
 };
 pub use implementation::Implementation;
+pub use micro::{MicroBest, MicroCorrelation, MicroPair, MicroRanked, MicroTarget};
 pub use provenance::{
     dense_flop_per_clock_per_sm, dense_peak_tflops, utc_now_rfc3339, ClockReadings, Provenance,
 };
 pub use sanitize::{SanitizeFinding, SanitizeRun, SanitizeTool};
 pub use search::{
-    EvoBest, EvoFinalist, EvoFinalists, EvoFitness, MicroBest, MicroRanked, SearchImplementation,
-    SearchSpec, IMPL_KNOB,
+    EvoBest, EvoFinalist, EvoFinalists, EvoFitness, SearchImplementation, SearchSpec, IMPL_KNOB,
 };
 pub use shape::{Dtype, ShapeSpec};
 pub use store::{

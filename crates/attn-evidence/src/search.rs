@@ -1,6 +1,6 @@
 //! The JSON files of a search: `evo/<run>/search.json` (what is searched, read back by
-//! `--resume`), `evo/<run>/best.json` (the winner), `evo/<run>/finalists.json` (the finalists of
-//! a composite-fitness search, profiled and ranked) and `micro/best.json` (the micro ranking).
+//! `--resume`), `evo/<run>/best.json` (the winner) and `evo/<run>/finalists.json` (the finalists
+//! of a composite-fitness search, profiled and ranked).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -231,55 +231,6 @@ impl EvoBest {
     }
 
     /// Writes `best.json` atomically.
-    pub fn write(&self, path: &Path) -> Result<(), EvidenceError> {
-        write_json_atomic(path, self)
-    }
-}
-
-/// One tile config of the micro-benchmark's ranking.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct MicroRanked {
-    /// The tile config's knobs.
-    pub config: BTreeMap<String, i64>,
-    /// Median over blocks of `clock64()` cycles per tile.
-    pub cycles_per_tile: f64,
-    /// Tile FLOPs per cycle: the ranking key.
-    pub flops_per_cycle: f64,
-}
-
-/// `micro/best.json`: the micro-benchmark's top configs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct MicroBest {
-    /// Always [`MicroBest::KIND`].
-    pub kind: String,
-    /// GPU name.
-    pub gpu: String,
-    /// Seed of the streamed data.
-    pub seed: u64,
-    /// Tiles each block streamed.
-    pub tiles: usize,
-    /// Blocks launched (one per SM).
-    pub blocks: usize,
-    /// Configs measured.
-    pub configs: usize,
-    /// The best, best first.
-    pub top: Vec<MicroRanked>,
-    /// What the ranking can and cannot predict.
-    pub scope: String,
-    /// Where it ran.
-    pub provenance: Provenance,
-}
-
-impl MicroBest {
-    /// The `"kind"` of `micro/best.json`.
-    pub const KIND: &'static str = "micro-best";
-
-    /// Reads `micro/best.json`; errors name the file.
-    pub fn read(path: &Path) -> Result<MicroBest, EvidenceError> {
-        read_json(path)
-    }
-
-    /// Writes `micro/best.json` atomically.
     pub fn write(&self, path: &Path) -> Result<(), EvidenceError> {
         write_json_atomic(path, self)
     }

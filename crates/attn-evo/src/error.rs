@@ -73,6 +73,10 @@ pub enum EvoError {
     /// A run's file could not be read or written.
     #[error(transparent)]
     Evidence(#[from] attn_evidence::EvidenceError),
+    /// Micro's ranking and a search cannot be compared (too few configs in common, another head
+    /// dim), said in one line with what to do.
+    #[error("{0}")]
+    Correlation(String),
     /// A row of a search log that does not fit the space (resume).
     #[error("log row {row}: {reason}")]
     LogRow {

@@ -18,17 +18,20 @@
 //!   by name).
 //! - [`Measurement`]: what a worker measured (its JSON line), scored into a log row against the
 //!   baseline ([`Measurement::log_row`]); [`best_row`] picks the winner.
-//! - `plan`: [`narrow_domains`] (and [`narrow_choice`] for several implementations), the `--src` constraint ([`source_constraint`]), generation 0's
-//!   seeds from a micro log or earlier bests, each candidate's input seed ([`config_seed`]) and
-//!   the `gate` command that confirms a config ([`gate_command`]); [`evo_best`]: `best.json`.
+//! - `plan`: [`narrow_domains`] (and [`narrow_choice`] for several implementations), the `--src`
+//!   constraint ([`source_constraint`]), generation 0's seeds from earlier bests, each candidate's
+//!   input seed ([`config_seed`]) and the `gate` command that confirms a config
+//!   ([`gate_command`]); [`evo_best`]: `best.json`.
 //! - `composite`: `--fitness composite`, the finalists ([`finalists`]) profiled by the caller
 //!   and ranked by attn-ncu's composite fitness ([`rank_finalists`], [`composite_winner`]).
 //! - `summary`: the lines `cargo xtask evo` prints ([`search_line`], [`best_lines`], ...).
 //! - [`SearchRun`]: a run's folder, new (`search.json` written) or resumed from its log.
 //! - [`drive`]: a search measured to its end by a [`Measurer`] (the caller's), one thread per
 //!   device ([`for_each_on_devices`]), every candidate scored against its device's baseline.
-//! - `micro`: the micro-benchmark's tile configs and ranking ([`micro_tile_configs`],
-//!   [`micro_ranked`]), which seed a search.
+//! - `micro`: the micro-benchmark's ranking ([`micro_results`], [`micro_ranked`]), the seeds it
+//!   gives a search ([`seed_from_micro`]: its configs completed into the space by
+//!   [`project_micro`]) and how well it predicted one ([`micro_correlation`]: Spearman's ρ and
+//!   Kendall's τ over the configs both measured).
 //!
 //! ```
 //! use attn_evo::{KnobDomain, Options, Search, Space};
@@ -74,11 +77,13 @@ pub use error::{EvoError, Result};
 pub use log::{evaluations_from_log, knobs_from_strings, knobs_to_strings};
 pub use measured::{best_row, evo_best, synthetic_measurement, synthetic_samples, Measurement};
 pub use micro::{
-    micro_knobs, micro_ranked, micro_results, micro_tile_configs, MICRO_KNOBS, MICRO_SCOPE,
+    correlate_with_search, correlation_lines, micro_correlation, micro_flops_per_tile, micro_knobs,
+    micro_metric, micro_ranked, micro_results, micro_scope, project_micro, seed_from_micro,
+    CorrelationInputs, MicroOutcome, MicroSeeds, MIN_PAIRS,
 };
 pub use plan::{
     config_seed, format_knobs, gate_command, narrow_choice, narrow_domains, seed_from_bests,
-    seed_from_log, source_constraint, split_row, KnobOf,
+    source_constraint, split_row, KnobOf,
 };
 pub use run::SearchRun;
 pub use search::{Evaluation, Generation, Options, Search};

@@ -1,11 +1,11 @@
 //! A search's definition beyond the space: which knob values to search, the constraint of a
-//! `--src` kernel, the seeds of generation 0, each candidate's input seed, and the `gate` command
-//! that confirms a result.
+//! `--src` kernel, the seeds of generation 0 from earlier bests, each candidate's input seed, and
+//! the `gate` command that confirms a result.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use attn_evidence::{EvoBest, EvoCandidate, SearchImplementation, SearchSpec, IMPL_KNOB};
+use attn_evidence::{EvoBest, SearchImplementation, SearchSpec, IMPL_KNOB};
 
 use crate::error::{EvoError, Result};
 use crate::log::knobs_from_strings;
@@ -148,7 +148,7 @@ pub fn split_row(
 }
 
 /// The constraint of a `--src` kernel's configs (its `defines` merged with the knobs): its block
-/// (`NUM_WARPS` × 32 threads) and `SHARED_BYTES` must fit the device.
+/// ((`NUM_WARPS` + `PRODUCER_WARPS`) × 32 threads) and `SHARED_BYTES` must fit the device.
 pub fn source_constraint(
     defines: BTreeMap<String, i64>,
     max_threads_per_block: u32,
@@ -167,9 +167,11 @@ pub fn source_constraint(
             get("NUM_WARPS", 4),
             get("SHARED_BYTES", 0),
         );
+        let producers = get("PRODUCER_WARPS", 0);
         if block_m < 1
             || warps < 1
-            || warps * 32 > i64::from(max_threads_per_block)
+            || producers < 0
+            || (warps + producers) * 32 > i64::from(max_threads_per_block)
             || !(0..=i64::from(max_shared_per_block)).contains(&shared)
         {
             Err(format!(
@@ -189,26 +191,6 @@ pub fn config_seed(seed: u64, knobs: &Knobs) -> u64 {
         .fold(seed ^ 0xcbf2_9ce4_8422_2325, |h, b| {
             (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
         })
-}
-
-/// Adds to `seeds` the configs of `rows` (a micro-benchmark's log) best score first, projected
-/// onto `space` (knobs matched by name, the others from `fill`); returns how many rows ranked.
-pub fn seed_from_log(
-    seeds: &mut Vec<Knobs>,
-    rows: &[EvoCandidate],
-    space: &Space,
-    fill: &Knobs,
-) -> usize {
-    let mut ranked: Vec<&EvoCandidate> = rows
-        .iter()
-        .filter(|r| r.status.is_ok() && r.score.is_some())
-        .collect();
-    ranked.sort_by(|a, b| b.score.unwrap_or(0.0).total_cmp(&a.score.unwrap_or(0.0)));
-    for row in &ranked {
-        let knobs = knobs_from_strings(&row.config).unwrap_or_default();
-        push_projected(seeds, space, &knobs, fill);
-    }
-    ranked.len()
 }
 
 /// Adds to `seeds` the best configs of earlier searches of `target` (`<evo_dir>/*/best.json`;

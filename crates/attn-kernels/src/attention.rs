@@ -29,7 +29,9 @@ pub enum Candidate {
     },
     /// `--src FILE [--entry NAME] [--define K=V ...]`: a kernel following the ABI of
     /// `kernels/README.md`. Its geometry comes from the defines `BLOCK_M` (default 64),
-    /// `NUM_WARPS` (default 4) and `SHARED_BYTES` (dynamic shared memory, default 0).
+    /// `NUM_WARPS` (default 4), `PRODUCER_WARPS` (warps on top of `NUM_WARPS`, default 0) and
+    /// `SHARED_BYTES` (dynamic shared memory, default 0); `TENSOR_MAPS=1` asks for the TensorMaps
+    /// ABI (boxes of `BLOCK_M` rows for Q and `BLOCK_N` rows for K and V).
     Source {
         /// The `.cu` file.
         path: PathBuf,
@@ -242,42 +244,77 @@ pub struct Variant<'a> {
     pub shared_bytes: u32,
 }
 
-/// The geometry of a user's kernel, from its defines `BLOCK_M` (default 64), `NUM_WARPS`
-/// (default 4) and `SHARED_BYTES` (default 0).
+/// The geometry and ABI of a user's kernel, from its defines `BLOCK_M` (default 64), `NUM_WARPS`
+/// (default 4), `PRODUCER_WARPS` (default 0: a warp-specialised kernel's extra warps),
+/// `SHARED_BYTES` (default 0), and `TENSOR_MAPS` (0 or 1, default 0) with `BLOCK_N`.
 #[derive(Debug, Clone, Copy)]
 struct SourceGeometry {
     block_m: i64,
     warps: i64,
+    producer_warps: i64,
     shared_bytes: i64,
+    tensor_maps: i64,
+    block_n: Option<i64>,
 }
 
 fn source_geometry(defines: &Config) -> SourceGeometry {
     SourceGeometry {
         block_m: defines.get("BLOCK_M").unwrap_or(64),
         warps: defines.get("NUM_WARPS").unwrap_or(4),
+        producer_warps: defines.get("PRODUCER_WARPS").unwrap_or(0),
         shared_bytes: defines.get("SHARED_BYTES").unwrap_or(0),
+        tensor_maps: defines.get("TENSOR_MAPS").unwrap_or(0),
+        block_n: defines.get("BLOCK_N"),
     }
 }
 
 impl SourceGeometry {
+    fn threads(&self) -> i64 {
+        (self.warps + self.producer_warps) * 32
+    }
+
     fn check(&self, label: &str, limits: &Limits) -> Result<()> {
         let SourceGeometry {
             block_m,
             warps,
+            producer_warps,
             shared_bytes,
+            tensor_maps,
+            block_n,
         } = *self;
+        let invalid = |reason: String| KernelError::InvalidConfig {
+            implementation: label.to_string(),
+            reason,
+        };
         if block_m < 1
             || warps < 1
-            || warps * 32 > i64::from(limits.max_threads_per_block)
+            || producer_warps < 0
+            || self.threads() > i64::from(limits.max_threads_per_block)
             || shared_bytes < 0
             || shared_bytes > i64::from(limits.max_shared_per_block)
         {
-            return Err(KernelError::InvalidConfig {
-                implementation: label.to_string(),
-                reason: format!("BLOCK_M={block_m}, NUM_WARPS={warps}, SHARED_BYTES={shared_bytes} do not fit the device"),
-            });
+            return Err(invalid(format!("BLOCK_M={block_m}, NUM_WARPS={warps}, PRODUCER_WARPS={producer_warps}, SHARED_BYTES={shared_bytes} do not fit the device")));
         }
-        Ok(())
+        match (tensor_maps, block_n) {
+            (0, _) | (1, Some(1..)) => Ok(()),
+            (1, _) => Err(invalid(
+                "TENSOR_MAPS=1 needs BLOCK_N (the rows of the K and V boxes)".into(),
+            )),
+            (other, _) => Err(invalid(format!(
+                "TENSOR_MAPS={other} must be 0 (plain ABI) or 1 (Q, K, V maps appended)"
+            ))),
+        }
+    }
+
+    /// The boxes of the TensorMaps ABI when the kernel asks for it (`TENSOR_MAPS=1`).
+    fn box_rows(&self) -> Option<BoxRows> {
+        match (self.tensor_maps, self.block_n) {
+            (1, Some(kv)) => Some(BoxRows {
+                q: self.block_m as u32,
+                kv: kv as u32,
+            }),
+            _ => None,
+        }
     }
 
     fn for_shape(&self, shape: &Shape) -> Geometry {
@@ -287,7 +324,7 @@ impl SourceGeometry {
                 shape.heads as u32,
                 shape.batch as u32,
             ),
-            block: self.warps as u32 * 32,
+            block: self.threads() as u32,
             shared_bytes: self.shared_bytes as u32,
         }
     }
@@ -433,7 +470,7 @@ impl Prepared {
                 Launcher::Kernel {
                     function,
                     geometry: Box::new(move |shape: &Shape| Ok(geometry.for_shape(shape))),
-                    tensor_maps: None,
+                    tensor_maps: geometry.box_rows(),
                 }
             }
         };
@@ -454,6 +491,26 @@ impl Prepared {
     /// The resolved config (defaults plus overrides), or the user's defines.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// How many blocks of this kernel one SM holds at once on `shape`'s geometry (the driver's
+    /// occupancy calculator: registers, shared memory, threads); 1 for a library plan.
+    pub fn resident_blocks_per_sm(&self, shape: &Shape) -> Result<u32> {
+        match &self.engine {
+            Launcher::Kernel {
+                function, geometry, ..
+            } => {
+                let g = geometry(shape)?;
+                function
+                    .occupancy_max_active_blocks_per_multiprocessor(
+                        g.block,
+                        g.shared_bytes as usize,
+                        None,
+                    )
+                    .during("cuOccupancyMaxActiveBlocksPerMultiprocessor")
+            }
+            Launcher::Library { .. } => Ok(1),
+        }
     }
 
     /// Launches on `o` (asynchronously, on the GPU's stream). Checks shapes and the launch itself;

@@ -278,3 +278,42 @@ fn a_revision_compiles_its_own_text_with_its_headers_first_and_todays_defines() 
         hopper.for_shape(&shape).knobs()
     );
 }
+
+#[test]
+fn source_kernels_declare_tensor_maps_and_producer_warps_validly() {
+    let arch = Arch("compute_90a".into());
+    let source = |defines: &str| Candidate::Source {
+        path: "kernels/mine.cu".into(),
+        source: String::new(),
+        entry: "attn_fwd".into(),
+        defines: defines.parse().unwrap(),
+    };
+    // (defines, the reason given, or None when valid)
+    let cases = [
+        (
+            "TENSOR_MAPS=1,BLOCK_N=128,NUM_WARPS=8,PRODUCER_WARPS=4",
+            None,
+        ),
+        ("NUM_WARPS=28,PRODUCER_WARPS=4", None),
+        ("TENSOR_MAPS=1", Some("needs BLOCK_N")),
+        (
+            "TENSOR_MAPS=2,BLOCK_N=64",
+            Some("must be 0 (plain ABI) or 1"),
+        ),
+        (
+            "NUM_WARPS=29,PRODUCER_WARPS=4",
+            Some("do not fit the device"),
+        ),
+        ("PRODUCER_WARPS=-1", Some("do not fit the device")),
+    ];
+    for (defines, reason) in cases {
+        let candidate = source(defines);
+        let result = candidate.variant(DType::F16, 128, &arch, &Limits::H100);
+        match (result, reason) {
+            (Ok(_), None) => {}
+            (Err(e), Some(reason)) => assert!(e.to_string().contains(reason), "[{defines}]: {e}"),
+            (Ok(_), Some(reason)) => panic!("[{defines}] accepted; expected `{reason}`"),
+            (Err(e), None) => panic!("[{defines}]: {e}"),
+        }
+    }
+}

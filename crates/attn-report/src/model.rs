@@ -27,7 +27,7 @@ pub struct EvidenceSet {
     pub runs: Vec<Run>,
     /// Nsight Compute summaries, one row per kernel found.
     pub ncu: Vec<NcuRow>,
-    /// Search logs, `evo/<run>` in name order, then `micro`.
+    /// Search logs, `evo/<run>` in name order, then `micro/<target>`.
     pub searches: Vec<SearchLog>,
 }
 
@@ -123,7 +123,7 @@ pub struct NcuRow {
 /// One search log.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SearchLog {
-    /// `evo/<run>` or `micro`.
+    /// `evo/<run>` or `micro/<target>`.
     pub name: String,
     /// The rows in file order.
     pub rows: Vec<EvoCandidate>,
@@ -414,12 +414,24 @@ fn load_searches(dir: &Path) -> Result<Vec<SearchLog>, ReportError> {
             });
         }
     }
-    let micro = dir.join("micro").join("log.csv");
-    if micro.is_file() {
-        logs.push(SearchLog {
-            name: "micro".into(),
-            rows: read_evo_log(&micro)?,
-        });
+    // One micro log per target: `micro/<target>/log.csv`.
+    let micro = dir.join("micro");
+    if micro.is_dir() {
+        let mut targets: Vec<_> = std::fs::read_dir(&micro)
+            .map_err(|source| ReportError::Read {
+                path: micro.clone(),
+                source,
+            })?
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter(|path| path.join("log.csv").is_file())
+            .collect();
+        targets.sort();
+        for target in targets {
+            logs.push(SearchLog {
+                name: relative(dir, &target),
+                rows: read_evo_log(&target.join("log.csv"))?,
+            });
+        }
     }
     Ok(logs)
 }

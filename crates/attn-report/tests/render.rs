@@ -46,7 +46,7 @@ fn every_chart_is_well_formed_svg_with_labelled_axes() {
             "charts/bootstrap-mma-vs-sdpa-flash-h100-small.svg",
             "charts/bootstrap-tiled-vs-sdpa-flash-h100-small.svg",
             "charts/convergence-evo-run1.svg",
-            "charts/convergence-micro.svg",
+            "charts/convergence-micro-cp-async.svg",
             "charts/progression-4-16-1024-64-causal.svg",
             "charts/roofline.svg",
             "charts/speedup-mma-vs-sdpa-flash-h100-small.svg",
@@ -407,7 +407,9 @@ fn output_is_deterministic_and_check_detects_staleness() {
     let changed = build(evidence.path(), None);
     let stale = changed.stale_files(out.path()).unwrap();
     assert!(
-        stale.contains(&Staleness::Extra("charts/convergence-micro.svg".into())),
+        stale.contains(&Staleness::Extra(
+            "charts/convergence-micro-cp-async.svg".into()
+        )),
         "{stale:?}"
     );
     assert!(

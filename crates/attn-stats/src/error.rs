@@ -85,6 +85,28 @@ pub enum StatsError {
         /// The CSV reader's message.
         message: String,
     },
+    /// Paired data whose two sides differ in length.
+    #[error("paired data needs as many values on each side, got {x} and {y}")]
+    Unpaired {
+        /// Values of the first side.
+        x: usize,
+        /// Values of the second side.
+        y: usize,
+    },
+    /// Too few pairs for a correlation.
+    #[error("a rank correlation needs at least {min} pairs, got {n}")]
+    TooFewPairs {
+        /// Pairs given.
+        n: usize,
+        /// Pairs needed.
+        min: usize,
+    },
+    /// One side of paired data is constant: no ranking, no correlation.
+    #[error("the {which} values are all equal: a correlation with a constant is undefined")]
+    Constant {
+        /// `"first"` or `"second"`.
+        which: &'static str,
+    },
     /// A file held no numbers at all.
     #[error("no numbers found")]
     Empty,

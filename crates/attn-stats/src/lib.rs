@@ -16,6 +16,8 @@
 //!   pass. The interval formulas live in [`interval`] and follow `scipy.stats.bootstrap`.
 //! - [`mann_whitney`]: the two-sided U test by the normal approximation with tie and continuity
 //!   corrections (SciPy's `method="asymptotic"`).
+//! - [`spearman`] / [`kendall`] (`rank`): rank correlation of paired data (how well one ranking
+//!   predicts another), ties by [`average_ranks`], p-values as SciPy's `spearmanr` / `kendalltau`.
 //! - [`compare`] (`compare`): all of the above for a baseline and a candidate, a [`Verdict`], and
 //!   the hard gate; [`Comparison`] serializes to the JSON of `cargo xtask stats compare --json`
 //!   and displays as a table.
@@ -54,6 +56,7 @@ mod bootstrap;
 mod compare;
 mod error;
 mod mann_whitney;
+mod rank;
 mod read;
 mod report;
 mod sample;
@@ -69,6 +72,7 @@ pub use compare::{
 };
 pub use error::StatsError;
 pub use mann_whitney::{mann_whitney, MannWhitney};
+pub use rank::{average_ranks, kendall, spearman, Kendall, Spearman};
 pub use read::{parse_sample, parse_timings, read_sample, read_timings};
 pub use sample::{quantile, statistic, Sample};
 pub use summary::{Outliers, Summary};

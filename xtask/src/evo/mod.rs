@@ -88,7 +88,9 @@ pub struct Args {
     /// Bootstrap resamples for each candidate's speedup CI.
     #[arg(long, default_value_t = 2000)]
     pub resamples: usize,
-    /// Start from the top configs of `<evidence>/micro/log.csv` (knobs with matching names).
+    /// Start from the ranking of `<evidence>/micro/<target>/log.csv` (hopper's for hopper, else
+    /// cp-async's; knobs matched by name, the others completed validly), and at the end say how
+    /// well it predicted this search.
     #[arg(long)]
     pub seed_from_micro: bool,
     /// Start from the best configs of earlier searches of the same target in `<evidence>/evo/`.
@@ -202,7 +204,20 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         },
     )?;
     bar.finish();
-    finish(&args, &run, &devices, gpu.as_ref(), ncu)
+    let code = finish(&args, &run, &devices, gpu.as_ref(), ncu)?;
+    if args.seed_from_micro {
+        // The search measured micro's seeds: how well did micro rank them?
+        match attn_evo::correlate_with_search(&args.evidence, &run.dir, None) {
+            Ok((c, path)) => {
+                attn_evo::correlation_lines(&c)
+                    .iter()
+                    .for_each(|l| println!("{l}"));
+                println!("evidence: {}", path.display());
+            }
+            Err(e) => println!("micro vs this search: {e}"),
+        }
+    }
+    Ok(code)
 }
 
 /// Candidates measured by worker processes while the generation compiles on CPU threads.

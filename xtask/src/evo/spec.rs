@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::{bail, Context};
-use attn_evidence::{read_evo_log, SearchSpec};
+use attn_evidence::{read_evo_log, MicroBest, MicroTarget, SearchSpec};
 use attn_evo::{Branch, KnobDomain, Knobs, SearchRun, Space};
 use attn_kernels::registry::Limits;
 use attn_kernels::Config;
@@ -142,15 +142,27 @@ pub fn seeds(args: &Args, spec: &SearchSpec, space: &Space) -> anyhow::Result<Ve
         _ => space.defaults(),
     };
     if args.seed_from_micro {
-        let rows = read_evo_log(&args.evidence.join("micro").join("log.csv"))
-            .context("--seed-from-micro: run `cargo xtask micro` first")?;
-        let before = seeds.len();
-        let ranked = attn_evo::seed_from_log(&mut seeds, &rows, space, &fill);
-        let names = space.columns();
+        let target = MicroTarget::for_implementation(spec.implementation.as_deref());
+        let dir = target.dir(&args.evidence);
+        let head_dim = spec.shape.head_dim;
+        let rows = read_evo_log(&dir.join("log.csv")).with_context(|| {
+            format!("--seed-from-micro: run `cargo xtask micro --target {target} --head-dim {head_dim}` first")
+        })?;
+        if let Some(d) = MicroBest::read(&dir.join("best.json"))
+            .ok()
+            .and_then(|b| b.head_dim)
+        {
+            if d != head_dim {
+                println!("note: micro ({target}) ranked tiles of head dim {d}; this search is at {head_dim}");
+            }
+        }
+        let s = attn_evo::seed_from_micro(&mut seeds, &rows, space, &fill);
         println!(
-            "seeded from micro: {} distinct valid config(s) from {ranked} ranked tile configs (knobs matched by name: {})",
-            seeds.len() - before,
-            names.join(", ")
+            "seeded from micro ({target}): {} distinct valid config(s) from {} ranked tile configs, {} with no valid completion (knobs matched by name: {})",
+            s.added,
+            s.ranked,
+            s.unplaced,
+            target.knobs().join(", ")
         );
     }
     if args.seed_from_evo {
