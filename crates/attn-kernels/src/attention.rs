@@ -702,15 +702,15 @@ impl LibraryLaunch<'_> {
             shared_mem_bytes: self.geometry.shared_bytes,
         };
         let mut launch = stream.launch_builder(self.function);
-        // Each plan's kernel takes (input, input-or-none, output, seq_q, seq_kv, scale, causal).
-        let (first, second, out) = match (plan, scores, probs) {
-            // softmax_rows(const float* s, elem_t* p, ...)
-            (LibraryPlan::Math, Some(sp), Some(pp)) => (sp, None, pp),
-            // softmax_pv(const float* s, const elem_t* v, elem_t* o, ...)
-            (LibraryPlan::HybridQk, Some(sp), None) => (sp, Some(vp), op),
-            // qk_softmax(const elem_t* q, const elem_t* k, elem_t* p, ...)
-            (LibraryPlan::HybridPv, None, Some(pp)) => (qp, Some(kp), pp),
-            _ => unreachable!("the plan's buffers follow from LibraryPlan::cublas_*"),
+        // Each plan's kernel takes (input, [second input,] output, seq_q, seq_kv, scale, causal):
+        // softmax_rows(S, P), softmax_pv(S, V, O), qk_softmax(Q, K, P). It reads the scores when
+        // cuBLAS made them, else Q; it writes the probabilities when cuBLAS reads them, else O.
+        let first = scores.unwrap_or(qp);
+        let out = probs.unwrap_or(op);
+        let second = match plan {
+            LibraryPlan::Math => None,
+            LibraryPlan::HybridQk => Some(vp),
+            LibraryPlan::HybridPv => Some(kp),
         };
         launch.arg(&first);
         if let Some(second) = &second {

@@ -15,10 +15,14 @@ use crate::error::{KernelError, Result};
 use crate::toolkit;
 
 /// Headers that kernels may include by name.
-pub const HEADERS: [(&str, &str); 2] = [
+pub const HEADERS: [(&str, &str); 3] = [
     (
         "attn_common.cuh",
         include_str!("../../../kernels/attn_common.cuh"),
+    ),
+    (
+        "hopper_common.cuh",
+        include_str!("../../../kernels/hopper_common.cuh"),
     ),
     (
         "hybrid_common.cuh",
