@@ -47,6 +47,58 @@ __device__ __forceinline__ int row_kv_limit(int row, int seq_q, int seq_kv, int 
     return causal ? min(seq_kv, causal_kv_end(row, seq_q, seq_kv)) : seq_kv;
 }
 
+// ---- The variant parameters (README.md, "Variants"): GQA/MQA, sliding window, varlen. ----
+
+// The first key (inclusive) query `row` may see: 0, or `row + seq_kv - seq_q - window_left` for a
+// sliding window (window_left >= 0), clipped to [0, seq_kv].
+__device__ __forceinline__ int row_kv_lo(int row, int seq_q, int seq_kv, int window_left) {
+    return window_left < 0 ? 0 : min(seq_kv, max(0, row + seq_kv - seq_q - window_left));
+}
+
+// The last key (exclusive) query `row` may see: the causal bound (causal means window_right 0),
+// `row + seq_kv - seq_q + 1 + window_right` for a window (window_right >= 0), clipped to
+// [0, seq_kv]. A row with row_kv_lo >= row_kv_hi sees no key and writes zeros.
+__device__ __forceinline__ int row_kv_hi(int row, int seq_q, int seq_kv, int causal, int window_right) {
+    const int right = causal ? 0 : window_right;
+    return right < 0 ? seq_kv : min(seq_kv, max(0, row + seq_kv - seq_q + 1 + right));
+}
+
+// Where one (sequence, query head)'s rows live. Dense: Q/O are [B, H, S_q, D] and K/V
+// [B, H_kv, S_kv, D], rows D elements apart. Varlen (cu_seqlens_q != nullptr): Q/O are packed
+// [total_q, H, D] and K/V [total_kv, H_kv, D], rows H·D (H_kv·D) apart, sequence b's rows
+// cu_seqlens[b] .. cu_seqlens[b+1]. Query head h reads K/V head h / (heads / kv_heads).
+struct HeadView {
+    long long q;    // element offset of this head's row 0 in Q and O
+    long long kv;   // element offset of its K/V head's row 0 in K and V
+    int q_stride;   // elements between consecutive rows of Q and O
+    int kv_stride;  // elements between consecutive rows of K and V
+    int seq_q;      // this sequence's query rows
+    int seq_kv;     // this sequence's keys
+};
+
+__device__ __forceinline__ HeadView head_view(int b, int h, int heads, int kv_heads, int seq_q, int seq_kv,
+                                              const int* cu_seqlens_q, const int* cu_seqlens_kv) {
+    HeadView view;
+    const int kv_head = h / (heads / kv_heads);
+    if (cu_seqlens_q == nullptr) {
+        view.seq_q = seq_q;
+        view.seq_kv = seq_kv;
+        view.q_stride = HEAD_DIM;
+        view.kv_stride = HEAD_DIM;
+        view.q = ((long long)b * heads + h) * seq_q * HEAD_DIM;
+        view.kv = ((long long)b * kv_heads + kv_head) * seq_kv * HEAD_DIM;
+    } else {
+        const int q0 = cu_seqlens_q[b], kv0 = cu_seqlens_kv[b];
+        view.seq_q = cu_seqlens_q[b + 1] - q0;
+        view.seq_kv = cu_seqlens_kv[b + 1] - kv0;
+        view.q_stride = heads * HEAD_DIM;
+        view.kv_stride = kv_heads * HEAD_DIM;
+        view.q = ((long long)q0 * heads + h) * HEAD_DIM;
+        view.kv = ((long long)kv0 * kv_heads + kv_head) * HEAD_DIM;
+    }
+    return view;
+}
+
 // The 32-bit shared-memory address of a generic pointer into shared memory (for PTX operands).
 __device__ __forceinline__ unsigned int smem_addr(const void* p) {
     return static_cast<unsigned int>(__cvta_generic_to_shared(p));
