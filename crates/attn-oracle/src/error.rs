@@ -32,6 +32,14 @@ pub enum OracleError {
         /// What is wrong with it.
         reason: String,
     },
+    /// Text that is not a sliding window.
+    #[error("cannot parse window {input:?}: {reason}")]
+    ParseWindow {
+        /// The text given.
+        input: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// Text that is not a dtype.
     #[error("unknown dtype {input:?} (expected fp16|f16|half, bf16, f32|fp32)")]
     ParseDType {

@@ -229,87 +229,67 @@ fn generate_typed<T: Element>(spec: &CaseSpec) -> (Vec<T>, Vec<T>, Vec<T>) {
     if q_slab == 0 || kv_slab == 0 {
         return (q, k, v);
     }
-    q.par_chunks_mut(q_slab)
-        .zip(k.par_chunks_mut(kv_slab))
+    // f32's pool keeps 13 mantissa bits: 49152 values are plenty and cheap to shuffle.
+    let pool_bits = T::MANTISSA_BITS.min(13);
+    let round = |dst: &mut [T], src: Vec<f64>| {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = T::from_f64(s);
+        }
+    };
+    // K and V per (batch, K/V head) slab; Q per (batch, query head) slab, from its group's K
+    // (Peaky aims queries at keys). With H_kv = H both slab indices are the same, so multi-head
+    // cases are what they always were.
+    let kv_values: Vec<[Vec<f64>; 2]> = (0..shape.batch * shape.kv_heads)
+        .into_par_iter()
+        .map(|slab| kv_slab_values(spec, slab, pool_bits))
+        .collect();
+    k.par_chunks_mut(kv_slab)
         .zip(v.par_chunks_mut(kv_slab))
+        .zip(&kv_values)
+        .for_each(|((k, v), [k64, v64])| {
+            round(k, k64.clone());
+            round(v, v64.clone());
+        });
+    q.par_chunks_mut(q_slab)
         .enumerate()
-        .for_each(|(slab, ((q, k), v))| {
-            // f32's pool keeps 13 mantissa bits: 49152 values are plenty and cheap to shuffle.
-            let [q64, k64, v64] = slab_values(spec, slab, T::MANTISSA_BITS.min(13));
-            for (dst, src) in [(q, q64), (k, k64), (v, v64)] {
-                for (d, s) in dst.iter_mut().zip(src) {
-                    *d = T::from_f64(s);
-                }
-            }
+        .for_each(|(slab, q)| {
+            let kv = slab / shape.heads * shape.kv_heads + slab % shape.heads / shape.group();
+            round(q, q_slab_values(spec, slab, &kv_values[kv][0], pool_bits));
         });
     (q, k, v)
 }
 
-/// The f64 values of slab `slab` of Q, K and V, before rounding.
-fn slab_values(spec: &CaseSpec, slab: usize, pool_bits: u32) -> [Vec<f64>; 3] {
+/// The f64 values of K and V in (batch, K/V head) slab `slab`, before rounding.
+fn kv_slab_values(spec: &CaseSpec, slab: usize, pool_bits: u32) -> [Vec<f64>; 2] {
     let Shape {
-        seq_q,
-        seq_kv,
-        head_dim,
-        ..
+        seq_kv, head_dim, ..
     } = spec.shape;
     let seed = spec.seed;
-    let q_len = seq_q * head_dim;
     let kv_len = seq_kv * head_dim;
     let normal = |which, len| -> Vec<f64> {
         let mut rng = slab_rng(seed, which, slab);
         (0..len).map(|_| StandardNormal.sample(&mut rng)).collect()
     };
     match spec.distribution {
-        Distribution::Normal => [
-            normal(Which::Q, q_len),
-            normal(Which::K, kv_len),
-            normal(Which::V, kv_len),
-        ],
+        Distribution::Normal | Distribution::Peaky => {
+            [normal(Which::K, kv_len), normal(Which::V, kv_len)]
+        }
         Distribution::Uniform => {
             let uniform = |which, len| -> Vec<f64> {
                 let mut rng = slab_rng(seed, which, slab);
                 (0..len).map(|_| rng.random_range(-1.0..1.0)).collect()
             };
-            [
-                uniform(Which::Q, q_len),
-                uniform(Which::K, kv_len),
-                uniform(Which::V, kv_len),
-            ]
+            [uniform(Which::K, kv_len), uniform(Which::V, kv_len)]
         }
         Distribution::LargeMagnitude => {
-            let mean = (150.0 / (head_dim as f64).sqrt()).sqrt();
-            let shifted = |which, len| -> Vec<f64> {
-                normal(which, len).into_iter().map(|x| x + mean).collect()
-            };
-            [
-                shifted(Which::Q, q_len),
-                shifted(Which::K, kv_len),
-                normal(Which::V, kv_len),
-            ]
-        }
-        Distribution::Peaky => {
-            let k = normal(Which::K, kv_len);
-            let mut rng = slab_rng(seed, Which::HotKeys, slab);
-            let target_logit = 20.0;
-            let mut q = Vec::with_capacity(q_len);
-            for row in 0..seq_q {
-                // The keys this row sees under a bottom-right causal mask, or all when it sees none.
-                let visible = (row + 1 + seq_kv).saturating_sub(seq_q).min(seq_kv);
-                let choices = if visible == 0 { seq_kv } else { visible };
-                let hot = rng.random_range(0..choices);
-                let key = &k[hot * head_dim..(hot + 1) * head_dim];
-                let norm2 = key.iter().map(|x| x * x).sum::<f64>();
-                // q = c·k with scale·c·|k|² = target, scale = 1/√D; the floor keeps c bounded.
-                let c = target_logit * (head_dim as f64).sqrt() / norm2.max(head_dim as f64 / 4.0);
-                q.extend(key.iter().map(|x| c * x));
-            }
-            [q, k, normal(Which::V, kv_len)]
+            let mean = large_magnitude_mean(head_dim);
+            let k = normal(Which::K, kv_len).into_iter().map(|x| x + mean);
+            [k.collect(), normal(Which::V, kv_len)]
         }
         Distribution::ConstantRows => {
             let row = normal(Which::K, head_dim);
             let k = row.iter().copied().cycle().take(kv_len).collect();
-            [normal(Which::Q, q_len), k, normal(Which::V, kv_len)]
+            [k, normal(Which::V, kv_len)]
         }
         Distribution::SmallVariance => {
             let small = |which, len| -> Vec<f64> {
@@ -318,21 +298,65 @@ fn slab_values(spec: &CaseSpec, slab: usize, pool_bits: u32) -> [Vec<f64>; 3] {
                     .map(|x| x * SMALL_SIGMA)
                     .collect()
             };
-            [
-                small(Which::Q, q_len),
-                small(Which::K, kv_len),
-                small(Which::V, kv_len),
-            ]
+            [small(Which::K, kv_len), small(Which::V, kv_len)]
         }
         Distribution::Distinct => {
             let distinct =
                 |which: Which, len: usize| distinct_values(seed, which, slab * len, len, pool_bits);
-            [
-                distinct(Which::Q, q_len),
-                distinct(Which::K, kv_len),
-                distinct(Which::V, kv_len),
-            ]
+            [distinct(Which::K, kv_len), distinct(Which::V, kv_len)]
         }
+    }
+}
+
+/// Logits of order 150 (exp overflows f16 without the max subtraction): the mean added to Q and K.
+fn large_magnitude_mean(head_dim: usize) -> f64 {
+    (150.0 / (head_dim as f64).sqrt()).sqrt()
+}
+
+/// The f64 values of Q in (batch, query head) slab `slab`, before rounding; `keys` are the f64
+/// keys of its K/V head (Peaky aims each query at one of them).
+fn q_slab_values(spec: &CaseSpec, slab: usize, keys: &[f64], pool_bits: u32) -> Vec<f64> {
+    let Shape {
+        seq_q,
+        seq_kv,
+        head_dim,
+        ..
+    } = spec.shape;
+    let seed = spec.seed;
+    let q_len = seq_q * head_dim;
+    let normal = |len| -> Vec<f64> {
+        let mut rng = slab_rng(seed, Which::Q, slab);
+        (0..len).map(|_| StandardNormal.sample(&mut rng)).collect()
+    };
+    match spec.distribution {
+        Distribution::Normal | Distribution::ConstantRows => normal(q_len),
+        Distribution::Uniform => {
+            let mut rng = slab_rng(seed, Which::Q, slab);
+            (0..q_len).map(|_| rng.random_range(-1.0..1.0)).collect()
+        }
+        Distribution::LargeMagnitude => {
+            let mean = large_magnitude_mean(head_dim);
+            normal(q_len).into_iter().map(|x| x + mean).collect()
+        }
+        Distribution::Peaky => {
+            let mut rng = slab_rng(seed, Which::HotKeys, slab);
+            let target_logit = 20.0;
+            let mut q = Vec::with_capacity(q_len);
+            for row in 0..seq_q {
+                // The keys this row sees under a bottom-right causal mask, or all when it sees none.
+                let visible = (row + 1 + seq_kv).saturating_sub(seq_q).min(seq_kv);
+                let choices = if visible == 0 { seq_kv } else { visible };
+                let hot = rng.random_range(0..choices);
+                let key = &keys[hot * head_dim..(hot + 1) * head_dim];
+                let norm2 = key.iter().map(|x| x * x).sum::<f64>();
+                // q = c·k with scale·c·|k|² = target, scale = 1/√D; the floor keeps c bounded.
+                let c = target_logit * (head_dim as f64).sqrt() / norm2.max(head_dim as f64 / 4.0);
+                q.extend(key.iter().map(|x| c * x));
+            }
+            q
+        }
+        Distribution::SmallVariance => normal(q_len).into_iter().map(|x| x * SMALL_SIGMA).collect(),
+        Distribution::Distinct => distinct_values(seed, Which::Q, slab * q_len, q_len, pool_bits),
     }
 }
 

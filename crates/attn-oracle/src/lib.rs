@@ -55,6 +55,6 @@ pub use compare::{compare, tolerance, Tolerance, Verdict};
 pub use error::OracleError;
 pub use generate::{generate, CaseSpec, Distribution, Inputs, SMALL_SIGMA};
 pub use reference::{reference, Reference, RowId, RowSelection, ALL_ROWS_LIMIT, TILE_HEIGHTS};
-pub use shape::{DType, Params, Shape};
+pub use shape::{DType, Params, Shape, Window};
 pub use tensor::{HostData, HostTensor, POISON_BF16_BITS, POISON_F16_BITS, POISON_F32_BITS};
 pub use tiled::{tiled_f32, tiled_f32_with, TiledConfig};

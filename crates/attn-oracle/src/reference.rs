@@ -137,7 +137,8 @@ impl Reference {
 
 /// Computes attention in f64 for the rows `rows` selects, in parallel (rayon) over heads and rows.
 ///
-/// Q is `[B, H, S_q, D]`, K and V `[B, H, S_kv, D]`, of any element types (they may differ).
+/// Q is `[B, H, S_q, D]`, K and V `[B, H_kv, S_kv, D]` (query head `h` reads K/V head
+/// `h / (H / H_kv)`), of any element types (they may differ).
 ///
 /// ```
 /// use attn_oracle::{reference, DType, HostTensor, Params, RowSelection};
@@ -178,15 +179,17 @@ pub fn reference(
     let per_slab: Vec<(Vec<RowId>, Vec<f64>, Vec<f64>)> = (0..slabs)
         .into_par_iter()
         .map(|slab| {
-            let keys = k.data.slice_f64(slab * seq_kv * d, seq_kv * d);
-            let values = v.data.slice_f64(slab * seq_kv * d, seq_kv * d);
+            // The K/V head of query head `slab % heads`: batch-major, then heads in groups.
+            let kv_slab = slab / heads * shape.kv_heads + slab % heads / shape.group();
+            let keys = k.data.slice_f64(kv_slab * seq_kv * d, seq_kv * d);
+            let values = v.data.slice_f64(kv_slab * seq_kv * d, seq_kv * d);
             let selected = select_rows(rows, seq_q, slab);
             let results: Vec<(Vec<f64>, f64)> = selected
                 .par_iter()
                 .map(|&row| {
                     let query = q.data.slice_f64((slab * seq_q + row) * d, d);
-                    let kv_end = params.kv_end(row, seq_q, seq_kv);
-                    attend_row(&query, &keys, &values, kv_end, params.scale)
+                    let visible = params.kv_range(row, seq_q, seq_kv);
+                    attend_row(&query, &keys, &values, visible, params.scale)
                 })
                 .collect();
             let ids = selected
@@ -288,20 +291,25 @@ fn select_rows(rows: &RowSelection, seq_q: usize, slab: usize) -> Vec<usize> {
     }
 }
 
-/// One output row and its logsumexp, in f64. `keys` and `values` are `[S_kv, D]`.
+/// One output row and its logsumexp, in f64, over the keys `visible`. `keys` and `values` are
+/// `[S_kv, D]`.
 fn attend_row(
     query: &[f64],
     keys: &[f64],
     values: &[f64],
-    kv_end: usize,
+    visible: std::ops::Range<usize>,
     scale: f64,
 ) -> (Vec<f64>, f64) {
     let d = query.len();
     let mut out = vec![0.0; d];
-    if kv_end == 0 {
+    if visible.is_empty() {
         return (out, f64::NEG_INFINITY);
     }
-    let logits: Vec<f64> = keys[..kv_end * d]
+    let (keys, values) = (
+        &keys[visible.start * d..visible.end * d],
+        &values[visible.start * d..visible.end * d],
+    );
+    let logits: Vec<f64> = keys
         .chunks_exact(d)
         .map(|key| scale * dot(query, key))
         .collect();

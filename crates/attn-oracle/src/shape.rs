@@ -7,9 +7,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::OracleError;
 
-/// The geometry of one attention problem: Q is `[B, H, S_q, D]`, K and V are `[B, H, S_kv, D]`.
+/// The geometry of one attention problem: Q is `[B, H, S_q, D]`, K and V are `[B, H_kv, S_kv, D]`
+/// (`H_kv = H`: multi-head attention; `H_kv` a divisor of `H`: grouped-query, query head `h`
+/// reading K/V head `h / (H / H_kv)`; `H_kv = 1`: multi-query).
 ///
-/// Construct with [`Shape::new`] or parse from `"B,H,S,D"` / `"B,H,SQ,SKV,D"`:
+/// Construct with [`Shape::new`] (and [`Shape::with_kv_heads`]) or parse from `"B,H,S,D"` /
+/// `"B,H,SQ,SKV,D"`, `H` written `HQ/HKV` for grouped-query attention:
 ///
 /// ```
 /// use attn_oracle::Shape;
@@ -17,14 +20,20 @@ use crate::OracleError;
 /// assert_eq!(shape, Shape::new(2, 16, 1024, 1024, 64)?);
 /// assert_eq!(shape.to_string(), "2,16,1024,64");
 /// assert_eq!(shape.flops(false), 4.0 * 2.0 * 16.0 * 1024.0 * 1024.0 * 64.0);
+/// let gqa: Shape = "2,32/8,4096,128".parse()?;
+/// assert_eq!((gqa.heads, gqa.kv_heads, gqa.group()), (32, 8, 4));
+/// assert_eq!(gqa.kv_dims(), [2, 8, 4096, 128]);
+/// assert_eq!(gqa.to_string(), "2,32/8,4096,128");
 /// # Ok::<(), attn_oracle::OracleError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Shape {
     /// Batch size `B`.
     pub batch: usize,
-    /// Number of heads `H`.
+    /// Number of query heads `H`.
     pub heads: usize,
+    /// Number of key/value heads `H_kv`, a divisor of `H`.
+    pub kv_heads: usize,
     /// Query sequence length `S_q`.
     pub seq_q: usize,
     /// Key/value sequence length `S_kv`.
@@ -40,6 +49,7 @@ impl Shape {
         Shape {
             batch: 1,
             heads: 1,
+            kv_heads: 1,
             seq_q: 1,
             seq_kv: 1,
             head_dim,
@@ -79,10 +89,31 @@ impl Shape {
         Ok(Shape {
             batch,
             heads,
+            kv_heads: heads,
             seq_q,
             seq_kv,
             head_dim,
         })
+    }
+
+    /// The same shape with `kv_heads` key/value heads, which must divide the query heads.
+    pub fn with_kv_heads(self, kv_heads: usize) -> Result<Shape, OracleError> {
+        if kv_heads == 0 || self.heads % kv_heads != 0 {
+            return Err(OracleError::InvalidShape {
+                batch: self.batch,
+                heads: self.heads,
+                seq_q: self.seq_q,
+                seq_kv: self.seq_kv,
+                head_dim: self.head_dim,
+                reason: "the key/value heads must divide the query heads",
+            });
+        }
+        Ok(Shape { kv_heads, ..self })
+    }
+
+    /// Query heads per key/value head: 1 for multi-head attention.
+    pub fn group(&self) -> usize {
+        self.heads / self.kv_heads
     }
 
     /// The dims of Q and of the output: `[B, H, S_q, D]`.
@@ -90,9 +121,9 @@ impl Shape {
         [self.batch, self.heads, self.seq_q, self.head_dim]
     }
 
-    /// The dims of K and V: `[B, H, S_kv, D]`.
+    /// The dims of K and V: `[B, H_kv, S_kv, D]`.
     pub fn kv_dims(&self) -> [usize; 4] {
-        [self.batch, self.heads, self.seq_kv, self.head_dim]
+        [self.batch, self.kv_heads, self.seq_kv, self.head_dim]
     }
 
     /// Element count of Q (and of the output).
@@ -122,33 +153,43 @@ impl Shape {
         }
     }
 
-    /// The shape described by Q's and K's dims, which must agree on B, H and D.
-    pub(crate) fn from_q_kv_dims(q: [usize; 4], kv: [usize; 4]) -> Result<Shape, OracleError> {
-        if q[0] != kv[0] || q[1] != kv[1] || q[3] != kv[3] {
+    /// The shape described by Q's and K's dims, which must agree on B and D, K's heads dividing Q's.
+    pub fn from_q_kv_dims(q: [usize; 4], kv: [usize; 4]) -> Result<Shape, OracleError> {
+        if q[0] != kv[0] || q[3] != kv[3] || kv[1] == 0 || q[1] % kv[1] != 0 {
             return Err(OracleError::DimsMismatch {
                 tensor: "k",
-                expected: format!("[{}, {}, S_kv, {}] to match q", q[0], q[1], q[3]),
+                expected: format!(
+                    "[{}, H_kv, S_kv, {}] with H_kv dividing {} to match q",
+                    q[0], q[3], q[1]
+                ),
                 found: kv,
             });
         }
-        Shape::new(q[0], q[1], q[2], kv[2], q[3])
+        Shape::new(q[0], q[1], q[2], kv[2], q[3])?.with_kv_heads(kv[1])
+    }
+
+    /// The query heads as written in shape strings: `H`, or `HQ/HKV` for grouped-query attention.
+    fn heads_text(&self) -> String {
+        if self.kv_heads == self.heads {
+            self.heads.to_string()
+        } else {
+            format!("{}/{}", self.heads, self.kv_heads)
+        }
     }
 }
 
-/// Formats as `"B,H,S,D"` when `S_q == S_kv`, else `"B,H,SQ,SKV,D"`; parses back with `FromStr`.
+/// Formats as `"B,H,S,D"` when `S_q == S_kv`, else `"B,H,SQ,SKV,D"` (`H` as `HQ/HKV` for
+/// grouped-query attention); parses back with `FromStr`.
 impl fmt::Display for Shape {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let heads = self.heads_text();
         if self.seq_q == self.seq_kv {
-            write!(
-                f,
-                "{},{},{},{}",
-                self.batch, self.heads, self.seq_q, self.head_dim
-            )
+            write!(f, "{},{heads},{},{}", self.batch, self.seq_q, self.head_dim)
         } else {
             write!(
                 f,
-                "{},{},{},{},{}",
-                self.batch, self.heads, self.seq_q, self.seq_kv, self.head_dim
+                "{},{heads},{},{},{}",
+                self.batch, self.seq_q, self.seq_kv, self.head_dim
             )
         }
     }
@@ -157,15 +198,28 @@ impl fmt::Display for Shape {
 impl FromStr for Shape {
     type Err = OracleError;
 
-    /// Accepts `"B,H,S,D"` (`S_q = S_kv = S`) or `"B,H,SQ,SKV,D"`; spaces around numbers are allowed.
+    /// Accepts `"B,H,S,D"` (`S_q = S_kv = S`) or `"B,H,SQ,SKV,D"`, `H` as `HQ/HKV` for
+    /// grouped-query attention; spaces around numbers are allowed.
     fn from_str(input: &str) -> Result<Shape, OracleError> {
         let parse_error = |reason: String| OracleError::ParseShape {
             input: input.to_owned(),
             reason,
         };
+        let mut kv_heads = None;
         let numbers = input
             .split(',')
-            .map(|field| {
+            .enumerate()
+            .map(|(index, field)| {
+                let field = match field.split_once('/') {
+                    Some((heads, kv)) if index == 1 => {
+                        let kv = kv.trim();
+                        kv_heads = Some(kv.parse::<usize>().map_err(|_| {
+                            parse_error(format!("{kv:?} is not a non-negative integer"))
+                        })?);
+                        heads
+                    }
+                    _ => field,
+                };
                 let field = field.trim();
                 field
                     .parse::<usize>()
@@ -181,6 +235,10 @@ impl FromStr for Shape {
                     numbers.len()
                 )))
             }
+        };
+        let shape = match (shape, kv_heads) {
+            (Ok(shape), Some(kv)) => shape.with_kv_heads(kv),
+            (shape, _) => shape,
         };
         shape.map_err(|error| parse_error(error.to_string()))
     }
@@ -247,6 +305,70 @@ impl FromStr for DType {
     }
 }
 
+/// A sliding (local) attention window, FlashAttention's definition: with `diag = i + S_kv − S_q`,
+/// query row `i` sees keys `diag − left ≤ j ≤ diag + right`; `None` is unbounded on that side.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Window {
+    /// Keys before the diagonal a row may see.
+    pub left: Option<usize>,
+    /// Keys after the diagonal a row may see.
+    pub right: Option<usize>,
+}
+
+impl Window {
+    /// No window: every key (up to the causal mask).
+    pub const NONE: Window = Window {
+        left: None,
+        right: None,
+    };
+
+    /// Whether either side is bounded.
+    pub fn is_bounded(&self) -> bool {
+        self.left.is_some() || self.right.is_some()
+    }
+
+    /// The ABI's pair `(window_left, window_right)`, `-1` for an unbounded side (kernels/README.md).
+    pub fn abi(&self) -> (i32, i32) {
+        let side = |s: Option<usize>| s.map_or(-1, |n| n.min(i32::MAX as usize) as i32);
+        (side(self.left), side(self.right))
+    }
+}
+
+/// `"L,R"`, `-1` for an unbounded side (FlashAttention's `window_size`).
+impl fmt::Display for Window {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (left, right) = self.abi();
+        write!(f, "{left},{right}")
+    }
+}
+
+impl FromStr for Window {
+    type Err = OracleError;
+
+    /// Parses `"L,R"` with `-1` (or `inf`) for an unbounded side.
+    fn from_str(input: &str) -> Result<Window, OracleError> {
+        let fail = |reason: String| OracleError::ParseWindow {
+            input: input.to_owned(),
+            reason,
+        };
+        let side = |text: &str| match text.trim() {
+            "-1" | "inf" => Ok(None),
+            t => t.parse::<usize>().map(Some).map_err(|_| {
+                fail(format!(
+                    "{t:?} is not a non-negative integer, -1 or inf"
+                ))
+            }),
+        };
+        match input.split(',').collect::<Vec<_>>()[..] {
+            [left, right] => Ok(Window {
+                left: side(left)?,
+                right: side(right)?,
+            }),
+            _ => Err(fail("expected L,R (-1 for an unbounded side)".into())),
+        }
+    }
+}
+
 /// The attention parameters besides the tensors: `O = softmax(scale · Q·Kᵀ + mask) · V`.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Params {
@@ -254,14 +376,18 @@ pub struct Params {
     pub scale: f64,
     /// Bottom-right aligned causal mask: query `i` sees keys `j ≤ i + S_kv − S_q`.
     pub causal: bool,
+    /// A sliding window on top of the causal mask (causal is `right = 0`).
+    #[serde(default)]
+    pub window: Window,
 }
 
 impl Params {
-    /// The default scale `1/√D`.
+    /// The default scale `1/√D`, no window.
     pub fn new(head_dim: usize, causal: bool) -> Params {
         Params {
             scale: 1.0 / (head_dim as f64).sqrt(),
             causal,
+            window: Window::NONE,
         }
     }
 
@@ -270,13 +396,43 @@ impl Params {
         Params { scale, ..self }
     }
 
-    /// The exclusive end of the keys query `row` may see: `S_kv` without a mask, else
-    /// `row + 1 + S_kv − S_q` clamped to `[0, S_kv]` (0 means a fully masked row).
-    pub fn kv_end(&self, row: usize, seq_q: usize, seq_kv: usize) -> usize {
-        if !self.causal {
-            return seq_kv;
+    /// The same parameters with a sliding window.
+    pub fn with_window(self, window: Window) -> Params {
+        Params { window, ..self }
+    }
+
+    /// The right bound the mask applies: `Some(0)` when causal, else the window's.
+    pub fn right_bound(&self) -> Option<usize> {
+        if self.causal {
+            Some(0)
+        } else {
+            self.window.right
         }
-        // row < seq_q, so row + 1 + seq_kv - seq_q never underflows when computed in this order.
-        (row + 1 + seq_kv).saturating_sub(seq_q).min(seq_kv)
+    }
+
+    /// The keys query `row` may see, `lo..hi` within `0..S_kv` (empty for a fully masked row):
+    /// with `diag = row + S_kv − S_q`, `diag − left ≤ j ≤ diag + right`, `right` 0 when causal.
+    pub fn kv_range(&self, row: usize, seq_q: usize, seq_kv: usize) -> std::ops::Range<usize> {
+        // diag may be negative: work in i128, where nothing here can overflow.
+        let diag = row as i128 + seq_kv as i128 - seq_q as i128;
+        let clip = |x: i128| x.clamp(0, seq_kv as i128) as usize;
+        let lo = self.window.left.map_or(0, |l| clip(diag - l as i128));
+        let hi = self
+            .right_bound()
+            .map_or(seq_kv, |r| clip(diag + 1 + r as i128));
+        lo..hi.max(lo)
+    }
+
+    /// The exclusive end of the keys query `row` may see (see [`Params::kv_range`]).
+    pub fn kv_end(&self, row: usize, seq_q: usize, seq_kv: usize) -> usize {
+        self.kv_range(row, seq_q, seq_kv).end
+    }
+
+    /// The (query, key) pairs the mask lets through in one (batch, head): the exact count of the
+    /// work a kernel that skips masked tiles must do.
+    pub fn visible_pairs(&self, seq_q: usize, seq_kv: usize) -> u64 {
+        (0..seq_q)
+            .map(|row| self.kv_range(row, seq_q, seq_kv).len() as u64)
+            .sum()
     }
 }

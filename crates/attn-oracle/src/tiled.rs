@@ -93,8 +93,9 @@ pub fn tiled_f32_with(
         .zip(lse.par_chunks_mut(seq_q))
         .enumerate()
         .for_each(|(slab, (out_slab, lse_slab))| {
-            let keys = k.data.slice_f32(slab * seq_kv * d, seq_kv * d);
-            let values = v.data.slice_f32(slab * seq_kv * d, seq_kv * d);
+            let kv_slab = slab / shape.heads * shape.kv_heads + slab % shape.heads / shape.group();
+            let keys = k.data.slice_f32(kv_slab * seq_kv * d, seq_kv * d);
+            let values = v.data.slice_f32(kv_slab * seq_kv * d, seq_kv * d);
             out_slab
                 .par_chunks_mut(block_m * d)
                 .zip(lse_slab.par_chunks_mut(block_m))
@@ -138,24 +139,27 @@ impl QueryTile<'_> {
         let d = shape.head_dim;
         let rows = lse.len();
         let scale = params.scale as f32;
-        let kv_end = |r: usize| params.kv_end(self.first_row + r, shape.seq_q, shape.seq_kv);
-        // The causal end grows with the row, so the tile's last row sees the most keys.
-        let tile_kv_end = kv_end(rows - 1);
+        let visible = |r: usize| params.kv_range(self.first_row + r, shape.seq_q, shape.seq_kv);
+        // Both ends of the visible range grow with the row: the tile's first row starts lowest,
+        // its last row ends highest. Key tiles outside that span are skipped, as kernels do.
+        let (tile_kv_start, tile_kv_end) = (visible(0).start, visible(rows - 1).end);
         let mut max = vec![f32::NEG_INFINITY; rows];
         let mut denom = vec![0f32; rows];
         out.fill(0.0);
         let mut logits = vec![0f32; config.block_n];
-        for kv_start in (0..tile_kv_end).step_by(config.block_n) {
+        let first_tile = tile_kv_start / config.block_n * config.block_n;
+        for kv_start in (first_tile..tile_kv_end).step_by(config.block_n) {
             let kv_stop = (kv_start + config.block_n).min(shape.seq_kv);
             for r in 0..rows {
-                let visible_stop = kv_stop.min(kv_end(r));
-                if visible_stop <= kv_start {
+                let row_range = visible(r);
+                let (from, to) = (kv_start.max(row_range.start), kv_stop.min(row_range.end));
+                if to <= from {
                     continue; // every key of this tile is masked for this row
                 }
                 let query = &self.queries[r * d..(r + 1) * d];
-                let logits = &mut logits[..visible_stop - kv_start];
+                let logits = &mut logits[..to - from];
                 for (j, logit) in logits.iter_mut().enumerate() {
-                    let key = &self.keys[(kv_start + j) * d..(kv_start + j + 1) * d];
+                    let key = &self.keys[(from + j) * d..(from + j + 1) * d];
                     *logit = scale * query.iter().zip(key).map(|(a, b)| a * b).sum::<f32>();
                 }
                 let tile_max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -170,7 +174,7 @@ impl QueryTile<'_> {
                     let p = (logit - new_max).exp();
                     tile_sum += p;
                     let p_mma = round_to(p, config.p_rounding);
-                    let value = &self.values[(kv_start + j) * d..(kv_start + j + 1) * d];
+                    let value = &self.values[(from + j) * d..(from + j + 1) * d];
                     for (a, x) in acc.iter_mut().zip(value) {
                         *a += p_mma * x;
                     }

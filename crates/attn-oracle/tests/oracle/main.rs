@@ -5,6 +5,7 @@ mod generate;
 mod io;
 mod reference;
 mod tiled;
+mod variants;
 
 use attn_oracle::{generate, CaseSpec, DType, Distribution, Inputs};
 

@@ -101,10 +101,7 @@ fn matches_independent_numpy_fixtures() {
             "{}",
             case.name
         );
-        let params = Params {
-            scale: case.scale,
-            causal: case.causal,
-        };
+        let params = Params::new(1, case.causal).with_scale(case.scale);
         let r = reference(&q, &k, &v, &params, &RowSelection::All).unwrap();
         let want_out = load("out").to_f64();
         let want_lse = load("lse").to_f64();

@@ -1,0 +1,120 @@
+//! Grouped-query heads and sliding windows: the oracle against a direct implementation that
+//! applies the mask's definition key by key, on small cases with every edge.
+
+use attn_oracle::{reference, tiled_f32, DType, Distribution, Params, RowSelection, Shape, Window};
+
+use crate::case;
+
+/// Attention by definition: for each query, every key tested against FlashAttention's window
+/// predicate `diag − left ≤ j ≤ diag + right` (`right` 0 when causal), K/V head `h / group`.
+fn direct(shape: &Shape, params: &Params, q: &[f64], k: &[f64], v: &[f64]) -> Vec<f64> {
+    let (sq, skv, d) = (shape.seq_q, shape.seq_kv, shape.head_dim);
+    let mut out = vec![0.0; shape.q_len()];
+    for b in 0..shape.batch {
+        for h in 0..shape.heads {
+            let kv_head = h / (shape.heads / shape.kv_heads);
+            let kv_base = (b * shape.kv_heads + kv_head) * skv * d;
+            for i in 0..sq {
+                let q_row = &q[((b * shape.heads + h) * sq + i) * d..][..d];
+                let diag = i as i64 + skv as i64 - sq as i64;
+                let visible = |j: i64| {
+                    params.window.left.is_none_or(|l| j >= diag - l as i64)
+                        && params.window.right.is_none_or(|r| j <= diag + r as i64)
+                        && (!params.causal || j <= diag)
+                };
+                let logits: Vec<(usize, f64)> = (0..skv)
+                    .filter(|&j| visible(j as i64))
+                    .map(|j| {
+                        let key = &k[kv_base + j * d..][..d];
+                        (j, params.scale * q_row.iter().zip(key).map(|(a, b)| a * b).sum::<f64>())
+                    })
+                    .collect();
+                let max = logits.iter().map(|l| l.1).fold(f64::NEG_INFINITY, f64::max);
+                let sum: f64 = logits.iter().map(|l| (l.1 - max).exp()).sum();
+                let o = &mut out[((b * shape.heads + h) * sq + i) * d..][..d];
+                for &(j, logit) in &logits {
+                    let weight = (logit - max).exp() / sum;
+                    for (x, val) in o.iter_mut().zip(&v[kv_base + j * d..][..d]) {
+                        *x += weight * val;
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// One case: the oracle (all rows) and the tiled f32 algorithm against the direct definition.
+fn check(shape: &str, causal: bool, window: &str) {
+    let inputs = case(shape, DType::F16, Distribution::Normal, 11);
+    let shape: Shape = shape.parse().unwrap();
+    let window: Window = window.parse().unwrap();
+    let params = Params::new(shape.head_dim, causal).with_window(window);
+    let (q, k, v) = (inputs.q.to_f64(), inputs.k.to_f64(), inputs.v.to_f64());
+    let want = direct(&shape, &params, &q, &k, &v);
+    let got = reference(&inputs.q, &inputs.k, &inputs.v, &params, &RowSelection::All).unwrap();
+    let label = format!("{shape} causal={causal} window={window}");
+    assert_eq!(got.out.len(), want.len(), "{label}");
+    for (i, (g, w)) in got.out.iter().zip(&want).enumerate() {
+        assert!((g - w).abs() < 1e-12, "{label}: oracle out[{i}] {g} vs {w}");
+    }
+    for (r, id) in got.rows.iter().enumerate() {
+        let range = params.kv_range(id.row, shape.seq_q, shape.seq_kv);
+        assert_eq!(range.is_empty(), got.lse[r] == f64::NEG_INFINITY, "{label}: row {id:?}");
+    }
+    let (tiled, _) = tiled_f32(&inputs.q, &inputs.k, &inputs.v, &params, 16, 8).unwrap();
+    for (i, (g, w)) in tiled.iter().zip(&want).enumerate() {
+        assert!((f64::from(*g) - w).abs() < 1e-4, "{label}: tiled out[{i}] {g} vs {w}");
+    }
+}
+
+#[test]
+fn grouped_query_and_multi_query_heads_read_their_group_s_kv_head() {
+    for shape in ["2,4/2,9,8", "1,6/3,5,13,8", "2,4/1,7,8", "1,3/1,12,5,8"] {
+        check(shape, false, "-1,-1");
+        check(shape, true, "-1,-1");
+    }
+}
+
+#[test]
+fn windows_at_the_sequence_edges_match_the_definition() {
+    // Windows wider than S, narrower than a tile, one-sided, zero-width, with S_q ≠ S_kv both ways
+    // (rows whose window lies wholly before key 0 or after the last key see nothing).
+    for shape in ["1,2,23,8", "1,2/1,9,31,8", "2,2,31,9,8", "1,1,1,8"] {
+        for window in ["4,-1", "-1,3", "2,2", "0,0", "100,100", "7,0", "0,5", "30,-1"] {
+            check(shape, false, window);
+            check(shape, true, window);
+        }
+    }
+}
+
+#[test]
+fn kv_range_is_the_window_clipped_to_the_keys() {
+    let p = Params::new(8, false).with_window("2,1".parse().unwrap());
+    // S_q = S_kv = 10: row 5 sees 3..=6.
+    assert_eq!(p.kv_range(5, 10, 10), 3..7);
+    assert_eq!(p.kv_range(0, 10, 10), 0..2);
+    assert_eq!(p.kv_range(9, 10, 10), 7..10);
+    // S_q > S_kv: early rows' windows end before key 0.
+    assert_eq!(p.kv_range(0, 10, 4), 0..0);
+    assert_eq!(p.visible_pairs(10, 10), 2 + 3 + 4 * 7 + 3);
+    let causal = Params::new(8, true).with_window("3,-1".parse().unwrap());
+    assert_eq!(causal.kv_range(5, 10, 10), 2..6);
+    assert_eq!(Params::new(8, true).visible_pairs(4, 4), 10);
+}
+
+#[test]
+fn shapes_and_windows_parse_print_and_refuse() {
+    let gqa: Shape = "2,32/8,4096,128".parse().unwrap();
+    assert_eq!((gqa.heads, gqa.kv_heads, gqa.group()), (32, 8, 4));
+    assert_eq!(gqa.to_string(), "2,32/8,4096,128");
+    assert_eq!("1,8/8,16,8".parse::<Shape>().unwrap().to_string(), "1,8,16,8");
+    assert!("2,32/5,64,8".parse::<Shape>().unwrap_err().to_string().contains("divide"));
+    assert!("2,32/0,64,8".parse::<Shape>().is_err());
+    let w: Window = "4096,-1".parse().unwrap();
+    assert_eq!((w.left, w.right), (Some(4096), None));
+    assert_eq!(w.to_string(), "4096,-1");
+    assert_eq!("inf,0".parse::<Window>().unwrap().abi(), (-1, 0));
+    assert!("4096".parse::<Window>().is_err());
+    assert!("-2,0".parse::<Window>().is_err());
+}
