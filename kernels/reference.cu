@@ -11,7 +11,8 @@
 // `atol`, of poison (never written) and of NaN/Inf elements, and the sums of (out - ref)^2 and
 // ref^2 (for the relative L2 error).
 //
-// Grid: (ceil(rows / ROWS_PER_BLOCK)), block ROWS_PER_BLOCK * 32; rows = B * H * S_q.
+// Grid: (ceil(rows / ROWS_PER_BLOCK)), block ROWS_PER_BLOCK * 32; rows = B * H * S_q. Grouped
+// heads and sliding windows as kernels/README.md defines them ("Variants").
 #include "attn_common.cuh"
 
 #define ROWS_PER_BLOCK 4
@@ -40,16 +41,18 @@ __device__ __forceinline__ float warp_max(float x) {
 
 extern "C" __global__ void __launch_bounds__(ROWS_PER_BLOCK * 32)
 attn_reference(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_t* __restrict__ v,
-               float* __restrict__ o, int heads, int seq_q, int seq_kv, float scale, int causal,
-               long long rows) {
+               float* __restrict__ o, int heads, int kv_heads, int seq_q, int seq_kv, float scale, int causal,
+               int window_left, int window_right, long long rows) {
     const int lane = threadIdx.x % 32;
     const long long flat_row = (long long)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
     if (flat_row >= rows) return;  // the whole warp leaves together
     const long long bh = flat_row / seq_q;
     const int row = (int)(flat_row % seq_q);
+    // Query head h of batch b reads K/V head h / (heads / kv_heads) of the same batch.
+    const long long kv_bh = bh / heads * kv_heads + bh % heads / (heads / kv_heads);
     const elem_t* q_row = q + flat_row * HEAD_DIM;
-    const elem_t* k_head = k + bh * seq_kv * HEAD_DIM;
-    const elem_t* v_head = v + bh * seq_kv * HEAD_DIM;
+    const elem_t* k_head = k + kv_bh * seq_kv * HEAD_DIM;
+    const elem_t* v_head = v + kv_bh * seq_kv * HEAD_DIM;
 
     float q_reg[DIMS_PER_LANE];
 #pragma unroll
@@ -57,11 +60,12 @@ attn_reference(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const
         const int d = lane + 32 * i;
         q_reg[i] = d < HEAD_DIM ? to_float(q_row[d]) : 0.0f;
     }
-    const int kv_end = causal ? min(seq_kv, causal_kv_end(row, seq_q, seq_kv)) : seq_kv;
+    const int kv_begin = attn::row_kv_lo(row, seq_q, seq_kv, window_left);
+    const int kv_end = attn::row_kv_hi(row, seq_q, seq_kv, causal, window_right);
 
     // Pass 1: the row maximum of the scaled scores.
     float m = -INFINITY;
-    for (int j = 0; j < kv_end; ++j) {
+    for (int j = kv_begin; j < kv_end; ++j) {
         float partial = 0.0f;
 #pragma unroll
         for (int i = 0; i < DIMS_PER_LANE; ++i) {
@@ -75,7 +79,7 @@ attn_reference(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const
 #pragma unroll
     for (int i = 0; i < DIMS_PER_LANE; ++i) acc[i] = 0.0f;
     float l = 0.0f;
-    for (int j = 0; j < kv_end; ++j) {
+    for (int j = kv_begin; j < kv_end; ++j) {
         float partial = 0.0f;
 #pragma unroll
         for (int i = 0; i < DIMS_PER_LANE; ++i) {

@@ -136,8 +136,14 @@ impl ShapeArgs {
 }
 
 /// Checks that `candidate` can run `problems` as far as the registry can tell without a GPU
-/// (head dims, per-shape knobs and constraints), so that a bad request fails before any probe.
+/// (variants, head dims, per-shape knobs and constraints), so that a bad request fails before
+/// any probe.
 pub fn validate(candidate: &Candidate, problems: &[Problem]) -> anyhow::Result<()> {
+    for p in problems {
+        candidate
+            .check_supports(&p.shape, &p.params)
+            .with_context(|| format!("{p}"))?;
+    }
     if let Candidate::Registered { implementation, .. } = candidate {
         for p in problems {
             let for_shape = candidate.for_shape(&p.shape);

@@ -57,8 +57,15 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         .filter(|n| !n.is_empty())
         .map(|n| Candidate::registered(n, Config::default()))
         .collect::<Result<_, _>>()?;
+    // Each implementation is benched on the problems it supports (the others are said, not
+    // errors: a suite may mix variants).
     for candidate in &candidates {
-        crate::args::validate(candidate, &problems)?;
+        let supported: Vec<Problem> = problems
+            .iter()
+            .filter(|p| candidate.check_supports(&p.shape, &p.params).is_ok())
+            .cloned()
+            .collect();
+        crate::args::validate(candidate, &supported)?;
     }
     let backends: Vec<Backend> = args
         .sdpa_backends
@@ -99,6 +106,11 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     for problem in &problems {
         for candidate in &candidates {
             let candidate = &candidate.for_shape(&problem.shape);
+            if let Err(err) = candidate.check_supports(&problem.shape, &problem.params) {
+                bar.println(format!("  skipped on {problem}: {err}"));
+                bar.inc(1);
+                continue;
+            }
             bar.set_message(format!("{} {problem}", candidate.label()));
             let timed = bench::time_candidate(&gpu, &mut cache, candidate, problem, &opts, seed);
             match timed {
@@ -111,6 +123,13 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
                 )),
             }
             bar.inc(1);
+        }
+        if let (Some(_), true) = (&sdpa, problem.params.window.is_bounded()) {
+            bar.println(format!(
+                "  sdpa skipped on {problem}: PyTorch SDPA has no sliding-window kernel"
+            ));
+            bar.inc(backends.len() as u64);
+            continue;
         }
         if let Some(sdpa) = &sdpa {
             for &backend in &backends {

@@ -25,7 +25,10 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             .head_dims
             .map(|d| format!("{d:?}"))
             .unwrap_or_else(|| "any".into());
-        println!("         head dims: {dims}; dtypes: fp16, bf16");
+        println!(
+            "         head dims: {dims}; dtypes: fp16, bf16; variants: {}",
+            imp.variants.describe()
+        );
         for knob in imp.knobs {
             println!(
                 "         {:<15} {:<20} {}",

@@ -27,10 +27,10 @@ pub struct Args {
     /// npy docs).
     #[arg(long)]
     pub q: PathBuf,
-    /// K, `[B, H, S_kv, D]`, the dtype of Q.
+    /// K, `[B, H_kv, S_kv, D]` (H_kv dividing H: grouped-query heads), the dtype of Q.
     #[arg(long)]
     pub k: PathBuf,
-    /// V, `[B, H, S_kv, D]`, the dtype of Q.
+    /// V, `[B, H_kv, S_kv, D]`, the dtype of Q.
     #[arg(long)]
     pub v: PathBuf,
     /// Where to write O (`[B, H, S_q, D]`, the inputs' dtype); its folder must exist.
@@ -39,6 +39,9 @@ pub struct Args {
     /// Causal mask (bottom-right aligned when S_q != S_kv).
     #[arg(long)]
     pub causal: bool,
+    /// Sliding window `L,R` (FlashAttention's window_size; -1 for an unbounded side).
+    #[arg(long, allow_hyphen_values = true)]
+    pub window: Option<attn_oracle::Window>,
     /// Softmax scale (default 1/sqrt(D)).
     #[arg(long)]
     pub scale: Option<f64>,
@@ -85,7 +88,8 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let files = [("--q", &*args.q), ("--k", &args.k), ("--v", &args.v)];
     let inputs = npy::read_inputs(files, &options, |note| println!("{note}"))?;
     let (dtype, shape, head_dim) = (inputs.dtype, inputs.shape, inputs.shape.head_dim);
-    let mut params = Params::new(head_dim, args.causal);
+    let mut params =
+        Params::new(head_dim, args.causal).with_window(args.window.unwrap_or_default());
     if let Some(scale) = args.scale {
         params = params.with_scale(scale);
     }
@@ -118,6 +122,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
                 implementation,
                 overrides,
             };
+            candidate.check_supports(&shape, &params)?;
             let prepared = Prepared::new(&gpu, &candidate, dtype, head_dim)?;
             let out = prepared.run(&gpu, &q, &k, &v, &params)?;
             (

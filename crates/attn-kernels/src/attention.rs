@@ -14,7 +14,7 @@ use crate::compile::{Arch, CompileRequest};
 use crate::config::Config;
 use crate::error::{DriverContext, KernelError, Result};
 use crate::gpu::{DeviceTensor, Gpu};
-use crate::registry::{self, Abi, Engine, Geometry, Implementation, LibraryPlan, Limits};
+use crate::registry::{self, Abi, Engine, Geometry, Implementation, LibraryPlan, Limits, Variants};
 use crate::tensormap;
 
 /// What to run: a registered implementation with config overrides, or a user's kernel file.
@@ -206,6 +206,36 @@ impl Candidate {
         })
     }
 
+    /// The problems beyond dense multi-head attention the candidate handles: the registry's
+    /// declaration, or for a user's kernel everything when it defines `VARIANTS=1` (it reads the
+    /// five trailing parameters of kernels/README.md), else nothing.
+    pub fn variants(&self) -> Variants {
+        match self.today() {
+            Candidate::Registered { implementation, .. } => implementation.variants,
+            candidate => {
+                if candidate.knobs().get("VARIANTS") == Some(1) {
+                    Variants::ALL
+                } else {
+                    Variants::NONE
+                }
+            }
+        }
+    }
+
+    /// Refuses, with one line, a problem outside [`Candidate::variants`].
+    pub fn check_supports(&self, shape: &Shape, params: &Params) -> Result<()> {
+        match self.variants().missing(shape, params) {
+            None => Ok(()),
+            Some(what) => Err(KernelError::Unsupported {
+                implementation: self.label(),
+                what: match self.today() {
+                    Candidate::Registered { .. } => what.to_string(),
+                    _ => format!("{what} (a --src kernel that reads the variant parameters declares it with --define VARIANTS=1)"),
+                },
+            }),
+        }
+    }
+
     /// A short label: the implementation's name, or `src:<file name>`; `@<commit>` (7
     /// characters) after either for a revision.
     pub fn label(&self) -> String {
@@ -385,6 +415,7 @@ fn grown<'a, T: cudarc::driver::DeviceRepr>(
 /// head dim.
 pub struct Prepared {
     label: String,
+    variants: Variants,
     config: Config,
     dtype: DType,
     head_dim: usize,
@@ -476,6 +507,7 @@ impl Prepared {
         };
         Ok(Prepared {
             label: candidate.label(),
+            variants: candidate.variants(),
             config,
             dtype,
             head_dim,
@@ -525,6 +557,12 @@ impl Prepared {
         params: &Params,
     ) -> Result<()> {
         let shape = check_shapes(q, k, v, o, self.dtype, self.head_dim)?;
+        if let Some(what) = self.variants.missing(&shape, params) {
+            return Err(KernelError::Unsupported {
+                implementation: self.label.clone(),
+                what: what.to_string(),
+            });
+        }
         let (b, h, sq, skv) = (
             shape.batch as i32,
             shape.heads as i32,
@@ -533,6 +571,12 @@ impl Prepared {
         );
         let scale = params.scale as f32;
         let causal = i32::from(params.causal);
+        // The variant parameters (kernels/README.md): K/V heads, the window with causal as its
+        // right bound 0, and no varlen offsets (a dense batch).
+        let kv_heads = shape.kv_heads as i32;
+        let (window_left, window_right) = params.window.abi();
+        let window_right = if params.causal { 0 } else { window_right };
+        let no_offsets: u64 = 0;
         match &self.engine {
             Launcher::Kernel {
                 function,
@@ -573,9 +617,17 @@ impl Prepared {
                 if let Some(maps) = &maps {
                     launch.arg(&maps[0]).arg(&maps[1]).arg(&maps[2]);
                 }
+                launch
+                    .arg(&kv_heads)
+                    .arg(&window_left)
+                    .arg(&window_right)
+                    .arg(&no_offsets)
+                    .arg(&no_offsets);
                 // SAFETY: the arguments match the ABI of kernels/README.md (checked shapes, 16-bit
                 // elements of the compiled dtype; for the TensorMaps ABI, maps of these very
-                // buffers with the boxes of the compiled config); the grid covers every output row.
+                // buffers with the boxes of the compiled config; the variant parameters last,
+                // which a kernel declaring fewer parameters never reads, null offsets for a dense
+                // batch); the grid covers every output row.
                 unsafe { launch.launch(cfg) }.during("cuLaunchKernel")?;
             }
             Launcher::Library {
@@ -800,7 +852,8 @@ impl LibraryLaunch<'_> {
     }
 }
 
-/// Checks that q, k, v and o fit together and match the compiled dtype and head dim.
+/// Checks that q, k, v and o fit together (K/V heads dividing Q's) and match the compiled dtype
+/// and head dim.
 pub fn check_shapes(
     q: &DeviceTensor,
     k: &DeviceTensor,
@@ -817,9 +870,9 @@ pub fn check_shapes(
             k.dims, v.dims
         )));
     }
-    if (kb, kh, kd) != (b, h, d) {
+    if (kb, kd) != (b, d) || kh == 0 || h % kh != 0 {
         return Err(KernelError::Shape(format!(
-            "Q is {:?} but K/V are {:?}: B, H and D must agree",
+            "Q is {:?} but K/V are {:?}: B and D must agree and K/V's heads divide Q's",
             q.dims, k.dims
         )));
     }
@@ -851,6 +904,7 @@ pub fn check_shapes(
     Ok(Shape {
         batch: b,
         heads: h,
+        kv_heads: kh,
         seq_q: sq,
         seq_kv: skv,
         head_dim: d,

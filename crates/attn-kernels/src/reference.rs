@@ -209,6 +209,8 @@ impl GpuReference {
         let (heads, seq_q, seq_kv) = (shape.heads as i32, shape.seq_q as i32, shape.seq_kv as i32);
         let (scale, causal, rows_arg) =
             (params.scale as f32, i32::from(params.causal), rows as i64);
+        let kv_heads = shape.kv_heads as i32;
+        let (window_left, window_right) = params.window.abi();
         let mut launch = gpu.stream().launch_builder(&self.attention);
         launch
             .arg(&q.buf)
@@ -216,14 +218,18 @@ impl GpuReference {
             .arg(&v.buf)
             .arg(&mut data)
             .arg(&heads)
+            .arg(&kv_heads)
             .arg(&seq_q)
             .arg(&seq_kv)
             .arg(&scale)
             .arg(&causal)
+            .arg(&window_left)
+            .arg(&window_right)
             .arg(&rows_arg);
-        // SAFETY: attn_reference(q, k, v, float* o, heads, seq_q, seq_kv, scale, causal, rows)
-        // over checked [B, H, S, D] tensors of the compiled dtype and head dim; `data` holds
-        // rows × D floats; one warp per row, the grid covers every row.
+        // SAFETY: attn_reference(q, k, v, float* o, heads, kv_heads, seq_q, seq_kv, scale,
+        // causal, window_left, window_right, rows) over checked [B, H, S_q, D] and
+        // [B, H_kv, S_kv, D] tensors of the compiled dtype and head dim; `data` holds rows × D
+        // floats; one warp per row, the grid covers every row.
         unsafe { launch.launch(Self::grid(rows)) }.during("cuLaunchKernel (attn_reference)")?;
         Ok(ReferenceOutput { shape, data })
     }

@@ -1,6 +1,6 @@
 //! The registry of implementations: name, source, knobs, defaults, constraints, launch geometry.
 
-use attn_oracle::Shape;
+use attn_oracle::{Params, Shape};
 
 use crate::config::{Config, Knob};
 use crate::error::{KernelError, Result};
@@ -74,6 +74,68 @@ pub enum Abi {
     TensorMaps,
 }
 
+/// The problems beyond dense multi-head attention an implementation handles, through the five
+/// trailing parameters of kernels/README.md ("Variants"). The host refuses the others before
+/// compiling, with one line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Variants {
+    /// Fewer K/V heads than query heads (grouped-query, multi-query).
+    pub grouped_heads: bool,
+    /// Sliding windows.
+    pub window: bool,
+    /// Packed variable-length batches.
+    pub varlen: bool,
+}
+
+impl Variants {
+    /// Dense multi-head attention only.
+    pub const NONE: Variants = Variants {
+        grouped_heads: false,
+        window: false,
+        varlen: false,
+    };
+    /// Grouped heads and windows on dense batches.
+    pub const DENSE: Variants = Variants {
+        grouped_heads: true,
+        window: true,
+        varlen: false,
+    };
+    /// Everything the ABI describes.
+    pub const ALL: Variants = Variants {
+        grouped_heads: true,
+        window: true,
+        varlen: true,
+    };
+
+    /// What of `shape` and `params` is outside these variants, as a phrase; `None` when supported.
+    pub fn missing(&self, shape: &Shape, params: &Params) -> Option<&'static str> {
+        if shape.kv_heads != shape.heads && !self.grouped_heads {
+            Some("grouped-query / multi-query heads")
+        } else if params.window.is_bounded() && !self.window {
+            Some("sliding windows")
+        } else {
+            None
+        }
+    }
+
+    /// `gqa, window, varlen` or `none`: for `cargo xtask kernels`.
+    pub fn describe(&self) -> String {
+        let names: Vec<&str> = [
+            (self.grouped_heads, "gqa"),
+            (self.window, "window"),
+            (self.varlen, "varlen"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect();
+        if names.is_empty() {
+            "none".into()
+        } else {
+            names.join(", ")
+        }
+    }
+}
+
 /// Grid, block and dynamic shared memory of one launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Geometry {
@@ -120,6 +182,8 @@ pub struct Implementation {
     /// The only architecture it compiles for, e.g. `compute_90a` for Hopper's wgmma; `None` for
     /// any (sm_80 and newer).
     pub arch: Option<&'static str>,
+    /// The problems beyond dense multi-head attention it handles.
+    pub variants: Variants,
     defaults: fn(head_dim: usize) -> Config,
     /// Knobs tuned for a shape (e.g. smaller tiles when the grid would not fill the GPU); they
     /// override the defaults, and the user's overrides override them.
@@ -429,6 +493,7 @@ static REGISTRY: [Implementation; 7] = [
         knobs: &NAIVE_KNOBS,
         head_dims: None,
         arch: None,
+        variants: Variants::DENSE,
         defaults: |_| Config::from_pairs(&[("ROWS_PER_BLOCK", 4)]),
         tuned: |_| Config::default(),
         constraints: |_, head_dim| {
@@ -455,6 +520,7 @@ static REGISTRY: [Implementation; 7] = [
         knobs: &TILED_KNOBS,
         head_dims: Some(&[64, 128]),
         arch: None,
+        variants: Variants::DENSE,
         defaults: |head_dim| {
             let block_m = if head_dim > 64 { 32 } else { 64 };
             Config::from_pairs(&[("BLOCK_M", block_m), ("BLOCK_N", 64), ("NUM_WARPS", 4), ("STAGES", 2)])
@@ -489,6 +555,7 @@ static REGISTRY: [Implementation; 7] = [
         knobs: &MMA_KNOBS,
         head_dims: Some(&[64, 128]),
         arch: None,
+        variants: Variants::DENSE,
         defaults: mma_defaults,
         tuned: mma_tuned,
         constraints: |cfg, head_dim| {
@@ -546,6 +613,7 @@ static REGISTRY: [Implementation; 7] = [
         knobs: &HOPPER_KNOBS,
         head_dims: Some(&[64, 128]),
         arch: Some("compute_90a"),
+        variants: Variants::DENSE,
         defaults: hopper_defaults,
         tuned: hopper_tuned,
         constraints: |cfg, head_dim| {
@@ -586,6 +654,7 @@ static REGISTRY: [Implementation; 7] = [
         knobs: &[],
         head_dims: None,
         arch: None,
+        variants: Variants::NONE,
         defaults: |_| Config::default(),
         tuned: |_| Config::default(),
         constraints: |_, _| Ok(()),
@@ -608,6 +677,7 @@ static REGISTRY: [Implementation; 7] = [
         knobs: &HYBRID_KNOBS,
         head_dims: Some(&[64, 128]),
         arch: None,
+        variants: Variants::NONE,
         defaults: hybrid_defaults,
         tuned: |_| Config::default(),
         constraints: |cfg, head_dim| hybrid_constraints(cfg, head_dim as u32),
@@ -628,6 +698,7 @@ static REGISTRY: [Implementation; 7] = [
         knobs: &HYBRID_KNOBS,
         head_dims: Some(&[64, 128]),
         arch: None,
+        variants: Variants::NONE,
         defaults: hybrid_defaults,
         tuned: |_| Config::default(),
         constraints: |cfg, _| hybrid_constraints(cfg, knob(cfg, "BLOCK_N")),
@@ -782,6 +853,32 @@ mod tests {
         }
         imp.resolve(&tuned, d, &Limits::H100)
             .unwrap_or_else(|e| panic!("{implementation} {b},{h},{s},{d}: {e}"));
+    }
+
+    #[test]
+    fn variants_are_declared_and_the_rest_refused_by_name() {
+        let gqa: Shape = "2,32/8,512,128".parse().unwrap();
+        let plain = Params::new(128, true);
+        let window = plain.with_window(attn_oracle::Window {
+            left: Some(64),
+            right: None,
+        });
+        for name in ["naive", "tiled", "mma", "hopper"] {
+            let v = find(name).unwrap().variants;
+            assert_eq!(v.missing(&gqa, &window), None, "{name}");
+        }
+        let cublas = find("cublas").unwrap().variants;
+        assert_eq!(cublas.missing(&Shape::single(128), &plain), None);
+        assert_eq!(
+            cublas.missing(&gqa, &plain),
+            Some("grouped-query / multi-query heads")
+        );
+        assert_eq!(
+            cublas.missing(&Shape::single(128), &window),
+            Some("sliding windows")
+        );
+        assert_eq!(Variants::DENSE.describe(), "gqa, window");
+        assert_eq!(Variants::NONE.describe(), "none");
     }
 
     #[test]

@@ -317,3 +317,26 @@ fn source_kernels_declare_tensor_maps_and_producer_warps_validly() {
         }
     }
 }
+
+#[test]
+fn a_source_kernel_gets_variant_problems_only_when_it_declares_them() {
+    let dir = std::env::temp_dir().join(format!("attn-variants-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("mine.cu");
+    std::fs::write(&path, "// a kernel\n").unwrap();
+    let gqa: attn_oracle::Shape = "1,8/2,64,64".parse().unwrap();
+    let params = attn_oracle::Params::new(64, false);
+    let plain = Candidate::from_file(&path, None, Config::default()).unwrap();
+    let err = plain.check_supports(&gqa, &params).unwrap_err().to_string();
+    assert!(
+        err.contains("grouped-query") && err.contains("VARIANTS=1"),
+        "{err}"
+    );
+    assert!(plain
+        .check_supports(&attn_oracle::Shape::single(64), &params)
+        .is_ok());
+    let declared =
+        Candidate::from_file(&path, None, Config::from_pairs(&[("VARIANTS", 1)])).unwrap();
+    assert!(declared.check_supports(&gqa, &params).is_ok());
+    let _ = std::fs::remove_dir_all(dir);
+}

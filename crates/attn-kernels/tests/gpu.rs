@@ -73,13 +73,27 @@ fn run_against_oracle(
     seed: u64,
     rows_per_head: Option<usize>,
 ) -> Result<Outcome, String> {
+    let params = Params::new(shape.head_dim, causal);
+    run_with_params(gpu, prepared, shape, dtype, &params, seed, rows_per_head)
+}
+
+/// [`run_against_oracle`] with any parameters (windows, scale).
+fn run_with_params(
+    gpu: &Gpu,
+    prepared: &Prepared,
+    shape: Shape,
+    dtype: DType,
+    params: &Params,
+    seed: u64,
+    rows_per_head: Option<usize>,
+) -> Result<Outcome, String> {
+    let params = *params;
     let inputs = generate(&CaseSpec {
         shape,
         dtype,
         distribution: Distribution::Normal,
         seed,
     });
-    let params = Params::new(shape.head_dim, causal);
     let run = || {
         prepared
             .run(gpu, &inputs.q, &inputs.k, &inputs.v, &params)
@@ -211,6 +225,112 @@ fn hybrid_qk_matches_the_oracle() {
 #[ignore = "needs a CUDA GPU"]
 fn hybrid_pv_matches_the_oracle() {
     check_implementation("hybrid-pv");
+}
+
+/// The variants' matrix for `head_dim`: grouped and multi-query heads, sliding windows (one-sided,
+/// two-sided, zero-width, wider than S, narrower than a tile, with and without causal), S_q ≠ S_kv
+/// both ways, ragged lengths and S = 1. `(shape, causal, window)`.
+fn variant_matrix(head_dim: usize) -> Vec<(String, bool, &'static str)> {
+    let mut cases = Vec::new();
+    for (heads, seqs) in [
+        ("4/2", "1"),
+        ("4/2", "100"),
+        ("6/1", "257"),
+        ("8/4", "1000"),
+        ("4/1", "2048"),
+        ("2/1", "300,77"),
+        ("4/2", "77,300"),
+        ("5", "515"),
+    ] {
+        let shape = format!("2,{heads},{seqs},{head_dim}");
+        for (causal, window) in [
+            (false, "-1,-1"),
+            (true, "-1,-1"),
+            (true, "64,-1"),
+            (true, "1,-1"),
+            (false, "100,100"),
+            (false, "0,0"),
+            (false, "300,17"),
+            (false, "-1,5"),
+            (true, "5000,-1"),
+        ] {
+            cases.push((shape.clone(), causal, window));
+        }
+    }
+    cases
+}
+
+/// Runs `name` over [`variant_matrix`] in both dtypes and its head dims; fails listing every
+/// failing case.
+fn check_variants(name: &str) {
+    let gpu = Gpu::open(0).expect("a CUDA GPU");
+    let seed = base_seed();
+    println!("{name} variants: base seed {seed} (ATTN_TEST_SEED={seed} to replay)");
+    let implementation = attn_kernels::registry::find(name).unwrap();
+    let head_dims: &[usize] = implementation.head_dims.unwrap_or(&[64, 128]);
+    let candidate = Candidate::registered(name, Config::default()).unwrap();
+    let (mut failures, mut worst, mut count) = (Vec::new(), 0.0f64, 0);
+    for dtype in [DType::F16, DType::Bf16] {
+        for &head_dim in head_dims {
+            for (i, (shape, causal, window)) in variant_matrix(head_dim).into_iter().enumerate() {
+                let shape: Shape = shape.parse().unwrap();
+                let params = Params::new(head_dim, causal).with_window(window.parse().unwrap());
+                let case_seed = seed.wrapping_add(i as u64);
+                let label = format!(
+                    "{name} {shape} causal={causal} window={window} {dtype} seed={case_seed}"
+                );
+                let prepared = Prepared::new(&gpu, &candidate.for_shape(&shape), dtype, head_dim)
+                    .unwrap_or_else(|e| panic!("{label}: {e}"));
+                let sampled = (shape.seq_q >= 1000).then_some(48);
+                count += 1;
+                match run_with_params(&gpu, &prepared, shape, dtype, &params, case_seed, sampled) {
+                    Err(e) => failures.push(format!("{label}: {e}")),
+                    Ok(o) if !o.repeatable => {
+                        failures.push(format!("{label}: two runs differ (a race?)"))
+                    }
+                    Ok(o) if !o.verdict.passed => failures.push(format!(
+                        "{label}: {}",
+                        o.verdict.reason.unwrap_or_else(|| "failed".into())
+                    )),
+                    Ok(o) => worst = worst.max(o.verdict.max_abs),
+                }
+            }
+        }
+    }
+    println!(
+        "{name} variants: {count} cases, {} failed, worst max abs error {worst:.3e}",
+        failures.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {count} variant cases failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn naive_variants_match_the_oracle() {
+    check_variants("naive");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn tiled_variants_match_the_oracle() {
+    check_variants("tiled");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn mma_variants_match_the_oracle() {
+    check_variants("mma");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (Hopper, sm_90)"]
+fn hopper_variants_match_the_oracle() {
+    check_variants("hopper");
 }
 
 #[test]

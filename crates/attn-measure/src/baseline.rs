@@ -7,7 +7,7 @@ use attn_kernels::{Candidate, Config, Timings};
 
 use crate::revision::{at_revision, Repo};
 use crate::sdpa::{Backend, Sdpa};
-use crate::{MeasureError, Result};
+use crate::{MeasureError, Problem, Result};
 
 /// The baseline of a comparison.
 #[derive(Debug)]
@@ -60,6 +60,22 @@ impl Baseline {
                 Ok((Baseline::Registered(at), None))
             }
             None => Baseline::from_name(name, backend),
+        }
+    }
+
+    /// Refuses, with one line, a problem this baseline cannot run as it is: a registered
+    /// implementation outside its variants, or SDPA with a sliding window (PyTorch has no window
+    /// kernel: a mask would time its dense masked paths, not a window baseline).
+    pub fn check_supports(&self, problem: &Problem) -> Result<()> {
+        match self {
+            Baseline::Sdpa { .. } if problem.params.window.is_bounded() => {
+                Err(MeasureError::Invalid(format!(
+                    "{problem}: PyTorch SDPA has no sliding-window kernel (a boolean mask runs its dense masked paths), so it is no baseline for a window; gate against another implementation (--baseline mma) and compare with FlashAttention-3 through the anchor"
+                )))
+            }
+            Baseline::Sdpa { .. } => Ok(()),
+            Baseline::Registered(candidate) => Ok(candidate
+                .check_supports(&problem.shape, &problem.params)?),
         }
     }
 

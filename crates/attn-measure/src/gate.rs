@@ -134,6 +134,9 @@ impl<'a> GateSession<'a> {
         let gpu = self.gpu;
         let plan = self.plan;
         let mut case = ended_case(problem, CaseStatus::CouldNotRun, String::new());
+        self.candidate
+            .check_supports(&problem.shape, &problem.params)?;
+        self.baseline.check_supports(problem)?;
         let candidate = self.candidate.for_shape(&problem.shape);
         let prepared =
             self.candidates

@@ -1,7 +1,7 @@
 //! The attention problem of one gate or bench case, built once from its [`ShapeSpec`].
 
-use attn_evidence::{Dtype, ShapeSpec};
-use attn_oracle::{DType, Params, Shape};
+use attn_evidence::{Dtype, ShapeSpec, WindowSpec};
+use attn_oracle::{DType, Params, Shape, Window};
 
 use crate::Result;
 
@@ -19,7 +19,8 @@ pub struct Problem {
 }
 
 impl Problem {
-    /// Validates `spec` (positive dimensions, fp16 or bf16).
+    /// Validates `spec` (positive dimensions, key/value heads dividing the query heads, fp16 or
+    /// bf16).
     pub fn new(spec: ShapeSpec) -> Result<Problem> {
         let shape = Shape::new(
             spec.batch,
@@ -27,13 +28,21 @@ impl Problem {
             spec.seq_q,
             spec.seq_kv,
             spec.head_dim,
-        )?;
+        )?
+        .with_kv_heads(spec.kv_heads())?;
+        let window = spec.window.map_or(Window::NONE, oracle_window);
         Ok(Problem {
             dtype: oracle_dtype(spec.dtype),
-            params: Params::new(spec.head_dim, spec.causal),
+            params: Params::new(spec.head_dim, spec.causal).with_window(window),
             shape,
             spec,
         })
+    }
+
+    /// Whether this is dense multi-head attention with no window: the problem every kernel
+    /// supports, and the only one SDPA's fast backends run without help.
+    pub fn is_plain(&self) -> bool {
+        self.shape.kv_heads == self.shape.heads && !self.params.window.is_bounded()
     }
 
     /// Parses `"B,H,S,D [causal] [bf16]"`.
@@ -45,6 +54,14 @@ impl Problem {
 impl std::fmt::Display for Problem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.spec.fmt(f)
+    }
+}
+
+/// The oracle's window of an evidence window.
+pub fn oracle_window(window: WindowSpec) -> Window {
+    Window {
+        left: window.left,
+        right: window.right,
     }
 }
 
@@ -70,5 +87,18 @@ mod tests {
         assert_eq!(p.to_string(), "2,4,300,64 causal bf16");
         assert!(Problem::parse("2,4,0,64").is_err());
         assert!(Problem::parse("2,4,64 fp8").is_err());
+    }
+
+    #[test]
+    fn grouped_heads_and_windows_reach_the_oracle_and_count_their_work() {
+        let p = Problem::parse("2,32/8,300,64 causal window=100,-1").unwrap();
+        assert_eq!((p.shape.heads, p.shape.kv_heads), (32, 8));
+        assert_eq!(p.params.window.left, Some(100));
+        assert!(p.params.causal && !p.is_plain());
+        // Evidence's FLOP count and the oracle's mask agree on the work a window leaves.
+        let pairs = p.params.visible_pairs(300, 300) as f64;
+        assert_eq!(p.spec.flops(), 4.0 * 2.0 * 32.0 * 64.0 * pairs);
+        assert!(Problem::parse("2,32/6,300,64").is_err());
+        assert!(Problem::parse("2,8,300,64").unwrap().is_plain());
     }
 }

@@ -481,11 +481,20 @@ pub fn small_shapes<'a>(specs: impl IntoIterator<Item = &'a ShapeSpec>) -> Vec<S
     let mut seen = BTreeSet::new();
     let mut out = vec![];
     for spec in specs {
+        // Grouped heads stay grouped (at most 2 K/V heads of at most 2 query heads each) and a
+        // window stays narrower than the sequences, so the small shape takes the same paths.
+        let kv_heads = spec.kv_heads().min(2);
+        let group = (spec.heads / spec.kv_heads()).min(2);
         let small = ShapeSpec {
             batch: spec.batch.min(2),
-            heads: spec.heads.min(2),
+            heads: kv_heads * group,
+            kv_heads: (group > 1).then_some(kv_heads),
             seq_q: spec.seq_q.min(197),
             seq_kv: spec.seq_kv.min(197),
+            window: spec.window.map(|w| attn_evidence::WindowSpec {
+                left: w.left.map(|l| l.min(48)),
+                right: w.right.map(|r| r.min(48)),
+            }),
             ..spec.clone()
         };
         let causal = ShapeSpec {

@@ -104,6 +104,7 @@ struct RunRequest<'a> {
     out: &'a Path,
     dtype: Dtype,
     causal: bool,
+    window: (i32, i32),
     scale: f64,
     backend: Backend,
 }
@@ -112,8 +113,10 @@ struct RunRequest<'a> {
 #[derive(Debug, Serialize)]
 struct TimeRequest {
     shape: [usize; 5],
+    kv_heads: usize,
     dtype: Dtype,
     causal: bool,
+    window: (i32, i32),
     scale: f64,
     backend: Backend,
     warmup: usize,
@@ -272,6 +275,7 @@ impl Sdpa {
             out,
             dtype: problem.spec.dtype,
             causal: problem.params.causal,
+            window: problem.params.window.abi(),
             scale: problem.params.scale,
             backend,
         }))?;
@@ -293,8 +297,10 @@ impl Sdpa {
         let reply: TimeReply = self
             .call(&Request::Time(TimeRequest {
                 shape: [s.batch, s.heads, s.seq_q, s.seq_kv, s.head_dim],
+                kv_heads: problem.shape.kv_heads,
                 dtype: s.dtype,
                 causal: problem.params.causal,
+                window: problem.params.window.abi(),
                 scale: problem.params.scale,
                 backend,
                 warmup: opts.warmup,
@@ -329,8 +335,10 @@ mod tests {
         assert_eq!(line, r#"{"kind":"info"}"#);
         let time = Request::Time(TimeRequest {
             shape: [1, 2, 3, 3, 64],
+            kv_heads: 1,
             dtype: Dtype::Bf16,
             causal: true,
+            window: (16, -1),
             scale: 0.125,
             backend: Backend::Flash,
             warmup: 1,
@@ -347,6 +355,8 @@ mod tests {
         assert_eq!(value["dtype"], "bf16");
         assert_eq!(value["backend"], "flash");
         assert_eq!(value["mode"], "graph");
+        assert_eq!(value["kv_heads"], 1);
+        assert_eq!(value["window"], serde_json::json!([16, -1]));
     }
 
     #[test]

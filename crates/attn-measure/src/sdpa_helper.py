@@ -6,8 +6,10 @@ Usage: python3 sdpa_helper.py   (requests on stdin, replies on stdout, one JSON 
 Requests (attn-measure's `sdpa::Request`):
   {"kind": "info"}
   {"kind": "run", "q": path, "k": path, "v": path, "out": path, "dtype": "fp16"|"bf16",
-   "causal": bool, "scale": float, "backend": "default"|"flash"|"efficient"|"cudnn"|"math"}
-  {"kind": "time", "shape": [B, H, Sq, Skv, D], "dtype": ..., "causal": bool, "scale": float,
+   "causal": bool, "window": [left, right] (-1 unbounded), "scale": float,
+   "backend": "default"|"flash"|"efficient"|"cudnn"|"math"}
+  {"kind": "time", "shape": [B, H, Sq, Skv, D], "kv_heads": int, "dtype": ..., "causal": bool,
+   "window": [left, right], "scale": float,
    "backend": ..., "warmup": int, "samples": int, "mode": "graph"|"flushed"|"batch",
    "batch_launches": int, "guard_launches": int, "sets": int, "seed": int, "flush_bytes": int}
 Replies: {"ok": {...}} or {"error": "one line"}. A reply {"fatal": "..."} to the first request
@@ -81,13 +83,30 @@ class Helper:
         return sdpa_kernel([table[name]])
 
     def sdpa(self, q, k, v, job):
-        # Bottom-right causal alignment for Sq != Skv, as attn's ABI defines it.
+        # Grouped-query heads through SDPA's own GQA path; K/V carry fewer heads than Q.
+        gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
         sq, skv = q.shape[2], k.shape[2]
+        left, right = job.get("window", [-1, -1])
+        if left >= 0 or right >= 0:
+            # SDPA has no sliding-window kernel: the window as a boolean mask (FlashAttention's
+            # definition, bottom-right aligned), which only the mask-capable backends run.
+            torch = self.torch
+            i = torch.arange(sq, device=self.dev)[:, None] + (skv - sq)
+            j = torch.arange(skv, device=self.dev)[None, :]
+            mask = torch.ones((sq, skv), dtype=torch.bool, device=self.dev)
+            if left >= 0:
+                mask &= j >= i - left
+            if job["causal"]:
+                mask &= j <= i
+            elif right >= 0:
+                mask &= j <= i + right
+            return self.F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=job["scale"], **gqa)
+        # Bottom-right causal alignment for Sq != Skv, as attn's ABI defines it.
         if job["causal"] and sq != skv:
             from torch.nn.attention.bias import causal_lower_right
             return self.F.scaled_dot_product_attention(
-                q, k, v, attn_mask=causal_lower_right(sq, skv), scale=job["scale"])
-        return self.F.scaled_dot_product_attention(q, k, v, is_causal=job["causal"], scale=job["scale"])
+                q, k, v, attn_mask=causal_lower_right(sq, skv), scale=job["scale"], **gqa)
+        return self.F.scaled_dot_product_attention(q, k, v, is_causal=job["causal"], scale=job["scale"], **gqa)
 
     def load(self, path, dtype):
         np, torch = self.np, self.torch
@@ -112,21 +131,23 @@ class Helper:
 
     def prepare_timing(self, job):
         """Inputs, flush buffer and graphs of one problem, kept while the same problem is timed."""
-        key = json.dumps({k: job[k] for k in ("shape", "dtype", "causal", "scale", "backend",
-                                              "mode", "sets", "seed", "flush_bytes")}, sort_keys=True)
+        key = json.dumps({k: job.get(k) for k in ("shape", "kv_heads", "dtype", "causal", "window", "scale",
+                                                  "backend", "mode", "sets", "seed", "flush_bytes")},
+                         sort_keys=True)
         if key == self.timing_key:
             return self.timing_state
         self.timing_key, self.timing_state = None, None
         torch = self.torch
         b, h, sq, skv, d = job["shape"]
+        hkv = job.get("kv_heads", h)
         dtype = self.dtypes[job["dtype"]]
         gen = torch.Generator(device=self.dev)
         gen.manual_seed(job["seed"])
         sets = []
         for _ in range(max(1, job["sets"])):
             q = torch.randn((b, h, sq, d), generator=gen, device=self.dev, dtype=torch.float32).to(dtype)
-            k = torch.randn((b, h, skv, d), generator=gen, device=self.dev, dtype=torch.float32).to(dtype)
-            v = torch.randn((b, h, skv, d), generator=gen, device=self.dev, dtype=torch.float32).to(dtype)
+            k = torch.randn((b, hkv, skv, d), generator=gen, device=self.dev, dtype=torch.float32).to(dtype)
+            v = torch.randn((b, hkv, skv, d), generator=gen, device=self.dev, dtype=torch.float32).to(dtype)
             sets.append((q, k, v))
         state = {"sets": sets, "counter": 0, "graphs": None,
                  "flush": torch.empty(job["flush_bytes"], dtype=torch.uint8, device=self.dev)}

@@ -16,7 +16,7 @@ pub struct Suite {
 }
 
 /// Every suite.
-pub const SUITES: [Suite; 3] = [
+pub const SUITES: [Suite; 6] = [
     Suite {
         name: "seed",
         shapes: &["1,8,512,64", "2,8,512,64"],
@@ -43,6 +43,36 @@ pub const SUITES: [Suite; 3] = [
             "2,16,16384,128",
         ],
         purpose: "TFLOP/s against sequence length at D=128",
+    },
+    Suite {
+        name: "gqa",
+        shapes: &[
+            "2,32/8,2048,128",
+            "2,32/8,4096,128",
+            "2,32/8,8192,128",
+            "2,32/8,8192,128 causal",
+            "1,32/8,16384,128 causal",
+        ],
+        purpose: "grouped-query attention, Llama-3-8B prefill (32 query heads over 8 K/V heads, D=128)",
+    },
+    Suite {
+        name: "mqa",
+        shapes: &[
+            "2,32/1,4096,128",
+            "2,32/1,8192,128 causal",
+            "2,16/1,8192,64",
+        ],
+        purpose: "multi-query attention: one K/V head for every query head",
+    },
+    Suite {
+        name: "window",
+        shapes: &[
+            "2,16,16384,128 causal window=4096,-1",
+            "2,16,16384,128 window=2048,2048",
+            "2,32/8,16384,128 causal window=4096,-1",
+            "2,16,8192,64 causal window=1024,-1",
+        ],
+        purpose: "sliding-window (local) attention: time should follow the window, not S (baseline: another implementation; SDPA has no window kernel)",
     },
 ];
 
@@ -80,6 +110,6 @@ mod tests {
         assert!(suite("huge", Dtype::Fp16)
             .unwrap_err()
             .to_string()
-            .contains("known: seed, large, sweep"));
+            .contains("known: seed, large, sweep, gqa"));
     }
 }

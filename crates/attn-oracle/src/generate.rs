@@ -250,12 +250,10 @@ fn generate_typed<T: Element>(spec: &CaseSpec) -> (Vec<T>, Vec<T>, Vec<T>) {
             round(k, k64.clone());
             round(v, v64.clone());
         });
-    q.par_chunks_mut(q_slab)
-        .enumerate()
-        .for_each(|(slab, q)| {
-            let kv = slab / shape.heads * shape.kv_heads + slab % shape.heads / shape.group();
-            round(q, q_slab_values(spec, slab, &kv_values[kv][0], pool_bits));
-        });
+    q.par_chunks_mut(q_slab).enumerate().for_each(|(slab, q)| {
+        let kv = slab / shape.heads * shape.kv_heads + slab % shape.heads / shape.group();
+        round(q, q_slab_values(spec, slab, &kv_values[kv][0], pool_bits));
+    });
     (q, k, v)
 }
 

@@ -353,11 +353,10 @@ impl FromStr for Window {
         };
         let side = |text: &str| match text.trim() {
             "-1" | "inf" => Ok(None),
-            t => t.parse::<usize>().map(Some).map_err(|_| {
-                fail(format!(
-                    "{t:?} is not a non-negative integer, -1 or inf"
-                ))
-            }),
+            t => t
+                .parse::<usize>()
+                .map(Some)
+                .map_err(|_| fail(format!("{t:?} is not a non-negative integer, -1 or inf"))),
         };
         match input.split(',').collect::<Vec<_>>()[..] {
             [left, right] => Ok(Window {

@@ -26,7 +26,10 @@ fn direct(shape: &Shape, params: &Params, q: &[f64], k: &[f64], v: &[f64]) -> Ve
                     .filter(|&j| visible(j as i64))
                     .map(|j| {
                         let key = &k[kv_base + j * d..][..d];
-                        (j, params.scale * q_row.iter().zip(key).map(|(a, b)| a * b).sum::<f64>())
+                        (
+                            j,
+                            params.scale * q_row.iter().zip(key).map(|(a, b)| a * b).sum::<f64>(),
+                        )
                     })
                     .collect();
                 let max = logits.iter().map(|l| l.1).fold(f64::NEG_INFINITY, f64::max);
@@ -60,11 +63,18 @@ fn check(shape: &str, causal: bool, window: &str) {
     }
     for (r, id) in got.rows.iter().enumerate() {
         let range = params.kv_range(id.row, shape.seq_q, shape.seq_kv);
-        assert_eq!(range.is_empty(), got.lse[r] == f64::NEG_INFINITY, "{label}: row {id:?}");
+        assert_eq!(
+            range.is_empty(),
+            got.lse[r] == f64::NEG_INFINITY,
+            "{label}: row {id:?}"
+        );
     }
     let (tiled, _) = tiled_f32(&inputs.q, &inputs.k, &inputs.v, &params, 16, 8).unwrap();
     for (i, (g, w)) in tiled.iter().zip(&want).enumerate() {
-        assert!((f64::from(*g) - w).abs() < 1e-4, "{label}: tiled out[{i}] {g} vs {w}");
+        assert!(
+            (f64::from(*g) - w).abs() < 1e-4,
+            "{label}: tiled out[{i}] {g} vs {w}"
+        );
     }
 }
 
@@ -81,7 +91,9 @@ fn windows_at_the_sequence_edges_match_the_definition() {
     // Windows wider than S, narrower than a tile, one-sided, zero-width, with S_q ≠ S_kv both ways
     // (rows whose window lies wholly before key 0 or after the last key see nothing).
     for shape in ["1,2,23,8", "1,2/1,9,31,8", "2,2,31,9,8", "1,1,1,8"] {
-        for window in ["4,-1", "-1,3", "2,2", "0,0", "100,100", "7,0", "0,5", "30,-1"] {
+        for window in [
+            "4,-1", "-1,3", "2,2", "0,0", "100,100", "7,0", "0,5", "30,-1",
+        ] {
             check(shape, false, window);
             check(shape, true, window);
         }
@@ -108,8 +120,15 @@ fn shapes_and_windows_parse_print_and_refuse() {
     let gqa: Shape = "2,32/8,4096,128".parse().unwrap();
     assert_eq!((gqa.heads, gqa.kv_heads, gqa.group()), (32, 8, 4));
     assert_eq!(gqa.to_string(), "2,32/8,4096,128");
-    assert_eq!("1,8/8,16,8".parse::<Shape>().unwrap().to_string(), "1,8,16,8");
-    assert!("2,32/5,64,8".parse::<Shape>().unwrap_err().to_string().contains("divide"));
+    assert_eq!(
+        "1,8/8,16,8".parse::<Shape>().unwrap().to_string(),
+        "1,8,16,8"
+    );
+    assert!("2,32/5,64,8"
+        .parse::<Shape>()
+        .unwrap_err()
+        .to_string()
+        .contains("divide"));
     assert!("2,32/0,64,8".parse::<Shape>().is_err());
     let w: Window = "4096,-1".parse().unwrap();
     assert_eq!((w.left, w.right), (Some(4096), None));
