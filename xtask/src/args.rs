@@ -64,7 +64,8 @@ impl CandidateArgs {
 /// Which problems: shapes, or a named suite.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ProblemArgs {
-    /// A shape `B,H,S,D` or `B,H,SQ,SKV,D` (repeatable).
+    /// A shape `B,H,S,D` or `B,H,SQ,SKV,D`, `H` as `HQ/HKV` for grouped-query heads, optionally
+    /// followed by ` causal` and ` window=L,R` (repeatable), e.g. "2,32/8,16384,128 causal window=4096,-1".
     #[arg(long = "shape")]
     pub shapes: Vec<String>,
     /// Causal mask for --shape (bench: for a suite's shapes too).
@@ -73,7 +74,7 @@ pub struct ProblemArgs {
     /// fp16 or bf16.
     #[arg(long, default_value = "fp16")]
     pub dtype: Dtype,
-    /// A named suite: seed, large, sweep.
+    /// A named suite: seed, large, sweep, gqa, mqa, window.
     #[arg(long)]
     pub suite: Option<String>,
 }
@@ -158,4 +159,13 @@ pub fn validate(candidate: &Candidate, problems: &[Problem]) -> anyhow::Result<(
         }
     }
     Ok(())
+}
+
+/// The timing mode named by a `--mode` value (`graph`, `flushed` or `batch`, checked by clap).
+pub fn timing_mode(name: &str) -> attn_kernels::TimingMode {
+    match name {
+        "batch" => attn_kernels::TimingMode::Batch,
+        "flushed" => attn_kernels::TimingMode::Flushed,
+        _ => attn_kernels::TimingMode::Graph,
+    }
 }

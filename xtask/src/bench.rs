@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use attn_evidence::BenchRun;
-use attn_kernels::{Candidate, Config, Gpu, TimingMode, TimingOptions};
+use attn_kernels::{Candidate, Config, Gpu, TimingOptions};
 use attn_measure::sdpa::{Backend, Sdpa};
 use attn_measure::timing::PreparedCache;
 use attn_measure::{bench, Problem};
@@ -13,7 +13,7 @@ use crate::args::ProblemArgs;
 
 /// Arguments of `cargo xtask bench`.
 #[derive(Debug, clap::Args)]
-#[command(mut_arg("suite", |a| a.help("A named suite: seed, large, sweep [default: large]")))]
+#[command(mut_arg("suite", |a| a.help("A named suite: seed, large, sweep, gqa, mqa, window [default: large]")))]
 pub struct Args {
     /// Implementations to time, comma-separated (`cargo xtask kernels` lists them).
     #[arg(long = "impl", default_value = "tiled,mma", value_delimiter = ',')]
@@ -35,6 +35,10 @@ pub struct Args {
     /// Base seed of the timing inputs.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Timing mode: graph (L2 flushed, CUDA graph replays), flushed (plain launches) or batch
+    /// (back-to-back launches, inputs resident: the protocol of the FlashAttention-3 anchor).
+    #[arg(long, default_value = "graph", value_parser = ["graph", "flushed", "batch"])]
+    pub mode: String,
 }
 
 /// Runs the subcommand; returns the process exit code.
@@ -92,7 +96,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let opts = TimingOptions {
         warmup: args.warmup,
         samples: args.samples,
-        mode: TimingMode::Graph,
+        mode: crate::args::timing_mode(&args.mode),
         ..TimingOptions::default()
     };
     let sdpa_count = if sdpa.is_some() { backends.len() } else { 0 };

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::bail;
 use attn_evidence::{CaseStatus, GateRule, GateRun};
-use attn_kernels::{Gpu, TimingMode, TimingOptions};
+use attn_kernels::{Gpu, TimingOptions};
 use attn_measure::gate::{ended_case, GatePlan, GateSession};
 use attn_measure::provenance::fresh_seed;
 use attn_measure::sanitize::{self, GATE_TOOLS};
@@ -153,11 +153,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let timing = TimingOptions {
         warmup: args.warmup,
         samples: args.samples,
-        mode: match args.mode.as_str() {
-            "batch" => TimingMode::Batch,
-            "flushed" => TimingMode::Flushed,
-            _ => TimingMode::Graph,
-        },
+        mode: crate::args::timing_mode(&args.mode),
         ..TimingOptions::default()
     };
     let info = gpu.info();

@@ -32,6 +32,12 @@ pub enum OracleError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A varlen batch that cannot be run.
+    #[error("invalid varlen batch: {reason}")]
+    InvalidVarlen {
+        /// Why.
+        reason: String,
+    },
     /// Text that is not a sliding window.
     #[error("cannot parse window {input:?}: {reason}")]
     ParseWindow {

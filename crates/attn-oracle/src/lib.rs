@@ -50,6 +50,7 @@ mod reference;
 mod shape;
 mod tensor;
 mod tiled;
+mod varlen;
 
 pub use compare::{compare, tolerance, Tolerance, Verdict};
 pub use error::OracleError;
@@ -58,3 +59,4 @@ pub use reference::{reference, Reference, RowId, RowSelection, ALL_ROWS_LIMIT, T
 pub use shape::{DType, Params, Shape, Window};
 pub use tensor::{HostData, HostTensor, POISON_BF16_BITS, POISON_F16_BITS, POISON_F32_BITS};
 pub use tiled::{tiled_f32, tiled_f32_with, TiledConfig};
+pub use varlen::{compare_varlen, generate_varlen, reference_varlen, Packed, Varlen};

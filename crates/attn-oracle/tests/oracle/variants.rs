@@ -137,3 +137,69 @@ fn shapes_and_windows_parse_print_and_refuse() {
     assert!("4096".parse::<Window>().is_err());
     assert!("-2,0".parse::<Window>().is_err());
 }
+
+#[test]
+fn a_varlen_batch_is_each_sequence_s_own_dense_problem() {
+    use attn_oracle::{
+        compare_varlen, generate_varlen, reference_varlen, CaseSpec, Packed, Varlen,
+    };
+    // Empty sequences on either side, a single row, S_q ≠ S_kv, grouped heads.
+    let varlen = Varlen::new(vec![5, 0, 1, 9, 3], vec![7, 4, 1, 9, 0]).unwrap();
+    assert_eq!(varlen.cu_seqlens_q(), vec![0, 5, 5, 6, 15, 18]);
+    assert_eq!(varlen.cu_seqlens_kv(), vec![0, 7, 11, 12, 21, 21]);
+    let spec = CaseSpec {
+        shape: "1,4/2,1,8".parse().unwrap(),
+        dtype: DType::Bf16,
+        distribution: Distribution::Normal,
+        seed: 3,
+    };
+    let bounding = varlen.bounding_shape(&spec.shape).unwrap();
+    assert_eq!((bounding.batch, bounding.seq_q, bounding.seq_kv), (5, 9, 9));
+    let inputs = generate_varlen(&spec, &varlen);
+    assert_eq!(inputs.q.dims, [1, 18, 4, 8]);
+    assert_eq!(inputs.k.dims, [1, 21, 2, 8]);
+    for (causal, window) in [(false, "-1,-1"), (true, "-1,-1"), (true, "2,-1")] {
+        let params = Params::new(8, causal).with_window(window.parse().unwrap());
+        let packed = reference_varlen(&inputs.q, &inputs.k, &inputs.v, &params, &varlen).unwrap();
+        let all = packed.to_f64();
+        // Sequence by sequence, against the direct definition on its own unpacked tensors.
+        for b in 0..varlen.sequences() {
+            let Some(qb) = varlen.unpack(&inputs.q, Packed::Queries, b) else {
+                continue;
+            };
+            let ob = varlen.unpack(&packed, Packed::Queries, b).unwrap().to_f64();
+            let want = match (
+                varlen.unpack(&inputs.k, Packed::Keys, b),
+                varlen.unpack(&inputs.v, Packed::Keys, b),
+            ) {
+                (Some(kb), Some(vb)) => {
+                    let shape = Shape::from_q_kv_dims(qb.dims, kb.dims).unwrap();
+                    direct(&shape, &params, &qb.to_f64(), &kb.to_f64(), &vb.to_f64())
+                }
+                _ => vec![0.0; qb.len()],
+            };
+            for (i, (g, w)) in ob.iter().zip(&want).enumerate() {
+                assert!((g - w).abs() < 1e-12, "sequence {b} out[{i}] {g} vs {w}");
+            }
+        }
+        // The exact answer passes; a wrong row in sequence 3 fails, named.
+        let tol = attn_oracle::tolerance(DType::Bf16, Distribution::Normal);
+        let exact = packed.to_dtype(DType::Bf16);
+        let v = compare_varlen(
+            &exact, &inputs.q, &inputs.k, &inputs.v, &params, &varlen, &tol,
+        )
+        .unwrap();
+        assert!(v.passed, "{v}");
+        let mut wrong = all.clone();
+        wrong[(7 * 4 + 1) * 8] += 1.0; // token 7 = sequence 3, row 1; head 1
+        let wrong = attn_oracle::HostTensor::from_f64(packed.dims, DType::Bf16, &wrong);
+        let v = compare_varlen(
+            &wrong, &inputs.q, &inputs.k, &inputs.v, &params, &varlen, &tol,
+        )
+        .unwrap();
+        assert!(!v.passed && v.worst[0] == 3, "{v}");
+        assert!(v.reason.unwrap().starts_with("sequence 3"));
+    }
+    assert!(Varlen::new(vec![1, 2], vec![1]).is_err());
+    assert!(Varlen::new(vec![0, 0], vec![3, 3]).is_err());
+}

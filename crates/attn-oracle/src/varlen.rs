@@ -1,0 +1,357 @@
+//! Packed variable-length batches (FlashAttention's "varlen" or THD layout): sequences of
+//! different lengths in one batch, Q and O packed `[total_q, H, D]`, K and V `[total_kv, H_kv,
+//! D]`, each sequence's rows one after another, described by cumulative int32 offsets.
+//!
+//! A packed tensor is held in a [`HostTensor`] with dims `[1, total, H, D]`. Every mask aligns
+//! bottom-right within its own sequence. The oracle of a varlen batch is the oracle of each
+//! sequence as its own dense problem ([`Varlen::unpack`]), so it is exact by construction.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    compare, generate, reference, CaseSpec, DType, HostTensor, Inputs, OracleError, Params,
+    RowSelection, Shape, Tolerance, Verdict,
+};
+
+/// The lengths of a varlen batch's sequences: `seqlens_q[b]` queries over `seqlens_kv[b]` keys.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Varlen {
+    /// Query rows per sequence.
+    pub seqlens_q: Vec<usize>,
+    /// Keys per sequence.
+    pub seqlens_kv: Vec<usize>,
+}
+
+/// Which side of the problem a packed tensor belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Packed {
+    /// Q or O: `[total_q, H, D]`.
+    Queries,
+    /// K or V: `[total_kv, H_kv, D]`.
+    Keys,
+}
+
+impl Varlen {
+    /// A batch of at least one sequence (lengths may be 0) whose totals fit the ABI's int32
+    /// offsets.
+    pub fn new(seqlens_q: Vec<usize>, seqlens_kv: Vec<usize>) -> Result<Varlen, OracleError> {
+        let fail = |reason: String| OracleError::InvalidVarlen { reason };
+        if seqlens_q.is_empty() || seqlens_q.len() != seqlens_kv.len() {
+            return Err(fail(format!(
+                "{} query lengths and {} key lengths: need the same number, at least one",
+                seqlens_q.len(),
+                seqlens_kv.len()
+            )));
+        }
+        for lens in [&seqlens_q, &seqlens_kv] {
+            if lens.iter().sum::<usize>() > i32::MAX as usize {
+                return Err(fail("a total length overflows the int32 offsets".into()));
+            }
+        }
+        if seqlens_q.iter().all(|&n| n == 0) {
+            return Err(fail("every sequence is empty".into()));
+        }
+        Ok(Varlen {
+            seqlens_q,
+            seqlens_kv,
+        })
+    }
+
+    /// Self-attention: each sequence's keys are its queries.
+    pub fn same(lengths: Vec<usize>) -> Result<Varlen, OracleError> {
+        Varlen::new(lengths.clone(), lengths)
+    }
+
+    /// Number of sequences (the ABI's `batch`).
+    pub fn sequences(&self) -> usize {
+        self.seqlens_q.len()
+    }
+
+    /// Query rows of all sequences.
+    pub fn total_q(&self) -> usize {
+        self.seqlens_q.iter().sum()
+    }
+
+    /// Keys of all sequences.
+    pub fn total_kv(&self) -> usize {
+        self.seqlens_kv.iter().sum()
+    }
+
+    /// `cu_seqlens_q`: `sequences() + 1` offsets from 0 to `total_q()`.
+    pub fn cu_seqlens_q(&self) -> Vec<i32> {
+        cumulative(&self.seqlens_q)
+    }
+
+    /// `cu_seqlens_kv`, likewise.
+    pub fn cu_seqlens_kv(&self) -> Vec<i32> {
+        cumulative(&self.seqlens_kv)
+    }
+
+    /// The dense shape that bounds the batch: `B` sequences of the longest lengths (at least 1):
+    /// the kernels' grid, and the heads and head dim of `heads_and_dim`.
+    pub fn bounding_shape(&self, heads_and_dim: &Shape) -> Result<Shape, OracleError> {
+        let longest = |lens: &[usize]| lens.iter().copied().max().unwrap_or(0).max(1);
+        Shape::new(
+            self.sequences(),
+            heads_and_dim.heads,
+            longest(&self.seqlens_q),
+            longest(&self.seqlens_kv),
+            heads_and_dim.head_dim,
+        )?
+        .with_kv_heads(heads_and_dim.kv_heads)
+    }
+
+    /// Dims of a packed tensor: `[1, total, heads, D]` (`Queries` with the query heads, `Keys`
+    /// with the K/V heads of `shape`).
+    pub fn dims(&self, side: Packed, shape: &Shape) -> [usize; 4] {
+        match side {
+            Packed::Queries => [1, self.total_q(), shape.heads, shape.head_dim],
+            Packed::Keys => [1, self.total_kv(), shape.kv_heads, shape.head_dim],
+        }
+    }
+
+    /// Sequence `b` of a packed tensor as a dense `[1, heads, S_b, D]` tensor, or `None` when
+    /// that sequence has no rows on this side.
+    pub fn unpack(&self, packed: &HostTensor, side: Packed, b: usize) -> Option<HostTensor> {
+        let [_, _, heads, d] = packed.dims;
+        let lens = match side {
+            Packed::Queries => &self.seqlens_q,
+            Packed::Keys => &self.seqlens_kv,
+        };
+        let (start, len) = (lens[..b].iter().sum::<usize>(), lens[b]);
+        if len == 0 {
+            return None;
+        }
+        let values = packed.to_f64();
+        let mut dense = Vec::with_capacity(heads * len * d);
+        for h in 0..heads {
+            for t in start..start + len {
+                dense.extend_from_slice(&values[(t * heads + h) * d..][..d]);
+            }
+        }
+        let exact = HostTensor {
+            dims: [1, heads, len, d],
+            data: crate::HostData::F64(dense),
+        };
+        // Back to the packed tensor's own type: exact, the values came from it.
+        Some(match packed.dtype() {
+            Ok(dtype) => exact.to_dtype(dtype),
+            Err(_) => exact,
+        })
+    }
+
+    /// Dense `[1, heads, S_b, D]` parts (`None` for an empty sequence) packed into
+    /// `[1, total, heads, D]`, exactly (f64 data: convert with [`HostTensor::to_dtype`]).
+    pub fn pack(
+        &self,
+        parts: &[Option<HostTensor>],
+        side: Packed,
+        heads: usize,
+        d: usize,
+    ) -> HostTensor {
+        let lens = match side {
+            Packed::Queries => &self.seqlens_q,
+            Packed::Keys => &self.seqlens_kv,
+        };
+        let total: usize = lens.iter().sum();
+        let mut values = vec![0.0; total * heads * d];
+        let mut start = 0;
+        for (part, &len) in parts.iter().zip(lens) {
+            if let Some(part) = part {
+                let dense = part.to_f64();
+                for h in 0..heads {
+                    for t in 0..len {
+                        values[((start + t) * heads + h) * d..][..d]
+                            .copy_from_slice(&dense[(h * len + t) * d..][..d]);
+                    }
+                }
+            }
+            start += len;
+        }
+        HostTensor {
+            dims: [1, total, heads, d],
+            data: crate::HostData::F64(values),
+        }
+    }
+}
+
+fn cumulative(lens: &[usize]) -> Vec<i32> {
+    let mut offsets = Vec::with_capacity(lens.len() + 1);
+    let mut total = 0i32;
+    offsets.push(0);
+    for &n in lens {
+        total += n as i32; // Varlen::new checked the totals fit
+        offsets.push(total);
+    }
+    offsets
+}
+
+/// Generates a packed varlen case: each sequence is the dense case of `spec` (its heads, head dim,
+/// dtype and distribution) with that sequence's lengths and a seed of its own, then packed.
+pub fn generate_varlen(spec: &CaseSpec, varlen: &Varlen) -> Inputs {
+    let shape = spec.shape;
+    let mut parts = [vec![], vec![], vec![]];
+    for b in 0..varlen.sequences() {
+        let (lq, lkv) = (varlen.seqlens_q[b], varlen.seqlens_kv[b]);
+        let dense = Shape::new(1, shape.heads, lq.max(1), lkv.max(1), shape.head_dim)
+            .and_then(|s| s.with_kv_heads(shape.kv_heads));
+        let inputs = dense.ok().map(|dense| {
+            generate(&CaseSpec {
+                shape: dense,
+                seed: spec.seed ^ (b as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+                ..*spec
+            })
+        });
+        let keep = |t: &HostTensor, len: usize| (len > 0).then(|| t.clone());
+        parts[0].push(inputs.as_ref().and_then(|i| keep(&i.q, lq)));
+        parts[1].push(inputs.as_ref().and_then(|i| keep(&i.k, lkv)));
+        parts[2].push(inputs.as_ref().and_then(|i| keep(&i.v, lkv)));
+    }
+    // Exact: every value came from `spec.dtype`.
+    let (d, dtype) = (shape.head_dim, spec.dtype);
+    Inputs {
+        spec: *spec,
+        q: varlen
+            .pack(&parts[0], Packed::Queries, shape.heads, d)
+            .to_dtype(dtype),
+        k: varlen
+            .pack(&parts[1], Packed::Keys, shape.kv_heads, d)
+            .to_dtype(dtype),
+        v: varlen
+            .pack(&parts[2], Packed::Keys, shape.kv_heads, d)
+            .to_dtype(dtype),
+    }
+}
+
+/// The exact f64 output of a packed batch, packed `[1, total_q, H, D]` (f64): every sequence's
+/// oracle; rows of a sequence with no key are 0.
+pub fn reference_varlen(
+    q: &HostTensor,
+    k: &HostTensor,
+    v: &HostTensor,
+    params: &Params,
+    varlen: &Varlen,
+) -> Result<HostTensor, OracleError> {
+    let [_, total_q, heads, d] = q.dims;
+    if total_q != varlen.total_q() || k.dims[1] != varlen.total_kv() || k.dims != v.dims {
+        return Err(OracleError::InvalidVarlen {
+            reason: format!(
+                "packed Q {:?}, K {:?}, V {:?} do not hold the batch's {} queries and {} keys",
+                q.dims,
+                k.dims,
+                v.dims,
+                varlen.total_q(),
+                varlen.total_kv()
+            ),
+        });
+    }
+    let mut parts = Vec::with_capacity(varlen.sequences());
+    for b in 0..varlen.sequences() {
+        let Some(qb) = varlen.unpack(q, Packed::Queries, b) else {
+            parts.push(None);
+            continue;
+        };
+        let out = match (
+            varlen.unpack(k, Packed::Keys, b),
+            varlen.unpack(v, Packed::Keys, b),
+        ) {
+            (Some(kb), Some(vb)) => reference(&qb, &kb, &vb, params, &RowSelection::All)?
+                .to_tensor()
+                .expect("every row was computed"),
+            // No key: every row sees nothing and is 0.
+            _ => HostTensor {
+                dims: qb.dims,
+                data: crate::HostData::F64(vec![0.0; qb.len()]),
+            },
+        };
+        parts.push(Some(out));
+    }
+    Ok(varlen.pack(&parts, Packed::Queries, heads, d))
+}
+
+/// Compares a packed output with [`reference_varlen`] element by element: one verdict over the
+/// whole batch (`worst` as `[sequence, head, row, d]`), through [`compare`] on each sequence.
+pub fn compare_varlen(
+    output: &HostTensor,
+    q: &HostTensor,
+    k: &HostTensor,
+    v: &HostTensor,
+    params: &Params,
+    varlen: &Varlen,
+    tolerance: &Tolerance,
+) -> Result<Verdict, OracleError> {
+    let mut merged: Option<Verdict> = None;
+    for b in 0..varlen.sequences() {
+        let (Some(qb), Some(ob)) = (
+            varlen.unpack(q, Packed::Queries, b),
+            varlen.unpack(output, Packed::Queries, b),
+        ) else {
+            continue;
+        };
+        let verdict = match (
+            varlen.unpack(k, Packed::Keys, b),
+            varlen.unpack(v, Packed::Keys, b),
+        ) {
+            (Some(kb), Some(vb)) => {
+                let r = reference(&qb, &kb, &vb, params, &RowSelection::All)?;
+                compare(&ob, &r, tolerance)
+            }
+            _ => {
+                // No key: the reference is zeros; compare against a zero-key-free stand-in.
+                let zeros = HostTensor::from_f64(qb.dims, DType::F32, &vec![0.0; qb.len()]);
+                let r = crate::Reference {
+                    shape: Shape::new(1, qb.dims[1], qb.dims[2], 1, qb.dims[3])?,
+                    params: *params,
+                    rows: (0..qb.dims[1])
+                        .flat_map(|h| {
+                            (0..qb.dims[2]).map(move |row| crate::RowId {
+                                batch: 0,
+                                head: h,
+                                row,
+                            })
+                        })
+                        .collect(),
+                    out: zeros.to_f64(),
+                    lse: vec![f64::NEG_INFINITY; qb.dims[1] * qb.dims[2]],
+                };
+                compare(&ob, &r, tolerance)
+            }
+        };
+        merged = Some(match merged {
+            None => Verdict {
+                worst: [b, verdict.worst[1], verdict.worst[2], verdict.worst[3]],
+                reason: verdict.reason.map(|r| format!("sequence {b}: {r}")),
+                ..verdict
+            },
+            Some(m) => merge(m, verdict, b),
+        });
+    }
+    merged.ok_or_else(|| OracleError::InvalidVarlen {
+        reason: "every sequence is empty".into(),
+    })
+}
+
+/// Two sequences' verdicts as one: counts summed, the worst errors kept, the first failure's
+/// reason (`rel_l2` is the worst sequence's).
+fn merge(a: Verdict, b: Verdict, sequence: usize) -> Verdict {
+    let b_worse = !b.passed && a.passed || (b.passed == a.passed && b.max_abs > a.max_abs);
+    Verdict {
+        passed: a.passed && b.passed,
+        max_abs: a.max_abs.max(b.max_abs),
+        max_rel: a.max_rel.max(b.max_rel),
+        rel_l2: a.rel_l2.max(b.rel_l2),
+        worst: if b_worse {
+            [sequence, b.worst[1], b.worst[2], b.worst[3]]
+        } else {
+            a.worst
+        },
+        nan_count: a.nan_count + b.nan_count,
+        inf_count: a.inf_count + b.inf_count,
+        poison_count: a.poison_count + b.poison_count,
+        compared: a.compared + b.compared,
+        tolerance: a.tolerance,
+        reason: a
+            .reason
+            .or_else(|| b.reason.map(|r| format!("sequence {sequence}: {r}"))),
+    }
+}
