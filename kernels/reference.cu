@@ -11,8 +11,9 @@
 // `atol`, of poison (never written) and of NaN/Inf elements, and the sums of (out - ref)^2 and
 // ref^2 (for the relative L2 error).
 //
-// Grid: (ceil(rows / ROWS_PER_BLOCK)), block ROWS_PER_BLOCK * 32; rows = B * H * S_q. Grouped
-// heads and sliding windows as kernels/README.md defines them ("Variants").
+// Grid: (ceil(rows / ROWS_PER_BLOCK)), block ROWS_PER_BLOCK * 32; rows = B * H * S_q (dense) or
+// total_q * H (varlen). Grouped heads, sliding windows and packed varlen batches as
+// kernels/README.md defines them ("Variants"); the output has the layout of Q.
 #include "attn_common.cuh"
 
 #define ROWS_PER_BLOCK 4
@@ -41,18 +42,38 @@ __device__ __forceinline__ float warp_max(float x) {
 
 extern "C" __global__ void __launch_bounds__(ROWS_PER_BLOCK * 32)
 attn_reference(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_t* __restrict__ v,
-               float* __restrict__ o, int heads, int kv_heads, int seq_q, int seq_kv, float scale, int causal,
-               int window_left, int window_right, long long rows) {
+               float* __restrict__ o, int batch, int heads, int kv_heads, int seq_q, int seq_kv, float scale,
+               int causal, int window_left, int window_right, const int* __restrict__ cu_seqlens_q,
+               const int* __restrict__ cu_seqlens_kv, long long rows) {
     const int lane = threadIdx.x % 32;
     const long long flat_row = (long long)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
     if (flat_row >= rows) return;  // the whole warp leaves together
-    const long long bh = flat_row / seq_q;
-    const int row = (int)(flat_row % seq_q);
-    // Query head h of batch b reads K/V head h / (heads / kv_heads) of the same batch.
-    const long long kv_bh = bh / heads * kv_heads + bh % heads / (heads / kv_heads);
-    const elem_t* q_row = q + flat_row * HEAD_DIM;
-    const elem_t* k_head = k + kv_bh * seq_kv * HEAD_DIM;
-    const elem_t* v_head = v + kv_bh * seq_kv * HEAD_DIM;
+    // Output row flat_row: dense [B, H, S_q] row-major, or packed [total_q, H] (varlen), whose
+    // sequence is found by binary search over the offsets.
+    int b, h, row;
+    if (cu_seqlens_q == nullptr) {
+        const long long bh = flat_row / seq_q;
+        b = (int)(bh / heads);
+        h = (int)(bh % heads);
+        row = (int)(flat_row % seq_q);
+    } else {
+        const int token = (int)(flat_row / heads);
+        h = (int)(flat_row % heads);
+        int lo = 0, hi = batch;  // the last sequence whose start is <= token
+        while (hi - lo > 1) {
+            const int mid = (lo + hi) / 2;
+            if (cu_seqlens_q[mid] <= token) lo = mid; else hi = mid;
+        }
+        b = lo;
+        row = token - cu_seqlens_q[b];
+    }
+    const attn::HeadView view = attn::head_view(b, h, heads, kv_heads, seq_q, seq_kv, cu_seqlens_q, cu_seqlens_kv);
+    const elem_t* q_row = q + view.q + (long long)row * view.q_stride;
+    const elem_t* k_head = k + view.kv;
+    const elem_t* v_head = v + view.kv;
+    const long long kv_stride = view.kv_stride;
+    seq_q = view.seq_q;
+    seq_kv = view.seq_kv;
 
     float q_reg[DIMS_PER_LANE];
 #pragma unroll
@@ -70,7 +91,7 @@ attn_reference(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const
 #pragma unroll
         for (int i = 0; i < DIMS_PER_LANE; ++i) {
             const int d = lane + 32 * i;
-            if (d < HEAD_DIM) partial += q_reg[i] * to_float(k_head[(size_t)j * HEAD_DIM + d]);
+            if (d < HEAD_DIM) partial += q_reg[i] * to_float(k_head[j * kv_stride + d]);
         }
         m = fmaxf(m, warp_sum(partial) * scale);
     }
@@ -84,14 +105,14 @@ attn_reference(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const
 #pragma unroll
         for (int i = 0; i < DIMS_PER_LANE; ++i) {
             const int d = lane + 32 * i;
-            if (d < HEAD_DIM) partial += q_reg[i] * to_float(k_head[(size_t)j * HEAD_DIM + d]);
+            if (d < HEAD_DIM) partial += q_reg[i] * to_float(k_head[j * kv_stride + d]);
         }
         const float p = expf(warp_sum(partial) * scale - m);
         l += p;
 #pragma unroll
         for (int i = 0; i < DIMS_PER_LANE; ++i) {
             const int d = lane + 32 * i;
-            if (d < HEAD_DIM) acc[i] += p * to_float(v_head[(size_t)j * HEAD_DIM + d]);
+            if (d < HEAD_DIM) acc[i] += p * to_float(v_head[j * kv_stride + d]);
         }
     }
     const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;  // a row that sees no key is zero

@@ -222,9 +222,15 @@ impl Candidate {
         }
     }
 
-    /// Refuses, with one line, a problem outside [`Candidate::variants`].
+    /// Refuses, with one line, a problem outside [`Candidate::variants`] (`varlen`: a packed
+    /// variable-length batch).
     pub fn check_supports(&self, shape: &Shape, params: &Params) -> Result<()> {
-        match self.variants().missing(shape, params) {
+        self.check_supports_batch(shape, params, false)
+    }
+
+    /// [`Candidate::check_supports`] for a dense (`varlen` false) or varlen batch.
+    pub fn check_supports_batch(&self, shape: &Shape, params: &Params, varlen: bool) -> Result<()> {
+        match self.variants().missing(shape, params, varlen) {
             None => Ok(()),
             Some(what) => Err(KernelError::Unsupported {
                 implementation: self.label(),
@@ -556,8 +562,27 @@ impl Prepared {
         o: &mut DeviceTensor,
         params: &Params,
     ) -> Result<()> {
-        let shape = check_shapes(q, k, v, o, self.dtype, self.head_dim)?;
-        if let Some(what) = self.variants.missing(&shape, params) {
+        self.launch_batch(gpu, q, k, v, o, params, None)
+    }
+
+    /// [`Prepared::launch`] on a dense batch (`offsets` `None`) or on a packed varlen batch:
+    /// Q and O `[1, total_q, H, D]`, K and V `[1, total_kv, H_kv, D]` (kernels/README.md).
+    #[allow(clippy::too_many_arguments)] // the ABI's tensors, parameters and batch
+    pub fn launch_batch(
+        &self,
+        gpu: &Gpu,
+        q: &DeviceTensor,
+        k: &DeviceTensor,
+        v: &DeviceTensor,
+        o: &mut DeviceTensor,
+        params: &Params,
+        offsets: Option<&crate::gpu::VarlenOffsets>,
+    ) -> Result<()> {
+        let shape = match offsets {
+            None => check_shapes(q, k, v, o, self.dtype, self.head_dim)?,
+            Some(offsets) => check_packed(q, k, v, o, self.dtype, self.head_dim, &offsets.varlen)?,
+        };
+        if let Some(what) = self.variants.missing(&shape, params, offsets.is_some()) {
             return Err(KernelError::Unsupported {
                 implementation: self.label.clone(),
                 what: what.to_string(),
@@ -572,11 +597,14 @@ impl Prepared {
         let scale = params.scale as f32;
         let causal = i32::from(params.causal);
         // The variant parameters (kernels/README.md): K/V heads, the window with causal as its
-        // right bound 0, and no varlen offsets (a dense batch).
+        // right bound 0, and the varlen offsets (null for a dense batch).
         let kv_heads = shape.kv_heads as i32;
         let (window_left, window_right) = params.window.abi();
         let window_right = if params.causal { 0 } else { window_right };
-        let no_offsets: u64 = 0;
+        let stream = gpu.stream();
+        let (cu_q, _gq) = offsets.map(|o| o.cu_q.device_ptr(stream)).unzip();
+        let (cu_kv, _gkv) = offsets.map(|o| o.cu_kv.device_ptr(stream)).unzip();
+        let (cu_q, cu_kv): (u64, u64) = (cu_q.unwrap_or(0), cu_kv.unwrap_or(0));
         match &self.engine {
             Launcher::Kernel {
                 function,
@@ -621,13 +649,14 @@ impl Prepared {
                     .arg(&kv_heads)
                     .arg(&window_left)
                     .arg(&window_right)
-                    .arg(&no_offsets)
-                    .arg(&no_offsets);
+                    .arg(&cu_q)
+                    .arg(&cu_kv);
                 // SAFETY: the arguments match the ABI of kernels/README.md (checked shapes, 16-bit
                 // elements of the compiled dtype; for the TensorMaps ABI, maps of these very
                 // buffers with the boxes of the compiled config; the variant parameters last,
                 // which a kernel declaring fewer parameters never reads, null offsets for a dense
-                // batch); the grid covers every output row.
+                // batch, else live int32 arrays of sequences + 1 offsets that match the packed
+                // tensors, checked above); the grid covers every output row.
                 unsafe { launch.launch(cfg) }.during("cuLaunchKernel")?;
             }
             Launcher::Library {
@@ -850,6 +879,57 @@ impl LibraryLaunch<'_> {
             message: format!("{e:?}"),
         })
     }
+}
+
+/// Checks that packed q, k, v and o (`[1, total, heads, D]`) hold `varlen`'s rows and match the
+/// compiled dtype and head dim; returns the batch's bounding shape (the grid's).
+pub fn check_packed(
+    q: &DeviceTensor,
+    k: &DeviceTensor,
+    v: &DeviceTensor,
+    o: &DeviceTensor,
+    dtype: DType,
+    head_dim: usize,
+    varlen: &attn_oracle::Varlen,
+) -> Result<Shape> {
+    let [_, total_q, heads, d] = q.dims;
+    let [_, total_kv, kv_heads, _] = k.dims;
+    let expected_q = [1, varlen.total_q(), heads, d];
+    let expected_kv = [1, varlen.total_kv(), kv_heads, d];
+    if q.dims != expected_q
+        || o.dims != expected_q
+        || k.dims != expected_kv
+        || v.dims != expected_kv
+    {
+        return Err(KernelError::Shape(format!(
+            "a varlen batch of {} queries and {} keys needs Q and O {expected_q:?} and K, V {expected_kv:?}; got Q {:?}, K {:?}, V {:?}, O {:?} (totals {total_q}, {total_kv})",
+            varlen.total_q(),
+            varlen.total_kv(),
+            q.dims,
+            k.dims,
+            v.dims,
+            o.dims
+        )));
+    }
+    let per_head = Shape::new(1, heads, 1, 1, d)
+        .and_then(|s| s.with_kv_heads(kv_heads))
+        .map_err(|e| KernelError::Shape(e.to_string()))?;
+    if d != head_dim {
+        return Err(KernelError::Shape(format!(
+            "head dim {d}, but the kernel was compiled for {head_dim}"
+        )));
+    }
+    for t in [q, k, v, o] {
+        if t.dtype != dtype {
+            return Err(KernelError::Shape(format!(
+                "a tensor is {} but the kernel was compiled for {dtype}",
+                t.dtype
+            )));
+        }
+    }
+    varlen
+        .bounding_shape(&per_head)
+        .map_err(|e| KernelError::Shape(e.to_string()))
 }
 
 /// Checks that q, k, v and o fit together (K/V heads dividing Q's) and match the compiled dtype

@@ -51,6 +51,17 @@ pub struct DeviceTensor {
     pub buf: CudaSlice<u16>,
 }
 
+/// A varlen batch on the device: its lengths and the ABI's two int32 offset arrays.
+#[derive(Debug)]
+pub struct VarlenOffsets {
+    /// The lengths.
+    pub varlen: attn_oracle::Varlen,
+    /// `cu_seqlens_q`, `sequences + 1` entries.
+    pub cu_q: CudaSlice<i32>,
+    /// `cu_seqlens_kv`.
+    pub cu_kv: CudaSlice<i32>,
+}
+
 /// An opened GPU with one stream that every launch and timing of this crate uses.
 pub struct Gpu {
     ctx: Arc<CudaContext>,
@@ -253,6 +264,21 @@ impl Gpu {
             dims: tensor.dims,
             dtype,
             buf,
+        })
+    }
+
+    /// Copies a varlen batch's offsets to the device.
+    pub fn upload_offsets(&self, varlen: &attn_oracle::Varlen) -> Result<VarlenOffsets> {
+        Ok(VarlenOffsets {
+            cu_q: self
+                .stream
+                .clone_htod(&varlen.cu_seqlens_q())
+                .during("cuMemcpyHtoD (cu_seqlens_q)")?,
+            cu_kv: self
+                .stream
+                .clone_htod(&varlen.cu_seqlens_kv())
+                .during("cuMemcpyHtoD (cu_seqlens_kv)")?,
+            varlen: varlen.clone(),
         })
     }
 

@@ -41,7 +41,7 @@ pub mod toolkit;
 pub use attention::{Candidate, Prepared};
 pub use config::{Config, Knob};
 pub use error::{KernelError, Result};
-pub use gpu::{DeviceInfo, DeviceTensor, Gpu};
+pub use gpu::{DeviceInfo, DeviceTensor, Gpu, VarlenOffsets};
 pub use reference::{ColumnMap, Counters, GpuReference, ReferenceOutput, RowErrors};
 pub use registry::{registry, Implementation, Limits};
 pub use timing::{Harness, SampleHooks, TimingMode, TimingOptions, Timings};

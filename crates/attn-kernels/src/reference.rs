@@ -4,7 +4,7 @@
 //! exactly; this checks every element of every shape, fast enough for the largest suites.
 
 use attn_oracle::{DType, Params, Shape};
-use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
 
 use crate::compile::CompileRequest;
 use crate::error::{DriverContext, KernelError, Result};
@@ -200,23 +200,58 @@ impl GpuReference {
         v: &DeviceTensor,
         params: &Params,
     ) -> Result<ReferenceOutput> {
+        self.compute_batch(gpu, q, k, v, params, None)
+    }
+
+    /// [`GpuReference::compute`] on a dense batch (`offsets` `None`) or a packed varlen batch,
+    /// whose output is packed like Q.
+    pub fn compute_batch(
+        &self,
+        gpu: &Gpu,
+        q: &DeviceTensor,
+        k: &DeviceTensor,
+        v: &DeviceTensor,
+        params: &Params,
+        offsets: Option<&crate::gpu::VarlenOffsets>,
+    ) -> Result<ReferenceOutput> {
         // O has Q's dims: Q stands in for it in the shape check.
-        let shape = crate::attention::check_shapes(q, k, v, q, self.dtype, self.head_dim)?;
-        let rows = shape.batch * shape.heads * shape.seq_q;
+        let (shape, rows) = match offsets {
+            None => {
+                let shape = crate::attention::check_shapes(q, k, v, q, self.dtype, self.head_dim)?;
+                (shape, shape.batch * shape.heads * shape.seq_q)
+            }
+            Some(o) => {
+                let shape = crate::attention::check_packed(
+                    q,
+                    k,
+                    v,
+                    q,
+                    self.dtype,
+                    self.head_dim,
+                    &o.varlen,
+                )?;
+                (shape, o.varlen.total_q() * shape.heads)
+            }
+        };
         // SAFETY: every element is written by the kernel below before anything reads it.
         let mut data = unsafe { gpu.stream().alloc::<f32>(rows * shape.head_dim) }
             .during("cuMemAlloc (reference output)")?;
         let (heads, seq_q, seq_kv) = (shape.heads as i32, shape.seq_q as i32, shape.seq_kv as i32);
         let (scale, causal, rows_arg) =
             (params.scale as f32, i32::from(params.causal), rows as i64);
-        let kv_heads = shape.kv_heads as i32;
+        let (batch, kv_heads) = (shape.batch as i32, shape.kv_heads as i32);
         let (window_left, window_right) = params.window.abi();
+        let stream = gpu.stream();
+        let (cu_q, _gq) = offsets.map(|o| o.cu_q.device_ptr(stream)).unzip();
+        let (cu_kv, _gkv) = offsets.map(|o| o.cu_kv.device_ptr(stream)).unzip();
+        let (cu_q, cu_kv): (u64, u64) = (cu_q.unwrap_or(0), cu_kv.unwrap_or(0));
         let mut launch = gpu.stream().launch_builder(&self.attention);
         launch
             .arg(&q.buf)
             .arg(&k.buf)
             .arg(&v.buf)
             .arg(&mut data)
+            .arg(&batch)
             .arg(&heads)
             .arg(&kv_heads)
             .arg(&seq_q)
@@ -225,11 +260,14 @@ impl GpuReference {
             .arg(&causal)
             .arg(&window_left)
             .arg(&window_right)
+            .arg(&cu_q)
+            .arg(&cu_kv)
             .arg(&rows_arg);
-        // SAFETY: attn_reference(q, k, v, float* o, heads, kv_heads, seq_q, seq_kv, scale,
-        // causal, window_left, window_right, rows) over checked [B, H, S_q, D] and
-        // [B, H_kv, S_kv, D] tensors of the compiled dtype and head dim; `data` holds rows × D
-        // floats; one warp per row, the grid covers every row.
+        // SAFETY: attn_reference(q, k, v, float* o, batch, heads, kv_heads, seq_q, seq_kv,
+        // scale, causal, window_left, window_right, cu_seqlens_q, cu_seqlens_kv, rows) over
+        // checked tensors of the compiled dtype and head dim, dense [B, H, S_q, D] and
+        // [B, H_kv, S_kv, D] with null offsets, or packed with live offsets matching them;
+        // `data` holds rows × D floats; one warp per row, the grid covers every row.
         unsafe { launch.launch(Self::grid(rows)) }.during("cuLaunchKernel (attn_reference)")?;
         Ok(ReferenceOutput { shape, data })
     }

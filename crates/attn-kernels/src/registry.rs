@@ -107,9 +107,12 @@ impl Variants {
         varlen: true,
     };
 
-    /// What of `shape` and `params` is outside these variants, as a phrase; `None` when supported.
-    pub fn missing(&self, shape: &Shape, params: &Params) -> Option<&'static str> {
-        if shape.kv_heads != shape.heads && !self.grouped_heads {
+    /// What of `shape`, `params` and a varlen batch (`varlen`) is outside these variants, as a
+    /// phrase; `None` when supported.
+    pub fn missing(&self, shape: &Shape, params: &Params, varlen: bool) -> Option<&'static str> {
+        if varlen && !self.varlen {
+            Some("packed variable-length (varlen) batches")
+        } else if shape.kv_heads != shape.heads && !self.grouped_heads {
             Some("grouped-query / multi-query heads")
         } else if params.window.is_bounded() && !self.window {
             Some("sliding windows")
@@ -865,18 +868,24 @@ mod tests {
         });
         for name in ["naive", "tiled", "mma", "hopper"] {
             let v = find(name).unwrap().variants;
-            assert_eq!(v.missing(&gqa, &window), None, "{name}");
+            assert_eq!(v.missing(&gqa, &window, false), None, "{name}");
         }
         let cublas = find("cublas").unwrap().variants;
-        assert_eq!(cublas.missing(&Shape::single(128), &plain), None);
+        assert_eq!(cublas.missing(&Shape::single(128), &plain, false), None);
         assert_eq!(
-            cublas.missing(&gqa, &plain),
+            cublas.missing(&gqa, &plain, false),
             Some("grouped-query / multi-query heads")
         );
         assert_eq!(
-            cublas.missing(&Shape::single(128), &window),
+            cublas.missing(&Shape::single(128), &window, false),
             Some("sliding windows")
         );
+        assert!(find("hopper")
+            .unwrap()
+            .variants
+            .missing(&gqa, &plain, true)
+            .unwrap()
+            .contains("varlen"));
         assert_eq!(Variants::DENSE.describe(), "gqa, window");
         assert_eq!(Variants::NONE.describe(), "none");
     }

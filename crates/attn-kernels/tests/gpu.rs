@@ -309,6 +309,149 @@ fn check_variants(name: &str) {
     );
 }
 
+/// Packed varlen batches: empty sequences on either side, single rows, lengths around the tiles,
+/// S_q ≠ S_kv, grouped heads, with and without causal and windows.
+fn varlen_matrix() -> Vec<(Vec<usize>, Vec<usize>, &'static str, bool, &'static str)> {
+    let mixed = vec![300, 1, 0, 64, 129, 1000, 17];
+    let mut cases = Vec::new();
+    for (q, kv) in [
+        (mixed.clone(), mixed.clone()),
+        (vec![5, 77, 0, 260], vec![9, 0, 40, 260]),
+        (vec![2048, 512, 1536], vec![2048, 512, 1536]),
+    ] {
+        for heads in ["4/2", "3"] {
+            for (causal, window) in [
+                (false, "-1,-1"),
+                (true, "-1,-1"),
+                (true, "50,-1"),
+                (false, "8,8"),
+            ] {
+                cases.push((q.clone(), kv.clone(), heads, causal, window));
+            }
+        }
+    }
+    cases
+}
+
+/// Runs `name` over [`varlen_matrix`]: the packed output, launched twice (bitwise equal), against
+/// each sequence's f64 oracle; and the GPU reference (the gate's) against the same oracle.
+fn check_varlen(name: &str) {
+    use attn_oracle::{compare_varlen, generate_varlen, Varlen};
+    let gpu = Gpu::open(0).expect("a CUDA GPU");
+    let seed = base_seed();
+    println!("{name} varlen: base seed {seed} (ATTN_TEST_SEED={seed} to replay)");
+    let implementation = attn_kernels::registry::find(name).unwrap();
+    let head_dims: &[usize] = implementation.head_dims.unwrap_or(&[64, 128]);
+    let candidate = Candidate::registered(name, Config::default()).unwrap();
+    let (mut failures, mut worst, mut count) = (Vec::new(), 0.0f64, 0);
+    for dtype in [DType::F16, DType::Bf16] {
+        for &head_dim in head_dims {
+            let gpu_reference = attn_kernels::GpuReference::new(&gpu, dtype, head_dim).unwrap();
+            for (i, (lens_q, lens_kv, heads, causal, window)) in
+                varlen_matrix().into_iter().enumerate()
+            {
+                let varlen = Varlen::new(lens_q.clone(), lens_kv.clone()).unwrap();
+                let per_head: Shape = format!("1,{heads},1,{head_dim}").parse().unwrap();
+                let params = Params::new(head_dim, causal).with_window(window.parse().unwrap());
+                let case_seed = seed.wrapping_add(i as u64);
+                let label = format!("{name} varlen q={lens_q:?} kv={lens_kv:?} H={heads} D={head_dim} causal={causal} window={window} {dtype} seed={case_seed}");
+                let inputs = generate_varlen(
+                    &CaseSpec {
+                        shape: per_head,
+                        dtype,
+                        distribution: Distribution::Normal,
+                        seed: case_seed,
+                    },
+                    &varlen,
+                );
+                let bounding = varlen.bounding_shape(&per_head).unwrap();
+                let prepared =
+                    Prepared::new(&gpu, &candidate.for_shape(&bounding), dtype, head_dim)
+                        .unwrap_or_else(|e| panic!("{label}: {e}"));
+                count += 1;
+                let outcome = (|| -> Result<(attn_oracle::HostTensor, attn_oracle::HostTensor, Vec<f32>), String> {
+                    let e = |e: attn_kernels::KernelError| e.to_string();
+                    let (q, k, v) = (gpu.upload(&inputs.q).map_err(e)?, gpu.upload(&inputs.k).map_err(e)?, gpu.upload(&inputs.v).map_err(e)?);
+                    let offsets = gpu.upload_offsets(&varlen).map_err(e)?;
+                    let mut outs = Vec::new();
+                    for _ in 0..2 {
+                        let mut o = gpu.alloc_poisoned(q.dims, dtype).map_err(e)?;
+                        prepared.launch_batch(&gpu, &q, &k, &v, &mut o, &params, Some(&offsets)).map_err(e)?;
+                        gpu.synchronize().map_err(e)?;
+                        outs.push(gpu.download(&o).map_err(e)?);
+                    }
+                    let reference = gpu_reference.compute_batch(&gpu, &q, &k, &v, &params, Some(&offsets)).map_err(e)?;
+                    let reference = reference.download(&gpu).map_err(e)?;
+                    let second = outs.pop().unwrap();
+                    Ok((outs.pop().unwrap(), second, reference))
+                })();
+                let (first, second, gpu_ref) = match outcome {
+                    Ok(x) => x,
+                    Err(err) => {
+                        failures.push(format!("{label}: {err}"));
+                        continue;
+                    }
+                };
+                if first.as_bytes() != second.as_bytes() {
+                    failures.push(format!("{label}: two runs differ (a race?)"));
+                }
+                let tol = tolerance(dtype, Distribution::Normal);
+                match compare_varlen(
+                    &first, &inputs.q, &inputs.k, &inputs.v, &params, &varlen, &tol,
+                ) {
+                    Ok(v) if v.passed => worst = worst.max(v.max_abs),
+                    Ok(v) => failures.push(format!("{label}: {v}")),
+                    Err(err) => failures.push(format!("{label}: {err}")),
+                }
+                // The gate's f32 reference must itself be right on packed batches.
+                let exact = attn_oracle::reference_varlen(
+                    &inputs.q, &inputs.k, &inputs.v, &params, &varlen,
+                )
+                .unwrap()
+                .to_f64();
+                let ref_err = gpu_ref
+                    .iter()
+                    .zip(&exact)
+                    .map(|(g, x)| (f64::from(*g) - x).abs())
+                    .fold(0.0, f64::max);
+                if !(ref_err < 1e-4) {
+                    failures.push(format!(
+                        "{label}: the GPU reference is off the oracle by {ref_err:.3e}"
+                    ));
+                }
+            }
+        }
+    }
+    println!(
+        "{name} varlen: {count} cases, {} failed, worst max abs error {worst:.3e}",
+        failures.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {count} varlen cases failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn naive_varlen_matches_the_oracle() {
+    check_varlen("naive");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn tiled_varlen_matches_the_oracle() {
+    check_varlen("tiled");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn mma_varlen_matches_the_oracle() {
+    check_varlen("mma");
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn naive_variants_match_the_oracle() {
