@@ -620,10 +620,16 @@ impl Prepared {
                         let (qp, _gq) = q.buf.device_ptr(stream);
                         let (kp, _gk) = k.buf.device_ptr(stream);
                         let (vp, _gv) = v.buf.device_ptr(stream);
+                        // Packed varlen tensors get maps over [total, H, D] (kernels/hopper.cu).
+                        let encode = if offsets.is_some() {
+                            tensormap::encode_packed
+                        } else {
+                            tensormap::encode
+                        };
                         Some([
-                            tensormap::encode("Q", qp, self.dtype, q.dims, rows.q)?,
-                            tensormap::encode("K", kp, self.dtype, k.dims, rows.kv)?,
-                            tensormap::encode("V", vp, self.dtype, v.dims, rows.kv)?,
+                            encode("Q", qp, self.dtype, q.dims, rows.q)?,
+                            encode("K", kp, self.dtype, k.dims, rows.kv)?,
+                            encode("V", vp, self.dtype, v.dims, rows.kv)?,
                         ])
                     }
                     None => None,

@@ -36,6 +36,49 @@ pub fn encode(
     box_rows: u32,
 ) -> Result<TensorMap> {
     let [b, h, s, d] = dims;
+    let elem = 2u64;
+    encode_3d(
+        tensor,
+        ptr,
+        dtype,
+        [d as u64, s as u64, (b * h) as u64],
+        [d as u64 * elem, (s * d) as u64 * elem],
+        [BOX_COLUMNS.min(d as u32), box_rows, 1],
+    )
+}
+
+/// The map of a packed varlen tensor `[total, H, D]` (held as dims `[1, total, H, D]`) viewed as
+/// 3-D with dimensions `D, H, total` innermost first: boxes of `BOX_COLUMNS` columns × 1 head ×
+/// `box_rows` rows, whose shared-memory image is the dense map's (kernels/hopper.cu's contract).
+/// Rows past a sequence's end are the next sequence's: kernels mask them.
+pub fn encode_packed(
+    tensor: &'static str,
+    ptr: sys::CUdeviceptr,
+    dtype: DType,
+    dims: [usize; 4],
+    box_rows: u32,
+) -> Result<TensorMap> {
+    let [_, total, h, d] = dims;
+    let elem = 2u64;
+    encode_3d(
+        tensor,
+        ptr,
+        dtype,
+        [d as u64, h as u64, total as u64],
+        [d as u64 * elem, (h * d) as u64 * elem],
+        [BOX_COLUMNS.min(d as u32), 1, box_rows],
+    )
+}
+
+/// A 3-D tiled map: `global_dim` innermost first, byte strides of dimensions 1 and 2, `box_dim`.
+fn encode_3d(
+    tensor: &'static str,
+    ptr: sys::CUdeviceptr,
+    dtype: DType,
+    global_dim: [u64; 3],
+    global_strides: [u64; 2],
+    box_dim: [u32; 3],
+) -> Result<TensorMap> {
     let data_type = match dtype {
         DType::F16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
         DType::Bf16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
@@ -46,15 +89,11 @@ pub fn encode(
             })
         }
     };
-    let elem = 2u64;
-    let global_dim: [u64; 3] = [d as u64, s as u64, (b * h) as u64];
-    // Byte strides of dimensions 1 and 2 (dimension 0 is contiguous).
-    let global_strides: [u64; 2] = [d as u64 * elem, (s * d) as u64 * elem];
-    let box_dim: [u32; 3] = [BOX_COLUMNS.min(d as u32), box_rows, 1];
     let element_strides: [u32; 3] = [1, 1, 1];
     let mut map = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
     // SAFETY: every array holds `rank` (3) entries (strides: rank − 1), `map` is a writable
-    // CUtensorMap, and `ptr` is the device address of a live buffer of b·h·s·d elements.
+    // CUtensorMap, and `ptr` is the device address of a live buffer the dims and strides describe
+    // (the callers' tensors).
     let status = unsafe {
         sys::cuTensorMapEncodeTiled(
             map.as_mut_ptr(),

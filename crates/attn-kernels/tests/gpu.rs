@@ -453,6 +453,12 @@ fn mma_varlen_matches_the_oracle() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU (Hopper, sm_90)"]
+fn hopper_varlen_matches_the_oracle() {
+    check_varlen("hopper");
+}
+
+#[test]
 #[ignore = "needs a CUDA GPU"]
 fn naive_variants_match_the_oracle() {
     check_variants("naive");
