@@ -2,9 +2,9 @@
 // warpgroup tensor cores (wgmma, sm_90a).
 //
 // Bird's-eye view
-//   One thread block computes a BLOCK_M × HEAD_DIM tile of O for one (batch, head). Its warps are
-//   NUM_WARPS consumer warps (NUM_WARPS / 4 consumer warpgroups of 64 query rows each; warp w of a
-//   warpgroup owns rows 16w..16w+15 of them), then one producer warpgroup (4 warps).
+//   One thread block computes a BLOCK_M × HEAD_DIM tile of O for one (batch or sequence, head). Its
+//   warps are NUM_WARPS consumer warps (NUM_WARPS / 4 consumer warpgroups of 64 query rows each;
+//   warp w of a warpgroup owns rows 16w..16w+15 of them), then one producer warpgroup (4 warps).
 //   - Producer: one thread issues every load as a TMA copy (cp.async.bulk.tensor) through the
 //     tensor maps of the ABI: Q once, then tile j of K and of V (BLOCK_N rows) into slot j % STAGES of
 //     a ring, each completing on its own "full" mbarrier (arrive.expect_tx); before refilling a slot it
@@ -24,12 +24,9 @@
 //   With PINGPONG 1 (FA3's inter-warpgroup ping-pong) the consumer warpgroups issue their batches
 //   of wgmma in turns, round-robin (named barriers), so that one warpgroup's softmax runs while
 //   another's GEMMs hold the tensor cores.
-//   Causal grids run their blocks bottom-up (the blocks with the most key tiles first).
-//   Tiles entirely above the causal diagonal of the block are never loaded; a warpgroup computes only
-//   the tiles some of its rows see (a prefix), masks only tiles that cross one of its rows' key
-//   limit, and releases the tiles it skips once they have landed. Rows past S_q and keys past S_kv
-//   arrive as zeros from the TMA (the maps' bounds); rows that see no key write zeros. The output is
-//   staged in the warpgroup's own rows of the Q tile and written with 16-byte stores.
+//   Variants (kernels/README.md, "Variants"): GQA/MQA, sliding window (causal included) and varlen
+//   are all supported; see "Variants and tile skipping" below. Rows that see no key write zeros.
+//   The output is staged in the warpgroup's own rows of the Q tile and written with 16-byte stores.
 //
 // Knobs (compile-time defines, defaults below)
 //   HEAD_DIM  ∈ {64, 128}     (required, from attn_common.cuh)
@@ -47,16 +44,57 @@
 //   D 128 / BLOCK_N 128 / STAGES 4 exceeds it. Every valid combination compiles with no spill, no
 //   stack frame and no wgmma serialisation (kernels/tools/hopper_check.py).
 //
-// Launch geometry and ABI (kernels/README.md, the TensorMaps ABI)
-//   grid = (ceil(S_q / BLOCK_M), H, B) (block x computes row block x, or gridDim.x − 1 − x when
-//   causal), block = (NUM_WARPS + 4) · 32 threads, dynamic shared memory
+// Launch geometry and ABI (kernels/README.md, the TensorMaps ABI and "Variants")
+//   grid = (ceil(S_q / BLOCK_M), H, B) (block x computes row block x, or gridDim.x − 1 − x when the
+//   last rows see the most keys: see below), block = (NUM_WARPS + 4) · 32 threads, dynamic shared
+//   memory
 //     SHARED_BYTES = 1024 + BLOCK_M · HEAD_DIM · 2 + STAGES · 2 · BLOCK_N · HEAD_DIM · 2   bytes
 //   (1024 bytes of slack to align the tiles to the 1024-byte swizzle atom, the Q tile, then
 //   STAGES K tiles, then STAGES V tiles), plus 8 · (1 + 3 · STAGES) bytes of static shared memory for
 //   the mbarriers. Defaults: D 64 → 123904, D 128 → 230400.
-//   After the ten plain parameters come three `const __grid_constant__` CUtensorMaps, of Q, K and V:
-//   3-D [B·H, S, D] maps (innermost first: D, S, B·H), 16-bit elements, 128-byte swizzle, box =
-//   64 columns × BLOCK_M (Q) or BLOCK_N (K, V) rows × 1. A box is one 64-column panel of a tile.
+//   Parameters: the ten plain ones, three `const __grid_constant__` CUtensorMaps (Q, K, V), then
+//   the five of the variants: kv_heads, window_left, window_right, cu_seqlens_q, cu_seqlens_kv.
+//   Every map: 16-bit elements as compiled, 128-byte swizzle, no interleave, 256-byte L2 promotion,
+//   zero out-of-bounds fill, 3-D; box = 64 columns × BLOCK_M (Q) or BLOCK_N (K, V) rows; a box is
+//   one 64-column panel of a tile (a D = 128 row takes two boxes). The maps the host must encode:
+//   - dense batch (cu_seqlens_q == nullptr): Q over [B·H, S_q, D], K and V over [B·H_kv, S_kv, D]
+//     (their own sizes; dims innermost first D, S, B·H or B·H_kv; byte strides 2·D, 2·S·D; box
+//     {64, rows, 1}). Box coordinates (column, row, b·H + h) for Q, (column, row, b·H_kv + h /
+//     (H / H_kv)) for K and V.
+//   - varlen (cu_seqlens_q != nullptr, and then cu_seqlens_kv too): Q over packed [total_q, H, D]
+//     (dims innermost first D, H, total_q; byte strides 2·D, 2·H·D; box {64, 1, BLOCK_M}), K and V
+//     over packed [total_kv, H_kv, D] (dims D, H_kv, total_kv; byte strides 2·D, 2·H_kv·D; box {64,
+//     1, BLOCK_N}); total_q = cu_seqlens_q[batch], total_kv = cu_seqlens_kv[batch]. Box
+//     coordinates (column, head, cu_seqlens[b] + row). The box's middle extent of 1 makes the
+//     shared-memory image the same as dense ([rows][64 columns], 128-byte rows, swizzled).
+//     `batch` is the number of sequences (blockIdx.z), seq_q the longest query sequence (sizes
+//     the grid); the kernel reads the lengths and offsets from cu_seqlens, so seq_kv is not read.
+//
+// Variants and tile skipping
+//   - GQA/MQA: only the K/V box coordinate changes (head h reads K/V head h / (H / H_kv); no
+//     division when H_kv = H). Q and O keep head h.
+//   - Sliding window, causal (window_right 0): query row i sees keys [row_kv_lo(i), row_kv_hi(i))
+//     (attn_common.cuh), both monotone in i, so a block's keys lie in [lo(first row), hi(last real
+//     row)). The block (producer and consumers alike) visits tiles first_tile = lo(first row) /
+//     BLOCK_N up to ceil(hi(last real row) / BLOCK_N), num_tiles = max(0, end − first) of them: work
+//     proportional to (window + BLOCK_M) / BLOCK_N, not to S_kv; no tile at all and the block only
+//     loads Q and writes zeros. Block tile j (slot j % STAGES) holds keys (first_tile + j) · BLOCK_N
+//     onward. Each consumer warpgroup computes the tiles [wg_first, wg_end) its own rows see
+//     (from its first row's lo, to its last row's hi) and skips (releases once landed) a prefix and
+//     a suffix of the block's tiles. A computed tile is masked per element only where needed: keys
+//     ≥ the row's hi when the tile ends past the warpgroup's first row's hi, keys < the row's lo
+//     when it starts before the warpgroup's last row's lo (two separate passes, so a dense causal
+//     problem runs exactly its old diagonal mask).
+//     Block order: bottom-up (heaviest first) only when the last rows see the most keys: no left
+//     window and a right bound (causal or window_right ≥ 0). With a left window the interior blocks
+//     are all equal (with a left window only, the first rows are the heaviest: top-down already).
+//   - Varlen: sequence b's lengths come from cu_seqlens (head_view); a block whose first row lies
+//     past its sequence's end returns, whole, before the barriers are initialised. The masks align
+//     bottom-right within the sequence. A box may run past the sequence's end into the next
+//     sequence's rows (in bounds, not zero-filled): those keys are masked by the per-sequence
+//     hi (≤ seq_kv; their V rows are multiplied by P = 0, so the inputs must be finite), those query
+//     rows are computed but never stored. Rows past total_q / total_kv arrive as zeros.
+//   Dense batches: rows past S_q and keys past S_kv arrive as zeros from the TMA (the maps' bounds).
 //
 // Shared-memory layout (what the TMA writes and the descriptors describe)
 //   A tile of R rows × HEAD_DIM is stored as HEAD_DIM / 64 panels of 64 columns; panel p holds rows
@@ -75,20 +113,23 @@
 //
 // Ordering
 //   Barriers: q_full (1 arrival + Q's bytes), k_full[s] and v_full[s] (1 arrival + a tile's bytes),
-//   empty[s] (one arrival per consumer thread). Tile j uses slot j % STAGES, and the phase of its
+//   empty[s] (one arrival per consumer thread). Block tile j uses slot j % STAGES, and the phase of its
 //   slot's barriers with parity (j / STAGES) & 1; the producer waits for empty[s]'s phase of round
 //   j / STAGES − 1 before loading tile j (j ≥ STAGES). The TMA writes and wgmma reads are both in
 //   the async proxy: completion of the full barrier's phase makes the tile visible to the waiting
 //   consumers. A consumer arrives on empty[s] only after wgmma.wait_group 0 that covers every wgmma
-//   reading the slot. A warpgroup that skips a tile waits for it to land before releasing it, so
-//   that its arrivals never count towards the slot's next round. Before the epilogue a named barrier
-//   (ids 1..3, one per consumer warpgroup) makes sure all four warps are past their last wgmma,
-//   which read all 64 Q rows, before the rows are overwritten with O.
+//   reading the slot. A warpgroup that skips a tile (prefix or suffix) waits for it to land before
+//   releasing it, so that its arrivals never count towards the slot's next round. Before the
+//   epilogue a named barrier (ids 1..3, one per consumer warpgroup) makes sure all four warps are
+//   past their last wgmma, which read all 64 Q rows, before the rows are overwritten with O.
 //   Ping-pong turns: warpgroup w bar.syncs on barrier 4 + w (256 = its 128 threads + the previous
 //   warpgroup's 128 arrivals) before a batch and bar.arrives on the next warpgroup's barrier after
 //   it. The last warpgroup arrives once on warpgroup 0's barrier first; every warpgroup takes
-//   exactly 1 + num_tiles turns (the prologue's S_0, one per computed tile, an empty one per skipped
-//   tile), so the counts match, and warpgroup 0 consumes the last hand-over with one more bar.sync.
+//   exactly 1 + num_tiles turns (an empty one per skipped tile of its prefix, the prologue's S of its
+//   first tile, one per computed tile, an empty one per skipped tile of its suffix), so the counts
+//   match, and warpgroup 0 consumes the last hand-over with one more bar.sync. Turn k of any
+//   warpgroup waits for at most block tile k, and before it the warpgroup has released every tile
+//   up to k − 2, so the producer (STAGES ≥ 2) is never blocked by a turn that waits for it.
 //   A warpgroup waits on its full barriers before its turn, never inside it.
 //   Accumulators are fenced (an empty asm on each register) around the async section so that the
 //   compiler does not move their reads or writes across it; wgmma.fence precedes each batch of
@@ -250,13 +291,13 @@ __device__ __forceinline__ void issue_pv(float (&o_acc)[PANELS][32], u32 (&p_fra
     wgmma_commit();
 }
 
-// Online softmax of one S tile (already waited for), in place: masks keys at or past the row's limit
-// (lane_hi) if the tile crosses a row's limit, keys before the row's first key (lane_lo) if it
-// crosses a row's first key, updates the running max (kept in the scale·log2e domain; the max of the raw scores
-// times scale is the max of the scaled ones, scale > 0) and sum, and leaves the f32 probabilities
-// exp2(s·scale·log2e − m) in s_acc (one FFMA and one MUFU.EX2 per score); returns in `rescale` the
-// factor O must be multiplied by before this tile's P·V is added (rows g and g + 8). Writes no
-// register that a pending P·V reads.
+// Online softmax of one S tile (already waited for), in place: masks keys at or past the row's
+// limit (lane_hi) if the tile crosses a row's limit, keys before the row's first key (lane_lo) if
+// it crosses a row's first key, updates the running max (kept in the scale·log2e domain; the max of
+// the raw scores times scale is the max of the scaled ones, scale > 0) and sum, and leaves the f32
+// probabilities exp2(s·scale·log2e − m) in s_acc (one FFMA and one MUFU.EX2 per score); returns in
+// `rescale` the factor O must be multiplied by before this tile's P·V is added (rows g and g + 8).
+// Writes no register that a pending P·V reads.
 __device__ __forceinline__ void softmax_scores(float (&s_acc)[S_REGS], int kv0, bool mask_hi, bool mask_lo,
                                                const int (&lane_lo)[2], const int (&lane_hi)[2], int t,
                                                float scale_log2, float (&row_max)[2], float (&row_sum)[2],
@@ -406,7 +447,8 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
     // for varlen. The masks align bottom-right within the sequence.
     const int b = blockIdx.z;
     const int h = blockIdx.y;
-    const attn::HeadView view = attn::head_view(b, h, heads, kv_heads, seq_q, seq_kv, cu_seqlens_q, cu_seqlens_kv);
+    const attn::HeadView view =
+        attn::head_view(b, h, heads, kv_heads, seq_q, seq_kv, cu_seqlens_q, cu_seqlens_kv);
     const int len_q = view.seq_q;
     const int len_kv = view.seq_kv;
     // Heaviest blocks first when the blocks' key ranges differ by their position: with no left
@@ -582,7 +624,8 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
         turn_end(wg);
         wgmma_wait<0>();
         const int kv0 = kv_first + wg_first * BLOCK_N;
-        softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_hi_min, kv0 < wg_lo_max, lane_lo, lane_hi, t, scale_log2, row_max, row_sum, rescale);
+        softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_hi_min, kv0 < wg_lo_max, lane_lo, lane_hi, t, scale_log2,
+                       row_max, row_sum, rescale);
         pack_p(s_acc, p_frag);
     }
 #if PINGPONG
@@ -608,8 +651,8 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
             turn_end(wg);
             wgmma_wait<1>();  // S_{j+1}; P_j·V_j may still run
             const int kv0 = kv_first + (j + 1) * BLOCK_N;
-            softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_hi_min, kv0 < wg_lo_max, lane_lo, lane_hi, t, scale_log2, row_max, row_sum,
-                           rescale);
+            softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_hi_min, kv0 < wg_lo_max, lane_lo, lane_hi, t,
+                           scale_log2, row_max, row_sum, rescale);
             wgmma_wait<0>();
 #pragma unroll
             for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]);
@@ -637,7 +680,8 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
         mbar_wait(k_full(slot), phase);
         issue_qk(s_acc, q_rows, k_slot(slot));
         wgmma_wait<0>();
-        softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_hi_min, kv0 < wg_lo_max, lane_lo, lane_hi, t, scale_log2, row_max, row_sum, rescale);
+        softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_hi_min, kv0 < wg_lo_max, lane_lo, lane_hi, t, scale_log2,
+                       row_max, row_sum, rescale);
         pack_p(s_acc, p_frag);
         rescale_o(o_acc, rescale);
         u64 desc_v[PV_K_STEPS][PANELS];
