@@ -581,7 +581,7 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
     u32 p_frag[PV_K_STEPS][4];
     float rescale[2];
 
-    // Tile j lives in slot j % STAGES; its barriers' phase there has parity (j / STAGES) & 1.
+    // Block tile j lives in slot j % STAGES; its barriers' phase there has parity (j / STAGES) & 1.
     mbar_wait(smem_addr(&bars.q_full), 0);
     int slot = 0;
     u32 phase = 0;
