@@ -2,9 +2,9 @@
 // warpgroup tensor cores (wgmma, sm_90a).
 //
 // Bird's-eye view
-//   One thread block computes a BLOCK_M × HEAD_DIM tile of O for one (batch, head). Its warps are
-//   NUM_WARPS consumer warps (NUM_WARPS / 4 consumer warpgroups of 64 query rows each; warp w of a
-//   warpgroup owns rows 16w..16w+15 of them), then one producer warpgroup (4 warps).
+//   One thread block computes a BLOCK_M × HEAD_DIM tile of O for one (batch or sequence, head). Its
+//   warps are NUM_WARPS consumer warps (NUM_WARPS / 4 consumer warpgroups of 64 query rows each;
+//   warp w of a warpgroup owns rows 16w..16w+15 of them), then one producer warpgroup (4 warps).
 //   - Producer: one thread issues every load as a TMA copy (cp.async.bulk.tensor) through the
 //     tensor maps of the ABI: Q once, then tile j of K and of V (BLOCK_N rows) into slot j % STAGES of
 //     a ring, each completing on its own "full" mbarrier (arrive.expect_tx); before refilling a slot it
@@ -24,12 +24,9 @@
 //   With PINGPONG 1 (FA3's inter-warpgroup ping-pong) the consumer warpgroups issue their batches
 //   of wgmma in turns, round-robin (named barriers), so that one warpgroup's softmax runs while
 //   another's GEMMs hold the tensor cores.
-//   Causal grids run their blocks bottom-up (the blocks with the most key tiles first).
-//   Tiles entirely above the causal diagonal of the block are never loaded; a warpgroup computes only
-//   the tiles some of its rows see (a prefix), masks only tiles that cross one of its rows' key
-//   limit, and releases the tiles it skips once they have landed. Rows past S_q and keys past S_kv
-//   arrive as zeros from the TMA (the maps' bounds); rows that see no key write zeros. The output is
-//   staged in the warpgroup's own rows of the Q tile and written with 16-byte stores.
+//   Variants (kernels/README.md, "Variants"): GQA/MQA, sliding window (causal included) and varlen
+//   are all supported; see "Variants and tile skipping" below. Rows that see no key write zeros.
+//   The output is staged in the warpgroup's own rows of the Q tile and written with 16-byte stores.
 //
 // Knobs (compile-time defines, defaults below)
 //   HEAD_DIM  ∈ {64, 128}     (required, from attn_common.cuh)
@@ -47,16 +44,57 @@
 //   D 128 / BLOCK_N 128 / STAGES 4 exceeds it. Every valid combination compiles with no spill, no
 //   stack frame and no wgmma serialisation (kernels/tools/hopper_check.py).
 //
-// Launch geometry and ABI (kernels/README.md, the TensorMaps ABI)
-//   grid = (ceil(S_q / BLOCK_M), H, B) (block x computes row block x, or gridDim.x − 1 − x when
-//   causal), block = (NUM_WARPS + 4) · 32 threads, dynamic shared memory
+// Launch geometry and ABI (kernels/README.md, the TensorMaps ABI and "Variants")
+//   grid = (ceil(S_q / BLOCK_M), H, B) (block x computes row block x, or gridDim.x − 1 − x when the
+//   last rows see the most keys: see below), block = (NUM_WARPS + 4) · 32 threads, dynamic shared
+//   memory
 //     SHARED_BYTES = 1024 + BLOCK_M · HEAD_DIM · 2 + STAGES · 2 · BLOCK_N · HEAD_DIM · 2   bytes
 //   (1024 bytes of slack to align the tiles to the 1024-byte swizzle atom, the Q tile, then
 //   STAGES K tiles, then STAGES V tiles), plus 8 · (1 + 3 · STAGES) bytes of static shared memory for
 //   the mbarriers. Defaults: D 64 → 123904, D 128 → 230400.
-//   After the ten plain parameters come three `const __grid_constant__` CUtensorMaps, of Q, K and V:
-//   3-D [B·H, S, D] maps (innermost first: D, S, B·H), 16-bit elements, 128-byte swizzle, box =
-//   64 columns × BLOCK_M (Q) or BLOCK_N (K, V) rows × 1. A box is one 64-column panel of a tile.
+//   Parameters: the ten plain ones, three `const __grid_constant__` CUtensorMaps (Q, K, V), then
+//   the five of the variants: kv_heads, window_left, window_right, cu_seqlens_q, cu_seqlens_kv.
+//   Every map: 16-bit elements as compiled, 128-byte swizzle, no interleave, 256-byte L2 promotion,
+//   zero out-of-bounds fill, 3-D; box = 64 columns × BLOCK_M (Q) or BLOCK_N (K, V) rows; a box is
+//   one 64-column panel of a tile (a D = 128 row takes two boxes). The maps the host must encode:
+//   - dense batch (cu_seqlens_q == nullptr): Q over [B·H, S_q, D], K and V over [B·H_kv, S_kv, D]
+//     (their own sizes; dims innermost first D, S, B·H or B·H_kv; byte strides 2·D, 2·S·D; box
+//     {64, rows, 1}). Box coordinates (column, row, b·H + h) for Q, (column, row, b·H_kv + h /
+//     (H / H_kv)) for K and V.
+//   - varlen (cu_seqlens_q != nullptr, and then cu_seqlens_kv too): Q over packed [total_q, H, D]
+//     (dims innermost first D, H, total_q; byte strides 2·D, 2·H·D; box {64, 1, BLOCK_M}), K and V
+//     over packed [total_kv, H_kv, D] (dims D, H_kv, total_kv; byte strides 2·D, 2·H_kv·D; box {64,
+//     1, BLOCK_N}); total_q = cu_seqlens_q[batch], total_kv = cu_seqlens_kv[batch]. Box
+//     coordinates (column, head, cu_seqlens[b] + row). The box's middle extent of 1 makes the
+//     shared-memory image the same as dense ([rows][64 columns], 128-byte rows, swizzled).
+//     `batch` is the number of sequences (blockIdx.z), seq_q the longest query sequence (sizes
+//     the grid); the kernel reads the lengths and offsets from cu_seqlens, so seq_kv is not read.
+//
+// Variants and tile skipping
+//   - GQA/MQA: only the K/V box coordinate changes (head h reads K/V head h / (H / H_kv); no
+//     division when H_kv = H). Q and O keep head h.
+//   - Sliding window, causal (window_right 0): query row i sees keys [row_kv_lo(i), row_kv_hi(i))
+//     (attn_common.cuh), both monotone in i, so a block's keys lie in [lo(first row), hi(last real
+//     row)). The block (producer and consumers alike) visits tiles first_tile = lo(first row) /
+//     BLOCK_N up to ceil(hi(last real row) / BLOCK_N), num_tiles = max(0, end − first) of them: work
+//     proportional to (window + BLOCK_M) / BLOCK_N, not to S_kv; no tile at all and the block only
+//     loads Q and writes zeros. Block tile j (slot j % STAGES) holds keys (first_tile + j) · BLOCK_N
+//     onward. Each consumer warpgroup computes the tiles [wg_first, wg_end) its own rows see
+//     (from its first row's lo, to its last row's hi) and skips (releases once landed) a prefix and
+//     a suffix of the block's tiles. A computed tile is masked per element only where needed: keys
+//     ≥ the row's hi when the tile ends past the warpgroup's first row's hi, keys < the row's lo
+//     when it starts before the warpgroup's last row's lo (two separate passes, so a dense causal
+//     problem runs exactly its old diagonal mask).
+//     Block order: bottom-up (heaviest first) only when the last rows see the most keys: no left
+//     window and a right bound (causal or window_right ≥ 0). With a left window the interior blocks
+//     are all equal (with a left window only, the first rows are the heaviest: top-down already).
+//   - Varlen: sequence b's lengths come from cu_seqlens (head_view); a block whose first row lies
+//     past its sequence's end returns, whole, before the barriers are initialised. The masks align
+//     bottom-right within the sequence. A box may run past the sequence's end into the next
+//     sequence's rows (in bounds, not zero-filled): those keys are masked by the per-sequence
+//     hi (≤ seq_kv; their V rows are multiplied by P = 0, so the inputs must be finite), those query
+//     rows are computed but never stored. Rows past total_q / total_kv arrive as zeros.
+//   Dense batches: rows past S_q and keys past S_kv arrive as zeros from the TMA (the maps' bounds).
 //
 // Shared-memory layout (what the TMA writes and the descriptors describe)
 //   A tile of R rows × HEAD_DIM is stored as HEAD_DIM / 64 panels of 64 columns; panel p holds rows
@@ -75,20 +113,23 @@
 //
 // Ordering
 //   Barriers: q_full (1 arrival + Q's bytes), k_full[s] and v_full[s] (1 arrival + a tile's bytes),
-//   empty[s] (one arrival per consumer thread). Tile j uses slot j % STAGES, and the phase of its
+//   empty[s] (one arrival per consumer thread). Block tile j uses slot j % STAGES, and the phase of its
 //   slot's barriers with parity (j / STAGES) & 1; the producer waits for empty[s]'s phase of round
 //   j / STAGES − 1 before loading tile j (j ≥ STAGES). The TMA writes and wgmma reads are both in
 //   the async proxy: completion of the full barrier's phase makes the tile visible to the waiting
 //   consumers. A consumer arrives on empty[s] only after wgmma.wait_group 0 that covers every wgmma
-//   reading the slot. A warpgroup that skips a tile waits for it to land before releasing it, so
-//   that its arrivals never count towards the slot's next round. Before the epilogue a named barrier
-//   (ids 1..3, one per consumer warpgroup) makes sure all four warps are past their last wgmma,
-//   which read all 64 Q rows, before the rows are overwritten with O.
+//   reading the slot. A warpgroup that skips a tile (prefix or suffix) waits for it to land before
+//   releasing it, so that its arrivals never count towards the slot's next round. Before the
+//   epilogue a named barrier (ids 1..3, one per consumer warpgroup) makes sure all four warps are
+//   past their last wgmma, which read all 64 Q rows, before the rows are overwritten with O.
 //   Ping-pong turns: warpgroup w bar.syncs on barrier 4 + w (256 = its 128 threads + the previous
 //   warpgroup's 128 arrivals) before a batch and bar.arrives on the next warpgroup's barrier after
 //   it. The last warpgroup arrives once on warpgroup 0's barrier first; every warpgroup takes
-//   exactly 1 + num_tiles turns (the prologue's S_0, one per computed tile, an empty one per skipped
-//   tile), so the counts match, and warpgroup 0 consumes the last hand-over with one more bar.sync.
+//   exactly 1 + num_tiles turns (an empty one per skipped tile of its prefix, the prologue's S of its
+//   first tile, one per computed tile, an empty one per skipped tile of its suffix), so the counts
+//   match, and warpgroup 0 consumes the last hand-over with one more bar.sync. Turn k of any
+//   warpgroup waits for at most block tile k, and before it the warpgroup has released every tile
+//   up to k − 2, so the producer (STAGES ≥ 2) is never blocked by a turn that waits for it.
 //   A warpgroup waits on its full barriers before its turn, never inside it.
 //   Accumulators are fenced (an empty asm on each register) around the async section so that the
 //   compiler does not move their reads or writes across it; wgmma.fence precedes each batch of
@@ -140,7 +181,8 @@ static_assert(sizeof(elem_t) == 2, "hopper.cu: 16-bit elements expected");
 namespace hopper_attn {
 using attn::exp2_ftz;
 using attn::pack_elem2;
-using attn::row_kv_limit;
+using attn::row_kv_hi;
+using attn::row_kv_lo;
 using attn::smem_addr;
 
 
@@ -249,23 +291,37 @@ __device__ __forceinline__ void issue_pv(float (&o_acc)[PANELS][32], u32 (&p_fra
     wgmma_commit();
 }
 
-// Online softmax of one S tile (already waited for), in place: masks if the tile crosses a row's
-// key limit, updates the running max (kept in the scale·log2e domain; the max of the raw scores
-// times scale is the max of the scaled ones, scale > 0) and sum, and leaves the f32 probabilities
-// exp2(s·scale·log2e − m) in s_acc (one FFMA and one MUFU.EX2 per score); returns in `rescale` the
-// factor O must be multiplied by before this tile's P·V is added (rows g and g + 8). Writes no
-// register that a pending P·V reads.
-__device__ __forceinline__ void softmax_scores(float (&s_acc)[S_REGS], int kv0, bool needs_mask,
-                                               const int (&lane_limit)[2], int t, float scale_log2,
-                                               float (&row_max)[2], float (&row_sum)[2], float (&rescale)[2]) {
+// Online softmax of one S tile (already waited for), in place: masks keys at or past the row's
+// limit (lane_hi) if the tile crosses a row's limit, keys before the row's first key (lane_lo) if
+// it crosses a row's first key, updates the running max (kept in the scale·log2e domain; the max of
+// the raw scores times scale is the max of the scaled ones, scale > 0) and sum, and leaves the f32
+// probabilities exp2(s·scale·log2e − m) in s_acc (one FFMA and one MUFU.EX2 per score); returns in
+// `rescale` the factor O must be multiplied by before this tile's P·V is added (rows g and g + 8).
+// Writes no register that a pending P·V reads.
+__device__ __forceinline__ void softmax_scores(float (&s_acc)[S_REGS], int kv0, bool mask_hi, bool mask_lo,
+                                               const int (&lane_lo)[2], const int (&lane_hi)[2], int t,
+                                               float scale_log2, float (&row_max)[2], float (&row_sum)[2],
+                                               float (&rescale)[2]) {
     fence_regs(s_acc);
-    if (needs_mask) {
+    // Two separate passes: a dense problem only ever takes the first (the causal diagonal, ragged
+    // S_kv), exactly as before windows existed; a window's left edge takes the second.
+    if (mask_hi) {
 #pragma unroll
         for (int n = 0; n < S_CHUNKS; ++n) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int col = kv0 + 8 * n + 2 * t + (e & 1);
-                if (col >= lane_limit[e >> 1]) s_acc[4 * n + e] = HOPPER_NEG_INF;
+                if (col >= lane_hi[e >> 1]) s_acc[4 * n + e] = HOPPER_NEG_INF;
+            }
+        }
+    }
+    if (mask_lo) {
+#pragma unroll
+        for (int n = 0; n < S_CHUNKS; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int col = kv0 + 8 * n + 2 * t + (e & 1);
+                if (col < lane_lo[e >> 1]) s_acc[4 * n + e] = HOPPER_NEG_INF;
             }
         }
     }
@@ -335,14 +391,18 @@ struct Barriers {
 };
 
 // The producer: one thread issues every copy of the block. Q first, then tile j of K and V into
-// slot j % STAGES once the consumers have released the slot's previous tile (j − STAGES).
+// slot j % STAGES once the consumers have released the slot's previous tile (j − STAGES). The box
+// coordinates after the column are (q_c1, q_c2) for Q and (kv_c1, kv_c2) for the block's first K/V
+// tile; each further tile adds (kv_step1, kv_step2): (BLOCK_N, 0) dense (rows are coordinate 1),
+// (0, BLOCK_N) varlen (rows are coordinate 2).
 __device__ __forceinline__ void produce(Barriers& bars, u32 q_tile, u32 k_tiles, u32 v_tiles,
                                         const HopperTensorMap* map_q, const HopperTensorMap* map_k,
-                                        const HopperTensorMap* map_v, int m0, int bh, int num_tiles) {
+                                        const HopperTensorMap* map_v, int q_c1, int q_c2, int kv_c1, int kv_c2,
+                                        int kv_step1, int kv_step2, int num_tiles) {
     const u32 q_full = smem_addr(&bars.q_full);
     mbar_arrive_expect_tx(q_full, Q_TILE_BYTES);
 #pragma unroll
-    for (int p = 0; p < PANELS; ++p) tma_load_3d(q_tile + p * BLOCK_M * 128, map_q, 64 * p, m0, bh, q_full);
+    for (int p = 0; p < PANELS; ++p) tma_load_3d(q_tile + p * BLOCK_M * 128, map_q, 64 * p, q_c1, q_c2, q_full);
     int slot = 0;
     u32 phase = 0;  // parity of the slot's current round
     for (int j = 0; j < num_tiles; ++j) {
@@ -354,10 +414,12 @@ __device__ __forceinline__ void produce(Barriers& bars, u32 q_tile, u32 k_tiles,
         const u32 v_dst = v_tiles + slot * KV_TILE_BYTES;
         mbar_arrive_expect_tx(k_full, KV_TILE_BYTES);
 #pragma unroll
-        for (int p = 0; p < PANELS; ++p) tma_load_3d(k_dst + p * BLOCK_N * 128, map_k, 64 * p, j * BLOCK_N, bh, k_full);
+        for (int p = 0; p < PANELS; ++p) tma_load_3d(k_dst + p * BLOCK_N * 128, map_k, 64 * p, kv_c1, kv_c2, k_full);
         mbar_arrive_expect_tx(v_full, KV_TILE_BYTES);
 #pragma unroll
-        for (int p = 0; p < PANELS; ++p) tma_load_3d(v_dst + p * BLOCK_N * 128, map_v, 64 * p, j * BLOCK_N, bh, v_full);
+        for (int p = 0; p < PANELS; ++p) tma_load_3d(v_dst + p * BLOCK_N * 128, map_v, 64 * p, kv_c1, kv_c2, v_full);
+        kv_c1 += kv_step1;
+        kv_c2 += kv_step2;
         if (++slot == STAGES) {
             slot = 0;
             phase ^= 1;
@@ -373,12 +435,31 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
     attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_t* __restrict__ v,
              elem_t* __restrict__ o, int batch, int heads, int seq_q, int seq_kv, float scale, int causal,
              const __grid_constant__ HopperTensorMap map_q, const __grid_constant__ HopperTensorMap map_k,
-             const __grid_constant__ HopperTensorMap map_v) {
+             const __grid_constant__ HopperTensorMap map_v, int kv_heads, int window_left, int window_right,
+             const int* cu_seqlens_q, const int* cu_seqlens_kv) {
     using namespace hopper_attn;
-    (void)batch;  // the batch index comes from blockIdx.z
+    (void)batch;  // the batch (sequence) index comes from blockIdx.z
     (void)q;      // Q, K and V are read through their tensor maps
     (void)k;
     (void)v;
+
+    // This (sequence, head)'s lengths and O rows: the kernel's own for a dense batch, cu_seqlens'
+    // for varlen. The masks align bottom-right within the sequence.
+    const int b = blockIdx.z;
+    const int h = blockIdx.y;
+    const attn::HeadView view =
+        attn::head_view(b, h, heads, kv_heads, seq_q, seq_kv, cu_seqlens_q, cu_seqlens_kv);
+    const int len_q = view.seq_q;
+    const int len_kv = view.seq_kv;
+    // Heaviest blocks first when the blocks' key ranges differ by their position: with no left
+    // window and a right bound (causal) the last rows see the most keys, so the grid runs bottom-up.
+    // With a left window the interior blocks are equal (and with a left window only, the first rows
+    // see the most keys: top-down already).
+    const bool bottom_up = window_left < 0 && (causal || window_right >= 0);
+    const int m0 = (bottom_up ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * BLOCK_M;
+    // Varlen: the grid is sized by the longest sequence; a block past this one's end leaves, whole,
+    // before any barrier (never taken for a dense batch: the grid covers seq_q exactly).
+    if (m0 >= len_q) return;
 
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     __shared__ Barriers bars;
@@ -395,14 +476,15 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
     // Warp-uniform for the compiler (a shuffle): roles and descriptors then branch uniformly.
     const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
 
-    // Causal: the blocks of the last rows (the most key tiles) first, so that the short ones fill
-    // the tail of the grid.
-    const int m0 = (causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * BLOCK_M;
-    const int bh = blockIdx.z * heads + blockIdx.y;
-    // Key tiles this block visits: up to the last key its last real row may see (causal skipping).
-    const int last_row = min(m0 + BLOCK_M, seq_q) - 1;
-    const int block_kv_end = row_kv_limit(last_row, seq_q, seq_kv, causal);
-    const int num_tiles = block_kv_end > 0 ? (block_kv_end + BLOCK_N - 1) / BLOCK_N : 0;
+    // Key tiles this block visits, the same for the producer and every consumer: from the tile of
+    // the first key its first row may see (sliding window) to the tile of the last key its last real
+    // row may see (causal or right window). Row ranges move monotonically with the row, so the
+    // block's keys lie in [row_kv_lo(first row), row_kv_hi(last row)). No tile: the block writes zeros.
+    const int last_row = min(m0 + BLOCK_M, len_q) - 1;
+    const int first_tile = row_kv_lo(m0, len_q, len_kv, window_left) / BLOCK_N;
+    const int end_tile = (row_kv_hi(last_row, len_q, len_kv, causal, window_right) + BLOCK_N - 1) / BLOCK_N;
+    const int num_tiles = max(end_tile - first_tile, 0);
+    const int kv_first = first_tile * BLOCK_N;  // the first key of the block's tile 0
 
     if (tid == CONSUMER_THREADS) {
         prefetch_tensor_map(&map_q);
@@ -424,8 +506,20 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
 #if NUM_WARPS >= 8
         setmaxnreg_dec<PRODUCER_REGS>();
 #endif
-        if (warp == NUM_WARPS && lane == 0)
-            produce(bars, q_tile, k_tiles, v_tiles, &map_q, &map_k, &map_v, m0, bh, num_tiles);
+        if (warp == NUM_WARPS && lane == 0) {
+            // TMA box coordinates after the column (header: the maps). Dense: (row, batch·head) over
+            // [B·H, S, D], K/V head b·H_kv + h / (H / H_kv). Varlen: (head, packed row) over
+            // [total, H, D], the sequence's rows starting at cu_seqlens[b].
+            const int kv_head = kv_heads == heads ? h : h / (heads / kv_heads);  // no division for MHA
+            const bool varlen = cu_seqlens_q != nullptr;
+            const int q_row = varlen ? cu_seqlens_q[b] + m0 : m0;
+            const int kv_row = varlen ? cu_seqlens_kv[b] + kv_first : kv_first;
+            const int q_head = varlen ? h : b * heads + h;
+            const int kv_head_c = varlen ? kv_head : b * kv_heads + kv_head;
+            produce(bars, q_tile, k_tiles, v_tiles, &map_q, &map_k, &map_v, varlen ? q_head : q_row,
+                    varlen ? q_row : q_head, varlen ? kv_head_c : kv_row, varlen ? kv_row : kv_head_c,
+                    varlen ? 0 : BLOCK_N, varlen ? BLOCK_N : 0, num_tiles);
+        }
         return;
     }
 
@@ -438,18 +532,34 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
     const int t = lane & 3;
     const int wg_row0 = wg * 64;                      // first row of the warpgroup in the block tile
     const int warp_row0 = wg_row0 + (warp & 3) * 16;  // first row of this warp's D fragment
-    elem_t* o_head = o + static_cast<size_t>(bh) * seq_q * D;
+    elem_t* o_head = o + view.q;
 
-    // Tiles this warpgroup computes: a prefix of the block's (wgmma is warpgroup-wide, so every
-    // decision around it is uniform over the warpgroup). Tiles ending at or before wg_lo_limit need
-    // no mask. A warpgroup whose rows all lie past seq_q computes nothing.
-    const bool wg_has_rows = m0 + wg_row0 < seq_q;
-    const int wg_lo_limit = row_kv_limit(m0 + wg_row0, seq_q, seq_kv, causal);
-    const int wg_hi_limit = wg_has_rows ? row_kv_limit(m0 + wg_row0 + 63, seq_q, seq_kv, causal) : 0;
-    const int wg_tiles = wg_hi_limit > 0 ? min(num_tiles, (wg_hi_limit + BLOCK_N - 1) / BLOCK_N) : 0;
-    int lane_limit[2];  // this lane's rows g and g + 8
+    // Tiles this warpgroup computes: the block's tiles [wg_first, wg_end) (wgmma is warpgroup-wide,
+    // so every decision around it is uniform over the warpgroup); it skips the others (a prefix
+    // below its first row's window, a suffix past its last row's limit). A tile needs no mask when
+    // every row of the warpgroup sees all its keys: it starts at or after the last row's first key
+    // (wg_lo_max) and ends at or before the first row's key limit (wg_hi_min). A warpgroup whose
+    // rows all lie past the sequence's end computes nothing.
+    const int wg_row_first = m0 + wg_row0;
+    const int wg_row_last = wg_row_first + 63;  // may lie past len_q: its limits only widen the masks
+    const int wg_lo_max = row_kv_lo(wg_row_last, len_q, len_kv, window_left);
+    const int wg_hi_min = row_kv_hi(wg_row_first, len_q, len_kv, causal, window_right);
+    int wg_first = 0;
+    int wg_end = 0;
+    if (wg_row_first < len_q) {
+        wg_first = min(row_kv_lo(wg_row_first, len_q, len_kv, window_left) / BLOCK_N - first_tile, num_tiles);
+        const int hi = row_kv_hi(wg_row_last, len_q, len_kv, causal, window_right);
+        wg_end = max(min((hi + BLOCK_N - 1) / BLOCK_N - first_tile, num_tiles), wg_first);
+    }
+    // Keys [lane_lo, lane_hi) of this lane's rows g and g + 8.
+    int lane_lo[2];
+    int lane_hi[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) lane_limit[h] = row_kv_limit(m0 + warp_row0 + g + 8 * h, seq_q, seq_kv, causal);
+    for (int i = 0; i < 2; ++i) {
+        const int row = m0 + warp_row0 + g + 8 * i;
+        lane_lo[i] = row_kv_lo(row, len_q, len_kv, window_left);
+        lane_hi[i] = row_kv_hi(row, len_q, len_kv, causal, window_right);
+    }
 
     const float scale_log2 = scale * ATTN_LOG2E;
     const u32 q_rows = q_tile + wg_row0 * 128;  // this warpgroup's 64 rows of every Q panel
@@ -471,28 +581,51 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
     u32 p_frag[PV_K_STEPS][4];
     float rescale[2];
 
-    // Tile j lives in slot j % STAGES; its barriers' phase there has parity (j / STAGES) & 1.
+    // Block tile j lives in slot j % STAGES; its barriers' phase there has parity (j / STAGES) & 1.
     mbar_wait(smem_addr(&bars.q_full), 0);
     int slot = 0;
     u32 phase = 0;
+    // Tiles of the block that this warpgroup skips (its rows see none of their keys) are released
+    // all the same, each once it has landed: the producer reuses a slot only after every consumer
+    // thread's arrival, and waiting for the landing keeps these arrivals in the slot's round. With
+    // PINGPONG each takes an (empty) turn.
+    auto skip_tiles = [&](int count) {
+        for (int j = 0; j < count; ++j) {
+            mbar_wait(k_full(slot), phase);
+            mbar_wait(v_full(slot), phase);
+            mbar_arrive(empty(slot));
+            turn_begin(wg);  // the skipped tile's (empty) turn
+            turn_end(wg);
+            if (++slot == STAGES) {
+                slot = 0;
+                phase ^= 1;
+            }
+        }
+    };
 #if OVERLAP
     // FA3's intra-warpgroup overlap. Iteration j issues S_{j+1} = Q·K_{j+1}ᵀ, rescales O for tile j,
     // issues O += P_j·V_j, waits for S_{j+1} only and runs its softmax while P_j·V_j is still on the
     // tensor cores, then waits for that, releases tile j's slot and packs P_{j+1}.
-    // With PINGPONG every warpgroup takes 1 + num_tiles turns, round-robin, warpgroup 0 first: the prologue's, one per tile they compute, and an empty one per tile they skip.
+    // With PINGPONG every warpgroup takes 1 + num_tiles turns, round-robin, warpgroup 0 first: one
+    // per skipped tile of the prefix, the prologue's, one per tile it computes, and one per skipped
+    // tile of the suffix. Turn k of every warpgroup needs at most tile k landed, and before it the
+    // warpgroup has released every tile up to k − 2: the producer (STAGES ≥ 2) can always proceed.
 #if PINGPONG
     if (wg == WARPGROUPS - 1 && num_tiles > 0) named_barrier_arrive(TURN_BARRIER, 256);  // warpgroup 0 starts
 #endif
-    if (wg_tiles > 0) mbar_wait(k_full(0), 0);
+    skip_tiles(wg_first);
+    if (wg_end > wg_first) mbar_wait(k_full(slot), phase);
 #if PINGPONG
     if (num_tiles > 0) turn_begin(wg);
 #endif
-    if (wg_tiles > 0) {
+    if (wg_end > wg_first) {
         float s_acc[S_REGS];
-        issue_qk(s_acc, q_rows, k_slot(0));
+        issue_qk(s_acc, q_rows, k_slot(slot));
         turn_end(wg);
         wgmma_wait<0>();
-        softmax_scores(s_acc, 0, BLOCK_N > wg_lo_limit, lane_limit, t, scale_log2, row_max, row_sum, rescale);
+        const int kv0 = kv_first + wg_first * BLOCK_N;
+        softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_hi_min, kv0 < wg_lo_max, lane_lo, lane_hi, t, scale_log2,
+                       row_max, row_sum, rescale);
         pack_p(s_acc, p_frag);
     }
 #if PINGPONG
@@ -500,14 +633,14 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
         turn_end(wg);
     }
 #endif
-    for (int j = 0; j < wg_tiles; ++j) {
+    for (int j = wg_first; j < wg_end; ++j) {
         const int next_slot = slot + 1 == STAGES ? 0 : slot + 1;
         const u32 next_phase = next_slot == 0 ? phase ^ 1 : phase;
         u64 desc_v[PV_K_STEPS][PANELS];
         pv_descs(v_slot(slot), desc_v);
         // Each branch is one straight wgmma pipeline (ptxas serialises wgmma across divergent paths);
         // the barrier waits come before it.
-        if (j + 1 < wg_tiles) {
+        if (j + 1 < wg_end) {
             mbar_wait(k_full(next_slot), next_phase);
             mbar_wait(v_full(slot), phase);
             float s_acc[S_REGS];
@@ -517,9 +650,9 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
             issue_pv(o_acc, p_frag, desc_v);
             turn_end(wg);
             wgmma_wait<1>();  // S_{j+1}; P_j·V_j may still run
-            const int kv0 = (j + 1) * BLOCK_N;
-            softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_lo_limit, lane_limit, t, scale_log2, row_max, row_sum,
-                           rescale);
+            const int kv0 = kv_first + (j + 1) * BLOCK_N;
+            softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_hi_min, kv0 < wg_lo_max, lane_lo, lane_hi, t,
+                           scale_log2, row_max, row_sum, rescale);
             wgmma_wait<0>();
 #pragma unroll
             for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]);
@@ -540,13 +673,15 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
         phase = next_phase;
     }
 #else
-    for (int j = 0; j < wg_tiles; ++j) {
-        const int kv0 = j * BLOCK_N;
+    skip_tiles(wg_first);
+    for (int j = wg_first; j < wg_end; ++j) {
+        const int kv0 = kv_first + j * BLOCK_N;
         float s_acc[S_REGS];
         mbar_wait(k_full(slot), phase);
         issue_qk(s_acc, q_rows, k_slot(slot));
         wgmma_wait<0>();
-        softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_lo_limit, lane_limit, t, scale_log2, row_max, row_sum, rescale);
+        softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_hi_min, kv0 < wg_lo_max, lane_lo, lane_hi, t, scale_log2,
+                       row_max, row_sum, rescale);
         pack_p(s_acc, p_frag);
         rescale_o(o_acc, rescale);
         u64 desc_v[PV_K_STEPS][PANELS];
@@ -563,20 +698,7 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
         }
     }
 #endif
-    // Tiles of the block that this warpgroup skips (its rows see none of their keys) are released
-    // all the same, each once it has landed: the producer reuses a slot only after every consumer
-    // thread's arrival, and waiting for the landing keeps these arrivals in the slot's round.
-    for (int j = wg_tiles; j < num_tiles; ++j) {
-        mbar_wait(k_full(slot), phase);
-        mbar_wait(v_full(slot), phase);
-        mbar_arrive(empty(slot));
-        turn_begin(wg);  // the skipped tile's (empty) turn
-        turn_end(wg);
-        if (++slot == STAGES) {
-            slot = 0;
-            phase ^= 1;
-        }
-    }
+    skip_tiles(num_tiles - wg_end);
 #if PINGPONG
     // The last warpgroup's last hand-over has no turn of warpgroup 0 after it: consume it, so that
     // no arrival is left pending on the barrier at exit.
@@ -614,9 +736,9 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
         const int idx = lane + i * 32;
         const int row = warp_row0 + idx / CHUNKS;
         const int col = (idx % CHUNKS) * 8;
-        if (m0 + row < seq_q) {
+        if (m0 + row < len_q) {  // never a row past the sequence (varlen: the next sequence's)
             const uint4 value = *reinterpret_cast<const uint4*>(smem + tile_offset(BLOCK_M, row, col));
-            *reinterpret_cast<uint4*>(o_head + static_cast<size_t>(m0 + row) * D + col) = value;
+            *reinterpret_cast<uint4*>(o_head + static_cast<long long>(m0 + row) * view.q_stride + col) = value;
         }
     }
 }
