@@ -13,6 +13,12 @@
 // Rows of K/V past S_kv are zero-filled by cp.async (src-size 0: nothing read from global memory)
 // and masked to -inf; rows of Q past S_q are computed on zeros and never stored.
 //
+// Variants (README.md, "Variants"): all of them. GQA/MQA (kv_heads) and varlen (cu_seqlens_q/kv:
+// packed rows H·D or H_kv·D apart, S_q/S_kv per sequence, blocks past their sequence's end return
+// before any barrier) through attn::head_view; sliding windows (window_left, window_right; causal is
+// window_right 0): a block visits only the key tiles between its first row's row_kv_lo and its
+// last row's row_kv_hi, and masks each score outside its row's [row_kv_lo, row_kv_hi).
+//
 // Knobs: BLOCK_M ∈ {16,32,64,128}, BLOCK_N ∈ {32,64}, NUM_WARPS ∈ {2,4,8}, STAGES ∈ {1,2};
 // BLOCK_M % NUM_WARPS == 0, BLOCK_M / NUM_WARPS ≤ 16. HEAD_DIM ∈ {64,128}.
 // Dynamic shared memory: BLOCK_M·HEAD_DIM·4 + STAGES·2·BLOCK_N·(HEAD_DIM+8)·sizeof(elem_t) bytes.
@@ -53,15 +59,16 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
 // Issues the cp.async copies of key/value tile `tile` into stage buffers `ks`, `vs`.
+// Rows are `stride` elements apart in global memory; keys >= seq_kv are zero-filled, never read.
 __device__ __forceinline__ void load_kv_tile(elem_t* ks, elem_t* vs, const elem_t* k_head, const elem_t* v_head,
-                                             int tile, int seq_kv) {
+                                             int tile, int seq_kv, int stride) {
     const int chunks_per_row = HEAD_DIM / CHUNK;
     for (int c = threadIdx.x; c < BLOCK_N * chunks_per_row; c += NUM_WARPS * 32) {
         const int r = c / chunks_per_row;
         const int col = (c % chunks_per_row) * CHUNK;
         const int key = tile * BLOCK_N + r;
         const bool valid = key < seq_kv;
-        const size_t src = (size_t)(valid ? key : 0) * HEAD_DIM + col;
+        const size_t src = (size_t)(valid ? key : 0) * stride + col;
         cp_async_16(ks + r * KV_STRIDE + col, k_head + src, valid);
         cp_async_16(vs + r * KV_STRIDE + col, v_head + src, valid);
     }
@@ -69,7 +76,9 @@ __device__ __forceinline__ void load_kv_tile(elem_t* ks, elem_t* vs, const elem_
 
 extern "C" __global__ void __launch_bounds__(NUM_WARPS * 32)
 attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_t* __restrict__ v,
-         elem_t* __restrict__ o, int batch, int heads, int seq_q, int seq_kv, float scale, int causal) {
+         elem_t* __restrict__ o, int batch, int heads, int seq_q, int seq_kv, float scale, int causal,
+         int kv_heads, int window_left, int window_right, const int* __restrict__ cu_seqlens_q,
+         const int* __restrict__ cu_seqlens_kv) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     float* q_s = reinterpret_cast<float*>(smem_raw);                                  // [BLOCK_M][HEAD_DIM]
     elem_t* kv_s = reinterpret_cast<elem_t*>(smem_raw + BLOCK_M * HEAD_DIM * sizeof(float));
@@ -78,24 +87,44 @@ attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_
     const int warp = threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     const int m0 = blockIdx.x * BLOCK_M;
-    const size_t bh = (size_t)blockIdx.z * heads + blockIdx.y;
-    const elem_t* q_head = q + bh * seq_q * HEAD_DIM;
-    const elem_t* k_head = k + bh * seq_kv * HEAD_DIM;
-    const elem_t* v_head = v + bh * seq_kv * HEAD_DIM;
+    (void)batch;  // the sequence index comes from blockIdx.z
+    // This (sequence, head)'s rows; seq_q and seq_kv are this sequence's lengths from here on.
+    const attn::HeadView view = attn::head_view(blockIdx.z, blockIdx.y, heads, kv_heads, seq_q, seq_kv,
+                                                cu_seqlens_q, cu_seqlens_kv);
+    seq_q = view.seq_q;
+    seq_kv = view.seq_kv;
+    // Varlen: the grid is sized by the longest sequence. Uniform over the block, before any barrier.
+    if (m0 >= seq_q) return;
+    const elem_t* q_head = q + view.q;
+    const elem_t* k_head = k + view.kv;
+    const elem_t* v_head = v + view.kv;
+    elem_t* o_head = o + view.q;
+    const int q_stride = view.q_stride;
+    const int kv_stride = view.kv_stride;
     const float scale_log2 = scale * ATTN_LOG2E;
+    // The element mask: query row i sees key j iff j < seq_kv and lo_rel <= j - i < hi_rel, the
+    // window's bounds relative to the row (row_kv_lo/row_kv_hi without their clipping, which the
+    // j < seq_kv test and 0 <= j make redundant; sentinels far from any j - i for an unbounded side).
+    // Relative bounds are the same for every row: nothing per row stays live across the tile loop.
+    const int right = causal ? 0 : window_right;
+    const int lo_rel = window_left < 0 ? -(1 << 30) : seq_kv - seq_q - window_left;
+    const int hi_rel = right < 0 ? (1 << 30) : seq_kv - seq_q + 1 + right;
 
-    // Keys this block may need: with the causal mask, none past what its last row sees.
+    // Keys this block may need: from the first key its first row sees (sliding window) to the last
+    // its last row sees (causal or window); row_kv_lo and row_kv_hi grow with the row.
     const int last_row = min(m0 + BLOCK_M, seq_q) - 1;
-    const int kv_limit = causal ? max(0, min(seq_kv, causal_kv_end(last_row, seq_q, seq_kv))) : seq_kv;
-    const int num_tiles = (kv_limit + BLOCK_N - 1) / BLOCK_N;
+    const int block_kv_lo = attn::row_kv_lo(m0, seq_q, seq_kv, window_left);
+    const int block_kv_hi = attn::row_kv_hi(last_row, seq_q, seq_kv, causal, window_right);
+    const int first_tile = block_kv_lo / BLOCK_N;
+    const int num_tiles = block_kv_hi > block_kv_lo ? (block_kv_hi + BLOCK_N - 1) / BLOCK_N - first_tile : 0;
 
     if (num_tiles > 0) {
-        load_kv_tile(kv_s, kv_s + BLOCK_N * KV_STRIDE, k_head, v_head, 0, seq_kv);
+        load_kv_tile(kv_s, kv_s + BLOCK_N * KV_STRIDE, k_head, v_head, first_tile, seq_kv, kv_stride);
         cp_async_commit();
     }
     for (int i = threadIdx.x; i < BLOCK_M * HEAD_DIM; i += NUM_WARPS * 32) {
         const int r = i / HEAD_DIM;
-        q_s[i] = m0 + r < seq_q ? to_float(q_head[(size_t)(m0 + r) * HEAD_DIM + i % HEAD_DIM]) : 0.0f;
+        q_s[i] = m0 + r < seq_q ? to_float(q_head[(size_t)(m0 + r) * q_stride + i % HEAD_DIM]) : 0.0f;
     }
 
     float m_run[ROWS_PER_WARP], l_run[ROWS_PER_WARP], acc[ROWS_PER_WARP][DIMS_PER_LANE];
@@ -107,23 +136,25 @@ attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_
         for (int i = 0; i < DIMS_PER_LANE; ++i) acc[r][i] = 0.0f;
     }
 
-    for (int t = 0; t < num_tiles; ++t) {
+    // it: position in this block's tiles (picks the stage); t: the key tile itself.
+    for (int it = 0; it < num_tiles; ++it) {
+        const int t = first_tile + it;
         cp_async_wait_all();
         __syncthreads();
-        const int stage = STAGES == 2 ? (t & 1) : 0;
-        if (STAGES == 2 && t + 1 < num_tiles) {
-            elem_t* next = kv_s + (size_t)((t + 1) & 1) * 2 * BLOCK_N * KV_STRIDE;
-            load_kv_tile(next, next + BLOCK_N * KV_STRIDE, k_head, v_head, t + 1, seq_kv);
+        const int stage = STAGES == 2 ? (it & 1) : 0;
+        if (STAGES == 2 && it + 1 < num_tiles) {
+            elem_t* next = kv_s + (size_t)((it + 1) & 1) * 2 * BLOCK_N * KV_STRIDE;
+            load_kv_tile(next, next + BLOCK_N * KV_STRIDE, k_head, v_head, t + 1, seq_kv, kv_stride);
             cp_async_commit();
         }
         const elem_t* k_s = kv_s + (size_t)stage * 2 * BLOCK_N * KV_STRIDE;
         const elem_t* v_s = k_s + BLOCK_N * KV_STRIDE;
+        const int key0 = t * BLOCK_N + lane;                     // this lane's first key of the tile
+        const int rel0 = key0 - (m0 + warp * ROWS_PER_WARP);     // key0 - (the warp's first row)
 
 #pragma unroll
         for (int r = 0; r < ROWS_PER_WARP; ++r) {
             const int row_local = warp * ROWS_PER_WARP + r;
-            const int row = m0 + row_local;
-            const int row_kv_end = causal ? causal_kv_end(row, seq_q, seq_kv) : seq_kv;
             const float* q_row = q_s + row_local * HEAD_DIM;
 
             float s[KEYS_PER_LANE];
@@ -144,8 +175,11 @@ attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_
                     dot += qb.x * to_float(pairs[2].x) + qb.y * to_float(pairs[2].y);
                     dot += qb.z * to_float(pairs[3].x) + qb.w * to_float(pairs[3].y);
                 }
-                const int key = t * BLOCK_N + j;
-                s[kk] = (key < seq_kv && key < row_kv_end) ? dot * scale_log2 : -INFINITY;
+                // Key j of the tile against row r: visible iff inside [row_kv_lo, row_kv_hi) of the
+                // row (rows past seq_q are computed too, never stored); keys >= seq_kv (zero-filled) never.
+                const int key = key0 + 32 * kk;
+                const int rel = rel0 + 32 * kk - r;  // key - row
+                s[kk] = (key < seq_kv && rel >= lo_rel && rel < hi_rel) ? dot * scale_log2 : -INFINITY;
                 tile_max = fmaxf(tile_max, s[kk]);
             }
 #pragma unroll
@@ -185,8 +219,8 @@ attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_
         }
         if (STAGES == 1) {
             __syncthreads();  // every warp is done with the single buffer before the next load
-            if (t + 1 < num_tiles) {
-                load_kv_tile(kv_s, kv_s + BLOCK_N * KV_STRIDE, k_head, v_head, t + 1, seq_kv);
+            if (it + 1 < num_tiles) {
+                load_kv_tile(kv_s, kv_s + BLOCK_N * KV_STRIDE, k_head, v_head, t + 1, seq_kv, kv_stride);
                 cp_async_commit();
             }
         }
@@ -197,7 +231,7 @@ attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_
         const int row = m0 + warp * ROWS_PER_WARP + r;
         if (row >= seq_q) continue;
         const float inv_l = l_run[r] > 0.0f ? 1.0f / l_run[r] : 0.0f;  // a row that sees no key writes zeros
-        elem_t* o_row = o + (bh * seq_q + row) * HEAD_DIM + lane * DIMS_PER_LANE;
+        elem_t* o_row = o_head + (size_t)row * q_stride + lane * DIMS_PER_LANE;
 #pragma unroll
         for (int i = 0; i < DIMS_PER_LANE; i += 2)
             *reinterpret_cast<elem2_t*>(o_row + i) = from_float2(acc[r][i] * inv_l, acc[r][i + 1] * inv_l);
