@@ -599,8 +599,7 @@ impl Prepared {
         // The variant parameters (kernels/README.md): K/V heads, the window with causal as its
         // right bound 0, and the varlen offsets (null for a dense batch).
         let kv_heads = shape.kv_heads as i32;
-        let (window_left, window_right) = params.window.abi();
-        let window_right = if params.causal { 0 } else { window_right };
+        let (window_left, window_right) = params.abi_window(shape.seq_q, shape.seq_kv);
         let stream = gpu.stream();
         let (cu_q, _gq) = offsets.map(|o| o.cu_q.device_ptr(stream)).unzip();
         let (cu_kv, _gkv) = offsets.map(|o| o.cu_kv.device_ptr(stream)).unzip();

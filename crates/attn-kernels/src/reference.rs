@@ -240,7 +240,7 @@ impl GpuReference {
         let (scale, causal, rows_arg) =
             (params.scale as f32, i32::from(params.causal), rows as i64);
         let (batch, kv_heads) = (shape.batch as i32, shape.kv_heads as i32);
-        let (window_left, window_right) = params.window.abi();
+        let (window_left, window_right) = params.abi_window(shape.seq_q, shape.seq_kv);
         let stream = gpu.stream();
         let (cu_q, _gq) = offsets.map(|o| o.cu_q.device_ptr(stream)).unzip();
         let (cu_kv, _gkv) = offsets.map(|o| o.cu_kv.device_ptr(stream)).unzip();

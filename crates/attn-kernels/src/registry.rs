@@ -496,7 +496,7 @@ static REGISTRY: [Implementation; 7] = [
         knobs: &NAIVE_KNOBS,
         head_dims: None,
         arch: None,
-        variants: Variants::DENSE,
+        variants: Variants::ALL,
         defaults: |_| Config::from_pairs(&[("ROWS_PER_BLOCK", 4)]),
         tuned: |_| Config::default(),
         constraints: |_, head_dim| {
@@ -523,7 +523,7 @@ static REGISTRY: [Implementation; 7] = [
         knobs: &TILED_KNOBS,
         head_dims: Some(&[64, 128]),
         arch: None,
-        variants: Variants::DENSE,
+        variants: Variants::ALL,
         defaults: |head_dim| {
             let block_m = if head_dim > 64 { 32 } else { 64 };
             Config::from_pairs(&[("BLOCK_M", block_m), ("BLOCK_N", 64), ("NUM_WARPS", 4), ("STAGES", 2)])
@@ -616,7 +616,7 @@ static REGISTRY: [Implementation; 7] = [
         knobs: &HOPPER_KNOBS,
         head_dims: Some(&[64, 128]),
         arch: Some("compute_90a"),
-        variants: Variants::DENSE,
+        variants: Variants::ALL,
         defaults: hopper_defaults,
         tuned: hopper_tuned,
         constraints: |cfg, head_dim| {
@@ -880,12 +880,11 @@ mod tests {
             cublas.missing(&Shape::single(128), &window, false),
             Some("sliding windows")
         );
-        assert!(find("hopper")
-            .unwrap()
-            .variants
-            .missing(&gqa, &plain, true)
+        assert!(cublas
+            .missing(&Shape::single(128), &plain, true)
             .unwrap()
             .contains("varlen"));
+        assert_eq!(Variants::ALL.missing(&gqa, &window, true), None);
         assert_eq!(Variants::DENSE.describe(), "gqa, window");
         assert_eq!(Variants::NONE.describe(), "none");
     }

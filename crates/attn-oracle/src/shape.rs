@@ -400,6 +400,16 @@ impl Params {
         Params { window, ..self }
     }
 
+    /// The ABI's `(window_left, window_right)` for sequences of at most `seq_q` queries and
+    /// `seq_kv` keys: `-1` for an unbounded side, causal as `window_right = 0`, and each bound
+    /// clipped to `seq_q + seq_kv` (a wider window sees the same keys) so that kernels' int32
+    /// arithmetic on it cannot overflow.
+    pub fn abi_window(&self, seq_q: usize, seq_kv: usize) -> (i32, i32) {
+        let limit = (seq_q + seq_kv).min(i32::MAX as usize / 2);
+        let side = |s: Option<usize>| s.map_or(-1, |n| n.min(limit) as i32);
+        (side(self.window.left), side(self.right_bound()))
+    }
+
     /// The right bound the mask applies: `Some(0)` when causal, else the window's.
     pub fn right_bound(&self) -> Option<usize> {
         if self.causal {

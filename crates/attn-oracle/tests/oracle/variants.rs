@@ -203,3 +203,20 @@ fn a_varlen_batch_is_each_sequence_s_own_dense_problem() {
     assert!(Varlen::new(vec![1, 2], vec![1]).is_err());
     assert!(Varlen::new(vec![0, 0], vec![3, 3]).is_err());
 }
+
+#[test]
+fn the_abi_window_is_clipped_and_causal_is_its_right_bound_zero() {
+    let huge = Window {
+        left: Some(usize::MAX),
+        right: Some(1 << 40),
+    };
+    let p = Params::new(8, false).with_window(huge);
+    assert_eq!(p.abi_window(100, 300), (400, 400));
+    assert_eq!(Params::new(8, true).abi_window(10, 10), (-1, 0));
+    assert_eq!(Params::new(8, false).abi_window(10, 10), (-1, -1));
+    // Clipping changes nothing a row sees.
+    let clipped = Params::new(8, false).with_window(Window { left: Some(400), right: Some(400) });
+    for row in 0..100 {
+        assert_eq!(p.kv_range(row, 100, 300), clipped.kv_range(row, 100, 300));
+    }
+}
