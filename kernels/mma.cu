@@ -17,6 +17,21 @@
 //   Each row group's first warp then stages its output rows in its slice of the Q buffer and writes
 //   them with 16-byte coalesced stores, never touching rows >= S_q.
 //
+// Variants (README.md, "Variants"): all of them.
+//   GQA/MQA and varlen: attn::head_view gives the (sequence, head)'s row-0 offsets, row strides and
+//     lengths; from there on S_q and S_kv are the sequence's own. A block whose first row is past its
+//     sequence's S_q returns before any barrier. Loads zero-fill rows >= the sequence's S_q / S_kv
+//     without reading them (in varlen they belong to the next sequence); the store skips rows >= S_q.
+//     K/V rows D apart (dense, or varlen with H_kv = 1) take the copy with immediate per-chunk
+//     offsets (unchanged from before the variants); other strides (varlen, H_kv > 1) a second
+//     instantiation of the block (attn_block<0>) with one mad.wide per 16-byte chunk.
+//   Sliding window (window_left, window_right; causal is window_right 0): the block visits the key
+//     tiles from its first row's row_kv_lo to its last row's row_kv_hi; a warp skips sub-tiles
+//     entirely left of its first row's window or right of its last row's; the right-side element
+//     mask (causal, window, ragged S_kv) runs only on sub-tiles that cross some row's row_kv_hi, as
+//     the causal mask did, and the left-side one (per lane) only where a row's row_kv_lo falls
+//     inside the sub-tile. Dense problems without a window add a few integer ops per tile.
+//
 // Knobs (compile-time defines, defaults below)
 //   HEAD_DIM  ∈ {64, 128}          (required, from attn_common.cuh)
 //   NUM_WARPS ∈ {1, 2, 4, 8}       default 4
