@@ -17,6 +17,21 @@
 //   Each row group's first warp then stages its output rows in its slice of the Q buffer and writes
 //   them with 16-byte coalesced stores, never touching rows >= S_q.
 //
+// Variants (README.md, "Variants"): all of them.
+//   GQA/MQA and varlen: attn::head_view gives the (sequence, head)'s row-0 offsets, row strides and
+//     lengths; from there on S_q and S_kv are the sequence's own. A block whose first row is past its
+//     sequence's S_q returns before any barrier. Loads zero-fill rows >= the sequence's S_q / S_kv
+//     without reading them (in varlen they belong to the next sequence); the store skips rows >= S_q.
+//     K/V rows D apart (dense, or varlen with H_kv = 1) take the copy with immediate per-chunk
+//     offsets (unchanged from before the variants); other strides (varlen, H_kv > 1) a second
+//     instantiation of the block (attn_block<0>) with one mad.wide per 16-byte chunk.
+//   Sliding window (window_left, window_right; causal is window_right 0): the block visits the key
+//     tiles from its first row's row_kv_lo to its last row's row_kv_hi; a warp skips sub-tiles
+//     entirely left of its first row's window or right of its last row's; the right-side element
+//     mask (causal, window, ragged S_kv) runs only on sub-tiles that cross some row's row_kv_hi, as
+//     the causal mask did, and the left-side one (per lane) only where a row's row_kv_lo falls
+//     inside the sub-tile. Dense problems without a window add a few integer ops per tile.
+//
 // Knobs (compile-time defines, defaults below)
 //   HEAD_DIM  ∈ {64, 128}          (required, from attn_common.cuh)
 //   NUM_WARPS ∈ {1, 2, 4, 8}       default 4
@@ -124,7 +139,8 @@ static_assert(sizeof(elem_t) == 2, "mma.cu: 16-bit elements expected");
 namespace mma_attn {
 using attn::exp2_ftz;
 using attn::pack_elem2;
-using attn::row_kv_limit;
+using attn::row_kv_hi;
+using attn::row_kv_lo;
 using attn::smem_addr;
 
 
@@ -205,12 +221,26 @@ __device__ __forceinline__ u32 swizzled(int row, int chunk) {
 
 // ---- tile loads ----------------------------------------------------------------------------------
 
+// The address of element `col` of row `row` of `head`, rows `stride` elements apart, as one
+// mad.wide.s32 that the compiler cannot see into. Written in C++, (row0 + r) · stride becomes
+// row0 · stride + r · stride, and ptxas keeps every pass's 64-bit r · stride live across the main
+// loop (tens of registers; spills in the defaults).
+__device__ __forceinline__ const elem_t* row_address(const elem_t* head, int row, int stride, int col) {
+    const elem_t* base = head + col;
+    const elem_t* p;
+    asm("mad.wide.s32 %0, %1, %2, %3;\n" : "=l"(p) : "r"(row), "r"(stride * 2), "l"(base));
+    return p;
+}
+
 // `rows` rows of a head (rows row0.. of `head`) into the swizzled tile `dst`, cooperatively by the
-// block, `PerThread` 16-byte chunks per thread. Rows >= limit are zero-filled without a global read
-// (their source address is the valid head base, never dereferenced since src-size is 0).
-template <int PerThread>
+// block, `PerThread` 16-byte chunks per thread. Rows are Stride elements apart when Stride != 0
+// (compile time: D, for dense K/V), else `stride` (run time: D, H·D or H_kv·D). Rows >= limit (the
+// sequence's length) are zero-filled without a global read (their source address is the valid head
+// base, never dereferenced since src-size is 0): in varlen they belong to the next sequence, or lie
+// past the buffer.
+template <int PerThread, int Stride>
 __device__ __forceinline__ void load_rows(u32 dst, const elem_t* __restrict__ head, int row0, int limit,
-                                          int tid) {
+                                          int stride, int tid) {
     // Thread tid copies chunk (tid % CHUNKS) of rows tid / CHUNKS + i·ROWS_PER_PASS. When a pass
     // spans a multiple of 8 rows the swizzle key (row & 7) is the same in every pass, so one source
     // pointer and one destination offset serve all passes, stepped by constants: no per-pass
@@ -219,13 +249,23 @@ __device__ __forceinline__ void load_rows(u32 dst, const elem_t* __restrict__ he
     const int chunk = tid % CHUNKS;
     const int first_row = tid / CHUNKS;
     if constexpr (THREADS % CHUNKS == 0 && ROWS_PER_PASS % 8 == 0) {
-        const elem_t* src0 = head + static_cast<size_t>(row0 + first_row) * D + chunk * 8;
         const u32 dst0 = dst + swizzled(first_row, chunk);
+        if constexpr (Stride != 0) {
+            const elem_t* src0 = head + static_cast<size_t>(row0 + first_row) * Stride + chunk * 8;
 #pragma unroll
-        for (int i = 0; i < PerThread; ++i) {
-            const bool in_range = row0 + first_row + i * ROWS_PER_PASS < limit;
-            cp_async_16(dst0 + i * ROWS_PER_PASS * ROW_BYTES, in_range ? src0 + i * ROWS_PER_PASS * D : head,
-                        in_range);
+            for (int i = 0; i < PerThread; ++i) {
+                const bool in_range = row0 + first_row + i * ROWS_PER_PASS < limit;
+                cp_async_16(dst0 + i * ROWS_PER_PASS * ROW_BYTES, in_range ? src0 + i * ROWS_PER_PASS * Stride : head,
+                            in_range);
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < PerThread; ++i) {
+                const int row = row0 + first_row + i * ROWS_PER_PASS;
+                const bool in_range = row < limit;
+                cp_async_16(dst0 + i * ROWS_PER_PASS * ROW_BYTES,
+                            in_range ? row_address(head, row, stride, chunk * 8) : head, in_range);
+            }
         }
     } else {
 #pragma unroll
@@ -234,10 +274,24 @@ __device__ __forceinline__ void load_rows(u32 dst, const elem_t* __restrict__ he
             const int row = idx / CHUNKS;
             const int c = idx % CHUNKS;
             const bool in_range = row0 + row < limit;
-            const elem_t* src = in_range ? head + static_cast<size_t>(row0 + row) * D + c * 8 : head;
+            const elem_t* src;
+            if constexpr (Stride != 0)
+                src = in_range ? head + static_cast<size_t>(row0 + row) * Stride + c * 8 : head;
+            else
+                src = in_range ? row_address(head, row0 + row, stride, c * 8) : head;
             cp_async_16(dst + swizzled(row, c), src, in_range);
         }
     }
+}
+
+// One K/V tile: rows row0.. of K and V into `k_dst` and `v_dst`, rows Stride elements apart (D:
+// dense K/V, the per-pass offsets are immediates), or with Stride 0 `stride` apart (varlen).
+template <int Stride>
+__device__ __forceinline__ void load_kv_tile(u32 k_dst, u32 v_dst, const elem_t* __restrict__ k_head,
+                                             const elem_t* __restrict__ v_head, int row0, int limit, int stride,
+                                             int tid) {
+    load_rows<KV_CHUNKS_PER_THREAD, Stride>(k_dst, k_head, row0, limit, stride, tid);
+    load_rows<KV_CHUNKS_PER_THREAD, Stride>(v_dst, v_head, row0, limit, stride, tid);
 }
 
 // ---- per-lane ldmatrix addressing ----------------------------------------------------------------
@@ -296,7 +350,7 @@ struct LaneAddressing {
 // in one store the 32 lanes cover rows g = 0..7 at chunk n ^ g and word t, i.e. 32 distinct banks.
 __device__ __forceinline__ void store_output(unsigned char* smem, const float (&o_acc)[RB][O_N_TILES][4],
                                              const float (&inv_l)[RB][2], elem_t* __restrict__ o_head,
-                                             int m0, int warp_row0, int seq_q, int lane) {
+                                             int m0, int warp_row0, int seq_q, int stride, int lane) {
     const int g = lane >> 2;
     const int t = lane & 3;
     __syncwarp();  // every lane is done reading its Q rows (when Q_IN_REGS == 0) before they are overwritten
@@ -321,7 +375,7 @@ __device__ __forceinline__ void store_output(unsigned char* smem, const float (&
         const int chunk = idx % CHUNKS;
         if (m0 + row < seq_q) {
             const uint4 value = *reinterpret_cast<const uint4*>(smem + swizzled(row, chunk));
-            *reinterpret_cast<uint4*>(o_head + static_cast<size_t>(m0 + row) * D + chunk * 8) = value;
+            *reinterpret_cast<uint4*>(o_head + static_cast<size_t>(m0 + row) * stride + chunk * 8) = value;
         }
     }
 }
@@ -331,20 +385,18 @@ __device__ __forceinline__ float rescale_factor(float a, float b_used) { return 
 
 }  // namespace mma_attn
 
-#if MIN_BLOCKS > 1
-#define MMA_LAUNCH_BOUNDS __launch_bounds__(NUM_WARPS * 32, MIN_BLOCKS)
-#else
-#define MMA_LAUNCH_BOUNDS __launch_bounds__(NUM_WARPS * 32)
-#endif
+namespace mma_attn {
 
-extern "C" __global__ void MMA_LAUNCH_BOUNDS attn_fwd(const elem_t* __restrict__ q,
-                                                      const elem_t* __restrict__ k,
-                                                      const elem_t* __restrict__ v,
-                                                      elem_t* __restrict__ o, int batch, int heads,
-                                                      int seq_q, int seq_kv, float scale, int causal) {
-    using namespace mma_attn;
-    (void)batch;  // the batch index comes from blockIdx.z
-
+// One block's BLOCK_M rows of O for one (sequence, query head): q_head/o_head point at the head's
+// row 0 in Q/O (rows q_stride elements apart), k_head/v_head at its K/V head's row 0 (rows
+// kv_stride apart); seq_q, seq_kv are the sequence's lengths and m0 < seq_q. KvStride: the K/V row
+// stride when known at compile time (D), else 0 (kv_stride read at run time).
+template <int KvStride>
+__device__ __forceinline__ void attn_block(const elem_t* __restrict__ q_head, const elem_t* __restrict__ k_head,
+                                           const elem_t* __restrict__ v_head, elem_t* __restrict__ o_head,
+                                           int q_stride, int kv_stride_rt, int seq_q, int seq_kv, int m0,
+                                           float scale, int causal, int window_left, int window_right) {
+    const int kv_stride = KvStride != 0 ? KvStride : kv_stride_rt;
     extern __shared__ __align__(128) unsigned char smem[];
     const u32 q_tile = smem_addr(smem);
     const u32 k_tiles = q_tile + Q_TILE_BYTES;
@@ -358,45 +410,51 @@ extern "C" __global__ void MMA_LAUNCH_BOUNDS attn_fwd(const elem_t* __restrict__
     const int t = lane & 3;                       // thread in quad
     const int warp_row0 = (warp / KV_SPLIT) * WARP_M;  // first row of this warp inside the block tile
 
-    const int m0 = blockIdx.x * BLOCK_M;
-    const size_t bh = static_cast<size_t>(blockIdx.z) * heads + blockIdx.y;
-    const elem_t* q_head = q + bh * seq_q * D;
-    const elem_t* k_head = k + bh * seq_kv * D;
-    const elem_t* v_head = v + bh * seq_kv * D;
-    elem_t* o_head = o + bh * seq_q * D;
-
-    // Key tiles this block visits: up to the last key that its last real row may see. With the
-    // causal mask every tile past that is entirely above the diagonal for all rows, so it is skipped.
+    // Key tiles this block visits: from the first key its first row may see (sliding window) to
+    // the last key its last real row may see (causal, window, or seq_kv): row_kv_lo and row_kv_hi
+    // grow with the row, so every tile outside is invisible to all rows and skipped. Tiles are
+    // numbered absolutely (tile j holds keys j·TILE_ROWS..) and tile j sits in ring slot j % STAGES.
     const int last_row = min(m0 + BLOCK_M, seq_q) - 1;
-    const int block_kv_end = row_kv_limit(last_row, seq_q, seq_kv, causal);
-    const int num_tiles = block_kv_end > 0 ? (block_kv_end + TILE_ROWS - 1) / TILE_ROWS : 0;
+    const int block_kv_lo = row_kv_lo(m0, seq_q, seq_kv, window_left);
+    const int block_kv_hi = row_kv_hi(last_row, seq_q, seq_kv, causal, window_right);
+    const int first_tile = block_kv_lo / TILE_ROWS;
+    const int end_tile = block_kv_hi > block_kv_lo ? (block_kv_hi + TILE_ROWS - 1) / TILE_ROWS : first_tile;
 
-    // Per-warp bounds. Sub-tiles ending at or before `warp_lo_limit` are visible to every row of the
-    // warp (no element mask); those starting at or after `warp_hi_limit` are invisible to all of them
-    // (skipped). A warp whose rows all lie past seq_q computes nothing.
+    // Per-warp bounds on the right (causal/window/seq_kv) side. Sub-tiles ending at or before
+    // `warp_hi_min` are visible to every row of the warp on that side (no element mask); those
+    // starting at or after `warp_hi_max` are invisible to all of them (skipped). A warp whose rows
+    // all lie past seq_q computes nothing.
     const bool warp_has_rows = m0 + warp_row0 < seq_q;
-    const int warp_lo_limit = row_kv_limit(m0 + warp_row0, seq_q, seq_kv, causal);
-    const int warp_hi_limit =
-        warp_has_rows ? row_kv_limit(m0 + warp_row0 + WARP_M - 1, seq_q, seq_kv, causal) : 0;
-    // This lane's rows (g and g + 8 of each 16-row block) for the element mask.
-    int lane_limit[RB][2];
+    const int warp_hi_min = row_kv_hi(m0 + warp_row0, seq_q, seq_kv, causal, window_right);
+    const int warp_hi_max =
+        warp_has_rows ? row_kv_hi(m0 + warp_row0 + WARP_M - 1, seq_q, seq_kv, causal, window_right) : 0;
+    // This lane's rows (g and g + 8 of each 16-row block): their key limits for the element mask.
+    int lane_hi[RB][2];
 #pragma unroll
     for (int r = 0; r < RB; ++r)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-            lane_limit[r][h] = row_kv_limit(m0 + warp_row0 + 16 * r + g + 8 * h, seq_q, seq_kv, causal);
+            lane_hi[r][h] = row_kv_hi(m0 + warp_row0 + 16 * r + g + 8 * h, seq_q, seq_kv, causal, window_right);
+    // The left (sliding window) side, in one register: the first key of this lane's row g
+    // (row_kv_lo unclipped: a key below 0 or a clip at seq_kv changes no comparison below, since
+    // keys >= row_kv_hi <= seq_kv are masked anyway). Row g + 8h + 16r starts 8h + 16r keys later.
+    // Without a left bound, a sentinel that no key index comes near.
+    const int lane_lo =
+        window_left < 0 ? -(1 << 30) : m0 + warp_row0 + g + seq_kv - seq_q - window_left;
 
     const float scale_log2 = scale * ATTN_LOG2E;
     const LaneAddressing addr(lane);
 
     // ---- prologue: Q (own commit group), then the first STAGES - 1 K/V tiles -----------------------
-    load_rows<Q_CHUNKS_PER_THREAD>(q_tile, q_head, m0, seq_q, tid);
+    load_rows<Q_CHUNKS_PER_THREAD, 0>(q_tile, q_head, m0, seq_q, q_stride, tid);
     cp_async_commit();
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < num_tiles) {
-            load_rows<KV_CHUNKS_PER_THREAD>(k_tiles + s * KV_TILE_BYTES, k_head, s * TILE_ROWS, seq_kv, tid);
-            load_rows<KV_CHUNKS_PER_THREAD>(v_tiles + s * KV_TILE_BYTES, v_head, s * TILE_ROWS, seq_kv, tid);
+        const int tile = first_tile + s;
+        if (tile < end_tile) {
+            const int slot = static_cast<unsigned>(tile) % STAGES;
+            load_kv_tile<KvStride>(k_tiles + slot * KV_TILE_BYTES, v_tiles + slot * KV_TILE_BYTES, k_head, v_head,
+                         tile * TILE_ROWS, seq_kv, kv_stride, tid);
         }
         cp_async_commit();  // committed even when empty, so group counting stays uniform
     }
@@ -429,11 +487,10 @@ extern "C" __global__ void MMA_LAUNCH_BOUNDS attn_fwd(const elem_t* __restrict__
         row_sum[r][0] = row_sum[r][1] = 0.f;
     }
 
-    for (int j = 0; j < num_tiles; ++j) {
+    for (int j = first_tile; j < end_tile; ++j) {
         // ---- pipeline: make tile j resident, refill the slot freed by tile j - 1 --------------------
 #if STAGES == 1
-        load_rows<KV_CHUNKS_PER_THREAD>(k_tiles, k_head, j * TILE_ROWS, seq_kv, tid);
-        load_rows<KV_CHUNKS_PER_THREAD>(v_tiles, v_head, j * TILE_ROWS, seq_kv, tid);
+        load_kv_tile<KvStride>(k_tiles, v_tiles, k_head, v_head, j * TILE_ROWS, seq_kv, kv_stride, tid);
         cp_async_commit();
         cp_async_wait<0>();
         __syncthreads();
@@ -445,20 +502,26 @@ extern "C" __global__ void MMA_LAUNCH_BOUNDS attn_fwd(const elem_t* __restrict__
         __syncthreads();
         {
             const int next = j + STAGES - 1;
-            if (next < num_tiles) {
-                const int slot = next % STAGES;
-                load_rows<KV_CHUNKS_PER_THREAD>(k_tiles + slot * KV_TILE_BYTES, k_head, next * TILE_ROWS, seq_kv, tid);
-                load_rows<KV_CHUNKS_PER_THREAD>(v_tiles + slot * KV_TILE_BYTES, v_head, next * TILE_ROWS, seq_kv, tid);
+            if (next < end_tile) {
+                const int slot = static_cast<unsigned>(next) % STAGES;  // tile indices are >= 0
+                load_kv_tile<KvStride>(k_tiles + slot * KV_TILE_BYTES, v_tiles + slot * KV_TILE_BYTES, k_head, v_head,
+                             next * TILE_ROWS, seq_kv, kv_stride, tid);
             }
             cp_async_commit();
         }
 #endif
         const int kv0 = j * TILE_ROWS + split * BLOCK_N;  // this warp's first key of the tile
-        const int slot = j % STAGES;
+        const int slot = static_cast<unsigned>(j) % STAGES;
         const u32 k_tile = k_tiles + slot * KV_TILE_BYTES + split * BLOCK_N * ROW_BYTES;
         const u32 v_tile = v_tiles + slot * KV_TILE_BYTES + split * BLOCK_N * ROW_BYTES;
 
-        if (kv0 < warp_hi_limit) {  // warp-uniform: some row of this warp sees a key of this sub-tile
+        // Key kv0 + 2t + c (c = 8n + (e & 1), this lane's columns) lies left of the window of this
+        // lane's row g + 8h + 16r iff lo_gap + c < 16r + 8h.
+        const int lo_gap = kv0 + 2 * t - lane_lo;
+        // Warp-uniform (lane_lo - g is the warp's first row's left bound): some row of this warp may
+        // see a key of this sub-tile, i.e. its last row's right bound is past kv0 and its first row's
+        // left bound is before the sub-tile's end.
+        if (kv0 < warp_hi_max && kv0 + BLOCK_N > lane_lo - g) {
             // ---- S = Q·Kᵀ (WARP_M × BLOCK_N per warp); one K fragment serves every row block -----
             float s_acc[RB][S_N_TILES][4];
 #pragma unroll
@@ -489,9 +552,10 @@ extern "C" __global__ void MMA_LAUNCH_BOUNDS attn_fwd(const elem_t* __restrict__
 #undef MMA_Q_FRAG
             }
 
-            // ---- mask only sub-tiles that cross a row's key limit (S stays unscaled: the scale
+            // ---- mask only sub-tiles that cross a row's key bounds (S stays unscaled: the scale
             // is folded into the exponent below, one FFMA per score) ------------------------------
-            const bool needs_mask = kv0 + BLOCK_N > warp_lo_limit;
+            // Right side (causal, window, ragged seq_kv): some row's limit ends inside the sub-tile.
+            const bool needs_mask = kv0 + BLOCK_N > warp_hi_min;
             if (needs_mask) {
 #pragma unroll
                 for (int r = 0; r < RB; ++r) {
@@ -501,7 +565,22 @@ extern "C" __global__ void MMA_LAUNCH_BOUNDS attn_fwd(const elem_t* __restrict__
                         for (int e = 0; e < 4; ++e) {
                             // c0,c1: row g; c2,c3: row g + 8; column 8n + 2t + (e & 1)
                             const int col = kv0 + 8 * n + 2 * t + (e & 1);
-                            if (col >= lane_limit[r][e >> 1]) s_acc[r][n][e] = MMA_NEG_INF;
+                            if (col >= lane_hi[r][e >> 1]) s_acc[r][n][e] = MMA_NEG_INF;
+                        }
+                    }
+                }
+            }
+            // Left side (sliding window): some row of this lane starts after the sub-tile's first
+            // key, i.e. lo_gap < 16·(RB - 1) + 8 for the lane's last row. Per lane (no warp
+            // operation inside), never taken without a left bound (lo_gap is then about 2^30).
+            if (lo_gap < 16 * (RB - 1) + 8) {
+#pragma unroll
+                for (int r = 0; r < RB; ++r) {
+#pragma unroll
+                    for (int n = 0; n < S_N_TILES; ++n) {
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            if (lo_gap + 8 * n + (e & 1) < 16 * r + 8 * (e >> 1)) s_acc[r][n][e] = MMA_NEG_INF;
                         }
                     }
                 }
@@ -651,5 +730,41 @@ extern "C" __global__ void MMA_LAUNCH_BOUNDS attn_fwd(const elem_t* __restrict__
             inv_l[r][h] = l > 0.f ? 1.f / l : 0.f;  // a row that saw no key writes zeros
         }
     }
-    store_output(smem, o_acc, inv_l, o_head, m0, warp_row0, seq_q, lane);
+    store_output(smem, o_acc, inv_l, o_head, m0, warp_row0, seq_q, q_stride, lane);
+}
+
+}  // namespace mma_attn
+
+#if MIN_BLOCKS > 1
+#define MMA_LAUNCH_BOUNDS __launch_bounds__(NUM_WARPS * 32, MIN_BLOCKS)
+#else
+#define MMA_LAUNCH_BOUNDS __launch_bounds__(NUM_WARPS * 32)
+#endif
+
+extern "C" __global__ void MMA_LAUNCH_BOUNDS attn_fwd(const elem_t* __restrict__ q,
+                                                      const elem_t* __restrict__ k,
+                                                      const elem_t* __restrict__ v,
+                                                      elem_t* __restrict__ o, int batch, int heads,
+                                                      int seq_q, int seq_kv, float scale, int causal,
+                                                      int kv_heads, int window_left, int window_right,
+                                                      const int* __restrict__ cu_seqlens_q,
+                                                      const int* __restrict__ cu_seqlens_kv) {
+    using namespace mma_attn;
+    (void)batch;  // the batch (sequence) index comes from blockIdx.z
+    const int m0 = blockIdx.x * BLOCK_M;
+    // This (sequence, head)'s rows; seq_q and seq_kv below are this sequence's lengths.
+    const attn::HeadView view = attn::head_view(blockIdx.z, blockIdx.y, heads, kv_heads, seq_q, seq_kv,
+                                                cu_seqlens_q, cu_seqlens_kv);
+    // Varlen: the grid is sized by the longest sequence; a block past its own sequence's end leaves
+    // here, every thread of it, before any barrier.
+    if (m0 >= view.seq_q) return;
+    // K/V rows D elements apart (dense, or varlen with one K/V head) get the copy whose per-pass
+    // offsets are immediates, as before the variants; other strides (varlen with H_kv > 1) read it
+    // from a register. Uniform over the block: each block runs one of the two.
+    if (view.kv_stride == D)
+        attn_block<D>(q + view.q, k + view.kv, v + view.kv, o + view.q, view.q_stride, D, view.seq_q,
+                      view.seq_kv, m0, scale, causal, window_left, window_right);
+    else
+        attn_block<0>(q + view.q, k + view.kv, v + view.kv, o + view.q, view.q_stride, view.kv_stride,
+                      view.seq_q, view.seq_kv, m0, scale, causal, window_left, window_right);
 }
