@@ -558,7 +558,7 @@ static REGISTRY: [Implementation; 7] = [
         knobs: &MMA_KNOBS,
         head_dims: Some(&[64, 128]),
         arch: None,
-        variants: Variants::DENSE,
+        variants: Variants::ALL,
         defaults: mma_defaults,
         tuned: mma_tuned,
         constraints: |cfg, head_dim| {
