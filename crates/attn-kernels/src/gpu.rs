@@ -38,6 +38,12 @@ pub struct DeviceInfo {
     pub total_memory: usize,
     /// Maximum SM clock, MHz.
     pub max_sm_mhz: u32,
+    /// Peak memory clock, kHz (0 where the driver does not say).
+    #[serde(default)]
+    pub memory_clock_khz: i64,
+    /// Global memory bus width, bits (0 where the driver does not say).
+    #[serde(default)]
+    pub memory_bus_bits: i64,
 }
 
 /// A device tensor in `[B, H, S, D]` layout; elements are 16-bit (fp16 or bf16) bit patterns.
@@ -130,6 +136,14 @@ impl Gpu {
                 CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CLOCK_RATE,
                 "clock rate",
             )? / 1000) as u32,
+            // Only for the physical floor of a launch: a driver that does not report them leaves
+            // the floor to the table by device name.
+            memory_clock_khz: ctx
+                .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE)
+                .map_or(0, i64::from),
+            memory_bus_bits: ctx
+                .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH)
+                .map_or(0, i64::from),
         };
         Ok(Gpu {
             ctx,

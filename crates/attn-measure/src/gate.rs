@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
-use attn_evidence::{CaseStatus, Flag, FlagKind, GateCase, GateRule, TimedOutputCheck};
+use attn_evidence::{
+    CaseStatus, EdgeBattery, Flag, FlagKind, GateCase, GateRule, TimedOutputCheck,
+};
 use attn_kernels::planted::SideStreamWork;
 use attn_kernels::{Candidate, Gpu, GpuReference, Timings};
 use attn_oracle::{compare, npy, tolerance, DType, Distribution};
@@ -51,6 +53,9 @@ pub struct GateSession<'a> {
     references: HashMap<(DType, usize), GpuReference>,
     watchdog: Option<&'a Watchdog>,
     side_work: Option<SideStreamWork>,
+    /// The edge battery already run in this session, by (candidate config, dtype, head dim,
+    /// mask): the case that ran it.
+    batteries: HashMap<String, String>,
     /// Set after a fault: the CUDA context is lost, nothing more can run.
     pub lost: bool,
 }
@@ -78,6 +83,8 @@ pub fn ended_case(problem: &Problem, status: CaseStatus, reason: String) -> Gate
         flags: vec![],
         timed_outputs: None,
         clock_guard: None,
+        battery: None,
+        memory_floor_us: None,
         status: Some(status),
         passed: false,
         reason,
@@ -103,6 +110,7 @@ impl<'a> GateSession<'a> {
             references: HashMap::new(),
             watchdog,
             side_work: None,
+            batteries: HashMap::new(),
             lost: false,
         }
     }
@@ -167,6 +175,54 @@ impl<'a> GateSession<'a> {
             return Ok(self.finish(case));
         }
 
+        // The edge battery, once per config, dtype, head dim and mask in a run.
+        let battery_key = format!(
+            "{}[{}] {} D={} causal={}",
+            crate::timing::cache_key(&candidate),
+            prepared.config(),
+            problem.dtype,
+            problem.shape.head_dim,
+            problem.params.causal
+        );
+        case.battery = Some(match self.batteries.get(&battery_key) {
+            Some(first) => EdgeBattery {
+                shapes: vec![],
+                checks: vec![],
+                skipped: vec![],
+                checked_in: Some(first.clone()),
+            },
+            None => {
+                let own: Vec<usize> = ["BLOCK_M", "BLOCK_N"]
+                    .iter()
+                    .filter_map(|k| prepared.config().get(k))
+                    .map(|v| v as usize)
+                    .collect();
+                let harness = attn_kernels::HarnessKernels::new(gpu)?;
+                let cx = crate::check::CheckContext {
+                    gpu,
+                    prepared,
+                    gpu_reference: reference,
+                    harness: &harness,
+                    watched,
+                };
+                let battery = crate::battery::run_battery(
+                    &cx,
+                    problem,
+                    &crate::battery::tile_sizes(&own),
+                    seed ^ 0xed9e,
+                )?;
+                self.batteries.insert(battery_key, problem.spec.to_string());
+                battery
+            }
+        });
+        if case
+            .battery
+            .as_ref()
+            .is_some_and(|b| b.checks.iter().any(|c| !c.passed))
+        {
+            return Ok(self.finish(case));
+        }
+
         // Timing: the candidate with every timed output verified, against the baseline.
         let mut cand = KernelSide::new(gpu, prepared, problem, seed ^ 0x5eed)?;
         let reference = GpuReference::new(gpu, problem.dtype, problem.shape.head_dim)?;
@@ -210,6 +266,10 @@ impl<'a> GateSession<'a> {
             samples_bad: v.samples_bad,
             first_bad: v.first_bad,
             inputs_scrambled: true,
+            launches_per_sample: None,
+            reference_masked: false,
+            outside: vec![],
+            inputs_written: vec![],
         });
         case.flags.extend(escaped_work(&timed.a));
         if timed.clocks.0.is_none() {
@@ -284,8 +344,17 @@ fn second_reference(
         move |e: attn_oracle::OracleError| MeasureError::Sdpa(format!("{what}: {e}"))
     };
     for (i, run) in runs.iter_mut().enumerate() {
+        if !run.check.passed && run.check.failure.is_some_and(|f| f.is_defence()) {
+            continue; // the verdict is already given, and not by values
+        }
         let path = |name: &str| sdpa.scratch(&format!("{name}{i}.npy"));
         let (q, k, v, o) = (path("q"), path("k"), path("v"), path("o"));
+        // SDPA at the check's own scale (drawn per check).
+        let mut problem = problem.clone();
+        if let Some(scale) = run.check.scale {
+            problem.params = problem.params.with_scale(scale);
+        }
+        let problem = &problem;
         npy::write(&q, &run.inputs.q).map_err(io("writing SDPA's inputs"))?;
         npy::write(&k, &run.inputs.k).map_err(io("writing SDPA's inputs"))?;
         npy::write(&v, &run.inputs.v).map_err(io("writing SDPA's inputs"))?;

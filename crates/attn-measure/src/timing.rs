@@ -201,7 +201,7 @@ pub struct OutputVerifier {
 }
 
 /// One step of splitmix64.
-fn next_random(state: &mut u64) -> u64 {
+pub(crate) fn next_random(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
     let mut z = *state;
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -664,6 +664,8 @@ pub fn interleave(
             threshold_mhz: before.map(|_| threshold),
             min_kept_mhz: min_kept,
             complete: kept[0] >= blocks_needed && kept[1] >= blocks_needed,
+            rule: None,
+            blocks: vec![],
         },
         clocks: (before, after),
     })

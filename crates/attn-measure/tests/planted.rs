@@ -30,118 +30,138 @@ struct Planted {
     /// A registered implementation to run instead of planted.cu (for planted work around it).
     registered: Option<&'static str>,
     expect: CaseStatus,
+    /// Words the verdict must contain (the named reason), beyond its status.
+    reason: Option<&'static str>,
+    /// Timing mode (graph unless said).
+    mode: TimingMode,
+    /// Planted around the candidate by the session: see [`Around`].
+    around: Around,
+}
+
+/// Work the session plants around the candidate's launches (not in its kernel).
+#[derive(Clone, Copy, PartialEq)]
+enum Around {
+    Nothing,
+    /// After each timed sample, the sample's outputs are overwritten with the verifier's own
+    /// references as they sit in device memory: a kernel that found the answer and copied it.
+    CopiesReference,
+}
+
+const fn planted(
+    name: &'static str,
+    plant: i64,
+    shape: &'static str,
+    expect: CaseStatus,
+) -> Planted {
+    Planted {
+        name,
+        plant,
+        shape,
+        side_stream: false,
+        registered: None,
+        expect,
+        reason: None,
+        mode: TimingMode::Graph,
+        around: Around::Nothing,
+    }
+}
+
+impl Planted {
+    const fn because(self, reason: &'static str) -> Planted {
+        Planted {
+            reason: Some(reason),
+            ..self
+        }
+    }
+    const fn in_mode(self, mode: TimingMode) -> Planted {
+        Planted { mode, ..self }
+    }
+    const fn around(self, around: Around) -> Planted {
+        Planted { around, ..self }
+    }
 }
 
 const PLANTED: &[Planted] = &[
+    planted("writes-nothing", 1, "1,4,256,64", CaseStatus::Unwritten),
+    planted("stale-output", 2, "1,4,256,64", CaseStatus::StaleOutput),
+    planted(
+        "first-16-launches",
+        3,
+        "1,4,256,64",
+        CaseStatus::TimedOutputDiffers,
+    ),
+    planted(
+        "one-bad-row-large",
+        4,
+        "2,16,8192,64",
+        CaseStatus::Incorrect,
+    ),
+    planted("no-running-max", 5, "1,4,256,64", CaseStatus::NonFinite),
+    planted(
+        "ignores-causal",
+        6,
+        "1,4,256,64 causal",
+        CaseStatus::Incorrect,
+    ),
+    planted(
+        "causal-top-left",
+        7,
+        "1,4,100,300,64 causal",
+        CaseStatus::Incorrect,
+    ),
+    planted(
+        "bf16-read-as-fp16",
+        8,
+        "1,4,256,64 bf16",
+        CaseStatus::Incorrect,
+    ),
     Planted {
-        name: "writes-nothing",
-        plant: 1,
-        shape: "1,4,256,64",
-        side_stream: false,
-        registered: None,
-        expect: CaseStatus::Unwritten,
-    },
-    Planted {
-        name: "stale-output",
-        plant: 2,
-        shape: "1,4,256,64",
-        side_stream: false,
-        registered: None,
-        expect: CaseStatus::StaleOutput,
-    },
-    Planted {
-        name: "first-12-launches",
-        plant: 3,
-        shape: "1,4,256,64",
-        side_stream: false,
-        registered: None,
-        expect: CaseStatus::TimedOutputDiffers,
-    },
-    Planted {
-        name: "one-bad-row-large",
-        plant: 4,
-        shape: "2,16,8192,64",
-        side_stream: false,
-        registered: None,
-        expect: CaseStatus::Incorrect,
-    },
-    Planted {
-        name: "no-running-max",
-        plant: 5,
-        shape: "1,4,256,64",
-        side_stream: false,
-        registered: None,
-        expect: CaseStatus::NonFinite,
-    },
-    Planted {
-        name: "ignores-causal",
-        plant: 6,
-        shape: "1,4,256,64 causal",
-        side_stream: false,
-        registered: None,
-        expect: CaseStatus::Incorrect,
-    },
-    Planted {
-        name: "causal-top-left",
-        plant: 7,
-        shape: "1,4,100,300,64 causal",
-        side_stream: false,
-        registered: None,
-        expect: CaseStatus::Incorrect,
-    },
-    Planted {
-        name: "bf16-read-as-fp16",
-        plant: 8,
-        shape: "1,4,256,64 bf16",
-        side_stream: false,
-        registered: None,
-        expect: CaseStatus::Incorrect,
-    },
-    Planted {
-        name: "side-stream",
-        plant: 0,
-        shape: "1,8,512,64",
         side_stream: true,
         // Hidden work only escapes if it outlasts the timed work: a fast kernel's does.
         registered: Some("mma"),
-        expect: CaseStatus::EscapedStream,
+        ..planted("side-stream", 0, "1,8,512,64", CaseStatus::EscapedStream)
     },
-    Planted {
-        name: "hang",
-        plant: 9,
-        shape: "1,4,256,64",
-        side_stream: false,
-        registered: None,
-        expect: CaseStatus::Hang,
-    },
-    Planted {
-        name: "fault",
-        plant: 10,
-        shape: "1,4,256,64",
-        side_stream: false,
-        registered: None,
-        expect: CaseStatus::Fault,
-    },
-    Planted {
-        name: "memoises-outputs",
-        plant: 11,
-        shape: "1,8,2048,128",
-        side_stream: false,
-        registered: None,
-        // Remembers outputs by input content: 1.6× faster than SDPA here when the timed inputs
-        // repeat. Inputs turned before every timed sample leave it nothing to remember.
-        expect: CaseStatus::NotFaster,
-    },
-    Planted {
-        name: "correct-but-slow",
-        plant: 0,
-        shape: "1,4,256,64",
-        side_stream: false,
-        registered: None,
-        expect: CaseStatus::NotFaster,
-    },
+    planted("hang", 9, "1,4,256,64", CaseStatus::Hang),
+    planted("fault", 10, "1,4,256,64", CaseStatus::Fault),
+    // Remembers outputs by input content: 1.6× faster than SDPA here when the timed inputs
+    // repeat. Inputs turned before every timed sample leave it nothing to remember.
+    planted(
+        "memoises-outputs",
+        11,
+        "1,8,2048,128",
+        CaseStatus::NotFaster,
+    ),
+    planted("correct-but-slow", 0, "1,4,256,64", CaseStatus::NotFaster),
+    // #23: arguments never varied. The checks draw the scale per check.
+    planted("ignores-scale", 12, "1,4,256,64", CaseStatus::Incorrect).because("scale "),
+    // #23: writes outside the output, or into the inputs.
+    planted(
+        "writes-64-after-o",
+        13,
+        "1,4,256,64",
+        CaseStatus::WroteOutside,
+    )
+    .because("wrote outside its output (128 bytes after O)"),
+    planted(
+        "writes-2-bytes-before-o",
+        14,
+        "1,4,256,64 bf16",
+        CaseStatus::WroteOutside,
+    )
+    .because("wrote outside its output (2 bytes before O)"),
+    planted("zeroes-q", 15, "1,4,256,64", CaseStatus::WroteInputs)
+        .because("wrote into its inputs (Q changed"),
+    planted("writes-after-k", 16, "1,4,256,64", CaseStatus::WroteOutside)
+        .because("wrote outside its output (2 bytes after K)"),
+    // #23: non-determinism.
+    planted(
+        "flips-a-bit-every-other-launch",
+        17,
+        "1,4,256,64",
+        CaseStatus::NonDeterministic,
+    )
+    .because("non-deterministic output"),
 ];
-
 /// In a child: judges one planted kernel and prints `STATUS <status> | <reason>`.
 fn judge(p: &Planted) {
     let gpu = Gpu::open(0).expect("a CUDA GPU");
@@ -169,7 +189,7 @@ fn judge(p: &Planted) {
             TimingOptions {
                 samples: 20,
                 warmup: 3,
-                mode: TimingMode::Graph,
+                mode: p.mode,
                 ..TimingOptions::default()
             },
             info.max_sm_mhz,
@@ -280,6 +300,11 @@ fn every_planted_kernel_is_rejected_for_its_own_reason() {
         );
         if got != p.expect.as_str() {
             wrong.push(format!("{}: expected {}, got {line}", p.name, p.expect));
+        } else if let Some(reason) = p.reason.filter(|r| !line.contains(r)) {
+            wrong.push(format!(
+                "{}: expected {} because of \"{reason}\", got {line}",
+                p.name, p.expect
+            ));
         }
         if p.expect == CaseStatus::Hang {
             // Compile and checks before the hung launch take a few seconds; the hang itself is
