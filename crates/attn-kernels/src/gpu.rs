@@ -64,6 +64,9 @@ pub struct Gpu {
     info: DeviceInfo,
     functions: Mutex<HashMap<String, CudaFunction>>,
     blas: OnceLock<CudaBlas>,
+    /// Every other stream work of ours may run on ([`Gpu::new_side_stream`]): the timing's guard
+    /// pass records an event on each to see, on the device, work that outlives the timed stream.
+    side_streams: Mutex<Vec<Arc<CudaStream>>>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -151,6 +154,7 @@ impl Gpu {
             info,
             functions: Mutex::new(HashMap::new()),
             blas: OnceLock::new(),
+            side_streams: Mutex::new(Vec::new()),
         })
     }
 
@@ -186,6 +190,26 @@ impl Gpu {
     /// The stream every launch uses.
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
+    }
+
+    /// A new stream for work beside the timed stream, registered so that the timing's guard pass
+    /// sees on the device how long its work outlives the timed stream's: every stream of ours
+    /// other than [`Gpu::stream`] must come from here.
+    pub fn new_side_stream(&self) -> Result<Arc<CudaStream>> {
+        let stream = self.ctx.new_stream().during("cuStreamCreate")?;
+        self.side_streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(stream.clone());
+        Ok(stream)
+    }
+
+    /// The streams made by [`Gpu::new_side_stream`].
+    pub fn side_streams(&self) -> Vec<Arc<CudaStream>> {
+        self.side_streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Compiles (through the caches) and loads `entry` of `req`, allowing `shared_bytes` of dynamic
@@ -306,6 +330,31 @@ impl Gpu {
     pub fn synchronize(&self) -> Result<()> {
         self.ctx.synchronize().during("cuCtxSynchronize")
     }
+}
+
+/// An exclusive hold on GPU `ordinal` among the processes of this machine that ask for one (a
+/// `flock` on a file in the temporary folder), released when dropped. GPU tests take it so that
+/// tests sharing a device never run at once (timings and the guards' device measurements assume
+/// the device is theirs); a test's child processes run under their parent's hold and must not
+/// ask again. `None` where the lock file cannot be opened (then nothing is serialised).
+pub fn device_lock(ordinal: usize) -> Option<DeviceLock> {
+    use std::os::fd::AsRawFd;
+    let path = std::env::temp_dir().join(format!("attn-gpu-{ordinal}.lock"));
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .ok()?;
+    // SAFETY: flock on a descriptor this function owns; it blocks until the lock is free.
+    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0;
+    locked.then_some(DeviceLock { _file: file })
+}
+
+/// See [`device_lock`].
+#[derive(Debug)]
+pub struct DeviceLock {
+    _file: std::fs::File,
 }
 
 fn driver_cuda_version() -> Result<String> {
