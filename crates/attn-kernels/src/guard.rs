@@ -150,6 +150,8 @@ impl std::fmt::Display for GuardViolation {
 pub struct GuardedTensor {
     name: String,
     seed: u64,
+    /// Canary bytes on each side ([`GUARD_BYTES`], or 0: an exact allocation).
+    guard_bytes: usize,
     padded: CudaSlice<u16>,
     /// An alias of the interior of `padded`: never freed itself (leaked on drop).
     inner: ManuallyDrop<DeviceTensor>,
@@ -166,29 +168,40 @@ impl std::fmt::Debug for GuardedTensor {
 }
 
 impl GuardedTensor {
-    /// `dims` elements of `dtype` between two guards; the interior is left unwritten.
-    fn alloc(gpu: &Gpu, name: &str, dims: [usize; 4], dtype: DType, seed: u64) -> Result<Self> {
+    /// `dims` elements of `dtype` between two guards of `guard_bytes` (a multiple of 256, or 0 for
+    /// an exact allocation); the interior is left unwritten.
+    fn alloc(
+        gpu: &Gpu,
+        name: &str,
+        dims: [usize; 4],
+        dtype: DType,
+        seed: u64,
+        guard_bytes: usize,
+    ) -> Result<Self> {
         let len: usize = dims.iter().product();
-        let guard = GUARD_BYTES / 2;
+        let guard_bytes = guard_bytes.next_multiple_of(256);
+        let guard = guard_bytes / 2;
         let stream = gpu.stream();
         // SAFETY: both guards are written below; the interior is the caller's to fill.
         let mut padded = unsafe { stream.alloc::<u16>(guard + len + guard) }
             .during("cuMemAlloc (guarded tensor)")?;
-        let words = |side| -> Vec<u16> {
-            canaries(seed, side, GUARD_BYTES)
-                .chunks_exact(2)
-                .map(|c| u16::from_le_bytes([c[0], c[1]]))
-                .collect()
-        };
-        stream
-            .memcpy_htod(&words(Side::Before), &mut padded.slice_mut(..guard))
-            .during("cuMemcpyHtoD (guard before)")?;
-        stream
-            .memcpy_htod(&words(Side::After), &mut padded.slice_mut(guard + len..))
-            .during("cuMemcpyHtoD (guard after)")?;
+        if guard > 0 {
+            let words = |side| -> Vec<u16> {
+                canaries(seed, side, guard_bytes)
+                    .chunks_exact(2)
+                    .map(|c| u16::from_le_bytes([c[0], c[1]]))
+                    .collect()
+            };
+            stream
+                .memcpy_htod(&words(Side::Before), &mut padded.slice_mut(..guard))
+                .during("cuMemcpyHtoD (guard before)")?;
+            stream
+                .memcpy_htod(&words(Side::After), &mut padded.slice_mut(guard + len..))
+                .during("cuMemcpyHtoD (guard after)")?;
+        }
         let interior = {
             let (base, _sync) = padded.device_ptr(stream);
-            base + GUARD_BYTES as u64
+            base + guard_bytes as u64
         };
         // SAFETY: `interior` addresses `len` u16 elements inside `padded`, which outlives the
         // alias (dropped after it leaks the alias, see Drop); the alias is never freed.
@@ -196,6 +209,7 @@ impl GuardedTensor {
         Ok(GuardedTensor {
             name: name.to_string(),
             seed,
+            guard_bytes,
             padded,
             inner: ManuallyDrop::new(DeviceTensor { dims, dtype, buf }),
         })
@@ -203,6 +217,18 @@ impl GuardedTensor {
 
     /// A host tensor (fp16 or bf16) copied into the interior of a new guarded buffer.
     pub fn upload(gpu: &Gpu, name: &str, tensor: &HostTensor, seed: u64) -> Result<Self> {
+        GuardedTensor::upload_with(gpu, name, tensor, seed, GUARD_BYTES)
+    }
+
+    /// As [`GuardedTensor::upload`] with guards of `guard_bytes` (0: none, an exact allocation,
+    /// so that compute-sanitizer's memcheck sees the buffer's true bounds).
+    pub fn upload_with(
+        gpu: &Gpu,
+        name: &str,
+        tensor: &HostTensor,
+        seed: u64,
+        guard_bytes: usize,
+    ) -> Result<Self> {
         let dtype = tensor.dtype()?;
         if !matches!(dtype, DType::F16 | DType::Bf16) {
             return Err(KernelError::Unsupported {
@@ -210,7 +236,7 @@ impl GuardedTensor {
                 what: format!("dtype {dtype}"),
             });
         }
-        let mut guarded = GuardedTensor::alloc(gpu, name, tensor.dims, dtype, seed)?;
+        let mut guarded = GuardedTensor::alloc(gpu, name, tensor.dims, dtype, seed, guard_bytes)?;
         let bits: Vec<u16> = tensor
             .as_bytes()
             .chunks_exact(2)
@@ -230,7 +256,19 @@ impl GuardedTensor {
         dtype: DType,
         seed: u64,
     ) -> Result<Self> {
-        let mut guarded = GuardedTensor::alloc(gpu, name, dims, dtype, seed)?;
+        GuardedTensor::alloc_poisoned_with(gpu, name, dims, dtype, seed, GUARD_BYTES)
+    }
+
+    /// As [`GuardedTensor::alloc_poisoned`] with guards of `guard_bytes` (0: none).
+    pub fn alloc_poisoned_with(
+        gpu: &Gpu,
+        name: &str,
+        dims: [usize; 4],
+        dtype: DType,
+        seed: u64,
+        guard_bytes: usize,
+    ) -> Result<Self> {
+        let mut guarded = GuardedTensor::alloc(gpu, name, dims, dtype, seed, guard_bytes)?;
         gpu.poison(&mut guarded.inner)?;
         Ok(guarded)
     }
@@ -243,7 +281,10 @@ impl GuardedTensor {
     /// Reads both guards back (after everything enqueued on the GPU's stream) and says where they
     /// were written, if anywhere.
     pub fn check(&self, gpu: &Gpu) -> Result<Option<GuardViolation>> {
-        let guard = GUARD_BYTES / 2;
+        let guard = self.guard_bytes / 2;
+        if guard == 0 {
+            return Ok(None);
+        }
         let len = self.inner.buf.len();
         let stream = gpu.stream();
         let before: Vec<u16> = stream

@@ -50,17 +50,32 @@ pub struct InputSets {
     pub o: Vec<GuardedTensor>,
     /// The seed set `i` was drawn from is `seed + i`.
     seed: u64,
+    guard_bytes: usize,
 }
 
 impl InputSets {
-    /// `count` fresh normal sets (seeds `seed`, `seed+1`, ...), uploaded.
+    /// `count` fresh normal sets (seeds `seed`, `seed+1`, ...), uploaded between guards.
     pub fn new(gpu: &Gpu, problem: &Problem, count: usize, seed: u64) -> Result<InputSets> {
+        InputSets::with_guards(gpu, problem, count, seed, attn_kernels::guard::GUARD_BYTES)
+    }
+
+    /// As [`InputSets::new`] with guards of `guard_bytes` on each side of every buffer; 0 for
+    /// exact allocations (what compute-sanitizer runs on: its memcheck must see the true bounds,
+    /// which guards would hide).
+    pub fn with_guards(
+        gpu: &Gpu,
+        problem: &Problem,
+        count: usize,
+        seed: u64,
+        guard_bytes: usize,
+    ) -> Result<InputSets> {
         let mut sets = InputSets {
             q: vec![],
             k: vec![],
             v: vec![],
             o: vec![],
             seed,
+            guard_bytes,
         };
         sets.grow(gpu, problem, count)?;
         Ok(sets)
@@ -77,18 +92,35 @@ impl InputSets {
                 seed: set_seed,
             });
             let guard = |n: u64| next_random(&mut (set_seed ^ 0x9a2d_5e75 ^ n));
-            self.q
-                .push(GuardedTensor::upload(gpu, "Q", &inputs.q, guard(1))?);
-            self.k
-                .push(GuardedTensor::upload(gpu, "K", &inputs.k, guard(2))?);
-            self.v
-                .push(GuardedTensor::upload(gpu, "V", &inputs.v, guard(3))?);
-            self.o.push(GuardedTensor::alloc_poisoned(
+            let bytes = self.guard_bytes;
+            self.q.push(GuardedTensor::upload_with(
+                gpu,
+                "Q",
+                &inputs.q,
+                guard(1),
+                bytes,
+            )?);
+            self.k.push(GuardedTensor::upload_with(
+                gpu,
+                "K",
+                &inputs.k,
+                guard(2),
+                bytes,
+            )?);
+            self.v.push(GuardedTensor::upload_with(
+                gpu,
+                "V",
+                &inputs.v,
+                guard(3),
+                bytes,
+            )?);
+            self.o.push(GuardedTensor::alloc_poisoned_with(
                 gpu,
                 "O",
                 inputs.q.dims,
                 problem.dtype,
                 guard(4),
+                bytes,
             )?);
         }
         Ok(())
