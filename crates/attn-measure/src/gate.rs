@@ -55,8 +55,8 @@ pub struct GateSession<'a> {
     side_work: Option<SideStreamWork>,
     copies_reference: bool,
     /// The edge battery already run in this session, by (candidate config, dtype, head dim,
-    /// mask): the case that ran it.
-    batteries: HashMap<String, String>,
+    /// mask): the case that ran it, and its failed check if one failed.
+    batteries: HashMap<String, (String, Option<attn_evidence::CorrectnessCheck>)>,
     /// Set after a fault: the CUDA context is lost, nothing more can run.
     pub lost: bool,
 }
@@ -193,9 +193,10 @@ impl<'a> GateSession<'a> {
             problem.params.causal
         );
         case.battery = Some(match self.batteries.get(&battery_key) {
-            Some(first) => EdgeBattery {
+            // Run by an earlier case: its failure, if any, fails this one too.
+            Some((first, failed)) => EdgeBattery {
                 shapes: vec![],
-                checks: vec![],
+                checks: failed.iter().cloned().collect(),
                 skipped: vec![],
                 checked_in: Some(first.clone()),
             },
@@ -219,7 +220,9 @@ impl<'a> GateSession<'a> {
                     &crate::battery::tile_sizes(&own),
                     seed ^ 0xed9e,
                 )?;
-                self.batteries.insert(battery_key, problem.spec.to_string());
+                let failed = battery.checks.iter().find(|c| !c.passed).cloned();
+                self.batteries
+                    .insert(battery_key, (problem.spec.to_string(), failed));
                 battery
             }
         });
