@@ -14,6 +14,12 @@
 // Grid: (ceil(rows / ROWS_PER_BLOCK)), block ROWS_PER_BLOCK * 32; rows = B * H * S_q (dense) or
 // total_q * H (varlen). Grouped heads, sliding windows and packed varlen batches as
 // kernels/README.md defines them ("Variants"); the output has the layout of Q.
+//
+// Masked storage. The timing keeps a reference per input set in device memory while the candidate
+// runs; stored as the candidate should write it, a kernel that found it could copy it. So
+// `attn_reference` can store it transformed: row r at row (perm_a * r + perm_b) mod rows, every
+// 32-bit word XORed with row_mask(mask_key, r); `count_bad` undoes it on the fly. mask_key 0,
+// perm_a 1, perm_b 0 is plain storage. The host mirror is attn-kernels' `RowMask`.
 #include "attn_common.cuh"
 
 #define ROWS_PER_BLOCK 4
@@ -26,6 +32,22 @@ __device__ __forceinline__ float bits_to_float(unsigned short bits) {
 #else
     return __half2float(__ushort_as_half(bits));
 #endif
+}
+
+__device__ __forceinline__ unsigned long long ref_mix(unsigned long long z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+// The XOR mask of row r's words (0 for plain storage).
+__device__ __forceinline__ unsigned int row_mask(unsigned long long key, long long r) {
+    return key ? (unsigned int)ref_mix(key ^ ((unsigned long long)r * 0x9e3779b97f4a7c15ull)) : 0u;
+}
+
+// Where row r is stored: (a·r + b) mod rows, a bijection for a coprime with rows (rows < 2^32).
+__device__ __forceinline__ long long stored_row(long long r, long long rows, unsigned long long a, unsigned long long b) {
+    return (long long)(((unsigned long long)r * a + b) % (unsigned long long)rows);
 }
 
 __device__ __forceinline__ float warp_sum(float x) {
@@ -44,7 +66,8 @@ extern "C" __global__ void __launch_bounds__(ROWS_PER_BLOCK * 32)
 attn_reference(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_t* __restrict__ v,
                float* __restrict__ o, int batch, int heads, int kv_heads, int seq_q, int seq_kv, float scale,
                int causal, int window_left, int window_right, const int* __restrict__ cu_seqlens_q,
-               const int* __restrict__ cu_seqlens_kv, long long rows) {
+               const int* __restrict__ cu_seqlens_kv, long long rows, unsigned long long mask_key,
+               unsigned long long perm_a, unsigned long long perm_b) {
     const int lane = threadIdx.x % 32;
     const long long flat_row = (long long)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
     if (flat_row >= rows) return;  // the whole warp leaves together
@@ -116,11 +139,12 @@ attn_reference(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const
         }
     }
     const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;  // a row that sees no key is zero
-    float* o_row = o + flat_row * HEAD_DIM;
+    float* o_row = o + stored_row(flat_row, rows, perm_a, perm_b) * HEAD_DIM;
+    const unsigned int mask = row_mask(mask_key, flat_row);
 #pragma unroll
     for (int i = 0; i < DIMS_PER_LANE; ++i) {
         const int d = lane + 32 * i;
-        if (d < HEAD_DIM) o_row[d] = acc[i] * inv_l;
+        if (d < HEAD_DIM) o_row[d] = __uint_as_float(__float_as_uint(acc[i] * inv_l) ^ mask);
     }
 }
 
@@ -169,16 +193,23 @@ compare_rows(const unsigned short* __restrict__ out, const float* __restrict__ r
 // count_bad: how many of an output's elements are poison, NaN/Inf, or off the reference by more
 // than `atol`, added to bad[slot]. Launched without a host wait after every timed sample, so that
 // verifying the timed outputs adds no idle gap between samples; the counts are read at the end.
+// The reference may be stored masked (see the top of this file): mask_key, perm_a, perm_b as it was
+// computed with.
 extern "C" __global__ void count_bad(const unsigned short* __restrict__ out, const float* __restrict__ ref,
                                      float atol, unsigned short poison_bits, long long n,
-                                     unsigned int* __restrict__ bad, int slot) {
+                                     unsigned int* __restrict__ bad, int slot, unsigned long long mask_key,
+                                     unsigned long long perm_a, unsigned long long perm_b) {
+    const long long rows = n / HEAD_DIM;
     unsigned int count = 0;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (long long)gridDim.x * blockDim.x) {
+        const long long r = i / HEAD_DIM;
+        const float expected = __uint_as_float(
+            __float_as_uint(ref[stored_row(r, rows, perm_a, perm_b) * HEAD_DIM + i % HEAD_DIM]) ^ row_mask(mask_key, r));
         const unsigned short bits = out[i];
         const float x = bits_to_float(bits);
         const bool nonfinite = (__float_as_uint(x) & 0x7f800000u) == 0x7f800000u;
-        if (bits == poison_bits || nonfinite || !(fabsf(x - ref[i]) <= atol)) ++count;
+        if (bits == poison_bits || nonfinite || !(fabsf(x - expected) <= atol)) ++count;
     }
 #pragma unroll
     for (int offset = 16; offset > 0; offset /= 2) count += __shfl_xor_sync(0xffffffffu, count, offset);
@@ -206,18 +237,19 @@ scramble_elem(unsigned short* __restrict__ x, long long rows, const int* __restr
     }
 }
 
+// On the words' bits (a sign flip is an XOR of bit 31), so a masked reference turns exactly too:
+// its rows are whole stored rows, and a row's mask is the same for every column.
 extern "C" __global__ void __launch_bounds__(ROWS_PER_BLOCK * 32)
-scramble_f32(float* __restrict__ x, long long rows, const int* __restrict__ code) {
-    __shared__ float row_copy[ROWS_PER_BLOCK][HEAD_DIM];
+scramble_f32(unsigned int* __restrict__ x, long long rows, const int* __restrict__ code) {
+    __shared__ unsigned int row_copy[ROWS_PER_BLOCK][HEAD_DIM];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const long long r = (long long)blockIdx.x * ROWS_PER_BLOCK + warp;
     if (r >= rows) return;
-    float* row = x + r * HEAD_DIM;
+    unsigned int* row = x + r * HEAD_DIM;
     for (int d = lane; d < HEAD_DIM; d += 32) row_copy[warp][d] = row[d];
     __syncwarp();
     for (int d = lane; d < HEAD_DIM; d += 32) {
         const int c = code[d];
-        const float v = row_copy[warp][c & 0xffff];
-        row[d] = (c >> 16) ? -v : v;
+        row[d] = row_copy[warp][c & 0xffff] ^ ((c >> 16) ? 0x80000000u : 0u);
     }
 }

@@ -33,6 +33,8 @@ fn evo(args: &[&str], evidence: &Path) -> String {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_search_over_tiled_beats_its_default_config() {
+    // One GPU test at a time on the device (tests of other executables too).
+    let _device = attn_kernels::device_lock(0);
     let dir = tempfile::tempdir().unwrap();
     evo(
         &[
@@ -75,6 +77,8 @@ fn a_search_over_tiled_beats_its_default_config() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn planted_faulting_and_hanging_candidates_are_survived() {
+    // One GPU test at a time on the device (tests of other executables too).
+    let _device = attn_kernels::device_lock(0);
     let dir = tempfile::tempdir().unwrap();
     evo(
         &[
@@ -113,6 +117,8 @@ fn planted_faulting_and_hanging_candidates_are_survived() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_search_over_cublas_a_hybrid_and_mma_measures_each_and_gates_the_winner() {
+    // One GPU test at a time on the device (tests of other executables too).
+    let _device = attn_kernels::device_lock(0);
     let dir = tempfile::tempdir().unwrap();
     let args = [
         "--impl",
@@ -149,6 +155,8 @@ fn a_search_over_cublas_a_hybrid_and_mma_measures_each_and_gates_the_winner() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_composite_search_profiles_its_finalists_with_ncu() {
+    // One GPU test at a time on the device (tests of other executables too).
+    let _device = attn_kernels::device_lock(0);
     let dir = tempfile::tempdir().unwrap();
     let args = [
         "--impl",

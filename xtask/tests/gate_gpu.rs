@@ -26,6 +26,8 @@ fn gate(args: &[&str]) -> (i32, String) {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn bad_kernels_are_rejected_for_the_right_reason() {
+    // One GPU test at a time on the device (tests of other executables too).
+    let _device = attn_kernels::device_lock(0);
     struct Case {
         file: &'static str,
         reason: &'static str,
@@ -74,6 +76,8 @@ fn bad_kernels_are_rejected_for_the_right_reason() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn hidden_work_on_another_stream_is_caught() {
+    // One GPU test at a time on the device (tests of other executables too).
+    let _device = attn_kernels::device_lock(0);
     let (code, text) = gate(&[
         "--impl",
         "mma",
@@ -93,6 +97,8 @@ fn hidden_work_on_another_stream_is_caught() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_correct_candidate_against_itself_is_no_change() {
+    // One GPU test at a time on the device (tests of other executables too).
+    let _device = attn_kernels::device_lock(0);
     let (code, text) = gate(&[
         "--impl",
         "mma",
@@ -110,6 +116,8 @@ fn a_correct_candidate_against_itself_is_no_change() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_ratchet_against_the_kernel_at_head_does_not_regress() {
+    // One GPU test at a time on the device (tests of other executables too).
+    let _device = attn_kernels::device_lock(0);
     // The same source read with git, compiled as a revision: passes the no-regression rule where
     // the usual gate (above) fails. Skipped in a copy without `.git`.
     let git = Command::new("git").args(["rev-parse", "HEAD"]).output();

@@ -155,6 +155,8 @@ fn compare_evo_without_a_micro_log_says_what_to_run() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn the_hopper_micro_ranks_its_configs_into_the_evidence() {
+    // One GPU test at a time on the device (tests of other executables too).
+    let _device = attn_kernels::device_lock(0);
     let evidence = tempfile::tempdir().unwrap();
     let out = Command::new(xtask())
         .args([

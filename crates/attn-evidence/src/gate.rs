@@ -17,6 +17,41 @@ pub enum CheckFailure {
     NonFinite,
     /// The output is byte-identical to the previous check's on new inputs.
     Stale,
+    /// Bytes changed in the canary guards before or after a buffer (the output's, or an input's).
+    WroteOutside,
+    /// Q, K or V changed across the launch (their checksums differ).
+    WroteInputs,
+    /// Two launches on the same inputs gave outputs that are not bitwise identical.
+    NonDeterministic,
+}
+
+impl CheckFailure {
+    /// Whether this is one of the gate's defences against cheating (guards, checksums,
+    /// determinism) rather than a wrong value: its reason is the verdict itself.
+    pub fn is_defence(self) -> bool {
+        matches!(
+            self,
+            CheckFailure::WroteOutside | CheckFailure::WroteInputs | CheckFailure::NonDeterministic
+        )
+    }
+}
+
+/// What the gate watched around a checked launch besides its values: canary guards around every
+/// buffer, checksums of the inputs, a second launch on the same inputs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchGuards {
+    /// Canary bytes before and after each of Q, K, V and O (each buffer has its own).
+    pub guard_bytes: u64,
+    /// Writes found in the guards, one line each (`"128 bytes after O"`); empty when clean.
+    #[serde(default)]
+    pub outside: Vec<String>,
+    /// Inputs whose checksum changed across the launches (`"Q"`, `"K"`, `"V"`).
+    #[serde(default)]
+    pub inputs_written: Vec<String>,
+    /// Launches on the same inputs (2: the second checks that the output is deterministic).
+    pub launches: u32,
+    /// Whether those launches' outputs were bitwise identical.
+    pub identical: bool,
 }
 
 /// The whole output compared with the GPU reference (f32, `kernels/reference.cu`).
@@ -80,6 +115,36 @@ pub struct CorrectnessCheck {
     /// The whole output against the GPU reference (absent in schema-1 files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub full: Option<FullCheck>,
+    /// The softmax scale the check passed (drawn per check around 1/√D; absent in older files,
+    /// whose checks all used 1/√D).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale: Option<f64>,
+    /// The shape checked, when it is not the case's own (an edge shape of the battery).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape: Option<String>,
+    /// Guards, input checksums and the determinism launch (absent in older files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guards: Option<LaunchGuards>,
+}
+
+/// The edge-shape battery: correctness (not timing) on small shapes chosen to break tiling for
+/// the case's head dim, dtype and mask (ragged lengths at every tile size, `S_q ≠ S_kv` both ways,
+/// `S = 1`, odd batch and head counts, causal rows that see no key). Run once per candidate
+/// config, head dim, dtype and mask in a gate run; stops at the first failing shape.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EdgeBattery {
+    /// Every shape of the battery, in order.
+    pub shapes: Vec<String>,
+    /// The checks run, one per shape, until the first failure.
+    #[serde(default)]
+    pub checks: Vec<CorrectnessCheck>,
+    /// Shapes the candidate declined to launch (one line each, with its reason).
+    #[serde(default)]
+    pub skipped: Vec<String>,
+    /// When this case did not run the battery itself: the earlier case that did (same config,
+    /// head dim, dtype and mask).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checked_in: Option<String>,
 }
 
 /// The outputs of the timed launches, checked after every sample against the reference of the
@@ -99,6 +164,20 @@ pub struct TimedOutputCheck {
     /// (so no launch saw inputs an earlier one had seen, and outputs cannot be remembered).
     #[serde(default)]
     pub inputs_scrambled: bool,
+    /// Launches per timed sample, each on its own input set and output (poisoned before the
+    /// sample, verified after it); absent in older files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launches_per_sample: Option<usize>,
+    /// Whether the references the timed outputs were verified against were kept transformed
+    /// (rows permuted and bits masked with a secret key) while the candidate ran.
+    #[serde(default)]
+    pub reference_masked: bool,
+    /// Writes found after timing in the canary guards of the candidate's buffers, one line each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outside: Vec<String>,
+    /// Inputs whose (permutation-invariant) checksum changed during timing, one line each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inputs_written: Vec<String>,
 }
 
 /// Blocks of samples dropped because the SM clock was throttled, and re-taken.
@@ -116,6 +195,28 @@ pub struct ClockGuard {
     pub min_kept_mhz: Option<u32>,
     /// Whether each side has its full count of clean samples.
     pub complete: bool,
+    /// The rule blocks were kept by, one line (absent in older files: 90% of the maximum by
+    /// nvidia-smi after each block).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// The SM clock of each block as measured, MHz, in the order taken (baseline and candidate
+    /// alternating), with the side (0 candidate, 1 baseline) and whether it was kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocks: Vec<BlockClock>,
+}
+
+/// One timed block's SM clock.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BlockClock {
+    /// 0 the candidate, 1 the baseline.
+    pub side: usize,
+    /// The SM clock over the block, MHz (none where it could not be measured).
+    pub mhz: Option<f64>,
+    /// How it was measured: `"device"` (clock64 and %globaltimer around the block, on the timed
+    /// stream) or `"nvidia-smi"` (read after the block).
+    pub source: String,
+    /// Whether the block's samples were kept.
+    pub kept: bool,
 }
 
 /// What ended a gate case: the one typed outcome every reader (markdown, replay, report) uses.
@@ -141,6 +242,12 @@ pub enum CaseStatus {
     NonFinite,
     /// Output unchanged on new inputs.
     StaleOutput,
+    /// Wrote into the canary guards before or after a buffer.
+    WroteOutside,
+    /// Changed its inputs.
+    WroteInputs,
+    /// Two launches on the same inputs differ.
+    NonDeterministic,
     /// What the timed launches produced differs from the checked output.
     TimedOutputDiffers,
     /// Work ran outside the timed stream.
@@ -171,6 +278,9 @@ impl CaseStatus {
             CaseStatus::Unwritten => "unwritten output",
             CaseStatus::NonFinite => "NaN/Inf output",
             CaseStatus::StaleOutput => "stale output",
+            CaseStatus::WroteOutside => "wrote outside its output",
+            CaseStatus::WroteInputs => "wrote into its inputs",
+            CaseStatus::NonDeterministic => "non-deterministic output",
             CaseStatus::TimedOutputDiffers => "timed output differs",
             CaseStatus::EscapedStream => "work escapes the stream",
             CaseStatus::Hang => "hang",
@@ -356,6 +466,15 @@ pub struct GateCase {
     /// Clock-throttled blocks dropped and re-taken (absent in schema-1 files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clock_guard: Option<ClockGuard>,
+    /// The edge-shape battery for this case's config, head dim, dtype and mask (absent in older
+    /// files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub battery: Option<EdgeBattery>,
+    /// The physical floor of one launch, µs: the bytes it must move (Q, K and V read, O beyond
+    /// the L2 written) at the device's peak memory bandwidth. A median below it is implausible
+    /// (absent in older files, or where the bandwidth is unknown or the L2 not flushed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_floor_us: Option<f64>,
     /// What ended the case (absent in schema-1 files; replay derives it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<CaseStatus>,

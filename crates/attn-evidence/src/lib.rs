@@ -38,7 +38,7 @@
 //!     cuda_driver_api: None, nvrtc: None, pytorch: None, torch_cuda: None, cudnn: None,
 //!     git_rev: "1f367d0c0ffee".into(), git_dirty: false, date: "2025-11-22T14:19:00Z".into(),
 //!     host: None, tool: "attn 0.1.0".into(), command: vec!["cargo".into(), "xtask".into(), "bench".into()],
-//!     clocks: Default::default(), max_sm_mhz: None, peak_tflops: None,
+//!     clocks: Default::default(), max_sm_mhz: None, peak_tflops: None, memory: None,
 //! };
 //! let run = BenchRun { schema: attn_evidence::SCHEMA_VERSION, kind: "bench".into(), provenance, suite: None, entries: vec![] };
 //! let path = evidence_path(root.path(), "bench", &run.provenance.date, &run.provenance.gpu, &run.provenance.git_rev);
@@ -65,13 +65,14 @@ pub use bench::{BenchEntry, BenchRun, BENCH_CSV_HEADER};
 pub use error::EvidenceError;
 pub use evo::{read_evo_log, write_evo_log, CandidateStatus, EvoCandidate, EvoLogAppender};
 pub use gate::{
-    CaseStatus, CheckFailure, ClockGuard, CorrectnessCheck, Flag, FlagKind, FullCheck, GateCase,
-    GateMode, GateRule, GateRun, TimedOutputCheck,
+    BlockClock, CaseStatus, CheckFailure, ClockGuard, CorrectnessCheck, EdgeBattery, Flag,
+    FlagKind, FullCheck, GateCase, GateMode, GateRule, GateRun, LaunchGuards, TimedOutputCheck,
 };
 pub use implementation::Implementation;
 pub use micro::{MicroBest, MicroCorrelation, MicroPair, MicroRanked, MicroTarget};
 pub use provenance::{
-    dense_flop_per_clock_per_sm, dense_peak_tflops, utc_now_rfc3339, ClockReadings, Provenance,
+    bandwidth_by_name, bandwidth_from_attributes, dense_flop_per_clock_per_sm, dense_peak_tflops,
+    memory_floor_us, utc_now_rfc3339, ClockReadings, MemoryPeak, Provenance,
 };
 pub use sanitize::{SanitizeFinding, SanitizeRun, SanitizeTool};
 pub use search::{

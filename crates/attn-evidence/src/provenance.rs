@@ -58,6 +58,98 @@ pub struct Provenance {
     /// dense FLOP per clock per SM (absent in schema-1 files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_tflops: Option<f64>,
+    /// The device's peak memory bandwidth, the L2 size and where they came from (absent in older
+    /// files): what the physical floor of a launch ([`memory_floor_us`]) is computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryPeak>,
+}
+
+/// A device's peak DRAM bandwidth, and where the number came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemoryPeak {
+    /// Peak bandwidth, GB/s (10⁹ bytes per second).
+    pub bandwidth_gbs: f64,
+    /// The L2 cache, bytes.
+    #[serde(default)]
+    pub l2_bytes: Option<u64>,
+    /// How it was found, one line: the device attributes (`2 × 2619 MHz × 5120-bit bus`), the
+    /// table by device name, or both (the larger, i.e. the lower floor, is used).
+    pub source: String,
+}
+
+/// Peak DRAM bandwidth from the device attributes, GB/s: double data rate × the memory clock ×
+/// the bus width (the formula of NVIDIA's `cudaDeviceProp` examples). `None` for a zero or
+/// missing attribute.
+///
+/// ```
+/// // An H100 SXM: 2619 MHz, 5120-bit HBM3.
+/// let gbs = attn_evidence::bandwidth_from_attributes(2_619_000, 5120).unwrap();
+/// assert!((gbs - 3352.3).abs() < 0.1, "{gbs}");
+/// ```
+pub fn bandwidth_from_attributes(memory_clock_khz: i64, bus_width_bits: i64) -> Option<f64> {
+    (memory_clock_khz > 0 && bus_width_bits > 0)
+        .then(|| 2.0 * memory_clock_khz as f64 * 1e3 * (bus_width_bits as f64 / 8.0) / 1e9)
+}
+
+/// Peak DRAM bandwidth by device name, GB/s, from the datasheets: the highest of the parts a
+/// name may stand for (a higher bandwidth is a lower floor, so a guess never rejects an honest
+/// kernel). `None` for a device not in the table.
+///
+/// ```
+/// use attn_evidence::bandwidth_by_name;
+/// assert_eq!(bandwidth_by_name("NVIDIA H100 80GB HBM3"), Some(3350.0));
+/// assert_eq!(bandwidth_by_name("NVIDIA H100 PCIe"), Some(2000.0));
+/// assert_eq!(bandwidth_by_name("NVIDIA H200"), Some(4800.0));
+/// assert_eq!(bandwidth_by_name("a GPU nobody knows"), None);
+/// ```
+pub fn bandwidth_by_name(name: &str) -> Option<f64> {
+    let n = name.to_ascii_uppercase();
+    let has = |s: &str| n.contains(s);
+    // Most specific first.
+    let table: &[(&dyn Fn() -> bool, f64)] = &[
+        (&|| has("GB200") || has("B200") || has("B100"), 8000.0),
+        (&|| has("GH200"), 4900.0),
+        (&|| has("H200"), 4800.0),
+        (&|| has("H100") && has("PCIE"), 2000.0),
+        (&|| has("H100") && has("HBM3"), 3350.0),
+        (&|| has("H100") || has("H800"), 3900.0),
+        (&|| has("A100") && has("PCIE") && has("40GB"), 1555.0),
+        (&|| has("A100") || has("A800"), 2039.0),
+        (&|| has("L40"), 864.0),
+        (&|| has("RTX 4090"), 1008.0),
+        (&|| has("RTX 3090"), 936.0),
+        (&|| has("A10"), 600.0),
+        (&|| has("L4"), 300.0),
+        (&|| has("V100"), 900.0),
+        (&|| has("T4"), 320.0),
+    ];
+    table
+        .iter()
+        .find(|(matches, _)| matches())
+        .map(|(_, gbs)| *gbs)
+}
+
+/// The physical floor of one launch, µs: what must cross the DRAM interface at `bandwidth_gbs`.
+/// With the L2 flushed before every sample, all of `read_bytes` comes from DRAM; written bytes
+/// may stay in an L2 of `l2_bytes` (write-back), so only what does not fit counts.
+///
+/// ```
+/// // 2,16,8192,128 fp16: Q, K, V 64 MiB each read, O 64 MiB written past a 50 MiB L2, at 3352 GB/s.
+/// let mib = 1u64 << 20;
+/// let floor = attn_evidence::memory_floor_us(192 * mib, 64 * mib, Some(50 * mib), 3352.0);
+/// assert!((floor - 64.4).abs() < 0.1, "{floor}");
+/// ```
+pub fn memory_floor_us(
+    read_bytes: u64,
+    write_bytes: u64,
+    l2_bytes: Option<u64>,
+    bandwidth_gbs: f64,
+) -> f64 {
+    let written = write_bytes.saturating_sub(l2_bytes.unwrap_or(0));
+    if bandwidth_gbs <= 0.0 || !bandwidth_gbs.is_finite() {
+        return 0.0;
+    }
+    (read_bytes + written) as f64 / (bandwidth_gbs * 1e9) * 1e6
 }
 
 /// SM clock and GPU temperature read just before and just after a measurement. A clock that moved

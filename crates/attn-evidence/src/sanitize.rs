@@ -215,6 +215,7 @@ mod tests {
                 clocks: Default::default(),
                 max_sm_mhz: None,
                 peak_tflops: None,
+                memory: None,
             },
             candidate: Implementation::named("mma"),
             shapes: vec!["1,2,197,64 causal".parse().unwrap()],

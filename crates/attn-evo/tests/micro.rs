@@ -13,8 +13,20 @@ fn knobs(pairs: &[(&str, i64)]) -> Knobs {
     pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
 }
 
+/// The fixtures, relative to the crate's folder: where `cargo test` starts a test and where the
+/// bundle's `run-gpu-tests.sh` enters before running it. A compile-time path (`CARGO_MANIFEST_DIR`)
+/// would name the build machine's checkout and fail wherever the bundle is run from.
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/micro")
+    let relative = Path::new("tests/fixtures/micro");
+    assert!(
+        relative.join("hopper-log.csv").is_file(),
+        "{} not found from {}: run from crates/attn-evo (as cargo test and run-gpu-tests.sh do)",
+        relative.display(),
+        std::env::current_dir()
+            .map(|d| d.display().to_string())
+            .unwrap_or_default()
+    );
+    relative.to_path_buf()
 }
 
 fn outcome(cycles: Result<f64, &str>, blocks_per_sm: u32) -> MicroOutcome {

@@ -38,6 +38,12 @@ pub struct DeviceInfo {
     pub total_memory: usize,
     /// Maximum SM clock, MHz.
     pub max_sm_mhz: u32,
+    /// Peak memory clock, kHz (0 where the driver does not say).
+    #[serde(default)]
+    pub memory_clock_khz: i64,
+    /// Global memory bus width, bits (0 where the driver does not say).
+    #[serde(default)]
+    pub memory_bus_bits: i64,
 }
 
 /// A device tensor in `[B, H, S, D]` layout; elements are 16-bit (fp16 or bf16) bit patterns.
@@ -69,6 +75,9 @@ pub struct Gpu {
     info: DeviceInfo,
     functions: Mutex<HashMap<String, CudaFunction>>,
     blas: OnceLock<CudaBlas>,
+    /// Every other stream work of ours may run on ([`Gpu::new_side_stream`]): the timing's guard
+    /// pass records an event on each to see, on the device, work that outlives the timed stream.
+    side_streams: Mutex<Vec<Arc<CudaStream>>>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -141,6 +150,14 @@ impl Gpu {
                 CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CLOCK_RATE,
                 "clock rate",
             )? / 1000) as u32,
+            // Only for the physical floor of a launch: a driver that does not report them leaves
+            // the floor to the table by device name.
+            memory_clock_khz: ctx
+                .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE)
+                .map_or(0, i64::from),
+            memory_bus_bits: ctx
+                .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH)
+                .map_or(0, i64::from),
         };
         Ok(Gpu {
             ctx,
@@ -148,6 +165,7 @@ impl Gpu {
             info,
             functions: Mutex::new(HashMap::new()),
             blas: OnceLock::new(),
+            side_streams: Mutex::new(Vec::new()),
         })
     }
 
@@ -183,6 +201,26 @@ impl Gpu {
     /// The stream every launch uses.
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
+    }
+
+    /// A new stream for work beside the timed stream, registered so that the timing's guard pass
+    /// sees on the device how long its work outlives the timed stream's: every stream of ours
+    /// other than [`Gpu::stream`] must come from here.
+    pub fn new_side_stream(&self) -> Result<Arc<CudaStream>> {
+        let stream = self.ctx.new_stream().during("cuStreamCreate")?;
+        self.side_streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(stream.clone());
+        Ok(stream)
+    }
+
+    /// The streams made by [`Gpu::new_side_stream`].
+    pub fn side_streams(&self) -> Vec<Arc<CudaStream>> {
+        self.side_streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Compiles (through the caches) and loads `entry` of `req`, allowing `shared_bytes` of dynamic
@@ -318,6 +356,31 @@ impl Gpu {
     pub fn synchronize(&self) -> Result<()> {
         self.ctx.synchronize().during("cuCtxSynchronize")
     }
+}
+
+/// An exclusive hold on GPU `ordinal` among the processes of this machine that ask for one (a
+/// `flock` on a file in the temporary folder), released when dropped. GPU tests take it so that
+/// tests sharing a device never run at once (timings and the guards' device measurements assume
+/// the device is theirs); a test's child processes run under their parent's hold and must not
+/// ask again. `None` where the lock file cannot be opened (then nothing is serialised).
+pub fn device_lock(ordinal: usize) -> Option<DeviceLock> {
+    use std::os::fd::AsRawFd;
+    let path = std::env::temp_dir().join(format!("attn-gpu-{ordinal}.lock"));
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .ok()?;
+    // SAFETY: flock on a descriptor this function owns; it blocks until the lock is free.
+    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0;
+    locked.then_some(DeviceLock { _file: file })
+}
+
+/// See [`device_lock`].
+#[derive(Debug)]
+pub struct DeviceLock {
+    _file: std::fs::File,
 }
 
 fn driver_cuda_version() -> Result<String> {

@@ -12,6 +12,8 @@
 //! - [`reference`]: the whole-output check on the GPU (an f32 reference kernel and a per-row
 //!   comparison).
 //! - [`telemetry`]: SM clock and temperature, to flag a throttled run.
+//! - [`guard`]: the gate's defences around a candidate's buffers (canary guards, input
+//!   checksums) and its device clock probe (`kernels/harness.cu`).
 //!
 //! ```no_run
 //! use attn_kernels::{Candidate, Config, Gpu, Prepared};
@@ -30,6 +32,7 @@ pub mod compile;
 pub mod config;
 pub mod error;
 pub mod gpu;
+pub mod guard;
 pub mod planted;
 pub mod reference;
 pub mod registry;
@@ -41,7 +44,8 @@ pub mod toolkit;
 pub use attention::{Candidate, Prepared};
 pub use config::{Config, Knob};
 pub use error::{KernelError, Result};
-pub use gpu::{DeviceInfo, DeviceTensor, Gpu, VarlenOffsets};
-pub use reference::{ColumnMap, Counters, GpuReference, ReferenceOutput, RowErrors};
+pub use gpu::{device_lock, DeviceInfo, DeviceLock, DeviceTensor, Gpu, VarlenOffsets};
+pub use guard::{GuardViolation, GuardedTensor, HarnessKernels};
+pub use reference::{ColumnMap, Counters, GpuReference, ReferenceOutput, RowErrors, RowMask};
 pub use registry::{registry, Implementation, Limits};
 pub use timing::{Harness, SampleHooks, TimingMode, TimingOptions, Timings};

@@ -16,11 +16,119 @@ const ROWS_PER_BLOCK: usize = 4;
 /// Statistics per row written by `compare_rows`.
 const ROW_STATS: usize = 6;
 
-/// The reference output of one input set: f32, `[B, H, S_q, D]`, on the device.
+/// How a reference is stored on the device: row `r` at row `(a·r + b) mod rows`, every 32-bit
+/// word XORed with a mask of `key` and `r` (`kernels/reference.cu`). The timing's references sit
+/// in device memory while the candidate runs: stored as the candidate should write them, a kernel
+/// that found one could copy it; stored this way, what it would copy is noise. [`RowMask::PLAIN`]
+/// is plain storage. This is the host mirror of the kernels' arithmetic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowMask {
+    /// The mask's key (0: no mask).
+    pub key: u64,
+    /// The row permutation's multiplier, coprime with the row count.
+    pub a: u64,
+    /// Its offset.
+    pub b: u64,
+}
+
+fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+impl RowMask {
+    /// Plain storage.
+    pub const PLAIN: RowMask = RowMask { key: 0, a: 1, b: 0 };
+
+    /// A secret mask for `rows` rows from `entropy`: a non-zero key, a multiplier coprime with
+    /// `rows` other than 1 where one exists, an offset. Beyond 2³² rows (where the kernels'
+    /// 64-bit product could overflow) the rows stay in place and only the words are masked.
+    pub fn secret(rows: usize, entropy: u64) -> RowMask {
+        let rows = rows.max(1) as u64;
+        let mut state = entropy;
+        let mut next = || {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            mix64(state)
+        };
+        let key = next() | 1;
+        if rows >= 1 << 32 || rows <= 2 {
+            return RowMask {
+                key,
+                a: 1,
+                b: if rows >= 1 << 32 { 0 } else { next() % rows },
+            };
+        }
+        let a = loop {
+            let a = 2 + next() % (rows - 2);
+            if gcd(a, rows) == 1 {
+                break a;
+            }
+        };
+        RowMask {
+            key,
+            a,
+            b: next() % rows,
+        }
+    }
+
+    /// Where row `r` of `rows` is stored.
+    pub fn stored_row(&self, r: usize, rows: usize) -> usize {
+        ((r as u64).wrapping_mul(self.a).wrapping_add(self.b) % rows.max(1) as u64) as usize
+    }
+
+    /// The XOR mask of row `r`'s words.
+    pub fn word_mask(&self, r: usize) -> u32 {
+        if self.key == 0 {
+            0
+        } else {
+            mix64(self.key ^ (r as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) as u32
+        }
+    }
+
+    /// `plain` (`rows × d` values) as the device stores it under this mask.
+    pub fn apply(&self, plain: &[f32], d: usize) -> Vec<u32> {
+        let rows = plain.len() / d.max(1);
+        let mut stored = vec![0u32; plain.len()];
+        for r in 0..rows {
+            let to = self.stored_row(r, rows) * d;
+            let mask = self.word_mask(r);
+            for (j, x) in plain[r * d..(r + 1) * d].iter().enumerate() {
+                stored[to + j] = x.to_bits() ^ mask;
+            }
+        }
+        stored
+    }
+
+    /// The values of `stored` (as [`RowMask::apply`] left them), in row order.
+    pub fn undo(&self, stored: &[u32], d: usize) -> Vec<f32> {
+        let rows = stored.len() / d.max(1);
+        let mut plain = vec![0f32; stored.len()];
+        for r in 0..rows {
+            let from = self.stored_row(r, rows) * d;
+            let mask = self.word_mask(r);
+            for j in 0..d {
+                plain[r * d + j] = f32::from_bits(stored[from + j] ^ mask);
+            }
+        }
+        plain
+    }
+}
+
+/// The reference output of one input set: f32, `[B, H, S_q, D]`, on the device, stored under a
+/// [`RowMask`] (plain for the checks, secret for the timing's verification).
 #[derive(Debug)]
 pub struct ReferenceOutput {
     shape: Shape,
-    data: CudaSlice<f32>,
+    pub(crate) data: CudaSlice<f32>,
+    mask: RowMask,
 }
 
 impl ReferenceOutput {
@@ -29,11 +137,20 @@ impl ReferenceOutput {
         self.shape
     }
 
-    /// Copies it to the host (row-major `[B, H, S_q, D]`).
+    /// Whether it is stored masked.
+    pub fn is_masked(&self) -> bool {
+        self.mask != RowMask::PLAIN
+    }
+
+    /// Copies it to the host (row-major `[B, H, S_q, D]`, unmasked).
     pub fn download(&self, gpu: &Gpu) -> Result<Vec<f32>> {
         let out = gpu.stream().clone_dtoh(&self.data).during("cuMemcpyDtoH")?;
         gpu.synchronize()?;
-        Ok(out)
+        if !self.is_masked() {
+            return Ok(out);
+        }
+        let bits: Vec<u32> = out.iter().map(|x| x.to_bits()).collect();
+        Ok(self.mask.undo(&bits, self.shape.head_dim))
     }
 }
 
@@ -191,7 +308,7 @@ impl GpuReference {
         }
     }
 
-    /// The f32 reference output of `q, k, v` (asynchronous, on the GPU's stream).
+    /// The f32 reference output of `q, k, v` (asynchronous, on the GPU's stream), stored plain.
     pub fn compute(
         &self,
         gpu: &Gpu,
@@ -200,7 +317,7 @@ impl GpuReference {
         v: &DeviceTensor,
         params: &Params,
     ) -> Result<ReferenceOutput> {
-        self.compute_batch(gpu, q, k, v, params, None)
+        self.compute_with(gpu, q, k, v, params, None, RowMask::PLAIN)
     }
 
     /// [`GpuReference::compute`] on a dense batch (`offsets` `None`) or a packed varlen batch,
@@ -213,6 +330,35 @@ impl GpuReference {
         v: &DeviceTensor,
         params: &Params,
         offsets: Option<&crate::gpu::VarlenOffsets>,
+    ) -> Result<ReferenceOutput> {
+        self.compute_with(gpu, q, k, v, params, offsets, RowMask::PLAIN)
+    }
+
+    /// As [`GpuReference::compute`], stored under `mask` from the start (the plain values never
+    /// reach device memory).
+    pub fn compute_masked(
+        &self,
+        gpu: &Gpu,
+        q: &DeviceTensor,
+        k: &DeviceTensor,
+        v: &DeviceTensor,
+        params: &Params,
+        mask: RowMask,
+    ) -> Result<ReferenceOutput> {
+        self.compute_with(gpu, q, k, v, params, None, mask)
+    }
+
+    /// The reference of a dense or varlen batch, stored under `mask`.
+    #[allow(clippy::too_many_arguments)] // the tensors, the problem, the batch and the storage
+    pub fn compute_with(
+        &self,
+        gpu: &Gpu,
+        q: &DeviceTensor,
+        k: &DeviceTensor,
+        v: &DeviceTensor,
+        params: &Params,
+        offsets: Option<&crate::gpu::VarlenOffsets>,
+        mask: RowMask,
     ) -> Result<ReferenceOutput> {
         // O has Q's dims: Q stands in for it in the shape check.
         let (shape, rows) = match offsets {
@@ -262,14 +408,18 @@ impl GpuReference {
             .arg(&window_right)
             .arg(&cu_q)
             .arg(&cu_kv)
-            .arg(&rows_arg);
+            .arg(&rows_arg)
+            .arg(&mask.key)
+            .arg(&mask.a)
+            .arg(&mask.b);
         // SAFETY: attn_reference(q, k, v, float* o, batch, heads, kv_heads, seq_q, seq_kv,
-        // scale, causal, window_left, window_right, cu_seqlens_q, cu_seqlens_kv, rows) over
-        // checked tensors of the compiled dtype and head dim, dense [B, H, S_q, D] and
+        // scale, causal, window_left, window_right, cu_seqlens_q, cu_seqlens_kv, rows, key, a, b)
+        // over checked tensors of the compiled dtype and head dim, dense [B, H, S_q, D] and
         // [B, H_kv, S_kv, D] with null offsets, or packed with live offsets matching them;
-        // `data` holds rows × D floats; one warp per row, the grid covers every row.
+        // `data` holds rows × D floats and every stored row (a·r + b) mod rows is inside it; one
+        // warp per row, the grid covers every row.
         unsafe { launch.launch(Self::grid(rows)) }.during("cuLaunchKernel (attn_reference)")?;
-        Ok(ReferenceOutput { shape, data })
+        Ok(ReferenceOutput { shape, data, mask })
     }
 
     /// Adds to `counters[slot]` the number of elements of `out` that are poison, NaN/Inf or off
@@ -308,15 +458,19 @@ impl GpuReference {
             .arg(&poison)
             .arg(&n)
             .arg(&mut counters.0)
-            .arg(&slot_arg);
+            .arg(&slot_arg)
+            .arg(&reference.mask.key)
+            .arg(&reference.mask.a)
+            .arg(&reference.mask.b);
         let cfg = LaunchConfig {
             grid_dim: (blocks.max(1), 1, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
         // SAFETY: count_bad(const u16* out, const float* ref, float atol, u16 poison, long long n,
-        // unsigned* bad, int slot): out and ref hold n elements (same dims, checked above), slot
-        // is inside `counters`; a grid-stride loop covers every element.
+        // unsigned* bad, int slot, key, a, b): out and ref hold n elements (same dims, checked
+        // above; every stored row is inside ref), slot is inside `counters`; a grid-stride loop
+        // covers every element.
         unsafe { launch.launch(cfg) }.during("cuLaunchKernel (count_bad)")?;
         Ok(())
     }
@@ -348,8 +502,8 @@ impl GpuReference {
         let rows_arg = rows as i64;
         let mut launch = gpu.stream().launch_builder(&self.scramble_f32);
         launch.arg(&mut reference.data).arg(&rows_arg).arg(&map.0);
-        // SAFETY: scramble_f32(float* x, long long rows, const int* code): `x` holds rows × D
-        // floats, `code` D entries each < D (checked); one warp per row.
+        // SAFETY: scramble_f32(unsigned* x, long long rows, const int* code): `x` holds rows × D
+        // 32-bit words, `code` D entries each < D (checked); one warp per row.
         unsafe { launch.launch(Self::grid(rows)) }.during("cuLaunchKernel (scramble_f32)")?;
         Ok(())
     }
@@ -375,6 +529,11 @@ impl GpuReference {
         atol: f64,
     ) -> Result<RowErrors> {
         let shape = reference.shape;
+        if reference.is_masked() {
+            return Err(KernelError::Shape(
+                "a masked reference is compared by count_bad only".into(),
+            ));
+        }
         if out.dims != shape.q_dims() || out.dtype != self.dtype {
             return Err(KernelError::Shape(format!(
                 "output {:?} {} does not match the reference {:?} {}",
@@ -416,5 +575,75 @@ impl GpuReference {
             errors.ref_sq.push(f64::from(row[5]));
         }
         Ok(errors)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RowMask;
+
+    #[test]
+    fn a_masked_reference_round_trips_and_is_noise_where_it_is_stored() {
+        let d = 8;
+        for rows in [1usize, 2, 3, 7, 64, 1000, 4096] {
+            let plain: Vec<f32> = (0..rows * d).map(|i| (i as f32 * 0.37).sin()).collect();
+            for entropy in [0u64, 1, 42, u64::MAX] {
+                let mask = RowMask::secret(rows, entropy);
+                assert_ne!(mask.key, 0);
+                // A permutation of the rows.
+                let mut seen = vec![false; rows];
+                for r in 0..rows {
+                    let to = mask.stored_row(r, rows);
+                    assert!(!seen[to], "rows {rows}: {r} collides");
+                    seen[to] = true;
+                }
+                let stored = mask.apply(&plain, d);
+                assert_eq!(mask.undo(&stored, d), plain);
+                // What a copying kernel would read where it expects row r: not row r's values.
+                let copied: Vec<f32> = stored.iter().map(|&w| f32::from_bits(w)).collect();
+                let same = copied
+                    .iter()
+                    .zip(&plain)
+                    .filter(|(a, b)| (*a - *b).abs() <= 1e-3)
+                    .count();
+                assert!(
+                    same <= plain.len() / 100 + 1,
+                    "rows {rows}: {same} values readable"
+                );
+            }
+        }
+        // Plain storage is the identity.
+        let plain = [1.0f32, -2.0, 3.5, 0.0];
+        let stored = RowMask::PLAIN.apply(&plain, 2);
+        assert_eq!(stored, plain.map(f32::to_bits));
+        // Large row counts keep the rows in place, still masked.
+        let big = RowMask::secret(1 << 33, 3);
+        assert_eq!((big.a, big.b), (1, 0));
+        assert_ne!(big.word_mask(5), 0);
+    }
+
+    #[test]
+    fn signed_column_permutations_commute_with_the_mask() {
+        // The timing turns a masked reference's stored rows through signed column permutations
+        // (scramble_f32 on the words' bits): undoing the mask afterwards gives the turned values.
+        let (rows, d) = (5, 4);
+        let plain: Vec<f32> = (0..rows * d).map(|i| i as f32 - 7.5).collect();
+        let mask = RowMask::secret(rows, 9);
+        let code = [2usize, 0, 3, 1];
+        let negate = [false, true, false, true];
+        let turn_bits = |x: &[u32]| -> Vec<u32> {
+            x.chunks_exact(d)
+                .flat_map(|row| {
+                    (0..d).map(move |j| row[code[j]] ^ if negate[j] { 0x8000_0000 } else { 0 })
+                })
+                .collect()
+        };
+        let plain_bits: Vec<u32> = plain.iter().map(|x| x.to_bits()).collect();
+        let turned_plain: Vec<f32> = turn_bits(&plain_bits)
+            .into_iter()
+            .map(f32::from_bits)
+            .collect();
+        let turned_stored = turn_bits(&mask.apply(&plain, d));
+        assert_eq!(mask.undo(&turned_stored, d), turned_plain);
     }
 }

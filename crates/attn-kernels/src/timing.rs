@@ -7,12 +7,15 @@
 //!   set, so host launch overhead stays out of the numbers for any launcher (the same mode is used
 //!   for PyTorch SDPA, whose Python dispatch would otherwise be timed).
 //! - `Batch`: many back-to-back launches between two events, total / count: for launch-bound shapes.
+//!   Each launch of a sample runs on its own input set ([`launches_per_sample`]).
 //!
 //! Inputs rotate among `sets` (the caller's launch closure receives the set index). Every sample is
-//! kept. A separate guard pass times a few plain launches twice, by events on the timed stream and
-//! by the host clock up to a device-wide synchronisation, and measures how long the device keeps
-//! working after the timed stream's end event: work that escapes the timed stream (another stream,
-//! a child launch) shows up in the last two and not in the first.
+//! kept. A separate guard pass times a few plain launches by events on the timed stream, records an
+//! event on every other stream of ours ([`Gpu::new_side_stream`]) right after each launch, and
+//! measures on the device how long those streams kept working after the timed stream's end event:
+//! work that escapes the timed stream shows there and not in the events. (The host's own wall time
+//! to a device-wide synchronisation is recorded too, for information only: other processes' use of
+//! the GPU stretches it.)
 
 use std::time::Instant;
 
@@ -77,10 +80,15 @@ pub struct Timings {
     /// Guard pass: the same launches timed by events on the timed stream, µs.
     pub guard_event_us: Vec<f64>,
     /// Guard pass: how long the device kept working after the timed stream's end event had
-    /// completed (host time from that event to a device-wide synchronisation), µs. Near zero
-    /// unless work runs on another stream.
+    /// completed (host time from that event to a device-wide synchronisation), µs. Information
+    /// only: host time.
     #[serde(default)]
     pub guard_residual_us: Vec<f64>,
+    /// Guard pass: how long after the timed stream's end event our other streams' work finished,
+    /// by device events recorded on every one of them right after the launch (0 when none ran
+    /// past it, or there are none), µs. What escaped work is judged by.
+    #[serde(default)]
+    pub guard_stream_residual_us: Vec<f64>,
 }
 
 /// What the caller does around each timed sample, outside the events: e.g. poison the outputs the
@@ -103,6 +111,28 @@ impl SampleHooks for NoHooks {
     fn after_sample(&mut self, _: &[usize]) -> Result<()> {
         Ok(())
     }
+}
+
+/// Launches per timed sample: one, or in batch mode `batch_launches` but never more than there
+/// are input sets. Every launch of a sample runs on its own input set and output: a set launched
+/// twice in one sample, after one poisoning, would find its output already written, and a kernel
+/// that skips rows whose output is written would pass for fast.
+pub fn launches_per_sample(opts: &TimingOptions, sets: usize) -> usize {
+    match opts.mode {
+        TimingMode::Flushed | TimingMode::Graph => 1,
+        TimingMode::Batch => opts.batch_launches.max(1).min(sets.max(1)),
+    }
+}
+
+/// The input sets of the next sample of `per_sample` launches, continuing the rotation from
+/// `counter`: consecutive, so all distinct while `per_sample ≤ sets`.
+pub fn next_sample_sets(counter: &mut usize, sets: usize, per_sample: usize) -> Vec<usize> {
+    (0..per_sample)
+        .map(|_| {
+            *counter += 1;
+            *counter % sets.max(1)
+        })
+        .collect()
 }
 
 /// Events and the L2 flush buffer, made once per GPU and reused.
@@ -149,10 +179,7 @@ impl<'g> Harness<'g> {
         let end = ctx
             .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
             .during("cuEventCreate")?;
-        let per_sample = match opts.mode {
-            TimingMode::Flushed | TimingMode::Graph => 1,
-            TimingMode::Batch => opts.batch_launches.max(1),
-        };
+        let per_sample = launches_per_sample(opts, sets);
         let mut graphs = Vec::new();
         if opts.mode == TimingMode::Graph {
             // One plain launch per set first: whatever a launcher allocates or initialises on
@@ -176,10 +203,6 @@ impl<'g> Harness<'g> {
             }
         }
         let mut counter = 0usize;
-        let mut next_set = || {
-            counter += 1;
-            counter % sets
-        };
         let run_one = |set: usize, launch: &mut dyn FnMut(usize) -> Result<()>| -> Result<()> {
             match graphs.get(set) {
                 Some(graph) => graph.launch().during("cuGraphLaunch"),
@@ -187,15 +210,13 @@ impl<'g> Harness<'g> {
             }
         };
         for _ in 0..opts.warmup {
-            run_one(next_set(), launch)?;
+            run_one(next_sample_sets(&mut counter, sets, 1)[0], launch)?;
         }
         self.gpu.synchronize()?;
 
         let mut samples_us = Vec::with_capacity(opts.samples);
-        let mut sample_sets = Vec::with_capacity(per_sample);
         for i in 0..opts.samples {
-            sample_sets.clear();
-            sample_sets.extend((0..per_sample).map(|_| next_set()));
+            let sample_sets = next_sample_sets(&mut counter, sets, per_sample);
             hooks.before_sample(&sample_sets)?;
             if opts.mode != TimingMode::Batch {
                 self.flush_l2((i % 251) as u8)?;
@@ -215,11 +236,23 @@ impl<'g> Harness<'g> {
         let mut wall_us = Vec::with_capacity(opts.guard_launches);
         let mut guard_event_us = Vec::with_capacity(opts.guard_launches);
         let mut guard_residual_us = Vec::with_capacity(opts.guard_launches);
+        let mut guard_stream_residual_us = Vec::with_capacity(opts.guard_launches);
+        let side_streams = self.gpu.side_streams();
+        let side_events = side_streams
+            .iter()
+            .map(|_| {
+                ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                    .during("cuEventCreate")
+            })
+            .collect::<Result<Vec<_>>>()?;
         for i in 0..opts.guard_launches {
             let t0 = Instant::now();
             start.record(&stream).during("cuEventRecord")?;
             launch(i % sets)?;
             end.record(&stream).during("cuEventRecord")?;
+            for (event, side) in side_events.iter().zip(&side_streams) {
+                event.record(side).during("cuEventRecord (side stream)")?;
+            }
             end.synchronize().during("cuEventSynchronize")?;
             let timed_stream_done = Instant::now();
             self.gpu.synchronize()?;
@@ -227,6 +260,14 @@ impl<'g> Harness<'g> {
             wall_us.push(t0.elapsed().as_secs_f64() * 1e6);
             guard_event_us
                 .push(f64::from(start.elapsed_ms(&end).during("cuEventElapsedTime")?) * 1000.0);
+            let mut outlived = 0.0f64;
+            for event in &side_events {
+                let ms = end
+                    .elapsed_ms(event)
+                    .during("cuEventElapsedTime (side stream)")?;
+                outlived = outlived.max(f64::from(ms) * 1000.0);
+            }
+            guard_stream_residual_us.push(outlived);
         }
         Ok(Timings {
             mode: opts.mode,
@@ -236,6 +277,45 @@ impl<'g> Harness<'g> {
             wall_us,
             guard_event_us,
             guard_residual_us,
+            guard_stream_residual_us,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_sample_launches_a_set_twice() {
+        let batch = TimingOptions {
+            mode: TimingMode::Batch,
+            batch_launches: 50,
+            ..TimingOptions::default()
+        };
+        for sets in [1, 2, 7, 8, 50, 64] {
+            let per_sample = launches_per_sample(&batch, sets);
+            assert_eq!(per_sample, 50.min(sets));
+            let mut counter = 0;
+            let mut seen = vec![0usize; sets];
+            for _ in 0..4 * sets {
+                let mut sample = next_sample_sets(&mut counter, sets, per_sample);
+                assert_eq!(sample.len(), per_sample);
+                for &s in &sample {
+                    seen[s] += 1;
+                }
+                sample.sort_unstable();
+                sample.dedup();
+                assert_eq!(
+                    sample.len(),
+                    per_sample,
+                    "a set twice in one sample ({sets} sets)"
+                );
+            }
+            // The rotation still visits every set evenly.
+            assert!(seen.iter().all(|&n| n == seen[0]), "{seen:?}");
+        }
+        let graph = TimingOptions::default();
+        assert_eq!(launches_per_sample(&graph, 8), 1);
     }
 }

@@ -120,6 +120,21 @@ fn the_gpu_reference_compiles_for_every_dtype_and_head_dim() {
 }
 
 #[test]
+fn the_harness_kernels_compile_with_no_dtype_or_head_dim() {
+    let req = CompileRequest {
+        name: "harness.cu".into(),
+        source: include_str!("../../../kernels/harness.cu"),
+        include_dir: None,
+        defines: vec![],
+        arch: Arch("compute_90".into()),
+    };
+    let compiled = compile::compile(&req).unwrap_or_else(|e| panic!("{e}"));
+    for entry in ["checksum_words", "clock_probe"] {
+        assert!(compiled.ptx.contains(&format!(".entry {entry}")), "{entry}");
+    }
+}
+
+#[test]
 fn a_compile_error_reports_the_log_and_the_config() {
     let req = CompileRequest {
         name: "broken.cu".into(),

@@ -188,42 +188,56 @@ fn check_implementation(name: &str) {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn naive_matches_the_oracle() {
+    // One GPU test at a time on the device (tests of other executables too).
+    let _device = attn_kernels::device_lock(0);
     check_implementation("naive");
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn tiled_matches_the_oracle() {
+    // One GPU test at a time on the device (tests of other executables too).
+    let _device = attn_kernels::device_lock(0);
     check_implementation("tiled");
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn mma_matches_the_oracle() {
+    // One GPU test at a time on the device (tests of other executables too).
+    let _device = attn_kernels::device_lock(0);
     check_implementation("mma");
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU (Hopper, sm_90)"]
 fn hopper_matches_the_oracle() {
+    // One GPU test at a time on the device (tests of other executables too).
+    let _device = attn_kernels::device_lock(0);
     check_implementation("hopper");
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn cublas_matches_the_oracle() {
+    // One GPU test at a time on the device (tests of other executables too).
+    let _device = attn_kernels::device_lock(0);
     check_implementation("cublas");
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn hybrid_qk_matches_the_oracle() {
+    // One GPU test at a time on the device (tests of other executables too).
+    let _device = attn_kernels::device_lock(0);
     check_implementation("hybrid-qk");
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn hybrid_pv_matches_the_oracle() {
+    // One GPU test at a time on the device (tests of other executables too).
+    let _device = attn_kernels::device_lock(0);
     check_implementation("hybrid-pv");
 }
 
@@ -485,6 +499,8 @@ fn hopper_variants_match_the_oracle() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn naive_handles_other_head_dims_and_unequal_lengths() {
+    // One GPU test at a time on the device (tests of other executables too).
+    let _device = attn_kernels::device_lock(0);
     let gpu = Gpu::open(0).expect("a CUDA GPU");
     let seed = base_seed();
     for (head_dim, seq_q, seq_kv, causal) in [
@@ -515,6 +531,8 @@ fn naive_handles_other_head_dims_and_unequal_lengths() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_kernel_that_writes_nothing_is_caught_by_the_poison() {
+    // One GPU test at a time on the device (tests of other executables too).
+    let _device = attn_kernels::device_lock(0);
     let gpu = Gpu::open(0).expect("a CUDA GPU");
     let dir = tempfile_dir();
     let path = dir.join("lazy.cu");

@@ -7,11 +7,23 @@
 //! rows is measured each time and subtracted from the tolerance of the whole-output comparison,
 //! so that passing it bounds the candidate's error against exact arithmetic everywhere. An
 //! output byte-identical to the previous check's, on new inputs, is stale.
+//!
+//! Every check also varies what a kernel could otherwise assume and watches what it touches:
+//!
+//! - the softmax scale is drawn per check among [`SCALE_FACTORS`] × 1/√D ([`check_scale`]), so a
+//!   kernel that ignores its `scale` argument fails;
+//! - Q, K, V and O sit between canary guards ([`GuardedTensor`]) read back after every launch: a
+//!   write outside the output is "wrote outside its output (N bytes after O)";
+//! - Q, K and V are checksummed on the device before and after: "wrote into its inputs" (before
+//!   any reference is computed from them, so the gate never blames its own reference);
+//! - the launch runs twice on the same inputs: outputs that are not bitwise identical are a
+//!   "non-deterministic output".
 
 use std::time::Duration;
 
-use attn_evidence::{CheckFailure, CorrectnessCheck, FullCheck};
-use attn_kernels::{Gpu, GpuReference, Prepared, RowErrors};
+use attn_evidence::{CheckFailure, CorrectnessCheck, FullCheck, LaunchGuards};
+use attn_kernels::guard::GUARD_BYTES;
+use attn_kernels::{Gpu, GpuReference, GuardedTensor, HarnessKernels, Prepared, RowErrors};
 use attn_oracle::{
     compare, generate, reference, tolerance, CaseSpec, Distribution, HostTensor, Inputs, Reference,
     RowSelection, Tolerance,
@@ -22,6 +34,40 @@ use crate::{MeasureError, Problem, Result};
 
 /// The GPU reference may use at most this share of a tolerance: beyond it, it cannot judge.
 const REFERENCE_SHARE: f64 = 0.25;
+
+/// The multiples of the problem's scale (1/√D) the checks draw their softmax scale from: a kernel
+/// that ignores its `scale` argument is wrong at every factor but 1.
+pub const SCALE_FACTORS: [f64; 5] = [1.0, 0.5, 1.7, 0.3, 1.25];
+
+/// The factor of the problem's scale used by check `index` of a case seeded `seed`: check 0
+/// (normal inputs, the most scale-sensitive) always a factor other than 1, the others any of
+/// [`SCALE_FACTORS`], except where a distribution's purpose is a magnitude of logits: large
+/// magnitude stays at 1 (logits near 150 overflow a softmax without a running max, and its
+/// tolerance allows for the f32 error of logits that size, not larger), peaky at 1 or above (one
+/// dominant key).
+pub fn scale_factor(seed: u64, index: usize, distribution: Distribution) -> f64 {
+    let mut state = seed ^ 0x5ca1_e000_0000_0000 ^ (index as u64).wrapping_mul(0x9e37_79b9);
+    let draw = crate::timing::next_random(&mut state);
+    let allowed: Vec<f64> = SCALE_FACTORS
+        .iter()
+        .copied()
+        .filter(|&f| index > 0 || f != 1.0)
+        .filter(|&f| match distribution {
+            Distribution::LargeMagnitude => f == 1.0,
+            Distribution::Peaky => f >= 1.0,
+            _ => true,
+        })
+        .collect();
+    match allowed.len() {
+        0 => 1.0,
+        n => allowed[(draw % n as u64) as usize],
+    }
+}
+
+/// The softmax scale of check `index`: the problem's scale times [`scale_factor`].
+pub fn check_scale(problem: &Problem, seed: u64, index: usize, distribution: Distribution) -> f64 {
+    problem.params.scale * scale_factor(seed, index, distribution)
+}
 
 /// One correctness check: its record, and what it was computed from (for a second reference).
 #[derive(Debug)]
@@ -49,72 +95,150 @@ pub fn run_checks(
     checks: usize,
     watched: Watched<'_>,
 ) -> Result<Vec<CheckRun>> {
+    let harness = HarnessKernels::new(gpu)?;
     let mut runs: Vec<CheckRun> = Vec::with_capacity(checks);
     for i in 0..checks {
         let case_seed = seed.wrapping_add(i as u64);
         let distribution = Distribution::CHECKS[i % Distribution::CHECKS.len()];
         let previous = runs.last().map(|r| &r.output);
+        let scale = check_scale(problem, seed, i, distribution);
         let run = check_one(
-            gpu,
-            prepared,
-            gpu_reference,
+            &CheckContext {
+                gpu,
+                prepared,
+                gpu_reference,
+                harness: &harness,
+                watched,
+            },
             problem,
             case_seed,
             distribution,
+            scale,
             previous,
-            watched,
         )?;
         runs.push(run);
     }
     Ok(runs)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn check_one(
-    gpu: &Gpu,
-    prepared: &Prepared,
-    gpu_reference: &GpuReference,
+/// What every check runs with: the device, the candidate, the references, the watchdog.
+#[derive(Clone, Copy)]
+pub(crate) struct CheckContext<'a> {
+    /// The device.
+    pub gpu: &'a Gpu,
+    /// The candidate.
+    pub prepared: &'a Prepared,
+    /// The f32 reference and comparison kernels for the problem's dtype and head dim.
+    pub gpu_reference: &'a GpuReference,
+    /// Checksums.
+    pub harness: &'a HarnessKernels,
+    /// The watchdog and its bound.
+    pub watched: Watched<'a>,
+}
+
+/// What the guards, checksums and second launch found.
+struct Watch {
+    guards: LaunchGuards,
+    first_outside: Option<String>,
+    differing: usize,
+}
+
+/// One check of `problem` on inputs of `distribution` from `seed` at softmax `scale` (the edge
+/// battery calls it with its own small problems).
+pub(crate) fn check_one(
+    cx: &CheckContext<'_>,
     problem: &Problem,
     seed: u64,
     distribution: Distribution,
+    scale: f64,
     previous: Option<&HostTensor>,
-    watched: Watched<'_>,
 ) -> Result<CheckRun> {
+    let CheckContext {
+        gpu,
+        prepared,
+        gpu_reference,
+        harness,
+        watched,
+    } = *cx;
+    let params = problem.params.with_scale(scale);
     let inputs = generate(&CaseSpec {
         shape: problem.shape,
         dtype: problem.dtype,
         distribution,
         seed,
     });
-    let (q, k, v) = (
-        gpu.upload(&inputs.q)?,
-        gpu.upload(&inputs.k)?,
-        gpu.upload(&inputs.v)?,
-    );
-    let mut o = gpu.alloc_poisoned(q.dims, problem.dtype)?;
-    let mut launch = || -> attn_kernels::Result<()> {
-        prepared.launch(gpu, &q, &k, &v, &mut o, &problem.params)?;
-        gpu.synchronize()
+    // Every buffer between guards seeded from the check's seed (a kernel cannot know them).
+    let guard_seed = |i: u64| crate::timing::next_random(&mut (seed ^ 0x6a7d_0000 ^ i));
+    let q = GuardedTensor::upload(gpu, "Q", &inputs.q, guard_seed(1))?;
+    let k = GuardedTensor::upload(gpu, "K", &inputs.k, guard_seed(2))?;
+    let v = GuardedTensor::upload(gpu, "V", &inputs.v, guard_seed(3))?;
+    let mut o = GuardedTensor::alloc_poisoned(gpu, "O", q.dims, problem.dtype, guard_seed(4))?;
+    let sum_seed = guard_seed(5);
+    let sums = |harness: &HarnessKernels| -> attn_kernels::Result<[u64; 3]> {
+        Ok([
+            harness.checksum(gpu, &q, false, sum_seed)?,
+            harness.checksum(gpu, &k, false, sum_seed)?,
+            harness.checksum(gpu, &v, false, sum_seed)?,
+        ])
     };
-    match watched {
-        Some((watchdog, bound)) => watchdog.guard(bound, "a checked launch", launch)?,
-        None => launch()?,
+    let before = sums(harness)?;
+
+    // Two launches on the same inputs, the output poisoned before each.
+    let mut outputs: Vec<HostTensor> = Vec::with_capacity(2);
+    for launch_index in 0..2 {
+        if launch_index > 0 {
+            gpu.poison(&mut o)?;
+        }
+        let mut launch = || -> attn_kernels::Result<()> {
+            prepared.launch(gpu, &q, &k, &v, &mut o, &params)?;
+            gpu.synchronize()
+        };
+        match watched {
+            Some((watchdog, bound)) => watchdog.guard(bound, "a checked launch", launch)?,
+            None => launch()?,
+        }
+        outputs.push(gpu.download(&o)?);
+        // Writes outside or into the inputs end the check before anything is computed from
+        // them: they are the verdict.
+        let watch = watch_launch(gpu, harness, [&q, &k, &v, &o], &before, &sums)?;
+        if let Some(watch) = watch {
+            let output = outputs.swap_remove(0);
+            return defence_failure(problem, inputs, output, seed, distribution, scale, watch);
+        }
     }
-    let output = gpu.download(&o)?;
+    let second = outputs.pop().expect("two launches");
+    let output = outputs.pop().expect("two launches");
+    let differing = differing_elements(&output, &second);
+    let guards = LaunchGuards {
+        guard_bytes: GUARD_BYTES as u64,
+        outside: vec![],
+        inputs_written: vec![],
+        launches: 2,
+        identical: differing == 0,
+    };
+    if differing > 0 {
+        let watch = Watch {
+            guards,
+            first_outside: None,
+            differing,
+        };
+        return defence_failure(problem, inputs, output, seed, distribution, scale, watch);
+    }
+
     let tol = tolerance(problem.dtype, distribution);
     let rows = RowSelection::for_check(&problem.shape, seed);
-    let exact = reference(&inputs.q, &inputs.k, &inputs.v, &problem.params, &rows)?;
+    let exact = reference(&inputs.q, &inputs.k, &inputs.v, &params, &rows)?;
     let verdict = compare(&output, &exact, &tol);
 
     // The GPU reference: its own error on the f64 rows first, then every element of the output.
-    let gpu_ref = gpu_reference.compute(gpu, &q, &k, &v, &problem.params)?;
+    let gpu_ref = gpu_reference.compute(gpu, &q, &k, &v, &params)?;
     let reference_vs_f64 = reference_error(&gpu_ref.download(gpu)?, &exact);
     // NaN counts as too large (`is_some_and` on the ordering is false for NaN).
     let within =
         (reference_vs_f64.partial_cmp(&(REFERENCE_SHARE * tol.max_abs))).is_some_and(|o| o.is_le());
     if !within {
         return Err(MeasureError::Invalid(format!(
-            "the GPU reference is off by {reference_vs_f64:.3e} against the f64 oracle on {problem} ({distribution}, seed {seed}), over {:.0}% of the tolerance {:.3e}: it cannot judge this case",
+            "the GPU reference is off by {reference_vs_f64:.3e} against the f64 oracle on {problem} ({distribution}, seed {seed}, scale {scale:.4}), over {:.0}% of the tolerance {:.3e}: it cannot judge this case",
             REFERENCE_SHARE * 100.0,
             tol.max_abs
         )));
@@ -140,6 +264,130 @@ fn check_one(
         failure,
         rows: Some(rows.describe()),
         full: Some(full),
+        scale: Some(scale),
+        shape: None,
+        guards: Some(guards),
+    };
+    Ok(CheckRun {
+        check,
+        inputs,
+        output,
+        reference: exact,
+    })
+}
+
+/// After a launch: the guards of every buffer and the inputs' checksums. `None` when clean.
+fn watch_launch(
+    gpu: &Gpu,
+    harness: &HarnessKernels,
+    buffers: [&GuardedTensor; 4],
+    before: &[u64; 3],
+    sums: &dyn Fn(&HarnessKernels) -> attn_kernels::Result<[u64; 3]>,
+) -> Result<Option<Watch>> {
+    let mut outside = Vec::new();
+    for buffer in buffers {
+        if let Some(violation) = buffer.check(gpu)? {
+            outside.push(violation.to_string());
+        }
+    }
+    let after = sums(harness)?;
+    let inputs_written: Vec<String> = ["Q", "K", "V"]
+        .iter()
+        .zip(before.iter().zip(&after))
+        .filter(|(_, (b, a))| b != a)
+        .map(|(name, _)| name.to_string())
+        .collect();
+    if outside.is_empty() && inputs_written.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(Watch {
+        first_outside: outside.first().cloned(),
+        guards: LaunchGuards {
+            guard_bytes: GUARD_BYTES as u64,
+            outside,
+            inputs_written,
+            launches: 1,
+            identical: true,
+        },
+        differing: 0,
+    }))
+}
+
+/// Elements whose bits differ between two outputs of the same shape.
+fn differing_elements(a: &HostTensor, b: &HostTensor) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return a.len().max(b.len()) / 2;
+    }
+    a.chunks_exact(2)
+        .zip(b.chunks_exact(2))
+        .filter(|(x, y)| x != y)
+        .count()
+}
+
+/// A check ended by a defence (guards, checksums, determinism): the verdict is its reason.
+fn defence_failure(
+    problem: &Problem,
+    inputs: Inputs,
+    output: HostTensor,
+    seed: u64,
+    distribution: Distribution,
+    scale: f64,
+    watch: Watch,
+) -> Result<CheckRun> {
+    let params = problem.params.with_scale(scale);
+    let tol = tolerance(problem.dtype, distribution);
+    let rows = RowSelection::for_check(&problem.shape, seed);
+    // The f64 oracle on the host's own copy of the inputs: what the second reference needs.
+    let exact = reference(&inputs.q, &inputs.k, &inputs.v, &params, &rows)?;
+    let verdict = compare(&output, &exact, &tol);
+    let guards = &watch.guards;
+    let (failure, reason) = if let Some(first) = &watch.first_outside {
+        let more = guards.outside.len() - 1;
+        let also = if more > 0 {
+            format!("; also {}", guards.outside[1..].join(", "))
+        } else {
+            String::new()
+        };
+        (
+            CheckFailure::WroteOutside,
+            format!("wrote outside its output ({first}{also})"),
+        )
+    } else if !guards.inputs_written.is_empty() {
+        (
+            CheckFailure::WroteInputs,
+            format!(
+                "wrote into its inputs ({} changed across the launch: checksums before and after differ)",
+                guards.inputs_written.join(", ")
+            ),
+        )
+    } else {
+        (
+            CheckFailure::NonDeterministic,
+            format!(
+                "non-deterministic output: two launches on the same inputs differ in {} of {} elements",
+                watch.differing,
+                problem.shape.q_len()
+            ),
+        )
+    };
+    let check = CorrectnessCheck {
+        seed,
+        distribution: distribution.to_string(),
+        passed: false,
+        max_abs: verdict.max_abs,
+        rel_l2: verdict.rel_l2,
+        nan_count: verdict.nan_count + verdict.inf_count,
+        poison_count: verdict.poison_count,
+        reason: Some(reason),
+        sdpa_max_abs: None,
+        closer_to: None,
+        failure: Some(failure),
+        rows: Some(rows.describe()),
+        full: None,
+        scale: Some(scale),
+        shape: None,
+        guards: Some(watch.guards),
     };
     Ok(CheckRun {
         check,
@@ -256,6 +504,10 @@ fn failure_reason(
             "{} elements in {} rows off the GPU reference by more than {:.3e} (max {:.3e} at b={b} h={h} row {s}), rel L2 {:.3e} (≤ {:.3e})",
             full.bad_elements, full.bad_rows, full.tolerance, full.max_abs, full.rel_l2, tol.rel_l2
         ),
+        // Found before the values are judged (defence_failure).
+        CheckFailure::WroteOutside | CheckFailure::WroteInputs | CheckFailure::NonDeterministic => {
+            "wrong result".into()
+        }
     }
 }
 
@@ -269,4 +521,33 @@ pub fn first_failure(runs: &[CheckRun]) -> Option<String> {
             r.check.reason.as_deref().unwrap_or("wrong result")
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_case_draws_scales_other_than_one_over_root_d() {
+        for seed in 0..200u64 {
+            let factors: Vec<f64> = (0..5)
+                .map(|i| scale_factor(seed, i, Distribution::CHECKS[i]))
+                .collect();
+            // The first check (normal inputs) never at 1/√D: a kernel ignoring `scale` fails it.
+            assert_ne!(factors[0], 1.0, "seed {seed}");
+            // Large-magnitude inputs keep their logits near 150; peaky ones their dominant key.
+            assert_eq!(factors[1], 1.0, "seed {seed}");
+            assert!(factors[2] >= 1.0, "seed {seed}");
+            assert!(factors.iter().all(|f| SCALE_FACTORS.contains(f)));
+        }
+        // Seeded: the same case draws the same scales; other seeds draw others.
+        let draw = |seed| scale_factor(seed, 4, Distribution::SmallVariance);
+        assert_eq!(draw(7), draw(7));
+        let distinct: std::collections::BTreeSet<u64> =
+            (0..100).map(|s| draw(s).to_bits()).collect();
+        assert_eq!(distinct.len(), SCALE_FACTORS.len(), "every factor drawn");
+        let problem = Problem::parse("1,4,256,64").unwrap();
+        let scale = check_scale(&problem, 3, 0, Distribution::Normal);
+        assert!((scale / 0.125 - scale_factor(3, 0, Distribution::Normal)).abs() < 1e-15);
+    }
 }

@@ -55,6 +55,15 @@ pub fn implausibility(
             ));
         }
     }
+    if let Some(floor) = case.memory_floor_us {
+        if comparison.candidate.median < floor {
+            return Some(format!(
+                "{} µs is below the physical floor of {} µs (the bytes a launch must move at the device's peak memory bandwidth)",
+                micros(comparison.candidate.median),
+                micros(floor)
+            ));
+        }
+    }
     (comparison.speedup.point > rule.max_speedup).then(|| {
         format!(
             "{:.1}× faster than the baseline, beyond the plausible {:.0}×",
@@ -85,20 +94,25 @@ pub fn decide(
         return done(status, case.reason.clone());
     }
     if let Some(bad) = case.correctness.iter().find(|c| !c.passed) {
-        let status = match failure_of(bad) {
-            CheckFailure::Unwritten => CaseStatus::Unwritten,
-            CheckFailure::NonFinite => CaseStatus::NonFinite,
-            CheckFailure::Stale => CaseStatus::StaleOutput,
-            CheckFailure::Incorrect => CaseStatus::Incorrect,
-        };
-        let why = bad.reason.as_deref().unwrap_or("wrong result");
-        return done(
-            status,
-            format!(
-                "incorrect ({} inputs, seed {}): {why}",
-                bad.distribution, bad.seed
-            ),
-        );
+        return check_failed(bad, None);
+    }
+    let battery = case.battery.as_ref();
+    if let Some(bad) = battery.and_then(|b| b.checks.iter().find(|c| !c.passed)) {
+        return check_failed(bad, Some("edge shape"));
+    }
+    if let Some(timed) = case.timed_outputs.as_ref() {
+        if let Some(first) = timed.outside.first() {
+            return done(
+                CaseStatus::WroteOutside,
+                format!("wrote outside its output during timing ({first})"),
+            );
+        }
+        if let Some(first) = timed.inputs_written.first() {
+            return done(
+                CaseStatus::WroteInputs,
+                format!("wrote into its inputs during timing ({first})"),
+            );
+        }
     }
     if let Some(timed) = case.timed_outputs.as_ref().filter(|t| t.samples_bad > 0) {
         return done(
@@ -122,7 +136,7 @@ pub fn decide(
         );
     }
     let Some(comparison) = &case.comparison else {
-        return done(CaseStatus::CouldNotRun, "not timed".into());
+        return not_timed(case);
     };
     if let Some(guard) = case.clock_guard.as_ref().filter(|g| !g.complete) {
         return done(
@@ -185,6 +199,74 @@ pub fn decide(
     }
 }
 
+/// The decision for a failed correctness check: its failure's status, and a reason naming the
+/// inputs, the scale and (for the edge-shape battery) the shape.
+fn check_failed(bad: &CorrectnessCheck, battery: Option<&str>) -> Decision {
+    let failure = failure_of(bad);
+    let status = match failure {
+        CheckFailure::Unwritten => CaseStatus::Unwritten,
+        CheckFailure::NonFinite => CaseStatus::NonFinite,
+        CheckFailure::Stale => CaseStatus::StaleOutput,
+        CheckFailure::Incorrect => CaseStatus::Incorrect,
+        CheckFailure::WroteOutside => CaseStatus::WroteOutside,
+        CheckFailure::WroteInputs => CaseStatus::WroteInputs,
+        CheckFailure::NonDeterministic => CaseStatus::NonDeterministic,
+    };
+    let why = bad.reason.as_deref().unwrap_or("wrong result");
+    let mut inputs = format!("{} inputs, seed {}", bad.distribution, bad.seed);
+    if let Some(scale) = bad.scale {
+        inputs.push_str(&format!(", scale {scale:.4}"));
+    }
+    if let (Some(what), Some(shape)) = (battery, bad.shape.as_deref()) {
+        inputs = format!("{what} {shape}, {inputs}");
+    }
+    let reason = if failure.is_defence() {
+        // The reason is the verdict: "wrote outside its output (128 bytes after O)".
+        format!("{why} ({inputs})")
+    } else {
+        format!("incorrect ({inputs}): {why}")
+    };
+    Decision { status, reason }
+}
+
+/// Why a case has no comparison: every block dropped by the clock rule (inconclusive, with the
+/// clocks measured), or (older files, or too few samples for another reason) not timed.
+fn not_timed(case: &GateCase) -> Decision {
+    let Some(guard) = case.clock_guard.as_ref().filter(|g| !g.complete) else {
+        return Decision {
+            status: CaseStatus::CouldNotRun,
+            reason: "not timed".into(),
+        };
+    };
+    let measured: Vec<f64> = guard.blocks.iter().filter_map(|b| b.mhz).collect();
+    let clocks = match (
+        measured.iter().copied().reduce(f64::min),
+        measured.iter().copied().reduce(f64::max),
+    ) {
+        (Some(lo), Some(hi)) => {
+            let source = guard
+                .blocks
+                .iter()
+                .find(|b| b.mhz.is_some())
+                .map_or("", |b| b.source.as_str());
+            format!("; SM clock over the blocks {lo:.0}–{hi:.0} MHz ({source})")
+        }
+        _ => String::new(),
+    };
+    let rule = guard
+        .rule
+        .clone()
+        .or_else(|| guard.threshold_mhz.map(|t| format!("kept at ≥ {t} MHz")))
+        .unwrap_or_else(|| "the SM clock could not be read".into());
+    Decision {
+        status: CaseStatus::Inconclusive,
+        reason: format!(
+            "inconclusive: not timed: blocks dropped for a throttled SM clock (candidate {} kept, {} dropped; baseline {} kept, {} dropped; rule: {rule}{clocks})",
+            guard.kept_blocks[0], guard.dropped_blocks[0], guard.kept_blocks[1], guard.dropped_blocks[1]
+        ),
+    }
+}
+
 fn micros(us: f64) -> String {
     if us >= 100.0 {
         format!("{us:.0}")
@@ -226,6 +308,8 @@ mod tests {
             flags: vec![],
             timed_outputs: None,
             clock_guard: None,
+            battery: None,
+            memory_floor_us: None,
             status: None,
             passed: false,
             reason: String::new(),
@@ -273,6 +357,10 @@ mod tests {
             samples_bad: 88,
             first_bad: Some("sample 12".into()),
             inputs_scrambled: true,
+            launches_per_sample: Some(1),
+            reference_masked: true,
+            outside: vec![],
+            inputs_written: vec![],
         });
         assert_eq!(status(&timed, None), CaseStatus::TimedOutputDiffers);
         let mut escaped = case(400.0, 460.0);
@@ -350,6 +438,155 @@ mod tests {
             decide(&wrong, &ratchet, &options, None).status,
             CaseStatus::Fault
         );
+    }
+
+    fn failed_check(failure: CheckFailure, reason: &str) -> CorrectnessCheck {
+        CorrectnessCheck {
+            seed: 5,
+            distribution: "normal".into(),
+            passed: false,
+            max_abs: 0.0,
+            rel_l2: 0.0,
+            nan_count: 0,
+            poison_count: 0,
+            reason: Some(reason.into()),
+            sdpa_max_abs: None,
+            closer_to: None,
+            failure: Some(failure),
+            rows: None,
+            full: None,
+            scale: Some(0.0625),
+            shape: None,
+            guards: None,
+        }
+    }
+
+    #[test]
+    fn each_defence_fails_the_case_with_its_own_status_and_verdict() {
+        for (failure, status, verdict) in [
+            (
+                CheckFailure::WroteOutside,
+                CaseStatus::WroteOutside,
+                "wrote outside its output (128 bytes after O)",
+            ),
+            (
+                CheckFailure::WroteInputs,
+                CaseStatus::WroteInputs,
+                "wrote into its inputs (Q changed across the launch)",
+            ),
+            (
+                CheckFailure::NonDeterministic,
+                CaseStatus::NonDeterministic,
+                "non-deterministic output: two launches on the same inputs differ in 4 of 65536 elements",
+            ),
+        ] {
+            let mut c = case(400.0, 460.0);
+            c.correctness = vec![failed_check(failure, verdict)];
+            let d = decide(&c, &GateRule::default(), &CompareOptions::default(), None);
+            assert_eq!(d.status, status);
+            assert!(!d.status.passed());
+            assert!(d.reason.starts_with(verdict), "{}", d.reason);
+            assert!(d.reason.contains("scale 0.0625"), "{}", d.reason);
+        }
+        // A wrong value still reads "incorrect (...)", now with the scale it was checked at.
+        let mut c = case(400.0, 460.0);
+        c.correctness = vec![failed_check(CheckFailure::Incorrect, "max abs error 1e-1")];
+        let d = decide(&c, &GateRule::default(), &CompareOptions::default(), None);
+        assert_eq!(d.status, CaseStatus::Incorrect);
+        assert!(
+            d.reason
+                .starts_with("incorrect (normal inputs, seed 5, scale 0.0625)"),
+            "{}",
+            d.reason
+        );
+    }
+
+    #[test]
+    fn a_failed_edge_shape_fails_the_case_naming_the_shape() {
+        let mut c = case(400.0, 460.0);
+        let mut bad = failed_check(CheckFailure::Unwritten, "3 output elements never written");
+        bad.shape = Some("1,1,129,127,64 causal".into());
+        c.battery = Some(attn_evidence::EdgeBattery {
+            shapes: vec!["1,1,1,64".into(), "1,1,129,127,64 causal".into()],
+            checks: vec![bad],
+            skipped: vec![],
+            checked_in: None,
+        });
+        let d = decide(&c, &GateRule::default(), &CompareOptions::default(), None);
+        assert_eq!(d.status, CaseStatus::Unwritten);
+        assert!(
+            d.reason.contains("edge shape 1,1,129,127,64 causal"),
+            "{}",
+            d.reason
+        );
+    }
+
+    #[test]
+    fn writes_found_after_timing_fail_the_case() {
+        let mut c = case(400.0, 460.0);
+        c.timed_outputs = Some(TimedOutputCheck {
+            sets: 2,
+            samples_checked: 100,
+            samples_bad: 0,
+            first_bad: None,
+            inputs_scrambled: true,
+            launches_per_sample: Some(1),
+            reference_masked: true,
+            outside: vec!["2 bytes before O of input set 1".into()],
+            inputs_written: vec![],
+        });
+        let d = decide(&c, &GateRule::default(), &CompareOptions::default(), None);
+        assert_eq!(d.status, CaseStatus::WroteOutside);
+        assert_eq!(
+            d.reason,
+            "wrote outside its output during timing (2 bytes before O of input set 1)"
+        );
+    }
+
+    #[test]
+    fn a_median_under_the_memory_floor_is_implausible() {
+        let mut c = case(400.0, 460.0);
+        c.memory_floor_us = Some(390.0);
+        assert_eq!(status(&c, None), CaseStatus::Passed);
+        c.memory_floor_us = Some(420.0);
+        let d = decide(&c, &GateRule::default(), &CompareOptions::default(), None);
+        assert_eq!(d.status, CaseStatus::Implausible);
+        assert!(
+            d.reason.contains("below the physical floor of 420 µs"),
+            "{}",
+            d.reason
+        );
+    }
+
+    #[test]
+    fn a_case_never_timed_says_why() {
+        let mut c = case(400.0, 460.0);
+        c.comparison = None;
+        // No clock guard (older files): as before.
+        let d = decide(&c, &GateRule::default(), &CompareOptions::default(), None);
+        assert_eq!(
+            (d.status, d.reason.as_str()),
+            (CaseStatus::CouldNotRun, "not timed")
+        );
+        c.clock_guard = Some(attn_evidence::ClockGuard {
+            block_samples: 10,
+            kept_blocks: [0, 0],
+            dropped_blocks: [20, 20],
+            threshold_mhz: Some(1485),
+            min_kept_mhz: None,
+            complete: false,
+            rule: Some("kept when the SM clock measured on the device over the block is ≥ 75% of the 1980 MHz maximum (1485 MHz)".into()),
+            blocks: vec![attn_evidence::BlockClock {
+                side: 1,
+                mhz: Some(1402.0),
+                source: "device".into(),
+                kept: false,
+            }],
+        });
+        let d = decide(&c, &GateRule::default(), &CompareOptions::default(), None);
+        assert_eq!(d.status, CaseStatus::Inconclusive);
+        assert!(d.reason.contains("1402–1402 MHz (device)"), "{}", d.reason);
+        assert!(d.reason.contains("75% of the 1980 MHz"), "{}", d.reason);
     }
 
     #[test]

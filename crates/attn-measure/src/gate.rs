@@ -7,8 +7,10 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
-use attn_evidence::{CaseStatus, Flag, FlagKind, GateCase, GateRule, TimedOutputCheck};
-use attn_kernels::planted::SideStreamWork;
+use attn_evidence::{
+    CaseStatus, EdgeBattery, Flag, FlagKind, GateCase, GateRule, TimedOutputCheck,
+};
+use attn_kernels::planted::{ReferenceCopier, SideStreamWork};
 use attn_kernels::{Candidate, Gpu, GpuReference, Timings};
 use attn_oracle::{compare, npy, tolerance, DType, Distribution};
 use attn_stats::{CompareOptions, Sample};
@@ -51,6 +53,10 @@ pub struct GateSession<'a> {
     references: HashMap<(DType, usize), GpuReference>,
     watchdog: Option<&'a Watchdog>,
     side_work: Option<SideStreamWork>,
+    copies_reference: bool,
+    /// The edge battery already run in this session, by (candidate config, dtype, head dim,
+    /// mask): the case that ran it, and its failed check if one failed.
+    batteries: HashMap<String, (String, Option<attn_evidence::CorrectnessCheck>)>,
     /// Set after a fault: the CUDA context is lost, nothing more can run.
     pub lost: bool,
 }
@@ -78,6 +84,8 @@ pub fn ended_case(problem: &Problem, status: CaseStatus, reason: String) -> Gate
         flags: vec![],
         timed_outputs: None,
         clock_guard: None,
+        battery: None,
+        memory_floor_us: None,
         status: Some(status),
         passed: false,
         reason,
@@ -103,6 +111,8 @@ impl<'a> GateSession<'a> {
             references: HashMap::new(),
             watchdog,
             side_work: None,
+            copies_reference: false,
+            batteries: HashMap::new(),
             lost: false,
         }
     }
@@ -111,6 +121,12 @@ impl<'a> GateSession<'a> {
     pub fn plant_side_stream_work(&mut self) -> Result<()> {
         self.side_work = Some(SideStreamWork::new(self.gpu)?);
         Ok(())
+    }
+
+    /// Plants a copy of the verifier's references into the timed outputs after every sample, as
+    /// a candidate that found them in device memory would (tests that they are kept masked).
+    pub fn plant_reference_copy(&mut self) {
+        self.copies_reference = true;
     }
 
     /// Judges `problem` with inputs from `seed`.
@@ -170,13 +186,75 @@ impl<'a> GateSession<'a> {
             return Ok(self.finish(case));
         }
 
+        // The edge battery, once per config, dtype, head dim and mask in a run.
+        let battery_key = format!(
+            "{}[{}] {} D={} causal={} group={} window={}",
+            crate::timing::cache_key(&candidate),
+            prepared.config(),
+            problem.dtype,
+            problem.shape.head_dim,
+            problem.params.causal,
+            problem.shape.group(),
+            problem.params.window
+        );
+        case.battery = Some(match self.batteries.get(&battery_key) {
+            // Run by an earlier case: its failure, if any, fails this one too.
+            Some((first, failed)) => EdgeBattery {
+                shapes: vec![],
+                checks: failed.iter().cloned().collect(),
+                skipped: vec![],
+                checked_in: Some(first.clone()),
+            },
+            None => {
+                let own: Vec<usize> = ["BLOCK_M", "BLOCK_N"]
+                    .iter()
+                    .filter_map(|k| prepared.config().get(k))
+                    .map(|v| v as usize)
+                    .collect();
+                let harness = attn_kernels::HarnessKernels::new(gpu)?;
+                let cx = crate::check::CheckContext {
+                    gpu,
+                    prepared,
+                    gpu_reference: reference,
+                    harness: &harness,
+                    watched,
+                };
+                let battery = crate::battery::run_battery(
+                    &cx,
+                    problem,
+                    &crate::battery::tile_sizes(&own),
+                    seed ^ 0xed9e,
+                )?;
+                let failed = battery.checks.iter().find(|c| !c.passed).cloned();
+                self.batteries
+                    .insert(battery_key, (problem.spec.to_string(), failed));
+                battery
+            }
+        });
+        if case
+            .battery
+            .as_ref()
+            .is_some_and(|b| b.checks.iter().any(|c| !c.passed))
+        {
+            return Ok(self.finish(case));
+        }
+
         // Timing: the candidate with every timed output verified, against the baseline.
         let mut cand = KernelSide::new(gpu, prepared, problem, seed ^ 0x5eed)?;
+        cand.prepare_for(&plan.interleave.timing)?;
+        let sets = cand.set_count();
         let reference = GpuReference::new(gpu, problem.dtype, problem.shape.head_dim)?;
         let atol = 0.75 * tolerance(problem.dtype, Distribution::Normal).max_abs;
         cand.verify_outputs(reference, atol, 4 * plan.interleave.timing.samples)?;
         if let Some(work) = self.side_work.as_mut() {
             cand.with_side_work(work);
+        }
+        let copier = self
+            .copies_reference
+            .then(|| ReferenceCopier::new(gpu, problem.dtype, problem.shape.head_dim))
+            .transpose()?;
+        if let Some(copier) = copier.as_ref() {
+            cand.with_reference_copier(copier);
         }
         let bound = Rc::new(Cell::new(plan.hang_floor));
         if let Some(w) = self.watchdog {
@@ -185,7 +263,7 @@ impl<'a> GateSession<'a> {
         let baseline_candidate;
         let mut base: Box<dyn TimedSide + '_> = match self.baseline {
             Baseline::Sdpa { sdpa, backend } => {
-                Box::new(SdpaSide::new(gpu, sdpa, *backend, problem, seed ^ 0xba5e))
+                Box::new(SdpaSide::new(gpu, sdpa, *backend, problem, seed ^ 0xba5e).with_sets(sets))
             }
             Baseline::Registered(c) => {
                 baseline_candidate = c.for_shape(&problem.shape);
@@ -204,21 +282,31 @@ impl<'a> GateSession<'a> {
             bound.set(floor.max(scaled));
         })?;
         let verified = cand.verifier.as_ref().map(|v| v.finish(gpu)).transpose()?;
+        // The guards of every buffer and the inputs' checksums, after all the timed launches.
+        let watch = cand.watch()?;
         drop(cand);
         drop(base);
 
         case.timed_outputs = verified.map(|v| TimedOutputCheck {
-            sets: crate::timing::input_set_count(problem, gpu),
+            sets,
             samples_checked: v.samples_checked,
             samples_bad: v.samples_bad,
             first_bad: v.first_bad,
             inputs_scrambled: true,
+            launches_per_sample: Some(attn_kernels::timing::launches_per_sample(
+                &plan.interleave.timing,
+                sets,
+            )),
+            reference_masked: true,
+            outside: watch.outside,
+            inputs_written: watch.inputs_written,
         });
+        case.memory_floor_us = memory_floor(problem, gpu, &plan.interleave.timing);
         case.flags.extend(escaped_work(&timed.a));
-        if timed.clocks.0.is_none() {
+        if timed.guard.blocks.iter().all(|b| b.mhz.is_none()) {
             case.flags.push(Flag::new(
                 FlagKind::Note,
-                "the SM clock could not be read (nvidia-smi): throttled samples could not be dropped",
+                "the SM clock could not be measured (device probe and nvidia-smi): throttled samples could not be dropped",
             ));
         }
         case.clock_guard = Some(timed.guard.clone());
@@ -255,20 +343,49 @@ impl<'a> GateSession<'a> {
     }
 }
 
-/// Work that escaped the timed stream, seen in the guard pass: the device still busy after the
-/// timed stream's end event (more than a synchronisation's few µs), or a device-synchronised host
-/// time per launch beyond the same launches' event time by more than launch and synchronisation
-/// overhead can explain.
+/// The physical floor of one launch of `problem` on `gpu` (see
+/// [`attn_evidence::memory_floor_us`]): Q, K and V read from DRAM, O written beyond the L2, at
+/// the device's peak bandwidth ([`crate::provenance::memory_peak`]). Only where the L2 is flushed
+/// before every sample (graph and flushed modes): batch mode's back-to-back launches may find
+/// their inputs in the L2.
+pub fn memory_floor(
+    problem: &Problem,
+    gpu: &Gpu,
+    timing: &attn_kernels::TimingOptions,
+) -> Option<f64> {
+    if timing.mode == attn_kernels::TimingMode::Batch {
+        return None;
+    }
+    Some(memory_floor_for(
+        problem,
+        &crate::provenance::memory_peak(gpu)?,
+    ))
+}
+
+/// [`memory_floor`] of `problem` on a device of `peak` bandwidth and L2.
+pub fn memory_floor_for(problem: &Problem, peak: &attn_evidence::MemoryPeak) -> f64 {
+    let bytes = problem.dtype.size_bytes() as u64;
+    let shape = &problem.shape;
+    let read = (shape.q_len() as u64 + 2 * shape.kv_len() as u64) * bytes;
+    let write = shape.q_len() as u64 * bytes;
+    attn_evidence::memory_floor_us(read, write, peak.l2_bytes, peak.bandwidth_gbs)
+}
+
+/// Work that escaped the timed stream, seen in the guard pass on the device only: how long after
+/// the timed stream's end event the work on our other streams finished (events recorded on every
+/// one of them, [`Timings::guard_stream_residual_us`]), beyond a few µs of enqueue latency or a
+/// tenth of the launch. Never host wall time: other processes' use of the GPU stretches that (an
+/// honest `mma` against itself was flagged with 274.7 µs of wall time against 121.7 µs of
+/// events).
 pub fn escaped_work(timings: &Timings) -> Option<Flag> {
-    let (event, wall) = (median(&timings.guard_event_us), median(&timings.wall_us));
-    let residual = median(&timings.guard_residual_us);
+    let event = median(&timings.guard_event_us);
+    let residual = median(&timings.guard_stream_residual_us);
     let still_busy = residual.is_finite() && residual > (0.1 * event).max(25.0);
-    let slow_wall = wall.is_finite() && event.is_finite() && wall - event > (0.5 * event).max(50.0);
-    (still_busy || slow_wall).then(|| {
+    still_busy.then(|| {
         Flag::new(
             FlagKind::EscapedStream,
             format!(
-                "the device kept working {residual:.1} µs after the timed stream's last event (device-synchronised wall time {wall:.1} µs per launch vs {event:.1} µs by the timed stream's events): work escapes the timed stream (another stream?)"
+                "the device kept working {residual:.1} µs after the timed stream's last event (events on every other stream, {event:.1} µs by the timed stream's events): work escapes the timed stream"
             ),
         )
     })
@@ -287,8 +404,17 @@ fn second_reference(
         move |e: attn_oracle::OracleError| MeasureError::Sdpa(format!("{what}: {e}"))
     };
     for (i, run) in runs.iter_mut().enumerate() {
+        if !run.check.passed && run.check.failure.is_some_and(|f| f.is_defence()) {
+            continue; // the verdict is already given, and not by values
+        }
         let path = |name: &str| sdpa.scratch(&format!("{name}{i}.npy"));
         let (q, k, v, o) = (path("q"), path("k"), path("v"), path("o"));
+        // SDPA at the check's own scale (drawn per check).
+        let mut problem = problem.clone();
+        if let Some(scale) = run.check.scale {
+            problem.params = problem.params.with_scale(scale);
+        }
+        let problem = &problem;
         npy::write(&q, &run.inputs.q).map_err(io("writing SDPA's inputs"))?;
         npy::write(&k, &run.inputs.k).map_err(io("writing SDPA's inputs"))?;
         npy::write(&v, &run.inputs.v).map_err(io("writing SDPA's inputs"))?;
@@ -329,7 +455,7 @@ mod tests {
     use super::escaped_work;
     use attn_kernels::{TimingMode, Timings};
 
-    fn guard(event_us: &[f64], wall_us: &[f64]) -> Timings {
+    fn guard(event_us: &[f64], wall_us: &[f64], streams_us: &[f64]) -> Timings {
         Timings {
             mode: TimingMode::Graph,
             warmup: 0,
@@ -338,21 +464,24 @@ mod tests {
             wall_us: wall_us.to_vec(),
             guard_event_us: event_us.to_vec(),
             guard_residual_us: vec![3.0; event_us.len()],
+            guard_stream_residual_us: streams_us.to_vec(),
         }
     }
 
     #[test]
     fn work_escaping_the_timed_stream_is_flagged_and_overheads_are_not() {
-        // A legitimate 10 µs kernel: launch + synchronisation overhead on top of the events.
-        assert!(escaped_work(&guard(&[10.0, 11.0, 10.5], &[30.0, 35.0, 28.0])).is_none());
-        // A long kernel: overhead is small relative to it.
-        assert!(escaped_work(&guard(&[3000.0; 5], &[3030.0; 5])).is_none());
-        // The events see 11 µs, the device-synchronised clock 340 µs: work ran elsewhere.
-        let flag = escaped_work(&guard(&[11.0; 5], &[340.0; 5])).unwrap();
+        // No other stream: nothing escapes, whatever the host's wall clock says. The false alarm
+        // of #23: an honest mma against itself on a GPU other processes used.
+        assert!(escaped_work(&guard(&[121.7; 5], &[274.7; 5], &[0.0; 5])).is_none());
+        assert!(escaped_work(&guard(&[10.0, 11.0, 10.5], &[30.0, 35.0, 28.0], &[])).is_none());
+        // A side stream idle by the end event, or finishing within enqueue latency: not flagged.
+        assert!(escaped_work(&guard(&[11.0; 5], &[40.0; 5], &[4.0, 6.0, 3.0, 5.0, 2.0])).is_none());
+        assert!(escaped_work(&guard(&[3000.0; 5], &[3030.0; 5], &[120.0; 5])).is_none());
+        // A 1 GiB memset on another stream after an 11 µs kernel: 340 µs more by the device.
+        let flag = escaped_work(&guard(&[11.0; 5], &[30.0; 5], &[340.0; 5])).unwrap();
         assert!(flag.message.contains("escapes the timed stream"), "{flag}");
-        // Overlapping hidden work: the wall time hides it, the device still busy shows it.
-        let mut overlapped = guard(&[204.0; 5], &[300.0; 5]);
-        overlapped.guard_residual_us = vec![150.0; 5];
-        assert!(escaped_work(&overlapped).is_some());
+        assert!(flag.message.contains("340.0 µs"), "{flag}");
+        // Overlapping hidden work that the wall time hides: the device sees it.
+        assert!(escaped_work(&guard(&[204.0; 5], &[210.0; 5], &[150.0; 5])).is_some());
     }
 }

@@ -6,7 +6,9 @@
 //!   requests and replies), cuBLAS, any registered implementation, or the candidate at a git
 //!   revision ([`revision`], the ratchet); the evidence descriptions.
 //! - [`check`]: correctness checks with one row policy, every element compared with the GPU
-//!   reference, inputs cycling through the distributions that find bugs.
+//!   reference, inputs cycling through the distributions that find bugs, the scale drawn per
+//!   check, every buffer between canary guards, inputs checksummed, every launch run twice;
+//!   [`battery`]: the same checks on small edge shapes for the case's head dim, dtype and mask.
 //! - [`timing`]: input sets, timed sides (every timed output verified), and the interleaved,
 //!   clock-guarded sampling of candidate and baseline.
 //! - [`decide`]: the decision as one function of typed results; [`replay`] calls it unchanged.
@@ -22,6 +24,7 @@
 //! line parser: xtask turns arguments into these types and prints what comes back.
 
 pub mod baseline;
+pub mod battery;
 pub mod bench;
 pub mod check;
 pub mod decide;

@@ -1,6 +1,6 @@
 //! Provenance of a measuring run: GPU, driver, libraries, git revision, date, command, clocks.
 
-use attn_evidence::{utc_now_rfc3339, ClockReadings, Provenance};
+use attn_evidence::{utc_now_rfc3339, ClockReadings, MemoryPeak, Provenance};
 use attn_kernels::telemetry::ClockReading;
 use attn_kernels::Gpu;
 
@@ -58,7 +58,62 @@ pub fn collect(
         },
         max_sm_mhz: Some(info.max_sm_mhz),
         peak_tflops: peak_tflops(gpu),
+        memory: memory_peak(gpu),
     }
+}
+
+/// The device's peak DRAM bandwidth: from its attributes (memory clock and bus width) and from
+/// the table by name, the larger of the two when both are known (a higher bandwidth is a lower
+/// floor: an uncertain number never rejects an honest kernel); the L2 size with it.
+pub fn memory_peak(gpu: &Gpu) -> Option<MemoryPeak> {
+    let info = gpu.info();
+    memory_peak_of(
+        &info.name,
+        info.memory_clock_khz,
+        info.memory_bus_bits,
+        u64::from(info.l2_bytes),
+    )
+}
+
+/// [`memory_peak`] from a device's name, attributes and L2 size.
+pub fn memory_peak_of(
+    name: &str,
+    memory_clock_khz: i64,
+    bus_bits: i64,
+    l2_bytes: u64,
+) -> Option<MemoryPeak> {
+    let attributes = attn_evidence::bandwidth_from_attributes(memory_clock_khz, bus_bits);
+    let table = attn_evidence::bandwidth_by_name(name);
+    let from_attributes = |gbs: f64| {
+        format!(
+            "device attributes: 2 × {:.0} MHz × {bus_bits}-bit bus = {gbs:.0} GB/s",
+            memory_clock_khz as f64 / 1e3
+        )
+    };
+    let (bandwidth_gbs, source) = match (attributes, table) {
+        (Some(a), Some(t)) if t > a => (
+            t,
+            format!(
+                "table by name ({t:.0} GB/s), above the {}",
+                from_attributes(a)
+            ),
+        ),
+        (Some(a), Some(t)) => (
+            a,
+            format!("{} (table by name: {t:.0} GB/s)", from_attributes(a)),
+        ),
+        (Some(a), None) => (a, from_attributes(a)),
+        (None, Some(t)) => (
+            t,
+            format!("table by name: {t:.0} GB/s (no memory clock or bus width from the driver)"),
+        ),
+        (None, None) => return None,
+    };
+    Some(MemoryPeak {
+        bandwidth_gbs,
+        l2_bytes: (l2_bytes > 0).then_some(l2_bytes),
+        source,
+    })
 }
 
 /// A new seed for a run that was given none (recorded in its evidence for replay).
@@ -74,4 +129,29 @@ pub fn fresh_seed() -> u64 {
 pub fn peak_tflops(gpu: &Gpu) -> Option<f64> {
     let info = gpu.info();
     crate::decide::peak_tflops(info.sm_count, info.max_sm_mhz, info.capability)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::memory_peak_of;
+
+    #[test]
+    fn the_memory_peak_is_the_larger_of_the_attributes_and_the_table() {
+        // An H100 SXM reporting its attributes: 3352 GB/s beats the table's 3350.
+        let h100 = memory_peak_of("NVIDIA H100 80GB HBM3", 2_619_000, 5120, 50 << 20).unwrap();
+        assert!((h100.bandwidth_gbs - 3352.3).abs() < 0.1, "{h100:?}");
+        assert!(h100.source.contains("5120-bit"), "{}", h100.source);
+        assert_eq!(h100.l2_bytes, Some(50 << 20));
+        // A driver that reports a low memory clock: the table wins (a lower floor).
+        let low = memory_peak_of("NVIDIA H100 80GB HBM3", 1_000_000, 5120, 0).unwrap();
+        assert_eq!(low.bandwidth_gbs, 3350.0);
+        assert!(low.source.starts_with("table by name"), "{}", low.source);
+        assert_eq!(low.l2_bytes, None);
+        // No attributes: the table alone; neither: unknown.
+        let named = memory_peak_of("NVIDIA H200", 0, 0, 0).unwrap();
+        assert_eq!(named.bandwidth_gbs, 4800.0);
+        assert!(memory_peak_of("Some GPU", 0, 0, 0).is_none());
+        let attrs = memory_peak_of("Some GPU", 1_000_000, 256, 0).unwrap();
+        assert!((attrs.bandwidth_gbs - 64.0).abs() < 1e-9);
+    }
 }

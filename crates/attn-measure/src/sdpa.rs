@@ -321,6 +321,7 @@ impl Sdpa {
             wall_us: reply.wall_us,
             guard_event_us: reply.guard_event_us,
             guard_residual_us: vec![],
+            guard_stream_residual_us: vec![],
         })
     }
 }

@@ -7,12 +7,12 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
-use attn_evidence::ClockGuard;
-use attn_kernels::planted::SideStreamWork;
+use attn_evidence::{BlockClock, ClockGuard};
+use attn_kernels::planted::{ReferenceCopier, SideStreamWork};
 use attn_kernels::telemetry::{self, ClockReading};
 use attn_kernels::{
-    Candidate, ColumnMap, Counters, DeviceTensor, Gpu, GpuReference, Harness, Prepared,
-    ReferenceOutput, SampleHooks, TimingOptions, Timings,
+    Candidate, ColumnMap, Counters, Gpu, GpuReference, GuardedTensor, Harness, HarnessKernels,
+    Prepared, ReferenceOutput, RowMask, SampleHooks, TimingMode, TimingOptions, Timings,
 };
 use attn_oracle::{generate, CaseSpec, DType, Distribution};
 
@@ -36,42 +36,128 @@ pub fn flush_bytes(gpu: &Gpu) -> usize {
     (gpu.info().l2_bytes as usize).max(1 << 20) * 2
 }
 
-/// Device-resident input sets with their (poisoned) output buffers.
+/// Device-resident input sets with their (poisoned) output buffers, every buffer between canary
+/// guards ([`GuardedTensor`]; read back with [`InputSets::outside_writes`] after a timing).
 #[derive(Debug)]
 pub struct InputSets {
     /// Q of each set.
-    pub q: Vec<DeviceTensor>,
+    pub q: Vec<GuardedTensor>,
     /// K of each set.
-    pub k: Vec<DeviceTensor>,
+    pub k: Vec<GuardedTensor>,
     /// V of each set.
-    pub v: Vec<DeviceTensor>,
+    pub v: Vec<GuardedTensor>,
     /// O of each set, poisoned.
-    pub o: Vec<DeviceTensor>,
+    pub o: Vec<GuardedTensor>,
+    /// The seed set `i` was drawn from is `seed + i`.
+    seed: u64,
+    guard_bytes: usize,
 }
 
 impl InputSets {
-    /// `count` fresh normal sets (seeds `seed`, `seed+1`, ...), uploaded.
+    /// `count` fresh normal sets (seeds `seed`, `seed+1`, ...), uploaded between guards.
     pub fn new(gpu: &Gpu, problem: &Problem, count: usize, seed: u64) -> Result<InputSets> {
+        InputSets::with_guards(gpu, problem, count, seed, attn_kernels::guard::GUARD_BYTES)
+    }
+
+    /// As [`InputSets::new`] with guards of `guard_bytes` on each side of every buffer; 0 for
+    /// exact allocations (what compute-sanitizer runs on: its memcheck must see the true bounds,
+    /// which guards would hide).
+    pub fn with_guards(
+        gpu: &Gpu,
+        problem: &Problem,
+        count: usize,
+        seed: u64,
+        guard_bytes: usize,
+    ) -> Result<InputSets> {
         let mut sets = InputSets {
             q: vec![],
             k: vec![],
             v: vec![],
             o: vec![],
+            seed,
+            guard_bytes,
         };
-        for i in 0..count {
+        sets.grow(gpu, problem, count)?;
+        Ok(sets)
+    }
+
+    /// Adds fresh sets until there are `count`.
+    pub fn grow(&mut self, gpu: &Gpu, problem: &Problem, count: usize) -> Result<()> {
+        for i in self.len()..count {
+            let set_seed = self.seed.wrapping_add(i as u64);
             let inputs = generate(&CaseSpec {
                 shape: problem.shape,
                 dtype: problem.dtype,
                 distribution: Distribution::Normal,
-                seed: seed.wrapping_add(i as u64),
+                seed: set_seed,
             });
-            sets.q.push(gpu.upload(&inputs.q)?);
-            sets.k.push(gpu.upload(&inputs.k)?);
-            sets.v.push(gpu.upload(&inputs.v)?);
-            sets.o
-                .push(gpu.alloc_poisoned(inputs.q.dims, problem.dtype)?);
+            let guard = |n: u64| next_random(&mut (set_seed ^ 0x9a2d_5e75 ^ n));
+            let bytes = self.guard_bytes;
+            self.q.push(GuardedTensor::upload_with(
+                gpu,
+                "Q",
+                &inputs.q,
+                guard(1),
+                bytes,
+            )?);
+            self.k.push(GuardedTensor::upload_with(
+                gpu,
+                "K",
+                &inputs.k,
+                guard(2),
+                bytes,
+            )?);
+            self.v.push(GuardedTensor::upload_with(
+                gpu,
+                "V",
+                &inputs.v,
+                guard(3),
+                bytes,
+            )?);
+            self.o.push(GuardedTensor::alloc_poisoned_with(
+                gpu,
+                "O",
+                inputs.q.dims,
+                problem.dtype,
+                guard(4),
+                bytes,
+            )?);
         }
-        Ok(sets)
+        Ok(())
+    }
+
+    /// The canary guards of every buffer of every set, read back: one line per buffer written
+    /// outside (`"128 bytes after O of input set 3"`).
+    pub fn outside_writes(&self, gpu: &Gpu) -> Result<Vec<String>> {
+        let mut found = Vec::new();
+        for (i, set) in [&self.q, &self.k, &self.v, &self.o]
+            .iter()
+            .flat_map(|buffers| buffers.iter().enumerate())
+        {
+            if let Some(violation) = set.check(gpu)? {
+                found.push(format!("{violation} of input set {i}"));
+            }
+        }
+        Ok(found)
+    }
+
+    /// Checksums of every set's Q, K and V that the signed column permutations of the timing
+    /// leave unchanged (see [`HarnessKernels::checksum`]).
+    pub fn invariant_checksums(
+        &self,
+        gpu: &Gpu,
+        harness: &HarnessKernels,
+        seed: u64,
+    ) -> Result<Vec<[u64; 3]>> {
+        (0..self.len())
+            .map(|i| -> Result<[u64; 3]> {
+                Ok([
+                    harness.checksum(gpu, &self.q[i], true, seed)?,
+                    harness.checksum(gpu, &self.k[i], true, seed)?,
+                    harness.checksum(gpu, &self.v[i], true, seed)?,
+                ])
+            })
+            .collect()
     }
 
     /// Number of sets.
@@ -200,8 +286,18 @@ pub struct OutputVerifier {
     maps: Vec<ColumnMap>,
 }
 
+/// Entropy for a secret: the process's random hasher state mixed with `seed` and `i` (the seed
+/// alone is recorded in evidence; this is not).
+fn secret_entropy(seed: u64, i: u64) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(seed);
+    hasher.write_u64(i);
+    hasher.finish()
+}
+
 /// One step of splitmix64.
-fn next_random(state: &mut u64) -> u64 {
+pub(crate) fn next_random(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
     let mut z = *state;
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -243,8 +339,21 @@ impl OutputVerifier {
         capacity: usize,
         seed: u64,
     ) -> Result<OutputVerifier> {
+        // Each reference stored masked under a secret of its own (never in the evidence, not
+        // derived from the recorded seed alone): a kernel that found it could copy only noise.
+        let rows = problem.shape.batch * problem.shape.heads * problem.shape.seq_q;
         let references = (0..sets.len())
-            .map(|i| reference.compute(gpu, &sets.q[i], &sets.k[i], &sets.v[i], &problem.params))
+            .map(|i| {
+                let mask = RowMask::secret(rows, secret_entropy(seed, i as u64));
+                reference.compute_masked(
+                    gpu,
+                    &sets.q[i],
+                    &sets.k[i],
+                    &sets.v[i],
+                    &problem.params,
+                    mask,
+                )
+            })
             .collect::<std::result::Result<Vec<_>, _>>()?;
         Ok(OutputVerifier {
             counters: Counters::new(gpu, capacity)?,
@@ -297,6 +406,34 @@ pub struct KernelSide<'a> {
     side_work: Option<&'a mut SideStreamWork>,
     watchdog: Option<(&'a Watchdog, Rc<Cell<Duration>>)>,
     seed: u64,
+    /// The inputs' invariant checksums when verification began (see [`KernelSide::watch`]).
+    sums: Option<(HarnessKernels, u64, Vec<[u64; 3]>)>,
+    copier: Option<&'a ReferenceCopier>,
+}
+
+/// What a timing did to the candidate's buffers besides its outputs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TimingWatch {
+    /// Writes found in the canary guards, one line each.
+    pub outside: Vec<String>,
+    /// Inputs whose invariant checksum changed (`"Q of input set 2"`).
+    pub inputs_written: Vec<String>,
+}
+
+/// The input sets a side needs for `opts`: [`input_set_count`], or in batch mode one per launch
+/// of a sample (every launch of a sample on its own inputs and output, each poisoned before the
+/// sample and verified after it), as many as a quarter of the device's memory holds.
+pub fn sets_for(problem: &Problem, gpu: &Gpu, opts: &TimingOptions) -> usize {
+    let count = input_set_count(problem, gpu);
+    if opts.mode != TimingMode::Batch {
+        return count;
+    }
+    let shape = &problem.shape;
+    let set_bytes = ((2 * shape.q_len() + 2 * shape.kv_len()) * 2
+        + 8 * attn_kernels::guard::GUARD_BYTES)
+        .max(1);
+    let affordable = (gpu.info().total_memory / 4 / set_bytes).max(1);
+    count.max(opts.batch_launches.max(1).min(affordable))
 }
 
 impl std::fmt::Debug for KernelSide<'_> {
@@ -327,7 +464,53 @@ impl<'a> KernelSide<'a> {
             side_work: None,
             watchdog: None,
             seed,
+            sums: None,
+            copier: None,
         })
+    }
+
+    /// Input sets for `opts` ([`sets_for`]): call before [`KernelSide::verify_outputs`] (the
+    /// verifier holds a reference per set); [`TimedSide::block`] calls it too.
+    pub fn prepare_for(&mut self, opts: &TimingOptions) -> Result<()> {
+        let wanted = sets_for(self.problem, self.gpu, opts);
+        if wanted <= self.sets.borrow().len() {
+            return Ok(());
+        }
+        if self.verifier.is_some() {
+            return Err(crate::MeasureError::Invalid(
+                "input sets must be prepared for the timing mode before outputs are verified"
+                    .into(),
+            ));
+        }
+        self.sets.borrow_mut().grow(self.gpu, self.problem, wanted)
+    }
+
+    /// Number of input sets.
+    pub fn set_count(&self) -> usize {
+        self.sets.borrow().len()
+    }
+
+    /// After a timing: the canary guards of every buffer, and (when verifying) the inputs'
+    /// invariant checksums against those taken when verification began.
+    pub fn watch(&self) -> Result<TimingWatch> {
+        let sets = self.sets.borrow();
+        let mut watch = TimingWatch {
+            outside: sets.outside_writes(self.gpu)?,
+            inputs_written: vec![],
+        };
+        if let Some((harness, seed, before)) = &self.sums {
+            let after = sets.invariant_checksums(self.gpu, harness, *seed)?;
+            for (set, (b, a)) in before.iter().zip(&after).enumerate() {
+                for (name, (x, y)) in ["Q", "K", "V"].iter().zip(b.iter().zip(a)) {
+                    if x != y {
+                        watch
+                            .inputs_written
+                            .push(format!("{name} of input set {set} changed"));
+                    }
+                }
+            }
+        }
+        Ok(watch)
     }
 
     /// Verifies every timed output (of up to `samples` samples) against the GPU reference
@@ -338,7 +521,15 @@ impl<'a> KernelSide<'a> {
         atol: f64,
         samples: usize,
     ) -> Result<()> {
-        let capacity = samples * self.sets.borrow().len().min(8) + 16;
+        // Every distinct set of a sample takes a slot (batch mode: every launch of it).
+        let capacity = samples * self.sets.borrow().len() + 16;
+        let harness = HarnessKernels::new(self.gpu)?;
+        let sum_seed = next_random(&mut (self.seed ^ 0x5e75_c4ec));
+        let before = self
+            .sets
+            .borrow()
+            .invariant_checksums(self.gpu, &harness, sum_seed)?;
+        self.sums = Some((harness, sum_seed, before));
         let verifier = OutputVerifier::new(
             self.gpu,
             self.problem,
@@ -350,6 +541,12 @@ impl<'a> KernelSide<'a> {
         )?;
         self.verifier = Some(verifier);
         Ok(())
+    }
+
+    /// A planted cheat: after every sample, before verification, the outputs are overwritten with
+    /// the verifier's references as they sit in device memory.
+    pub fn with_reference_copier(&mut self, copier: &'a ReferenceCopier) {
+        self.copier = Some(copier);
     }
 
     /// Launches `work` after every launch (a planted fault: hidden work on another stream).
@@ -370,6 +567,8 @@ struct Hooks<'s, 'a> {
     verifier: Option<&'s mut OutputVerifier>,
     /// The watchdog, and the bound of one sample.
     watchdog: Option<(&'a Watchdog, Duration)>,
+    /// A planted cheat: the verifier's references copied into the outputs before they are counted.
+    copier: Option<&'a ReferenceCopier>,
 }
 
 impl SampleHooks for Hooks<'_, '_> {
@@ -409,10 +608,13 @@ impl SampleHooks for Hooks<'_, '_> {
         };
         let sample = verifier.samples;
         verifier.samples += 1;
-        let all = self.sets.borrow();
+        let mut all = self.sets.borrow_mut();
         for (i, &set) in sets.iter().enumerate() {
             if sets[..i].contains(&set) {
                 continue;
+            }
+            if let Some(copier) = self.copier {
+                copier.copy(self.gpu, &verifier.references[set], &mut all.o[set])?;
             }
             let slot = verifier.slots.len();
             if slot >= verifier.counters.len() {
@@ -434,13 +636,14 @@ impl SampleHooks for Hooks<'_, '_> {
 
 impl TimedSide for KernelSide<'_> {
     fn block(&mut self, opts: &TimingOptions) -> Result<Timings> {
+        self.prepare_for(opts)?;
         let count = self.sets.borrow().len();
         let (gpu, prepared, problem) = (self.gpu, self.prepared, self.problem);
         let sets = &self.sets;
         let mut side_work = self.side_work.as_deref_mut();
         let mut launch = |i: usize| -> attn_kernels::Result<()> {
             let mut all = sets.borrow_mut();
-            let InputSets { q, k, v, o } = &mut *all;
+            let InputSets { q, k, v, o, .. } = &mut *all;
             prepared.launch(gpu, &q[i], &k[i], &v[i], &mut o[i], &problem.params)?;
             if let Some(work) = side_work.as_deref_mut() {
                 work.launch()?;
@@ -459,6 +662,7 @@ impl TimedSide for KernelSide<'_> {
                 .watchdog
                 .as_ref()
                 .map(|(w, bound)| (*w, bound.get() * per_sample)),
+            copier: self.copier,
         };
         let timed = match self.watchdog.as_ref().map(|(w, bound)| (*w, bound.get())) {
             // Warm-up and graph capture run under one deadline for all their launches; then
@@ -487,6 +691,11 @@ pub struct SdpaSide<'a> {
 }
 
 impl<'a> SdpaSide<'a> {
+    /// The same input set count as a kernel side's (batch mode: one per launch of a sample).
+    pub fn with_sets(self, sets: usize) -> SdpaSide<'a> {
+        SdpaSide { sets, ..self }
+    }
+
     /// SDPA on `problem` with as many input sets as a kernel side would use.
     pub fn new(
         gpu: &Gpu,
@@ -519,8 +728,8 @@ impl TimedSide for SdpaSide<'_> {
     }
 }
 
-/// A side's guard pass: wall, event and residual times, µs.
-type GuardPass = (Vec<f64>, Vec<f64>, Vec<f64>);
+/// A side's guard pass: wall, event, host residual and device (other streams) residual times, µs.
+type GuardPass = (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>);
 
 /// How two sides are sampled against each other.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -530,22 +739,93 @@ pub struct Interleave {
     /// Samples per block: the sides alternate block by block (A B A B …) so both see the same
     /// clocks and temperature.
     pub block: usize,
-    /// A block after which the SM clock reads under this fraction of the device's maximum is
-    /// dropped and re-taken (nvbench's rule).
+    /// A block whose SM clock, measured on the device over it, is under this fraction of the
+    /// device's maximum is dropped and re-taken ([`ThrottleRule`]).
     pub throttle_fraction: f64,
     /// The device's maximum SM clock, MHz.
     pub max_sm_mhz: u32,
 }
 
+/// The fraction of the maximum SM clock under which a block is dropped: nvbench's 75%. A
+/// sustained attention load runs an H100 near 1.7 GHz of its 1.98 GHz maximum (86%), which a
+/// stricter rule (the 90% this gate used) drops block after block, so that honest cases ended
+/// untimed.
+pub const THROTTLE_FRACTION: f64 = 0.75;
+
 impl Interleave {
-    /// Blocks of 10 samples, dropped under 90% of the maximum SM clock.
+    /// Blocks of 10 samples, dropped under [`THROTTLE_FRACTION`] of the maximum SM clock.
     pub fn new(timing: TimingOptions, max_sm_mhz: u32) -> Interleave {
         Interleave {
             timing,
             block: 10,
-            throttle_fraction: 0.9,
+            throttle_fraction: THROTTLE_FRACTION,
             max_sm_mhz,
         }
+    }
+}
+
+/// Which blocks are kept: those whose SM clock is at least `fraction` of `max_mhz`; a block
+/// whose clock could not be measured is kept (and the case says so).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ThrottleRule {
+    /// See [`Interleave::throttle_fraction`].
+    pub fraction: f64,
+    /// The device's maximum SM clock, MHz.
+    pub max_mhz: u32,
+}
+
+impl ThrottleRule {
+    /// The clock under which a block is dropped, MHz.
+    pub fn threshold_mhz(&self) -> f64 {
+        f64::from(self.max_mhz) * self.fraction
+    }
+
+    /// Whether a block measured at `mhz` is kept.
+    pub fn keeps(&self, mhz: Option<f64>) -> bool {
+        mhz.is_none_or(|m| m >= self.threshold_mhz())
+    }
+
+    /// The rule, one line, for evidence.
+    pub fn describe(&self, source: &str) -> String {
+        format!(
+            "kept when the SM clock measured over the block ({source}) is at least {:.0}% of the {} MHz maximum ({:.0} MHz)",
+            self.fraction * 100.0,
+            self.max_mhz,
+            self.threshold_mhz()
+        )
+    }
+}
+
+/// The SM clock over a block from the device: a probe on the timed stream before the block and
+/// one after it ([`HarnessKernels::probe_clock`]), averaged.
+struct BlockProbe {
+    kernels: HarnessKernels,
+    slots: attn_kernels::guard::ClockSlots,
+}
+
+impl BlockProbe {
+    fn new(gpu: &Gpu) -> Option<BlockProbe> {
+        let kernels = HarnessKernels::new(gpu).ok()?;
+        let slots = attn_kernels::guard::ClockSlots::new(gpu, 2).ok()?;
+        Some(BlockProbe { kernels, slots })
+    }
+
+    fn before(&mut self, gpu: &Gpu) -> attn_kernels::Result<()> {
+        self.kernels.probe_clock(gpu, &mut self.slots, 0)
+    }
+
+    fn after(&mut self, gpu: &Gpu) -> attn_kernels::Result<Option<f64>> {
+        self.kernels.probe_clock(gpu, &mut self.slots, 1)?;
+        let samples = self.slots.read(gpu)?;
+        Ok(block_mhz(samples[0].mhz(), samples[1].mhz()))
+    }
+}
+
+/// The clock over a block from the probes before and after it: their mean, or the one there is.
+pub fn block_mhz(before: Option<f64>, after: Option<f64>) -> Option<f64> {
+    match (before, after) {
+        (Some(a), Some(b)) => Some((a + b) / 2.0),
+        (a, b) => a.or(b),
     }
 }
 
@@ -564,7 +844,8 @@ pub struct Interleaved {
 
 /// Samples `a` and `b` in alternating blocks (B first, so the baseline's time is known before
 /// the candidate's first block), until each has `timing.samples` clean samples or each has had
-/// twice its blocks.
+/// four times its blocks. Each block's SM clock is measured on the device (nvidia-smi where the
+/// probe cannot run) and judged by [`ThrottleRule`].
 pub fn interleave(
     gpu: &Gpu,
     a: &mut dyn TimedSide,
@@ -576,12 +857,22 @@ pub fn interleave(
     let block = plan.block.clamp(1, wanted.max(1));
     let blocks_needed = wanted.div_ceil(block);
     let ordinal = gpu.info().ordinal;
-    let threshold = (f64::from(plan.max_sm_mhz) * plan.throttle_fraction) as u32;
+    let rule = ThrottleRule {
+        fraction: plan.throttle_fraction,
+        max_mhz: plan.max_sm_mhz,
+    };
     let before = telemetry::read_clocks(ordinal);
+    let mut probe = BlockProbe::new(gpu);
+    let source = if probe.is_some() {
+        "device: clock64() over %globaltimer on the timed stream before and after it"
+    } else {
+        "nvidia-smi after it"
+    };
     let mut merged: [Option<Timings>; 2] = [None, None];
     let mut kept = [0usize; 2];
     let mut dropped = [0usize; 2];
-    let mut min_kept: Option<u32> = None;
+    let mut min_kept: Option<f64> = None;
+    let mut blocks: Vec<BlockClock> = Vec::new();
     let mut guard: [Option<GuardPass>; 2] = [None, None];
     let mut attempts = 0;
     while (kept[0] < blocks_needed || kept[1] < blocks_needed) && attempts < 4 * blocks_needed {
@@ -601,6 +892,9 @@ pub fn interleave(
                 },
                 ..plan.timing
             };
+            if let Some(p) = probe.as_mut() {
+                p.before(gpu)?;
+            }
             let timings = if side == 0 {
                 a.block(&opts)?
             } else {
@@ -609,15 +903,29 @@ pub fn interleave(
             // The guard pass judges where the work ran, not how fast: it is kept even from a
             // block whose samples are dropped (or work escaping the stream could hide behind a
             // throttled first block).
-            if guard[side].is_none() && !timings.wall_us.is_empty() {
+            if guard[side].is_none() && !timings.guard_event_us.is_empty() {
                 guard[side] = Some((
                     timings.wall_us.clone(),
                     timings.guard_event_us.clone(),
                     timings.guard_residual_us.clone(),
+                    timings.guard_stream_residual_us.clone(),
                 ));
             }
-            let clock = telemetry::read_clocks(ordinal).map(|c| c.sm_mhz);
-            if clock.is_some_and(|mhz| mhz < threshold) {
+            let (clock, how) = match probe.as_mut() {
+                Some(p) => (p.after(gpu)?, "device"),
+                None => (
+                    telemetry::read_clocks(ordinal).map(|c| f64::from(c.sm_mhz)),
+                    "nvidia-smi",
+                ),
+            };
+            let keep = rule.keeps(clock);
+            blocks.push(BlockClock {
+                side,
+                mhz: clock,
+                source: how.into(),
+                kept: keep,
+            });
+            if !keep {
                 dropped[side] += 1;
                 continue;
             }
@@ -644,16 +952,23 @@ pub fn interleave(
         wall_us: vec![],
         guard_event_us: vec![],
         guard_residual_us: vec![],
+        guard_stream_residual_us: vec![],
     };
     let [a_t, b_t] = merged;
     let with_guard = |t: Option<Timings>, g: Option<GuardPass>| {
         let mut t = t.unwrap_or_else(empty);
-        if let Some((wall, event, residual)) = g {
-            (t.wall_us, t.guard_event_us, t.guard_residual_us) = (wall, event, residual);
+        if let Some((wall, event, residual, streams)) = g {
+            (
+                t.wall_us,
+                t.guard_event_us,
+                t.guard_residual_us,
+                t.guard_stream_residual_us,
+            ) = (wall, event, residual, streams);
         }
         t
     };
     let [a_g, b_g] = guard;
+    let measured = blocks.iter().any(|b| b.mhz.is_some());
     Ok(Interleaved {
         a: with_guard(a_t, a_g),
         b: with_guard(b_t, b_g),
@@ -661,9 +976,11 @@ pub fn interleave(
             block_samples: block,
             kept_blocks: kept,
             dropped_blocks: dropped,
-            threshold_mhz: before.map(|_| threshold),
-            min_kept_mhz: min_kept,
+            threshold_mhz: measured.then(|| rule.threshold_mhz().round() as u32),
+            min_kept_mhz: min_kept.map(|m| m.round() as u32),
             complete: kept[0] >= blocks_needed && kept[1] >= blocks_needed,
+            rule: Some(rule.describe(source)),
+            blocks,
         },
         clocks: (before, after),
     })
@@ -712,5 +1029,39 @@ mod tests {
             assert_eq!(sources, (0..128).collect::<Vec<_>>());
         }
         assert!(flips > 20 * 128 / 4 && flips < 20 * 128 * 3 / 4, "{flips}");
+    }
+}
+
+#[cfg(test)]
+mod throttle_tests {
+    use super::{block_mhz, ThrottleRule, THROTTLE_FRACTION};
+
+    #[test]
+    fn a_sustained_h100_load_is_kept_and_a_throttled_block_dropped() {
+        let rule = ThrottleRule {
+            fraction: THROTTLE_FRACTION,
+            max_mhz: 1980,
+        };
+        assert_eq!(rule.threshold_mhz(), 1485.0);
+        // Clocks recorded on an H100 under a sustained attention load (every block of the old
+        // 90% rule dropped): all kept now.
+        for mhz in [1755.0, 1710.0, 1695.0, 1620.0, 1590.0] {
+            assert!(rule.keeps(Some(mhz)), "{mhz}");
+            // The old rule (90%) dropped them.
+            assert!(mhz < 0.9 * 1980.0);
+        }
+        // Power-capped or thermally throttled blocks: dropped.
+        for mhz in [1410.0, 1200.0, 990.0] {
+            assert!(!rule.keeps(Some(mhz)), "{mhz}");
+        }
+        // Unmeasured: kept (and the case records that it was not measured).
+        assert!(rule.keeps(None));
+        assert!(rule
+            .describe("device")
+            .contains("75% of the 1980 MHz maximum (1485 MHz)"));
+        // A block's clock is the mean of the probes around it.
+        assert_eq!(block_mhz(Some(1700.0), Some(1500.0)), Some(1600.0));
+        assert_eq!(block_mhz(None, Some(1500.0)), Some(1500.0));
+        assert_eq!(block_mhz(None, None), None);
     }
 }

@@ -121,6 +121,8 @@ fn micro_configs_fit_the_device_and_carry_their_launch_defines() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn hopper_micro_cycles_are_sane_and_a_ring_is_not_slower_than_none() {
+    // One GPU test at a time on the device (tests of other executables too).
+    let _device = attn_kernels::device_lock(0);
     let gpu = attn_kernels::Gpu::open(0).unwrap();
     if gpu.arch().0 != "compute_90a" {
         eprintln!("skipped: the hopper micro needs an sm_90 GPU");

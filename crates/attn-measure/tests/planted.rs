@@ -30,117 +30,191 @@ struct Planted {
     /// A registered implementation to run instead of planted.cu (for planted work around it).
     registered: Option<&'static str>,
     expect: CaseStatus,
+    /// Words the verdict must contain (the named reason), beyond its status.
+    reason: Option<&'static str>,
+    /// Timing mode (graph unless said).
+    mode: TimingMode,
+    /// Planted around the candidate by the session: see [`Around`].
+    around: Around,
+}
+
+/// Work the session plants around the candidate's launches (not in its kernel).
+#[derive(Clone, Copy, PartialEq)]
+enum Around {
+    Nothing,
+    /// After each timed sample, the sample's outputs are overwritten with the verifier's own
+    /// references as they sit in device memory: a kernel that found the answer and copied it.
+    CopiesReference,
+}
+
+const fn planted(
+    name: &'static str,
+    plant: i64,
+    shape: &'static str,
+    expect: CaseStatus,
+) -> Planted {
+    Planted {
+        name,
+        plant,
+        shape,
+        side_stream: false,
+        registered: None,
+        expect,
+        reason: None,
+        mode: TimingMode::Graph,
+        around: Around::Nothing,
+    }
+}
+
+impl Planted {
+    const fn because(self, reason: &'static str) -> Planted {
+        Planted {
+            reason: Some(reason),
+            ..self
+        }
+    }
+    const fn in_mode(self, mode: TimingMode) -> Planted {
+        Planted { mode, ..self }
+    }
+    const fn around(self, around: Around) -> Planted {
+        Planted { around, ..self }
+    }
 }
 
 const PLANTED: &[Planted] = &[
+    planted("writes-nothing", 1, "1,4,256,64", CaseStatus::Unwritten),
+    planted("stale-output", 2, "1,4,256,64", CaseStatus::StaleOutput),
+    planted(
+        "first-16-launches",
+        3,
+        "1,4,256,64",
+        CaseStatus::TimedOutputDiffers,
+    ),
+    planted(
+        "one-bad-row-large",
+        4,
+        "2,16,8192,64",
+        CaseStatus::Incorrect,
+    ),
+    planted("no-running-max", 5, "1,4,256,64", CaseStatus::NonFinite),
+    planted(
+        "ignores-causal",
+        6,
+        "1,4,256,64 causal",
+        CaseStatus::Incorrect,
+    ),
+    planted(
+        "causal-top-left",
+        7,
+        "1,4,100,300,64 causal",
+        CaseStatus::Incorrect,
+    ),
+    planted(
+        "bf16-read-as-fp16",
+        8,
+        "1,4,256,64 bf16",
+        CaseStatus::Incorrect,
+    ),
     Planted {
-        name: "writes-nothing",
-        plant: 1,
-        shape: "1,4,256,64",
-        side_stream: false,
-        registered: None,
-        expect: CaseStatus::Unwritten,
-    },
-    Planted {
-        name: "stale-output",
-        plant: 2,
-        shape: "1,4,256,64",
-        side_stream: false,
-        registered: None,
-        expect: CaseStatus::StaleOutput,
-    },
-    Planted {
-        name: "first-12-launches",
-        plant: 3,
-        shape: "1,4,256,64",
-        side_stream: false,
-        registered: None,
-        expect: CaseStatus::TimedOutputDiffers,
-    },
-    Planted {
-        name: "one-bad-row-large",
-        plant: 4,
-        shape: "2,16,8192,64",
-        side_stream: false,
-        registered: None,
-        expect: CaseStatus::Incorrect,
-    },
-    Planted {
-        name: "no-running-max",
-        plant: 5,
-        shape: "1,4,256,64",
-        side_stream: false,
-        registered: None,
-        expect: CaseStatus::NonFinite,
-    },
-    Planted {
-        name: "ignores-causal",
-        plant: 6,
-        shape: "1,4,256,64 causal",
-        side_stream: false,
-        registered: None,
-        expect: CaseStatus::Incorrect,
-    },
-    Planted {
-        name: "causal-top-left",
-        plant: 7,
-        shape: "1,4,100,300,64 causal",
-        side_stream: false,
-        registered: None,
-        expect: CaseStatus::Incorrect,
-    },
-    Planted {
-        name: "bf16-read-as-fp16",
-        plant: 8,
-        shape: "1,4,256,64 bf16",
-        side_stream: false,
-        registered: None,
-        expect: CaseStatus::Incorrect,
-    },
-    Planted {
-        name: "side-stream",
-        plant: 0,
-        shape: "1,8,512,64",
         side_stream: true,
         // Hidden work only escapes if it outlasts the timed work: a fast kernel's does.
         registered: Some("mma"),
-        expect: CaseStatus::EscapedStream,
+        ..planted("side-stream", 0, "1,8,512,64", CaseStatus::EscapedStream)
     },
-    Planted {
-        name: "hang",
-        plant: 9,
-        shape: "1,4,256,64",
-        side_stream: false,
-        registered: None,
-        expect: CaseStatus::Hang,
-    },
-    Planted {
-        name: "fault",
-        plant: 10,
-        shape: "1,4,256,64",
-        side_stream: false,
-        registered: None,
-        expect: CaseStatus::Fault,
-    },
-    Planted {
-        name: "memoises-outputs",
-        plant: 11,
-        shape: "1,8,2048,128",
-        side_stream: false,
-        registered: None,
-        // Remembers outputs by input content: 1.6× faster than SDPA here when the timed inputs
-        // repeat. Inputs turned before every timed sample leave it nothing to remember.
-        expect: CaseStatus::NotFaster,
-    },
-    Planted {
-        name: "correct-but-slow",
-        plant: 0,
-        shape: "1,4,256,64",
-        side_stream: false,
-        registered: None,
-        expect: CaseStatus::NotFaster,
-    },
+    planted("hang", 9, "1,4,256,64", CaseStatus::Hang),
+    planted("fault", 10, "1,4,256,64", CaseStatus::Fault),
+    // Remembers outputs by input content: 1.6× faster than SDPA here when the timed inputs
+    // repeat. Inputs turned before every timed sample leave it nothing to remember.
+    planted(
+        "memoises-outputs",
+        11,
+        "1,8,2048,128",
+        CaseStatus::NotFaster,
+    ),
+    planted("correct-but-slow", 0, "1,4,256,64", CaseStatus::NotFaster),
+    // #23: arguments never varied. The checks draw the scale per check.
+    planted("ignores-scale", 12, "1,4,256,64", CaseStatus::Incorrect).because("scale "),
+    // #23: writes outside the output, or into the inputs.
+    planted(
+        "writes-64-after-o",
+        13,
+        "1,4,256,64",
+        CaseStatus::WroteOutside,
+    )
+    .because("wrote outside its output (128 bytes after O)"),
+    planted(
+        "writes-2-bytes-before-o",
+        14,
+        "1,4,256,64 bf16",
+        CaseStatus::WroteOutside,
+    )
+    .because("wrote outside its output (2 bytes before O)"),
+    planted("zeroes-q", 15, "1,4,256,64", CaseStatus::WroteInputs)
+        .because("wrote into its inputs (Q changed"),
+    planted("writes-after-k", 16, "1,4,256,64", CaseStatus::WroteOutside)
+        .because("wrote outside its output (2 bytes after K)"),
+    // #23: non-determinism.
+    planted(
+        "flips-a-bit-every-other-launch",
+        17,
+        "1,4,256,64",
+        CaseStatus::NonDeterministic,
+    )
+    .because("non-deterministic output"),
+    // #23: repeated launches inside one timed sample. Every launch of a batch sample now has its
+    // own poisoned output: the reuse that would show as a garbled output (18; "timed output
+    // differs" when a set ran twice in a sample) or pass for speed (19) never happens, and the
+    // slow kernel is judged as what it is.
+    planted(
+        "garbles-a-reused-output",
+        18,
+        "1,8,1024,64",
+        CaseStatus::NotFaster,
+    )
+    .in_mode(TimingMode::Batch),
+    planted(
+        "skips-written-rows",
+        19,
+        "1,8,1024,64",
+        CaseStatus::NotFaster,
+    )
+    .in_mode(TimingMode::Batch),
+    // #23: the answer in the clear. Correct for its first launches, then writes nothing, and the
+    // verifier's reference is copied into its outputs before they are checked: masked, it is noise.
+    planted(
+        "copies-the-reference",
+        3,
+        "1,4,256,64",
+        CaseStatus::TimedOutputDiffers,
+    )
+    .around(Around::CopiesReference),
 ];
+
+/// Honest kernels: every defence must let them through (passed or not faster, never a rejection,
+/// never untimed), in both timing modes, at shapes that exercise the new checks (a memory-bound
+/// decode shape for the physical floor, S_q > S_kv causal, bf16, D = 128).
+const HONEST: &[Planted] = &[
+    honest("honest-mma", "mma", "1,8,512,64"),
+    honest("honest-mma-causal-bf16", "mma", "2,4,1000,128 causal bf16"),
+    honest("honest-mma-decode", "mma", "1,16,1,8192,128"),
+    honest("honest-mma-more-queries", "mma", "1,4,300,100,64 causal"),
+    Planted {
+        mode: TimingMode::Batch,
+        ..honest("honest-mma-batch", "mma", "1,8,512,64")
+    },
+    honest("honest-hopper", "hopper", "2,16,2048,128"),
+    honest("honest-tiled", "tiled", "1,4,256,64 causal"),
+    honest("honest-cublas", "cublas", "1,8,512,64"),
+    honest("honest-hybrid-qk", "hybrid-qk", "1,8,512,128 bf16"),
+    honest("honest-hybrid-pv", "hybrid-pv", "1,8,512,64 causal"),
+];
+
+const fn honest(name: &'static str, implementation: &'static str, shape: &'static str) -> Planted {
+    Planted {
+        registered: Some(implementation),
+        ..planted(name, 0, shape, CaseStatus::Passed)
+    }
+}
 
 /// In a child: judges one planted kernel and prints `STATUS <status> | <reason>`.
 fn judge(p: &Planted) {
@@ -169,7 +243,7 @@ fn judge(p: &Planted) {
             TimingOptions {
                 samples: 20,
                 warmup: 3,
-                mode: TimingMode::Graph,
+                mode: p.mode,
                 ..TimingOptions::default()
             },
             info.max_sm_mhz,
@@ -190,8 +264,37 @@ fn judge(p: &Planted) {
     if p.side_stream {
         session.plant_side_stream_work().unwrap();
     }
+    if p.around == Around::CopiesReference {
+        session.plant_reference_copy();
+    }
     let problem = Problem::parse(p.shape).unwrap();
     let case = session.case(&problem, 0x9a7e ^ p.plant as u64);
+    // What the defences saw, for the log.
+    let battery = case.battery.as_ref().map_or(0, |b| b.checks.len());
+    let scales: Vec<String> = case
+        .correctness
+        .iter()
+        .filter_map(|c| c.scale.map(|s| format!("{s:.4}")))
+        .collect();
+    let clocks: Vec<String> = case
+        .clock_guard
+        .iter()
+        .flat_map(|g| g.blocks.iter())
+        .map(|b| {
+            format!(
+                "{}{:.0}",
+                if b.kept { "" } else { "dropped " },
+                b.mhz.unwrap_or(0.0)
+            )
+        })
+        .collect();
+    println!(
+        "DETAIL scales [{}], battery {battery} shapes, memory floor {:?} µs, candidate median {:?} µs, block clocks [{}]",
+        scales.join(", "),
+        case.memory_floor_us,
+        case.comparison.as_ref().map(|c| c.candidate.median),
+        clocks.join(", ")
+    );
     println!(
         "STATUS {} | {}",
         case.status.map(|s| s.as_str()).unwrap_or("none"),
@@ -240,46 +343,97 @@ fn planted_case_child() {
     if let Ok(name) = std::env::var("ATTN_PLANTED") {
         let p = PLANTED
             .iter()
+            .chain(HONEST)
             .find(|p| p.name == name)
             .expect("a planted case");
         judge(p);
     }
 }
 
+/// Runs `p` in a child of this executable: its `STATUS` line, its `DETAIL` line, how long it
+/// took, and how it ended.
+fn run_child(p: &Planted) -> (String, String, Duration, std::process::Output) {
+    let started = Instant::now();
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "planted_case_child",
+            "--include-ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("ATTN_PLANTED", p.name)
+        .output()
+        .unwrap();
+    let elapsed = started.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // libtest may print "test planted_case_child ... " before the child's own line.
+    let find = |tag: &str, missing: &str| {
+        stdout
+            .lines()
+            .find_map(|l| l.find(tag).map(|at| l[at..].to_string()))
+            .unwrap_or_else(|| missing.to_string())
+    };
+    let line = find("STATUS ", "STATUS none | no verdict printed");
+    let detail = find("DETAIL ", "DETAIL none");
+    (line, detail, elapsed, out)
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn honest_kernels_pass_every_defence() {
+    let _device = attn_kernels::device_lock(0);
+    let mut wrong = Vec::new();
+    for p in HONEST {
+        let (line, detail, elapsed, _) = run_child(p);
+        let got = line["STATUS ".len()..].split(" | ").next().unwrap_or("");
+        println!(
+            "{:<26} {line} ({:.1} s)\n{:<26} {detail}",
+            p.name,
+            elapsed.as_secs_f64(),
+            ""
+        );
+        if got != CaseStatus::Passed.as_str() && got != CaseStatus::NotFaster.as_str() {
+            wrong.push(format!("{}: {line}", p.name));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "honest kernels rejected or not timed:\n{}",
+        wrong.join("\n")
+    );
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn every_planted_kernel_is_rejected_for_its_own_reason() {
-    let exe = std::env::current_exe().unwrap();
+    // One GPU test at a time on the device (tests of other executables too).
+    let _device = attn_kernels::device_lock(0);
     let mut wrong = Vec::new();
-    for p in PLANTED {
-        let started = Instant::now();
-        let out = Command::new(&exe)
-            .args([
-                "--exact",
-                "planted_case_child",
-                "--include-ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env("ATTN_PLANTED", p.name)
-            .output()
-            .unwrap();
-        let elapsed = started.elapsed();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        // libtest may print "test planted_case_child ... " before the child's own line.
-        let line = stdout
-            .lines()
-            .find_map(|l| l.find("STATUS ").map(|at| &l[at..]))
-            .unwrap_or("STATUS none | no verdict printed");
+    // ATTN_PLANTED_ONLY=name,name runs those alone (a quicker look at a few).
+    let only = std::env::var("ATTN_PLANTED_ONLY").ok();
+    let chosen = |p: &&Planted| {
+        only.as_deref()
+            .is_none_or(|o| o.split(',').any(|n| n == p.name))
+    };
+    for p in PLANTED.iter().filter(chosen) {
+        let (line, detail, elapsed, out) = run_child(p);
+        let line = line.as_str();
         let got = line["STATUS ".len()..].split(" | ").next().unwrap_or("");
         println!(
-            "{:<26} expected {:<22} {line} ({:.1} s)",
+            "{:<30} expected {:<24} {line} ({:.1} s)\n{:<30} {detail}",
             p.name,
             p.expect.as_str(),
-            elapsed.as_secs_f64()
+            elapsed.as_secs_f64(),
+            ""
         );
         if got != p.expect.as_str() {
             wrong.push(format!("{}: expected {}, got {line}", p.name, p.expect));
+        } else if let Some(reason) = p.reason.filter(|r| !line.contains(r)) {
+            wrong.push(format!(
+                "{}: expected {} because of \"{reason}\", got {line}",
+                p.name, p.expect
+            ));
         }
         if p.expect == CaseStatus::Hang {
             // Compile and checks before the hung launch take a few seconds; the hang itself is

@@ -107,3 +107,42 @@ fn a_ratchet_file_replays_under_its_no_regression_rule() {
     assert_eq!(usual.run.cases[1].status, Some(CaseStatus::NotFaster));
     assert_eq!(usual.run.cases[0].status, Some(CaseStatus::NotFaster));
 }
+
+#[test]
+fn every_committed_h100_result_is_above_the_memory_floor() {
+    // The floor rejects nothing honest: every timed median ever committed on an H100 (fused
+    // kernels, library plans and SDPA alike) sits above the bytes it must move at the H100's
+    // peak bandwidth, as the gate computes it now.
+    let peak = attn_measure::provenance::memory_peak_of(
+        "NVIDIA H100 80GB HBM3",
+        2_619_000,
+        5120,
+        50 << 20,
+    )
+    .expect("the H100's peak");
+    let mut checked = 0;
+    for path in gate_files() {
+        let run = read(&path);
+        if !run.provenance.gpu.contains("H100") {
+            continue;
+        }
+        for case in &run.cases {
+            let problem = attn_measure::Problem::new(case.shape.clone()).unwrap();
+            let floor = attn_measure::gate::memory_floor_for(&problem, &peak);
+            for (side, timing) in [("candidate", &case.candidate), ("baseline", &case.baseline)] {
+                let Some(timing) = timing else { continue };
+                let mut samples = timing.samples.clone();
+                samples.sort_by(f64::total_cmp);
+                let fastest = samples[0];
+                assert!(
+                    fastest > 1.2 * floor,
+                    "{}: {} {side} sample {fastest} µs vs floor {floor:.2} µs",
+                    path.display(),
+                    case.shape
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 20, "{checked}");
+}

@@ -292,6 +292,8 @@ fn shapes(texts: &[&str]) -> Vec<ShapeSpec> {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn planted_defects_are_found_by_their_tool_naming_the_kernel() {
+    // One GPU test at a time on the device (tests of other executables too).
+    let _device = attn_kernels::device_lock(0);
     // 197 rows in blocks of 4: the last block's rows 197..199 of the last head are past O's end
     // (384 bytes, inside the allocation's 512-byte alignment even without padding).
     let shape = shapes(&["1,1,197,64"]);
@@ -334,6 +336,8 @@ fn planted_defects_are_found_by_their_tool_naming_the_kernel() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn every_registered_implementation_is_clean_under_memcheck_and_racecheck() {
+    // One GPU test at a time on the device (tests of other executables too).
+    let _device = attn_kernels::device_lock(0);
     let arch = Gpu::open(0).expect("a CUDA GPU").arch();
     let mut dirty = Vec::new();
     for implementation in attn_kernels::registry() {

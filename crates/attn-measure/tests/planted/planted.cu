@@ -9,6 +9,17 @@
 //  8 reads its inputs as fp16 whatever the dtype    9 never finishes
 // 10 faults (writes far outside its output)
 // 11 memoises outputs by input content: correct every time, and fast on repeated inputs
+// 12 ignores its scale argument (uses 1/sqrt(D))
+// 13 writes 64 elements just past the end of O      14 writes one element (2 bytes) just before O
+// 15 zeroes the first element of every Q row after reading it (writes into its inputs)
+// 16 writes one element just past the end of K (between the inputs)
+// 17 non-deterministic: every other launch of a block flips the last bit of one element per row
+// 18 writes garbage over a row whose output is already written (a launch that is not the first on
+//    its output since the poisoning: batch mode's reuse made visible)
+// 19 skips rows whose output is already written (batch mode's reuse turned into speed)
+//
+// Launches are counted per block and per problem (its sizes hashed into the counter's index), so
+// that the small problems of the gate's edge battery do not age the counters of the case's own.
 #include "attn_common.cuh"
 
 #ifndef PLANT
@@ -72,12 +83,25 @@ attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_
 #if PLANT == 10
     o[total + ((size_t)1 << 40)] = from_float(1.0f);
 #endif
-    // How many times this block has run before: each block counts its own launches.
+#if PLANT == 13
+    if (block_id == 0 && threadIdx.x < 64) o[total + threadIdx.x] = from_float(2.0f);
+#endif
+#if PLANT == 14
+    if (block_id == 0 && threadIdx.x == 0) o[-1] = from_float(2.0f);
+#endif
+#if PLANT == 16
+    if (block_id == 0 && threadIdx.x == 0)
+        const_cast<elem_t*>(k)[(size_t)batch * heads * seq_kv * HEAD_DIM] = from_float(2.0f);
+#endif
+    // How many times this block has run before on this problem: each block counts its own launches.
     __shared__ unsigned int launch;
-    if (threadIdx.x == 0) launch = atomicAdd(&block_launches[block_id % (1 << 16)], 1u);
+    const unsigned int problem_key = (unsigned int)seq_q * 7919u + (unsigned int)seq_kv * 104729u +
+                                     (unsigned int)heads * 1299709u + (unsigned int)batch * 15485863u;
+    if (threadIdx.x == 0) launch = atomicAdd(&block_launches[(block_id + problem_key) % (1 << 16)], 1u);
     __syncthreads();
 #if PLANT == 3
-    if (launch >= 12) return;
+    // Checks launch twice each (the determinism launch): 5 checks are 10 launches.
+    if (launch >= 16) return;
 #endif
 #if PLANT == 2
     if (launch >= 1 && total <= (1u << 20)) {
@@ -93,7 +117,8 @@ attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_
         const unsigned long long key = content_key(q, k, v, lane);
         if (threadIdx.x == 0) {
             int found = -1;
-            if (total <= MEMO_ELEMS && block_id < MEMO_BLOCKS) {
+            // Only the case's own (large) problem: the edge battery's small ones take no slots.
+            if (total <= MEMO_ELEMS && total > (1u << 20) && block_id < MEMO_BLOCKS) {
                 for (int s = 0; s < MEMO_SLOTS && found < 0; ++s)
                     if (*(volatile unsigned long long*)&memo_keys[s] == key) found = s;
                 for (int s = 0; s < MEMO_SLOTS && found < 0; ++s) {
@@ -112,6 +137,21 @@ attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_
                 o[(bh * seq_q + row) * HEAD_DIM + d] = memo_out[slot][(bh * seq_q + row) * HEAD_DIM + d];
         return;
     }
+#endif
+#if PLANT == 18 || PLANT == 19
+#if defined(ATTN_DTYPE_BF16)
+    const unsigned short poison_bits = 0x7FA5;
+#else
+    const unsigned short poison_bits = 0x7DA5;
+#endif
+    bool row_written = false;
+    if (row < seq_q)
+        row_written = reinterpret_cast<const unsigned short*>(o)[(bh * seq_q + row) * HEAD_DIM] != poison_bits;
+#if PLANT == 18
+    if (row_written)
+        for (int d = lane; d < HEAD_DIM; d += 32) o[(bh * seq_q + row) * HEAD_DIM + d] = from_float(7.0f);
+#endif
+    if (row_written) return;  // no barrier follows for these plants
 #endif
     if (row < seq_q) {
         const elem_t* q_row = q + (bh * seq_q + row) * HEAD_DIM;
@@ -145,7 +185,11 @@ attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_
             }
 #pragma unroll
             for (int off = 16; off > 0; off /= 2) partial += __shfl_xor_sync(0xffffffffu, partial, off);
+#if PLANT == 12
+            const float s = partial * rsqrtf((float)HEAD_DIM);
+#else
             const float s = partial * scale;
+#endif
 #if PLANT == 5
             const float m_new = 0.0f;
 #else
@@ -164,6 +208,11 @@ attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_
         }
         const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
         const size_t base = (bh * seq_q + row) * HEAD_DIM;
+#if PLANT == 15
+        // Every lane has read its Q values into registers above; one zeroes the row's first.
+        __syncwarp();
+        if (lane == 0) const_cast<elem_t*>(q_row)[0] = from_float(0.0f);
+#endif
 #pragma unroll
         for (int i = 0; i < DIMS_PER_LANE; ++i) {
             const int d = lane + 32 * i;
@@ -171,6 +220,14 @@ attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_
             float out = acc[i] * inv_l;
 #if PLANT == 4
             if (bh == (size_t)batch * heads - 1 && row == seq_q / 2) out += 0.5f;
+#endif
+#if PLANT == 17
+            if (d == 0 && (launch & 1u)) {
+                elem_t e = from_float(out);
+                unsigned short bits = *reinterpret_cast<unsigned short*>(&e) ^ 1u;
+                o[base + d] = *reinterpret_cast<elem_t*>(&bits);
+                continue;
+            }
 #endif
             o[base + d] = from_float(out);
 #if PLANT == 2

@@ -215,7 +215,10 @@ fn the_abi_window_is_clipped_and_causal_is_its_right_bound_zero() {
     assert_eq!(Params::new(8, true).abi_window(10, 10), (-1, 0));
     assert_eq!(Params::new(8, false).abi_window(10, 10), (-1, -1));
     // Clipping changes nothing a row sees.
-    let clipped = Params::new(8, false).with_window(Window { left: Some(400), right: Some(400) });
+    let clipped = Params::new(8, false).with_window(Window {
+        left: Some(400),
+        right: Some(400),
+    });
     for row in 0..100 {
         assert_eq!(p.kv_range(row, 100, 300), clipped.kv_range(row, 100, 300));
     }

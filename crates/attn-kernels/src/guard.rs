@@ -1,0 +1,633 @@
+//! The gate's defences around a candidate's buffers, and its own small device probes
+//! (`kernels/harness.cu`).
+//!
+//! - [`GuardedTensor`]: a device tensor allocated with [`GUARD_BYTES`] of canary bytes before and
+//!   after it; the kernel is handed the interior only. A write outside the interior (past the end
+//!   of O, before its start, between inputs) changes canaries, which [`GuardedTensor::check`]
+//!   finds and measures ("128 bytes after O"). The canaries are seeded per buffer, so a kernel
+//!   cannot know them; each canary word is a finite negative value in both fp16 and bf16 with a
+//!   non-zero low byte (a kernel that reads past a buffer reads finite numbers, and a small
+//!   positive value written over a canary changes both of its bytes).
+//! - [`HarnessKernels::checksum`]: a keyed hash of every word of a tensor, on the device: Q, K and
+//!   V are checksummed before and after every checked launch. The invariant variant ignores the
+//!   sign bit and the column order within a row, so it survives the timing's signed column
+//!   permutations and can be compared across a whole timing.
+//! - [`HarnessKernels::probe_clock`]: the SM clock measured on the device (clock64() cycles over a
+//!   %globaltimer interval), launched on the timed stream before and after each block of samples.
+
+use std::mem::ManuallyDrop;
+use std::ops::{Deref, DerefMut};
+
+use attn_oracle::{DType, HostTensor};
+use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
+
+use crate::compile::CompileRequest;
+use crate::error::{DriverContext, KernelError, Result};
+use crate::gpu::{DeviceTensor, Gpu};
+
+const SOURCE: &str = include_str!("../../../kernels/harness.cu");
+
+/// Canary bytes before and after every guarded buffer (a multiple of 256, so the interior keeps
+/// the allocation's alignment: TMA descriptors need 16 bytes, vector loads 16).
+pub const GUARD_BYTES: usize = 256 * 1024;
+
+/// Which guard of a buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// The bytes just before the buffer.
+    Before,
+    /// The bytes just after it.
+    After,
+}
+
+fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The canary byte at offset `i` of the guard on `side` of a buffer seeded with `seed`. Even
+/// offsets are the low bytes of 16-bit words: never 0. Odd offsets are the high bytes: the sign
+/// bit set and the exponent bits never all ones in either fp16 (bits 10–14) or bf16 (bits 7–14),
+/// so every canary word is a finite negative number in both.
+pub fn canary_byte(seed: u64, side: Side, i: u64) -> u8 {
+    let side_key = match side {
+        Side::Before => 0x5afe_0000_0000_0001,
+        Side::After => 0x5afe_0000_0000_0002,
+    };
+    let word = mix64(seed ^ side_key ^ mix64(i / 8));
+    let b = (word >> ((i % 8) * 8)) as u8;
+    if i % 2 == 0 {
+        // 1..=255
+        if b == 0 {
+            0x5a
+        } else {
+            b
+        }
+    } else {
+        let h = 0x80 | (b & 0x7f);
+        // fp16 exponent bits of the high byte are 0x7c; all ones would be Inf/NaN (and then the
+        // bf16 exponent could be all ones too).
+        if h & 0x7c == 0x7c {
+            h ^ 0x40
+        } else {
+            h
+        }
+    }
+}
+
+/// The canaries of one guard, `len` bytes.
+pub fn canaries(seed: u64, side: Side, len: usize) -> Vec<u8> {
+    (0..len as u64)
+        .map(|i| canary_byte(seed, side, i))
+        .collect()
+}
+
+/// Bytes that differ between what a guard should hold and what it holds: the first and last
+/// offsets that differ and how many do.
+pub fn mismatches(expected: &[u8], found: &[u8]) -> Option<(usize, usize, usize)> {
+    let mut first = None;
+    let mut last = 0;
+    let mut count = 0;
+    for (i, (a, b)) in expected.iter().zip(found).enumerate() {
+        if a != b {
+            first.get_or_insert(i);
+            last = i;
+            count += 1;
+        }
+    }
+    first.map(|f| (f, last, count))
+}
+
+/// Writes found in the guards of one buffer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuardViolation {
+    /// The buffer (`"O"`, `"Q"`, ...).
+    pub buffer: String,
+    /// How far before the buffer the farthest changed byte lies (0: none changed).
+    pub before: usize,
+    /// How far after the buffer's end the farthest changed byte lies (0: none changed).
+    pub after: usize,
+    /// Changed bytes in both guards.
+    pub changed: usize,
+}
+
+impl GuardViolation {
+    /// The violation of `buffer` from the contents of its two guards, if any byte changed.
+    pub fn find(buffer: &str, seed: u64, before: &[u8], after: &[u8]) -> Option<GuardViolation> {
+        let b = mismatches(&canaries(seed, Side::Before, before.len()), before);
+        let a = mismatches(&canaries(seed, Side::After, after.len()), after);
+        if b.is_none() && a.is_none() {
+            return None;
+        }
+        Some(GuardViolation {
+            buffer: buffer.to_string(),
+            // The guard before ends where the buffer starts: offset f is len − f bytes before it.
+            before: b.map_or(0, |(first, _, _)| before.len() - first),
+            after: a.map_or(0, |(_, last, _)| last + 1),
+            changed: b.map_or(0, |m| m.2) + a.map_or(0, |m| m.2),
+        })
+    }
+}
+
+/// `"128 bytes after O"`, `"2 bytes before O"`, or both joined by "and".
+impl std::fmt::Display for GuardViolation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = &self.buffer;
+        match (self.before, self.after) {
+            (0, after) => write!(f, "{after} bytes after {name}"),
+            (before, 0) => write!(f, "{before} bytes before {name}"),
+            (before, after) => write!(
+                f,
+                "{before} bytes before {name} and {after} bytes after {name}"
+            ),
+        }
+    }
+}
+
+/// A device tensor with canary guards before and after it (see the module). Derefs to the
+/// interior, which is what kernels get.
+pub struct GuardedTensor {
+    name: String,
+    seed: u64,
+    /// Canary bytes on each side ([`GUARD_BYTES`], or 0: an exact allocation).
+    guard_bytes: usize,
+    padded: CudaSlice<u16>,
+    /// An alias of the interior of `padded`: never freed itself (leaked on drop).
+    inner: ManuallyDrop<DeviceTensor>,
+}
+
+impl std::fmt::Debug for GuardedTensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GuardedTensor")
+            .field("name", &self.name)
+            .field("dims", &self.inner.dims)
+            .field("dtype", &self.inner.dtype)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GuardedTensor {
+    /// `dims` elements of `dtype` between two guards of `guard_bytes` (a multiple of 256, or 0 for
+    /// an exact allocation); the interior is left unwritten.
+    fn alloc(
+        gpu: &Gpu,
+        name: &str,
+        dims: [usize; 4],
+        dtype: DType,
+        seed: u64,
+        guard_bytes: usize,
+    ) -> Result<Self> {
+        let len: usize = dims.iter().product();
+        let guard_bytes = guard_bytes.next_multiple_of(256);
+        let guard = guard_bytes / 2;
+        let stream = gpu.stream();
+        // SAFETY: both guards are written below; the interior is the caller's to fill.
+        let mut padded = unsafe { stream.alloc::<u16>(guard + len + guard) }
+            .during("cuMemAlloc (guarded tensor)")?;
+        if guard > 0 {
+            let words = |side| -> Vec<u16> {
+                canaries(seed, side, guard_bytes)
+                    .chunks_exact(2)
+                    .map(|c| u16::from_le_bytes([c[0], c[1]]))
+                    .collect()
+            };
+            stream
+                .memcpy_htod(&words(Side::Before), &mut padded.slice_mut(..guard))
+                .during("cuMemcpyHtoD (guard before)")?;
+            stream
+                .memcpy_htod(&words(Side::After), &mut padded.slice_mut(guard + len..))
+                .during("cuMemcpyHtoD (guard after)")?;
+        }
+        let interior = {
+            let (base, _sync) = padded.device_ptr(stream);
+            base + guard_bytes as u64
+        };
+        // SAFETY: `interior` addresses `len` u16 elements inside `padded`, which outlives the
+        // alias (dropped after it leaks the alias, see Drop); the alias is never freed.
+        let buf = unsafe { stream.upgrade_device_ptr::<u16>(interior, len) };
+        Ok(GuardedTensor {
+            name: name.to_string(),
+            seed,
+            guard_bytes,
+            padded,
+            inner: ManuallyDrop::new(DeviceTensor { dims, dtype, buf }),
+        })
+    }
+
+    /// A host tensor (fp16 or bf16) copied into the interior of a new guarded buffer.
+    pub fn upload(gpu: &Gpu, name: &str, tensor: &HostTensor, seed: u64) -> Result<Self> {
+        GuardedTensor::upload_with(gpu, name, tensor, seed, GUARD_BYTES)
+    }
+
+    /// As [`GuardedTensor::upload`] with guards of `guard_bytes` (0: none, an exact allocation,
+    /// so that compute-sanitizer's memcheck sees the buffer's true bounds).
+    pub fn upload_with(
+        gpu: &Gpu,
+        name: &str,
+        tensor: &HostTensor,
+        seed: u64,
+        guard_bytes: usize,
+    ) -> Result<Self> {
+        let dtype = tensor.dtype()?;
+        if !matches!(dtype, DType::F16 | DType::Bf16) {
+            return Err(KernelError::Unsupported {
+                implementation: "the GPU path".into(),
+                what: format!("dtype {dtype}"),
+            });
+        }
+        let mut guarded = GuardedTensor::alloc(gpu, name, tensor.dims, dtype, seed, guard_bytes)?;
+        let bits: Vec<u16> = tensor
+            .as_bytes()
+            .chunks_exact(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+            .collect();
+        gpu.stream()
+            .memcpy_htod(&bits, &mut guarded.inner.buf)
+            .during("cuMemcpyHtoD")?;
+        Ok(guarded)
+    }
+
+    /// A poisoned output between guards.
+    pub fn alloc_poisoned(
+        gpu: &Gpu,
+        name: &str,
+        dims: [usize; 4],
+        dtype: DType,
+        seed: u64,
+    ) -> Result<Self> {
+        GuardedTensor::alloc_poisoned_with(gpu, name, dims, dtype, seed, GUARD_BYTES)
+    }
+
+    /// As [`GuardedTensor::alloc_poisoned`] with guards of `guard_bytes` (0: none).
+    pub fn alloc_poisoned_with(
+        gpu: &Gpu,
+        name: &str,
+        dims: [usize; 4],
+        dtype: DType,
+        seed: u64,
+        guard_bytes: usize,
+    ) -> Result<Self> {
+        let mut guarded = GuardedTensor::alloc(gpu, name, dims, dtype, seed, guard_bytes)?;
+        gpu.poison(&mut guarded.inner)?;
+        Ok(guarded)
+    }
+
+    /// Its name in verdicts (`"O"`, `"Q"`, ...).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Reads both guards back (after everything enqueued on the GPU's stream) and says where they
+    /// were written, if anywhere.
+    pub fn check(&self, gpu: &Gpu) -> Result<Option<GuardViolation>> {
+        let guard = self.guard_bytes / 2;
+        if guard == 0 {
+            return Ok(None);
+        }
+        let len = self.inner.buf.len();
+        let stream = gpu.stream();
+        let before: Vec<u16> = stream
+            .clone_dtoh(&self.padded.slice(..guard))
+            .during("cuMemcpyDtoH (guard before)")?;
+        let after: Vec<u16> = stream
+            .clone_dtoh(&self.padded.slice(guard + len..))
+            .during("cuMemcpyDtoH (guard after)")?;
+        gpu.synchronize()?;
+        let bytes = |w: Vec<u16>| -> Vec<u8> { w.iter().flat_map(|x| x.to_le_bytes()).collect() };
+        Ok(GuardViolation::find(
+            &self.name,
+            self.seed,
+            &bytes(before),
+            &bytes(after),
+        ))
+    }
+}
+
+impl Deref for GuardedTensor {
+    type Target = DeviceTensor;
+    fn deref(&self) -> &DeviceTensor {
+        &self.inner
+    }
+}
+
+impl DerefMut for GuardedTensor {
+    fn deref_mut(&mut self) -> &mut DeviceTensor {
+        &mut self.inner
+    }
+}
+
+impl Drop for GuardedTensor {
+    fn drop(&mut self) {
+        // SAFETY: `inner` is taken once, here, and never used again.
+        let inner = unsafe { ManuallyDrop::take(&mut self.inner) };
+        // The alias is not an allocation of its own: forget it; `padded` frees the memory.
+        let _ = inner.buf.leak();
+    }
+}
+
+/// The host mirror of `checksum_words` in `kernels/harness.cu`: what the device computes, for
+/// tests of its properties.
+pub fn checksum_host(words: &[u16], row_len: usize, invariant: bool, seed: u64) -> u64 {
+    words.iter().enumerate().fold(0u64, |acc, (i, &w)| {
+        let (pos, word) = if invariant {
+            ((i / row_len.max(1)) as u64, u64::from(w & 0x7fff))
+        } else {
+            (i as u64, u64::from(w))
+        };
+        acc.wrapping_add(mix64(
+            ((pos << 16) | word)
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                .wrapping_add(seed),
+        ))
+    })
+}
+
+/// One reading of [`HarnessKernels::probe_clock`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockSample {
+    /// clock64() cycles that passed.
+    pub cycles: u64,
+    /// Over this many nanoseconds of %globaltimer.
+    pub ns: u64,
+    /// On this SM.
+    pub sm: u32,
+}
+
+impl ClockSample {
+    /// The SM clock, MHz (`None` for an empty interval).
+    pub fn mhz(&self) -> Option<f64> {
+        (self.ns > 0 && self.cycles > 0).then(|| self.cycles as f64 / self.ns as f64 * 1e3)
+    }
+}
+
+/// Device slots for clock probes.
+#[derive(Debug)]
+pub struct ClockSlots(CudaSlice<u64>);
+
+impl ClockSlots {
+    /// `slots` zeroed slots.
+    pub fn new(gpu: &Gpu, slots: usize) -> Result<ClockSlots> {
+        Ok(ClockSlots(
+            gpu.stream()
+                .alloc_zeros::<u64>(3 * slots.max(1))
+                .during("cuMemAlloc (clock probes)")?,
+        ))
+    }
+
+    /// Number of slots.
+    pub fn len(&self) -> usize {
+        self.0.len() / 3
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Reads every slot (synchronises).
+    pub fn read(&self, gpu: &Gpu) -> Result<Vec<ClockSample>> {
+        let raw = gpu.stream().clone_dtoh(&self.0).during("cuMemcpyDtoH")?;
+        gpu.synchronize()?;
+        Ok(raw
+            .chunks_exact(3)
+            .map(|c| ClockSample {
+                cycles: c[0],
+                ns: c[1],
+                sm: c[2] as u32,
+            })
+            .collect())
+    }
+}
+
+/// `kernels/harness.cu`, compiled once per device.
+#[derive(Debug)]
+pub struct HarnessKernels {
+    checksum: CudaFunction,
+    probe: CudaFunction,
+}
+
+/// How long a clock probe spins: long enough that a %globaltimer that ticks once a microsecond
+/// still measures the clock within 2%.
+pub const PROBE_SPIN_NS: i64 = 50_000;
+
+impl HarnessKernels {
+    /// Compiles (through the caches) and loads the kernels.
+    pub fn new(gpu: &Gpu) -> Result<HarnessKernels> {
+        let request = CompileRequest {
+            name: "harness.cu".into(),
+            source: SOURCE,
+            include_dir: None,
+            defines: vec![],
+            arch: gpu.arch(),
+        };
+        Ok(HarnessKernels {
+            checksum: gpu.load(&request, "checksum_words", 0)?,
+            probe: gpu.load(&request, "clock_probe", 0)?,
+        })
+    }
+
+    /// The checksum of `tensor` with `seed` (synchronises): every word at its position, or with
+    /// `invariant`, every word without its sign bit in its row (see the module).
+    pub fn checksum(
+        &self,
+        gpu: &Gpu,
+        tensor: &DeviceTensor,
+        invariant: bool,
+        seed: u64,
+    ) -> Result<u64> {
+        let stream = gpu.stream();
+        let mut out = stream
+            .alloc_zeros::<u64>(1)
+            .during("cuMemAlloc (checksum)")?;
+        let n = tensor.buf.len() as i64;
+        let row_len = tensor.dims[3].max(1) as i32;
+        let invariant_arg = i32::from(invariant);
+        let blocks = (n as usize).div_ceil(256).clamp(1, 2048) as u32;
+        let mut launch = stream.launch_builder(&self.checksum);
+        launch
+            .arg(&tensor.buf)
+            .arg(&n)
+            .arg(&row_len)
+            .arg(&invariant_arg)
+            .arg(&seed)
+            .arg(&mut out);
+        // SAFETY: checksum_words(const u16* x, long long n, int row_len, int invariant, u64 seed,
+        // u64* out): `x` holds n elements, `out` one; a grid-stride loop covers every element.
+        unsafe {
+            launch.launch(LaunchConfig {
+                grid_dim: (blocks, 1, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            })
+        }
+        .during("cuLaunchKernel (checksum_words)")?;
+        let sum = stream.clone_dtoh(&out).during("cuMemcpyDtoH")?;
+        gpu.synchronize()?;
+        Ok(sum[0])
+    }
+
+    /// Enqueues a clock probe on the GPU's stream into `slots[slot]` (no host wait).
+    pub fn probe_clock(&self, gpu: &Gpu, slots: &mut ClockSlots, slot: usize) -> Result<()> {
+        if slot >= slots.len() {
+            return Err(KernelError::Shape(format!(
+                "clock probe slot {slot} of {}",
+                slots.len()
+            )));
+        }
+        let (slot_arg, spin) = (slot as i32, PROBE_SPIN_NS);
+        let mut launch = gpu.stream().launch_builder(&self.probe);
+        launch.arg(&mut slots.0).arg(&slot_arg).arg(&spin);
+        // SAFETY: clock_probe(u64* out, int slot, long long spin_ns) writes out[3·slot ..
+        // 3·slot + 3), inside `slots` (checked above); one block of one warp.
+        unsafe {
+            launch.launch(LaunchConfig {
+                grid_dim: (1, 1, 1),
+                block_dim: (32, 1, 1),
+                shared_mem_bytes: 0,
+            })
+        }
+        .during("cuLaunchKernel (clock_probe)")?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn is_finite_negative(word: u16) -> bool {
+        let f16 = half::f16::from_bits(word);
+        let bf16 = half::bf16::from_bits(word);
+        f16.is_finite() && bf16.is_finite() && f16.is_sign_negative() && bf16.is_sign_negative()
+    }
+
+    #[test]
+    fn every_canary_word_is_finite_negative_with_a_non_zero_low_byte() {
+        for seed in [0, 1, 0xdead_beef, u64::MAX] {
+            for side in [Side::Before, Side::After] {
+                let bytes = canaries(seed, side, 1 << 16);
+                for w in bytes.chunks_exact(2) {
+                    assert_ne!(w[0], 0);
+                    let word = u16::from_le_bytes([w[0], w[1]]);
+                    assert!(is_finite_negative(word), "{word:#06x}");
+                    assert_ne!(word, attn_oracle::POISON_F16_BITS);
+                    assert_ne!(word, attn_oracle::POISON_BF16_BITS);
+                }
+                // Not a constant pattern: many distinct words.
+                let mut words: Vec<_> = bytes.chunks_exact(2).map(|w| (w[0], w[1])).collect();
+                words.sort_unstable();
+                words.dedup();
+                assert!(words.len() > 5000, "{}", words.len());
+            }
+        }
+        // Seeds and sides give different guards.
+        assert_ne!(canaries(1, Side::Before, 64), canaries(2, Side::Before, 64));
+        assert_ne!(canaries(1, Side::Before, 64), canaries(1, Side::After, 64));
+    }
+
+    #[test]
+    fn a_small_positive_value_changes_both_bytes_of_any_canary_word() {
+        // What a planted kernel writes: 2.0 is 0x4000 in both fp16 and bf16; 1.0 is 0x3c00 in
+        // fp16 (bf16's 0x3f80 has a low byte a canary may share, so planted kernels write 2.0).
+        let two = 0x4000u16.to_le_bytes();
+        for i in (0..1 << 14).step_by(2) {
+            for side in [Side::Before, Side::After] {
+                let c = [canary_byte(9, side, i), canary_byte(9, side, i + 1)];
+                assert_ne!(c[0], two[0]);
+                assert_ne!(c[1], two[1]);
+            }
+        }
+    }
+
+    #[test]
+    fn violations_are_measured_from_the_buffer() {
+        let seed = 77;
+        let len = 4096;
+        let clean_before = canaries(seed, Side::Before, len);
+        let clean_after = canaries(seed, Side::After, len);
+        assert_eq!(
+            GuardViolation::find("O", seed, &clean_before, &clean_after),
+            None
+        );
+        // 64 fp16 elements of 2.0 written just past the end of O: 128 bytes after O.
+        let mut after = clean_after.clone();
+        for w in after[..128].chunks_exact_mut(2) {
+            w.copy_from_slice(&0x4000u16.to_le_bytes());
+        }
+        let v = GuardViolation::find("O", seed, &clean_before, &after).unwrap();
+        assert_eq!((v.before, v.after, v.changed), (0, 128, 128));
+        assert_eq!(v.to_string(), "128 bytes after O");
+        // One element written just before O: 2 bytes before O.
+        let mut before = clean_before.clone();
+        before[len - 2..].copy_from_slice(&0x4000u16.to_le_bytes());
+        let v = GuardViolation::find("O", seed, &before, &clean_after).unwrap();
+        assert_eq!(v.to_string(), "2 bytes before O");
+        // A sparse write far out counts to the farthest byte; both sides are named.
+        let mut far = clean_after.clone();
+        far[1000] ^= 0xff;
+        let v = GuardViolation::find("K", seed, &before, &far).unwrap();
+        assert_eq!(v.to_string(), "2 bytes before K and 1001 bytes after K");
+        assert_eq!(v.changed, 3);
+    }
+
+    #[test]
+    fn the_invariant_checksum_survives_signed_column_permutations_only() {
+        let (rows, d) = (6, 8);
+        let words: Vec<u16> = (0..rows * d)
+            .map(|i| (i as u16).wrapping_mul(2654) ^ 0x3c00)
+            .collect();
+        let seed = 5;
+        // Swap two columns of every row and flip the sign of a third.
+        let mut turned = words.clone();
+        for row in turned.chunks_exact_mut(d) {
+            row.swap(1, 6);
+            row[3] ^= 0x8000;
+        }
+        assert_eq!(
+            checksum_host(&words, d, true, seed),
+            checksum_host(&turned, d, true, seed)
+        );
+        assert_ne!(
+            checksum_host(&words, d, false, seed),
+            checksum_host(&turned, d, false, seed)
+        );
+        // Any changed value (one element zeroed) changes both.
+        let mut zeroed = words.clone();
+        zeroed[d * 2] = 0;
+        assert_ne!(
+            checksum_host(&words, d, true, seed),
+            checksum_host(&zeroed, d, true, seed)
+        );
+        assert_ne!(
+            checksum_host(&words, d, false, seed),
+            checksum_host(&zeroed, d, false, seed)
+        );
+        // Moving a value to another row changes the invariant one too.
+        let mut moved = words.clone();
+        moved.swap(0, d);
+        assert_ne!(
+            checksum_host(&words, d, true, seed),
+            checksum_host(&moved, d, true, seed)
+        );
+    }
+
+    #[test]
+    fn a_clock_sample_is_cycles_per_nanosecond() {
+        let s = ClockSample {
+            cycles: 85_000,
+            ns: 50_000,
+            sm: 3,
+        };
+        assert!((s.mhz().unwrap() - 1700.0).abs() < 1e-9);
+        assert_eq!(
+            ClockSample {
+                cycles: 0,
+                ns: 0,
+                sm: 0
+            }
+            .mhz(),
+            None
+        );
+    }
+}
