@@ -886,6 +886,27 @@ impl LibraryLaunch<'_> {
     }
 }
 
+/// Checks that the tensors' head dim `d` and dtypes are what the kernel was compiled for.
+fn check_compiled_for(
+    tensors: [&DeviceTensor; 4],
+    d: usize,
+    dtype: DType,
+    head_dim: usize,
+) -> Result<()> {
+    if d != head_dim {
+        return Err(KernelError::Shape(format!(
+            "head dim {d}, but the kernel was compiled for {head_dim}"
+        )));
+    }
+    match tensors.iter().find(|t| t.dtype != dtype) {
+        Some(t) => Err(KernelError::Shape(format!(
+            "a tensor is {} but the kernel was compiled for {dtype}",
+            t.dtype
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Checks that packed q, k, v and o (`[1, total, heads, D]`) hold `varlen`'s rows and match the
 /// compiled dtype and head dim; returns the batch's bounding shape (the grid's).
 pub fn check_packed(
@@ -919,19 +940,7 @@ pub fn check_packed(
     let per_head = Shape::new(1, heads, 1, 1, d)
         .and_then(|s| s.with_kv_heads(kv_heads))
         .map_err(|e| KernelError::Shape(e.to_string()))?;
-    if d != head_dim {
-        return Err(KernelError::Shape(format!(
-            "head dim {d}, but the kernel was compiled for {head_dim}"
-        )));
-    }
-    for t in [q, k, v, o] {
-        if t.dtype != dtype {
-            return Err(KernelError::Shape(format!(
-                "a tensor is {} but the kernel was compiled for {dtype}",
-                t.dtype
-            )));
-        }
-    }
+    check_compiled_for([q, k, v, o], d, dtype, head_dim)?;
     varlen
         .bounding_shape(&per_head)
         .map_err(|e| KernelError::Shape(e.to_string()))
@@ -967,19 +976,7 @@ pub fn check_shapes(
             o.dims, q.dims
         )));
     }
-    if d != head_dim {
-        return Err(KernelError::Shape(format!(
-            "head dim {d}, but the kernel was compiled for {head_dim}"
-        )));
-    }
-    for t in [q, k, v, o] {
-        if t.dtype != dtype {
-            return Err(KernelError::Shape(format!(
-                "a tensor is {} but the kernel was compiled for {dtype}",
-                t.dtype
-            )));
-        }
-    }
+    check_compiled_for([q, k, v, o], d, dtype, head_dim)?;
     if [b, h, sq, skv, d].contains(&0) {
         return Err(KernelError::Shape(format!(
             "empty tensor: Q {:?}, K {:?}",
