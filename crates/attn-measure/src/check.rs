@@ -233,17 +233,9 @@ pub(crate) fn check_one(
     // The GPU reference: its own error on the f64 rows first, then every element of the output.
     let gpu_ref = gpu_reference.compute(gpu, &q, &k, &v, &params)?;
     let reference_vs_f64 = reference_error(&gpu_ref.download(gpu)?, &exact);
-    // NaN counts as too large (`is_some_and` on the ordering is false for NaN).
-    let within =
-        (reference_vs_f64.partial_cmp(&(REFERENCE_SHARE * tol.max_abs))).is_some_and(|o| o.is_le());
-    if !within {
-        return Err(MeasureError::Invalid(format!(
-            "the GPU reference is off by {reference_vs_f64:.3e} against the f64 oracle on {problem} ({distribution}, seed {seed}, scale {scale:.4}), over {:.0}% of the tolerance {:.3e}: it cannot judge this case",
-            REFERENCE_SHARE * 100.0,
-            tol.max_abs
-        )));
-    }
-    let atol = tol.max_abs - reference_vs_f64;
+    let atol = whole_output_atol(reference_vs_f64, &tol, || {
+        format!("{problem} ({distribution}, seed {seed}, scale {scale:.4})")
+    })?;
     let errors = gpu_reference.compare(gpu, &o, &gpu_ref, atol)?;
     let full = full_check(&errors, problem, atol, reference_vs_f64);
 
@@ -398,7 +390,31 @@ fn defence_failure(
 }
 
 /// The largest |gpu reference − f64| over the f64 oracle's rows.
-fn reference_error(gpu_ref: &[f32], exact: &Reference) -> f64 {
+/// The bound of a whole-output comparison against the GPU reference: the tolerance less the
+/// reference's own measured error against the f64 oracle (`reference_vs_f64`), so that passing
+/// it bounds the error against exact arithmetic. A reference off by more than
+/// [`REFERENCE_SHARE`] of the tolerance cannot judge: an error naming `case()`.
+pub(crate) fn whole_output_atol(
+    reference_vs_f64: f64,
+    tol: &Tolerance,
+    case: impl FnOnce() -> String,
+) -> Result<f64> {
+    // NaN counts as too large (`is_some_and` on the ordering is false for NaN).
+    let within =
+        (reference_vs_f64.partial_cmp(&(REFERENCE_SHARE * tol.max_abs))).is_some_and(|o| o.is_le());
+    if !within {
+        return Err(MeasureError::Invalid(format!(
+            "the GPU reference is off by {reference_vs_f64:.3e} against the f64 oracle on {}, over {:.0}% of the tolerance {:.3e}: it cannot judge this case",
+            case(),
+            REFERENCE_SHARE * 100.0,
+            tol.max_abs
+        )));
+    }
+    Ok(tol.max_abs - reference_vs_f64)
+}
+
+/// The GPU reference's largest error against the f64 oracle on the oracle's rows.
+pub(crate) fn reference_error(gpu_ref: &[f32], exact: &Reference) -> f64 {
     let shape = exact.shape;
     let d = shape.head_dim;
     let mut worst = 0.0f64;

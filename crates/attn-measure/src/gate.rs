@@ -244,8 +244,8 @@ impl<'a> GateSession<'a> {
         cand.prepare_for(&plan.interleave.timing)?;
         let sets = cand.set_count();
         let reference = GpuReference::new(gpu, problem.dtype, problem.shape.head_dim)?;
-        let atol = 0.75 * tolerance(problem.dtype, Distribution::Normal).max_abs;
-        cand.verify_outputs(reference, atol, 4 * plan.interleave.timing.samples)?;
+        let tol = tolerance(problem.dtype, Distribution::Normal);
+        cand.verify_outputs(reference, &tol, 4 * plan.interleave.timing.samples)?;
         if let Some(work) = self.side_work.as_mut() {
             cand.with_side_work(work);
         }
