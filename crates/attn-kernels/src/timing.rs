@@ -6,7 +6,9 @@
 //! - `Graph`: as `Flushed`, but each launch is replayed from a CUDA graph captured once per input
 //!   set, so host launch overhead stays out of the numbers for any launcher (the same mode is used
 //!   for PyTorch SDPA, whose Python dispatch would otherwise be timed).
-//! - `Batch`: many back-to-back launches between two events, total / count: for launch-bound shapes.
+//! - `Batch`: many back-to-back launches between two events, total / count, each on its own input
+//!   set, L2 not flushed: for launch-bound shapes. PyTorch SDPA replays them from per-set CUDA
+//!   graphs (its Python dispatch between small kernels would otherwise be what is timed).
 //!   Each launch of a sample runs on its own input set ([`launches_per_sample`]).
 //!
 //! Inputs rotate among `sets` (the caller's launch closure receives the set index). Every sample is

@@ -151,9 +151,11 @@ class Helper:
             sets.append((q, k, v))
         state = {"sets": sets, "counter": 0, "graphs": None,
                  "flush": torch.empty(job["flush_bytes"], dtype=torch.uint8, device=self.dev)}
-        if job["mode"] == "graph":
+        if job["mode"] in ("graph", "batch"):
             # One graph per input set, captured after a warm-up on a side stream (PyTorch's
-            # recipe), so that replays time the kernels and not Python's dispatch.
+            # recipe), so that replays time the kernels and not Python's dispatch (in batch mode
+            # too: back-to-back calls from Python leave the GPU idle between small kernels, and
+            # a candidate launched from Rust would look many times faster for the wrong reason).
             with self.backend(job["backend"]), torch.no_grad():
                 side = torch.cuda.Stream()
                 side.wait_stream(torch.cuda.current_stream())
