@@ -370,6 +370,13 @@ fn every_planted_kernel_compiles_with_nvrtc() {
     }
 }
 
+/// ATTN_PLANTED_ONLY=name,name runs those cases alone (a quicker look at a few).
+fn chosen(p: &&Planted) -> bool {
+    std::env::var("ATTN_PLANTED_ONLY")
+        .ok()
+        .is_none_or(|only| only.split(',').any(|n| n == p.name))
+}
+
 /// A concurrent GPU job: a child of this executable launching an honest kernel in a loop until
 /// it is dropped (killed).
 struct Neighbour(std::process::Child);
@@ -492,7 +499,7 @@ fn honest_kernels_pass_every_defence() {
     // neighbour's work (the escaped-work guard once was).
     let _neighbour = Neighbour::start();
     let mut wrong = Vec::new();
-    for p in HONEST {
+    for p in HONEST.iter().filter(chosen) {
         for mode in MODES {
             let p = Planted { mode, ..*p };
             let (line, detail, elapsed, _) = run_child(&p);
@@ -521,12 +528,6 @@ fn every_planted_kernel_is_rejected_for_its_own_reason() {
     // One GPU test at a time on the device (tests of other executables too).
     let _device = attn_kernels::device_lock(0);
     let mut wrong = Vec::new();
-    // ATTN_PLANTED_ONLY=name,name runs those alone (a quicker look at a few).
-    let only = std::env::var("ATTN_PLANTED_ONLY").ok();
-    let chosen = |p: &&Planted| {
-        only.as_deref()
-            .is_none_or(|o| o.split(',').any(|n| n == p.name))
-    };
     for p in PLANTED.iter().filter(chosen) {
         let (line, detail, elapsed, out) = run_child(p);
         let line = line.as_str();
