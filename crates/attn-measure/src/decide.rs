@@ -39,8 +39,14 @@ fn failure_of(check: &CorrectnessCheck) -> CheckFailure {
     })
 }
 
-/// Why a timed result is implausible, if it is: above the device's peak, or more than the rule's
-/// limit faster than the baseline.
+/// Why a timed result is implausible, if it is: above the device's dense tensor peak, below the
+/// memory floor (the bytes a launch must move at peak bandwidth), or, where either physical bound
+/// is unknown, more than the rule's limit faster than the baseline.
+///
+/// Where both bounds are known they are what no honest kernel can beat; the ratio is then only
+/// [`remarkable_speedup`]: a baseline may be slow for reasons of its own (a scalar kernel, a
+/// dispatch-bound library call at a tiny shape), and an honest kernel many times faster than it
+/// must not be rejected for that.
 pub fn implausibility(
     case: &GateCase,
     rule: &GateRule,
@@ -64,12 +70,20 @@ pub fn implausibility(
             ));
         }
     }
-    (comparison.speedup.point > rule.max_speedup).then(|| {
-        format!(
-            "{:.1}× faster than the baseline, beyond the plausible {:.0}×",
-            comparison.speedup.point, rule.max_speedup
-        )
-    })
+    let bounded = peak_tflops.is_some() && case.memory_floor_us.is_some();
+    if bounded {
+        return None;
+    }
+    remarkable_speedup(case, rule)
+        .map(|r| format!("{r}, beyond the plausible {:.0}×", rule.max_speedup))
+}
+
+/// The speedup, when it is beyond the rule's `max_speedup`: implausible where the physical bounds
+/// are unknown ([`implausibility`]), else a note a reviewer should read.
+pub fn remarkable_speedup(case: &GateCase, rule: &GateRule) -> Option<String> {
+    let comparison = case.comparison.as_ref()?;
+    (comparison.speedup.point > rule.max_speedup)
+        .then(|| format!("{:.1}× faster than the baseline", comparison.speedup.point))
 }
 
 /// The ratchet's failure: the candidate's median above (1 + `tolerance`) × the baseline's AND
@@ -541,6 +555,20 @@ mod tests {
             d.reason,
             "wrote outside its output during timing (2 bytes before O of input set 1)"
         );
+    }
+
+    #[test]
+    fn a_slow_baseline_makes_no_honest_kernel_implausible_where_the_bounds_are_known() {
+        // 15× a slow baseline, yet above the FLOP floor (257 µs at 1070 TFLOP/s) and the memory
+        // floor: honest, and passed.
+        let mut c = case(300.0, 4500.0);
+        c.memory_floor_us = Some(50.0);
+        assert_eq!(status(&c, Some(1070.0)), CaseStatus::Passed);
+        assert!(remarkable_speedup(&c, &GateRule::default()).is_some());
+        // With either bound unknown the ratio is all there is to judge by.
+        assert_eq!(status(&c, None), CaseStatus::Implausible);
+        c.memory_floor_us = None;
+        assert_eq!(status(&c, Some(1070.0)), CaseStatus::Implausible);
     }
 
     #[test]

@@ -17,7 +17,7 @@ use attn_stats::{CompareOptions, Sample};
 
 use crate::baseline::{median, timing_evidence, Baseline};
 use crate::check::{run_checks, CheckRun};
-use crate::decide::{decide, implausibility};
+use crate::decide::{decide, implausibility, remarkable_speedup};
 use crate::supervise::Watchdog;
 use crate::timing::{interleave, Interleave, KernelSide, PreparedCache, SdpaSide, TimedSide};
 use crate::{MeasureError, Problem, Result};
@@ -67,6 +67,34 @@ impl std::fmt::Debug for GateSession<'_> {
             .field("candidate", &self.candidate.label())
             .field("lost", &self.lost)
             .finish_non_exhaustive()
+    }
+}
+
+/// With `ATTN_TRACE` set, the time each phase of a case took, one line each on stderr: where a
+/// long gate run spends its time.
+struct PhaseTrace {
+    problem: String,
+    mark: Option<std::time::Instant>,
+}
+
+impl PhaseTrace {
+    fn new(problem: &Problem) -> PhaseTrace {
+        PhaseTrace {
+            problem: problem.to_string(),
+            mark: std::env::var_os("ATTN_TRACE").map(|_| std::time::Instant::now()),
+        }
+    }
+
+    /// Ends the phase `name` (begun at the previous call).
+    fn done(&mut self, name: &str) {
+        if let Some(mark) = self.mark.as_mut() {
+            eprintln!(
+                "trace: {}: {name} {:.2} s",
+                self.problem,
+                mark.elapsed().as_secs_f64()
+            );
+            *mark = std::time::Instant::now();
+        }
     }
 }
 
@@ -150,6 +178,7 @@ impl<'a> GateSession<'a> {
         let gpu = self.gpu;
         let plan = self.plan;
         let mut case = ended_case(problem, CaseStatus::CouldNotRun, String::new());
+        let mut trace = PhaseTrace::new(problem);
         self.candidate
             .check_supports(&problem.shape, &problem.params)?;
         self.baseline.check_supports(problem)?;
@@ -178,8 +207,10 @@ impl<'a> GateSession<'a> {
             plan.checks,
             watched,
         )?;
+        trace.done("compile and checks");
         if let Some(sdpa) = self.baseline.sdpa() {
             second_reference(sdpa, problem, &mut runs)?;
+            trace.done("SDPA's second reference");
         }
         case.correctness = runs.into_iter().map(|r| r.check).collect();
         if case.correctness.iter().any(|c| !c.passed) {
@@ -231,6 +262,7 @@ impl<'a> GateSession<'a> {
                 battery
             }
         });
+        trace.done("edge battery");
         if case
             .battery
             .as_ref()
@@ -276,11 +308,13 @@ impl<'a> GateSession<'a> {
                 Box::new(KernelSide::new(gpu, prepared, problem, seed ^ 0xba5e)?)
             }
         };
+        trace.done("timing set-up (input sets, references)");
         let (floor, factor) = (plan.hang_floor, plan.hang_factor);
         let timed = interleave(gpu, &mut cand, base.as_mut(), &plan.interleave, |first| {
             let scaled = Duration::from_secs_f64(factor * median(&first.samples_us) * 1e-6);
             bound.set(floor.max(scaled));
         })?;
+        trace.done("timing");
         let verified = cand.verifier.as_ref().map(|v| v.finish(gpu)).transpose()?;
         // The guards of every buffer and the inputs' checksums, after all the timed launches.
         let watch = cand.watch()?;
@@ -324,6 +358,11 @@ impl<'a> GateSession<'a> {
         case.baseline = Some(timing_evidence(&timed.b));
         if let Some(why) = implausibility(&case, &plan.rule, plan.peak_tflops) {
             case.flags.push(Flag::new(FlagKind::Implausible, why));
+        } else if let Some(speedup) = remarkable_speedup(&case, &plan.rule) {
+            case.flags.push(Flag::new(
+                FlagKind::Note,
+                format!("{speedup}: within the device's physical bounds, but worth a look (is the baseline this slow?)"),
+            ));
         }
         Ok(self.finish(case))
     }

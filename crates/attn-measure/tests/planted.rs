@@ -206,10 +206,18 @@ const HONEST: &[Planted] = &[
     // SDPA has no window kernel: a window is judged against another implementation.
     Planted {
         baseline: "tiled",
-        ..honest("honest-mma-gqa-window", "mma", "1,8/2,700,64 causal window=128,0")
+        ..honest(
+            "honest-mma-gqa-window",
+            "mma",
+            "1,8/2,700,64 causal window=128,0",
+        )
     },
     honest("honest-hopper", "hopper", "2,16,2048,128"),
-    honest("honest-hopper-gqa-causal-bf16", "hopper", "1,16/4,1500,128 causal bf16"),
+    honest(
+        "honest-hopper-gqa-causal-bf16",
+        "hopper",
+        "1,16/4,1500,128 causal bf16",
+    ),
     honest("honest-tiled", "tiled", "1,4,256,64 causal"),
     honest("honest-naive", "naive", "1,2,200,64"),
     honest("honest-cublas", "cublas", "1,8,512,64"),

@@ -12,7 +12,7 @@ pub fn rule_sentence(run: &GateRun) -> String {
         "implausible results allowed by a person".to_string()
     } else {
         format!(
-            "a result above the device's dense tensor peak or {:.0}× the baseline is implausible",
+            "a result above the device's dense tensor peak or below its memory floor (where either is unknown, {:.0}× faster than the baseline) is implausible",
             run.rule.max_speedup
         )
     };
