@@ -384,30 +384,39 @@ impl<'a> GateSession<'a> {
 
 /// The physical floor of one launch of `problem` on `gpu` (see
 /// [`attn_evidence::memory_floor_us`]): Q, K and V read from DRAM, O written beyond the L2, at
-/// the device's peak bandwidth ([`crate::provenance::memory_peak`]). Only where the L2 is flushed
-/// before every sample (graph and flushed modes): batch mode's back-to-back launches may find
-/// their inputs in the L2.
+/// the device's peak bandwidth ([`crate::provenance::memory_peak`]). In batch mode the L2 is not
+/// flushed and a launch may find up to the L2's size of its inputs there: only the rest of its
+/// reads count (a bound that holds whatever the L2 kept, so it never rejects an honest kernel).
 pub fn memory_floor(
     problem: &Problem,
     gpu: &Gpu,
     timing: &attn_kernels::TimingOptions,
 ) -> Option<f64> {
-    if timing.mode == attn_kernels::TimingMode::Batch {
-        return None;
-    }
-    Some(memory_floor_for(
-        problem,
-        &crate::provenance::memory_peak(gpu)?,
-    ))
+    let peak = crate::provenance::memory_peak(gpu)?;
+    let l2_resident = match timing.mode {
+        attn_kernels::TimingMode::Batch => peak.l2_bytes,
+        _ => None,
+    };
+    Some(memory_floor_with(problem, &peak, l2_resident))
 }
 
-/// [`memory_floor`] of `problem` on a device of `peak` bandwidth and L2.
+/// [`memory_floor`] of `problem` on a device of `peak` bandwidth and L2, with the L2 flushed.
 pub fn memory_floor_for(problem: &Problem, peak: &attn_evidence::MemoryPeak) -> f64 {
+    memory_floor_with(problem, peak, None)
+}
+
+/// [`memory_floor_for`], with up to `l2_resident` bytes of the inputs possibly in the L2.
+fn memory_floor_with(
+    problem: &Problem,
+    peak: &attn_evidence::MemoryPeak,
+    l2_resident: Option<u64>,
+) -> f64 {
     let bytes = problem.dtype.size_bytes() as u64;
     let shape = &problem.shape;
     let read = (shape.q_len() as u64 + 2 * shape.kv_len() as u64) * bytes;
     let write = shape.q_len() as u64 * bytes;
-    attn_evidence::memory_floor_us(read, write, peak.l2_bytes, peak.bandwidth_gbs)
+    let from_dram = read.saturating_sub(l2_resident.unwrap_or(0));
+    attn_evidence::memory_floor_us(from_dram, write, peak.l2_bytes, peak.bandwidth_gbs)
 }
 
 /// Work that escaped the timed stream, seen in the guard pass on the device only: how long after
@@ -491,8 +500,31 @@ fn second_reference(
 
 #[cfg(test)]
 mod tests {
-    use super::escaped_work;
+    use super::{escaped_work, memory_floor_for, memory_floor_with};
+    use crate::Problem;
+    use attn_evidence::MemoryPeak;
     use attn_kernels::{TimingMode, Timings};
+
+    #[test]
+    fn batch_mode_floor_counts_only_reads_the_l2_cannot_hold() {
+        let mib = 1u64 << 20;
+        let peak = MemoryPeak {
+            bandwidth_gbs: 3352.0,
+            l2_bytes: Some(50 * mib),
+            source: "test".into(),
+        };
+        // 2,16,8192,128 fp16: 192 MiB read, 64 MiB written.
+        let large = Problem::parse("2,16,8192,128").unwrap();
+        let flushed = memory_floor_for(&large, &peak);
+        let batch = memory_floor_with(&large, &peak, peak.l2_bytes);
+        let expected = ((192 - 50) + (64 - 50)) as f64 * mib as f64 / 3352e9 * 1e6;
+        assert!((batch - expected).abs() < 1e-9, "{batch} vs {expected}");
+        assert!(batch < flushed);
+        // A problem the L2 holds whole has no floor in batch mode.
+        let small = Problem::parse("1,8,512,64").unwrap();
+        assert_eq!(memory_floor_with(&small, &peak, peak.l2_bytes), 0.0);
+        assert!(memory_floor_for(&small, &peak) > 0.0);
+    }
 
     fn guard(event_us: &[f64], wall_us: &[f64], streams_us: &[f64]) -> Timings {
         Timings {
