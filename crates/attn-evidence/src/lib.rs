@@ -78,7 +78,7 @@ pub use sanitize::{SanitizeFinding, SanitizeRun, SanitizeTool};
 pub use search::{
     EvoBest, EvoFinalist, EvoFinalists, EvoFitness, SearchImplementation, SearchSpec, IMPL_KNOB,
 };
-pub use shape::{Dtype, ShapeSpec, WindowSpec};
+pub use shape::{Dtype, ShapeSpec, VarlenSpec, WindowSpec};
 pub use store::{
     evidence_file_name, evidence_path, json_files, load_dir, read, read_json, slug,
     write_bytes_atomic, write_json_atomic, Evidence,
