@@ -61,7 +61,7 @@ mod shape;
 mod store;
 mod timing;
 
-pub use bench::{BenchEntry, BenchRun, BENCH_CSV_HEADER};
+pub use bench::{BenchEntry, BenchRun, DenseAtMean, BENCH_CSV_HEADER};
 pub use error::EvidenceError;
 pub use evo::{read_evo_log, write_evo_log, CandidateStatus, EvoCandidate, EvoLogAppender};
 pub use gate::{

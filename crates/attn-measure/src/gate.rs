@@ -150,8 +150,7 @@ impl<'a> GateSession<'a> {
         let gpu = self.gpu;
         let plan = self.plan;
         let mut case = ended_case(problem, CaseStatus::CouldNotRun, String::new());
-        self.candidate
-            .check_supports(&problem.shape, &problem.params)?;
+        problem.check_supported_by(self.candidate)?;
         self.baseline.check_supports(problem)?;
         let candidate = self.candidate.for_shape(&problem.shape);
         let prepared =
@@ -186,16 +185,17 @@ impl<'a> GateSession<'a> {
             return Ok(self.finish(case));
         }
 
-        // The edge battery, once per config, dtype, head dim and mask in a run.
+        // The edge battery, once per config, dtype, head dim, mask and batch layout in a run.
         let battery_key = format!(
-            "{}[{}] {} D={} causal={} group={} window={}",
+            "{}[{}] {} D={} causal={} group={} window={} varlen={}",
             crate::timing::cache_key(&candidate),
             prepared.config(),
             problem.dtype,
             problem.shape.head_dim,
             problem.params.causal,
             problem.shape.group(),
-            problem.params.window
+            problem.params.window,
+            problem.varlen.is_some()
         );
         case.battery = Some(match self.batteries.get(&battery_key) {
             // Run by an earlier case: its failure, if any, fails this one too.
@@ -365,9 +365,9 @@ pub fn memory_floor(
 /// [`memory_floor`] of `problem` on a device of `peak` bandwidth and L2.
 pub fn memory_floor_for(problem: &Problem, peak: &attn_evidence::MemoryPeak) -> f64 {
     let bytes = problem.dtype.size_bytes() as u64;
-    let shape = &problem.shape;
-    let read = (shape.q_len() as u64 + 2 * shape.kv_len() as u64) * bytes;
-    let write = shape.q_len() as u64 * bytes;
+    let (q, kv) = (problem.q_elements() as u64, problem.kv_elements() as u64);
+    let read = (q + 2 * kv) * bytes;
+    let write = q * bytes;
     attn_evidence::memory_floor_us(read, write, peak.l2_bytes, peak.bandwidth_gbs)
 }
 
