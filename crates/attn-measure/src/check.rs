@@ -18,6 +18,11 @@
 //!   any reference is computed from them, so the gate never blames its own reference);
 //! - the launch runs twice on the same inputs: outputs that are not bitwise identical are a
 //!   "non-deterministic output".
+//!
+//! A varlen problem runs through the same check on packed inputs (each sequence drawn as its own
+//! dense problem) launched with its offsets: the f64 oracle on each sequence's rows of the one row
+//! policy, the whole packed output against the GPU reference computed with the same offsets, and
+//! the offsets read back after every launch (a kernel that changed them "wrote into its inputs").
 
 use std::time::Duration;
 
