@@ -64,8 +64,10 @@ impl CandidateArgs {
 /// Which problems: shapes, or a named suite.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ProblemArgs {
-    /// A shape `B,H,S,D` or `B,H,SQ,SKV,D`, `H` as `HQ/HKV` for grouped-query heads, optionally
-    /// followed by ` causal` and ` window=L,R` (repeatable), e.g. "2,32/8,16384,128 causal window=4096,-1".
+    /// A shape `B,H,S,D` or `B,H,SQ,SKV,D`, `H` as `HQ/HKV` for grouped-query heads, or a packed
+    /// varlen batch `varlen=L1,L2,... H=H D=D` (`Q:KV` for a sequence whose lengths differ),
+    /// optionally followed by ` causal` and ` window=L,R` (repeatable), e.g. "2,32/8,16384,128
+    /// causal window=4096,-1" or "varlen=512,3072,0,8192 H=32/8 D=128 causal".
     #[arg(long = "shape")]
     pub shapes: Vec<String>,
     /// Causal mask for --shape (bench: for a suite's shapes too).
@@ -74,7 +76,7 @@ pub struct ProblemArgs {
     /// fp16 or bf16.
     #[arg(long, default_value = "fp16")]
     pub dtype: Dtype,
-    /// A named suite: seed, large, sweep, gqa, mqa, window.
+    /// A named suite: seed, large, sweep, gqa, mqa, window, varlen.
     #[arg(long)]
     pub suite: Option<String>,
 }
@@ -113,7 +115,7 @@ impl ProblemArgs {
 /// with `#[command(mut_arg("shape", ...))]`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct ShapeArgs {
-    /// The shape, `B,H,S,D` or `B,H,SQ,SKV,D`.
+    /// The shape, `B,H,S,D` or `B,H,SQ,SKV,D`, or `varlen=L1,L2,... H=H D=D`.
     #[arg(long)]
     pub shape: String,
     /// Causal mask.
@@ -141,8 +143,7 @@ impl ShapeArgs {
 /// any probe.
 pub fn validate(candidate: &Candidate, problems: &[Problem]) -> anyhow::Result<()> {
     for p in problems {
-        candidate
-            .check_supports(&p.shape, &p.params)
+        p.check_supported_by(candidate)
             .with_context(|| format!("{p}"))?;
     }
     if let Candidate::Registered { implementation, .. } = candidate {

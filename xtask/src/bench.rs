@@ -1,9 +1,11 @@
 //! `cargo xtask bench`: times implementations and SDPA backends over a suite's shapes and writes
-//! `evidence/bench/<date>-<gpu>-<rev>.json` and a same-name `.csv`.
+//! `evidence/bench/<date>-<gpu>-<rev>.json` and a same-name `.csv`. A varlen batch is also timed
+//! as the dense batch at its mean length, with the same implementation: its time per token over
+//! the dense one's is varlen's target (at most 1.1).
 
 use std::path::PathBuf;
 
-use attn_evidence::BenchRun;
+use attn_evidence::{BenchRun, DenseAtMean};
 use attn_kernels::{Candidate, Config, Gpu, TimingOptions};
 use attn_measure::sdpa::{Backend, Sdpa};
 use attn_measure::timing::PreparedCache;
@@ -13,7 +15,7 @@ use crate::args::ProblemArgs;
 
 /// Arguments of `cargo xtask bench`.
 #[derive(Debug, clap::Args)]
-#[command(mut_arg("suite", |a| a.help("A named suite: seed, large, sweep, gqa, mqa, window [default: large]")))]
+#[command(mut_arg("suite", |a| a.help("A named suite: seed, large, sweep, gqa, mqa, window, varlen [default: large]")))]
 pub struct Args {
     /// Implementations to time, comma-separated (`cargo xtask kernels` lists them).
     #[arg(long = "impl", default_value = "tiled,mma", value_delimiter = ',')]
@@ -66,7 +68,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     for candidate in &candidates {
         let supported: Vec<Problem> = problems
             .iter()
-            .filter(|p| candidate.check_supports(&p.shape, &p.params).is_ok())
+            .filter(|p| p.check_supported_by(candidate).is_ok())
             .cloned()
             .collect();
         crate::args::validate(candidate, &supported)?;
@@ -100,38 +102,70 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         ..TimingOptions::default()
     };
     let sdpa_count = if sdpa.is_some() { backends.len() } else { 0 };
+    // A varlen problem's dense batch at its mean length, timed with each implementation too.
+    let dense_at_mean: Vec<Option<Problem>> = problems
+        .iter()
+        .map(bench::dense_at_mean)
+        .collect::<Result<_, _>>()?;
+    let dense_count = dense_at_mean.iter().flatten().count();
     let bar = crate::progress::bar(
-        (problems.len() * (candidates.len() + sdpa_count)) as u64,
+        (problems.len() * (candidates.len() + sdpa_count) + dense_count * candidates.len()) as u64,
         "bench",
     );
     let (mut cache, seed) = (PreparedCache::default(), args.seed);
     let mut entries = Vec::new();
     let before = attn_kernels::telemetry::read_clocks(0);
-    for problem in &problems {
-        for candidate in &candidates {
-            let candidate = &candidate.for_shape(&problem.shape);
-            if let Err(err) = candidate.check_supports(&problem.shape, &problem.params) {
+    for (problem, dense) in problems.iter().zip(&dense_at_mean) {
+        for any_shape in &candidates {
+            let candidate = &any_shape.for_shape(&problem.shape);
+            if let Err(err) = problem.check_supported_by(candidate) {
                 bar.println(format!("  skipped on {problem}: {err}"));
-                bar.inc(1);
+                bar.inc(1 + u64::from(dense.is_some()));
                 continue;
             }
             bar.set_message(format!("{} {problem}", candidate.label()));
             let timed = bench::time_candidate(&gpu, &mut cache, candidate, problem, &opts, seed);
-            match timed {
-                Ok((implementation, timings)) => {
-                    entries.push(bench::entry(implementation, problem, &timings)?)
+            let mut entry = match timed {
+                Ok((implementation, timings)) => bench::entry(implementation, problem, &timings)?,
+                Err(err) => {
+                    bar.println(format!(
+                        "  skipped {} on {problem}: {err}",
+                        candidate.label()
+                    ));
+                    bar.inc(1 + u64::from(dense.is_some()));
+                    continue;
                 }
-                Err(err) => bar.println(format!(
-                    "  skipped {} on {problem}: {err}",
-                    candidate.label()
-                )),
-            }
+            };
             bar.inc(1);
+            // The same implementation (tuned for that shape) on the dense batch at the mean length.
+            if let Some(dense) = dense {
+                let candidate = &any_shape.for_shape(&dense.shape);
+                bar.set_message(format!(
+                    "{} {dense} (dense at the mean length)",
+                    candidate.label()
+                ));
+                match bench::time_candidate(&gpu, &mut cache, candidate, dense, &opts, seed) {
+                    Ok((implementation, timings)) => {
+                        let dense_entry = bench::entry(implementation, dense, &timings)?;
+                        entry.dense_at_mean = Some(DenseAtMean::of(&entry, &dense_entry));
+                        entries.push(entry);
+                        entries.push(dense_entry);
+                    }
+                    Err(err) => {
+                        bar.println(format!(
+                            "  skipped {} on {dense} (dense at the mean length of {problem}): {err}",
+                            candidate.label()
+                        ));
+                        entries.push(entry);
+                    }
+                }
+                bar.inc(1);
+            } else {
+                entries.push(entry);
+            }
         }
-        if let (Some(_), true) = (&sdpa, problem.params.window.is_bounded()) {
-            bar.println(format!(
-                "  sdpa skipped on {problem}: PyTorch SDPA has no sliding-window kernel"
-            ));
+        if let (Some(_), Some(why)) = (&sdpa, attn_measure::baseline::sdpa_refusal(problem)) {
+            bar.println(format!("  sdpa skipped: {why}"));
             bar.inc(backends.len() as u64);
             continue;
         }
@@ -165,8 +199,9 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         "median µs",
         "p10–p90 µs",
         "TFLOP/s",
+        "ns/token",
     ])
-    .numeric(&[2, 4]);
+    .numeric(&[2, 4, 5]);
     for e in &run.entries {
         table.push(vec![
             e.implementation.label(),
@@ -178,13 +213,35 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
                 attn_report::format::micros(e.summary.p90)
             ),
             attn_report::format::tflops(e.tflops),
+            format!("{:.2}", e.per_token_us() * 1e3),
         ]);
     }
     println!("{}", table.to_markdown());
+    for e in &run.entries {
+        if let Some(dense) = &e.dense_at_mean {
+            println!("{}", dense_at_mean_line(e, dense));
+        }
+    }
     let p = &run.provenance;
     let path = attn_evidence::evidence_path(&args.evidence, "bench", &p.date, &p.gpu, &p.git_rev);
     attn_evidence::write_json_atomic(&path, &run)?;
     attn_evidence::write_bytes_atomic(&path.with_extension("csv"), run.to_csv()?.as_bytes())?;
     println!("evidence: {} (+ .csv)", path.display());
     Ok(0)
+}
+
+/// One line: a varlen entry's time per token against the dense batch at its mean length, and
+/// whether it meets varlen's target.
+fn dense_at_mean_line(entry: &attn_evidence::BenchEntry, dense: &DenseAtMean) -> String {
+    format!(
+        "varlen vs dense at the mean length: {} on {}: {:.3}× the time per token of {} ({:.2} vs {:.2} ns/token): {} the target (≤ {:.2}×)",
+        entry.implementation.label(),
+        entry.shape,
+        dense.per_token_ratio,
+        dense.shape,
+        entry.per_token_us() * 1e3,
+        dense.median_us / dense.shape.tokens().max(1) as f64 * 1e3,
+        if dense.meets_target() { "meets" } else { "misses" },
+        DenseAtMean::TARGET
+    )
 }

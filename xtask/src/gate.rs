@@ -145,6 +145,11 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         }
     }
     let (baseline, note) = Baseline::for_candidate(&args.baseline, args.sdpa_backend, &candidate)?;
+    // A problem the baseline cannot run (SDPA on a window or a varlen batch, an implementation
+    // outside its variants) is refused here, in one line, before the GPU is opened.
+    for problem in &problems {
+        baseline.check_supports(problem)?;
+    }
     let mode = baseline.gate_mode(args.regression_tolerance)?;
     if let Some(note) = note {
         println!("{note}");

@@ -55,10 +55,19 @@ pub struct Args {
     /// Skip the comparison with the f64 oracle.
     #[arg(long)]
     pub no_check: bool,
+    /// A packed varlen batch's lengths: refused, in one line (this command reads dense files;
+    /// gate and bench take varlen batches as `--shape "varlen=L1,L2,... H=H D=D"`).
+    #[arg(long, value_name = "L1,L2,...")]
+    pub varlen: Option<String>,
 }
 
 /// Runs the subcommand; returns the process exit code (1 when the output fails the oracle check).
 pub fn run(args: Args) -> anyhow::Result<u8> {
+    if let Some(lengths) = &args.varlen {
+        bail!(
+            "--varlen {lengths}: `cargo xtask run` reads dense [B, H, S, D] .npy files only; check and time a varlen batch with `cargo xtask gate` or `bench --shape \"varlen={lengths} H=H D=D\"`"
+        );
+    }
     // Everything that needs no GPU first: the implementation and its config, then the files.
     let name = args
         .implementation

@@ -245,6 +245,62 @@ fn bench_ncu_and_evo_check_before_the_gpu_probe() {
 }
 
 #[test]
+fn varlen_requests_are_checked_before_the_gpu_probe() {
+    let dir = inputs();
+    let d = dir.path();
+    let shape = "varlen=512,0,3000 H=16/4 D=128 causal";
+    // Bad text: one line naming what is wrong.
+    one_error_line(
+        d,
+        &[
+            "gate",
+            "--impl",
+            "mma",
+            "--shape",
+            "varlen=512,-5 H=16 D=128",
+        ],
+        &["\"-5\" is not a non-negative integer"],
+    );
+    one_error_line(
+        d,
+        &["bench", "--impl", "mma", "--shape", "varlen= H=16 D=128"],
+        &["lists no sequence lengths"],
+    );
+    // A candidate or a baseline without varlen: refused before anything runs.
+    one_error_line(
+        d,
+        &["gate", "--impl", "cublas", "--shape", shape],
+        &["cublas", "packed variable-length (varlen) batches"],
+    );
+    one_error_line(
+        d,
+        &[
+            "gate",
+            "--impl",
+            "mma",
+            "--baseline",
+            "cublas",
+            "--shape",
+            shape,
+        ],
+        &["cublas", "packed variable-length (varlen) batches"],
+    );
+    one_error_line(
+        d,
+        &[
+            &["run", "--varlen", "512,3000"][..],
+            &QKV,
+            &["--out", "o.npy"],
+        ]
+        .concat(),
+        &[
+            "--varlen 512,3000",
+            "reads dense [B, H, S, D] .npy files only",
+        ],
+    );
+}
+
+#[test]
 fn a_ratchet_revision_that_cannot_be_read_is_one_line_before_the_gpu() {
     let dir = inputs();
     let shape = ["--shape", "1,8,512,64"];

@@ -19,6 +19,48 @@ pub struct BenchEntry {
     pub summary: attn_stats::Summary,
     /// Throughput at the median time, TFLOP/s.
     pub tflops: f64,
+    /// For a varlen batch: the same implementation on the dense batch at its mean length.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dense_at_mean: Option<DenseAtMean>,
+}
+
+impl BenchEntry {
+    /// Median time per query token, µs.
+    pub fn per_token_us(&self) -> f64 {
+        self.summary.median / self.shape.tokens().max(1) as f64
+    }
+}
+
+/// A varlen batch against the dense batch at its mean length, the same implementation timed the
+/// same way: is a batch of mixed lengths as fast per token as a dense one of the same tokens?
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DenseAtMean {
+    /// The dense batch: `B` its non-empty sequences, `S` their mean length (rounded).
+    pub shape: ShapeSpec,
+    /// Its median time, µs.
+    pub median_us: f64,
+    /// Varlen over dense median time per query token: at most 1.1 meets varlen's target (no
+    /// slower per token than dense at the mean length, ±10%).
+    pub per_token_ratio: f64,
+}
+
+impl DenseAtMean {
+    /// The varlen target: no slower per token than dense at the mean length, within 10%.
+    pub const TARGET: f64 = 1.10;
+
+    /// The comparison of a varlen entry with the dense entry of the same implementation.
+    pub fn of(varlen: &BenchEntry, dense: &BenchEntry) -> DenseAtMean {
+        DenseAtMean {
+            shape: dense.shape.clone(),
+            median_us: dense.summary.median,
+            per_token_ratio: varlen.per_token_us() / dense.per_token_us(),
+        }
+    }
+
+    /// Whether the target is met.
+    pub fn meets_target(&self) -> bool {
+        self.per_token_ratio <= DenseAtMean::TARGET
+    }
 }
 
 /// One run of `cargo xtask bench`.

@@ -67,7 +67,8 @@ pub struct FullCheck {
     pub bad_elements: u64,
     /// Rows with at least one bad element.
     pub bad_rows: u64,
-    /// `[b, h, s]` of the row with the largest error.
+    /// `[b, h, s]` of the row with the largest error (a varlen batch: `[sequence, head, row within
+    /// the sequence]`).
     pub worst_row: [usize; 3],
     /// The per-row largest errors: median, 99th percentile and maximum over rows.
     pub row_max_abs: [f64; 3],

@@ -61,7 +61,7 @@ mod shape;
 mod store;
 mod timing;
 
-pub use bench::{BenchEntry, BenchRun, BENCH_CSV_HEADER};
+pub use bench::{BenchEntry, BenchRun, DenseAtMean, BENCH_CSV_HEADER};
 pub use error::EvidenceError;
 pub use evo::{read_evo_log, write_evo_log, CandidateStatus, EvoCandidate, EvoLogAppender};
 pub use gate::{
@@ -78,7 +78,7 @@ pub use sanitize::{SanitizeFinding, SanitizeRun, SanitizeTool};
 pub use search::{
     EvoBest, EvoFinalist, EvoFinalists, EvoFitness, SearchImplementation, SearchSpec, IMPL_KNOB,
 };
-pub use shape::{Dtype, ShapeSpec, WindowSpec};
+pub use shape::{Dtype, ShapeSpec, VarlenSpec, WindowSpec};
 pub use store::{
     evidence_file_name, evidence_path, json_files, load_dir, read, read_json, slug,
     write_bytes_atomic, write_json_atomic, Evidence,

@@ -233,6 +233,163 @@ fn shapes_parse_display_and_count_flops() {
     assert!((shape.tflops(4.0) - 1000.0).abs() < 1e-9);
 }
 
+/// The (query, key) pairs of one head that a causal mask and a window let through, counted one
+/// pair at a time (FlashAttention's definition, bottom-right aligned).
+fn brute_force_pairs(sq: usize, skv: usize, causal: bool, window: Option<(i64, i64)>) -> u64 {
+    let (left, right) = window.unwrap_or((-1, -1));
+    let mut pairs = 0;
+    for i in 0..sq as i64 {
+        let diag = i + skv as i64 - sq as i64;
+        for j in 0..skv as i64 {
+            let after = if causal {
+                Some(0)
+            } else {
+                (right >= 0).then_some(right)
+            };
+            let visible = (left < 0 || j >= diag - left) && after.is_none_or(|r| j <= diag + r);
+            pairs += u64::from(visible);
+        }
+    }
+    pairs
+}
+
+#[test]
+fn varlen_shapes_parse_display_and_round_trip() {
+    let shape: ShapeSpec = "varlen=512,1024,0,3000 H=16/4 D=128".parse().unwrap();
+    assert_eq!(shape.to_string(), "varlen=512,1024,0,3000 H=16/4 D=128");
+    // The bounding dense shape: sequences, the longest lengths.
+    assert_eq!(
+        (
+            shape.batch,
+            shape.heads,
+            shape.kv_heads(),
+            shape.seq_q,
+            shape.seq_kv
+        ),
+        (4, 16, 4, 3000, 3000)
+    );
+    assert_eq!(shape.tokens(), 4536);
+    let varlen = shape.varlen.as_ref().unwrap();
+    assert_eq!((varlen.non_empty(), varlen.total_kv()), (3, 4536));
+    // The words in any order, with the usual ones; Q:KV where a sequence's lengths differ.
+    let cross: ShapeSpec = "bf16 D=64 causal varlen=100:300,7,0:5 H=8 window=16,-1"
+        .parse()
+        .unwrap();
+    assert_eq!(
+        cross.to_string(),
+        "varlen=100:300,7,0:5 H=8 D=64 causal window=16,-1 bf16"
+    );
+    assert_eq!((cross.seq_q, cross.seq_kv, cross.tokens()), (100, 300, 107));
+    assert_eq!(cross.to_string().parse::<ShapeSpec>().unwrap(), cross);
+    // Serde: the field is there for a varlen batch and absent otherwise, so old evidence (and
+    // what it hashes to) is unchanged.
+    let json = serde_json::to_string(&cross).unwrap();
+    assert!(
+        json.contains(r#""varlen":{"seqlens_q":[100,7,0],"seqlens_kv":[300,7,5]}"#),
+        "{json}"
+    );
+    assert_eq!(serde_json::from_str::<ShapeSpec>(&json).unwrap(), cross);
+    let dense: ShapeSpec = "2,16,1024,64".parse().unwrap();
+    assert!(!serde_json::to_string(&dense).unwrap().contains("varlen"));
+    let old = r#"{"batch":4,"heads":16,"seq_q":1024,"seq_kv":1024,"head_dim":64,"causal":true,"dtype":"fp16"}"#;
+    let old: ShapeSpec = serde_json::from_str(old).unwrap();
+    assert_eq!((old.varlen.is_none(), old.tokens()), (true, 4096));
+}
+
+#[test]
+fn bad_varlen_text_is_one_line_naming_the_problem() {
+    for (text, says) in [
+        ("varlen= H=16 D=128", "lists no sequence lengths"),
+        (
+            "varlen=512,-5 H=16 D=128",
+            "\"-5\" is not a non-negative integer",
+        ),
+        (
+            "varlen=512,,3 H=16 D=128",
+            "\"\" is not a non-negative integer",
+        ),
+        ("varlen=0,0 H=16 D=128", "every sequence is empty"),
+        (
+            "varlen=2000000000,2000000000 H=1 D=64",
+            "too many query tokens",
+        ),
+        (
+            "varlen=5:2000000000,5:2000000000 H=1 D=64",
+            "too many key tokens",
+        ),
+        ("varlen=5 H=16", "varlen=L1,L2,... H=H D=D"),
+        ("varlen=5 H=16 D=64 H=8", "given twice"),
+        ("varlen=5 H=16/3 D=64", "do not divide"),
+        ("varlen=5 H=16 D=0", "not a positive head dim"),
+        ("varlen=5 H=16 D=64 sliding", "unknown word \"sliding\""),
+        (
+            "4,16,512,64 varlen=5 H=16 D=64",
+            "unknown word \"4,16,512,64\"",
+        ),
+        ("4,16,512,64 H=16", "unknown word \"H=16\""),
+    ] {
+        let err = text.parse::<ShapeSpec>().unwrap_err();
+        assert!(
+            matches!(err, EvidenceError::Shape { .. }),
+            "{text:?}: {err:?}"
+        );
+        let line = err.to_string();
+        assert!(line.contains(says), "{text:?}: {line}");
+        assert!(!line.contains('\n'), "{text:?}: one line: {line}");
+    }
+}
+
+#[test]
+fn varlen_flops_are_the_visible_pairs_of_every_sequence() {
+    let lens: [(usize, usize); 7] = [
+        (512, 512),
+        (1, 1),
+        (0, 0),
+        (100, 300),
+        (300, 100),
+        (0, 40),
+        (17, 0),
+    ];
+    let (heads, head_dim) = (6.0, 64.0);
+    for causal in [false, true] {
+        for window in [None, Some((16, -1)), Some((8, 8)), Some((-1, 3))] {
+            let mut text = format!(
+                "varlen={} H=6/2 D=64",
+                lens.iter()
+                    .map(|(q, kv)| format!("{q}:{kv}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            );
+            if causal {
+                text.push_str(" causal");
+            }
+            if let Some((l, r)) = window {
+                text.push_str(&format!(" window={l},{r}"));
+            }
+            let shape: ShapeSpec = text.parse().unwrap();
+            let pairs: u64 = lens
+                .iter()
+                .map(|&(q, kv)| brute_force_pairs(q, kv, causal, window))
+                .sum();
+            assert_eq!(
+                shape.flops(),
+                4.0 * heads * head_dim * pairs as f64,
+                "{text}"
+            );
+        }
+    }
+    // One sequence is the dense problem of its length (exact where the dense count is).
+    let one: ShapeSpec = "varlen=1000 H=16 D=128".parse().unwrap();
+    let dense: ShapeSpec = "1,16,1000,128".parse().unwrap();
+    assert_eq!(one.flops(), dense.flops());
+    let local: ShapeSpec = "varlen=1000 H=16 D=128 causal window=100,-1"
+        .parse()
+        .unwrap();
+    let dense_local: ShapeSpec = "1,16,1000,128 causal window=100,-1".parse().unwrap();
+    assert_eq!(local.flops(), dense_local.flops());
+    assert!((one.tflops(1.0) - one.flops() / 1e12 * 1e6).abs() < 1e-9);
+}
+
 #[test]
 fn evo_log_round_trips_with_missing_values_and_uneven_configs() {
     let dir = tempfile::tempdir().unwrap();

@@ -245,15 +245,31 @@ fn push_projected(seeds: &mut Vec<Knobs>, space: &Space, partial: &Knobs, fill: 
 ///     attn_evo::gate_command(&spec, Some("mma"), &knobs),
 ///     "cargo xtask gate --impl mma --config BLOCK_M=128 --shape 2,8,1024,64 --dtype fp16 --baseline sdpa"
 /// );
+/// // A varlen batch (or grouped heads, a window) keeps its whole shape text.
+/// let packed = SearchSpec {
+///     shape: "varlen=512,0,3000 H=32/8 D=128 causal bf16".parse()?, baseline: "mma".into(), ..spec
+/// };
+/// assert_eq!(
+///     attn_evo::gate_command(&packed, Some("hopper"), &Default::default()),
+///     "cargo xtask gate --impl hopper --shape \"varlen=512,0,3000 H=32/8 D=128\" --causal --dtype bf16 --baseline mma"
+/// );
 /// # Ok::<(), attn_evidence::EvidenceError>(())
 /// ```
 pub fn gate_command(spec: &SearchSpec, implementation: Option<&str>, knobs: &Knobs) -> String {
     let s = &spec.shape;
-    let mut shape = format!("{},{},{}", s.batch, s.heads, s.seq_q);
-    if s.seq_kv != s.seq_q {
-        shape.push_str(&format!(",{}", s.seq_kv));
+    // The shape's own text (grouped heads, a window, a varlen batch kept) without the mask and
+    // dtype, which have their own options below; quoted when it is several words.
+    let text = attn_evidence::ShapeSpec {
+        causal: false,
+        dtype: attn_evidence::Dtype::Fp16,
+        ..s.clone()
     }
-    shape.push_str(&format!(",{}", s.head_dim));
+    .to_string();
+    let shape = if text.contains(' ') {
+        format!("\"{text}\"")
+    } else {
+        text
+    };
     let mut cmd = String::from("cargo xtask gate ");
     match (implementation, &spec.src) {
         (Some(name), _) => {

@@ -68,6 +68,29 @@ pub struct VarlenOffsets {
     pub cu_kv: CudaSlice<i32>,
 }
 
+impl VarlenOffsets {
+    /// The offset arrays a launch changed, read back and compared with the batch's own
+    /// (`"cu_seqlens_q"`, `"cu_seqlens_kv"`): a kernel must leave its inputs as it found them.
+    /// Synchronises.
+    pub fn changed(&self, gpu: &Gpu) -> Result<Vec<&'static str>> {
+        let mut changed = Vec::new();
+        for (name, on_device, expected) in [
+            ("cu_seqlens_q", &self.cu_q, self.varlen.cu_seqlens_q()),
+            ("cu_seqlens_kv", &self.cu_kv, self.varlen.cu_seqlens_kv()),
+        ] {
+            let found = gpu
+                .stream
+                .clone_dtoh(on_device)
+                .during("cuMemcpyDtoH (varlen offsets)")?;
+            gpu.synchronize()?;
+            if found != expected {
+                changed.push(name);
+            }
+        }
+        Ok(changed)
+    }
+}
+
 /// An opened GPU with one stream that every launch and timing of this crate uses.
 pub struct Gpu {
     ctx: Arc<CudaContext>,

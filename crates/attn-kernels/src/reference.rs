@@ -122,19 +122,33 @@ impl RowMask {
     }
 }
 
-/// The reference output of one input set: f32, `[B, H, S_q, D]`, on the device, stored under a
-/// [`RowMask`] (plain for the checks, secret for the timing's verification).
+/// The reference output of one input set: f32 in the output's layout (dense `[B, H, S_q, D]`, or
+/// packed `[1, total_q, H, D]` for a varlen batch), on the device, stored under a [`RowMask`]
+/// (plain for the checks, secret for the timing's verification).
 #[derive(Debug)]
 pub struct ReferenceOutput {
+    /// The problem (a varlen batch's bounding shape).
     shape: Shape,
+    /// The dims of the output it is the reference of.
+    out_dims: [usize; 4],
     pub(crate) data: CudaSlice<f32>,
     mask: RowMask,
 }
 
 impl ReferenceOutput {
-    /// The problem it was computed for.
+    /// The problem it was computed for (a varlen batch: its bounding shape).
     pub fn shape(&self) -> Shape {
         self.shape
+    }
+
+    /// The dims of the output it is the reference of: Q's.
+    pub fn out_dims(&self) -> [usize; 4] {
+        self.out_dims
+    }
+
+    /// Its elements: the output's.
+    pub fn elements(&self) -> usize {
+        self.out_dims.iter().product()
     }
 
     /// Whether it is stored masked.
@@ -142,7 +156,7 @@ impl ReferenceOutput {
         self.mask != RowMask::PLAIN
     }
 
-    /// Copies it to the host (row-major `[B, H, S_q, D]`, unmasked).
+    /// Copies it to the host (row-major in the output's layout, unmasked).
     pub fn download(&self, gpu: &Gpu) -> Result<Vec<f32>> {
         let out = gpu.stream().clone_dtoh(&self.data).during("cuMemcpyDtoH")?;
         gpu.synchronize()?;
@@ -154,7 +168,8 @@ impl ReferenceOutput {
     }
 }
 
-/// Per-row comparison of an output with a [`ReferenceOutput`], flat row index `(b·H + h)·S_q + s`.
+/// Per-row comparison of an output with a [`ReferenceOutput`], flat row index `(b·H + h)·S_q + s`
+/// (dense) or `t·H + h` (packed: `t` the query's token).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct RowErrors {
     /// Largest |out − ref| over the row's finite, written elements.
@@ -419,7 +434,12 @@ impl GpuReference {
         // `data` holds rows × D floats and every stored row (a·r + b) mod rows is inside it; one
         // warp per row, the grid covers every row.
         unsafe { launch.launch(Self::grid(rows)) }.during("cuLaunchKernel (attn_reference)")?;
-        Ok(ReferenceOutput { shape, data, mask })
+        Ok(ReferenceOutput {
+            shape,
+            out_dims: q.dims,
+            data,
+            mask,
+        })
     }
 
     /// Adds to `counters[slot]` the number of elements of `out` that are poison, NaN/Inf or off
@@ -433,14 +453,10 @@ impl GpuReference {
         counters: &mut Counters,
         slot: usize,
     ) -> Result<()> {
-        if out.dims != reference.shape.q_dims() || out.dtype != self.dtype || slot >= counters.len()
-        {
+        if out.dims != reference.out_dims || out.dtype != self.dtype || slot >= counters.len() {
             return Err(KernelError::Shape(format!(
                 "output {:?} {} or counter slot {slot} does not match the reference {:?} {}",
-                out.dims,
-                out.dtype,
-                reference.shape.q_dims(),
-                self.dtype
+                out.dims, out.dtype, reference.out_dims, self.dtype
             )));
         }
         let n = out.buf.len() as i64;
@@ -528,22 +544,19 @@ impl GpuReference {
         reference: &ReferenceOutput,
         atol: f64,
     ) -> Result<RowErrors> {
-        let shape = reference.shape;
         if reference.is_masked() {
             return Err(KernelError::Shape(
                 "a masked reference is compared by count_bad only".into(),
             ));
         }
-        if out.dims != shape.q_dims() || out.dtype != self.dtype {
+        if out.dims != reference.out_dims || out.dtype != self.dtype {
             return Err(KernelError::Shape(format!(
                 "output {:?} {} does not match the reference {:?} {}",
-                out.dims,
-                out.dtype,
-                shape.q_dims(),
-                self.dtype
+                out.dims, out.dtype, reference.out_dims, self.dtype
             )));
         }
-        let rows = shape.batch * shape.heads * shape.seq_q;
+        // Rows of D in the output's own order: (b·H + h)·S_q + s dense, t·H + h packed.
+        let rows = reference.elements() / self.head_dim;
         // SAFETY: every row's statistics are written by the kernel below before they are read.
         let mut stats = unsafe { gpu.stream().alloc::<f32>(rows * ROW_STATS) }
             .during("cuMemAlloc (row statistics)")?;

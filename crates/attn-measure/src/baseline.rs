@@ -64,18 +64,15 @@ impl Baseline {
     }
 
     /// Refuses, with one line, a problem this baseline cannot run as it is: a registered
-    /// implementation outside its variants, or SDPA with a sliding window (PyTorch has no window
-    /// kernel: a mask would time its dense masked paths, not a window baseline).
+    /// implementation outside its variants, or SDPA on a problem the helper cannot time as it is
+    /// ([`sdpa_refusal`]).
     pub fn check_supports(&self, problem: &Problem) -> Result<()> {
         match self {
-            Baseline::Sdpa { .. } if problem.params.window.is_bounded() => {
-                Err(MeasureError::Invalid(format!(
-                    "{problem}: PyTorch SDPA has no sliding-window kernel (a boolean mask runs its dense masked paths), so it is no baseline for a window; gate against another implementation (--baseline mma) and compare with FlashAttention-3 through the anchor"
-                )))
-            }
-            Baseline::Sdpa { .. } => Ok(()),
-            Baseline::Registered(candidate) => Ok(candidate
-                .check_supports(&problem.shape, &problem.params)?),
+            Baseline::Sdpa { .. } => match sdpa_refusal(problem) {
+                Some(why) => Err(MeasureError::Invalid(why)),
+                None => Ok(()),
+            },
+            Baseline::Registered(candidate) => problem.check_supported_by(candidate),
         }
     }
 
@@ -116,6 +113,18 @@ impl Baseline {
             Baseline::Registered(_) => None,
         }
     }
+}
+
+/// Why PyTorch SDPA is no baseline for `problem`, one line naming the alternative; `None` when it
+/// is one. A packed varlen batch: [`crate::sdpa::varlen_refusal`]. A sliding window: PyTorch has
+/// no window kernel (a boolean mask runs its dense masked paths, not a window baseline).
+pub fn sdpa_refusal(problem: &Problem) -> Option<String> {
+    if let Some(why) = crate::sdpa::varlen_refusal(problem) {
+        return Some(why);
+    }
+    problem.params.window.is_bounded().then(|| format!(
+        "{problem}: PyTorch SDPA has no sliding-window kernel (a boolean mask runs its dense masked paths), so it is no baseline for a window; gate against another implementation (--baseline mma) and compare with FlashAttention-3 through the anchor"
+    ))
 }
 
 /// The evidence description of SDPA with a backend.
@@ -177,4 +186,30 @@ pub fn median(values: &[f64]) -> f64 {
     attn_stats::Sample::new(values.to_vec())
         .map(|s| s.median())
         .unwrap_or(f64::NAN)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sdpa_refuses_varlen_and_windows_in_one_line_naming_the_alternative() {
+        let varlen = Problem::parse("varlen=512,0,3000 H=16 D=128 causal").unwrap();
+        let why = sdpa_refusal(&varlen).unwrap();
+        assert!(
+            why.contains("packed varlen batch") && why.contains("--baseline mma"),
+            "{why}"
+        );
+        assert!(!why.contains('\n'));
+        let window = Problem::parse("2,16,4096,128 causal window=512,-1").unwrap();
+        assert!(sdpa_refusal(&window).unwrap().contains("sliding-window"));
+        assert!(sdpa_refusal(&Problem::parse("2,32/8,4096,128").unwrap()).is_none());
+        // A registered baseline is refused only outside its variants.
+        let mma = Baseline::Registered(Candidate::registered("mma", Config::default()).unwrap());
+        assert!(mma.check_supports(&varlen).is_ok());
+        let cublas =
+            Baseline::Registered(Candidate::registered("cublas", Config::default()).unwrap());
+        let err = cublas.check_supports(&varlen).unwrap_err().to_string();
+        assert!(err.contains("cublas") && err.contains("varlen"), "{err}");
+    }
 }

@@ -7,7 +7,10 @@
 //!   `t + 1` query rows and keys, `S_q ≠ S_kv` both ways;
 //! - `S = 1` (one query, one key), one query against many keys, many queries against one key;
 //! - batch and heads of 1 and odd counts (3, 5);
-//! - `S_q > S_kv`: with a causal mask its first rows see no key and must be zeros.
+//! - `S_q > S_kv`: with a causal mask its first rows see no key and must be zeros;
+//! - for a varlen problem, packed batches too ([`varlen_battery_lengths`]): empty sequences
+//!   first, in the middle and last, single rows, one past every tile size, one long sequence
+//!   among many short ones, queries and keys of different lengths.
 //!
 //! Inputs are [`Distribution::Distinct`] (every element a distinct value in ±[0.25, 2), so a
 //! misplaced row, head or element shows, and the tolerance's bound on |V| holds everywhere), the
@@ -69,33 +72,78 @@ pub fn battery_sizes(tiles: &[usize]) -> Vec<(usize, usize, usize, usize)> {
     sizes
 }
 
-/// The battery's problems for `problem`'s head dim, dtype, mask, window and K/V head group.
+/// The varlen batches of the battery, each as its sequences' `(queries, keys)`: an empty
+/// sequence first, in the middle and last; sequences of one row; one past (and one short of)
+/// every tile size in one batch; one long sequence among many short ones; queries and keys of
+/// different lengths (causal rows that see no key, a sequence with keys but no query and one with
+/// queries but no key).
+pub fn varlen_battery_lengths(tiles: &[usize]) -> Vec<Vec<(usize, usize)>> {
+    let largest = tiles.iter().copied().max().unwrap_or(128);
+    let same = |lens: &[usize]| lens.iter().map(|&n| (n, n)).collect::<Vec<_>>();
+    let one_past: Vec<usize> = tiles.iter().map(|&t| t + 1).collect();
+    let one_short: Vec<usize> = tiles.iter().map(|&t| t - 1).collect();
+    let mut long_and_short = vec![2 * largest + 1];
+    long_and_short.extend([1, 2, 3, 5, 8, 13, 21, 34, 55].iter().cycle().take(24));
+    vec![
+        same(&[0, 65, 130]),
+        same(&[77, 0, 129]),
+        same(&[129, 3, 0]),
+        same(&[1, 1, 1]),
+        same(&[1, largest + 1, 1]),
+        same(&one_past),
+        same(&one_short),
+        same(&long_and_short),
+        vec![(100, 30), (30, 100), (0, 50), (50, 0), (largest + 1, 1)],
+    ]
+}
+
+/// The battery's problems for `problem`'s head dim, dtype, mask, window and K/V head group: the
+/// dense edge shapes ([`battery_sizes`]) and, for a varlen problem, the varlen edge batches
+/// ([`varlen_battery_lengths`]) too.
 pub fn battery_problems(problem: &Problem, tiles: &[usize]) -> Result<Vec<Problem>> {
     let spec = &problem.spec;
-    battery_sizes(tiles)
+    // Grouped heads keep their group (`kv` K/V heads of `group` query heads each) and a window
+    // stays: the battery takes the problem's own variant paths at every edge.
+    let group = spec.heads / spec.kv_heads();
+    let heads = |kv: usize| {
+        if group > 1 {
+            format!("{}/{kv}", kv * group)
+        } else {
+            kv.to_string()
+        }
+    };
+    // Through the text, like a user's --shape: whatever else a shape carries keeps its default.
+    let parse = |dims: String| {
+        let mut text = dims;
+        if spec.causal {
+            text.push_str(" causal");
+        }
+        if let Some(window) = spec.window {
+            text.push_str(&format!(" window={window}"));
+        }
+        text.push_str(&format!(" {}", spec.dtype));
+        Problem::parse(&text)
+    };
+    let dense = battery_sizes(tiles)
         .into_iter()
-        .map(|(b, h, sq, skv)| {
-            // Through the text, like a user's --shape: whatever else a shape carries keeps its
-            // default.
-            // Grouped heads keep their group (h K/V heads of `group` query heads each) and a
-            // window stays: the battery takes the problem's own variant paths at every edge.
-            let group = spec.heads / spec.kv_heads();
-            let heads = if group > 1 {
-                format!("{}/{h}", h * group)
-            } else {
-                h.to_string()
+        .map(|(b, h, sq, skv)| parse(format!("{b},{},{sq},{skv},{}", heads(h), spec.head_dim)));
+    let packed = varlen_battery_lengths(tiles)
+        .into_iter()
+        .enumerate()
+        .filter(|_| problem.varlen.is_some())
+        .map(|(i, lens)| {
+            let lengths = attn_evidence::VarlenSpec {
+                seqlens_q: lens.iter().map(|l| l.0).collect(),
+                seqlens_kv: lens.iter().map(|l| l.1).collect(),
             };
-            let mut text = format!("{b},{heads},{sq},{skv},{}", spec.head_dim);
-            if spec.causal {
-                text.push_str(" causal");
-            }
-            if let Some(window) = spec.window {
-                text.push_str(&format!(" window={window}"));
-            }
-            text.push_str(&format!(" {}", spec.dtype));
-            Problem::parse(&text)
-        })
-        .collect()
+            let kv = [1, 3][i % 2];
+            parse(format!(
+                "varlen={lengths} H={} D={}",
+                heads(kv),
+                spec.head_dim
+            ))
+        });
+    dense.chain(packed).collect()
 }
 
 /// Runs the battery of `problem` (see the module), seeds from `seed`.
@@ -191,6 +239,65 @@ mod tests {
         assert!(problems
             .iter()
             .all(|p| p.shape.group() == 4 && p.params.window.left == Some(100) && p.params.causal));
+    }
+
+    #[test]
+    fn a_varlen_case_adds_packed_edge_batches_with_its_group_window_and_mask() {
+        let case =
+            Problem::parse("varlen=4096,0,8192 H=32/8 D=128 causal window=100,-1 bf16").unwrap();
+        let tiles = tile_sizes(&[]);
+        let problems = battery_problems(&case, &tiles).unwrap();
+        let packed: Vec<&Problem> = problems.iter().filter(|p| p.varlen.is_some()).collect();
+        // The dense edge shapes, and every varlen edge batch after them.
+        assert_eq!(problems.len(), battery_sizes(&tiles).len() + packed.len());
+        assert_eq!(packed.len(), varlen_battery_lengths(&tiles).len());
+        assert!(problems.iter().all(|p| p.shape.group() == 4
+            && p.params.window.left == Some(100)
+            && p.params.causal
+            && p.spec.head_dim == 128
+            && p.dtype == case.dtype));
+        let lengths: Vec<&Vec<usize>> = packed
+            .iter()
+            .map(|p| &p.varlen.as_ref().unwrap().seqlens_q)
+            .collect();
+        // Empty sequences first, in the middle and last; single rows.
+        assert!(lengths.iter().any(|l| l[0] == 0));
+        assert!(lengths.iter().any(|l| l[l.len() - 1] == 0));
+        assert!(lengths
+            .iter()
+            .any(|l| l.len() > 2 && l[1..l.len() - 1].contains(&0)));
+        assert!(lengths.iter().any(|l| l.iter().all(|&n| n == 1)));
+        // One past every tile, in one batch; one long sequence among many short ones.
+        for &t in &tiles {
+            assert!(lengths.iter().any(|l| l.contains(&(t + 1))), "{t}");
+        }
+        assert!(lengths
+            .iter()
+            .any(|l| l.len() > 20 && l.iter().filter(|&&n| n > 256).count() == 1));
+        // Queries and keys of different lengths, either side empty.
+        let cross = packed
+            .iter()
+            .map(|p| p.varlen.as_ref().unwrap())
+            .find(|v| v.seqlens_q != v.seqlens_kv)
+            .unwrap();
+        assert!(cross
+            .seqlens_q
+            .iter()
+            .zip(&cross.seqlens_kv)
+            .any(|(&q, &k)| q > 0 && k == 0));
+        assert!(cross
+            .seqlens_q
+            .iter()
+            .zip(&cross.seqlens_kv)
+            .any(|(&q, &k)| q == 0 && k > 0));
+        // Small enough to be fast: the batches hold a few thousand tokens each at most.
+        assert!(packed.iter().all(|p| p.q_elements() < 2_000_000));
+        // A dense case keeps its battery as it was.
+        let dense = Problem::parse("2,32/8,8192,128 causal").unwrap();
+        assert!(battery_problems(&dense, &tiles)
+            .unwrap()
+            .iter()
+            .all(|p| p.varlen.is_none()));
     }
 
     #[test]

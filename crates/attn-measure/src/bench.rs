@@ -1,6 +1,6 @@
 //! `bench`'s measurements: an implementation or an SDPA backend timed on one problem (a block of
-//! samples in the gate's timing harness, every timed output verified), and the evidence entry
-//! made of the timings.
+//! samples in the gate's timing harness, every timed output verified), the evidence entry made of
+//! the timings, and for a varlen batch the dense batch at its mean length it is compared with.
 
 use attn_evidence::{BenchEntry, Implementation};
 use attn_kernels::{Candidate, Gpu, TimingOptions, Timings};
@@ -55,5 +55,47 @@ pub fn entry(
         timing: timing_evidence(timings),
         tflops: problem.spec.tflops(summary.median),
         summary,
+        dense_at_mean: None,
     })
+}
+
+/// The dense batch a varlen problem is measured against ([`attn_evidence::DenseAtMean`]): `B` its
+/// non-empty sequences, `S_q` and `S_kv` their mean lengths (rounded, at least 1), with its heads,
+/// head dim, mask, window and dtype; `None` for a dense problem.
+pub fn dense_at_mean(problem: &Problem) -> Result<Option<Problem>> {
+    let Some(varlen) = &problem.spec.varlen else {
+        return Ok(None);
+    };
+    let sequences = varlen.non_empty().max(1);
+    let mean = |total: usize| ((total as f64 / sequences as f64).round() as usize).max(1);
+    Problem::new(attn_evidence::ShapeSpec {
+        batch: sequences,
+        seq_q: mean(varlen.total_q()),
+        seq_kv: mean(varlen.total_kv()),
+        varlen: None,
+        ..problem.spec.clone()
+    })
+    .map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_varlen_batch_is_compared_with_its_non_empty_sequences_at_their_mean_length() {
+        let varlen = Problem::parse("varlen=512,0,3000,1024 H=32/8 D=128 causal bf16").unwrap();
+        let dense = dense_at_mean(&varlen).unwrap().unwrap();
+        assert_eq!(dense.to_string(), "3,32/8,1512,128 causal bf16");
+        assert_eq!(dense.spec.tokens(), varlen.spec.tokens());
+        let cross = Problem::parse("varlen=100:300,0:50,7 H=8 D=64").unwrap();
+        let dense = dense_at_mean(&cross).unwrap().unwrap();
+        assert_eq!(
+            (dense.shape.batch, dense.shape.seq_q, dense.shape.seq_kv),
+            (2, 54, 179)
+        );
+        assert!(dense_at_mean(&Problem::parse("2,8,512,64").unwrap())
+            .unwrap()
+            .is_none());
+    }
 }

@@ -18,16 +18,20 @@
 //!   any reference is computed from them, so the gate never blames its own reference);
 //! - the launch runs twice on the same inputs: outputs that are not bitwise identical are a
 //!   "non-deterministic output".
+//!
+//! A varlen problem runs through the same check on packed inputs (each sequence drawn as its own
+//! dense problem) launched with its offsets: the f64 oracle on each sequence's rows of the one row
+//! policy, the whole packed output against the GPU reference computed with the same offsets, and
+//! the offsets read back after every launch (a kernel that changed them "wrote into its inputs").
 
 use std::time::Duration;
 
 use attn_evidence::{CheckFailure, CorrectnessCheck, FullCheck, LaunchGuards};
 use attn_kernels::guard::GUARD_BYTES;
-use attn_kernels::{Gpu, GpuReference, GuardedTensor, HarnessKernels, Prepared, RowErrors};
-use attn_oracle::{
-    compare, generate, reference, tolerance, CaseSpec, Distribution, HostTensor, Inputs, Reference,
-    RowSelection, Tolerance,
+use attn_kernels::{
+    Gpu, GpuReference, GuardedTensor, HarnessKernels, Prepared, RowErrors, VarlenOffsets,
 };
+use attn_oracle::{tolerance, Distribution, HostTensor, Inputs, Reference, Tolerance};
 
 use crate::supervise::Watchdog;
 use crate::{MeasureError, Problem, Result};
@@ -161,12 +165,7 @@ pub(crate) fn check_one(
         watched,
     } = *cx;
     let params = problem.params.with_scale(scale);
-    let inputs = generate(&CaseSpec {
-        shape: problem.shape,
-        dtype: problem.dtype,
-        distribution,
-        seed,
-    });
+    let inputs = problem.generate(distribution, seed);
     // Every buffer between guards seeded from the check's seed (a kernel cannot know them).
     let guard_seed = |i: u64| crate::timing::next_random(&mut (seed ^ 0x6a7d_0000 ^ i));
     let q = GuardedTensor::upload(gpu, "Q", &inputs.q, guard_seed(1))?;
@@ -182,6 +181,12 @@ pub(crate) fn check_one(
         ])
     };
     let before = sums(harness)?;
+    // A varlen batch's offsets: read back after every launch like the other inputs.
+    let offsets = problem
+        .varlen
+        .as_ref()
+        .map(|varlen| gpu.upload_offsets(varlen))
+        .transpose()?;
 
     // Two launches on the same inputs, the output poisoned before each.
     let mut outputs: Vec<HostTensor> = Vec::with_capacity(2);
@@ -190,7 +195,7 @@ pub(crate) fn check_one(
             gpu.poison(&mut o)?;
         }
         let mut launch = || -> attn_kernels::Result<()> {
-            prepared.launch(gpu, &q, &k, &v, &mut o, &params)?;
+            prepared.launch_batch(gpu, &q, &k, &v, &mut o, &params, offsets.as_ref())?;
             gpu.synchronize()
         };
         match watched {
@@ -200,7 +205,14 @@ pub(crate) fn check_one(
         outputs.push(gpu.download(&o)?);
         // Writes outside or into the inputs end the check before anything is computed from
         // them: they are the verdict.
-        let watch = watch_launch(gpu, harness, [&q, &k, &v, &o], &before, &sums)?;
+        let watch = watch_launch(
+            gpu,
+            harness,
+            [&q, &k, &v, &o],
+            offsets.as_ref(),
+            &before,
+            &sums,
+        )?;
         if let Some(watch) = watch {
             let output = outputs.swap_remove(0);
             return defence_failure(problem, inputs, output, seed, distribution, scale, watch);
@@ -226,13 +238,12 @@ pub(crate) fn check_one(
     }
 
     let tol = tolerance(problem.dtype, distribution);
-    let rows = RowSelection::for_check(&problem.shape, seed);
-    let exact = reference(&inputs.q, &inputs.k, &inputs.v, &params, &rows)?;
-    let verdict = compare(&output, &exact, &tol);
+    let exact = problem.oracle(&inputs, &params, seed)?;
+    let verdict = problem.compare(&output, &exact, &tol);
 
     // The GPU reference: its own error on the f64 rows first, then every element of the output.
-    let gpu_ref = gpu_reference.compute(gpu, &q, &k, &v, &params)?;
-    let reference_vs_f64 = reference_error(&gpu_ref.download(gpu)?, &exact);
+    let gpu_ref = gpu_reference.compute_batch(gpu, &q, &k, &v, &params, offsets.as_ref())?;
+    let reference_vs_f64 = reference_error(&gpu_ref.download(gpu)?, &exact, problem);
     let atol = whole_output_atol(reference_vs_f64, &tol, || {
         format!("{problem} ({distribution}, seed {seed}, scale {scale:.4})")
     })?;
@@ -254,7 +265,7 @@ pub(crate) fn check_one(
         sdpa_max_abs: None,
         closer_to: None,
         failure,
-        rows: Some(rows.describe()),
+        rows: Some(problem.oracle_rows(seed)),
         full: Some(full),
         scale: Some(scale),
         shape: None,
@@ -268,11 +279,13 @@ pub(crate) fn check_one(
     })
 }
 
-/// After a launch: the guards of every buffer and the inputs' checksums. `None` when clean.
+/// After a launch: the guards of every buffer, the inputs' checksums and a varlen batch's
+/// offsets. `None` when clean.
 fn watch_launch(
     gpu: &Gpu,
     harness: &HarnessKernels,
     buffers: [&GuardedTensor; 4],
+    offsets: Option<&VarlenOffsets>,
     before: &[u64; 3],
     sums: &dyn Fn(&HarnessKernels) -> attn_kernels::Result<[u64; 3]>,
 ) -> Result<Option<Watch>> {
@@ -283,12 +296,15 @@ fn watch_launch(
         }
     }
     let after = sums(harness)?;
-    let inputs_written: Vec<String> = ["Q", "K", "V"]
+    let mut inputs_written: Vec<String> = ["Q", "K", "V"]
         .iter()
         .zip(before.iter().zip(&after))
         .filter(|(_, (b, a))| b != a)
         .map(|(name, _)| name.to_string())
         .collect();
+    if let Some(offsets) = offsets {
+        inputs_written.extend(offsets.changed(gpu)?.into_iter().map(String::from));
+    }
     if outside.is_empty() && inputs_written.is_empty() {
         return Ok(None);
     }
@@ -329,10 +345,9 @@ fn defence_failure(
 ) -> Result<CheckRun> {
     let params = problem.params.with_scale(scale);
     let tol = tolerance(problem.dtype, distribution);
-    let rows = RowSelection::for_check(&problem.shape, seed);
     // The f64 oracle on the host's own copy of the inputs: what the second reference needs.
-    let exact = reference(&inputs.q, &inputs.k, &inputs.v, &params, &rows)?;
-    let verdict = compare(&output, &exact, &tol);
+    let exact = problem.oracle(&inputs, &params, seed)?;
+    let verdict = problem.compare(&output, &exact, &tol);
     let guards = &watch.guards;
     let (failure, reason) = if let Some(first) = &watch.first_outside {
         let more = guards.outside.len() - 1;
@@ -359,7 +374,7 @@ fn defence_failure(
             format!(
                 "non-deterministic output: two launches on the same inputs differ in {} of {} elements",
                 watch.differing,
-                problem.shape.q_len()
+                problem.q_elements()
             ),
         )
     };
@@ -375,7 +390,7 @@ fn defence_failure(
         sdpa_max_abs: None,
         closer_to: None,
         failure: Some(failure),
-        rows: Some(rows.describe()),
+        rows: Some(problem.oracle_rows(seed)),
         full: None,
         scale: Some(scale),
         shape: None,
@@ -389,7 +404,6 @@ fn defence_failure(
     })
 }
 
-/// The largest |gpu reference − f64| over the f64 oracle's rows.
 /// The bound of a whole-output comparison against the GPU reference: the tolerance less the
 /// reference's own measured error against the f64 oracle (`reference_vs_f64`), so that passing
 /// it bounds the error against exact arithmetic. A reference off by more than
@@ -413,14 +427,15 @@ pub(crate) fn whole_output_atol(
     Ok(tol.max_abs - reference_vs_f64)
 }
 
-/// The GPU reference's largest error against the f64 oracle on the oracle's rows.
-pub(crate) fn reference_error(gpu_ref: &[f32], exact: &Reference) -> f64 {
-    let shape = exact.shape;
-    let d = shape.head_dim;
+/// The largest |gpu reference − f64| over the f64 oracle's rows (found in the output's layout).
+pub(crate) fn reference_error(gpu_ref: &[f32], exact: &Reference, problem: &Problem) -> f64 {
+    let d = problem.shape.head_dim;
     let mut worst = 0.0f64;
     for (i, id) in exact.rows.iter().enumerate() {
-        let flat = ((id.batch * shape.heads + id.head) * shape.seq_q + id.row) * d;
-        for (a, b) in gpu_ref[flat..flat + d].iter().zip(exact.out_row(i)) {
+        let Some(row) = problem.output_row(id) else {
+            return f64::INFINITY; // a row the output does not have: nothing can be judged
+        };
+        for (a, b) in gpu_ref[row * d..(row + 1) * d].iter().zip(exact.out_row(i)) {
             let err = (f64::from(*a) - b).abs();
             worst = if err.is_nan() {
                 f64::INFINITY
@@ -438,7 +453,6 @@ fn full_check(
     atol: f64,
     reference_vs_f64: f64,
 ) -> FullCheck {
-    let shape = problem.shape;
     let (worst, at) = errors.worst();
     let mut per_row: Vec<f64> = errors.max_abs.iter().map(|&e| f64::from(e)).collect();
     per_row.sort_by(f64::total_cmp);
@@ -450,16 +464,15 @@ fn full_check(
         }
     };
     FullCheck {
-        elements: (errors.rows() * shape.head_dim) as u64,
+        elements: (errors.rows() * problem.shape.head_dim) as u64,
         max_abs: f64::from(worst),
         rel_l2: errors.rel_l2(),
         bad_elements: errors.bad_elements(),
         bad_rows: errors.bad_rows() as u64,
-        worst_row: [
-            at / (shape.heads * shape.seq_q),
-            at / shape.seq_q % shape.heads,
-            at % shape.seq_q,
-        ],
+        worst_row: {
+            let id = problem.row_id(at);
+            [id.batch, id.head, id.row]
+        },
         row_max_abs: [q(0.5), q(0.99), q(1.0)],
         tolerance: atol,
         reference_vs_f64,

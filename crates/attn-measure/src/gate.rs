@@ -179,8 +179,7 @@ impl<'a> GateSession<'a> {
         let plan = self.plan;
         let mut case = ended_case(problem, CaseStatus::CouldNotRun, String::new());
         let mut trace = PhaseTrace::new(problem);
-        self.candidate
-            .check_supports(&problem.shape, &problem.params)?;
+        problem.check_supported_by(self.candidate)?;
         self.baseline.check_supports(problem)?;
         let candidate = self.candidate.for_shape(&problem.shape);
         let prepared =
@@ -217,16 +216,17 @@ impl<'a> GateSession<'a> {
             return Ok(self.finish(case));
         }
 
-        // The edge battery, once per config, dtype, head dim and mask in a run.
+        // The edge battery, once per config, dtype, head dim, mask and batch layout in a run.
         let battery_key = format!(
-            "{}[{}] {} D={} causal={} group={} window={}",
+            "{}[{}] {} D={} causal={} group={} window={} varlen={}",
             crate::timing::cache_key(&candidate),
             prepared.config(),
             problem.dtype,
             problem.shape.head_dim,
             problem.params.causal,
             problem.shape.group(),
-            problem.params.window
+            problem.params.window,
+            problem.varlen.is_some()
         );
         case.battery = Some(match self.batteries.get(&battery_key) {
             // Run by an earlier case: its failure, if any, fails this one too.
@@ -412,9 +412,9 @@ fn memory_floor_with(
     l2_resident: Option<u64>,
 ) -> f64 {
     let bytes = problem.dtype.size_bytes() as u64;
-    let shape = &problem.shape;
-    let read = (shape.q_len() as u64 + 2 * shape.kv_len() as u64) * bytes;
-    let write = shape.q_len() as u64 * bytes;
+    let (q, kv) = (problem.q_elements() as u64, problem.kv_elements() as u64);
+    let read = (q + 2 * kv) * bytes;
+    let write = q * bytes;
     let from_dram = read.saturating_sub(l2_resident.unwrap_or(0));
     attn_evidence::memory_floor_us(from_dram, write, peak.l2_bytes, peak.bandwidth_gbs)
 }

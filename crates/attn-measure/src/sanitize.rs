@@ -485,17 +485,36 @@ pub fn small_shapes<'a>(specs: impl IntoIterator<Item = &'a ShapeSpec>) -> Vec<S
         // window stays narrower than the sequences, so the small shape takes the same paths.
         let kv_heads = spec.kv_heads().min(2);
         let group = (spec.heads / spec.kv_heads()).min(2);
-        let small = ShapeSpec {
-            batch: spec.batch.min(2),
-            heads: kv_heads * group,
-            kv_heads: (group > 1).then_some(kv_heads),
-            seq_q: spec.seq_q.min(197),
-            seq_kv: spec.seq_kv.min(197),
-            window: spec.window.map(|w| attn_evidence::WindowSpec {
-                left: w.left.map(|l| l.min(48)),
-                right: w.right.map(|r| r.min(48)),
-            }),
-            ..spec.clone()
+        let window = spec.window.map(|w| attn_evidence::WindowSpec {
+            left: w.left.map(|l| l.min(48)),
+            right: w.right.map(|r| r.min(48)),
+        });
+        let (heads, kv_heads) = (kv_heads * group, (group > 1).then_some(kv_heads));
+        let small = match &spec.varlen {
+            None => ShapeSpec {
+                batch: spec.batch.min(2),
+                heads,
+                kv_heads,
+                seq_q: spec.seq_q.min(197),
+                seq_kv: spec.seq_kv.min(197),
+                window,
+                ..spec.clone()
+            },
+            // A varlen batch stays packed: its first 4 sequences (an empty one stays empty), at
+            // most 197 rows each.
+            Some(varlen) => {
+                let cap = |lens: &[usize]| lens.iter().take(4).map(|&n| n.min(197)).collect();
+                let lengths = attn_evidence::VarlenSpec {
+                    seqlens_q: cap(&varlen.seqlens_q),
+                    seqlens_kv: cap(&varlen.seqlens_kv),
+                };
+                ShapeSpec {
+                    causal: spec.causal,
+                    window,
+                    dtype: spec.dtype,
+                    ..ShapeSpec::packed(lengths, heads, kv_heads, spec.head_dim)
+                }
+            }
         };
         let causal = ShapeSpec {
             causal: true,
@@ -562,6 +581,29 @@ mod tests {
                 "2,2,100,197,128 bf16",
                 "2,2,100,197,128 causal bf16",
             ]
+        );
+    }
+
+    #[test]
+    fn small_varlen_shapes_stay_packed_with_their_empty_sequences() {
+        let specs: Vec<ShapeSpec> = ["varlen=512,0,3000:100,7,9000 H=32/8 D=128 window=64,-1 bf16"]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect();
+        let small: Vec<String> = small_shapes(&specs).iter().map(|s| s.to_string()).collect();
+        assert_eq!(
+            small,
+            [
+                "varlen=197,0,197:100,7 H=4/2 D=128 window=48,-1 bf16",
+                "varlen=197,0,197:100,7 H=4/2 D=128 causal window=48,-1 bf16",
+            ]
+        );
+        // Each a valid problem (its bounding shape as recorded).
+        assert_eq!(
+            small_problems(&[Problem::new(specs[0].clone()).unwrap()])
+                .unwrap()
+                .len(),
+            2
         );
     }
 

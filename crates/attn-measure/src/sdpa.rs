@@ -75,6 +75,15 @@ impl std::str::FromStr for Backend {
     }
 }
 
+/// Why the helper refuses `problem`: a packed varlen batch (it takes dense `[B, H, S, D]` tensors;
+/// timing or running the bounding dense batch instead would be other work, so nothing is sent).
+/// One line naming the alternative; `None` for a dense problem.
+pub fn varlen_refusal(problem: &Problem) -> Option<String> {
+    problem.varlen.is_some().then(|| format!(
+        "{problem}: PyTorch SDPA is no baseline for a packed varlen batch here (the helper times dense batches only, and a padded batch is other work); gate against a registered implementation (--baseline mma)"
+    ))
+}
+
 /// Versions the helper reports.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct SdpaInfo {
@@ -267,6 +276,9 @@ impl Sdpa {
         problem: &Problem,
         backend: Backend,
     ) -> Result<()> {
+        if let Some(why) = varlen_refusal(problem) {
+            return Err(MeasureError::Invalid(why));
+        }
         let [q, k, v] = qkv;
         let _: RunReply = self.call(&Request::Run(RunRequest {
             q,
@@ -293,6 +305,9 @@ impl Sdpa {
         seed: u64,
         flush_bytes: usize,
     ) -> Result<Timings> {
+        if let Some(why) = varlen_refusal(problem) {
+            return Err(MeasureError::Invalid(why));
+        }
         let s = &problem.spec;
         let reply: TimeReply = self
             .call(&Request::Time(TimeRequest {

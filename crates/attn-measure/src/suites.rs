@@ -16,7 +16,7 @@ pub struct Suite {
 }
 
 /// Every suite.
-pub const SUITES: [Suite; 6] = [
+pub const SUITES: [Suite; 7] = [
     Suite {
         name: "seed",
         shapes: &["1,8,512,64", "2,8,512,64"],
@@ -74,6 +74,18 @@ pub const SUITES: [Suite; 6] = [
         ],
         purpose: "sliding-window (local) attention: time should follow the window, not S (baseline: another implementation; SDPA has no window kernel)",
     },
+    Suite {
+        name: "varlen",
+        shapes: &[
+            "varlen=512,3072,1024,8192,256,2048,128,1536 H=32/8 D=128 causal",
+            "varlen=512,3072,1024,8192,256,2048,128,1536 H=32/8 D=128",
+            "varlen=8192,4096,6144,2048,1024,512,4096,3072 H=32/8 D=128 causal",
+            "varlen=4096,128,0,8192,2048,640,3000,1024 H=16 D=128 causal",
+            "varlen=1000,3000,500,7000,2500,1500,600,200 H=16 D=64",
+            "varlen=2048,256,5120,128,1024,4096,768,3584 H=32/8 D=64 causal",
+        ],
+        purpose: "packed variable-length batches, Llama-style prefill: 8 sequences of 128 to 8192 tokens, 16k-32k in all, one with an empty sequence (baseline: another implementation; bench compares each with dense at its mean length)",
+    },
 ];
 
 /// The problems of suite `name` in `dtype`.
@@ -105,6 +117,34 @@ mod tests {
         for s in SUITES {
             assert_eq!(suite(s.name, Dtype::Bf16).unwrap().len(), s.shapes.len());
         }
+        // Varlen: Llama-style prefill batches, within the kernels' limits, every kind asked for.
+        let varlen = suite("varlen", Dtype::Bf16).unwrap();
+        for p in &varlen {
+            let lengths = p.varlen.as_ref().unwrap();
+            assert_eq!(lengths.sequences(), 8, "{p}");
+            assert!((16_000..=32_768).contains(&lengths.total_q()), "{p}");
+            assert!(
+                lengths
+                    .seqlens_q
+                    .iter()
+                    .all(|&n| n == 0 || (128..=8192).contains(&n)),
+                "{p}"
+            );
+            assert!(matches!(p.shape.head_dim, 64 | 128) && p.shape.heads % p.shape.kv_heads == 0);
+            assert!(attn_evidence::ShapeSpec::flops(&p.spec) > 0.0);
+        }
+        assert!(varlen.iter().any(|p| p.params.causal) && varlen.iter().any(|p| !p.params.causal));
+        assert!(
+            varlen.iter().any(|p| p.shape.group() == 4)
+                && varlen.iter().any(|p| p.shape.group() == 1)
+        );
+        assert!(
+            varlen.iter().any(|p| p.shape.head_dim == 64)
+                && varlen.iter().any(|p| p.shape.head_dim == 128)
+        );
+        assert!(varlen
+            .iter()
+            .any(|p| p.varlen.as_ref().unwrap().seqlens_q.contains(&0)));
         let large = suite("large", Dtype::Fp16).unwrap();
         assert!(large[2].params.causal && !large[1].params.causal);
         assert!(suite("huge", Dtype::Fp16)

@@ -13,10 +13,9 @@ use attn_kernels::telemetry::{self, ClockReading};
 use attn_kernels::{
     Candidate, ColumnMap, Counters, Gpu, GpuReference, GuardedTensor, Harness, HarnessKernels,
     Prepared, ReferenceOutput, RowMask, SampleHooks, TimingMode, TimingOptions, Timings,
+    VarlenOffsets,
 };
-use attn_oracle::{
-    generate, reference as oracle_reference, CaseSpec, DType, Distribution, RowSelection, Tolerance,
-};
+use attn_oracle::{DType, Distribution, Tolerance};
 
 use crate::check;
 use crate::supervise::Watchdog;
@@ -25,8 +24,7 @@ use crate::{Problem, Result};
 /// How many input sets to rotate among: enough to exceed twice the L2 between reuses, at most 8,
 /// and never more than a quarter of the device's memory.
 pub fn input_set_count(problem: &Problem, gpu: &Gpu) -> usize {
-    let shape = &problem.shape;
-    let set_bytes = (2 * shape.q_len() + 2 * shape.kv_len()) * 2;
+    let set_bytes = (2 * problem.q_elements() + 2 * problem.kv_elements()) * 2;
     let wanted = (2 * gpu.info().l2_bytes as usize)
         .div_ceil(set_bytes.max(1))
         .clamp(2, 8);
@@ -51,6 +49,8 @@ pub struct InputSets {
     pub v: Vec<GuardedTensor>,
     /// O of each set, poisoned.
     pub o: Vec<GuardedTensor>,
+    /// A varlen batch's offsets, uploaded for each set (empty for a dense batch).
+    pub offsets: Vec<VarlenOffsets>,
     /// The seed set `i` was drawn from is `seed + i`.
     seed: u64,
     guard_bytes: usize,
@@ -77,6 +77,7 @@ impl InputSets {
             k: vec![],
             v: vec![],
             o: vec![],
+            offsets: vec![],
             seed,
             guard_bytes,
         };
@@ -88,12 +89,10 @@ impl InputSets {
     pub fn grow(&mut self, gpu: &Gpu, problem: &Problem, count: usize) -> Result<()> {
         for i in self.len()..count {
             let set_seed = self.seed.wrapping_add(i as u64);
-            let inputs = generate(&CaseSpec {
-                shape: problem.shape,
-                dtype: problem.dtype,
-                distribution: Distribution::Normal,
-                seed: set_seed,
-            });
+            let inputs = problem.generate(Distribution::Normal, set_seed);
+            if let Some(varlen) = &problem.varlen {
+                self.offsets.push(gpu.upload_offsets(varlen)?);
+            }
             let guard = |n: u64| next_random(&mut (set_seed ^ 0x9a2d_5e75 ^ n));
             let bytes = self.guard_bytes;
             self.q.push(GuardedTensor::upload_with(
@@ -173,6 +172,11 @@ impl InputSets {
         self.q.is_empty()
     }
 
+    /// Set `i`'s varlen offsets (`None` for a dense batch).
+    pub fn offsets(&self, i: usize) -> Option<&VarlenOffsets> {
+        self.offsets.get(i)
+    }
+
     /// Launches `prepared` on set `i` (asynchronously).
     pub fn launch(
         &mut self,
@@ -181,13 +185,14 @@ impl InputSets {
         problem: &Problem,
         i: usize,
     ) -> Result<()> {
-        prepared.launch(
+        prepared.launch_batch(
             gpu,
             &self.q[i],
             &self.k[i],
             &self.v[i],
             &mut self.o[i],
             &problem.params,
+            self.offsets.get(i),
         )?;
         Ok(())
     }
@@ -350,16 +355,17 @@ impl OutputVerifier {
         let atol = Self::bound(gpu, problem, sets, &reference, tol)?;
         // Each reference stored masked under a secret of its own (never in the evidence, not
         // derived from the recorded seed alone): a kernel that found it could copy only noise.
-        let rows = problem.shape.batch * problem.shape.heads * problem.shape.seq_q;
+        let rows = problem.output_rows();
         let references = (0..sets.len())
             .map(|i| {
                 let mask = RowMask::secret(rows, secret_entropy(seed, i as u64));
-                reference.compute_masked(
+                reference.compute_with(
                     gpu,
                     &sets.q[i],
                     &sets.k[i],
                     &sets.v[i],
                     &problem.params,
+                    sets.offsets(i),
                     mask,
                 )
             })
@@ -385,17 +391,17 @@ impl OutputVerifier {
         tol: &Tolerance,
     ) -> Result<f64> {
         // Set 0's inputs again on the host: they are drawn from their seed alone.
-        let inputs = generate(&CaseSpec {
-            shape: problem.shape,
-            dtype: problem.dtype,
-            distribution: Distribution::Normal,
-            seed: sets.seed,
-        });
-        let rows = RowSelection::for_check(&problem.shape, sets.seed);
-        let exact = oracle_reference(&inputs.q, &inputs.k, &inputs.v, &problem.params, &rows)?;
-        let gpu_ref =
-            reference.compute(gpu, &sets.q[0], &sets.k[0], &sets.v[0], &problem.params)?;
-        let reference_vs_f64 = check::reference_error(&gpu_ref.download(gpu)?, &exact);
+        let inputs = problem.generate(Distribution::Normal, sets.seed);
+        let exact = problem.oracle(&inputs, &problem.params, sets.seed)?;
+        let gpu_ref = reference.compute_batch(
+            gpu,
+            &sets.q[0],
+            &sets.k[0],
+            &sets.v[0],
+            &problem.params,
+            sets.offsets(0),
+        )?;
+        let reference_vs_f64 = check::reference_error(&gpu_ref.download(gpu)?, &exact, problem);
         check::whole_output_atol(reference_vs_f64, tol, || {
             format!("{problem} (timed input set 0, seed {})", sets.seed)
         })
@@ -412,7 +418,7 @@ impl OutputVerifier {
                 if first_bad.is_none() {
                     first_bad = Some(format!(
                         "timed sample {sample} on input set {set}: {bad} of {} elements unwritten, not finite or off the reference",
-                        self.references[set].shape().q_len()
+                        self.references[set].elements()
                     ));
                 }
                 if bad_samples.last() != Some(&sample) {
@@ -462,8 +468,7 @@ pub fn sets_for(problem: &Problem, gpu: &Gpu, opts: &TimingOptions) -> usize {
     if opts.mode != TimingMode::Batch {
         return count;
     }
-    let shape = &problem.shape;
-    let set_bytes = ((2 * shape.q_len() + 2 * shape.kv_len()) * 2
+    let set_bytes = ((2 * problem.q_elements() + 2 * problem.kv_elements()) * 2
         + 8 * attn_kernels::guard::GUARD_BYTES)
         .max(1);
     let affordable = (gpu.info().total_memory / 4 / set_bytes).max(1);
@@ -532,6 +537,14 @@ impl<'a> KernelSide<'a> {
             outside: sets.outside_writes(self.gpu)?,
             inputs_written: vec![],
         };
+        // A varlen batch's offsets are inputs too: they must come back as uploaded.
+        for (set, offsets) in sets.offsets.iter().enumerate() {
+            for name in offsets.changed(self.gpu)? {
+                watch
+                    .inputs_written
+                    .push(format!("{name} of input set {set} changed"));
+            }
+        }
         if let Some((harness, seed, before)) = &self.sums {
             let after = sets.invariant_checksums(self.gpu, harness, *seed)?;
             for (set, (b, a)) in before.iter().zip(&after).enumerate() {
@@ -677,8 +690,24 @@ impl TimedSide for KernelSide<'_> {
         let mut side_work = self.side_work.as_deref_mut();
         let mut launch = |i: usize| -> attn_kernels::Result<()> {
             let mut all = sets.borrow_mut();
-            let InputSets { q, k, v, o, .. } = &mut *all;
-            prepared.launch(gpu, &q[i], &k[i], &v[i], &mut o[i], &problem.params)?;
+            let InputSets {
+                q,
+                k,
+                v,
+                o,
+                offsets,
+                ..
+            } = &mut *all;
+            let offsets = offsets.get(i);
+            prepared.launch_batch(
+                gpu,
+                &q[i],
+                &k[i],
+                &v[i],
+                &mut o[i],
+                &problem.params,
+                offsets,
+            )?;
             if let Some(work) = side_work.as_deref_mut() {
                 work.launch()?;
             }

@@ -37,8 +37,10 @@ struct Planted {
     mode: TimingMode,
     /// Planted around the candidate by the session: see [`Around`].
     around: Around,
-    /// The baseline's name (`Baseline::from_name`): SDPA unless said.
+    /// The baseline (`sdpa` unless said: a varlen batch needs a registered one).
     baseline: &'static str,
+    /// Whether the planted kernel reads the variant parameters (`VARIANTS=1`).
+    variants: bool,
 }
 
 /// Work the session plants around the candidate's launches (not in its kernel).
@@ -67,6 +69,7 @@ const fn planted(
         mode: TimingMode::Graph,
         around: Around::Nothing,
         baseline: "sdpa",
+        variants: false,
     }
 }
 
@@ -83,7 +86,22 @@ impl Planted {
     const fn around(self, around: Around) -> Planted {
         Planted { around, ..self }
     }
+    /// Against `baseline` (a registered implementation: SDPA is no varlen baseline).
+    const fn against(self, baseline: &'static str) -> Planted {
+        Planted { baseline, ..self }
+    }
+    /// A planted kernel that reads the variant parameters (grouped heads, windows, varlen).
+    const fn with_variants(self) -> Planted {
+        Planted {
+            variants: true,
+            ..self
+        }
+    }
 }
+
+/// A packed varlen batch for the varlen cases: an empty sequence, lengths off every tile,
+/// grouped heads, causal.
+const VARLEN_SHAPE: &str = "varlen=300,0,77,129,1 H=4/2 D=64 causal";
 
 const PLANTED: &[Planted] = &[
     planted("writes-nothing", 1, "1,4,256,64", CaseStatus::Unwritten),
@@ -228,6 +246,51 @@ const HONEST: &[Planted] = &[
 /// The timing modes an honest kernel is judged in.
 const MODES: [TimingMode; 2] = [TimingMode::Graph, TimingMode::Batch];
 
+/// #24: varlen batches through the whole gate (checks with offsets, the varlen edge battery, timed
+/// outputs verified against packed references), against mma (SDPA is no varlen baseline): honest
+/// kernels pass or are not faster, a planted wrong one is rejected for its reason.
+const VARLEN: &[Planted] = &[
+    honest("honest-mma-varlen", "mma", VARLEN_SHAPE).against("mma"),
+    honest(
+        "honest-mma-varlen-prefill",
+        "mma",
+        "varlen=2048,128,0,4096,1024,3000 H=32/8 D=128 causal bf16",
+    )
+    .against("mma"),
+    honest(
+        "honest-hopper-varlen-prefill",
+        "hopper",
+        "varlen=2048,128,0,4096,1024,3000 H=32/8 D=128 causal bf16",
+    )
+    .against("mma"),
+    honest(
+        "honest-hopper-varlen",
+        "hopper",
+        "varlen=1000,1,0,513,257:100 H=16 D=128",
+    )
+    .against("mma"),
+    Planted {
+        mode: TimingMode::Batch,
+        ..honest(
+            "honest-hopper-varlen-batch",
+            "hopper",
+            "varlen=4096,0,2048,1024 H=16/4 D=128",
+        )
+        .against("mma")
+    },
+    // A varlen kernel that treats the packed batch as one dense sequence for its keys
+    // (cu_seqlens_kv ignored): every row written, rows of later sequences see earlier ones' keys.
+    planted(
+        "ignores-cu-seqlens",
+        20,
+        VARLEN_SHAPE,
+        CaseStatus::Incorrect,
+    )
+    .with_variants()
+    .against("mma")
+    .because("against the f64 oracle"),
+];
+
 const fn honest(name: &'static str, implementation: &'static str, shape: &'static str) -> Planted {
     Planted {
         registered: Some(implementation),
@@ -242,6 +305,9 @@ fn judge(p: &Planted) {
     defines.0.insert("PLANT".into(), p.plant);
     defines.0.insert("BLOCK_M".into(), 4);
     defines.0.insert("NUM_WARPS".into(), 4);
+    if p.variants {
+        defines.0.insert("VARIANTS".into(), 1);
+    }
     let candidate = match p.registered {
         Some(name) => Candidate::registered(name, Config::default()).unwrap(),
         None => Candidate::Source {
@@ -324,38 +390,22 @@ fn judge(p: &Planted) {
 }
 
 #[test]
-fn every_case_names_a_problem_its_implementation_supports() {
-    // CPU only: a shape that does not parse, or a variant the implementation refuses, would be
-    // "could not run" on the GPU instead of the verdict the case is there for.
-    for p in PLANTED.iter().chain(HONEST) {
-        let problem = Problem::parse(p.shape).unwrap_or_else(|e| panic!("{}: {e}", p.name));
-        let registered = p.registered.into_iter();
-        let baseline = Some(p.baseline).filter(|b| *b != "sdpa");
-        for name in registered.chain(baseline) {
-            let candidate = Candidate::registered(name, Config::default()).unwrap();
-            candidate
-                .check_supports(&problem.shape, &problem.params)
-                .unwrap_or_else(|e| panic!("{} ({name}): {e}", p.name));
-        }
-        // SDPA has no window kernel (the gate refuses it as the baseline of one).
-        assert!(
-            p.baseline != "sdpa" || !problem.params.window.is_bounded(),
-            "{}: a window needs another baseline",
-            p.name
-        );
-    }
-}
-
-#[test]
 fn every_planted_kernel_compiles_with_nvrtc() {
     // CPU only (NVRTC; `cargo xtask test` provides it): a planted kernel that does not compile
     // would be "could not run" on the GPU, not the defect it plants.
     use attn_kernels::compile::{compile, Arch};
     let arch = Arch("compute_90a".into());
-    for p in PLANTED.iter().filter(|p| p.registered.is_none()) {
+    for p in PLANTED
+        .iter()
+        .chain(VARLEN)
+        .filter(|p| p.registered.is_none())
+    {
         let problem = Problem::parse(p.shape).unwrap();
         let mut defines = Config::default();
         defines.0.insert("PLANT".into(), p.plant);
+        if p.variants {
+            defines.0.insert("VARIANTS".into(), 1);
+        }
         let candidate = Candidate::Source {
             path: "planted.cu".into(),
             source: SOURCE.into(),
@@ -447,6 +497,48 @@ fn neighbour_child() {
 }
 
 #[test]
+fn every_case_is_a_problem_its_kernel_and_baseline_support() {
+    // CPU: a case whose shape the candidate or baseline refuses would be "could not run" on the
+    // GPU, not the verdict it is there for.
+    for p in PLANTED.iter().chain(HONEST).chain(VARLEN) {
+        let problem = Problem::parse(p.shape).unwrap_or_else(|e| panic!("{}: {e}", p.name));
+        let candidate = match p.registered {
+            Some(name) => Candidate::registered(name, Config::default()).unwrap(),
+            None => {
+                let mut defines = Config::default();
+                if p.variants {
+                    defines.0.insert("VARIANTS".into(), 1);
+                }
+                Candidate::Source {
+                    path: "planted.cu".into(),
+                    source: SOURCE.into(),
+                    entry: "attn_fwd".into(),
+                    defines,
+                }
+            }
+        };
+        problem
+            .check_supported_by(&candidate)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.name));
+        if p.baseline != "sdpa" {
+            let baseline = Candidate::registered(p.baseline, Config::default()).unwrap();
+            problem
+                .check_supported_by(&baseline)
+                .unwrap_or_else(|e| panic!("{}: baseline {e}", p.name));
+        } else {
+            assert!(
+                problem.varlen.is_none() && !problem.params.window.is_bounded(),
+                "{}: SDPA is no varlen or window baseline",
+                p.name
+            );
+        }
+    }
+    assert!(VARLEN
+        .iter()
+        .all(|p| Problem::parse(p.shape).unwrap().varlen.is_some()));
+}
+
+#[test]
 #[ignore = "needs a CUDA GPU"]
 fn planted_case_child() {
     // Runs only as a child of the test below (it names the case in ATTN_PLANTED).
@@ -454,6 +546,7 @@ fn planted_case_child() {
         let p = PLANTED
             .iter()
             .chain(HONEST)
+            .chain(VARLEN)
             .find(|p| p.name == name)
             .expect("a planted case");
         let mode = match std::env::var("ATTN_PLANTED_MODE").as_deref() {
@@ -499,6 +592,26 @@ fn run_child(p: &Planted) -> (String, String, Duration, std::process::Output) {
     (line, detail, elapsed, out)
 }
 
+/// What is wrong with the verdict `line` (`STATUS <status> | <reason>`) of `p`, if anything: an
+/// honest kernel must pass or be not faster (never rejected, never untimed); a planted one must
+/// get its own status, for its own reason when one is named.
+fn misjudged(p: &Planted, line: &str) -> Option<String> {
+    let got = line["STATUS ".len()..].split(" | ").next().unwrap_or("");
+    if p.expect == CaseStatus::Passed {
+        return (got != CaseStatus::Passed.as_str() && got != CaseStatus::NotFaster.as_str())
+            .then(|| format!("{}: rejected or not timed: {line}", p.name));
+    }
+    if got != p.expect.as_str() {
+        return Some(format!("{}: expected {}, got {line}", p.name, p.expect));
+    }
+    p.reason.filter(|r| !line.contains(r)).map(|reason| {
+        format!(
+            "{}: expected {} because of \"{reason}\", got {line}",
+            p.name, p.expect
+        )
+    })
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn honest_kernels_pass_every_defence() {
@@ -511,16 +624,13 @@ fn honest_kernels_pass_every_defence() {
         for mode in MODES {
             let p = Planted { mode, ..*p };
             let (line, detail, elapsed, _) = run_child(&p);
-            let got = line["STATUS ".len()..].split(" | ").next().unwrap_or("");
             let name = format!("{} ({mode:?})", p.name);
             println!(
                 "{name:<40} {line} ({:.1} s)\n{:<40} {detail}",
                 elapsed.as_secs_f64(),
                 ""
             );
-            if got != CaseStatus::Passed.as_str() && got != CaseStatus::NotFaster.as_str() {
-                wrong.push(format!("{name}: {line}"));
-            }
+            wrong.extend(misjudged(&p, &line).map(|m| format!("{m} ({mode:?})")));
         }
     }
     assert!(
@@ -538,8 +648,6 @@ fn every_planted_kernel_is_rejected_for_its_own_reason() {
     let mut wrong = Vec::new();
     for p in PLANTED.iter().filter(chosen) {
         let (line, detail, elapsed, out) = run_child(p);
-        let line = line.as_str();
-        let got = line["STATUS ".len()..].split(" | ").next().unwrap_or("");
         println!(
             "{:<30} expected {:<24} {line} ({:.1} s)\n{:<30} {detail}",
             p.name,
@@ -547,14 +655,7 @@ fn every_planted_kernel_is_rejected_for_its_own_reason() {
             elapsed.as_secs_f64(),
             ""
         );
-        if got != p.expect.as_str() {
-            wrong.push(format!("{}: expected {}, got {line}", p.name, p.expect));
-        } else if let Some(reason) = p.reason.filter(|r| !line.contains(r)) {
-            wrong.push(format!(
-                "{}: expected {} because of \"{reason}\", got {line}",
-                p.name, p.expect
-            ));
-        }
+        wrong.extend(misjudged(p, &line));
         if p.expect == CaseStatus::Hang {
             // Compile and checks before the hung launch take a few seconds; the hang itself is
             // bounded by HANG_BOUND.
@@ -571,6 +672,30 @@ fn every_planted_kernel_is_rejected_for_its_own_reason() {
     assert!(
         wrong.is_empty(),
         "planted kernels judged wrongly:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (Hopper, sm_90, for hopper's cases)"]
+fn varlen_batches_are_judged_through_the_gate() {
+    // One GPU test at a time on the device (tests of other executables too).
+    let _device = attn_kernels::device_lock(0);
+    let mut wrong = Vec::new();
+    for p in VARLEN {
+        let (line, detail, elapsed, _) = run_child(p);
+        println!(
+            "{:<30} expected {:<24} {line} ({:.1} s)\n{:<30} {detail}",
+            p.name,
+            p.expect.as_str(),
+            elapsed.as_secs_f64(),
+            ""
+        );
+        wrong.extend(misjudged(p, &line));
+    }
+    assert!(
+        wrong.is_empty(),
+        "varlen cases judged wrongly:\n{}",
         wrong.join("\n")
     );
 }

@@ -4,7 +4,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{DType, Distribution, HostTensor, Reference};
+use crate::{DType, Distribution, HostTensor, Reference, RowId};
 
 /// Bounds an output must meet against the f64 reference. Get them from [`tolerance`].
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -158,6 +158,47 @@ impl fmt::Display for Verdict {
 /// # Ok::<(), attn_oracle::OracleError>(())
 /// ```
 pub fn compare(output: &HostTensor, reference: &Reference, tolerance: &Tolerance) -> Verdict {
+    let shape = reference.shape;
+    let [_, h, s, d] = shape.q_dims();
+    compare_in(
+        output,
+        reference,
+        tolerance,
+        &OutputLayout {
+            dims: shape.q_dims(),
+            row_start: &|id| {
+                (id.batch < shape.batch && id.head < h && id.row < s)
+                    .then(|| ((id.batch * h + id.head) * s + id.row) * d)
+            },
+            index_of: &|flat| {
+                [
+                    flat / (h * s * d),
+                    flat / (s * d) % h,
+                    flat / d % s,
+                    flat % d,
+                ]
+            },
+        },
+    )
+}
+
+/// Where a reference's rows sit in an output: dense `[B, H, S_q, D]`, or packed (varlen).
+pub(crate) struct OutputLayout<'a> {
+    /// The output's dims.
+    pub dims: [usize; 4],
+    /// The element offset of a reference row in the output; `None` for a row outside it.
+    pub row_start: &'a dyn Fn(&RowId) -> Option<usize>,
+    /// The index a verdict reports for an element offset (`worst`).
+    pub index_of: &'a dyn Fn(usize) -> [usize; 4],
+}
+
+/// [`compare`] with the reference's rows placed in `output` by `layout`.
+pub(crate) fn compare_in(
+    output: &HostTensor,
+    reference: &Reference,
+    tolerance: &Tolerance,
+    layout: &OutputLayout<'_>,
+) -> Verdict {
     let mut verdict = Verdict {
         passed: false,
         max_abs: 0.0,
@@ -172,7 +213,7 @@ pub fn compare(output: &HostTensor, reference: &Reference, tolerance: &Tolerance
         reason: None,
     };
     let shape = reference.shape;
-    let dims = shape.q_dims();
+    let dims = layout.dims;
     if output.dims != dims {
         verdict.reason = Some(format!(
             "output dims {:?} differ from the reference's {dims:?}",
@@ -184,23 +225,14 @@ pub fn compare(output: &HostTensor, reference: &Reference, tolerance: &Tolerance
         verdict.reason = Some(error.to_string());
         return verdict;
     }
-    let rows_fit = reference
-        .rows
-        .iter()
-        .all(|id| id.batch < shape.batch && id.head < shape.heads && id.row < shape.seq_q);
-    if !rows_fit || reference.out.len() != reference.rows.len() * shape.head_dim {
+    let starts: Option<Vec<usize>> = reference.rows.iter().map(layout.row_start).collect();
+    let Some(starts) =
+        starts.filter(|_| reference.out.len() == reference.rows.len() * shape.head_dim)
+    else {
         verdict.reason = Some("malformed reference: rows and out do not fit its shape".to_owned());
         return verdict;
-    }
-    let index_of = |flat: usize| {
-        let [_, h, s, d] = dims;
-        [
-            flat / (h * s * d),
-            flat / (s * d) % h,
-            flat / d % s,
-            flat % d,
-        ]
     };
+    let index_of = layout.index_of;
 
     let first_poison = (0..output.len()).find(|&i| output.data.is_poison(i));
     if let Some(first) = first_poison {
@@ -209,12 +241,10 @@ pub fn compare(output: &HostTensor, reference: &Reference, tolerance: &Tolerance
             .count();
     }
 
-    let d = shape.head_dim;
     let mut first_non_finite = None;
     let mut worst_error = None;
     let (mut error_sq, mut reference_sq) = (0.0, 0.0);
-    for (index, id) in reference.rows.iter().enumerate() {
-        let row_start = ((id.batch * shape.heads + id.head) * shape.seq_q + id.row) * d;
+    for (index, &row_start) in starts.iter().enumerate() {
         for (col, &expected) in reference.out_row(index).iter().enumerate() {
             let flat = row_start + col;
             verdict.compared += 1;

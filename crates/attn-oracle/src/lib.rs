@@ -59,4 +59,7 @@ pub use reference::{reference, Reference, RowId, RowSelection, ALL_ROWS_LIMIT, T
 pub use shape::{DType, Params, Shape, Window};
 pub use tensor::{HostData, HostTensor, POISON_BF16_BITS, POISON_F16_BITS, POISON_F32_BITS};
 pub use tiled::{tiled_f32, tiled_f32_with, TiledConfig};
-pub use varlen::{compare_varlen, generate_varlen, reference_varlen, Packed, Varlen};
+pub use varlen::{
+    compare_packed, compare_varlen, generate_varlen, reference_varlen, reference_varlen_rows,
+    Packed, Varlen,
+};

@@ -8,9 +8,10 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::compare::{compare_in, OutputLayout};
 use crate::{
     compare, generate, reference, CaseSpec, DType, HostTensor, Inputs, OracleError, Params,
-    RowSelection, Shape, Tolerance, Verdict,
+    Reference, RowId, RowSelection, Shape, Tolerance, Verdict,
 };
 
 /// The lengths of a varlen batch's sequences: `seqlens_q[b]` queries over `seqlens_kv[b]` keys.
@@ -172,6 +173,36 @@ impl Varlen {
             dims: [1, total, heads, d],
             data: crate::HostData::F64(values),
         }
+    }
+}
+
+impl Varlen {
+    /// The row of (sequence, head, query row) in a packed `[1, total_q, heads, D]` tensor viewed
+    /// as `total_q · heads` rows of `D` (`t·heads + h`, `t` the query's token); `None` outside
+    /// the batch.
+    pub fn packed_row(&self, id: &RowId, heads: usize) -> Option<usize> {
+        let len = *self.seqlens_q.get(id.batch)?;
+        (id.head < heads && id.row < len).then(|| {
+            let token = self.seqlens_q[..id.batch].iter().sum::<usize>() + id.row;
+            token * heads + id.head
+        })
+    }
+
+    /// The inverse of [`Varlen::packed_row`]: (sequence, head, row within the sequence) of a
+    /// packed row; `None` past the batch.
+    pub fn row_id(&self, packed_row: usize, heads: usize) -> Option<RowId> {
+        let (mut token, head) = (packed_row / heads.max(1), packed_row % heads.max(1));
+        for (sequence, &len) in self.seqlens_q.iter().enumerate() {
+            if token < len {
+                return Some(RowId {
+                    batch: sequence,
+                    head,
+                    row: token,
+                });
+            }
+            token -= len;
+        }
+        None
     }
 }
 
@@ -354,4 +385,95 @@ fn merge(a: Verdict, b: Verdict, sequence: usize) -> Verdict {
             .reason
             .or_else(|| b.reason.map(|r| format!("sequence {sequence}: {r}"))),
     }
+}
+
+/// The f64 oracle of a packed batch on the rows `select` picks in each sequence (given that
+/// sequence's own dense shape `[1, H, S_q, S_kv, D]` and its index), as one [`Reference`] over
+/// the batch's bounding shape ([`Varlen::bounding_shape`]) whose rows are (sequence, head, row
+/// within the sequence): what [`compare_packed`] judges a packed output by. Every row of a
+/// sequence with no key is 0 (logsumexp −∞); a sequence with no query has no row.
+pub fn reference_varlen_rows(
+    q: &HostTensor,
+    k: &HostTensor,
+    v: &HostTensor,
+    params: &Params,
+    varlen: &Varlen,
+    select: &dyn Fn(&Shape, usize) -> RowSelection,
+) -> Result<Reference, OracleError> {
+    let [_, total_q, heads, d] = q.dims;
+    let kv_heads = k.dims[2];
+    if total_q != varlen.total_q() || k.dims[1] != varlen.total_kv() || k.dims != v.dims {
+        return Err(OracleError::InvalidVarlen {
+            reason: format!(
+                "packed Q {:?}, K {:?}, V {:?} do not hold the batch's {} queries and {} keys",
+                q.dims,
+                k.dims,
+                v.dims,
+                varlen.total_q(),
+                varlen.total_kv()
+            ),
+        });
+    }
+    let per_head = Shape::new(1, heads, 1, 1, d)?.with_kv_heads(kv_heads)?;
+    let mut merged = Reference {
+        shape: varlen.bounding_shape(&per_head)?,
+        params: *params,
+        rows: vec![],
+        out: vec![],
+        lse: vec![],
+    };
+    for b in 0..varlen.sequences() {
+        let Some(qb) = varlen.unpack(q, Packed::Queries, b) else {
+            continue;
+        };
+        let keys = varlen.unpack(k, Packed::Keys, b);
+        let values = varlen.unpack(v, Packed::Keys, b);
+        let (Some(kb), Some(vb)) = (keys, values) else {
+            // No key: every row sees nothing.
+            let rows = qb.dims[1] * qb.dims[2];
+            merged.rows.extend((0..rows).map(|r| RowId {
+                batch: b,
+                head: r / qb.dims[2],
+                row: r % qb.dims[2],
+            }));
+            merged.out.extend(std::iter::repeat_n(0.0, rows * d));
+            merged
+                .lse
+                .extend(std::iter::repeat_n(f64::NEG_INFINITY, rows));
+            continue;
+        };
+        let dense = Shape::from_q_kv_dims(qb.dims, kb.dims)?;
+        let one = reference(&qb, &kb, &vb, params, &select(&dense, b))?;
+        merged
+            .rows
+            .extend(one.rows.iter().map(|id| RowId { batch: b, ..*id }));
+        merged.out.extend(one.out);
+        merged.lse.extend(one.lse);
+    }
+    Ok(merged)
+}
+
+/// Compares a packed output `[1, total_q, H, D]` with a reference of [`reference_varlen_rows`]
+/// on every row it computed, as [`compare`] does a dense one (poison counted over the whole
+/// output); `worst` is `[sequence, head, row within the sequence, d]`.
+pub fn compare_packed(
+    output: &HostTensor,
+    reference: &Reference,
+    varlen: &Varlen,
+    tolerance: &Tolerance,
+) -> Verdict {
+    let (heads, d) = (reference.shape.heads, reference.shape.head_dim);
+    compare_in(
+        output,
+        reference,
+        tolerance,
+        &OutputLayout {
+            dims: [1, varlen.total_q(), heads, d],
+            row_start: &|id| varlen.packed_row(id, heads).map(|r| r * d),
+            index_of: &|flat| match varlen.row_id(flat / d, heads) {
+                Some(id) => [id.batch, id.head, id.row, flat % d],
+                None => [varlen.sequences(), 0, 0, flat % d],
+            },
+        },
+    )
 }

@@ -77,7 +77,8 @@ pub fn sweep_charts(evidence: &EvidenceSet, options: &ReportOptions) -> Vec<Swee
         for entry in bench
             .entries
             .iter()
-            .filter(|e| e.shape.seq_q == e.shape.seq_kv)
+            // A varlen batch has no one sequence length to chart it at.
+            .filter(|e| e.shape.seq_q == e.shape.seq_kv && e.shape.varlen.is_none())
         {
             if !entry.tflops.is_finite() || entry.tflops <= 0.0 {
                 continue;

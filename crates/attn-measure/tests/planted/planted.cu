@@ -17,6 +17,9 @@
 // 18 writes garbage over a row whose output is already written (a launch that is not the first on
 //    its output since the poisoning: batch mode's reuse made visible)
 // 19 skips rows whose output is already written (batch mode's reuse turned into speed)
+// 20 ignores a packed varlen batch's sequence boundaries for its keys: each query row attends to
+//    the whole batch's keys from token 0, causal as if the batch were one sequence (reads the
+//    variant parameters: compile with VARIANTS=1)
 //
 // Launches are counted per block and per problem (its sizes hashed into the counter's index), so
 // that the small problems of the gate's edge battery do not age the counters of the case's own.
@@ -65,10 +68,69 @@ __device__ unsigned long long content_key(const elem_t* q, const elem_t* k, cons
 
 extern "C" __global__ void __launch_bounds__(NUM_WARPS * 32)
 attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_t* __restrict__ v,
-         elem_t* __restrict__ o, int batch, int heads, int seq_q, int seq_kv, float scale, int causal) {
+         elem_t* __restrict__ o, int batch, int heads, int seq_q, int seq_kv, float scale, int causal,
+         int kv_heads, int window_left, int window_right, const int* __restrict__ cu_seqlens_q,
+         const int* __restrict__ cu_seqlens_kv) {
     const int warp = threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     const int row = blockIdx.x * NUM_WARPS + warp;
+#if PLANT == 20
+    {
+        // Its own query rows through cu_seqlens_q (every output row is written, the offsets are
+        // read): only the keys cross the sequence boundaries. A dense batch is computed right.
+        const attn::HeadView view = attn::head_view(blockIdx.z, blockIdx.y, heads, kv_heads, seq_q,
+                                                    seq_kv, cu_seqlens_q, cu_seqlens_kv);
+        if (row >= view.seq_q) return;
+        long long kv_base = view.kv;
+        int kv_end = causal ? min(view.seq_kv, causal_kv_end(row, view.seq_q, view.seq_kv)) : view.seq_kv;
+        if (cu_seqlens_q != nullptr) {
+            const int token = cu_seqlens_q[blockIdx.z] + row;  // its place in the packed batch
+            const int all_keys = cu_seqlens_kv[batch];
+            kv_base = (long long)(blockIdx.y / (heads / kv_heads)) * HEAD_DIM;  // token 0
+            kv_end = causal ? min(all_keys, token + 1) : all_keys;
+        }
+        const elem_t* q_row = q + view.q + (long long)row * view.q_stride;
+        float q_reg[DIMS_PER_LANE], acc[DIMS_PER_LANE];
+#pragma unroll
+        for (int i = 0; i < DIMS_PER_LANE; ++i) {
+            const int d = lane + 32 * i;
+            q_reg[i] = d < HEAD_DIM ? to_float(q_row[d]) : 0.0f;
+            acc[i] = 0.0f;
+        }
+        float m = -INFINITY, l = 0.0f;
+        for (int j = 0; j < kv_end; ++j) {
+            const elem_t* k_row = k + kv_base + (long long)j * view.kv_stride;
+            const elem_t* v_row = v + kv_base + (long long)j * view.kv_stride;
+            float partial = 0.0f;
+#pragma unroll
+            for (int i = 0; i < DIMS_PER_LANE; ++i) {
+                const int d = lane + 32 * i;
+                if (d < HEAD_DIM) partial += q_reg[i] * to_float(k_row[d]);
+            }
+#pragma unroll
+            for (int off = 16; off > 0; off /= 2) partial += __shfl_xor_sync(0xffffffffu, partial, off);
+            const float s = partial * scale;
+            const float m_new = fmaxf(m, s);
+            const float correction = expf(m - m_new);
+            const float p = expf(s - m_new);
+            l = l * correction + p;
+#pragma unroll
+            for (int i = 0; i < DIMS_PER_LANE; ++i) {
+                const int d = lane + 32 * i;
+                acc[i] = acc[i] * correction + p * (d < HEAD_DIM ? to_float(v_row[d]) : 0.0f);
+            }
+            m = m_new;
+        }
+        const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+        elem_t* o_row = o + view.q + (long long)row * view.q_stride;
+#pragma unroll
+        for (int i = 0; i < DIMS_PER_LANE; ++i) {
+            const int d = lane + 32 * i;
+            if (d < HEAD_DIM) o_row[d] = from_float(acc[i] * inv_l);
+        }
+        return;
+    }
+#endif
     const size_t bh = (size_t)blockIdx.z * heads + blockIdx.y;
     const unsigned int block_id = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
     const size_t total = (size_t)batch * heads * seq_q * HEAD_DIM;

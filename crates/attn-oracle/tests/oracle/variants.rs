@@ -205,6 +205,80 @@ fn a_varlen_batch_is_each_sequence_s_own_dense_problem() {
 }
 
 #[test]
+fn a_varlen_batch_checked_on_selected_rows_matches_the_full_oracle() {
+    use attn_oracle::{
+        compare_packed, generate_varlen, reference_varlen, reference_varlen_rows, CaseSpec, RowId,
+        Varlen,
+    };
+    let varlen = Varlen::new(vec![40, 0, 1, 90, 3], vec![40, 4, 1, 60, 0]).unwrap();
+    // Packed rows and their (sequence, head, row) agree both ways.
+    for r in 0..varlen.total_q() * 4 {
+        let id = varlen.row_id(r, 4).unwrap();
+        assert_eq!(varlen.packed_row(&id, 4), Some(r));
+    }
+    assert_eq!(varlen.row_id(varlen.total_q() * 4, 4), None);
+    let outside = RowId {
+        batch: 1,
+        head: 0,
+        row: 0,
+    };
+    assert_eq!(
+        varlen.packed_row(&outside, 4),
+        None,
+        "sequence 1 has no query"
+    );
+    let spec = CaseSpec {
+        shape: "1,4/2,1,8".parse().unwrap(),
+        dtype: DType::F16,
+        distribution: Distribution::Normal,
+        seed: 11,
+    };
+    let inputs = generate_varlen(&spec, &varlen);
+    let params = Params::new(8, true);
+    let full = reference_varlen(&inputs.q, &inputs.k, &inputs.v, &params, &varlen).unwrap();
+    let exact = full.to_dtype(DType::F16);
+    let tol = attn_oracle::tolerance(DType::F16, Distribution::Normal);
+    // A few rows per (sequence, head), seeded per sequence: the rows it computed are the full
+    // oracle's rows, and they sit where the packed layout says.
+    let sampled = |_: &Shape, b: usize| RowSelection::Sampled {
+        rows_per_head: 3,
+        seed: 5 + b as u64,
+    };
+    let some =
+        reference_varlen_rows(&inputs.q, &inputs.k, &inputs.v, &params, &varlen, &sampled).unwrap();
+    assert_eq!(
+        (some.shape.batch, some.shape.seq_q, some.shape.seq_kv),
+        (5, 90, 60)
+    );
+    let all = full.to_f64();
+    for (i, id) in some.rows.iter().enumerate() {
+        let at = varlen.packed_row(id, 4).unwrap() * 8;
+        assert_eq!(some.out_row(i), &all[at..at + 8], "{id:?}");
+    }
+    // Sequence 4 has no key: all its rows are computed, as zeros with logsumexp −∞.
+    let keyless: Vec<usize> = (0..some.rows.len())
+        .filter(|&i| some.rows[i].batch == 4)
+        .collect();
+    assert_eq!(keyless.len(), 3 * 4);
+    assert!(keyless.iter().all(|&i| some.lse[i] == f64::NEG_INFINITY));
+    let verdict = compare_packed(&exact, &some, &varlen, &tol);
+    assert!(verdict.passed, "{verdict}");
+    assert_eq!(verdict.compared, some.rows.len() * 8);
+    // A wrong element on a checked row fails, named by sequence, head and row.
+    let first_of_3 = some.rows.iter().position(|id| id.batch == 3).unwrap();
+    let id = some.rows[first_of_3];
+    let mut wrong = exact.to_f64();
+    wrong[varlen.packed_row(&id, 4).unwrap() * 8 + 2] += 1.0;
+    let wrong = attn_oracle::HostTensor::from_f64(exact.dims, DType::F16, &wrong);
+    let verdict = compare_packed(&wrong, &some, &varlen, &tol);
+    assert!(!verdict.passed);
+    assert_eq!(verdict.worst, [3, id.head, id.row, 2]);
+    // A dense-shaped output is refused as one, not misread.
+    let dense = attn_oracle::HostTensor::from_f64([1, 4, 134, 8], DType::F16, &exact.to_f64());
+    assert!(!compare_packed(&dense, &some, &varlen, &tol).passed);
+}
+
+#[test]
 fn the_abi_window_is_clipped_and_causal_is_its_right_bound_zero() {
     let huge = Window {
         left: Some(usize::MAX),
