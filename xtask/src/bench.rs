@@ -18,6 +18,10 @@ pub struct Args {
     /// Implementations to time, comma-separated (`cargo xtask kernels` lists them).
     #[arg(long = "impl", default_value = "tiled,mma", value_delimiter = ',')]
     pub implementations: Vec<String>,
+    /// Knob overrides for every --impl, `K=V,K=V` (e.g. `SCHEDULE=persistent`); the rest take
+    /// their defaults and per-shape tuning.
+    #[arg(long, default_value = "")]
+    pub config: String,
     /// SDPA backends to time alongside, comma-separated (empty for none).
     #[arg(long, default_value = "default,flash", value_delimiter = ',')]
     pub sdpa_backends: Vec<String>,
@@ -55,11 +59,15 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             })
             .collect::<Result<_, _>>()?;
     }
+    let overrides: Config = args
+        .config
+        .parse()
+        .map_err(|e: String| anyhow::anyhow!("--config: {e}"))?;
     let candidates: Vec<Candidate> = args
         .implementations
         .iter()
         .filter(|n| !n.is_empty())
-        .map(|n| Candidate::registered(n, Config::default()))
+        .map(|n| Candidate::registered(n, overrides.clone()))
         .collect::<Result<_, _>>()?;
     // Each implementation is benched on the problems it supports (the others are said, not
     // errors: a suite may mix variants).
@@ -168,8 +176,12 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     ])
     .numeric(&[2, 4]);
     for e in &run.entries {
+        let label = match (e.implementation.backend.is_none(), args.config.is_empty()) {
+            (true, false) => format!("{} [{overrides}]", e.implementation.label()),
+            _ => e.implementation.label(),
+        };
         table.push(vec![
-            e.implementation.label(),
+            label,
             e.shape.to_string(),
             attn_report::format::micros(e.summary.median),
             format!(

@@ -142,12 +142,17 @@ impl Variants {
 /// Grid, block and dynamic shared memory of one launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Geometry {
-    /// Grid dimensions (x, y, z).
+    /// Grid dimensions (x, y, z): one block per work item (for a persistent kernel, the items its
+    /// blocks loop over).
     pub grid: (u32, u32, u32),
     /// Threads per block.
     pub block: u32,
     /// Dynamic shared memory per block, bytes.
     pub shared_bytes: u32,
+    /// A persistent kernel: launched as `(min(items, SMs × resident blocks per SM), 1, 1)` blocks
+    /// that loop over the `grid.0 · grid.1 · grid.2` items, with one more parameter after the ABI's:
+    /// a pointer to two zeroed `u32` words the kernel owns (its work counter; it leaves them zero).
+    pub persistent: bool,
 }
 
 /// What the device allows; configs beyond it are rejected before compiling.
@@ -187,6 +192,10 @@ pub struct Implementation {
     pub arch: Option<&'static str>,
     /// The problems beyond dense multi-head attention it handles.
     pub variants: Variants,
+    /// Knobs added after the kernel's first version, each with the value that behaves as a kernel
+    /// which predates it: a git revision's text that never names the knob is compiled and launched
+    /// with that value (`gate --baseline rev:REF`).
+    pub introduced: &'static [(&'static str, i64)],
     defaults: fn(head_dim: usize) -> Config,
     /// Knobs tuned for a shape (e.g. smaller tiles when the grid would not fill the GPU); they
     /// override the defaults, and the user's overrides override them.
@@ -343,7 +352,7 @@ fn mma_tuned(shape: &Shape) -> Config {
     }
 }
 
-static HOPPER_KNOBS: [Knob; 6] = [
+static HOPPER_KNOBS: [Knob; 7] = [
     Knob {
         name: "BLOCK_M",
         domain: &[64, 128, 192],
@@ -374,6 +383,11 @@ static HOPPER_KNOBS: [Knob; 6] = [
         domain: &[0, 1],
         doc: "the consumer warpgroups take turns issuing wgmma (one's softmax overlaps another's GEMMs; needs NUM_WARPS >= 8, OVERLAP=1)",
     },
+    Knob {
+        name: "SCHEDULE",
+        domain: &[0, 1],
+        doc: "work order: 0 = grid (one block per row block, bottom-up when causal), 1 = persistent (a block per SM looping over (batch, head, row block) items: strided when all are equal, else heaviest first from a device counter); --config SCHEDULE=grid|persistent",
+    },
 ];
 
 /// hopper's defaults, measured on the H100 with the gate's graph protocol against SDPA (cuDNN):
@@ -388,6 +402,7 @@ fn hopper_defaults(head_dim: usize) -> Config {
         ("STAGES", 3),
         ("OVERLAP", 1),
         ("PINGPONG", 1),
+        ("SCHEDULE", 0),
     ])
 }
 
@@ -470,6 +485,7 @@ fn hybrid_geometry(cfg: &Config, shape: &Shape, shared: u32) -> Geometry {
         ),
         block: w * 32,
         shared_bytes: shared,
+        persistent: false,
     }
 }
 
@@ -497,6 +513,7 @@ static REGISTRY: [Implementation; 7] = [
         head_dims: None,
         arch: None,
         variants: Variants::ALL,
+        introduced: &[],
         defaults: |_| Config::from_pairs(&[("ROWS_PER_BLOCK", 4)]),
         tuned: |_| Config::default(),
         constraints: |_, head_dim| {
@@ -512,6 +529,7 @@ static REGISTRY: [Implementation; 7] = [
                 grid: (row_tiles(shape.seq_q, rows), shape.heads as u32, shape.batch as u32),
                 block: rows * 32,
                 shared_bytes: 0,
+                persistent: false,
             }
         },
     },
@@ -524,6 +542,7 @@ static REGISTRY: [Implementation; 7] = [
         head_dims: Some(&[64, 128]),
         arch: None,
         variants: Variants::ALL,
+        introduced: &[],
         defaults: |head_dim| {
             let block_m = if head_dim > 64 { 32 } else { 64 };
             Config::from_pairs(&[("BLOCK_M", block_m), ("BLOCK_N", 64), ("NUM_WARPS", 4), ("STAGES", 2)])
@@ -547,6 +566,7 @@ static REGISTRY: [Implementation; 7] = [
                 grid: (row_tiles(shape.seq_q, m), shape.heads as u32, shape.batch as u32),
                 block: w * 32,
                 shared_bytes: m * d * 4 + stages * 2 * n * (d + 8) * elem_bytes(),
+                persistent: false,
             }
         },
     },
@@ -559,6 +579,7 @@ static REGISTRY: [Implementation; 7] = [
         head_dims: Some(&[64, 128]),
         arch: None,
         variants: Variants::ALL,
+        introduced: &[],
         defaults: mma_defaults,
         tuned: mma_tuned,
         constraints: |cfg, head_dim| {
@@ -605,6 +626,7 @@ static REGISTRY: [Implementation; 7] = [
                 grid: (row_tiles(shape.seq_q, m), shape.heads as u32, shape.batch as u32),
                 block: w * 32,
                 shared_bytes: m * d * elem_bytes() + ring.max(merge),
+                persistent: false,
             }
         },
     },
@@ -617,6 +639,7 @@ static REGISTRY: [Implementation; 7] = [
         head_dims: Some(&[64, 128]),
         arch: Some("compute_90a"),
         variants: Variants::ALL,
+        introduced: &[("SCHEDULE", 0)],
         defaults: hopper_defaults,
         tuned: hopper_tuned,
         constraints: |cfg, head_dim| {
@@ -641,6 +664,8 @@ static REGISTRY: [Implementation; 7] = [
                 // The consumer warps, then one producer warpgroup.
                 block: (w + 4) * 32,
                 shared_bytes: hopper_dynamic_shared(cfg, shape.head_dim as u32),
+                // SCHEDULE=1: the row blocks of every (batch, head) are the work items.
+                persistent: knob(cfg, "SCHEDULE") == 1,
             }
         },
     },
@@ -658,6 +683,7 @@ static REGISTRY: [Implementation; 7] = [
         head_dims: None,
         arch: None,
         variants: Variants::NONE,
+        introduced: &[],
         defaults: |_| Config::default(),
         tuned: |_| Config::default(),
         constraints: |_, _| Ok(()),
@@ -665,6 +691,7 @@ static REGISTRY: [Implementation; 7] = [
             grid: (shape.seq_q as u32, (shape.batch * shape.heads) as u32, 1),
             block: 256,
             shared_bytes: 0,
+            persistent: false,
         },
     },
     Implementation {
@@ -681,6 +708,7 @@ static REGISTRY: [Implementation; 7] = [
         head_dims: Some(&[64, 128]),
         arch: None,
         variants: Variants::NONE,
+        introduced: &[],
         defaults: hybrid_defaults,
         tuned: |_| Config::default(),
         constraints: |cfg, head_dim| hybrid_constraints(cfg, head_dim as u32),
@@ -702,6 +730,7 @@ static REGISTRY: [Implementation; 7] = [
         head_dims: Some(&[64, 128]),
         arch: None,
         variants: Variants::NONE,
+        introduced: &[],
         defaults: hybrid_defaults,
         tuned: |_| Config::default(),
         constraints: |cfg, _| hybrid_constraints(cfg, knob(cfg, "BLOCK_N")),
