@@ -43,6 +43,10 @@ pub struct Args {
     /// (back-to-back launches, inputs resident: the protocol of the FlashAttention-3 anchor).
     #[arg(long, default_value = "graph", value_parser = ["graph", "flushed", "batch"])]
     pub mode: String,
+    /// Batch mode: launches per sample, each on its own input set (fewer sets to generate on the
+    /// host for large problems).
+    #[arg(long, default_value_t = TimingOptions::default().batch_launches)]
+    pub batch_launches: usize,
 }
 
 /// Runs the subcommand; returns the process exit code.
@@ -105,6 +109,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         warmup: args.warmup,
         samples: args.samples,
         mode: crate::args::timing_mode(&args.mode),
+        batch_launches: args.batch_launches.max(1),
         ..TimingOptions::default()
     };
     let sdpa_count = if sdpa.is_some() { backends.len() } else { 0 };
