@@ -122,7 +122,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let before = attn_kernels::telemetry::read_clocks(0);
     for problem in &problems {
         for candidate in &candidates {
-            let candidate = &candidate.for_shape(&problem.shape);
+            let candidate = &candidate.for_problem(&problem.shape, &problem.params);
             if let Err(err) = candidate.check_supports(&problem.shape, &problem.params) {
                 bar.println(format!("  skipped on {problem}: {err}"));
                 bar.inc(1);

@@ -80,16 +80,17 @@ impl Candidate {
         })
     }
 
-    /// The candidate to run on `shape`: a registered implementation gets the knobs tuned for that
-    /// shape, under the user's own overrides; a user's kernel is unchanged.
-    pub fn for_shape(&self, shape: &Shape) -> Candidate {
+    /// The candidate to run on `shape` under `params` (its mask): a registered implementation gets
+    /// the knobs tuned for that problem, under the user's own overrides; a user's kernel is
+    /// unchanged.
+    pub fn for_problem(&self, shape: &Shape, params: &Params) -> Candidate {
         match self {
             Candidate::Registered {
                 implementation,
                 overrides,
             } => Candidate::Registered {
                 implementation,
-                overrides: implementation.tuned_for(shape).merged(overrides),
+                overrides: implementation.tuned_for(shape, params).merged(overrides),
             },
             Candidate::Revision {
                 of,
@@ -97,7 +98,7 @@ impl Candidate {
                 include_dir,
                 revision,
             } => Candidate::Revision {
-                of: Box::new(of.for_shape(shape)),
+                of: Box::new(of.for_problem(shape, params)),
                 source: source.clone(),
                 include_dir: include_dir.clone(),
                 revision: revision.clone(),

@@ -40,9 +40,13 @@ fn cases() -> Vec<Case> {
             for &head_dim in &head_dims {
                 // The defaults, and the knobs tuned for the suites' shapes (the defaults there).
                 let mut configs = vec![Config::default()];
-                for (b, h, seq) in SUITE_SHAPES {
+                for ((b, h, seq), causal) in SUITE_SHAPES
+                    .into_iter()
+                    .flat_map(|s| [(s, false), (s, true)])
+                {
                     let shape = attn_oracle::Shape::new(b, h, seq, seq, head_dim).unwrap();
-                    let tuned = imp.tuned_for(&shape);
+                    let params = attn_oracle::Params::new(head_dim, causal);
+                    let tuned = imp.tuned_for(&shape, &params);
                     if !configs.contains(&tuned) {
                         configs.push(tuned);
                     }
@@ -335,10 +339,13 @@ fn a_revision_compiles_its_own_text_with_its_headers_first_and_todays_defines() 
     assert_eq!(knowing.config.get("SCHEDULE"), Some(1));
     // Per-shape tuning carries over to the revision.
     let shape = attn_oracle::Shape::new(1, 8, 512, 512, 64).unwrap();
-    assert_eq!(
-        revision.for_shape(&shape).knobs(),
-        hopper.for_shape(&shape).knobs()
-    );
+    for causal in [false, true] {
+        let params = attn_oracle::Params::new(64, causal);
+        assert_eq!(
+            revision.for_problem(&shape, &params).knobs(),
+            hopper.for_problem(&shape, &params).knobs()
+        );
+    }
 }
 
 #[test]

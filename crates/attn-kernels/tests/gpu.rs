@@ -203,8 +203,14 @@ fn check_implementation_with(name: &str, overrides: &Config) -> Vec<String> {
                 // The config the implementation tunes for this shape (compiles are cached).
                 let shape =
                     Shape::new(case.batch, case.heads, case.seq, case.seq, head_dim).unwrap();
-                let prepared = Prepared::new(&gpu, &candidate.for_shape(&shape), dtype, head_dim)
-                    .unwrap_or_else(|e| panic!("{e}"));
+                let params = Params::new(head_dim, case.causal);
+                let prepared = Prepared::new(
+                    &gpu,
+                    &candidate.for_problem(&shape, &params),
+                    dtype,
+                    head_dim,
+                )
+                .unwrap_or_else(|e| panic!("{e}"));
                 count += 1;
                 match check(&gpu, &prepared, case, seed.wrapping_add(i as u64)) {
                     Ok(max_abs) => worst = worst.max(max_abs),
@@ -342,8 +348,13 @@ fn check_variants_with(name: &str, overrides: &Config) -> Vec<String> {
                 let label = format!(
                     "{name} {shape} causal={causal} window={window} {dtype} seed={case_seed}"
                 );
-                let prepared = Prepared::new(&gpu, &candidate.for_shape(&shape), dtype, head_dim)
-                    .unwrap_or_else(|e| panic!("{label}: {e}"));
+                let prepared = Prepared::new(
+                    &gpu,
+                    &candidate.for_problem(&shape, &params),
+                    dtype,
+                    head_dim,
+                )
+                .unwrap_or_else(|e| panic!("{label}: {e}"));
                 let sampled = (shape.seq_q >= 1000).then_some(48);
                 count += 1;
                 match run_with_params(&gpu, &prepared, shape, dtype, &params, case_seed, sampled) {
@@ -438,9 +449,13 @@ fn check_varlen_with(name: &str, overrides: &Config) -> Vec<String> {
                     &varlen,
                 );
                 let bounding = varlen.bounding_shape(&per_head).unwrap();
-                let prepared =
-                    Prepared::new(&gpu, &candidate.for_shape(&bounding), dtype, head_dim)
-                        .unwrap_or_else(|e| panic!("{label}: {e}"));
+                let prepared = Prepared::new(
+                    &gpu,
+                    &candidate.for_problem(&bounding, &params),
+                    dtype,
+                    head_dim,
+                )
+                .unwrap_or_else(|e| panic!("{label}: {e}"));
                 count += 1;
                 let outcome = (|| -> Result<(attn_oracle::HostTensor, attn_oracle::HostTensor, Vec<f32>), String> {
                     let e = |e: attn_kernels::KernelError| e.to_string();

@@ -153,7 +153,7 @@ impl<'a> GateSession<'a> {
         self.candidate
             .check_supports(&problem.shape, &problem.params)?;
         self.baseline.check_supports(problem)?;
-        let candidate = self.candidate.for_shape(&problem.shape);
+        let candidate = self.candidate.for_problem(&problem.shape, &problem.params);
         let prepared =
             self.candidates
                 .get(gpu, &candidate, problem.dtype, problem.shape.head_dim)?;
@@ -266,7 +266,7 @@ impl<'a> GateSession<'a> {
                 Box::new(SdpaSide::new(gpu, sdpa, *backend, problem, seed ^ 0xba5e).with_sets(sets))
             }
             Baseline::Registered(c) => {
-                baseline_candidate = c.for_shape(&problem.shape);
+                baseline_candidate = c.for_problem(&problem.shape, &problem.params);
                 let prepared = self.baselines.get(
                     gpu,
                     &baseline_candidate,
