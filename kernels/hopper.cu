@@ -37,6 +37,9 @@
 //   STAGES    ∈ {2, 3, 4}     K/V ring depth; default 3
 //   OVERLAP   ∈ {0, 1}        default 1 (any STAGES: a tile's slot is released only after its P·V)
 //   PINGPONG  ∈ {0, 1}        default 1; 1 needs NUM_WARPS ≥ 8 and OVERLAP 1
+//   SCHEDULE  ∈ {0, 1}        work order: 0 grid (one block per row block), 1 persistent (one block
+//                             per SM slot looping over work items; "Persistent schedule" below);
+//                             default 0 (the registry picks per shape)
 //   Measured on the H100 (gate, graph replay, L2 flushed; SDPA = cuDNN): (2,16,8192,128) fp16
 //   655 TFLOP/s vs 655 (PINGPONG 0: 572; STAGES 2: 600), causal 617 vs 596; (2,16,8192,64) 521 vs
 //   477 (NUM_WARPS 8: 428; PINGPONG 0: 481), causal 479 vs 441.
@@ -54,6 +57,10 @@
 //   the mbarriers. Defaults: D 64 → 123904, D 128 → 230400.
 //   Parameters: the ten plain ones, three `const __grid_constant__` CUtensorMaps (Q, K, V), then
 //   the five of the variants: kv_heads, window_left, window_right, cu_seqlens_q, cu_seqlens_kv.
+//   SCHEDULE 1 (persistent): grid = (min(items, SMs × resident blocks per SM), 1, 1), where the items
+//   are the ceil(S_q / BLOCK_M) · H · B row blocks of the grid above, and one more parameter last:
+//   `unsigned int* sched_counter`, two words that are zero at launch and that the kernel leaves zero
+//   (the host allocates them zeroed, once per prepared kernel, and launches on one stream).
 //   Every map: 16-bit elements as compiled, 128-byte swizzle, no interleave, 256-byte L2 promotion,
 //   zero out-of-bounds fill, 3-D; box = 64 columns × BLOCK_M (Q) or BLOCK_N (K, V) rows; a box is
 //   one 64-column panel of a tile (a D = 128 row takes two boxes). The maps the host must encode:
@@ -111,6 +118,23 @@
 //     64-column panel (N = 64), so only that 8-key stride matters; both offset fields are set to
 //     1024. k-step kk (keys 16kk..16kk+15) starts at byte 2048·kk of the panel.
 //
+// Persistent schedule (SCHEDULE 1)
+//   Each block loops over work items (b, h, m0), row blocks of one (sequence, head); the producer
+//   warp alone schedules (the order and its device counter: schedule_and_produce) and publishes
+//   each item in shared memory with its Q (q_full). Non-causal dense batches take a static strided
+//   order (item blockIdx.x + k · gridDim.x, row blocks fastest so that concurrent blocks share K/V
+//   in L2); causal, windowed and varlen batches take items heaviest first (bottom-up row blocks in
+//   sections of heads whose K/V fit in L2), dynamically: item blockIdx.x first, then gridDim.x plus
+//   a ticket of the device counter. The last block to finish resets the counter, so a launch (or a
+//   CUDA graph replay) needs no host work and never sees a stale count. Between items the
+//   pipeline carries over: the K/V ring's slots and phases continue (the producer may load the next
+//   item's first K/V tile while the consumers finish the current one), and a q_empty barrier (one
+//   arrival per consumer thread, after its O rows are stored and a fence.proxy.async orders those
+//   generic-proxy accesses before the next Q's TMA write) lets the producer overwrite the Q tile,
+//   whose rows also stage O. An item with no key tile takes no ping-pong turn; a warpgroup's
+//   hand-over to warpgroup 0 for the next item comes only after q_full, i.e. after warpgroup 0 has
+//   consumed the previous item's last hand-over.
+//
 // Ordering
 //   Barriers: q_full (1 arrival + Q's bytes), k_full[s] and v_full[s] (1 arrival + a tile's bytes),
 //   empty[s] (one arrival per consumer thread). Block tile j uses slot j % STAGES, and the phase of its
@@ -166,6 +190,9 @@
 #ifndef PINGPONG
 #define PINGPONG 1
 #endif
+#ifndef SCHEDULE
+#define SCHEDULE 0
+#endif
 
 static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "hopper.cu: HEAD_DIM must be 64 or 128");
 static_assert(NUM_WARPS == 4 || NUM_WARPS == 8 || NUM_WARPS == 12, "hopper.cu: NUM_WARPS (consumer warps) must be 4, 8 or 12");
@@ -176,6 +203,7 @@ static_assert(STAGES >= 2 && STAGES <= 4, "hopper.cu: STAGES must be 2, 3 or 4")
 static_assert(OVERLAP == 0 || OVERLAP == 1, "hopper.cu: OVERLAP must be 0 or 1");
 static_assert(PINGPONG == 0 || (PINGPONG == 1 && NUM_WARPS >= 8 && OVERLAP == 1),
               "hopper.cu: PINGPONG must be 0, or 1 with NUM_WARPS 8 or 12 and OVERLAP 1");
+static_assert(SCHEDULE == 0 || SCHEDULE == 1, "hopper.cu: SCHEDULE must be 0 (grid) or 1 (persistent)");
 static_assert(sizeof(elem_t) == 2, "hopper.cu: 16-bit elements expected");
 
 namespace hopper_attn {
@@ -384,155 +412,145 @@ __device__ __forceinline__ void rescale_o(float (&o_acc)[PANELS][32], const floa
 
 // The pipeline's barriers (static shared memory, beside the dynamic tiles).
 struct Barriers {
-    u64 q_full;             // Q has landed (transactions: the Q tile)
+    u64 q_full;             // Q has landed (transactions: the Q tile); SCHEDULE 1: and `item` is set
     u64 k_full[STAGES];     // K of the slot's tile has landed
     u64 v_full[STAGES];     // V of the slot's tile has landed
     u64 empty[STAGES];      // every consumer thread is done with the slot (CONSUMER_THREADS arrivals)
+#if SCHEDULE
+    u64 q_empty;            // every consumer thread is done with the Q tile of the block's current
+                            // item: past its last wgmma and its O rows staged there and stored
+                            // (CONSUMER_THREADS arrivals)
+    int item[3];            // the item q_full's phase brings: (b, h, m0); m0 < 0: no item left
+#endif
 };
 
-// The producer: one thread issues every copy of the block. Q first, then tile j of K and V into
-// slot j % STAGES once the consumers have released the slot's previous tile (j − STAGES). The box
-// coordinates after the column are (q_c1, q_c2) for Q and (kv_c1, kv_c2) for the block's first K/V
-// tile; each further tile adds (kv_step1, kv_step2): (BLOCK_N, 0) dense (rows are coordinate 1),
-// (0, BLOCK_N) varlen (rows are coordinate 2).
-__device__ __forceinline__ void produce(Barriers& bars, u32 q_tile, u32 k_tiles, u32 v_tiles,
-                                        const HopperTensorMap* map_q, const HopperTensorMap* map_k,
-                                        const HopperTensorMap* map_v, int q_c1, int q_c2, int kv_c1, int kv_c2,
-                                        int kv_step1, int kv_step2, int num_tiles) {
-    const u32 q_full = smem_addr(&bars.q_full);
-    mbar_arrive_expect_tx(q_full, Q_TILE_BYTES);
-#pragma unroll
-    for (int p = 0; p < PANELS; ++p) tma_load_3d(q_tile + p * BLOCK_M * 128, map_q, 64 * p, q_c1, q_c2, q_full);
-    int slot = 0;
-    u32 phase = 0;  // parity of the slot's current round
-    for (int j = 0; j < num_tiles; ++j) {
-        // Round r = j / STAGES of a slot waits for the consumers' release of round r − 1.
-        if (j >= STAGES) mbar_wait(smem_addr(&bars.empty[slot]), phase ^ 1);
-        const u32 k_full = smem_addr(&bars.k_full[slot]);
-        const u32 v_full = smem_addr(&bars.v_full[slot]);
-        const u32 k_dst = k_tiles + slot * KV_TILE_BYTES;
-        const u32 v_dst = v_tiles + slot * KV_TILE_BYTES;
-        mbar_arrive_expect_tx(k_full, KV_TILE_BYTES);
-#pragma unroll
-        for (int p = 0; p < PANELS; ++p) tma_load_3d(k_dst + p * BLOCK_N * 128, map_k, 64 * p, kv_c1, kv_c2, k_full);
-        mbar_arrive_expect_tx(v_full, KV_TILE_BYTES);
-#pragma unroll
-        for (int p = 0; p < PANELS; ++p) tma_load_3d(v_dst + p * BLOCK_N * 128, map_v, 64 * p, kv_c1, kv_c2, v_full);
-        kv_c1 += kv_step1;
-        kv_c2 += kv_step2;
+// A position in the K/V ring: the next tile's slot, the parity of that slot's current round, and
+// whether every slot has been filled once (the producer then waits for a slot's release before
+// refilling it). A block's tiles use the slots in turn across all of its work items.
+struct Ring {
+    int slot;
+    u32 phase;
+    bool wrapped;
+    __device__ __forceinline__ void advance() {
         if (++slot == STAGES) {
             slot = 0;
             phase ^= 1;
+            wrapped = true;
         }
+    }
+};
+
+// The key tiles a row block [m0, m0 + BLOCK_M) visits, the same for the producer and every consumer:
+// from the tile of the first key its first row may see (sliding window) to the tile of the last key
+// its last real row may see (causal or right window). Row ranges move monotonically with the row,
+// so the block's keys lie in [row_kv_lo(first row), row_kv_hi(last row)). No tile: the block writes
+// zeros.
+struct Tiles {
+    int first;  // the block's tile 0 holds keys first · BLOCK_N onward
+    int count;
+};
+__device__ __forceinline__ Tiles block_tiles(int m0, int len_q, int len_kv, int causal, int window_left,
+                                             int window_right) {
+    const int last_row = min(m0 + BLOCK_M, len_q) - 1;
+    const int first = row_kv_lo(m0, len_q, len_kv, window_left) / BLOCK_N;
+    const int end = (row_kv_hi(last_row, len_q, len_kv, causal, window_right) + BLOCK_N - 1) / BLOCK_N;
+    Tiles tiles;
+    tiles.first = first;
+    tiles.count = max(end - first, 0);
+    return tiles;
+}
+
+// TMA box coordinates after the column (header: the maps). Dense: (row, batch·head) over [B·H, S, D],
+// K/V head b·H_kv + h / (H / H_kv). Varlen: (head, packed row) over [total, H, D], the sequence's
+// rows starting at cu_seqlens[b]. The K/V coordinates are those of the block's first tile; each
+// further tile adds (step1, step2): (BLOCK_N, 0) dense (rows are coordinate 1), (0, BLOCK_N) varlen
+// (rows are coordinate 2).
+struct Coords {
+    int q1, q2;
+    int kv1, kv2;
+    int step1, step2;
+};
+__device__ __forceinline__ Coords box_coords(int b, int h, int m0, int kv_first, int heads, int kv_heads,
+                                             const int* cu_seqlens_q, const int* cu_seqlens_kv) {
+    const int kv_head = kv_heads == heads ? h : h / (heads / kv_heads);  // no division for MHA
+    const bool varlen = cu_seqlens_q != nullptr;
+    const int q_row = varlen ? cu_seqlens_q[b] + m0 : m0;
+    const int kv_row = varlen ? cu_seqlens_kv[b] + kv_first : kv_first;
+    const int q_head = varlen ? h : b * heads + h;
+    const int kv_head_c = varlen ? kv_head : b * kv_heads + kv_head;
+    Coords c;
+    c.q1 = varlen ? q_head : q_row;
+    c.q2 = varlen ? q_row : q_head;
+    c.kv1 = varlen ? kv_head_c : kv_row;
+    c.kv2 = varlen ? kv_row : kv_head_c;
+    c.step1 = varlen ? 0 : BLOCK_N;
+    c.step2 = varlen ? BLOCK_N : 0;
+    return c;
+}
+
+// The producer's steps (one thread issues every copy). Q's tile, completing on q_full.
+__device__ __forceinline__ void produce_q(Barriers& bars, u32 q_tile, const HopperTensorMap* map_q, const Coords& c) {
+    const u32 q_full = smem_addr(&bars.q_full);
+    mbar_arrive_expect_tx(q_full, Q_TILE_BYTES);
+#pragma unroll
+    for (int p = 0; p < PANELS; ++p) tma_load_3d(q_tile + p * BLOCK_M * 128, map_q, 64 * p, c.q1, c.q2, q_full);
+}
+
+// The next `count` K/V tiles of an item, from c's current tile on, each into the ring's next slot
+// once the consumers have released the slot's previous tile (STAGES tiles earlier, maybe of an
+// earlier item of the block).
+__device__ __forceinline__ void produce_kv(Barriers& bars, Ring& ring, u32 k_tiles, u32 v_tiles,
+                                           const HopperTensorMap* map_k, const HopperTensorMap* map_v, Coords& c,
+                                           int count) {
+    for (int j = 0; j < count; ++j) {
+        // Round r of a slot waits for the consumers' release of round r − 1.
+        if (ring.wrapped) mbar_wait(smem_addr(&bars.empty[ring.slot]), ring.phase ^ 1);
+        const u32 k_full = smem_addr(&bars.k_full[ring.slot]);
+        const u32 v_full = smem_addr(&bars.v_full[ring.slot]);
+        const u32 k_dst = k_tiles + ring.slot * KV_TILE_BYTES;
+        const u32 v_dst = v_tiles + ring.slot * KV_TILE_BYTES;
+        mbar_arrive_expect_tx(k_full, KV_TILE_BYTES);
+#pragma unroll
+        for (int p = 0; p < PANELS; ++p) tma_load_3d(k_dst + p * BLOCK_N * 128, map_k, 64 * p, c.kv1, c.kv2, k_full);
+        mbar_arrive_expect_tx(v_full, KV_TILE_BYTES);
+#pragma unroll
+        for (int p = 0; p < PANELS; ++p) tma_load_3d(v_dst + p * BLOCK_N * 128, map_v, 64 * p, c.kv1, c.kv2, v_full);
+        c.kv1 += c.step1;
+        c.kv2 += c.step2;
+        ring.advance();
     }
 }
 
-}  // namespace hopper_attn
+// ---- one row block of one (sequence, head), as a consumer warpgroup computes it ------------------
 
-// The cap at entry (min blocks 1) gives every thread 65536 / THREADS registers (168 with two consumer
-// warpgroups), which setmaxnreg then moves from the producer to the consumers.
-extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
-    attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_t* __restrict__ v,
-             elem_t* __restrict__ o, int batch, int heads, int seq_q, int seq_kv, float scale, int causal,
-             const __grid_constant__ HopperTensorMap map_q, const __grid_constant__ HopperTensorMap map_k,
-             const __grid_constant__ HopperTensorMap map_v, int kv_heads, int window_left, int window_right,
-             const int* cu_seqlens_q, const int* cu_seqlens_kv) {
-    using namespace hopper_attn;
-    (void)batch;  // the batch (sequence) index comes from blockIdx.z
-    (void)q;      // Q, K and V are read through their tensor maps
-    (void)k;
-    (void)v;
+// Everything about the item and this thread that the consumer steps need.
+struct ConsumerItem {
+    int m0;          // the item's first query row in its sequence
+    int len_q;       // the sequence's query rows and keys
+    int len_kv;
+    Tiles tiles;     // the block's key tiles
+    elem_t* o_head;  // row 0 of this (sequence, head) in O
+    int o_stride;    // elements between rows of O
+};
 
-    // This (sequence, head)'s lengths and O rows: the kernel's own for a dense batch, cu_seqlens'
-    // for varlen. The masks align bottom-right within the sequence.
-    const int b = blockIdx.z;
-    const int h = blockIdx.y;
-    const attn::HeadView view =
-        attn::head_view(b, h, heads, kv_heads, seq_q, seq_kv, cu_seqlens_q, cu_seqlens_kv);
-    const int len_q = view.seq_q;
-    const int len_kv = view.seq_kv;
-    // Heaviest blocks first when the blocks' key ranges differ by their position: with no left
-    // window and a right bound (causal) the last rows see the most keys, so the grid runs bottom-up.
-    // With a left window the interior blocks are equal (and with a left window only, the first rows
-    // see the most keys: top-down already).
-    const bool bottom_up = window_left < 0 && (causal || window_right >= 0);
-    const int m0 = (bottom_up ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * BLOCK_M;
-    // Varlen: the grid is sized by the longest sequence; a block past this one's end leaves, whole,
-    // before any barrier (never taken for a dense batch: the grid covers seq_q exactly).
-    if (m0 >= len_q) return;
-
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    __shared__ Barriers bars;
-    // The swizzle is applied to absolute shared addresses: align the tiles to the 1024-byte atom.
-    const u32 raw_addr = smem_addr(smem_raw);
-    const u32 base = (raw_addr + 1023u) & ~1023u;
-    unsigned char* smem = smem_raw + (base - raw_addr);
-    const u32 q_tile = base;
-    const u32 k_tiles = q_tile + Q_TILE_BYTES;
-    const u32 v_tiles = k_tiles + STAGES * KV_TILE_BYTES;
-
-    const int tid = threadIdx.x;
-    const int lane = tid & 31;
-    // Warp-uniform for the compiler (a shuffle): roles and descriptors then branch uniformly.
-    const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
-
-    // Key tiles this block visits, the same for the producer and every consumer: from the tile of
-    // the first key its first row may see (sliding window) to the tile of the last key its last real
-    // row may see (causal or right window). Row ranges move monotonically with the row, so the
-    // block's keys lie in [row_kv_lo(first row), row_kv_hi(last row)). No tile: the block writes zeros.
-    const int last_row = min(m0 + BLOCK_M, len_q) - 1;
-    const int first_tile = row_kv_lo(m0, len_q, len_kv, window_left) / BLOCK_N;
-    const int end_tile = (row_kv_hi(last_row, len_q, len_kv, causal, window_right) + BLOCK_N - 1) / BLOCK_N;
-    const int num_tiles = max(end_tile - first_tile, 0);
-    const int kv_first = first_tile * BLOCK_N;  // the first key of the block's tile 0
-
-    if (tid == CONSUMER_THREADS) {
-        prefetch_tensor_map(&map_q);
-        prefetch_tensor_map(&map_k);
-        prefetch_tensor_map(&map_v);
-        mbar_init(smem_addr(&bars.q_full), 1);
-#pragma unroll
-        for (int s = 0; s < STAGES; ++s) {
-            mbar_init(smem_addr(&bars.k_full[s]), 1);
-            mbar_init(smem_addr(&bars.v_full[s]), 1);
-            mbar_init(smem_addr(&bars.empty[s]), CONSUMER_THREADS);
-        }
-        fence_barrier_init();
-    }
-    __syncthreads();  // the only block-wide barrier: the barriers are initialised
-
-    if (warp >= NUM_WARPS) {
-        // ---- producer warpgroup: one thread issues the copies, the other warps leave ---------------
-#if NUM_WARPS >= 8
-        setmaxnreg_dec<PRODUCER_REGS>();
-#endif
-        if (warp == NUM_WARPS && lane == 0) {
-            // TMA box coordinates after the column (header: the maps). Dense: (row, batch·head) over
-            // [B·H, S, D], K/V head b·H_kv + h / (H / H_kv). Varlen: (head, packed row) over
-            // [total, H, D], the sequence's rows starting at cu_seqlens[b].
-            const int kv_head = kv_heads == heads ? h : h / (heads / kv_heads);  // no division for MHA
-            const bool varlen = cu_seqlens_q != nullptr;
-            const int q_row = varlen ? cu_seqlens_q[b] + m0 : m0;
-            const int kv_row = varlen ? cu_seqlens_kv[b] + kv_first : kv_first;
-            const int q_head = varlen ? h : b * heads + h;
-            const int kv_head_c = varlen ? kv_head : b * kv_heads + kv_head;
-            produce(bars, q_tile, k_tiles, v_tiles, &map_q, &map_k, &map_v, varlen ? q_head : q_row,
-                    varlen ? q_row : q_head, varlen ? kv_head_c : kv_row, varlen ? kv_row : kv_head_c,
-                    varlen ? 0 : BLOCK_N, varlen ? BLOCK_N : 0, num_tiles);
-        }
-        return;
-    }
-
-    // ---- consumer warpgroups ----------------------------------------------------------------------
-#if NUM_WARPS >= 8
-    setmaxnreg_inc<CONSUMER_REGS>();
-#endif
+// The consumer warpgroups' work on one item: the key tiles its rows see (overlapped and ping-ponged
+// as the knobs say), the others released, then the epilogue (O staged in the warpgroup's Q rows,
+// 16-byte stores). Starts at `ring`'s slot and leaves `ring` past the item's tiles. The caller has
+// waited for q_full.
+__device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem, u32 q_tile, u32 k_tiles,
+                                             u32 v_tiles, Ring& ring, const ConsumerItem& item, int causal,
+                                             int window_left, int window_right, float scale, int warp, int lane) {
     const int wg = warp >> 2;
     const int g = lane >> 2;
     const int t = lane & 3;
     const int wg_row0 = wg * 64;                      // first row of the warpgroup in the block tile
     const int warp_row0 = wg_row0 + (warp & 3) * 16;  // first row of this warp's D fragment
-    elem_t* o_head = o + view.q;
+    const int m0 = item.m0;
+    const int len_q = item.len_q;
+    const int len_kv = item.len_kv;
+    const int num_tiles = item.tiles.count;
+    const int first_tile = item.tiles.first;
+    const int kv_first = first_tile * BLOCK_N;  // the first key of the block's tile 0
 
     // Tiles this warpgroup computes: the block's tiles [wg_first, wg_end) (wgmma is warpgroup-wide,
     // so every decision around it is uniform over the warpgroup); it skips the others (a prefix
@@ -581,10 +599,9 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
     u32 p_frag[PV_K_STEPS][4];
     float rescale[2];
 
-    // Block tile j lives in slot j % STAGES; its barriers' phase there has parity (j / STAGES) & 1.
-    mbar_wait(smem_addr(&bars.q_full), 0);
-    int slot = 0;
-    u32 phase = 0;
+    // Block tile j lives in the ring's slot j places on from its position at the item's start.
+    int slot = ring.slot;
+    u32 phase = ring.phase;
     // Tiles of the block that this warpgroup skips (its rows see none of their keys) are released
     // all the same, each once it has landed: the producer reuses a slot only after every consumer
     // thread's arrival, and waiting for the landing keeps these arrivals in the slot's round. With
@@ -699,9 +716,11 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
     }
 #endif
     skip_tiles(num_tiles - wg_end);
+    ring.slot = slot;
+    ring.phase = phase;
 #if PINGPONG
     // The last warpgroup's last hand-over has no turn of warpgroup 0 after it: consume it, so that
-    // no arrival is left pending on the barrier at exit.
+    // no arrival is left pending on the barrier at exit (or at the next item's first hand-over).
     if (wg == 0 && num_tiles > 0) named_barrier_sync(TURN_BARRIER, 256);
 #endif
 
@@ -738,7 +757,327 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
         const int col = (idx % CHUNKS) * 8;
         if (m0 + row < len_q) {  // never a row past the sequence (varlen: the next sequence's)
             const uint4 value = *reinterpret_cast<const uint4*>(smem + tile_offset(BLOCK_M, row, col));
-            *reinterpret_cast<uint4*>(o_head + static_cast<long long>(m0 + row) * view.q_stride + col) = value;
+            *reinterpret_cast<uint4*>(item.o_head + static_cast<long long>(m0 + row) * item.o_stride + col) = value;
         }
     }
+}
+
+#if SCHEDULE
+// ---- the persistent scheduler (SCHEDULE 1) --------------------------------------------------------
+//
+// Work items are row blocks of one (sequence, head), numbered 0 .. total − 1 in the order below; a
+// block takes item blockIdx.x first, then either blockIdx.x + k · gridDim.x (static: every item does
+// the same work) or gridDim.x + the next ticket of a device counter (dynamic: causal masks, windows
+// and varlen batches, whose items differ), so the heaviest items, numbered first, start first. Every
+// block's items come in increasing order.
+//   - Dense, static: row block fastest, then head, then batch (consecutive items share K/V in L2).
+//   - Dense, dynamic: sections of `section` (batch, head) pairs whose K and V fit in 32 MB of L2
+//     (a power of two of K/V heads, times the query heads sharing each; FA3's L2 swizzle); within a
+//     section heads fastest and row blocks heaviest first: bottom-up when the last rows see the most
+//     keys (no left window, a right bound: causal), else top-down.
+//   - Varlen (dynamic): sequence by sequence (cu_seqlens; an empty sequence has no item), within a
+//     sequence as dense dynamic with one section (or row block fastest when nothing is masked).
+// Only the producer warp schedules; lane 0 writes each item into `Barriers::item` before its Q
+// (q_full's phase publishes both) and the consumers read it back; m0 < 0 says there is none left.
+struct Schedule {
+    int heads;
+    bool varlen;
+    bool dynamic;
+    bool bottom_up;
+    bool heads_fastest;  // row blocks of one index of order, the heads of a section in turn
+    // Dense: row blocks per (batch, head), items, and (batch, head) pairs per section.
+    int blocks;
+    int total;
+    int bh;
+    int section;
+    // Varlen: the first sequence the next item may lie in, and the items before it.
+    int seq_base;
+    int item_base;
+};
+
+__device__ __forceinline__ Schedule make_schedule(int batch, int heads, int kv_heads, int seq_q, int seq_kv,
+                                                  int causal, int window_left, int window_right,
+                                                  const int* cu_seqlens_q) {
+    Schedule s;
+    s.heads = heads;
+    s.varlen = cu_seqlens_q != nullptr;
+    const bool masked = causal || window_left >= 0 || window_right >= 0;
+    s.dynamic = s.varlen || masked;
+    s.bottom_up = window_left < 0 && (causal || window_right >= 0);
+    s.heads_fastest = masked;
+    s.blocks = (seq_q + BLOCK_M - 1) / BLOCK_M;
+    s.bh = batch * heads;
+    s.total = s.blocks * s.bh;
+    // K/V heads whose K and V (seq_kv · D · 2 bytes each) fit in 32 MB, rounded down to a power of
+    // two, at least one; times the query heads that share each.
+    const int fit = (32 << 20) / (4 * D) / max(seq_kv, 1);
+    s.section = (fit > 0 ? 1 << (31 - __clz(fit)) : 1) * (heads / kv_heads);
+    s.seq_base = 0;
+    s.item_base = 0;
+    return s;
+}
+
+// Item `index` as (b, h, m0); false when there is none (index past the last). Warp-wide (every lane
+// of the producer warp, `index` uniform); advances the varlen scan.
+__device__ __forceinline__ bool schedule_item(Schedule& s, int index, int batch, const int* cu_seqlens_q, int lane,
+                                              int& b, int& h, int& m0) {
+    int blocks;  // row blocks of the item's (sequence, head)
+    int r;       // the item's rank within its section (dense) or sequence (varlen)
+    int span;    // heads taking turns in that section or sequence
+    int base;    // (batch, head) pair of the section's first head; varlen: the sequence's head 0
+    if (!s.varlen) {
+        if (index >= s.total) return false;
+        if (!s.heads_fastest) {
+            const int pair = index / s.blocks;
+            b = pair / s.heads;
+            h = pair - b * s.heads;
+            m0 = (index - pair * s.blocks) * BLOCK_M;
+            return true;
+        }
+        const int per_section = s.section * s.blocks;
+        const int sec = index / per_section;
+        base = sec * s.section;
+        span = min(s.section, s.bh - base);
+        r = index - sec * per_section;
+        blocks = s.blocks;
+    } else {
+        // Lanes take 32 sequences at a time from seq_base on, their items (row blocks × heads)
+        // summed by a shuffle scan, until the sum passes index.
+        for (;;) {
+            const int seq = s.seq_base + lane;
+            const int len = seq < batch ? cu_seqlens_q[seq + 1] - cu_seqlens_q[seq] : 0;
+            const int items = (len + BLOCK_M - 1) / BLOCK_M * s.heads;
+            int incl = items;
+#pragma unroll
+            for (int d = 1; d < 32; d <<= 1) {
+                const int y = __shfl_up_sync(0xffffffffu, incl, d);
+                if (lane >= d) incl += y;
+            }
+            const unsigned hit = __ballot_sync(0xffffffffu, s.item_base + incl > index);
+            if (hit != 0u) {
+                const int l = __ffs(hit) - 1;
+                s.seq_base += l;
+                s.item_base += __shfl_sync(0xffffffffu, incl - items, l);
+                blocks = (__shfl_sync(0xffffffffu, len, l) + BLOCK_M - 1) / BLOCK_M;
+                break;
+            }
+            if (s.seq_base + 32 >= batch) return false;
+            s.item_base += __shfl_sync(0xffffffffu, incl, 31);
+            s.seq_base += 32;
+        }
+        b = s.seq_base;
+        r = index - s.item_base;
+        if (!s.heads_fastest) {
+            h = r / blocks;
+            m0 = (r - h * blocks) * BLOCK_M;
+            return true;
+        }
+        base = 0;
+        span = s.heads;
+    }
+    const int rank = r / span;  // heaviest first
+    const int pair = base + (r - rank * span);
+    if (!s.varlen) {
+        b = pair / s.heads;
+        h = pair - b * s.heads;
+    } else {
+        h = pair;
+    }
+    m0 = (s.bottom_up ? blocks - 1 - rank : rank) * BLOCK_M;
+    return true;
+}
+
+// The producer warp of a persistent block: schedules its items and issues their copies (lane 0),
+// then tells the consumers that none is left. Per item: its first K/V tile (which may land while
+// the consumers finish the previous item), then, once the consumers are done with the Q tile, the
+// item and its Q, then its other K/V tiles. Dynamic schedules take the next ticket at the start of
+// an item (its latency hides behind the copies) and the last block to finish resets the counter to
+// zero for the next launch (every block has taken its last ticket by then; launches on one stream
+// run one after another, CUDA graph replays included).
+__device__ __forceinline__ void schedule_and_produce(Barriers& bars, u32 q_tile, u32 k_tiles, u32 v_tiles,
+                                                     const HopperTensorMap* map_q, const HopperTensorMap* map_k,
+                                                     const HopperTensorMap* map_v, int batch, int heads,
+                                                     int kv_heads, int seq_q, int seq_kv, int causal,
+                                                     int window_left, int window_right, const int* cu_seqlens_q,
+                                                     const int* cu_seqlens_kv, unsigned int* counter, int lane) {
+    Schedule sched = make_schedule(batch, heads, kv_heads, seq_q, seq_kv, causal, window_left, window_right,
+                                   cu_seqlens_q);
+    Ring ring = {0, 0u, false};
+    const u32 q_empty = smem_addr(&bars.q_empty);
+    int index = blockIdx.x;
+    u32 it = 0;
+    for (;; ++it) {
+        int b, h, m0;
+        if (!schedule_item(sched, index, batch, cu_seqlens_q, lane, b, h, m0)) break;
+        unsigned int ticket = 0;
+        if (sched.dynamic && lane == 0) ticket = atomicAdd(&counter[0], 1u);
+        if (lane == 0) {
+            const attn::HeadView view =
+                attn::head_view(b, h, heads, kv_heads, seq_q, seq_kv, cu_seqlens_q, cu_seqlens_kv);
+            const Tiles tiles = block_tiles(m0, view.seq_q, view.seq_kv, causal, window_left, window_right);
+            Coords c = box_coords(b, h, m0, tiles.first * BLOCK_N, heads, kv_heads, cu_seqlens_q, cu_seqlens_kv);
+            const int lead = min(tiles.count, 1);
+            produce_kv(bars, ring, k_tiles, v_tiles, map_k, map_v, c, lead);
+            if (it > 0) mbar_wait(q_empty, (it - 1) & 1);
+            bars.item[0] = b;
+            bars.item[1] = h;
+            bars.item[2] = m0;
+            produce_q(bars, q_tile, map_q, c);  // its arrive releases the item's words
+            produce_kv(bars, ring, k_tiles, v_tiles, map_k, map_v, c, tiles.count - lead);
+        }
+        index = sched.dynamic ? gridDim.x + static_cast<int>(__shfl_sync(0xffffffffu, ticket, 0))
+                              : index + static_cast<int>(gridDim.x);
+    }
+    if (lane == 0) {
+        if (it > 0) mbar_wait(q_empty, (it - 1) & 1);
+        bars.item[2] = -1;
+        mbar_arrive(smem_addr(&bars.q_full));  // the phase completes with no transaction: no item left
+        if (sched.dynamic) {
+            __threadfence();  // this block's tickets before its count
+            if (atomicAdd(&counter[1], 1u) == gridDim.x - 1) {
+                __threadfence();
+                atomicExch(&counter[0], 0u);
+                atomicExch(&counter[1], 0u);
+            }
+        }
+    }
+}
+#endif
+
+}  // namespace hopper_attn
+
+// The cap at entry (min blocks 1) gives every thread 65536 / THREADS registers (168 with two consumer
+// warpgroups), which setmaxnreg then moves from the producer to the consumers.
+extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
+    attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_t* __restrict__ v,
+             elem_t* __restrict__ o, int batch, int heads, int seq_q, int seq_kv, float scale, int causal,
+             const __grid_constant__ HopperTensorMap map_q, const __grid_constant__ HopperTensorMap map_k,
+             const __grid_constant__ HopperTensorMap map_v, int kv_heads, int window_left, int window_right,
+             const int* cu_seqlens_q, const int* cu_seqlens_kv
+#if SCHEDULE
+             , unsigned int* sched_counter
+#endif
+    ) {
+    using namespace hopper_attn;
+    (void)q;  // Q, K and V are read through their tensor maps
+    (void)k;
+    (void)v;
+
+#if !SCHEDULE
+    // This (sequence, head)'s lengths and O rows: the kernel's own for a dense batch, cu_seqlens'
+    // for varlen. The masks align bottom-right within the sequence.
+    (void)batch;  // the batch (sequence) index comes from blockIdx.z
+    const int b = blockIdx.z;
+    const int h = blockIdx.y;
+    const attn::HeadView view =
+        attn::head_view(b, h, heads, kv_heads, seq_q, seq_kv, cu_seqlens_q, cu_seqlens_kv);
+    // Heaviest blocks first when the blocks' key ranges differ by their position: with no left
+    // window and a right bound (causal) the last rows see the most keys, so the grid runs bottom-up.
+    // With a left window the interior blocks are equal (and with a left window only, the first rows
+    // see the most keys: top-down already).
+    const bool bottom_up = window_left < 0 && (causal || window_right >= 0);
+    const int m0 = (bottom_up ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * BLOCK_M;
+    // Varlen: the grid is sized by the longest sequence; a block past this one's end leaves, whole,
+    // before any barrier (never taken for a dense batch: the grid covers seq_q exactly).
+    if (m0 >= view.seq_q) return;
+    const Tiles tiles = block_tiles(m0, view.seq_q, view.seq_kv, causal, window_left, window_right);
+#endif
+
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    __shared__ Barriers bars;
+    // The swizzle is applied to absolute shared addresses: align the tiles to the 1024-byte atom.
+    const u32 raw_addr = smem_addr(smem_raw);
+    const u32 base = (raw_addr + 1023u) & ~1023u;
+    unsigned char* smem = smem_raw + (base - raw_addr);
+    const u32 q_tile = base;
+    const u32 k_tiles = q_tile + Q_TILE_BYTES;
+    const u32 v_tiles = k_tiles + STAGES * KV_TILE_BYTES;
+
+    const int tid = threadIdx.x;
+    const int lane = tid & 31;
+    // Warp-uniform for the compiler (a shuffle): roles and descriptors then branch uniformly.
+    const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
+
+    if (tid == CONSUMER_THREADS) {
+        prefetch_tensor_map(&map_q);
+        prefetch_tensor_map(&map_k);
+        prefetch_tensor_map(&map_v);
+        mbar_init(smem_addr(&bars.q_full), 1);
+#pragma unroll
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(smem_addr(&bars.k_full[s]), 1);
+            mbar_init(smem_addr(&bars.v_full[s]), 1);
+            mbar_init(smem_addr(&bars.empty[s]), CONSUMER_THREADS);
+        }
+#if SCHEDULE
+        mbar_init(smem_addr(&bars.q_empty), CONSUMER_THREADS);
+#endif
+        fence_barrier_init();
+    }
+    __syncthreads();  // the only block-wide barrier: the barriers are initialised
+
+    if (warp >= NUM_WARPS) {
+        // ---- producer warpgroup: one thread issues the copies, the other warps leave ---------------
+#if NUM_WARPS >= 8
+        setmaxnreg_dec<PRODUCER_REGS>();
+#endif
+#if SCHEDULE
+        // Its first warp schedules (all 32 lanes: the varlen scan), lane 0 issues the copies.
+        if (warp == NUM_WARPS)
+            schedule_and_produce(bars, q_tile, k_tiles, v_tiles, &map_q, &map_k, &map_v, batch, heads, kv_heads,
+                                 seq_q, seq_kv, causal, window_left, window_right, cu_seqlens_q, cu_seqlens_kv,
+                                 sched_counter, lane);
+#else
+        if (warp == NUM_WARPS && lane == 0) {
+            Coords c = box_coords(b, h, m0, tiles.first * BLOCK_N, heads, kv_heads, cu_seqlens_q, cu_seqlens_kv);
+            Ring ring = {0, 0u, false};
+            produce_q(bars, q_tile, &map_q, c);
+            produce_kv(bars, ring, k_tiles, v_tiles, &map_k, &map_v, c, tiles.count);
+        }
+#endif
+        return;
+    }
+
+    // ---- consumer warpgroups ----------------------------------------------------------------------
+#if NUM_WARPS >= 8
+    setmaxnreg_inc<CONSUMER_REGS>();
+#endif
+    Ring ring = {0, 0u, false};
+#if SCHEDULE
+    // Item after item, as the producer announces them with their Q; each thread releases the Q tile
+    // (its staged O rows read back) once the item is stored.
+    for (u32 it = 0;; ++it) {
+        mbar_wait(smem_addr(&bars.q_full), it & 1);
+        // Uniform for the compiler (shuffles), like the warp index: the wgmma paths branch on them.
+        const int m0 = __shfl_sync(0xffffffffu, bars.item[2], 0);
+        if (m0 < 0) break;
+        const int b = __shfl_sync(0xffffffffu, bars.item[0], 0);
+        const int h = __shfl_sync(0xffffffffu, bars.item[1], 0);
+        const attn::HeadView view =
+            attn::head_view(b, h, heads, kv_heads, seq_q, seq_kv, cu_seqlens_q, cu_seqlens_kv);
+        ConsumerItem item;
+        item.m0 = m0;
+        item.len_q = view.seq_q;
+        item.len_kv = view.seq_kv;
+        item.tiles = block_tiles(m0, view.seq_q, view.seq_kv, causal, window_left, window_right);
+        item.o_head = o + view.q;
+        item.o_stride = view.q_stride;
+        consume_item(bars, smem, q_tile, k_tiles, v_tiles, ring, item, causal, window_left, window_right, scale,
+                     warp, lane);
+        // The generic-proxy reads and writes of the staged O before the next Q's copy into it.
+        fence_proxy_async_shared();
+        mbar_arrive(smem_addr(&bars.q_empty));
+    }
+#else
+    mbar_wait(smem_addr(&bars.q_full), 0);
+    ConsumerItem item;
+    item.m0 = m0;
+    item.len_q = view.seq_q;
+    item.len_kv = view.seq_kv;
+    item.tiles = tiles;
+    item.o_head = o + view.q;
+    item.o_stride = view.q_stride;
+    consume_item(bars, smem, q_tile, k_tiles, v_tiles, ring, item, causal, window_left, window_right, scale, warp,
+                 lane);
+#endif
 }

@@ -56,6 +56,12 @@ __device__ __forceinline__ void tma_load_3d(u32 dst, const HopperTensorMap* map,
         : "memory");
 }
 
+// Orders this thread's generic-proxy shared-memory accesses before later async-proxy ones (a TMA
+// load into the same bytes, once a barrier has passed the word on).
+__device__ __forceinline__ void fence_proxy_async_shared() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 __device__ __forceinline__ void prefetch_tensor_map(const HopperTensorMap* map) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<u64>(map)) : "memory");
 }

@@ -6,7 +6,7 @@ memory of hopper.cu's formula; exits 1 if a config fails to compile, spills, use
 needs more shared memory than sm_90 allows, or ptxas warns (e.g. wgmma serialisation).
 
 Usage: hopper_check.py [--cuda DIR (default $CUDA_HOME, else target/cuda-wheels/nvidia/cu13)] [--keep DIR] [--config "HEAD_DIM=128 NUM_WARPS=8 ..."] ...
-Without --config it checks every NUM_WARPS x BLOCK_N x STAGES x OVERLAP x PINGPONG combination of both head dims that
+Without --config it checks every NUM_WARPS x BLOCK_N x STAGES x OVERLAP x PINGPONG x SCHEDULE combination of both head dims that
 fits in shared memory.
 """
 
@@ -151,11 +151,11 @@ def ptxas_report(cuda_dir, ptx, keep_dir, tag):
 
 
 def all_configs():
-    for d, warps, block_n, stages, overlap, pingpong in itertools.product(
-        (64, 128), (4, 8, 12), (64, 128), (2, 3, 4), (0, 1), (0, 1)
+    for d, warps, block_n, stages, overlap, pingpong, schedule in itertools.product(
+        (64, 128), (4, 8, 12), (64, 128), (2, 3, 4), (0, 1), (0, 1), (0, 1)
     ):
         cfg = {"HEAD_DIM": d, "NUM_WARPS": warps, "BLOCK_N": block_n, "STAGES": stages, "OVERLAP": overlap,
-               "PINGPONG": pingpong}
+               "PINGPONG": pingpong, "SCHEDULE": schedule}
         if pingpong and (warps < 8 or not overlap):
             continue
         if warps == 12 and d != 64:

@@ -20,6 +20,10 @@ pub struct Args {
     /// Implementations to time, comma-separated (`cargo xtask kernels` lists them).
     #[arg(long = "impl", default_value = "tiled,mma", value_delimiter = ',')]
     pub implementations: Vec<String>,
+    /// Knob overrides for every --impl, `K=V,K=V` (e.g. `SCHEDULE=persistent`); the rest take
+    /// their defaults and per-shape tuning.
+    #[arg(long, default_value = "")]
+    pub config: String,
     /// SDPA backends to time alongside, comma-separated (empty for none).
     #[arg(long, default_value = "default,flash", value_delimiter = ',')]
     pub sdpa_backends: Vec<String>,
@@ -41,6 +45,10 @@ pub struct Args {
     /// (back-to-back launches, inputs resident: the protocol of the FlashAttention-3 anchor).
     #[arg(long, default_value = "graph", value_parser = ["graph", "flushed", "batch"])]
     pub mode: String,
+    /// Batch mode: launches per sample, each on its own input set (fewer sets to generate on the
+    /// host for large problems).
+    #[arg(long, default_value_t = TimingOptions::default().batch_launches)]
+    pub batch_launches: usize,
 }
 
 /// Runs the subcommand; returns the process exit code.
@@ -57,11 +65,15 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             })
             .collect::<Result<_, _>>()?;
     }
+    let overrides: Config = args
+        .config
+        .parse()
+        .map_err(|e: String| anyhow::anyhow!("--config: {e}"))?;
     let candidates: Vec<Candidate> = args
         .implementations
         .iter()
         .filter(|n| !n.is_empty())
-        .map(|n| Candidate::registered(n, Config::default()))
+        .map(|n| Candidate::registered(n, overrides.clone()))
         .collect::<Result<_, _>>()?;
     // Each implementation is benched on the problems it supports (the others are said, not
     // errors: a suite may mix variants).
@@ -99,6 +111,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         warmup: args.warmup,
         samples: args.samples,
         mode: crate::args::timing_mode(&args.mode),
+        batch_launches: args.batch_launches.max(1),
         ..TimingOptions::default()
     };
     let sdpa_count = if sdpa.is_some() { backends.len() } else { 0 };
@@ -117,7 +130,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let before = attn_kernels::telemetry::read_clocks(0);
     for (problem, dense) in problems.iter().zip(&dense_at_mean) {
         for any_shape in &candidates {
-            let candidate = &any_shape.for_shape(&problem.shape);
+            let candidate = &any_shape.for_problem(&problem.shape, &problem.params);
             if let Err(err) = problem.check_supported_by(candidate) {
                 bar.println(format!("  skipped on {problem}: {err}"));
                 bar.inc(1 + u64::from(dense.is_some()));
@@ -139,7 +152,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             bar.inc(1);
             // The same implementation (tuned for that shape) on the dense batch at the mean length.
             if let Some(dense) = dense {
-                let candidate = &any_shape.for_shape(&dense.shape);
+                let candidate = &any_shape.for_problem(&dense.shape, &dense.params);
                 bar.set_message(format!(
                     "{} {dense} (dense at the mean length)",
                     candidate.label()
@@ -203,8 +216,12 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     ])
     .numeric(&[2, 4, 5]);
     for e in &run.entries {
+        let label = match (e.implementation.backend.is_none(), args.config.is_empty()) {
+            (true, false) => format!("{} [{overrides}]", e.implementation.label()),
+            _ => e.implementation.label(),
+        };
         table.push(vec![
-            e.implementation.label(),
+            label,
             e.shape.to_string(),
             attn_report::format::micros(e.summary.median),
             format!(

@@ -80,16 +80,17 @@ impl Candidate {
         })
     }
 
-    /// The candidate to run on `shape`: a registered implementation gets the knobs tuned for that
-    /// shape, under the user's own overrides; a user's kernel is unchanged.
-    pub fn for_shape(&self, shape: &Shape) -> Candidate {
+    /// The candidate to run on `shape` under `params` (its mask): a registered implementation gets
+    /// the knobs tuned for that problem, under the user's own overrides; a user's kernel is
+    /// unchanged.
+    pub fn for_problem(&self, shape: &Shape, params: &Params) -> Candidate {
         match self {
             Candidate::Registered {
                 implementation,
                 overrides,
             } => Candidate::Registered {
                 implementation,
-                overrides: implementation.tuned_for(shape).merged(overrides),
+                overrides: implementation.tuned_for(shape, params).merged(overrides),
             },
             Candidate::Revision {
                 of,
@@ -97,7 +98,7 @@ impl Candidate {
                 include_dir,
                 revision,
             } => Candidate::Revision {
-                of: Box::new(of.for_shape(shape)),
+                of: Box::new(of.for_problem(shape, params)),
                 source: source.clone(),
                 include_dir: include_dir.clone(),
                 revision: revision.clone(),
@@ -188,6 +189,21 @@ impl Candidate {
                 variant.request.name = format!("{}@{}", variant.request.name, short(revision));
                 variant.request.source = source;
                 variant.request.include_dir = Some(include_dir);
+                // A knob added after the revision (its text never names it) takes the value that
+                // behaves as the revision's kernel, in the defines and the launch alike.
+                if let Candidate::Registered { implementation, .. } = of.today() {
+                    for &(name, legacy) in implementation.introduced {
+                        if variant.config.get(name).is_some() && !source.contains(name) {
+                            variant.config.0.insert(name.to_string(), legacy);
+                            let prefix = format!("{name}=");
+                            for define in &mut variant.request.defines {
+                                if define.starts_with(&prefix) {
+                                    *define = format!("{name}={legacy}");
+                                }
+                            }
+                        }
+                    }
+                }
                 return Ok(variant);
             }
         };
@@ -260,6 +276,16 @@ impl Candidate {
             }
         }
     }
+}
+
+/// `implementation`'s geometry for `config` on a probe shape of `head_dim` (what does not depend on
+/// the shape: block, shared memory, persistence).
+fn imp_geometry(
+    implementation: &Implementation,
+    config: &Config,
+    head_dim: usize,
+) -> Result<Geometry> {
+    implementation.geometry(config, &Shape::single(head_dim))
 }
 
 /// The first 7 characters of a commit hash.
@@ -362,6 +388,7 @@ impl SourceGeometry {
             ),
             block: self.threads() as u32,
             shared_bytes: self.shared_bytes as u32,
+            persistent: false,
         }
     }
 }
@@ -376,6 +403,8 @@ enum Launcher {
         geometry: GeometryFn,
         /// `Some` for the `TensorMaps` ABI: the box rows of Q (`BLOCK_M`) and of K/V (`BLOCK_N`).
         tensor_maps: Option<BoxRows>,
+        /// `Some` for a persistent kernel ([`Geometry::persistent`]).
+        persistent: Option<Persistent>,
     },
     Library {
         plan: LibraryPlan,
@@ -384,6 +413,43 @@ enum Launcher {
         geometry: GeometryFn,
         scratch: Mutex<Scratch>,
     },
+}
+
+/// What a persistent kernel's launches need beyond the ABI: how many blocks run at once, and the
+/// kernel's work counter, a per-kernel scratch buffer.
+struct Persistent {
+    /// SMs × the blocks of this kernel one SM holds: the grid, unless there are fewer work items.
+    blocks: u32,
+    /// Two `u32` words, zeroed once here. The kernel takes tickets from the first and counts its
+    /// finished blocks in the second; the last block resets both to zero, so every launch (plain or
+    /// replayed from a CUDA graph) starts from zero with no host work. All launches of a `Prepared`
+    /// go to the GPU's one stream, one after another, so no two share the words at once.
+    counter: CudaSlice<u32>,
+}
+
+impl Persistent {
+    fn new(gpu: &Gpu, function: &CudaFunction, geometry: Geometry) -> Result<Persistent> {
+        let per_sm = function
+            .occupancy_max_active_blocks_per_multiprocessor(
+                geometry.block,
+                geometry.shared_bytes as usize,
+                None,
+            )
+            .during("cuOccupancyMaxActiveBlocksPerMultiprocessor")?;
+        let counter = gpu
+            .stream()
+            .alloc_zeros::<u32>(2)
+            .during("cuMemAlloc (work counter)")?;
+        Ok(Persistent {
+            blocks: gpu.info().sm_count.max(1) * per_sm.max(1),
+            counter,
+        })
+    }
+
+    /// The grid for `items` work items: one block per SM slot, no more blocks than items.
+    fn grid(&self, items: u64) -> (u32, u32, u32) {
+        (items.clamp(1, u64::from(self.blocks)) as u32, 1, 1)
+    }
 }
 
 /// Rows of the TMA boxes of a `TensorMaps` kernel, from its resolved config.
@@ -484,11 +550,18 @@ impl Prepared {
                             })
                         }
                     };
+                    let probe = imp_geometry(implementation, &config, head_dim)?;
+                    let persistent = if probe.persistent {
+                        Some(Persistent::new(gpu, &function, probe)?)
+                    } else {
+                        None
+                    };
                     let (imp, cfg) = (*implementation, config.clone());
                     Launcher::Kernel {
                         function,
                         geometry: Box::new(move |shape| imp.geometry(&cfg, shape)),
                         tensor_maps,
+                        persistent,
                     }
                 }
                 Engine::Library { plan, .. } => {
@@ -508,6 +581,7 @@ impl Prepared {
                     function,
                     geometry: Box::new(move |shape: &Shape| Ok(geometry.for_shape(shape))),
                     tensor_maps: geometry.box_rows(),
+                    persistent: None,
                 }
             }
         };
@@ -609,6 +683,7 @@ impl Prepared {
                 function,
                 geometry,
                 tensor_maps,
+                persistent,
             } => {
                 let g = geometry(&shape)?;
                 // Encoded per launch (a host call of a few µs): the driver copies the parameters,
@@ -633,8 +708,15 @@ impl Prepared {
                     }
                     None => None,
                 };
+                // A persistent kernel: as many blocks as run at once, looping over the grid's items.
+                let grid = match persistent {
+                    Some(p) => {
+                        p.grid(u64::from(g.grid.0) * u64::from(g.grid.1) * u64::from(g.grid.2))
+                    }
+                    None => g.grid,
+                };
                 let cfg = LaunchConfig {
-                    grid_dim: g.grid,
+                    grid_dim: grid,
                     block_dim: (g.block, 1, 1),
                     shared_mem_bytes: g.shared_bytes,
                 };
@@ -656,12 +738,18 @@ impl Prepared {
                     .arg(&window_right)
                     .arg(&cu_q)
                     .arg(&cu_kv);
+                if let Some(p) = persistent {
+                    launch.arg(&p.counter);
+                }
                 // SAFETY: the arguments match the ABI of kernels/README.md (checked shapes, 16-bit
                 // elements of the compiled dtype; for the TensorMaps ABI, maps of these very
                 // buffers with the boxes of the compiled config; the variant parameters last,
                 // which a kernel declaring fewer parameters never reads, null offsets for a dense
                 // batch, else live int32 arrays of sequences + 1 offsets that match the packed
-                // tensors, checked above); the grid covers every output row.
+                // tensors, checked above); the grid covers every output row, or for a persistent
+                // kernel its blocks loop over every row block, and its one extra parameter is its
+                // own live, zeroed pair of u32 counter words, used by no other launch at once
+                // (this stream runs launches one after another).
                 unsafe { launch.launch(cfg) }.during("cuLaunchKernel")?;
             }
             Launcher::Library {

@@ -142,12 +142,17 @@ impl Variants {
 /// Grid, block and dynamic shared memory of one launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Geometry {
-    /// Grid dimensions (x, y, z).
+    /// Grid dimensions (x, y, z): one block per work item (for a persistent kernel, the items its
+    /// blocks loop over).
     pub grid: (u32, u32, u32),
     /// Threads per block.
     pub block: u32,
     /// Dynamic shared memory per block, bytes.
     pub shared_bytes: u32,
+    /// A persistent kernel: launched as `(min(items, SMs × resident blocks per SM), 1, 1)` blocks
+    /// that loop over the `grid.0 · grid.1 · grid.2` items, with one more parameter after the ABI's:
+    /// a pointer to two zeroed `u32` words the kernel owns (its work counter; it leaves them zero).
+    pub persistent: bool,
 }
 
 /// What the device allows; configs beyond it are rejected before compiling.
@@ -187,10 +192,15 @@ pub struct Implementation {
     pub arch: Option<&'static str>,
     /// The problems beyond dense multi-head attention it handles.
     pub variants: Variants,
+    /// Knobs added after the kernel's first version, each with the value that behaves as a kernel
+    /// which predates it: a git revision's text that never names the knob is compiled and launched
+    /// with that value (`gate --baseline rev:REF`).
+    pub introduced: &'static [(&'static str, i64)],
     defaults: fn(head_dim: usize) -> Config,
-    /// Knobs tuned for a shape (e.g. smaller tiles when the grid would not fill the GPU); they
-    /// override the defaults, and the user's overrides override them.
-    tuned: fn(&Shape) -> Config,
+    /// Knobs tuned for a problem, its shape and mask (e.g. smaller tiles when the grid would not
+    /// fill the GPU, another work order under a causal mask); they override the defaults, and the
+    /// user's overrides override them.
+    tuned: fn(&Shape, &Params) -> Config,
     constraints: fn(&Config, head_dim: usize) -> std::result::Result<(), String>,
     geometry: fn(&Config, &Shape) -> Geometry,
 }
@@ -329,7 +339,7 @@ fn grid_blocks(shape: &Shape, rows_per_block: usize) -> usize {
 /// blocks whose 4 warps split the keys when that still fits in one wave (2 blocks/SM by shared
 /// memory), else 32-row blocks with a 2-way split (3 blocks/SM). Measured with the gate's graph
 /// protocol: (1,8,512,64) 11.2 -> 9.0 µs, (2,8,512,64) 12.5 -> 11.9 µs.
-fn mma_tuned(shape: &Shape) -> Config {
+fn mma_tuned(shape: &Shape, _params: &Params) -> Config {
     const ONE_WAVE_BLOCK16: usize = 2 * H100_SMS;
     const ONE_WAVE_BLOCK32: usize = 3 * H100_SMS;
     if shape.head_dim != 64 || grid_blocks(shape, 128) >= H100_SMS {
@@ -343,7 +353,7 @@ fn mma_tuned(shape: &Shape) -> Config {
     }
 }
 
-static HOPPER_KNOBS: [Knob; 6] = [
+static HOPPER_KNOBS: [Knob; 7] = [
     Knob {
         name: "BLOCK_M",
         domain: &[64, 128, 192],
@@ -374,6 +384,11 @@ static HOPPER_KNOBS: [Knob; 6] = [
         domain: &[0, 1],
         doc: "the consumer warpgroups take turns issuing wgmma (one's softmax overlaps another's GEMMs; needs NUM_WARPS >= 8, OVERLAP=1)",
     },
+    Knob {
+        name: "SCHEDULE",
+        domain: &[0, 1],
+        doc: "work order: 0 = grid (one block per row block, bottom-up when causal), 1 = persistent (a block per SM looping over (batch, head, row block) items: strided when all are equal, else heaviest first from a device counter); --config SCHEDULE=grid|persistent",
+    },
 ];
 
 /// hopper's defaults, measured on the H100 with the gate's graph protocol against SDPA (cuDNN):
@@ -388,6 +403,7 @@ fn hopper_defaults(head_dim: usize) -> Config {
         ("STAGES", 3),
         ("OVERLAP", 1),
         ("PINGPONG", 1),
+        ("SCHEDULE", 0),
     ])
 }
 
@@ -395,10 +411,21 @@ fn hopper_defaults(head_dim: usize) -> Config {
 /// warpgroup of 64 rows, so that more blocks share the SMs, with 128-key tiles in 2 stages and
 /// neither overlap nor ping-pong (nothing to overlap with in 4 to 8 tiles). Measured on the H100
 /// with the gate's graph protocol: (1,8,512,64) 12.4 -> 9.06 µs, (2,8,512,64) 13.2 -> 9.78 µs.
-fn hopper_tuned(shape: &Shape) -> Config {
+///
+/// Larger causal problems (a causal window too) take the persistent scheduler, heaviest row blocks
+/// first: measured on the H100 (bench --mode batch, fp16, grid -> persistent, FlashAttention-3 in
+/// brackets; evidence/bench/2026-11-24T21-56-*) (2,16,8192,128) causal 990 -> 939 µs (929),
+/// (2,16,8192,64) causal 590 -> 544 (591), (2,16,2048,128) causal 84.7 -> 77.6 (79.1),
+/// (2,32/8,8192,128) causal 1909 -> 1913 (1706: a tie). Without a mask every row block does the
+/// same work and the grid stays: (2,16,8192,128) 1857 -> 1889, (4,16,2048,128) 231 -> 233.
+fn hopper_tuned(shape: &Shape, params: &Params) -> Config {
     let rows = knob(&hopper_defaults(shape.head_dim), "BLOCK_M") as usize;
     if grid_blocks(shape, rows) >= H100_SMS {
-        return Config::default();
+        return if params.causal {
+            Config::from_pairs(&[("SCHEDULE", 1)])
+        } else {
+            Config::default()
+        };
     }
     Config::from_pairs(&[
         ("BLOCK_M", 64),
@@ -470,6 +497,7 @@ fn hybrid_geometry(cfg: &Config, shape: &Shape, shared: u32) -> Geometry {
         ),
         block: w * 32,
         shared_bytes: shared,
+        persistent: false,
     }
 }
 
@@ -497,8 +525,9 @@ static REGISTRY: [Implementation; 7] = [
         head_dims: None,
         arch: None,
         variants: Variants::ALL,
+        introduced: &[],
         defaults: |_| Config::from_pairs(&[("ROWS_PER_BLOCK", 4)]),
-        tuned: |_| Config::default(),
+        tuned: |_, _| Config::default(),
         constraints: |_, head_dim| {
             if head_dim > 256 {
                 Err(format!("head dim {head_dim} > 256 would need more than 8 registers per lane"))
@@ -512,6 +541,7 @@ static REGISTRY: [Implementation; 7] = [
                 grid: (row_tiles(shape.seq_q, rows), shape.heads as u32, shape.batch as u32),
                 block: rows * 32,
                 shared_bytes: 0,
+                persistent: false,
             }
         },
     },
@@ -524,11 +554,12 @@ static REGISTRY: [Implementation; 7] = [
         head_dims: Some(&[64, 128]),
         arch: None,
         variants: Variants::ALL,
+        introduced: &[],
         defaults: |head_dim| {
             let block_m = if head_dim > 64 { 32 } else { 64 };
             Config::from_pairs(&[("BLOCK_M", block_m), ("BLOCK_N", 64), ("NUM_WARPS", 4), ("STAGES", 2)])
         },
-        tuned: |_| Config::default(),
+        tuned: |_, _| Config::default(),
         constraints: |cfg, _| {
             let (m, w) = (knob(cfg, "BLOCK_M"), knob(cfg, "NUM_WARPS"));
             if m % w != 0 {
@@ -547,6 +578,7 @@ static REGISTRY: [Implementation; 7] = [
                 grid: (row_tiles(shape.seq_q, m), shape.heads as u32, shape.batch as u32),
                 block: w * 32,
                 shared_bytes: m * d * 4 + stages * 2 * n * (d + 8) * elem_bytes(),
+                persistent: false,
             }
         },
     },
@@ -559,6 +591,7 @@ static REGISTRY: [Implementation; 7] = [
         head_dims: Some(&[64, 128]),
         arch: None,
         variants: Variants::ALL,
+        introduced: &[],
         defaults: mma_defaults,
         tuned: mma_tuned,
         constraints: |cfg, head_dim| {
@@ -605,6 +638,7 @@ static REGISTRY: [Implementation; 7] = [
                 grid: (row_tiles(shape.seq_q, m), shape.heads as u32, shape.batch as u32),
                 block: w * 32,
                 shared_bytes: m * d * elem_bytes() + ring.max(merge),
+                persistent: false,
             }
         },
     },
@@ -617,6 +651,7 @@ static REGISTRY: [Implementation; 7] = [
         head_dims: Some(&[64, 128]),
         arch: Some("compute_90a"),
         variants: Variants::ALL,
+        introduced: &[("SCHEDULE", 0)],
         defaults: hopper_defaults,
         tuned: hopper_tuned,
         constraints: |cfg, head_dim| {
@@ -641,6 +676,8 @@ static REGISTRY: [Implementation; 7] = [
                 // The consumer warps, then one producer warpgroup.
                 block: (w + 4) * 32,
                 shared_bytes: hopper_dynamic_shared(cfg, shape.head_dim as u32),
+                // SCHEDULE=1: the row blocks of every (batch, head) are the work items.
+                persistent: knob(cfg, "SCHEDULE") == 1,
             }
         },
     },
@@ -658,13 +695,15 @@ static REGISTRY: [Implementation; 7] = [
         head_dims: None,
         arch: None,
         variants: Variants::NONE,
+        introduced: &[],
         defaults: |_| Config::default(),
-        tuned: |_| Config::default(),
+        tuned: |_, _| Config::default(),
         constraints: |_, _| Ok(()),
         geometry: |_, shape| Geometry {
             grid: (shape.seq_q as u32, (shape.batch * shape.heads) as u32, 1),
             block: 256,
             shared_bytes: 0,
+            persistent: false,
         },
     },
     Implementation {
@@ -681,8 +720,9 @@ static REGISTRY: [Implementation; 7] = [
         head_dims: Some(&[64, 128]),
         arch: None,
         variants: Variants::NONE,
+        introduced: &[],
         defaults: hybrid_defaults,
-        tuned: |_| Config::default(),
+        tuned: |_, _| Config::default(),
         constraints: |cfg, head_dim| hybrid_constraints(cfg, head_dim as u32),
         geometry: |cfg, shape| {
             hybrid_geometry(cfg, shape, softmax_pv_shared(cfg, shape.head_dim as u32))
@@ -702,8 +742,9 @@ static REGISTRY: [Implementation; 7] = [
         head_dims: Some(&[64, 128]),
         arch: None,
         variants: Variants::NONE,
+        introduced: &[],
         defaults: hybrid_defaults,
-        tuned: |_| Config::default(),
+        tuned: |_, _| Config::default(),
         constraints: |cfg, _| hybrid_constraints(cfg, knob(cfg, "BLOCK_N")),
         geometry: |cfg, shape| {
             hybrid_geometry(cfg, shape, qk_softmax_shared(cfg, shape.head_dim as u32))
@@ -754,9 +795,9 @@ impl Implementation {
         (self.defaults)(head_dim)
     }
 
-    /// The knobs tuned for `shape` (empty when the defaults are best everywhere).
-    pub fn tuned_for(&self, shape: &Shape) -> Config {
-        (self.tuned)(shape)
+    /// The knobs tuned for `shape` under `params`' mask (empty when the defaults are best).
+    pub fn tuned_for(&self, shape: &Shape, params: &Params) -> Config {
+        (self.tuned)(shape, params)
     }
 
     /// Checks that this implementation handles `head_dim`.
@@ -834,16 +875,22 @@ impl Implementation {
 mod tests {
     use super::*;
 
-    /// The per-shape rules: which knobs a shape gets (empty: the defaults), and that the result is
-    /// a valid config for the H100.
-    fn check(
+    /// The per-shape rules: which knobs a shape gets without a mask (empty: the defaults), and
+    /// that the result is a valid config for the H100.
+    fn check(implementation: &str, shape: (usize, usize, usize, usize), expected: &[(&str, i64)]) {
+        check_masked(implementation, shape, false, expected);
+    }
+
+    /// [`check`] with or without the causal mask.
+    fn check_masked(
         implementation: &str,
         (b, h, s, d): (usize, usize, usize, usize),
+        causal: bool,
         expected: &[(&str, i64)],
     ) {
         let imp = find(implementation).unwrap();
         let shape = Shape::new(b, h, s, s, d).unwrap();
-        let tuned = imp.tuned_for(&shape);
+        let tuned = imp.tuned_for(&shape, &Params::new(d, causal));
         for (name, value) in expected {
             assert_eq!(
                 tuned.get(name),
@@ -915,6 +962,22 @@ mod tests {
         );
         check("hopper", (4, 16, 2048, 128), &[]);
         check("hopper", (2, 16, 8192, 64), &[]);
+        // hopper under a causal mask: the persistent scheduler once the grid fills the GPU, the
+        // small grids' knobs (and the grid) below.
+        check_masked("hopper", (2, 16, 8192, 128), true, &[("SCHEDULE", 1)]);
+        check_masked("hopper", (2, 16, 2048, 64), true, &[("SCHEDULE", 1)]);
+        check_masked(
+            "hopper",
+            (1, 8, 512, 64),
+            true,
+            &[("BLOCK_M", 64), ("NUM_WARPS", 4)],
+        );
+        let small = find("hopper").unwrap().tuned_for(
+            &Shape::new(1, 8, 512, 512, 64).unwrap(),
+            &Params::new(64, true),
+        );
+        assert_eq!(small.get("SCHEDULE"), None, "{small:?}");
+        check_masked("mma", (2, 16, 8192, 64), true, &[]);
     }
 
     #[test]

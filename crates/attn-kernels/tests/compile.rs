@@ -18,6 +18,10 @@ const SUITE_SHAPES: [(usize, usize, usize); 6] = [
     (2, 16, 1024),
 ];
 
+/// Knobs that choose a code path at the same tiles: every value of each is compiled on top of each
+/// config below (hopper's persistent scheduler, SCHEDULE=1, besides its grid).
+const PATH_KNOBS: [&str; 1] = ["SCHEDULE"];
+
 /// One (implementation, config, dtype, head dim) to compile, as `Candidate::variant` builds it.
 struct Case {
     candidate: Candidate,
@@ -36,11 +40,25 @@ fn cases() -> Vec<Case> {
             for &head_dim in &head_dims {
                 // The defaults, and the knobs tuned for the suites' shapes (the defaults there).
                 let mut configs = vec![Config::default()];
-                for (b, h, seq) in SUITE_SHAPES {
+                for ((b, h, seq), causal) in SUITE_SHAPES
+                    .into_iter()
+                    .flat_map(|s| [(s, false), (s, true)])
+                {
                     let shape = attn_oracle::Shape::new(b, h, seq, seq, head_dim).unwrap();
-                    let tuned = imp.tuned_for(&shape);
+                    let params = attn_oracle::Params::new(head_dim, causal);
+                    let tuned = imp.tuned_for(&shape, &params);
                     if !configs.contains(&tuned) {
                         configs.push(tuned);
+                    }
+                }
+                for knob in imp.knobs.iter().filter(|k| PATH_KNOBS.contains(&k.name)) {
+                    for config in configs.clone() {
+                        for &value in knob.domain {
+                            let path = config.merged(&Config::from_pairs(&[(knob.name, value)]));
+                            if !configs.contains(&path) {
+                                configs.push(path);
+                            }
+                        }
                     }
                 }
                 for overrides in configs {
@@ -286,12 +304,48 @@ fn a_revision_compiles_its_own_text_with_its_headers_first_and_todays_defines() 
     let compiled = compile::compile(&variant.request).unwrap_or_else(|e| panic!("{e}"));
     assert!(compiled.ptx.contains(".entry attn_fwd"));
     let _ = std::fs::remove_dir_all(&dir);
+    // A revision that predates a knob (its text never names SCHEDULE) is compiled and launched
+    // as the kernel it is, whatever today's config says.
+    let persistent =
+        Candidate::registered("hopper", "SCHEDULE=persistent".parse().unwrap()).unwrap();
+    let before = Candidate::Revision {
+        of: Box::new(persistent.clone()),
+        source: "// a kernel of another time\n".into(),
+        include_dir: dir.clone(),
+        revision: "0123456789abcdef".into(),
+    };
+    let old = before
+        .variant(DType::F16, 128, &arch, &Limits::H100)
+        .unwrap();
+    assert_eq!(old.config.get("SCHEDULE"), Some(0));
+    assert!(
+        old.request.defines.contains(&"SCHEDULE=0".to_string()),
+        "{:?}",
+        old.request.defines
+    );
+    let now = persistent
+        .variant(DType::F16, 128, &arch, &Limits::H100)
+        .unwrap();
+    assert!(now.request.defines.contains(&"SCHEDULE=1".to_string()));
+    let knowing = Candidate::Revision {
+        of: Box::new(persistent),
+        source: "#if SCHEDULE\n#endif\n".into(),
+        include_dir: dir.clone(),
+        revision: "0123456789abcdef".into(),
+    };
+    let knowing = knowing
+        .variant(DType::F16, 128, &arch, &Limits::H100)
+        .unwrap();
+    assert_eq!(knowing.config.get("SCHEDULE"), Some(1));
     // Per-shape tuning carries over to the revision.
     let shape = attn_oracle::Shape::new(1, 8, 512, 512, 64).unwrap();
-    assert_eq!(
-        revision.for_shape(&shape).knobs(),
-        hopper.for_shape(&shape).knobs()
-    );
+    for causal in [false, true] {
+        let params = attn_oracle::Params::new(64, causal);
+        assert_eq!(
+            revision.for_problem(&shape, &params).knobs(),
+            hopper.for_problem(&shape, &params).knobs()
+        );
+    }
 }
 
 #[test]

@@ -143,10 +143,50 @@ fn check(gpu: &Gpu, prepared: &Prepared, case: &Case, seed: u64) -> Result<f64, 
     Ok(outcome.verdict.max_abs)
 }
 
+/// The knob overrides every matrix runs an implementation with, on top of its defaults and
+/// per-shape tuning: each value of its work-order knob SCHEDULE (hopper: the grid, then the
+/// persistent scheduler), so that both paths run on every shape whichever one a shape's tuning
+/// picks; none for an implementation without it.
+fn schedules(name: &str) -> Vec<Config> {
+    let implementation = attn_kernels::registry::find(name).unwrap();
+    match implementation.knobs.iter().find(|k| k.name == "SCHEDULE") {
+        Some(knob) => knob
+            .domain
+            .iter()
+            .map(|&value| Config::from_pairs(&[(knob.name, value)]))
+            .collect(),
+        None => vec![Config::default()],
+    }
+}
+
+/// `name` and its overrides, for labels: `hopper` or `hopper [SCHEDULE=1]`.
+fn labelled(name: &str, overrides: &Config) -> String {
+    if overrides.0.is_empty() {
+        name.to_string()
+    } else {
+        format!("{name} [{overrides}]")
+    }
+}
+
 fn check_implementation(name: &str) {
+    let mut failures = Vec::new();
+    for overrides in schedules(name) {
+        failures.extend(check_implementation_with(name, &overrides));
+    }
+    assert!(
+        failures.is_empty(),
+        "{} cases failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// The matrix of shapes for `name` with `overrides`; returns the failures (printing the count).
+fn check_implementation_with(name: &str, overrides: &Config) -> Vec<String> {
     let gpu = Gpu::open(0).expect("a CUDA GPU");
     let seed = base_seed();
-    println!("{name}: base seed {seed} (ATTN_TEST_SEED={seed} to replay)");
+    let label = labelled(name, overrides);
+    println!("{label}: base seed {seed} (ATTN_TEST_SEED={seed} to replay)");
     let implementation = attn_kernels::registry::find(name).unwrap();
     let head_dims: &[usize] = implementation.head_dims.unwrap_or(&[64, 128]);
     let mut failures = Vec::new();
@@ -154,7 +194,7 @@ fn check_implementation(name: &str) {
     let mut count = 0;
     for dtype in [DType::F16, DType::Bf16] {
         for &head_dim in head_dims {
-            let candidate = Candidate::registered(name, Config::default()).unwrap();
+            let candidate = Candidate::registered(name, overrides.clone()).unwrap();
             for (i, case) in matrix(&[head_dim])
                 .iter()
                 .filter(|c| c.dtype == dtype)
@@ -163,8 +203,14 @@ fn check_implementation(name: &str) {
                 // The config the implementation tunes for this shape (compiles are cached).
                 let shape =
                     Shape::new(case.batch, case.heads, case.seq, case.seq, head_dim).unwrap();
-                let prepared = Prepared::new(&gpu, &candidate.for_shape(&shape), dtype, head_dim)
-                    .unwrap_or_else(|e| panic!("{e}"));
+                let params = Params::new(head_dim, case.causal);
+                let prepared = Prepared::new(
+                    &gpu,
+                    &candidate.for_problem(&shape, &params),
+                    dtype,
+                    head_dim,
+                )
+                .unwrap_or_else(|e| panic!("{e}"));
                 count += 1;
                 match check(&gpu, &prepared, case, seed.wrapping_add(i as u64)) {
                     Ok(max_abs) => worst = worst.max(max_abs),
@@ -174,15 +220,10 @@ fn check_implementation(name: &str) {
         }
     }
     println!(
-        "{name}: {count} cases, {} failed, worst max abs error {worst:.3e}",
+        "{label}: {count} cases, {} failed, worst max abs error {worst:.3e}",
         failures.len()
     );
-    assert!(
-        failures.is_empty(),
-        "{} of {count} cases failed:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    failures
 }
 
 #[test]
@@ -274,15 +315,29 @@ fn variant_matrix(head_dim: usize) -> Vec<(String, bool, &'static str)> {
     cases
 }
 
-/// Runs `name` over [`variant_matrix`] in both dtypes and its head dims; fails listing every
-/// failing case.
+/// Runs `name` over [`variant_matrix`] in both dtypes and its head dims, with each of its
+/// [`schedules`]; fails listing every failing case.
 fn check_variants(name: &str) {
+    let mut failures = Vec::new();
+    for overrides in schedules(name) {
+        failures.extend(check_variants_with(name, &overrides));
+    }
+    assert!(
+        failures.is_empty(),
+        "{} variant cases failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+fn check_variants_with(name: &str, overrides: &Config) -> Vec<String> {
     let gpu = Gpu::open(0).expect("a CUDA GPU");
     let seed = base_seed();
-    println!("{name} variants: base seed {seed} (ATTN_TEST_SEED={seed} to replay)");
     let implementation = attn_kernels::registry::find(name).unwrap();
+    let name = &labelled(name, overrides);
+    println!("{name} variants: base seed {seed} (ATTN_TEST_SEED={seed} to replay)");
     let head_dims: &[usize] = implementation.head_dims.unwrap_or(&[64, 128]);
-    let candidate = Candidate::registered(name, Config::default()).unwrap();
+    let candidate = Candidate::registered(implementation.name, overrides.clone()).unwrap();
     let (mut failures, mut worst, mut count) = (Vec::new(), 0.0f64, 0);
     for dtype in [DType::F16, DType::Bf16] {
         for &head_dim in head_dims {
@@ -293,8 +348,13 @@ fn check_variants(name: &str) {
                 let label = format!(
                     "{name} {shape} causal={causal} window={window} {dtype} seed={case_seed}"
                 );
-                let prepared = Prepared::new(&gpu, &candidate.for_shape(&shape), dtype, head_dim)
-                    .unwrap_or_else(|e| panic!("{label}: {e}"));
+                let prepared = Prepared::new(
+                    &gpu,
+                    &candidate.for_problem(&shape, &params),
+                    dtype,
+                    head_dim,
+                )
+                .unwrap_or_else(|e| panic!("{label}: {e}"));
                 let sampled = (shape.seq_q >= 1000).then_some(48);
                 count += 1;
                 match run_with_params(&gpu, &prepared, shape, dtype, &params, case_seed, sampled) {
@@ -315,12 +375,7 @@ fn check_variants(name: &str) {
         "{name} variants: {count} cases, {} failed, worst max abs error {worst:.3e}",
         failures.len()
     );
-    assert!(
-        failures.is_empty(),
-        "{} of {count} variant cases failed:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    failures
 }
 
 /// Packed varlen batches: empty sequences on either side, single rows, lengths around the tiles,
@@ -347,16 +402,31 @@ fn varlen_matrix() -> Vec<(Vec<usize>, Vec<usize>, &'static str, bool, &'static 
     cases
 }
 
-/// Runs `name` over [`varlen_matrix`]: the packed output, launched twice (bitwise equal), against
-/// each sequence's f64 oracle; and the GPU reference (the gate's) against the same oracle.
+/// Runs `name` over [`varlen_matrix`] with each of its [`schedules`]: the packed output, launched
+/// twice (bitwise equal), against each sequence's f64 oracle; and the GPU reference (the gate's)
+/// against the same oracle.
 fn check_varlen(name: &str) {
+    let mut failures = Vec::new();
+    for overrides in schedules(name) {
+        failures.extend(check_varlen_with(name, &overrides));
+    }
+    assert!(
+        failures.is_empty(),
+        "{} varlen cases failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+fn check_varlen_with(name: &str, overrides: &Config) -> Vec<String> {
     use attn_oracle::{compare_varlen, generate_varlen, Varlen};
     let gpu = Gpu::open(0).expect("a CUDA GPU");
     let seed = base_seed();
-    println!("{name} varlen: base seed {seed} (ATTN_TEST_SEED={seed} to replay)");
     let implementation = attn_kernels::registry::find(name).unwrap();
+    let name = &labelled(name, overrides);
+    println!("{name} varlen: base seed {seed} (ATTN_TEST_SEED={seed} to replay)");
     let head_dims: &[usize] = implementation.head_dims.unwrap_or(&[64, 128]);
-    let candidate = Candidate::registered(name, Config::default()).unwrap();
+    let candidate = Candidate::registered(implementation.name, overrides.clone()).unwrap();
     let (mut failures, mut worst, mut count) = (Vec::new(), 0.0f64, 0);
     for dtype in [DType::F16, DType::Bf16] {
         for &head_dim in head_dims {
@@ -379,9 +449,13 @@ fn check_varlen(name: &str) {
                     &varlen,
                 );
                 let bounding = varlen.bounding_shape(&per_head).unwrap();
-                let prepared =
-                    Prepared::new(&gpu, &candidate.for_shape(&bounding), dtype, head_dim)
-                        .unwrap_or_else(|e| panic!("{label}: {e}"));
+                let prepared = Prepared::new(
+                    &gpu,
+                    &candidate.for_problem(&bounding, &params),
+                    dtype,
+                    head_dim,
+                )
+                .unwrap_or_else(|e| panic!("{label}: {e}"));
                 count += 1;
                 let outcome = (|| -> Result<(attn_oracle::HostTensor, attn_oracle::HostTensor, Vec<f32>), String> {
                     let e = |e: attn_kernels::KernelError| e.to_string();
@@ -440,12 +514,7 @@ fn check_varlen(name: &str) {
         "{name} varlen: {count} cases, {} failed, worst max abs error {worst:.3e}",
         failures.len()
     );
-    assert!(
-        failures.is_empty(),
-        "{} of {count} varlen cases failed:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    failures
 }
 
 #[test]
@@ -470,6 +539,87 @@ fn mma_varlen_matches_the_oracle() {
 #[ignore = "needs a CUDA GPU (Hopper, sm_90)"]
 fn hopper_varlen_matches_the_oracle() {
     check_varlen("hopper");
+}
+
+/// hopper's persistent scheduler keeps its work counter in device memory and resets it itself: one
+/// prepared kernel launched again and again (dynamic and static orders, dense and varlen, plain
+/// launches and replays of one captured CUDA graph, the output poisoned before each) must write
+/// every row each time, the same bits as its first launch.
+#[test]
+#[ignore = "needs a CUDA GPU (Hopper, sm_90)"]
+fn hopper_persistent_relaunches_and_graph_replays_write_every_row() {
+    use attn_oracle::{generate_varlen, Varlen};
+    use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let _device = attn_kernels::device_lock(0);
+    let gpu = Gpu::open(0).expect("a CUDA GPU");
+    let seed = base_seed();
+    println!("hopper persistent relaunches: base seed {seed}");
+    let candidate =
+        Candidate::registered("hopper", "SCHEDULE=persistent".parse().unwrap()).unwrap();
+    let prepared = Prepared::new(&gpu, &candidate, DType::F16, 128).unwrap();
+    let spec = |shape: Shape| CaseSpec {
+        shape,
+        dtype: DType::F16,
+        distribution: Distribution::Normal,
+        seed,
+    };
+    let dense = generate(&spec("2,4/2,700,128".parse().unwrap()));
+    let varlen = Varlen::new(vec![300, 0, 129, 1000], vec![300, 0, 129, 1000]).unwrap();
+    let packed = generate_varlen(&spec("1,4/2,1,128".parse().unwrap()), &varlen);
+    let offsets = gpu.upload_offsets(&varlen).unwrap();
+    let mut checked = 0;
+    for (inputs, offsets) in [(&dense, None), (&packed, Some(&offsets))] {
+        let (q, k, v) = (
+            gpu.upload(&inputs.q).unwrap(),
+            gpu.upload(&inputs.k).unwrap(),
+            gpu.upload(&inputs.v).unwrap(),
+        );
+        // Causal (dynamic order), plain (static for a dense batch), a window (dynamic).
+        for params in [
+            Params::new(128, true),
+            Params::new(128, false),
+            Params::new(128, false).with_window("64,64".parse().unwrap()),
+        ] {
+            let mut o = gpu.alloc_poisoned(q.dims, DType::F16).unwrap();
+            let launch = |o: &mut attn_kernels::DeviceTensor| {
+                prepared
+                    .launch_batch(&gpu, &q, &k, &v, o, &params, offsets)
+                    .unwrap()
+            };
+            launch(&mut o);
+            let first = gpu.download(&o).unwrap();
+            for _ in 0..5 {
+                gpu.poison(&mut o).unwrap();
+                launch(&mut o);
+                assert_eq!(
+                    gpu.download(&o).unwrap().as_bytes(),
+                    first.as_bytes(),
+                    "relaunch"
+                );
+                checked += 1;
+            }
+            let stream = gpu.stream().clone();
+            stream
+                .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+                .unwrap();
+            launch(&mut o);
+            let graph = stream
+                .end_capture(CUgraphInstantiate_flags(0))
+                .unwrap()
+                .expect("a captured launch");
+            for _ in 0..5 {
+                gpu.poison(&mut o).unwrap();
+                graph.launch().unwrap();
+                assert_eq!(
+                    gpu.download(&o).unwrap().as_bytes(),
+                    first.as_bytes(),
+                    "graph replay"
+                );
+                checked += 1;
+            }
+        }
+    }
+    println!("hopper persistent relaunches: {checked} relaunches and replays, all equal");
 }
 
 #[test]

@@ -181,7 +181,7 @@ impl<'a> GateSession<'a> {
         let mut trace = PhaseTrace::new(problem);
         problem.check_supported_by(self.candidate)?;
         self.baseline.check_supports(problem)?;
-        let candidate = self.candidate.for_shape(&problem.shape);
+        let candidate = self.candidate.for_problem(&problem.shape, &problem.params);
         let prepared =
             self.candidates
                 .get(gpu, &candidate, problem.dtype, problem.shape.head_dim)?;
@@ -298,7 +298,7 @@ impl<'a> GateSession<'a> {
                 Box::new(SdpaSide::new(gpu, sdpa, *backend, problem, seed ^ 0xba5e).with_sets(sets))
             }
             Baseline::Registered(c) => {
-                baseline_candidate = c.for_shape(&problem.shape);
+                baseline_candidate = c.for_problem(&problem.shape, &problem.params);
                 let prepared = self.baselines.get(
                     gpu,
                     &baseline_candidate,

@@ -76,7 +76,8 @@ impl Worker {
                 SdpaSide::new(gpu, sdpa, *backend, problem, seed).block(&self.timing)?
             }
             Baseline::Registered(candidate) => {
-                let prepared = self.prepare(&candidate.for_shape(&problem.shape))?;
+                let prepared =
+                    self.prepare(&candidate.for_problem(&problem.shape, &problem.params))?;
                 KernelSide::new(gpu, &prepared, problem, seed)?.block(&self.timing)?
             }
         };
@@ -189,7 +190,8 @@ pub fn registry_constraint(
 /// `name`'s default config for `shape`, tuned values included: a search's first seed.
 pub fn default_knobs(name: &str, shape: &ShapeSpec) -> Result<BTreeMap<String, i64>> {
     let imp = registry::find(name)?;
-    let tuned = imp.tuned_for(&Problem::new(shape.clone())?.shape);
+    let problem = Problem::new(shape.clone())?;
+    let tuned = imp.tuned_for(&problem.shape, &problem.params);
     Ok(imp.default_config(shape.head_dim).merged(&tuned).0)
 }
 
