@@ -57,9 +57,22 @@ impl DenseAtMean {
         }
     }
 
-    /// Whether the target is met.
+    /// Whether the target is met per token.
     pub fn meets_target(&self) -> bool {
         self.per_token_ratio <= DenseAtMean::TARGET
+    }
+
+    /// `varlen`'s attention work (visible query–key pairs) over the dense batch's: a batch of
+    /// mixed lengths does Σ Lᵢ² work where the dense one does n·mean², so even at the same
+    /// throughput its time per token is this factor above dense.
+    pub fn work_ratio(&self, varlen: &BenchEntry) -> f64 {
+        varlen.shape.flops() / self.shape.flops()
+    }
+
+    /// `varlen`'s time per unit of attention work over the dense batch's: the kernel's own cost
+    /// of packing, scheduling and ragged tiles, free of the batch's arithmetic.
+    pub fn per_work_ratio(&self, varlen: &BenchEntry) -> f64 {
+        (varlen.summary.median / varlen.shape.flops()) / (self.median_us / self.shape.flops())
     }
 }
 

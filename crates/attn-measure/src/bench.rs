@@ -98,4 +98,30 @@ mod tests {
             .unwrap()
             .is_none());
     }
+
+    #[test]
+    fn a_mixed_batch_is_judged_per_token_and_per_unit_of_work() {
+        // Lengths 1000 and 3000 do 1000² + 3000² = 10M pairs where 2 × 2000² = 8M: at the same
+        // throughput, 1.25× the time per token and 1× per unit of work.
+        let timings = |us: f64| attn_kernels::Timings {
+            mode: attn_kernels::TimingMode::Graph,
+            warmup: 0,
+            launches_per_sample: 1,
+            samples_us: vec![us; 5],
+            wall_us: vec![],
+            guard_event_us: vec![],
+            guard_residual_us: vec![],
+            guard_stream_residual_us: vec![],
+        };
+        let implementation = Implementation::named("mma");
+        let varlen = Problem::parse("varlen=1000,3000 H=8 D=64").unwrap();
+        let dense = dense_at_mean(&varlen).unwrap().unwrap();
+        let v = entry(implementation.clone(), &varlen, &timings(125.0)).unwrap();
+        let d = entry(implementation, &dense, &timings(100.0)).unwrap();
+        let compared = attn_evidence::DenseAtMean::of(&v, &d);
+        assert!((compared.per_token_ratio - 1.25).abs() < 1e-9);
+        assert!((compared.work_ratio(&v) - 1.25).abs() < 1e-9);
+        assert!((compared.per_work_ratio(&v) - 1.0).abs() < 1e-9);
+        assert!(!compared.meets_target());
+    }
 }

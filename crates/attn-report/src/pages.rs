@@ -42,6 +42,20 @@ fn blocks<'a>(sections: &'a Sections, charts: &'a [RenderedChart]) -> Vec<Block<
         ));
         out.push(Block::Table(table));
     }
+    if let Some(table) = &sections.varlen {
+        out.push(Block::Heading(
+            "Varlen batches against dense at the mean length",
+        ));
+        out.push(Block::Text(
+            "Each packed batch of mixed lengths against the same implementation on the dense batch \
+             of its non-empty sequences at their mean length, timed the same way. A mixed batch does \
+             Σ Lᵢ² attention work where the dense one does n·mean² (the work column), so at equal \
+             throughput its time per token is that factor above dense; time per unit of work is the \
+             kernel's own cost of packing and ragged tiles."
+                .into(),
+        ));
+        out.push(Block::Table(table));
+    }
     if let Some((file, table)) = &sections.bench {
         out.push(Block::Heading("Latest benchmark"));
         out.push(Block::Text(format!(

@@ -61,6 +61,8 @@ pub struct Sections {
     pub progressions: Vec<ShapeProgress>,
     /// Every implementation against SDPA's backends, shape by shape (latest bench entries).
     pub implementations: Option<Table>,
+    /// Varlen batches against the dense batch at their mean length (latest entry of each).
+    pub varlen: Option<Table>,
     /// The latest bench run's entries, with the file's name.
     pub bench: Option<(String, Table)>,
     /// Nsight Compute metrics.
@@ -104,6 +106,7 @@ impl Sections {
             sweeps: sweep_charts(evidence, options),
             progressions: progressions(evidence),
             implementations: implementations_table(evidence),
+            varlen: varlen_table(evidence),
             bench: bench_table(evidence),
             ncu: ncu_table(evidence),
             roofline: roofline(evidence),
@@ -414,6 +417,64 @@ fn implementations_table(evidence: &EvidenceSet) -> Option<Table> {
                 .map(|(_, l)| value(l).map(tflops).unwrap_or_else(|| "–".into())),
         );
         row.extend([ratio("sdpa:default"), ratio("sdpa:flash")]);
+        table.push(row);
+    }
+    Some(table)
+}
+
+/// Every varlen bench entry measured against the dense batch at its mean length (the latest of
+/// each implementation and batch): time per token, the batch's work over the dense one's, and time
+/// per unit of work, against varlen's target.
+fn varlen_table(evidence: &EvidenceSet) -> Option<Table> {
+    let mut latest: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    let target = attn_evidence::DenseAtMean::TARGET;
+    let meets = |ratio: f64| if ratio <= target { "meets" } else { "misses" };
+    for run in &evidence.runs {
+        let attn_evidence::Evidence::Bench(bench) = &run.evidence else {
+            continue;
+        };
+        for e in &bench.entries {
+            let Some(dense) = &e.dense_at_mean else {
+                continue;
+            };
+            let dense_per_token = dense.median_us / dense.shape.tokens().max(1) as f64;
+            let per_work = dense.per_work_ratio(e);
+            latest.insert(
+                (e.shape.to_string(), e.implementation.label()),
+                vec![
+                    e.implementation.label(),
+                    e.shape.to_string(),
+                    dense.shape.to_string(),
+                    format!("{:.2}", e.per_token_us() * 1e3),
+                    format!("{:.2}", dense_per_token * 1e3),
+                    format!("{:.2}×", dense.per_token_ratio),
+                    format!("{:.2}×", dense.work_ratio(e)),
+                    format!("{per_work:.2}×"),
+                    format!(
+                        "{} per token, {} per work",
+                        meets(dense.per_token_ratio),
+                        meets(per_work)
+                    ),
+                ],
+            );
+        }
+    }
+    if latest.is_empty() {
+        return None;
+    }
+    let mut table = Table::new(&[
+        "implementation",
+        "varlen batch",
+        "dense at the mean length",
+        "ns/token",
+        "dense ns/token",
+        "per token",
+        "work",
+        "per work",
+        "target (≤ 1.10×)",
+    ])
+    .numeric(&[3, 4, 5, 6, 7]);
+    for row in latest.into_values() {
         table.push(row);
     }
     Some(table)
