@@ -612,50 +612,20 @@ fn misjudged(p: &Planted, line: &str) -> Option<String> {
     })
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn honest_kernels_pass_every_defence() {
-    let _device = attn_kernels::device_lock(0);
-    // Another process keeps the GPU busy the whole time: a kernel must never be rejected for a
-    // neighbour's work (the escaped-work guard once was).
-    let _neighbour = Neighbour::start();
+/// Judges every case in a child of its own, one line each; what was misjudged (a hang must also
+/// end its process with a failure, within its bound).
+fn judge_all(cases: impl Iterator<Item = Planted>) -> Vec<String> {
     let mut wrong = Vec::new();
-    for p in HONEST.iter().filter(chosen) {
-        for mode in MODES {
-            let p = Planted { mode, ..*p };
-            let (line, detail, elapsed, _) = run_child(&p);
-            let name = format!("{} ({mode:?})", p.name);
-            println!(
-                "{name:<40} {line} ({:.1} s)\n{:<40} {detail}",
-                elapsed.as_secs_f64(),
-                ""
-            );
-            wrong.extend(misjudged(&p, &line).map(|m| format!("{m} ({mode:?})")));
-        }
-    }
-    assert!(
-        wrong.is_empty(),
-        "honest kernels rejected or not timed:\n{}",
-        wrong.join("\n")
-    );
-}
-
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn every_planted_kernel_is_rejected_for_its_own_reason() {
-    // One GPU test at a time on the device (tests of other executables too).
-    let _device = attn_kernels::device_lock(0);
-    let mut wrong = Vec::new();
-    for p in PLANTED.iter().filter(chosen) {
-        let (line, detail, elapsed, out) = run_child(p);
+    for p in cases {
+        let (line, detail, elapsed, out) = run_child(&p);
+        let name = format!("{} ({:?})", p.name, p.mode);
         println!(
-            "{:<30} expected {:<24} {line} ({:.1} s)\n{:<30} {detail}",
-            p.name,
+            "{name:<40} expected {:<24} {line} ({:.1} s)\n{:<40} {detail}",
             p.expect.as_str(),
             elapsed.as_secs_f64(),
             ""
         );
-        wrong.extend(misjudged(p, &line));
+        wrong.extend(misjudged(&p, &line).map(|m| format!("{m} ({:?})", p.mode)));
         if p.expect == CaseStatus::Hang {
             // Compile and checks before the hung launch take a few seconds; the hang itself is
             // bounded by HANG_BOUND.
@@ -669,6 +639,34 @@ fn every_planted_kernel_is_rejected_for_its_own_reason() {
             );
         }
     }
+    wrong
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn honest_kernels_pass_every_defence() {
+    let _device = attn_kernels::device_lock(0);
+    // Another process keeps the GPU busy the whole time: a kernel must never be rejected for a
+    // neighbour's work (the escaped-work guard once was).
+    let _neighbour = Neighbour::start();
+    let every_mode = HONEST
+        .iter()
+        .filter(chosen)
+        .flat_map(|p| MODES.map(|mode| Planted { mode, ..*p }));
+    let wrong = judge_all(every_mode);
+    assert!(
+        wrong.is_empty(),
+        "honest kernels rejected or not timed:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn every_planted_kernel_is_rejected_for_its_own_reason() {
+    // One GPU test at a time on the device (tests of other executables too).
+    let _device = attn_kernels::device_lock(0);
+    let wrong = judge_all(PLANTED.iter().filter(chosen).copied());
     assert!(
         wrong.is_empty(),
         "planted kernels judged wrongly:\n{}",
@@ -681,18 +679,7 @@ fn every_planted_kernel_is_rejected_for_its_own_reason() {
 fn varlen_batches_are_judged_through_the_gate() {
     // One GPU test at a time on the device (tests of other executables too).
     let _device = attn_kernels::device_lock(0);
-    let mut wrong = Vec::new();
-    for p in VARLEN {
-        let (line, detail, elapsed, _) = run_child(p);
-        println!(
-            "{:<30} expected {:<24} {line} ({:.1} s)\n{:<30} {detail}",
-            p.name,
-            p.expect.as_str(),
-            elapsed.as_secs_f64(),
-            ""
-        );
-        wrong.extend(misjudged(p, &line));
-    }
+    let wrong = judge_all(VARLEN.iter().copied());
     assert!(
         wrong.is_empty(),
         "varlen cases judged wrongly:\n{}",

@@ -263,19 +263,8 @@ pub fn reference_varlen(
     params: &Params,
     varlen: &Varlen,
 ) -> Result<HostTensor, OracleError> {
-    let [_, total_q, heads, d] = q.dims;
-    if total_q != varlen.total_q() || k.dims[1] != varlen.total_kv() || k.dims != v.dims {
-        return Err(OracleError::InvalidVarlen {
-            reason: format!(
-                "packed Q {:?}, K {:?}, V {:?} do not hold the batch's {} queries and {} keys",
-                q.dims,
-                k.dims,
-                v.dims,
-                varlen.total_q(),
-                varlen.total_kv()
-            ),
-        });
-    }
+    let [_, _, heads, d] = q.dims;
+    check_packed_dims(q, k, v, varlen)?;
     let mut parts = Vec::with_capacity(varlen.sequences());
     for b in 0..varlen.sequences() {
         let Some(qb) = varlen.unpack(q, Packed::Queries, b) else {
@@ -400,20 +389,9 @@ pub fn reference_varlen_rows(
     varlen: &Varlen,
     select: &dyn Fn(&Shape, usize) -> RowSelection,
 ) -> Result<Reference, OracleError> {
-    let [_, total_q, heads, d] = q.dims;
+    let [_, _, heads, d] = q.dims;
     let kv_heads = k.dims[2];
-    if total_q != varlen.total_q() || k.dims[1] != varlen.total_kv() || k.dims != v.dims {
-        return Err(OracleError::InvalidVarlen {
-            reason: format!(
-                "packed Q {:?}, K {:?}, V {:?} do not hold the batch's {} queries and {} keys",
-                q.dims,
-                k.dims,
-                v.dims,
-                varlen.total_q(),
-                varlen.total_kv()
-            ),
-        });
-    }
+    check_packed_dims(q, k, v, varlen)?;
     let per_head = Shape::new(1, heads, 1, 1, d)?.with_kv_heads(kv_heads)?;
     let mut merged = Reference {
         shape: varlen.bounding_shape(&per_head)?,
@@ -476,4 +454,26 @@ pub fn compare_packed(
             },
         },
     )
+}
+
+/// Packed Q, K and V must hold the batch's queries and keys, K and V alike.
+fn check_packed_dims(
+    q: &HostTensor,
+    k: &HostTensor,
+    v: &HostTensor,
+    varlen: &Varlen,
+) -> Result<(), OracleError> {
+    if q.dims[1] != varlen.total_q() || k.dims[1] != varlen.total_kv() || k.dims != v.dims {
+        return Err(OracleError::InvalidVarlen {
+            reason: format!(
+                "packed Q {:?}, K {:?}, V {:?} do not hold the batch's {} queries and {} keys",
+                q.dims,
+                k.dims,
+                v.dims,
+                varlen.total_q(),
+                varlen.total_kv()
+            ),
+        });
+    }
+    Ok(())
 }
