@@ -323,21 +323,9 @@ impl GpuReference {
         }
     }
 
-    /// The f32 reference output of `q, k, v` (asynchronous, on the GPU's stream), stored plain.
+    /// The f32 reference output of `q, k, v` (asynchronous, on the GPU's stream), stored plain: of
+    /// a dense batch (`offsets` `None`) or a packed varlen batch, whose output is packed like Q.
     pub fn compute(
-        &self,
-        gpu: &Gpu,
-        q: &DeviceTensor,
-        k: &DeviceTensor,
-        v: &DeviceTensor,
-        params: &Params,
-    ) -> Result<ReferenceOutput> {
-        self.compute_with(gpu, q, k, v, params, None, RowMask::PLAIN)
-    }
-
-    /// [`GpuReference::compute`] on a dense batch (`offsets` `None`) or a packed varlen batch,
-    /// whose output is packed like Q.
-    pub fn compute_batch(
         &self,
         gpu: &Gpu,
         q: &DeviceTensor,
@@ -351,19 +339,6 @@ impl GpuReference {
 
     /// As [`GpuReference::compute`], stored under `mask` from the start (the plain values never
     /// reach device memory).
-    pub fn compute_masked(
-        &self,
-        gpu: &Gpu,
-        q: &DeviceTensor,
-        k: &DeviceTensor,
-        v: &DeviceTensor,
-        params: &Params,
-        mask: RowMask,
-    ) -> Result<ReferenceOutput> {
-        self.compute_with(gpu, q, k, v, params, None, mask)
-    }
-
-    /// The reference of a dense or varlen batch, stored under `mask`.
     #[allow(clippy::too_many_arguments)] // the tensors, the problem, the batch and the storage
     pub fn compute_with(
         &self,

@@ -145,9 +145,9 @@ fn a_masked_reference_verifies_alike_and_a_copy_of_it_is_noise() {
     );
     let reference = GpuReference::new(&gpu, dtype, d).unwrap();
     let rows = 2 * 4 * 200;
-    let plain = reference.compute(&gpu, &q, &k, &v, &params).unwrap();
+    let plain = reference.compute(&gpu, &q, &k, &v, &params, None).unwrap();
     let masked = reference
-        .compute_masked(&gpu, &q, &k, &v, &params, RowMask::secret(rows, 1234))
+        .compute_with(&gpu, &q, &k, &v, &params, None, RowMask::secret(rows, 1234))
         .unwrap();
     assert!(masked.is_masked() && !plain.is_masked());
     assert_eq!(

@@ -471,7 +471,7 @@ fn check_varlen_with(name: &str, overrides: &Config) -> Vec<String> {
                         gpu.synchronize().map_err(e)?;
                         outs.push(gpu.download(&o).map_err(e)?);
                     }
-                    let reference = gpu_reference.compute_batch(&gpu, &q, &k, &v, &params, Some(&offsets)).map_err(e)?;
+                    let reference = gpu_reference.compute(&gpu, &q, &k, &v, &params, Some(&offsets)).map_err(e)?;
                     let reference = reference.download(&gpu).map_err(e)?;
                     let second = outs.pop().unwrap();
                     Ok((outs.pop().unwrap(), second, reference))

@@ -242,7 +242,7 @@ pub(crate) fn check_one(
     let verdict = problem.compare(&output, &exact, &tol);
 
     // The GPU reference: its own error on the f64 rows first, then every element of the output.
-    let gpu_ref = gpu_reference.compute_batch(gpu, &q, &k, &v, &params, offsets.as_ref())?;
+    let gpu_ref = gpu_reference.compute(gpu, &q, &k, &v, &params, offsets.as_ref())?;
     let reference_vs_f64 = reference_error(&gpu_ref.download(gpu)?, &exact, problem);
     let atol = whole_output_atol(reference_vs_f64, &tol, || {
         format!("{problem} ({distribution}, seed {seed}, scale {scale:.4})")

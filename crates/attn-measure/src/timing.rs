@@ -393,7 +393,7 @@ impl OutputVerifier {
         // Set 0's inputs again on the host: they are drawn from their seed alone.
         let inputs = problem.generate(Distribution::Normal, sets.seed);
         let exact = problem.oracle(&inputs, &problem.params, sets.seed)?;
-        let gpu_ref = reference.compute_batch(
+        let gpu_ref = reference.compute(
             gpu,
             &sets.q[0],
             &sets.k[0],
