@@ -168,11 +168,13 @@ fn labelled(name: &str, overrides: &Config) -> String {
     }
 }
 
-fn check_implementation(name: &str) {
-    let mut failures = Vec::new();
-    for overrides in schedules(name) {
-        failures.extend(check_implementation_with(name, &overrides));
-    }
+/// Runs `matrix` (returning its failures) for `name` with each of its [`schedules`]; fails
+/// listing every failing case.
+fn check_every_schedule(name: &str, matrix: fn(&str, &Config) -> Vec<String>) {
+    let failures: Vec<String> = schedules(name)
+        .iter()
+        .flat_map(|overrides| matrix(name, overrides))
+        .collect();
     assert!(
         failures.is_empty(),
         "{} cases failed:\n{}",
@@ -231,7 +233,7 @@ fn check_implementation_with(name: &str, overrides: &Config) -> Vec<String> {
 fn naive_matches_the_oracle() {
     // One GPU test at a time on the device (tests of other executables too).
     let _device = attn_kernels::device_lock(0);
-    check_implementation("naive");
+    check_every_schedule("naive", check_implementation_with);
 }
 
 #[test]
@@ -239,7 +241,7 @@ fn naive_matches_the_oracle() {
 fn tiled_matches_the_oracle() {
     // One GPU test at a time on the device (tests of other executables too).
     let _device = attn_kernels::device_lock(0);
-    check_implementation("tiled");
+    check_every_schedule("tiled", check_implementation_with);
 }
 
 #[test]
@@ -247,7 +249,7 @@ fn tiled_matches_the_oracle() {
 fn mma_matches_the_oracle() {
     // One GPU test at a time on the device (tests of other executables too).
     let _device = attn_kernels::device_lock(0);
-    check_implementation("mma");
+    check_every_schedule("mma", check_implementation_with);
 }
 
 #[test]
@@ -255,7 +257,7 @@ fn mma_matches_the_oracle() {
 fn hopper_matches_the_oracle() {
     // One GPU test at a time on the device (tests of other executables too).
     let _device = attn_kernels::device_lock(0);
-    check_implementation("hopper");
+    check_every_schedule("hopper", check_implementation_with);
 }
 
 #[test]
@@ -263,7 +265,7 @@ fn hopper_matches_the_oracle() {
 fn cublas_matches_the_oracle() {
     // One GPU test at a time on the device (tests of other executables too).
     let _device = attn_kernels::device_lock(0);
-    check_implementation("cublas");
+    check_every_schedule("cublas", check_implementation_with);
 }
 
 #[test]
@@ -271,7 +273,7 @@ fn cublas_matches_the_oracle() {
 fn hybrid_qk_matches_the_oracle() {
     // One GPU test at a time on the device (tests of other executables too).
     let _device = attn_kernels::device_lock(0);
-    check_implementation("hybrid-qk");
+    check_every_schedule("hybrid-qk", check_implementation_with);
 }
 
 #[test]
@@ -279,7 +281,7 @@ fn hybrid_qk_matches_the_oracle() {
 fn hybrid_pv_matches_the_oracle() {
     // One GPU test at a time on the device (tests of other executables too).
     let _device = attn_kernels::device_lock(0);
-    check_implementation("hybrid-pv");
+    check_every_schedule("hybrid-pv", check_implementation_with);
 }
 
 /// The variants' matrix for `head_dim`: grouped and multi-query heads, sliding windows (one-sided,
@@ -315,21 +317,8 @@ fn variant_matrix(head_dim: usize) -> Vec<(String, bool, &'static str)> {
     cases
 }
 
-/// Runs `name` over [`variant_matrix`] in both dtypes and its head dims, with each of its
-/// [`schedules`]; fails listing every failing case.
-fn check_variants(name: &str) {
-    let mut failures = Vec::new();
-    for overrides in schedules(name) {
-        failures.extend(check_variants_with(name, &overrides));
-    }
-    assert!(
-        failures.is_empty(),
-        "{} variant cases failed:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
-}
-
+/// `name` with `overrides` over [`variant_matrix`] in both dtypes and its head dims; returns the
+/// failures.
 fn check_variants_with(name: &str, overrides: &Config) -> Vec<String> {
     let gpu = Gpu::open(0).expect("a CUDA GPU");
     let seed = base_seed();
@@ -405,22 +394,9 @@ fn varlen_matrix() -> Vec<VarlenCase> {
     cases
 }
 
-/// Runs `name` over [`varlen_matrix`] with each of its [`schedules`]: the packed output, launched
-/// twice (bitwise equal), against each sequence's f64 oracle; and the GPU reference (the gate's)
-/// against the same oracle.
-fn check_varlen(name: &str) {
-    let mut failures = Vec::new();
-    for overrides in schedules(name) {
-        failures.extend(check_varlen_with(name, &overrides));
-    }
-    assert!(
-        failures.is_empty(),
-        "{} varlen cases failed:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
-}
-
+/// `name` with `overrides` over [`varlen_matrix`]: the packed output, launched twice (bitwise
+/// equal), against each sequence's f64 oracle; and the GPU reference (the gate's) against the same
+/// oracle. Returns the failures.
 fn check_varlen_with(name: &str, overrides: &Config) -> Vec<String> {
     use attn_oracle::{compare_varlen, generate_varlen, Varlen};
     let gpu = Gpu::open(0).expect("a CUDA GPU");
@@ -524,25 +500,25 @@ fn check_varlen_with(name: &str, overrides: &Config) -> Vec<String> {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn naive_varlen_matches_the_oracle() {
-    check_varlen("naive");
+    check_every_schedule("naive", check_varlen_with);
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn tiled_varlen_matches_the_oracle() {
-    check_varlen("tiled");
+    check_every_schedule("tiled", check_varlen_with);
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn mma_varlen_matches_the_oracle() {
-    check_varlen("mma");
+    check_every_schedule("mma", check_varlen_with);
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU (Hopper, sm_90)"]
 fn hopper_varlen_matches_the_oracle() {
-    check_varlen("hopper");
+    check_every_schedule("hopper", check_varlen_with);
 }
 
 /// hopper's persistent scheduler keeps its work counter in device memory and resets it itself: one
@@ -629,25 +605,25 @@ fn hopper_persistent_relaunches_and_graph_replays_write_every_row() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn naive_variants_match_the_oracle() {
-    check_variants("naive");
+    check_every_schedule("naive", check_variants_with);
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn tiled_variants_match_the_oracle() {
-    check_variants("tiled");
+    check_every_schedule("tiled", check_variants_with);
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn mma_variants_match_the_oracle() {
-    check_variants("mma");
+    check_every_schedule("mma", check_variants_with);
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU (Hopper, sm_90)"]
 fn hopper_variants_match_the_oracle() {
-    check_variants("hopper");
+    check_every_schedule("hopper", check_variants_with);
 }
 
 #[test]
