@@ -1,0 +1,279 @@
+//! The worker protocol: the parent runs `xtask evo-worker JOB` (hidden; `JOB` a [`WorkerJob`] as
+//! JSON) per candidate, supervised by [`crate::supervise`] (own process group, timeout, killed
+//! with its group); the worker measures one candidate (or the baseline) with [`Worker`] and
+//! prints one [`Measurement`] as a JSON line. Any failure becomes an invalid measurement.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use attn_evidence::{SearchSpec, ShapeSpec};
+use attn_evo::{Knobs, Measurement};
+use attn_kernels::{Candidate, Config, Gpu, GpuReference, Prepared, TimingMode, TimingOptions};
+use serde::{Deserialize, Serialize};
+
+use super::target::{candidate, implementation_and_config};
+use super::WorkerOptions;
+use crate::sdpa::Backend;
+use crate::supervise::{classify_failure, exit_with_parent, run_json_worker};
+use crate::timing::{KernelSide, SdpaSide, TimedSide};
+use crate::{check, Baseline, Problem, Result};
+
+/// A candidate measured: its samples, or why it has none (a wrong result).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Measured {
+    /// Timed samples, µs; `Err` says why the candidate was not timed.
+    pub samples_us: std::result::Result<Vec<f64>, String>,
+    /// Seconds to prepare (compile or cache hit, load).
+    pub prepare_s: Option<f64>,
+}
+
+/// One problem on one GPU, timed as a search times (graph mode, `warmup` then `samples`).
+pub struct Worker {
+    gpu: Gpu,
+    problem: Problem,
+    timing: TimingOptions,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("problem", &self.problem)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Worker {
+    /// Validates the problem and opens GPU `device`.
+    pub fn open(shape: ShapeSpec, device: usize, warmup: usize, samples: usize) -> Result<Worker> {
+        let problem = Problem::new(shape)?;
+        let timing = TimingOptions {
+            warmup,
+            samples,
+            mode: TimingMode::Graph,
+            ..TimingOptions::default()
+        };
+        let gpu = Gpu::open(device)?;
+        Ok(Worker {
+            gpu,
+            problem,
+            timing,
+        })
+    }
+
+    fn prepare(&self, candidate: &Candidate) -> Result<Prepared> {
+        let (dtype, head_dim) = (self.problem.dtype, self.problem.shape.head_dim);
+        Ok(Prepared::new(&self.gpu, candidate, dtype, head_dim)?)
+    }
+
+    /// The baseline `name` (sdpa with `sdpa_backend`, cublas, or a registered implementation):
+    /// its samples, µs.
+    pub fn baseline(&self, name: &str, sdpa_backend: Backend, seed: u64) -> Result<Vec<f64>> {
+        let (baseline, _) = Baseline::from_name(name, sdpa_backend)?;
+        let (gpu, problem) = (&self.gpu, &self.problem);
+        let timings = match &baseline {
+            Baseline::Sdpa { sdpa, backend } => {
+                SdpaSide::new(gpu, sdpa, *backend, problem, seed).block(&self.timing)?
+            }
+            Baseline::Registered(candidate) => {
+                let prepared =
+                    self.prepare(&candidate.for_problem(&problem.shape, &problem.params))?;
+                KernelSide::new(gpu, &prepared, problem, seed)?.block(&self.timing)?
+            }
+        };
+        Ok(timings.samples_us)
+    }
+
+    /// `candidate` checked on `checks` fresh inputs against the GPU reference, then timed; a
+    /// wrong result is a measurement (`Err` samples), not an error.
+    pub fn candidate(&self, candidate: &Candidate, seed: u64, checks: usize) -> Result<Measured> {
+        let started = Instant::now();
+        let prepared = self.prepare(candidate)?;
+        let prepare_s = Some(started.elapsed().as_secs_f64());
+        let (gpu, problem) = (&self.gpu, &self.problem);
+        let reference = GpuReference::new(gpu, problem.dtype, problem.shape.head_dim)?;
+        let runs = check::run_checks(gpu, &prepared, &reference, problem, seed, checks, None)?;
+        if let Some(reason) = check::first_failure(&runs) {
+            let samples_us = Err(format!("wrong result ({reason})"));
+            return Ok(Measured {
+                samples_us,
+                prepare_s,
+            });
+        }
+        let mut side = KernelSide::new(gpu, &prepared, problem, seed ^ 0x5eed)?;
+        let samples_us = Ok(side.block(&self.timing)?.samples_us);
+        Ok(Measured {
+            samples_us,
+            prepare_s,
+        })
+    }
+}
+
+/// What one worker process is asked to do: one candidate (or the baseline) on one shape and GPU,
+/// handed over as JSON on its command line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerJob {
+    /// The problem.
+    pub shape: ShapeSpec,
+    /// The GPU's CUDA ordinal.
+    pub device: usize,
+    /// Seed of the inputs.
+    pub seed: u64,
+    /// Timed samples, untimed launches first, and fresh inputs checked before timing.
+    pub samples: usize,
+    /// Untimed launches first.
+    pub warmup: usize,
+    /// Fresh inputs the candidate must pass before it is timed.
+    pub checks: usize,
+    /// SDPA backend of an `sdpa` baseline.
+    pub sdpa_backend: Backend,
+    /// Test mode without a GPU: a synthetic time computed from the knobs.
+    pub synthetic: bool,
+    /// The baseline or the candidate.
+    pub task: Task,
+}
+
+/// The side a worker measures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Task {
+    /// Time this baseline (sdpa, cublas, or a registered implementation).
+    Baseline {
+        /// Its name.
+        name: String,
+    },
+    /// Check and time a candidate: a registered implementation or a source file.
+    Candidate {
+        /// The registered implementation.
+        implementation: Option<String>,
+        /// Or a kernel file and its entry point.
+        src: Option<PathBuf>,
+        /// The entry point of `src`.
+        entry: Option<String>,
+        /// The knobs (and fixed defines of a source file), `K=V,K=V`.
+        config: String,
+    },
+}
+
+/// What a worker is asked to do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Job {
+    /// The search's baseline.
+    Baseline,
+    /// A config of the search.
+    Candidate(Knobs),
+}
+
+/// Everything the workers of a search share: this program (which runs `evo-worker`), the search
+/// and how candidates are measured.
+#[derive(Debug)]
+pub struct Workers<'a> {
+    /// The program whose hidden `evo-worker` command serves a [`WorkerJob`].
+    pub program: &'a Path,
+    /// The search.
+    pub spec: &'a SearchSpec,
+    /// How candidates are measured.
+    pub options: &'a WorkerOptions,
+}
+
+impl Workers<'_> {
+    /// Runs one worker on GPU `device` within `timeout`: its measurement, or why there is none.
+    pub fn run(&self, job: &Job, device: usize, seed: u64, timeout: Duration) -> Measurement {
+        let (spec, options) = (self.spec, self.options);
+        let task = match job {
+            Job::Baseline => Task::Baseline {
+                name: spec.baseline.clone(),
+            },
+            Job::Candidate(knobs) => {
+                let (name, config) = implementation_and_config(spec, knobs);
+                Task::Candidate {
+                    implementation: name.map(str::to_string),
+                    src: name.is_none().then(|| spec.src.clone()).flatten(),
+                    entry: spec.entry.clone(),
+                    config: config.to_string(),
+                }
+            }
+        };
+        let job = WorkerJob {
+            shape: spec.shape.clone(),
+            device,
+            seed,
+            samples: options.samples,
+            warmup: options.warmup,
+            checks: options.checks,
+            sdpa_backend: options.sdpa_backend,
+            synthetic: options.synthetic,
+            task,
+        };
+        self.supervise(&job, timeout)
+            .unwrap_or_else(|err| Measurement::invalid(err.to_string()))
+    }
+
+    /// Runs `program evo-worker JOB` supervised: its measurement, or how it died as an invalid
+    /// one.
+    fn supervise(&self, job: &WorkerJob, timeout: Duration) -> Result<Measurement> {
+        let mut command = Command::new(self.program);
+        let json =
+            serde_json::to_string(job).map_err(|e| crate::MeasureError::Invalid(e.to_string()))?;
+        command.args(["evo-worker", &json]);
+        Ok(run_json_worker(command, timeout)?.unwrap_or_else(Measurement::invalid))
+    }
+}
+
+/// Serves the hidden `evo-worker JOB`: prints one JSON line, exits without tearing down CUDA (a
+/// context hit by a fault may not survive its destructors).
+pub fn serve(job: &str) -> Result<()> {
+    exit_with_parent();
+    let measured = serde_json::from_str::<WorkerJob>(job)
+        .map_err(|e| crate::MeasureError::Invalid(format!("the worker's job: {e}")))
+        .and_then(|job| job.evaluate())
+        .unwrap_or_else(|err| Measurement::invalid(classify_failure(&err.to_string(), "error")));
+    let line = serde_json::to_string(&measured)
+        .map_err(|e| crate::MeasureError::Invalid(e.to_string()))?;
+    let mut stdout = std::io::stdout().lock();
+    let io = |source| crate::MeasureError::Io {
+        what: "writing the measurement".into(),
+        source,
+    };
+    writeln!(stdout, "{line}").map_err(io)?;
+    stdout.flush().map_err(io)?;
+    std::process::exit(0);
+}
+
+impl WorkerJob {
+    /// Measures the job in this process.
+    fn evaluate(&self) -> Result<Measurement> {
+        if self.synthetic {
+            let (baseline, config) = match &self.task {
+                Task::Baseline { .. } => (true, ""),
+                Task::Candidate { config, .. } => (false, config.as_str()),
+            };
+            let knobs: Config = config.parse().unwrap_or_default();
+            let (seed, samples) = (self.seed, self.samples);
+            return Ok(attn_evo::synthetic_measurement(
+                &knobs.0, baseline, seed, samples,
+            ));
+        }
+        let worker = Worker::open(self.shape.clone(), self.device, self.warmup, self.samples)?;
+        match &self.task {
+            Task::Baseline { name } => {
+                let samples_us = worker.baseline(name, self.sdpa_backend, self.seed)?;
+                Ok(Measurement::ok(samples_us, None))
+            }
+            Task::Candidate {
+                implementation,
+                src,
+                entry,
+                config,
+            } => {
+                let bad = |e| crate::MeasureError::Invalid(format!("--config: {e}"));
+                let config = config.parse().map_err(bad)?;
+                let (name, entry) = (implementation.as_deref(), entry.as_deref());
+                let candidate = candidate(name, src.as_deref(), entry, config)?;
+                let m = worker.candidate(&candidate, self.seed, self.checks)?;
+                Ok(Measurement::from_result(m.samples_us, m.prepare_s))
+            }
+        }
+    }
+}
