@@ -15,6 +15,53 @@ use super::target::{candidate, implementation_and_config};
 use super::{Event, Report, SearchRequest};
 use crate::Result;
 
+/// The finalists of a finished search (its log's `rows`) profiled one by one, ranked, written to
+/// `finalists.json` and shown.
+pub fn profile(
+    request: &SearchRequest,
+    run: &SearchRun,
+    rows: &[EvoCandidate],
+    provenance: Option<Provenance>,
+    report: Report<'_>,
+) -> Result<EvoFinalists> {
+    let composite = attn_evo::Composite {
+        finalists: request.finalists,
+        syncs_per_tile: request.syncs_per_tile,
+        weights: attn_ncu::FitnessWeights::default(),
+    };
+    let (spec, ncu, program) = (&run.spec, &request.ncu, &request.program);
+    let count = attn_evo::finalists(rows, request.finalists).len();
+    report(Event::Line(format!(
+        "profiling {count} finalists with {}",
+        ncu.display()
+    )));
+    let mut done = 0;
+    let profile = |implementation: Option<&str>, knobs: &Knobs| {
+        done += 1;
+        let mut config = attn_evo::knobs_to_strings(knobs);
+        config.insert(
+            IMPL_KNOB.into(),
+            implementation.unwrap_or(&spec.target).into(),
+        );
+        let described = attn_evo::describe_config(&config);
+        report(Event::Line(format!("  {done}/{count} {described}")));
+        profile_finalist(spec, implementation, knobs, ncu, program, FINALIST_TIMEOUT)
+            .map_err(|e| e.to_string())
+    };
+    let (name, profiling) = (run.name(), finalist_profiling());
+    let ranked = attn_evo::rank_finalists(
+        spec, &name, rows, &composite, profiling, provenance, profile,
+    );
+    let path = run.dir.join("finalists.json");
+    ranked.write(&path)?;
+    let table = attn_evo::finalists_table(&ranked);
+    report(Event::Line(
+        table.strip_suffix('\n').unwrap_or(&table).to_string(),
+    ));
+    report(Event::Line(format!("finalists: {}", path.display())));
+    Ok(ranked)
+}
+
 /// Launches of a search finalist that ncu profiles (after one warm-up launch).
 pub const FINALIST_LAUNCHES: u32 = 3;
 
@@ -71,51 +118,4 @@ pub fn profile_finalist(
         kernel.metrics.retain(|name, _| asked.contains(name));
     }
     Ok(kernels)
-}
-
-/// The finalists of a finished search (its log's `rows`) profiled one by one, ranked, written to
-/// `finalists.json` and shown.
-pub fn profile(
-    request: &SearchRequest,
-    run: &SearchRun,
-    rows: &[EvoCandidate],
-    provenance: Option<Provenance>,
-    report: Report<'_>,
-) -> Result<EvoFinalists> {
-    let composite = attn_evo::Composite {
-        finalists: request.finalists,
-        syncs_per_tile: request.syncs_per_tile,
-        weights: attn_ncu::FitnessWeights::default(),
-    };
-    let (spec, ncu, program) = (&run.spec, &request.ncu, &request.program);
-    let count = attn_evo::finalists(rows, request.finalists).len();
-    report(Event::Line(format!(
-        "profiling {count} finalists with {}",
-        ncu.display()
-    )));
-    let mut done = 0;
-    let profile = |implementation: Option<&str>, knobs: &Knobs| {
-        done += 1;
-        let mut config = attn_evo::knobs_to_strings(knobs);
-        config.insert(
-            IMPL_KNOB.into(),
-            implementation.unwrap_or(&spec.target).into(),
-        );
-        let described = attn_evo::describe_config(&config);
-        report(Event::Line(format!("  {done}/{count} {described}")));
-        profile_finalist(spec, implementation, knobs, ncu, program, FINALIST_TIMEOUT)
-            .map_err(|e| e.to_string())
-    };
-    let (name, profiling) = (run.name(), finalist_profiling());
-    let ranked = attn_evo::rank_finalists(
-        spec, &name, rows, &composite, profiling, provenance, profile,
-    );
-    let path = run.dir.join("finalists.json");
-    ranked.write(&path)?;
-    let table = attn_evo::finalists_table(&ranked);
-    report(Event::Line(
-        table.strip_suffix('\n').unwrap_or(&table).to_string(),
-    ));
-    report(Event::Line(format!("finalists: {}", path.display())));
-    Ok(ranked)
 }

@@ -1,13 +1,13 @@
 //! A search (`cargo xtask evo`) as a library session, read top to bottom by [`SearchSession`]:
-//! the caller's typed [`SearchRequest`] becomes a run ([`target`]: a new search's spec, or the one
-//! resumed; its space with the registry's constraints and generation 0's seeds), the GPUs of one
-//! model ([`devices`]), the baseline and every candidate measured by a worker process each
-//! ([`worker`]: both sides of the protocol, a timeout per candidate, any failure an invalid
-//! candidate) while [`devices::Precompile`] compiles the generation, driven by attn-evo; then the
-//! summary, with `--fitness composite` the finalists profiled with Nsight Compute
-//! ([`finalists`]), and `best.json`. What the caller shows comes back as [`Event`]s.
+//! the caller's typed [`SearchRequest`] becomes a run ([`target`]: a new search's spec from the
+//! registry, or the one resumed), the GPUs of the first one's model ([`same_model_devices`]), the
+//! run's space with the registry's constraints and generation 0's seeds ([`target::start`]); the
+//! baseline once per GPU and every candidate measured by a worker process each ([`worker`]: both
+//! sides of the protocol, a timeout per candidate, any failure an invalid candidate) while
+//! [`Precompile`] compiles the generation, driven by attn-evo; then the summary, with
+//! [`Fitness::Composite`] the finalists profiled with Nsight Compute ([`finalists`]), and
+//! `best.json`. What the caller shows comes back as [`Event`]s.
 
-pub mod devices;
 pub mod finalists;
 pub mod target;
 pub mod worker;
@@ -17,17 +17,16 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use attn_evidence::{EvoBest, EvoCandidate, ShapeSpec};
-use attn_evo::{Knobs, Measurement, Options, Search, SearchRun};
+use attn_evo::{Search, SearchRun};
 use attn_kernels::registry::Limits;
 use attn_kernels::Gpu;
 use serde::{Deserialize, Serialize};
 
-pub use devices::{same_model_devices, Device, Precompile};
 pub use target::{
     candidate, default_knobs, implementation_and_config, implementation_knobs, registry_constraint,
     searchable_knobs,
 };
-pub use worker::{Measured, Worker, WorkerJob};
+pub use worker::{Measured, Precompile, Worker, WorkerJob};
 
 use crate::sdpa::Backend;
 use crate::{MeasureError, Result};
@@ -170,6 +169,53 @@ pub enum Event<'e> {
 /// Where a search's [`Event`]s go.
 pub type Report<'r> = &'r (dyn Fn(Event<'_>) + Sync);
 
+/// A GPU a search measures on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Device {
+    /// Its CUDA ordinal.
+    pub ordinal: usize,
+    /// Its model.
+    pub name: String,
+}
+
+impl std::fmt::Display for Device {
+    /// `ordinal model`, e.g. `0 NVIDIA H100 80GB HBM3`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.ordinal, self.name)
+    }
+}
+
+impl Device {
+    /// The stand-in of a synthetic search (tests without a GPU).
+    pub fn synthetic() -> Device {
+        let name = "synthetic".into();
+        Device { ordinal: 0, name }
+    }
+}
+
+/// The visible GPUs of the same model as the first (timings are only compared within a model),
+/// and those left out for being another model.
+pub fn same_model_devices() -> Result<(Vec<Device>, Vec<Device>)> {
+    let model = Gpu::open(0)?.info().name.clone();
+    let mut found = vec![Device {
+        ordinal: 0,
+        name: model.clone(),
+    }];
+    let mut other = vec![];
+    for ordinal in 1..64 {
+        let Ok(gpu) = Gpu::open(ordinal) else { break };
+        let name = gpu.info().name.clone();
+        let same = name == model;
+        let device = Device { ordinal, name };
+        if same {
+            found.push(device);
+        } else {
+            other.push(device);
+        }
+    }
+    Ok((found, other))
+}
+
 /// A search opened on its GPUs: the run, the search state and its log.
 pub struct SearchSession<'r> {
     request: &'r SearchRequest,
@@ -211,11 +257,8 @@ impl<'r> SearchSession<'r> {
             }
             (devices, Some(Gpu::open(0)?))
         };
-        let spec = &run.spec;
-        let space = target::space(spec, gpu.as_ref().map_or(Limits::H100, Gpu::limits))?;
-        let options = Options::for_spec(spec, request.budget);
-        let seeds = target::seeds(request, spec, &space, report)?;
-        let (search, log, resumed) = run.start(Search::new(space, options, seeds)?)?;
+        let limits = gpu.as_ref().map_or(Limits::H100, Gpu::limits);
+        let (search, log, resumed) = target::start(request, &run, limits, report)?;
         if let Some(rows) = resumed {
             let dir = run.dir.display();
             report(Event::Line(format!(
@@ -265,7 +308,7 @@ impl<'r> SearchSession<'r> {
 
         let remaining = request.budget.saturating_sub(self.search.evaluated());
         report(Event::Start(remaining as u64));
-        let measure = Measure {
+        let measure = worker::Measure {
             workers: &workers,
             gpu: self.gpu.as_ref(),
             report,
@@ -339,43 +382,5 @@ impl<'r> SearchSession<'r> {
         best.write(&path)?;
         report(Event::Line(attn_evo::best_lines(&best, &path)));
         Ok(Some(best))
-    }
-}
-
-/// Candidates measured by worker processes while the generation compiles on CPU threads.
-struct Measure<'a> {
-    workers: &'a worker::Workers<'a>,
-    gpu: Option<&'a Gpu>,
-    report: Report<'a>,
-}
-
-impl attn_evo::Measurer for Measure<'_> {
-    type Generation = Option<Precompile>;
-
-    fn begin(&self, generation: &attn_evo::Generation) -> Option<Precompile> {
-        (self.report)(Event::Generation(generation.number));
-        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-        let (spec, candidates) = (&self.workers.spec, &generation.candidates);
-        self.gpu
-            .map(|gpu| Precompile::start(spec, gpu, candidates, threads))
-    }
-
-    fn ready(&self, precompile: &Option<Precompile>, index: usize) -> Option<f64> {
-        precompile.as_ref().and_then(|p| p.wait(index))
-    }
-
-    fn measure(&self, knobs: &Knobs, device: usize) -> Measurement {
-        // Inputs seeded by the config, not its position: a resumed run measures the same
-        // candidate on the same inputs.
-        let seed = attn_evo::config_seed(self.workers.spec.seed, knobs);
-        let timeout = self.workers.options.timeout;
-        let job = worker::Job::Candidate(knobs.clone());
-        self.workers.run(&job, device, seed, timeout)
-    }
-
-    fn end(&self, precompile: Option<Precompile>) {
-        if let Some(precompile) = precompile {
-            precompile.join();
-        }
     }
 }

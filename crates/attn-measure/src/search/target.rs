@@ -1,104 +1,21 @@
-//! What a search config is: the target's knobs from the registry (domains, constraints,
-//! defaults), the spec a new search's request becomes, its space and generation 0's seeds, and
-//! the candidate (implementation and defines) each config runs.
+//! What is searched: the run (a new search's spec, its knobs from the registry narrowed to those
+//! declared, or the one resumed), then, once the GPUs are known, its space with the registry's
+//! constraints (or the `--src` geometry), generation 0's seeds and its log; below them the
+//! registry's answers for a search and the candidate (implementation and defines) a config runs.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use attn_evidence::{read_evo_log, MicroBest, MicroTarget, SearchSpec, ShapeSpec, IMPL_KNOB};
-use attn_evo::{Branch, KnobDomain, Knobs, SearchRun, Space};
+use attn_evidence::{
+    read_evo_log, EvoLogAppender, MicroBest, MicroTarget, SearchSpec, ShapeSpec, IMPL_KNOB,
+};
+use attn_evo::{Branch, KnobDomain, Knobs, Options, Search, SearchRun, Space};
 use attn_kernels::registry::{self, Limits};
 use attn_kernels::{Candidate, Config};
 
 use super::{Event, NewSearch, Report, RunRequest, SearchRequest, Target};
 use crate::provenance::fresh_seed;
 use crate::{MeasureError, Problem, Result};
-
-/// The candidate a worker measures (and the precompile compiles): a registered implementation
-/// or a source file, with `config`.
-pub fn candidate(
-    implementation: Option<&str>,
-    src: Option<&Path>,
-    entry: Option<&str>,
-    config: Config,
-) -> Result<Candidate> {
-    Ok(match (implementation, src) {
-        (Some(name), _) => Candidate::registered(name, config)?,
-        (None, Some(src)) => Candidate::from_file(src, entry, config)?,
-        (None, None) => {
-            let why = "the worker needs --impl, --src or --baseline";
-            return Err(MeasureError::Invalid(why.into()));
-        }
-    })
-}
-
-/// What a search config runs: the registered implementation (the spec's, or in a search over
-/// several the one the config's [`IMPL_KNOB`] picks; `None` for a `--src` kernel) and its
-/// defines (the spec's fixed ones and the config's knobs).
-pub fn implementation_and_config<'s>(
-    spec: &'s SearchSpec,
-    knobs: &BTreeMap<String, i64>,
-) -> (Option<&'s str>, Config) {
-    let mut knobs = knobs.clone();
-    let chosen = knobs.remove(IMPL_KNOB).and_then(|i| {
-        let i = usize::try_from(i).ok()?;
-        spec.implementations.get(i).map(|imp| imp.name.as_str())
-    });
-    let implementation = chosen.or(spec.implementation.as_deref());
-    (
-        implementation,
-        Config(spec.defines.clone()).merged(&Config(knobs)),
-    )
-}
-
-/// The knobs of registered implementation `name` at `head_dim`, with their domains: none for an
-/// implementation without knobs (`cublas`).
-pub fn implementation_knobs(
-    name: &str,
-    head_dim: usize,
-) -> Result<Vec<(&'static str, &'static [i64])>> {
-    let imp = registry::find(name)?;
-    imp.check_head_dim(head_dim)?;
-    Ok(imp.knobs.iter().map(|k| (k.name, k.domain)).collect())
-}
-
-/// The knobs of registered implementation `name` a search of it alone may tune at `head_dim`,
-/// with their domains (one without knobs is an error: there is nothing to search).
-pub fn searchable_knobs(
-    name: &str,
-    head_dim: usize,
-) -> Result<Vec<(&'static str, &'static [i64])>> {
-    let imp = registry::find(name)?;
-    if imp.knobs.is_empty() {
-        return Err(MeasureError::Invalid(format!(
-            "`{name}` has no knobs to search"
-        )));
-    }
-    implementation_knobs(name, head_dim)
-}
-
-/// The registry's constraints on `name`'s knobs at `head_dim` within `limits`, as a search
-/// space's validator.
-pub fn registry_constraint(
-    name: &str,
-    head_dim: usize,
-    limits: Limits,
-) -> Result<impl Fn(&BTreeMap<String, i64>) -> std::result::Result<(), String> + Send + Sync> {
-    let imp = registry::find(name)?;
-    Ok(move |knobs: &BTreeMap<String, i64>| {
-        imp.resolve(&Config(knobs.clone()), head_dim, &limits)
-            .map(|_| ())
-            .map_err(|e| e.to_string())
-    })
-}
-
-/// `name`'s default config for `shape`, tuned values included: a search's first seed.
-pub fn default_knobs(name: &str, shape: &ShapeSpec) -> Result<BTreeMap<String, i64>> {
-    let imp = registry::find(name)?;
-    let problem = Problem::new(shape.clone())?;
-    let tuned = imp.tuned_for(&problem.shape, &problem.params);
-    Ok(imp.default_config(shape.head_dim).merged(&tuned).0)
-}
 
 /// The run `request` names: the one resumed, or a new one in `<evidence>/evo/<run>`.
 pub fn open_run(request: &SearchRequest) -> Result<SearchRun> {
@@ -175,6 +92,21 @@ pub fn search_spec(new: &NewSearch) -> Result<SearchSpec> {
         }
     }
     Ok(spec)
+}
+
+/// The run's search started: its space (the registry's constraints within `limits`, GPU 0's),
+/// generation 0's seeds, and the log, resumed or new (with the number of rows resumed).
+pub fn start(
+    request: &SearchRequest,
+    run: &SearchRun,
+    limits: Limits,
+    report: Report<'_>,
+) -> Result<(Search, EvoLogAppender, Option<usize>)> {
+    let spec = &run.spec;
+    let space = space(spec, limits)?;
+    let options = Options::for_spec(spec, request.budget);
+    let seeds = seeds(request, spec, &space, report)?;
+    Ok(run.start(Search::new(space, options, seeds)?)?)
 }
 
 /// The search space of a spec: its knobs, validated like the registry (or the `--src` geometry).
@@ -266,6 +198,92 @@ pub fn seeds(
         attn_evo::seed_from_bests(&mut seeds, &dir, &spec.target, space, &fill);
     }
     Ok(seeds)
+}
+
+/// The candidate a worker measures (and the precompile compiles): a registered implementation
+/// or a source file, with `config`.
+pub fn candidate(
+    implementation: Option<&str>,
+    src: Option<&Path>,
+    entry: Option<&str>,
+    config: Config,
+) -> Result<Candidate> {
+    Ok(match (implementation, src) {
+        (Some(name), _) => Candidate::registered(name, config)?,
+        (None, Some(src)) => Candidate::from_file(src, entry, config)?,
+        (None, None) => {
+            let why = "the worker needs --impl, --src or --baseline";
+            return Err(MeasureError::Invalid(why.into()));
+        }
+    })
+}
+
+/// What a search config runs: the registered implementation (the spec's, or in a search over
+/// several the one the config's [`IMPL_KNOB`] picks; `None` for a `--src` kernel) and its
+/// defines (the spec's fixed ones and the config's knobs).
+pub fn implementation_and_config<'s>(
+    spec: &'s SearchSpec,
+    knobs: &BTreeMap<String, i64>,
+) -> (Option<&'s str>, Config) {
+    let mut knobs = knobs.clone();
+    let chosen = knobs.remove(IMPL_KNOB).and_then(|i| {
+        let i = usize::try_from(i).ok()?;
+        spec.implementations.get(i).map(|imp| imp.name.as_str())
+    });
+    let implementation = chosen.or(spec.implementation.as_deref());
+    (
+        implementation,
+        Config(spec.defines.clone()).merged(&Config(knobs)),
+    )
+}
+
+/// The knobs of registered implementation `name` at `head_dim`, with their domains: none for an
+/// implementation without knobs (`cublas`).
+pub fn implementation_knobs(
+    name: &str,
+    head_dim: usize,
+) -> Result<Vec<(&'static str, &'static [i64])>> {
+    let imp = registry::find(name)?;
+    imp.check_head_dim(head_dim)?;
+    Ok(imp.knobs.iter().map(|k| (k.name, k.domain)).collect())
+}
+
+/// The knobs of registered implementation `name` a search of it alone may tune at `head_dim`,
+/// with their domains (one without knobs is an error: there is nothing to search).
+pub fn searchable_knobs(
+    name: &str,
+    head_dim: usize,
+) -> Result<Vec<(&'static str, &'static [i64])>> {
+    let imp = registry::find(name)?;
+    if imp.knobs.is_empty() {
+        return Err(MeasureError::Invalid(format!(
+            "`{name}` has no knobs to search"
+        )));
+    }
+    implementation_knobs(name, head_dim)
+}
+
+/// The registry's constraints on `name`'s knobs at `head_dim` within `limits`, as a search
+/// space's validator.
+pub fn registry_constraint(
+    name: &str,
+    head_dim: usize,
+    limits: Limits,
+) -> Result<impl Fn(&BTreeMap<String, i64>) -> std::result::Result<(), String> + Send + Sync> {
+    let imp = registry::find(name)?;
+    Ok(move |knobs: &BTreeMap<String, i64>| {
+        imp.resolve(&Config(knobs.clone()), head_dim, &limits)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+}
+
+/// `name`'s default config for `shape`, tuned values included: a search's first seed.
+pub fn default_knobs(name: &str, shape: &ShapeSpec) -> Result<BTreeMap<String, i64>> {
+    let imp = registry::find(name)?;
+    let problem = Problem::new(shape.clone())?;
+    let tuned = imp.tuned_for(&problem.shape, &problem.params);
+    Ok(imp.default_config(shape.head_dim).merged(&tuned).0)
 }
 
 #[cfg(test)]
