@@ -384,3 +384,18 @@ impl<'r> SearchSession<'r> {
         Ok(Some(best))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fitness_is_read_once_from_its_name() {
+        assert_eq!("speedup".parse::<Fitness>().unwrap(), Fitness::Speedup);
+        assert_eq!("composite".parse::<Fitness>().unwrap(), Fitness::Composite);
+        let err = "fastest".parse::<Fitness>().unwrap_err().to_string();
+        assert!(err.contains("speedup, composite"), "{err}");
+        let json = serde_json::to_string(&Fitness::Composite).unwrap();
+        assert_eq!(json, r#""composite""#);
+    }
+}

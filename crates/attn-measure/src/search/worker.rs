@@ -409,3 +409,43 @@ pub struct Measured {
     /// Seconds to prepare (compile or cache hit, load).
     pub prepare_s: Option<f64>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_crosses_to_the_worker_as_json_and_a_synthetic_one_measures_without_a_gpu() {
+        let job = WorkerJob {
+            shape: "2,8,1024,64".parse().unwrap(),
+            device: 1,
+            seed: 7,
+            samples: 5,
+            warmup: 1,
+            checks: 1,
+            sdpa_backend: Backend::Flash,
+            synthetic: true,
+            task: Task::Candidate {
+                implementation: None,
+                src: None,
+                entry: None,
+                config: "A=2,B=4".into(),
+            },
+        };
+        let json = serde_json::to_string(&job).unwrap();
+        assert!(json.contains(r#""sdpa_backend":"flash""#), "{json}");
+        assert!(json.contains(r#""kind":"candidate""#), "{json}");
+        assert_eq!(serde_json::from_str::<WorkerJob>(&json).unwrap(), job);
+        let knobs = [("A".to_string(), 2), ("B".to_string(), 4)].into();
+        let expected = attn_evo::synthetic_measurement(&knobs, false, 7, 5);
+        assert_eq!(job.evaluate().unwrap(), expected);
+        let baseline = WorkerJob {
+            task: Task::Baseline {
+                name: "synthetic".into(),
+            },
+            ..job
+        };
+        let expected = attn_evo::synthetic_measurement(&BTreeMap::new(), true, 7, 5);
+        assert_eq!(baseline.evaluate().unwrap(), expected);
+    }
+}
