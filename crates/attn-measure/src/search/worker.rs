@@ -247,7 +247,7 @@ pub struct WorkerJob {
     pub device: usize,
     /// Seed of the inputs.
     pub seed: u64,
-    /// Timed samples, untimed launches first, and fresh inputs checked before timing.
+    /// Timed samples.
     pub samples: usize,
     /// Untimed launches first.
     pub warmup: usize,
