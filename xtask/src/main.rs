@@ -68,9 +68,10 @@ enum Command {
     /// clock64() micro-benchmark of tile configs; ranks them into evidence/micro/<target>/
     /// (--compare-evo RUN: how well the ranking predicted a search).
     Micro(micro::Args),
-    /// One search candidate in an isolated process (used by `evo`).
+    /// One search candidate in an isolated process (used by `evo`): an
+    /// `attn_measure::search::WorkerJob` (JSON).
     #[command(hide = true)]
-    EvoWorker(evo::WorkerArgs),
+    EvoWorker { job: String },
     /// Launch an `attn_measure::profile::Target` (JSON), exit: what ncu and compute-sanitizer run.
     #[command(hide = true)]
     Target { target: String },
@@ -87,7 +88,7 @@ impl Command {
             | Command::Ncu(_)
             | Command::Run(_)
             | Command::Evo(_)
-            | Command::EvoWorker(_)
+            | Command::EvoWorker { .. }
             | Command::Sanitize(_)
             | Command::Target { .. } => true,
             Command::Stats(_) | Command::Report(_) | Command::Test(_) | Command::Bundle(_) => false,
@@ -113,7 +114,9 @@ fn main() -> ExitCode {
         Command::Bundle(args) => bundle::run(args),
         Command::Evo(args) => evo::run(args),
         Command::Micro(args) => micro::run(args),
-        Command::EvoWorker(args) => evo::worker(args),
+        Command::EvoWorker { job } => attn_measure::search::worker::serve(&job)
+            .map(|()| 0)
+            .map_err(Into::into),
         Command::Sanitize(args) => sanitize::run(args),
         Command::Target { target } => attn_measure::profile::Target::from_json(&target)
             .and_then(|t| t.launch())

@@ -20,6 +20,9 @@ pub enum MeasureError {
     /// Nsight Compute could not be found or could not profile (its own one-line errors).
     #[error(transparent)]
     Ncu(#[from] attn_ncu::NcuError),
+    /// A search that cannot be set up, resumed or driven (attn-evo's own one-line errors).
+    #[error(transparent)]
+    Evo(#[from] attn_evo::EvoError),
     /// PyTorch SDPA could not be used or failed on a job.
     #[error("PyTorch SDPA: {0}")]
     Sdpa(String),

@@ -14,14 +14,14 @@
 //! - [`decide`]: the decision as one function of typed results; [`replay`] calls it unchanged.
 //! - [`gate`]: one case end to end; [`supervise`]: the watchdog that bounds a hang, and
 //!   supervised worker processes.
-//! - [`search`]: one search candidate (or the baseline) measured as a search worker does, a
-//!   generation's precompile, the GPUs a search runs on; [`micro`]: the `clock64()`
+//! - [`search`]: a search as a session (`SearchSession`: the typed request, the target, the GPUs,
+//!   the worker protocol and a generation's precompile, the finalists); [`micro`]: the `clock64()`
 //!   micro-benchmark; [`profile`]: what Nsight Compute and compute-sanitizer run (the
 //!   target-mode launch); [`sanitize`]: compute-sanitizer's command line and its report as typed
 //!   findings; [`provenance`]: where a measurement comes from.
 //!
-//! It depends on attn-kernels, attn-oracle, attn-stats, attn-evidence and attn-ncu, never on a command
-//! line parser: xtask turns arguments into these types and prints what comes back.
+//! It depends on attn-kernels, attn-oracle, attn-stats, attn-evidence, attn-ncu and attn-evo (the
+//! pure search whose candidates it measures), never on a command line parser: xtask turns arguments into these types and prints what comes back.
 
 pub mod baseline;
 pub mod battery;

@@ -1,0 +1,236 @@
+//! `cargo xtask evo`: an evolutionary search over a kernel's knobs that survives bad candidates.
+//!
+//! The arguments become an `attn_measure::search::SearchRequest`; `SearchSession` runs it (the
+//! search itself is `attn-evo`, each candidate measured in its own worker process, `xtask
+//! evo-worker`, hidden, with a timeout, one per visible GPU of the first one's model: a fault, a
+//! hang or a crash kills only that worker; the candidate is logged `invalid: ...` and the search
+//! goes on); this module prints what it reports, with a progress bar.
+//!
+//! Output: `<evidence>/evo/<run>/log.csv` (a row appended and flushed per candidate; `--resume`
+//! continues from it), `search.json` (what was searched, to resume with) and `best.json` (the
+//! winner, its evidence and the `cargo xtask gate` command that confirms it). With `--fitness
+//! composite` the fastest finalists are then profiled with ncu, each in its own process group
+//! with a timeout, ranked by attn-evo's composite (`finalists.json`), and the composite winner is
+//! `best.json`'s.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use attn_evo::KnobDomain;
+use attn_kernels::Config;
+use attn_measure::sdpa::Backend;
+use attn_measure::search::{
+    Event, Fitness, NewSearch, RunRequest, SearchRequest, SearchSession, Target, WorkerOptions,
+};
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// Arguments of `cargo xtask evo`.
+#[derive(Debug, clap::Args)]
+#[command(mut_arg("shape", |a| a.required(false).default_value("2,8,1024,64")))]
+pub struct Args {
+    /// Registered implementation to tune (default: tiled, unless --src); several, comma-separated
+    /// (`hopper,cublas,mma`), make the implementation a knob of the search, each one's knobs
+    /// beneath it.
+    #[arg(long = "impl")]
+    pub implementation: Option<String>,
+    /// Your own kernel file (kernels/README.md's ABI); declare its knobs with --knob.
+    #[arg(long, conflicts_with = "implementation")]
+    pub src: Option<PathBuf>,
+    /// Entry point of --src.
+    #[arg(long, requires = "src")]
+    pub entry: Option<String>,
+    /// Fixed defines for --src, `K=V` (repeatable).
+    #[arg(long = "define", requires = "src")]
+    pub defines: Vec<String>,
+    /// A knob and its values, `NAME=v1,v2,...` (repeatable): declares the knobs of --src, or
+    /// narrows the domains of the registered implementations that have it.
+    #[arg(long = "knob")]
+    pub knobs: Vec<String>,
+    /// The problem to tune for.
+    #[command(flatten)]
+    pub problem: crate::args::ShapeArgs,
+    /// What speedups are measured against: sdpa (falls back to cublas without PyTorch), cublas, or
+    /// a registered implementation with its default config (e.g. the one being tuned).
+    #[arg(long, default_value = "sdpa")]
+    pub baseline: String,
+    /// SDPA backend: default, flash, efficient, cudnn, math.
+    #[arg(long, default_value = "default")]
+    pub sdpa_backend: Backend,
+    /// Survivors per generation, and children bred per generation.
+    #[arg(long, default_value_t = 8)]
+    pub population: usize,
+    /// Generations at most.
+    #[arg(long, default_value_t = 8)]
+    pub generations: u32,
+    /// Candidates measured at most (a resumed run's earlier ones included).
+    #[arg(long, default_value_t = 48)]
+    pub budget: usize,
+    /// Seed of the search and of the inputs (default: a new one, recorded; a resume reuses the
+    /// run's own).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Seconds a candidate's worker may take (compile, checks and timing) before it is killed.
+    #[arg(long, default_value_t = 10.0)]
+    pub timeout: f64,
+    /// Timed samples per candidate.
+    #[arg(long, default_value_t = 50)]
+    pub samples: usize,
+    /// Untimed launches first.
+    #[arg(long, default_value_t = 10)]
+    pub warmup: usize,
+    /// Fresh random inputs a candidate must pass before it is timed.
+    #[arg(long, default_value_t = 3)]
+    pub checks: usize,
+    /// Bootstrap resamples for each candidate's speedup CI.
+    #[arg(long, default_value_t = 2000)]
+    pub resamples: usize,
+    /// Start from the ranking of `<evidence>/micro/<target>/log.csv` (hopper's for hopper, else
+    /// cp-async's; knobs matched by name, the others completed validly), and at the end say how
+    /// well it predicted this search.
+    #[arg(long)]
+    pub seed_from_micro: bool,
+    /// Start from the best configs of earlier searches of the same target in `<evidence>/evo/`.
+    #[arg(long)]
+    pub seed_from_evo: bool,
+    /// Continue the search logged in this folder (`<evidence>/evo/<run>`).
+    #[arg(long)]
+    pub resume: Option<PathBuf>,
+    /// Name of the run's folder (default: date, target and shape).
+    #[arg(long)]
+    pub run: Option<String>,
+    /// Evidence folder (the run goes to <DIR>/evo/<run>/).
+    #[arg(long, default_value = "evidence")]
+    pub evidence: PathBuf,
+    /// What picks the winner: `speedup`, or `composite`: the --finalists fastest are profiled
+    /// with Nsight Compute and ranked by 1000·speedup + 2·tensor% + SM busy% − penalties (syncs
+    /// per tile, registers over 168, spills); every term goes to finalists.json.
+    #[arg(long, default_value = "speedup")]
+    pub fitness: Fitness,
+    /// Finalists profiled by --fitness composite.
+    #[arg(long, default_value_t = 8)]
+    pub finalists: usize,
+    /// Barriers per K/V tile in the kernel's main loop (from its source), an input of the
+    /// composite fitness, as `xtask ncu` takes it.
+    #[arg(long, default_value_t = 1.0)]
+    pub syncs_per_tile: f64,
+    /// The ncu executable (--fitness composite).
+    #[arg(long, default_value = "ncu")]
+    pub ncu: PathBuf,
+    /// Test mode without a GPU: workers report a synthetic time computed from the knobs
+    /// (MODE=1 crashes like an illegal address, MODE=2 hangs).
+    #[arg(long, hide = true)]
+    pub synthetic: bool,
+}
+
+/// Runs `cargo xtask evo`; returns the exit code.
+pub fn run(args: Args) -> anyhow::Result<u8> {
+    if args.timeout <= 0.0 || args.samples < 2 || args.checks == 0 || args.budget == 0 {
+        bail!("--timeout must be positive, --samples at least 2, --checks and --budget at least 1");
+    }
+    let request = request(&args)?;
+    let bar = OnceLock::new();
+    let show = |event: Event<'_>| show(&bar, event);
+    match SearchSession::open(&request, &show)?.run()? {
+        Some(_) => Ok(0),
+        None => Ok(crate::EXIT_FAILED),
+    }
+}
+
+/// The search the arguments ask for.
+fn request(args: &Args) -> anyhow::Result<SearchRequest> {
+    let run = match &args.resume {
+        Some(dir) => RunRequest::Resume(dir.clone()),
+        None => RunRequest::New(Box::new(new_search(args)?)),
+    };
+    Ok(SearchRequest {
+        run,
+        evidence: args.evidence.clone(),
+        budget: args.budget,
+        workers: WorkerOptions {
+            samples: args.samples,
+            warmup: args.warmup,
+            checks: args.checks,
+            sdpa_backend: args.sdpa_backend,
+            timeout: Duration::from_secs_f64(args.timeout),
+            synthetic: args.synthetic,
+        },
+        resamples: args.resamples,
+        seed_from_micro: args.seed_from_micro,
+        seed_from_evo: args.seed_from_evo,
+        fitness: args.fitness,
+        finalists: args.finalists,
+        syncs_per_tile: args.syncs_per_tile,
+        ncu: args.ncu.clone(),
+        program: std::env::current_exe().context("finding this executable")?,
+        git: crate::provenance::git_revision(),
+    })
+}
+
+/// A new search: its target, declared knobs and problem.
+fn new_search(args: &Args) -> anyhow::Result<NewSearch> {
+    let shape = args.problem.spec()?;
+    let knobs = args
+        .knobs
+        .iter()
+        .map(|k| KnobDomain::parse(k).map(|d| (d.name, d.values)))
+        .collect::<Result<_, _>>()
+        .context("--knob")?;
+    let target = match (&args.implementation, &args.src) {
+        (None, _) if args.synthetic => Target::Synthetic,
+        (_, Some(src)) => Target::Source {
+            src: src.clone(),
+            entry: args.entry.clone(),
+            defines: (args.defines.join(",").parse::<Config>())
+                .map_err(|e| anyhow::anyhow!("--define: {e}"))?
+                .0,
+        },
+        (names, None) => {
+            let names = names.as_deref().unwrap_or("tiled").split(',');
+            Target::Implementations(names.map(|n| n.trim().to_string()).collect())
+        }
+    };
+    Ok(NewSearch {
+        target,
+        knobs,
+        shape,
+        baseline: args.baseline.clone(),
+        seed: args.seed,
+        population: args.population,
+        generations: args.generations,
+        name: args.run.clone(),
+    })
+}
+
+/// Shows one of the search's events: lines printed, candidates on a progress bar.
+fn show(bar: &OnceLock<ProgressBar>, event: Event<'_>) {
+    match event {
+        Event::Line(line) => println!("{line}"),
+        Event::Start(remaining) => {
+            let style = ProgressStyle::with_template("{bar:30} {pos}/{len} gen {prefix} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar());
+            let _ = bar.set(ProgressBar::new(remaining).with_style(style));
+        }
+        Event::Generation(number) => {
+            if let Some(bar) = bar.get() {
+                bar.set_prefix(number.to_string());
+            }
+        }
+        Event::Row(row, best) => {
+            let Some(bar) = bar.get() else { return };
+            bar.inc(1);
+            if !row.status.is_ok() {
+                bar.println(attn_evo::row_line(row));
+            }
+            if let Some((fitness, knobs)) = best {
+                bar.set_message(format!("best {fitness:.3}x {knobs}"));
+            }
+        }
+        Event::Measured => {
+            if let Some(bar) = bar.get() {
+                bar.finish();
+            }
+        }
+    }
+}
