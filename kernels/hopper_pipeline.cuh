@@ -1,14 +1,16 @@
 // hopper_pipeline.cuh — the per-tile steps of hopper's K/V pipeline, shared by `hopper.cu` and the
 // micro-benchmark of that pipeline, `micro_hopper.cu`, so that the micro times exactly the code the
-// kernel runs: the producer's Q and K/V copies into the mbarrier ring, the consumers' S = Q·Kᵀ
-// wgmma, online softmax, P packing, O rescale and P·V wgmma. The loops that chain them (hopper's
+// kernel runs: the barriers and their initialisation, the producer's Q and K/V copies into the
+// mbarrier ring, the ring's slot advance, and the consumers' accumulators, S = Q·Kᵀ wgmma, online
+// softmax, P packing, O rescale and P·V wgmma. The loops that chain them (hopper's
 // OVERLAP, PINGPONG and skipping, the micro's plain loop) stay in the kernels. hopper.cu's header
 // explains the layouts, descriptors, fragment layouts and barrier protocol these steps implement.
 //
 // How to include: after `attn_common.cuh` and `hopper_common.cuh`, INSIDE the kernel's namespace
 // (`namespace hopper_attn { ... #include "hopper_pipeline.cuh" ... }`), once the kernel has defined
-// its geometry there: D, PANELS, Q_TILE_BYTES, KV_TILE_BYTES, QK_K_STEPS, PV_K_STEPS, S_REGS and
-// S_CHUNKS (from HEAD_DIM, BLOCK_M, BLOCK_N), with BLOCK_M, BLOCK_N and STAGES defined, and
+// its geometry there: CONSUMER_THREADS, PANELS, Q_TILE_BYTES, KV_TILE_BYTES, QK_K_STEPS,
+// PV_K_STEPS, S_REGS and S_CHUNKS (from NUM_WARPS, HEAD_DIM, BLOCK_M, BLOCK_N), with BLOCK_M,
+// BLOCK_N and STAGES defined, and
 // `using namespace hopper_ptx` and the `attn::` helpers (exp2_ftz, pack_elem2, smem_addr) in scope.
 // Why inside: NVRTC emits every namespace-scope constant as a PTX symbol named after its namespace,
 // in declaration order; leaving the geometry where each kernel always declared it keeps both
