@@ -240,9 +240,11 @@ constexpr int PRODUCER_REGS = 24;
 constexpr int CONSUMER_REGS = 160;
 #endif
 
-#define HOPPER_NEG_INF __int_as_float(0xff800000u)
+// The pipeline's steps, shared with micro_hopper.cu (included here, inside the namespace and after
+// the geometry above: hopper_pipeline.cuh says why); PTX wrappers: hopper_common.cuh.
+#include "hopper_pipeline.cuh"
 
-// ---- Steps of the kernel (PTX wrappers: hopper_common.cuh) ---------------------------------------
+// ---- Steps of the kernel beyond the shared pipeline ----------------------------------------------
 
 // Inter-warpgroup ping-pong (PINGPONG 1): consumer warpgroup w issues a batch of wgmma only in its
 // turn, bar.sync on barrier TURN_BARRIER + w (its 128 threads + 128 arrivals of the previous
@@ -269,160 +271,6 @@ __device__ __forceinline__ u32 tile_offset(int rows, int row, int col) {
     const int chunk = (col >> 3) & 7;
     return static_cast<u32>(panel * rows * 128 + row * 128 + ((chunk ^ (row & 7)) << 4) + (col & 7) * 2);
 }
-
-// ---- the three steps of a key tile, per warpgroup ------------------------------------------------
-
-// Issues S = Q·Kᵀ for the warpgroup's 64 rows (HEAD_DIM / 16 wgmma, one commit group). The caller
-// waits for the group before reading s_acc.
-__device__ __forceinline__ void issue_qk(float (&s_acc)[S_REGS], u32 q_rows, u32 k_tile) {
-    fence_regs(s_acc);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < QK_K_STEPS; ++kk) {
-        const u32 in_panel = (kk & 3) * 32;  // 16 columns = 32 bytes along the 128-byte row
-        const u64 desc_q = make_desc(q_rows + (kk >> 2) * BLOCK_M * 128 + in_panel, 16, 1024);
-        const u64 desc_k = make_desc(k_tile + (kk >> 2) * BLOCK_N * 128 + in_panel, 16, 1024);
-#if BLOCK_N == 128
-        wgmma_ss_n128(s_acc, desc_q, desc_k, kk > 0 ? 1 : 0);
-#else
-        wgmma_ss_n64(s_acc, desc_q, desc_k, kk > 0 ? 1 : 0);
-#endif
-    }
-    wgmma_commit();
-}
-
-// Pins O and P and orders their last register writes before the wgmma that follow.
-__device__ __forceinline__ void fence_pv_operands(float (&o_acc)[PANELS][32], u32 (&p_frag)[PV_K_STEPS][4]) {
-#pragma unroll
-    for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]);
-#pragma unroll
-    for (int kk = 0; kk < PV_K_STEPS; ++kk) fence_regs(p_frag[kk]);
-    wgmma_fence();
-}
-
-// The P·V descriptors of a V tile: k-step kk starts 16 keys (2048 bytes) further, panel p
-// BLOCK_N rows further.
-__device__ __forceinline__ void pv_descs(u32 v_tile, u64 (&desc_v)[PV_K_STEPS][PANELS]) {
-#pragma unroll
-    for (int kk = 0; kk < PV_K_STEPS; ++kk)
-#pragma unroll
-        for (int p = 0; p < PANELS; ++p) desc_v[kk][p] = make_desc(v_tile + p * BLOCK_N * 128 + kk * 2048, 1024, 1024);
-}
-
-__device__ __forceinline__ void issue_pv(float (&o_acc)[PANELS][32], u32 (&p_frag)[PV_K_STEPS][4],
-                                         const u64 (&desc_v)[PV_K_STEPS][PANELS]) {
-    fence_pv_operands(o_acc, p_frag);
-#pragma unroll
-    for (int kk = 0; kk < PV_K_STEPS; ++kk)
-#pragma unroll
-        for (int p = 0; p < PANELS; ++p) wgmma_rs_n64_tb(o_acc[p], p_frag[kk], desc_v[kk][p], 1);
-    wgmma_commit();
-}
-
-// Online softmax of one S tile (already waited for), in place: masks keys at or past the row's
-// limit (lane_hi) if the tile crosses a row's limit, keys before the row's first key (lane_lo) if
-// it crosses a row's first key, updates the running max (kept in the scale·log2e domain; the max of
-// the raw scores times scale is the max of the scaled ones, scale > 0) and sum, and leaves the f32
-// probabilities exp2(s·scale·log2e − m) in s_acc (one FFMA and one MUFU.EX2 per score); returns in
-// `rescale` the factor O must be multiplied by before this tile's P·V is added (rows g and g + 8).
-// Writes no register that a pending P·V reads.
-__device__ __forceinline__ void softmax_scores(float (&s_acc)[S_REGS], int kv0, bool mask_hi, bool mask_lo,
-                                               const int (&lane_lo)[2], const int (&lane_hi)[2], int t,
-                                               float scale_log2, float (&row_max)[2], float (&row_sum)[2],
-                                               float (&rescale)[2]) {
-    fence_regs(s_acc);
-    // Two separate passes: a dense problem only ever takes the first (the causal diagonal, ragged
-    // S_kv), exactly as before windows existed; a window's left edge takes the second.
-    if (mask_hi) {
-#pragma unroll
-        for (int n = 0; n < S_CHUNKS; ++n) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int col = kv0 + 8 * n + 2 * t + (e & 1);
-                if (col >= lane_hi[e >> 1]) s_acc[4 * n + e] = HOPPER_NEG_INF;
-            }
-        }
-    }
-    if (mask_lo) {
-#pragma unroll
-        for (int n = 0; n < S_CHUNKS; ++n) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int col = kv0 + 8 * n + 2 * t + (e & 1);
-                if (col < lane_lo[e >> 1]) s_acc[4 * n + e] = HOPPER_NEG_INF;
-            }
-        }
-    }
-    float neg_max[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        float m = HOPPER_NEG_INF;
-#pragma unroll
-        for (int n = 0; n < S_CHUNKS; ++n) m = fmaxf(m, fmaxf(s_acc[4 * n + 2 * h], s_acc[4 * n + 2 * h + 1]));
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-        m = fmaxf(row_max[h], m * scale_log2);
-        // A row that has seen no key keeps max -inf; subtracting 0 instead keeps NaN out.
-        const float max_used = m == HOPPER_NEG_INF ? 0.f : m;
-        rescale[h] = exp2_ftz(row_max[h] - max_used);
-        row_max[h] = m;
-        neg_max[h] = -max_used;
-    }
-    // Four partial sums per row: short dependency chains.
-    float sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
-#pragma unroll
-    for (int n = 0; n < S_CHUNKS; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            float& s = s_acc[4 * n + e];
-            s = exp2_ftz(fmaf(s, scale_log2, neg_max[e >> 1]));
-            sum[e >> 1][e & 1] += s;
-        }
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) row_sum[h] = row_sum[h] * rescale[h] + (sum[h][0] + sum[h][1]);
-}
-
-// The probabilities as A fragments of P·V: k-step kk is S chunks 2kk (a0 row g, a1 row g + 8) and
-// 2kk + 1 (a2, a3).
-__device__ __forceinline__ void pack_p(const float (&s_acc)[S_REGS], u32 (&p_frag)[PV_K_STEPS][4]) {
-#pragma unroll
-    for (int kk = 0; kk < PV_K_STEPS; ++kk) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            const float* s = &s_acc[4 * (2 * kk + half)];
-            p_frag[kk][2 * half] = pack_elem2(s[0], s[1]);
-            p_frag[kk][2 * half + 1] = pack_elem2(s[2], s[3]);
-        }
-    }
-}
-
-__device__ __forceinline__ void rescale_o(float (&o_acc)[PANELS][32], const float (&rescale)[2]) {
-#pragma unroll
-    for (int p = 0; p < PANELS; ++p)
-#pragma unroll
-        for (int i = 0; i < 8; ++i)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                o_acc[p][4 * i + 2 * h] *= rescale[h];
-                o_acc[p][4 * i + 2 * h + 1] *= rescale[h];
-            }
-}
-
-
-// The pipeline's barriers (static shared memory, beside the dynamic tiles).
-struct Barriers {
-    u64 q_full;             // Q has landed (transactions: the Q tile); SCHEDULE 1: and `item` is set
-    u64 k_full[STAGES];     // K of the slot's tile has landed
-    u64 v_full[STAGES];     // V of the slot's tile has landed
-    u64 empty[STAGES];      // every consumer thread is done with the slot (CONSUMER_THREADS arrivals)
-#if SCHEDULE
-    u64 q_empty;            // every consumer thread is done with the Q tile of the block's current
-                            // item: past its last wgmma and its O rows staged there and stored
-                            // (CONSUMER_THREADS arrivals)
-    int item[3];            // the item q_full's phase brings: (b, h, m0); m0 < 0: no item left
-#endif
-};
 
 // A position in the K/V ring: the next tile's slot, the parity of that slot's current round, and
 // whether every slot has been filled once (the producer then waits for a slot's release before
@@ -488,15 +336,8 @@ __device__ __forceinline__ Coords box_coords(int b, int h, int m0, int kv_first,
     return c;
 }
 
-// The producer's steps (one thread issues every copy). Q's tile, completing on q_full.
-__device__ __forceinline__ void produce_q(Barriers& bars, u32 q_tile, const HopperTensorMap* map_q, const Coords& c) {
-    const u32 q_full = smem_addr(&bars.q_full);
-    mbar_arrive_expect_tx(q_full, Q_TILE_BYTES);
-#pragma unroll
-    for (int p = 0; p < PANELS; ++p) tma_load_3d(q_tile + p * BLOCK_M * 128, map_q, 64 * p, c.q1, c.q2, q_full);
-}
-
-// The next `count` K/V tiles of an item, from c's current tile on, each into the ring's next slot
+// The producer thread's steps beyond the shared loads (hopper_pipeline.cuh): the next `count` K/V
+// tiles of an item, from c's current tile on, each into the ring's next slot
 // once the consumers have released the slot's previous tile (STAGES tiles earlier, maybe of an
 // earlier item of the block).
 __device__ __forceinline__ void produce_kv(Barriers& bars, Ring& ring, u32 k_tiles, u32 v_tiles,
@@ -505,16 +346,7 @@ __device__ __forceinline__ void produce_kv(Barriers& bars, Ring& ring, u32 k_til
     for (int j = 0; j < count; ++j) {
         // Round r of a slot waits for the consumers' release of round r − 1.
         if (ring.wrapped) mbar_wait(smem_addr(&bars.empty[ring.slot]), ring.phase ^ 1);
-        const u32 k_full = smem_addr(&bars.k_full[ring.slot]);
-        const u32 v_full = smem_addr(&bars.v_full[ring.slot]);
-        const u32 k_dst = k_tiles + ring.slot * KV_TILE_BYTES;
-        const u32 v_dst = v_tiles + ring.slot * KV_TILE_BYTES;
-        mbar_arrive_expect_tx(k_full, KV_TILE_BYTES);
-#pragma unroll
-        for (int p = 0; p < PANELS; ++p) tma_load_3d(k_dst + p * BLOCK_N * 128, map_k, 64 * p, c.kv1, c.kv2, k_full);
-        mbar_arrive_expect_tx(v_full, KV_TILE_BYTES);
-#pragma unroll
-        for (int p = 0; p < PANELS; ++p) tma_load_3d(v_dst + p * BLOCK_N * 128, map_v, 64 * p, c.kv1, c.kv2, v_full);
+        load_kv_tile(bars, ring.slot, k_tiles, v_tiles, map_k, map_v, c.kv1, c.kv2);
         c.kv1 += c.step1;
         c.kv2 += c.step2;
         ring.advance();
@@ -588,14 +420,9 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
     auto empty = [&](int s) { return smem_addr(&bars.empty[s]); };
 
     float o_acc[PANELS][32];
-#pragma unroll
-    for (int p = 0; p < PANELS; ++p)
-#pragma unroll
-        for (int i = 0; i < 32; ++i) o_acc[p][i] = 0.f;
-    // Running max (scale·log2e domain) and this lane's partial sum for rows g and g + 8; the sum
-    // stays partial over the quad until the end (every rescale factor is uniform in a quad).
-    float row_max[2] = {HOPPER_NEG_INF, HOPPER_NEG_INF};
-    float row_sum[2] = {0.f, 0.f};
+    float row_max[2];  // running max (scale·log2e domain) of rows g and g + 8
+    float row_sum[2];  // this lane's partial sums of rows g and g + 8
+    clear_accumulators(o_acc, row_max, row_sum);
     u32 p_frag[PV_K_STEPS][4];
     float rescale[2];
 
@@ -613,10 +440,7 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
             mbar_arrive(empty(slot));
             turn_begin(wg);  // the skipped tile's (empty) turn
             turn_end(wg);
-            if (++slot == STAGES) {
-                slot = 0;
-                phase ^= 1;
-            }
+            advance_slot(slot, phase);
         }
     };
 #if OVERLAP
@@ -709,10 +533,7 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
 #pragma unroll
         for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]);
         mbar_arrive(empty(slot));
-        if (++slot == STAGES) {
-            slot = 0;
-            phase ^= 1;
-        }
+        advance_slot(slot, phase);
     }
 #endif
     skip_tiles(num_tiles - wg_end);
@@ -922,7 +743,7 @@ __device__ __forceinline__ void schedule_and_produce(Barriers& bars, u32 q_tile,
             bars.item[0] = b;
             bars.item[1] = h;
             bars.item[2] = m0;
-            produce_q(bars, q_tile, map_q, c);  // its arrive releases the item's words
+            load_q_tile(bars, q_tile, map_q, c.q1, c.q2);  // its arrive releases the item's words
             produce_kv(bars, ring, k_tiles, v_tiles, map_k, map_v, c, tiles.count - lead);
         }
         index = sched.dynamic ? gridDim.x + static_cast<int>(__shfl_sync(0xffffffffu, ticket, 0))
@@ -998,22 +819,7 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
     // Warp-uniform for the compiler (a shuffle): roles and descriptors then branch uniformly.
     const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
 
-    if (tid == CONSUMER_THREADS) {
-        prefetch_tensor_map(&map_q);
-        prefetch_tensor_map(&map_k);
-        prefetch_tensor_map(&map_v);
-        mbar_init(smem_addr(&bars.q_full), 1);
-#pragma unroll
-        for (int s = 0; s < STAGES; ++s) {
-            mbar_init(smem_addr(&bars.k_full[s]), 1);
-            mbar_init(smem_addr(&bars.v_full[s]), 1);
-            mbar_init(smem_addr(&bars.empty[s]), CONSUMER_THREADS);
-        }
-#if SCHEDULE
-        mbar_init(smem_addr(&bars.q_empty), CONSUMER_THREADS);
-#endif
-        fence_barrier_init();
-    }
+    if (tid == CONSUMER_THREADS) init_pipeline(bars, &map_q, &map_k, &map_v);
     __syncthreads();  // the only block-wide barrier: the barriers are initialised
 
     if (warp >= NUM_WARPS) {
@@ -1031,7 +837,7 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
         if (warp == NUM_WARPS && lane == 0) {
             Coords c = box_coords(b, h, m0, tiles.first * BLOCK_N, heads, kv_heads, cu_seqlens_q, cu_seqlens_kv);
             Ring ring = {0, 0u, false};
-            produce_q(bars, q_tile, &map_q, c);
+            load_q_tile(bars, q_tile, &map_q, c.q1, c.q2);
             produce_kv(bars, ring, k_tiles, v_tiles, &map_k, &map_v, c, tiles.count);
         }
 #endif

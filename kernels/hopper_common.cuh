@@ -1,7 +1,7 @@
 // PTX wrappers of the Hopper (sm_90a) kernels, `hopper.cu` and the micro-benchmark of its pipeline
 // `micro_hopper.cu`: mbarriers, TMA loads, named barriers, setmaxnreg and wgmma (descriptors, the
-// shared/shared and register/shared forms the kernels use). Knob-independent: everything that
-// depends on a tile shape stays in the kernels. Include after `attn_common.cuh`; compute_90a only.
+// shared/shared and register/shared forms the kernels use). Knob-independent: the steps that
+// depend on a tile shape are in `hopper_pipeline.cuh`. Include after `attn_common.cuh`; compute_90a only.
 #pragma once
 
 #if defined(ATTN_DTYPE_BF16)

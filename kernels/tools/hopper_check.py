@@ -1,13 +1,18 @@
 #!/usr/bin/env python3
 """Compile-check kernels/hopper.cu without a GPU: NVRTC for compute_90a, then `ptxas -arch=sm_90a -v`.
 
+The configs and their dynamic shared memory come from the registry, the one source of hopper's
+knob domains, constraints, shared-memory formula and the H100's limit: `cargo xtask kernels
+--configs hopper` lists every valid config with its SHARED_BYTES (a config over the limit is not
+valid, so it is not listed).
+
 Prints one line per (config, dtype): registers, stack frame, spill bytes, and the dynamic shared
-memory of hopper.cu's formula; exits 1 if a config fails to compile, spills, uses a stack frame,
-needs more shared memory than sm_90 allows, or ptxas warns (e.g. wgmma serialisation).
+memory; exits 1 if a config fails to compile, spills, uses a stack frame, or ptxas warns (e.g.
+wgmma serialisation).
 
 Usage: hopper_check.py [--cuda DIR (default $CUDA_HOME, else target/cuda-wheels/nvidia/cu13)] [--keep DIR] [--config "HEAD_DIM=128 NUM_WARPS=8 ..."] ...
-Without --config it checks every NUM_WARPS x BLOCK_N x STAGES x OVERLAP x PINGPONG x SCHEDULE combination of both head dims that
-fits in shared memory.
+Without --config it checks every valid config of both head dims; each --config keeps those whose
+knobs match all of its KEY=VALUE pairs.
 """
 
 import argparse
@@ -26,7 +31,6 @@ DEFAULT_CUDA = os.environ.get("CUDA_HOME") or os.path.join(KERNELS_DIR, "..", "t
 DTYPE_DEFINES = {"f16": "ATTN_DTYPE_F16", "bf16": "ATTN_DTYPE_BF16"}
 SRC = os.path.join(KERNELS_DIR, "hopper.cu")
 ARCH = "90a"
-SMEM_OPTIN_LIMIT = 232448
 
 
 class Nvrtc:
@@ -117,20 +121,25 @@ def ptxas_verbose(cuda_dir, arch, ptx, keep_dir, tag):
 
 
 def parse_config(text):
+    """`KEY=VALUE KEY=VALUE ...` as a dict of ints."""
     cfg = {}
     for item in text.split():
         key, _, value = item.partition("=")
-        cfg[key] = int(value) if value.lstrip("-").isdigit() else (value or None)
-    if "HEAD_DIM" not in cfg:
-        raise SystemExit(f"config {text!r} lacks HEAD_DIM")
+        cfg[key] = int(value)
     return cfg
 
 
-def shared_bytes(cfg):
-    """hopper.cu's formula: alignment slack + Q tile + STAGES x (K tile + V tile)."""
-    d = cfg["HEAD_DIM"]
-    block_m = 16 * cfg.get("NUM_WARPS", 8)
-    return 1024 + block_m * d * 2 + cfg.get("STAGES", 3) * 2 * cfg.get("BLOCK_N", 128) * d * 2
+def registry_configs():
+    """Every valid hopper config (HEAD_DIM and the knobs) with its SHARED_BYTES, from the registry."""
+    res = subprocess.run(
+        ["cargo", "xtask", "kernels", "--configs", "hopper"],
+        cwd=os.path.dirname(KERNELS_DIR),
+        capture_output=True,
+        text=True,
+    )
+    if res.returncode != 0:
+        raise SystemExit(f"cargo xtask kernels --configs hopper failed:\n{res.stderr}")
+    return [parse_config(line) for line in res.stdout.splitlines() if line.startswith("HEAD_DIM=")]
 
 
 def ptxas_report(cuda_dir, ptx, keep_dir, tag):
@@ -148,20 +157,6 @@ def ptxas_report(cuda_dir, ptx, keep_dir, tag):
         )
     rep["serialised"] = [l for l in (res.stdout + res.stderr).splitlines() if "Performance Loss" in l]
     return rep
-
-
-def all_configs():
-    for d, warps, block_n, stages, overlap, pingpong, schedule in itertools.product(
-        (64, 128), (4, 8, 12), (64, 128), (2, 3, 4), (0, 1), (0, 1), (0, 1)
-    ):
-        cfg = {"HEAD_DIM": d, "NUM_WARPS": warps, "BLOCK_N": block_n, "STAGES": stages, "OVERLAP": overlap,
-               "PINGPONG": pingpong, "SCHEDULE": schedule}
-        if pingpong and (warps < 8 or not overlap):
-            continue
-        if warps == 12 and d != 64:
-            continue
-        if shared_bytes(cfg) <= SMEM_OPTIN_LIMIT:
-            yield cfg
 
 
 def main():
@@ -183,14 +178,20 @@ def main():
     lib = Nvrtc(found[0])
     with open(SRC) as f:
         source = f.read()
-    configs = [parse_config(c) for c in args.config] or list(all_configs())
+    configs = registry_configs()
+    if args.config:
+        wanted = [parse_config(c) for c in args.config]
+        configs = [c for c in configs if any(all(c.get(k) == v for k, v in w.items()) for w in wanted)]
+        if not configs:
+            raise SystemExit(f"no valid hopper config matches {args.config} (cargo xtask kernels --configs hopper)")
     if args.keep:
         os.makedirs(args.keep, exist_ok=True)
 
     failures = 0
-    print(f"{'dtype':5} {'config':40} {'regs':>4} {'stack':>5} {'spill_st':>8} {'spill_ld':>8} {'shared':>7}")
-    for cfg, dtype in itertools.product(configs, args.dtypes.split(",")):
-        label = " ".join(f"{k}={v}" for k, v in cfg.items())
+    print(f"{'dtype':5} {'config':64} {'regs':>4} {'stack':>5} {'spill_st':>8} {'spill_ld':>8} {'shared':>7}")
+    for entry, dtype in itertools.product(configs, args.dtypes.split(",")):
+        cfg = {k: v for k, v in entry.items() if k != "SHARED_BYTES"}
+        label = " ".join(f"{k}={v}" for k, v in cfg.items() if k != "BLOCK_M")  # BLOCK_M = 16 · NUM_WARPS
         tag = f"hopper_{dtype}_" + "_".join(f"{k}{v}" for k, v in cfg.items())
         defines = {DTYPE_DEFINES[dtype]: None, **cfg}
         try:
@@ -199,13 +200,13 @@ def main():
             rep = ptxas_report(args.cuda, ptx, args.keep, tag)
         except RuntimeError as e:
             failures += 1
-            print(f"{dtype:5} {label:40} FAILED\n{e}")
+            print(f"{dtype:5} {label:64} FAILED\n{e}")
             continue
-        shared = shared_bytes(cfg)
-        bad = rep["spill_st"] or rep["spill_ld"] or rep["stack"] or rep["warnings"] or shared > SMEM_OPTIN_LIMIT
+        shared = entry["SHARED_BYTES"]
+        bad = rep["spill_st"] or rep["spill_ld"] or rep["stack"] or rep["warnings"]
         bad = bad or (rep["serialised"] and not args.allow_serialised)
         print(
-            f"{dtype:5} {label:40} {rep['regs']:>4} {rep['stack']:>5} {rep['spill_st']:>8} "
+            f"{dtype:5} {label:64} {rep['regs']:>4} {rep['stack']:>5} {rep['spill_st']:>8} "
             f"{rep['spill_ld']:>8} {shared:>7}{'  <-- BAD' if bad else ''}"
         )
         for w in rep["warnings"] + rep["serialised"] + ([log] if log else []):

@@ -1,5 +1,7 @@
 //! `cargo xtask kernels`: the registered implementations, their knobs, domains and default configs;
-//! with `--ptxas`, registers / shared memory / stack / spills of every default variant (CPU only).
+//! with `--ptxas`, registers / shared memory / stack / spills of every default variant (CPU only);
+//! with `--configs IMPL`, every valid config of one implementation and its dynamic shared memory
+//! (what `kernels/tools/hopper_check.py` sweeps, so that it re-derives neither).
 
 use attn_kernels::compile::{self, Arch};
 use attn_kernels::registry::{registry, Limits};
@@ -15,10 +17,21 @@ pub struct Args {
     /// Virtual architecture for --ptxas (implementations bound to one architecture use theirs).
     #[arg(long, default_value = "compute_90")]
     pub arch: String,
+    /// Print every valid config of this implementation instead, one per line: `HEAD_DIM=D` and
+    /// its knobs (space-separated `NAME=VALUE`), then `SHARED_BYTES=` its dynamic shared memory;
+    /// valid = the knobs' domains, the implementation's constraints and the H100's limits.
+    #[arg(long, value_name = "IMPL", conflicts_with = "ptxas")]
+    pub configs: Option<String>,
 }
 
 /// Runs the subcommand; returns the process exit code (1 when a default variant spills).
 pub fn run(args: Args) -> anyhow::Result<u8> {
+    if let Some(name) = &args.configs {
+        for line in valid_configs(attn_kernels::registry::find(name)?)? {
+            println!("{line}");
+        }
+        return Ok(0);
+    }
     for imp in registry() {
         println!("{:<8} {}", imp.name, imp.summary);
         let dims = imp
@@ -114,4 +127,67 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         return Ok(crate::EXIT_FAILED);
     }
     Ok(0)
+}
+
+/// Every config of `imp` that resolves for the H100 at head dims 64 and 128 (those it supports),
+/// as `HEAD_DIM=D NAME=VALUE ... SHARED_BYTES=N`: the product of the knobs' domains through
+/// [`Implementation::resolve`](attn_kernels::registry::Implementation::resolve), so the domains,
+/// constraints, shared-memory formula and limit are the registry's alone.
+fn valid_configs(imp: &attn_kernels::registry::Implementation) -> anyhow::Result<Vec<String>> {
+    let mut lines = Vec::new();
+    for d in [64usize, 128] {
+        if imp.check_head_dim(d).is_err() {
+            continue;
+        }
+        let mut combos = vec![Config::default()];
+        for knob in imp.knobs {
+            combos = combos
+                .iter()
+                .flat_map(|c| {
+                    knob.domain
+                        .iter()
+                        .map(move |&v| c.merged(&Config::from_pairs(&[(knob.name, v)])))
+                })
+                .collect();
+        }
+        for overrides in combos {
+            let Ok(cfg) = imp.resolve(&overrides, d, &Limits::H100) else {
+                continue;
+            };
+            let shared = imp
+                .geometry(&cfg, &attn_oracle::Shape::single(d))?
+                .shared_bytes;
+            let knobs: Vec<String> = imp
+                .knobs
+                .iter()
+                .map(|k| format!("{}={}", k.name, cfg.get(k.name).unwrap_or_default()))
+                .collect();
+            lines.push(format!(
+                "HEAD_DIM={d} {} SHARED_BYTES={shared}",
+                knobs.join(" ")
+            ));
+        }
+    }
+    Ok(lines)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hopper_configs_come_from_the_registry() {
+        let lines = valid_configs(attn_kernels::registry::find("hopper").unwrap()).unwrap();
+        // D 64: 1, 2 or 3 warpgroups (2, 3, 3 OVERLAP/PINGPONG pairs) × BLOCK_N 2 × STAGES 3 ×
+        // SCHEDULE 2 = 96; D 128: 2 warpgroup counts (5 pairs) × 12 = 60, less the 10 with 4-deep
+        // rings of 128-key tiles, over the H100's 232448 bytes.
+        assert_eq!(lines.len(), 96 + 50);
+        assert!(lines.contains(
+            &"HEAD_DIM=128 BLOCK_M=128 BLOCK_N=128 NUM_WARPS=8 STAGES=3 OVERLAP=1 PINGPONG=1 SCHEDULE=0 SHARED_BYTES=230400"
+                .to_string()
+        ));
+        assert!(!lines
+            .iter()
+            .any(|l| l.contains("NUM_WARPS=4 STAGES=2 OVERLAP=1 PINGPONG=1")));
+    }
 }

@@ -15,7 +15,7 @@ use crate::error::{KernelError, Result};
 use crate::toolkit;
 
 /// Headers that kernels may include by name.
-pub const HEADERS: [(&str, &str); 3] = [
+pub const HEADERS: [(&str, &str); 4] = [
     (
         "attn_common.cuh",
         include_str!("../../../kernels/attn_common.cuh"),
@@ -23,6 +23,10 @@ pub const HEADERS: [(&str, &str); 3] = [
     (
         "hopper_common.cuh",
         include_str!("../../../kernels/hopper_common.cuh"),
+    ),
+    (
+        "hopper_pipeline.cuh",
+        include_str!("../../../kernels/hopper_pipeline.cuh"),
     ),
     (
         "hybrid_common.cuh",

@@ -439,8 +439,10 @@ fn hopper_tuned(shape: &Shape, params: &Params) -> Config {
 
 /// hopper's dynamic shared memory: 1 KiB of slack to align the tiles to the 1024-byte swizzle atom,
 /// the Q tile, then STAGES × (K tile + V tile). The kernel's static shared memory (its mbarriers,
-/// at most 104 bytes) fits beside every valid config under sm_90's 232448-byte limit.
-fn hopper_dynamic_shared(cfg: &Config, head_dim: u32) -> u32 {
+/// at most 104 bytes) fits beside every valid config under sm_90's 232448-byte limit. Public for
+/// the micro-benchmark of hopper's pipeline (attn-measure's `micro`), which has the same layout.
+/// Reads `BLOCK_M`, `BLOCK_N` and `STAGES` of `cfg`.
+pub fn hopper_dynamic_shared(cfg: &Config, head_dim: u32) -> u32 {
     let (m, n, stages) = (
         knob(cfg, "BLOCK_M"),
         knob(cfg, "BLOCK_N"),

@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use attn_evidence::MicroTarget;
 use attn_kernels::compile::compile;
-use attn_kernels::registry::Limits;
+use attn_kernels::registry::{hopper_dynamic_shared, Limits};
 use attn_kernels::{Candidate, Config, Gpu, Prepared};
 use attn_oracle::{generate, CaseSpec, DType, Distribution, Params, Shape};
 
@@ -41,19 +41,13 @@ pub fn micro_kernel(target: MicroTarget) -> (&'static str, &'static str) {
     }
 }
 
-/// hopper's dynamic shared memory (registry.rs, kernels/hopper.cu): alignment slack, the Q tile,
-/// STAGES K and V tiles.
-fn hopper_shared(block_m: i64, block_n: i64, stages: i64, head_dim: i64) -> i64 {
-    1024 + block_m * head_dim * 2 + stages * 2 * block_n * head_dim * 2
-}
-
 /// Every tile config of `target` at `head_dim` that fits `limits`, as the defines its kernel is
 /// compiled with (without `TILES`): the ranked knobs ([`MicroTarget::knobs`], hopper's and mma's
 /// names and domains, plus STAGES = 1 as the unpipelined reference) and what the launch needs.
 ///
 /// ```
 /// use attn_evidence::MicroTarget;
-/// use attn_kernels::registry::Limits;
+/// use attn_kernels::registry::{hopper_dynamic_shared, Limits};
 /// let configs = attn_measure::micro::micro_configs(MicroTarget::Hopper, 128, &Limits::H100)?;
 /// // 1 or 2 consumer warpgroups (3 need D = 64) × BLOCK_N 64, 128 × STAGES 1-4, less the two
 /// // 4-deep rings of 128-key tiles, over 227 KiB.
@@ -78,7 +72,13 @@ pub fn micro_configs(target: MicroTarget, head_dim: usize, limits: &Limits) -> R
                 }
                 for block_n in [64, 128] {
                     for stages in [1, 2, 3, 4] {
-                        let shared = hopper_shared(16 * warps, block_n, stages, d);
+                        // hopper's own formula: the micro lays out Q and the ring as hopper does.
+                        let tiles = Config::from_pairs(&[
+                            ("BLOCK_M", 16 * warps),
+                            ("BLOCK_N", block_n),
+                            ("STAGES", stages),
+                        ]);
+                        let shared = i64::from(hopper_dynamic_shared(&tiles, head_dim as u32));
                         // The mbarriers' static shared memory sits beside the tiles.
                         if shared + 8 * (1 + 3 * stages) > max_shared {
                             continue;

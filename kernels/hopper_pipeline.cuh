@@ -1,0 +1,253 @@
+// hopper_pipeline.cuh — the per-tile steps of hopper's K/V pipeline, shared by `hopper.cu` and the
+// micro-benchmark of that pipeline, `micro_hopper.cu`, so that the micro times exactly the code the
+// kernel runs: the barriers and their initialisation, the producer's Q and K/V copies into the
+// mbarrier ring, the ring's slot advance, and the consumers' accumulators, S = Q·Kᵀ wgmma, online
+// softmax, P packing, O rescale and P·V wgmma. The loops that chain them (hopper's
+// OVERLAP, PINGPONG and skipping, the micro's plain loop) stay in the kernels. hopper.cu's header
+// explains the layouts, descriptors, fragment layouts and barrier protocol these steps implement.
+//
+// How to include: after `attn_common.cuh` and `hopper_common.cuh`, INSIDE the kernel's namespace
+// (`namespace hopper_attn { ... #include "hopper_pipeline.cuh" ... }`), once the kernel has defined
+// its geometry there: CONSUMER_THREADS, PANELS, Q_TILE_BYTES, KV_TILE_BYTES, QK_K_STEPS,
+// PV_K_STEPS, S_REGS and S_CHUNKS (from NUM_WARPS, HEAD_DIM, BLOCK_M, BLOCK_N), with BLOCK_M,
+// BLOCK_N and STAGES defined, and
+// `using namespace hopper_ptx` and the `attn::` helpers (exp2_ftz, pack_elem2, smem_addr) in scope.
+// Why inside: NVRTC emits every namespace-scope constant as a PTX symbol named after its namespace,
+// in declaration order; leaving the geometry where each kernel always declared it keeps both
+// kernels' PTX byte-identical to what they were before this header existed
+// (kernels/tools/ptx_identity.py). Everything here is __forceinline__, so it adds no PTX symbol.
+// For the same reason the steps stop at the granularity the kernels always called: NVVM simplifies
+// each callee before inlining it, so wrapping a whole tile (or the slot advance, in the micro's
+// loops) in one more function reorders or hoists instructions.
+// `SCHEDULE` (hopper.cu's persistent scheduler; undefined, i.e. 0, in the micro) adds the
+// persistent schedule's barrier and item words to `Barriers`.
+#pragma once
+
+#define HOPPER_NEG_INF __int_as_float(0xff800000u)
+
+// ---- the producer ---------------------------------------------------------------------------------
+
+// The pipeline's barriers (static shared memory, beside the dynamic tiles).
+struct Barriers {
+    u64 q_full;             // Q has landed (transactions: the Q tile); SCHEDULE 1: and `item` is set
+    u64 k_full[STAGES];     // K of the slot's tile has landed
+    u64 v_full[STAGES];     // V of the slot's tile has landed
+    u64 empty[STAGES];      // every consumer thread is done with the slot (CONSUMER_THREADS arrivals)
+#if SCHEDULE
+    u64 q_empty;            // every consumer thread is done with the Q tile of the block's current
+                            // item: past its last wgmma and its O rows staged there and stored
+                            // (CONSUMER_THREADS arrivals)
+    int item[3];            // the item q_full's phase brings: (b, h, m0); m0 < 0: no item left
+#endif
+};
+
+// One thread of the block (before the block-wide barrier that publishes them): prefetches the
+// tensor maps and initialises every barrier, then makes them visible to the copy engine.
+__device__ __forceinline__ void init_pipeline(Barriers& bars, const HopperTensorMap* map_q,
+                                              const HopperTensorMap* map_k, const HopperTensorMap* map_v) {
+    prefetch_tensor_map(map_q);
+    prefetch_tensor_map(map_k);
+    prefetch_tensor_map(map_v);
+    mbar_init(smem_addr(&bars.q_full), 1);
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+        mbar_init(smem_addr(&bars.k_full[s]), 1);
+        mbar_init(smem_addr(&bars.v_full[s]), 1);
+        mbar_init(smem_addr(&bars.empty[s]), CONSUMER_THREADS);
+    }
+#if SCHEDULE
+    mbar_init(smem_addr(&bars.q_empty), CONSUMER_THREADS);
+#endif
+    fence_barrier_init();
+}
+
+// The next slot of the ring; a lap of all STAGES slots flips the parity of their barriers' phase.
+__device__ __forceinline__ void advance_slot(int& slot, u32& phase) {
+    if (++slot == STAGES) {
+        slot = 0;
+        phase ^= 1;
+    }
+}
+
+// The producer thread's copy of the Q tile (box coordinates (row or head, head or row) after the
+// column: hopper.cu's maps), completing on q_full.
+__device__ __forceinline__ void load_q_tile(Barriers& bars, u32 q_tile, const HopperTensorMap* map_q, int coord1,
+                                            int coord2) {
+    const u32 q_full = smem_addr(&bars.q_full);
+    mbar_arrive_expect_tx(q_full, Q_TILE_BYTES);
+#pragma unroll
+    for (int p = 0; p < PANELS; ++p) tma_load_3d(q_tile + p * BLOCK_M * 128, map_q, 64 * p, coord1, coord2, q_full);
+}
+
+// The producer thread's copies of one K tile and one V tile (the same box coordinates) into ring
+// slot `slot`, completing on its k_full and v_full. The caller has waited for the slot's release.
+__device__ __forceinline__ void load_kv_tile(Barriers& bars, int slot, u32 k_tiles, u32 v_tiles,
+                                             const HopperTensorMap* map_k, const HopperTensorMap* map_v,
+                                             int coord1, int coord2) {
+    const u32 k_full = smem_addr(&bars.k_full[slot]);
+    const u32 v_full = smem_addr(&bars.v_full[slot]);
+    const u32 k_dst = k_tiles + slot * KV_TILE_BYTES;
+    const u32 v_dst = v_tiles + slot * KV_TILE_BYTES;
+    mbar_arrive_expect_tx(k_full, KV_TILE_BYTES);
+#pragma unroll
+    for (int p = 0; p < PANELS; ++p) tma_load_3d(k_dst + p * BLOCK_N * 128, map_k, 64 * p, coord1, coord2, k_full);
+    mbar_arrive_expect_tx(v_full, KV_TILE_BYTES);
+#pragma unroll
+    for (int p = 0; p < PANELS; ++p) tma_load_3d(v_dst + p * BLOCK_N * 128, map_v, 64 * p, coord1, coord2, v_full);
+}
+
+// ---- the consumers: the steps of a key tile, per warpgroup ----------------------------------------
+
+// O = 0, and the running max (scale·log2e domain) and this lane's partial sum of rows g and g + 8:
+// -inf and 0. The sum stays partial over the quad until the end (every rescale factor is uniform in
+// a quad).
+__device__ __forceinline__ void clear_accumulators(float (&o_acc)[PANELS][32], float (&row_max)[2],
+                                                   float (&row_sum)[2]) {
+#pragma unroll
+    for (int p = 0; p < PANELS; ++p)
+#pragma unroll
+        for (int i = 0; i < 32; ++i) o_acc[p][i] = 0.f;
+    row_max[0] = HOPPER_NEG_INF;
+    row_max[1] = HOPPER_NEG_INF;
+    row_sum[0] = 0.f;
+    row_sum[1] = 0.f;
+}
+
+// Issues S = Q·Kᵀ for the warpgroup's 64 rows (HEAD_DIM / 16 wgmma, one commit group). The caller
+// waits for the group before reading s_acc.
+__device__ __forceinline__ void issue_qk(float (&s_acc)[S_REGS], u32 q_rows, u32 k_tile) {
+    fence_regs(s_acc);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < QK_K_STEPS; ++kk) {
+        const u32 in_panel = (kk & 3) * 32;  // 16 columns = 32 bytes along the 128-byte row
+        const u64 desc_q = make_desc(q_rows + (kk >> 2) * BLOCK_M * 128 + in_panel, 16, 1024);
+        const u64 desc_k = make_desc(k_tile + (kk >> 2) * BLOCK_N * 128 + in_panel, 16, 1024);
+#if BLOCK_N == 128
+        wgmma_ss_n128(s_acc, desc_q, desc_k, kk > 0 ? 1 : 0);
+#else
+        wgmma_ss_n64(s_acc, desc_q, desc_k, kk > 0 ? 1 : 0);
+#endif
+    }
+    wgmma_commit();
+}
+
+// Pins O and P and orders their last register writes before the wgmma that follow.
+__device__ __forceinline__ void fence_pv_operands(float (&o_acc)[PANELS][32], u32 (&p_frag)[PV_K_STEPS][4]) {
+#pragma unroll
+    for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]);
+#pragma unroll
+    for (int kk = 0; kk < PV_K_STEPS; ++kk) fence_regs(p_frag[kk]);
+    wgmma_fence();
+}
+
+// The P·V descriptors of a V tile: k-step kk starts 16 keys (2048 bytes) further, panel p
+// BLOCK_N rows further.
+__device__ __forceinline__ void pv_descs(u32 v_tile, u64 (&desc_v)[PV_K_STEPS][PANELS]) {
+#pragma unroll
+    for (int kk = 0; kk < PV_K_STEPS; ++kk)
+#pragma unroll
+        for (int p = 0; p < PANELS; ++p) desc_v[kk][p] = make_desc(v_tile + p * BLOCK_N * 128 + kk * 2048, 1024, 1024);
+}
+
+// Issues O += P·V (one commit group); the caller has rescaled O.
+__device__ __forceinline__ void issue_pv(float (&o_acc)[PANELS][32], u32 (&p_frag)[PV_K_STEPS][4],
+                                         const u64 (&desc_v)[PV_K_STEPS][PANELS]) {
+    fence_pv_operands(o_acc, p_frag);
+#pragma unroll
+    for (int kk = 0; kk < PV_K_STEPS; ++kk)
+#pragma unroll
+        for (int p = 0; p < PANELS; ++p) wgmma_rs_n64_tb(o_acc[p], p_frag[kk], desc_v[kk][p], 1);
+    wgmma_commit();
+}
+
+// Online softmax of one S tile (already waited for), in place: masks keys at or past the row's
+// limit (lane_hi) if the tile crosses a row's limit, keys before the row's first key (lane_lo) if
+// it crosses a row's first key, updates the running max (kept in the scale·log2e domain; the max of
+// the raw scores times scale is the max of the scaled ones, scale > 0) and sum, and leaves the f32
+// probabilities exp2(s·scale·log2e − m) in s_acc (one FFMA and one MUFU.EX2 per score); returns in
+// `rescale` the factor O must be multiplied by before this tile's P·V is added (rows g and g + 8).
+// kv0: the tile's first key; t: lane % 4. Writes no register that a pending P·V reads.
+__device__ __forceinline__ void softmax_scores(float (&s_acc)[S_REGS], int kv0, bool mask_hi, bool mask_lo,
+                                               const int (&lane_lo)[2], const int (&lane_hi)[2], int t,
+                                               float scale_log2, float (&row_max)[2], float (&row_sum)[2],
+                                               float (&rescale)[2]) {
+    fence_regs(s_acc);
+    // Two separate passes: a dense problem only ever takes the first (the causal diagonal, ragged
+    // S_kv), exactly as before windows existed; a window's left edge takes the second.
+    if (mask_hi) {
+#pragma unroll
+        for (int n = 0; n < S_CHUNKS; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int col = kv0 + 8 * n + 2 * t + (e & 1);
+                if (col >= lane_hi[e >> 1]) s_acc[4 * n + e] = HOPPER_NEG_INF;
+            }
+        }
+    }
+    if (mask_lo) {
+#pragma unroll
+        for (int n = 0; n < S_CHUNKS; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int col = kv0 + 8 * n + 2 * t + (e & 1);
+                if (col < lane_lo[e >> 1]) s_acc[4 * n + e] = HOPPER_NEG_INF;
+            }
+        }
+    }
+    float neg_max[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float m = HOPPER_NEG_INF;
+#pragma unroll
+        for (int n = 0; n < S_CHUNKS; ++n) m = fmaxf(m, fmaxf(s_acc[4 * n + 2 * h], s_acc[4 * n + 2 * h + 1]));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+        m = fmaxf(row_max[h], m * scale_log2);
+        // A row that has seen no key keeps max -inf; subtracting 0 instead keeps NaN out.
+        const float max_used = m == HOPPER_NEG_INF ? 0.f : m;
+        rescale[h] = exp2_ftz(row_max[h] - max_used);
+        row_max[h] = m;
+        neg_max[h] = -max_used;
+    }
+    // Four partial sums per row: short dependency chains.
+    float sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+#pragma unroll
+    for (int n = 0; n < S_CHUNKS; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            float& s = s_acc[4 * n + e];
+            s = exp2_ftz(fmaf(s, scale_log2, neg_max[e >> 1]));
+            sum[e >> 1][e & 1] += s;
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) row_sum[h] = row_sum[h] * rescale[h] + (sum[h][0] + sum[h][1]);
+}
+
+// The probabilities as A fragments of P·V: k-step kk is S chunks 2kk (a0 row g, a1 row g + 8) and
+// 2kk + 1 (a2, a3).
+__device__ __forceinline__ void pack_p(const float (&s_acc)[S_REGS], u32 (&p_frag)[PV_K_STEPS][4]) {
+#pragma unroll
+    for (int kk = 0; kk < PV_K_STEPS; ++kk) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const float* s = &s_acc[4 * (2 * kk + half)];
+            p_frag[kk][2 * half] = pack_elem2(s[0], s[1]);
+            p_frag[kk][2 * half + 1] = pack_elem2(s[2], s[3]);
+        }
+    }
+}
+
+// O of rows g and g + 8 times their rescale factors (before the next P·V is added).
+__device__ __forceinline__ void rescale_o(float (&o_acc)[PANELS][32], const float (&rescale)[2]) {
+#pragma unroll
+    for (int p = 0; p < PANELS; ++p)
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                o_acc[p][4 * i + 2 * h] *= rescale[h];
+                o_acc[p][4 * i + 2 * h + 1] *= rescale[h];
+            }
+}

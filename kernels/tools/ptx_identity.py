@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""Proves that a refactor of hopper's kernels changed no instruction: compiles every variant of
+`hopper.cu` (the registry's knob domains and constraints, both dtypes, D 64 and 128) and every
+config of `micro_hopper.cu` (`xtask micro`'s, crates/attn-measure/src/micro.rs) with NVRTC, as the
+registry does (compute_90a, -std=c++17, the kernels' folder then the CUDA headers on the include
+path, the ABI's and the knobs' defines), from the kernels of two git revisions, and compares the
+PTX byte for byte.
+
+    export LD_LIBRARY_PATH=$PWD/target/cuda-wheels/nvidia/cu13/lib
+    python3 kernels/tools/ptx_identity.py BEFORE [AFTER]   # AFTER: the working tree
+
+Causal masks, windows, GQA and varlen are run-time parameters of one compiled kernel (no define),
+so the variants here cover them. Prints the count of identical variants and each that differs;
+exits 1 if any does.
+"""
+
+import ctypes
+import itertools
+import os
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CUDA = os.path.join(ROOT, "target/cuda-wheels/nvidia/cu13")
+
+nvrtc = ctypes.CDLL(os.path.join(CUDA, "lib/libnvrtc.so.13"))
+
+
+def compile_ptx(source: str, options: list[str]) -> str:
+    prog = ctypes.c_void_p()
+    check(nvrtc.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), b"kernel.cu", 0, None, None))
+    opts = (ctypes.c_char_p * len(options))(*[o.encode() for o in options])
+    result = nvrtc.nvrtcCompileProgram(prog, len(options), opts)
+    if result != 0:
+        size = ctypes.c_size_t()
+        nvrtc.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+        log = ctypes.create_string_buffer(size.value)
+        nvrtc.nvrtcGetProgramLog(prog, log)
+        raise RuntimeError(f"{' '.join(options)}:\n{log.value.decode()}")
+    size = ctypes.c_size_t()
+    check(nvrtc.nvrtcGetPTXSize(prog, ctypes.byref(size)))
+    ptx = ctypes.create_string_buffer(size.value)
+    check(nvrtc.nvrtcGetPTX(prog, ptx))
+    nvrtc.nvrtcDestroyProgram(ctypes.byref(prog))
+    return ptx.value.decode()
+
+
+def check(code: int) -> None:
+    if code != 0:
+        raise RuntimeError(f"NVRTC error {code}")
+
+
+def hopper_variants():
+    """(name, defines) of hopper.cu: HOPPER_KNOBS' domains under the registry's constraints."""
+    for dtype, d in itertools.product(["ATTN_DTYPE_F16", "ATTN_DTYPE_BF16"], [64, 128]):
+        for warps, block_n, stages, overlap, pingpong, schedule in itertools.product(
+                [4, 8, 12], [64, 128], [2, 3, 4], [0, 1], [0, 1], [0, 1]):
+            if warps == 12 and d != 64:
+                continue
+            if pingpong and (warps < 8 or not overlap):
+                continue
+            knobs = dict(BLOCK_M=16 * warps, BLOCK_N=block_n, NUM_WARPS=warps, STAGES=stages,
+                         OVERLAP=overlap, PINGPONG=pingpong, SCHEDULE=schedule)
+            yield "hopper.cu", dtype, d, knobs
+
+
+def micro_variants():
+    """(name, defines) of micro_hopper.cu: micro_configs(Hopper) at D 64 and 128, under the H100's
+    227 KiB, with TILES as `xtask micro` sets it by default."""
+    for dtype, d in itertools.product(["ATTN_DTYPE_F16", "ATTN_DTYPE_BF16"], [64, 128]):
+        for warps, block_n, stages in itertools.product([4, 8, 12], [64, 128], [1, 2, 3, 4]):
+            if warps == 12 and d != 64:
+                continue
+            shared = 1024 + 16 * warps * d * 2 + stages * 2 * block_n * d * 2
+            if shared + 8 * (1 + 3 * stages) > 232448:
+                continue
+            knobs = dict(BLOCK_M=16 * warps, BLOCK_N=block_n, NUM_WARPS=warps, STAGES=stages,
+                         PRODUCER_WARPS=4, TENSOR_MAPS=1, SHARED_BYTES=shared, TILES=64)
+            yield "micro_hopper.cu", dtype, d, knobs
+
+
+def kernels_at(revision: str | None, into: str) -> str:
+    """The kernels folder of `revision` (None: the working tree's)."""
+    if revision is None:
+        return os.path.join(ROOT, "kernels")
+    subprocess.run(f"git archive {revision} kernels | tar -x -C {into}", shell=True, cwd=ROOT, check=True)
+    return os.path.join(into, "kernels")
+
+
+def ptx_of(kernels: str, variant) -> str:
+    file, dtype, d, knobs = variant
+    with open(os.path.join(kernels, file)) as f:
+        source = f.read()
+    options = ["--gpu-architecture=compute_90a", "-std=c++17", f"-I{kernels}", f"-I{CUDA}/include",
+               f"-D{dtype}", f"-DHEAD_DIM={d}"] + [f"-D{k}={v}" for k, v in sorted(knobs.items())]
+    return compile_ptx(source, options)
+
+
+def main() -> int:
+    if len(sys.argv) not in (2, 3):
+        print(__doc__)
+        return 2
+    before_rev = sys.argv[1]
+    after_rev = sys.argv[2] if len(sys.argv) == 3 else None
+    variants = list(hopper_variants()) + list(micro_variants())
+    with tempfile.TemporaryDirectory() as tmp:
+        os.makedirs(os.path.join(tmp, "before"))
+        os.makedirs(os.path.join(tmp, "after"))
+        before = kernels_at(before_rev, os.path.join(tmp, "before"))
+        after = kernels_at(after_rev, os.path.join(tmp, "after"))
+        jobs = int(os.environ.get("JOBS", "2"))
+
+        def compare(variant):
+            return ptx_of(before, variant) == ptx_of(after, variant)
+
+        with ThreadPoolExecutor(jobs) as pool:
+            same = list(pool.map(compare, variants))
+    differing = [v for v, s in zip(variants, same) if not s]
+    for file, dtype, d, knobs in differing:
+        print(f"DIFFERS: {file} {dtype} D={d} {knobs}")
+    by_file = {}
+    for (file, *_), s in zip(variants, same):
+        n_same, n = by_file.get(file, (0, 0))
+        by_file[file] = (n_same + s, n + 1)
+    for file, (n_same, n) in by_file.items():
+        print(f"{file}: {n_same} of {n} variants byte-identical PTX")
+    print(f"total: {sum(same)} of {len(variants)} byte-identical")
+    return 1 if differing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
