@@ -49,11 +49,11 @@ fn steps(args: &Args) -> anyhow::Result<Option<&'static str>> {
         toolkit.root.display(),
         toolkit.origin
     );
-    let cargo = || {
+    let cargo = || -> anyhow::Result<Command> {
         let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
         cmd.current_dir(&workspace);
-        toolkit.apply(&mut cmd);
-        cmd
+        toolkit.apply(&mut cmd)?;
+        Ok(cmd)
     };
     // The user's arguments: those for cargo, and those after `--` for the test harness.
     let split = args.cargo_args.iter().position(|a| a == "--");
@@ -62,7 +62,7 @@ fn steps(args: &Args) -> anyhow::Result<Option<&'static str>> {
         None => (&args.cargo_args[..], &[][..]),
     };
 
-    let mut tests = cargo();
+    let mut tests = cargo()?;
     tests
         .args(["test", "--workspace"])
         .args(for_cargo)
@@ -78,7 +78,7 @@ fn steps(args: &Args) -> anyhow::Result<Option<&'static str>> {
     }
 
     // Built by the step above: this only runs the one test, with its output kept for a failure.
-    let mut compile = cargo();
+    let mut compile = cargo()?;
     compile
         .args([
             "test",
@@ -120,7 +120,7 @@ fn steps(args: &Args) -> anyhow::Result<Option<&'static str>> {
     // Show what the compile test checked for the defaults: registers, shared memory, spills, with
     // a non-zero exit on any spill. Through cargo: `cargo test` may have relinked this very
     // executable.
-    let mut kernels = cargo();
+    let mut kernels = cargo()?;
     kernels.args([
         "run",
         "--quiet",

@@ -86,13 +86,17 @@ impl Toolkit {
             .collect()
     }
 
-    /// The environment a child process needs to compile kernels with this toolkit.
-    pub fn apply(&self, cmd: &mut Command) {
+    /// The environment a child process needs to compile kernels with this toolkit; an error when
+    /// a folder cannot go into a search path (a name with `:`).
+    pub fn apply(&self, cmd: &mut Command) -> crate::Result<()> {
         let prepend = |mut paths: Vec<PathBuf>, var: &str| {
             if let Some(old) = std::env::var_os(var) {
                 paths.extend(std::env::split_paths(&old));
             }
-            std::env::join_paths(paths).expect("paths without ':'")
+            std::env::join_paths(paths).map_err(|e| crate::KernelError::Io {
+                path: format!("{var} with {}", self.root.display()),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e),
+            })
         };
         // Not CUDA_HOME: cudarc's build script reruns when CUDA_HOME changes, so a `cargo` child
         // given it would rebuild cudarc (and everything above it) for `cargo xtask test`, then
@@ -100,9 +104,10 @@ impl Toolkit {
         cmd.env(ATTN_CUDA_HOME, &self.root)
             .env(
                 "LD_LIBRARY_PATH",
-                prepend(self.lib_dirs(), "LD_LIBRARY_PATH"),
+                prepend(self.lib_dirs(), "LD_LIBRARY_PATH")?,
             )
-            .env("PATH", prepend(vec![self.root.join("bin")], "PATH"));
+            .env("PATH", prepend(vec![self.root.join("bin")], "PATH")?);
+        Ok(())
     }
 }
 
