@@ -201,7 +201,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let after = attn_kernels::telemetry::read_clocks(0);
     let run = BenchRun {
         schema: attn_evidence::SCHEMA_VERSION,
-        kind: "bench".into(),
+        kind: attn_evidence::EvidenceKind::Bench,
         provenance: crate::provenance::collect(&gpu, torch.as_ref(), before, after),
         suite: args.problems.suite_name("large"),
         entries,

@@ -240,7 +240,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let passed = !cases.is_empty() && cases.iter().all(|c| c.passed);
     let run = GateRun {
         schema: attn_evidence::SCHEMA_VERSION,
-        kind: "gate".into(),
+        kind: attn_evidence::EvidenceKind::Gate,
         provenance: crate::provenance::collect(&gpu, torch.as_ref(), clocks_before, clocks_after),
         candidate: attn_measure::baseline::candidate_implementation(&candidate, resolved.as_ref()),
         baseline: baseline.implementation(),

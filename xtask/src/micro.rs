@@ -118,7 +118,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         return Ok(crate::EXIT_FAILED);
     }
     let best = MicroBest {
-        kind: MicroBest::KIND.into(),
+        kind: MicroBest::KIND,
         target,
         gpu: info.name.clone(),
         head_dim: Some(args.head_dim),

@@ -81,8 +81,8 @@ impl DenseAtMean {
 pub struct BenchRun {
     /// [`crate::SCHEMA_VERSION`] of the writer.
     pub schema: u32,
-    /// Always `"bench"`.
-    pub kind: String,
+    /// Always [`crate::EvidenceKind::Bench`].
+    pub kind: crate::EvidenceKind,
     /// Machine, software and commit.
     pub provenance: Provenance,
     /// Name of the shape suite, when one was used.

@@ -46,6 +46,17 @@ pub enum EvidenceError {
         /// The kind found (empty when the field is missing).
         kind: String,
     },
+    /// A file of another kind than the one read (a `best.json` given where a `finalists.json` is
+    /// expected).
+    #[error("{}: a file of kind {found}, not {expected}", path.display())]
+    WrongKind {
+        /// The file.
+        path: PathBuf,
+        /// The kind wanted.
+        expected: crate::EvidenceKind,
+        /// The kind found.
+        found: crate::EvidenceKind,
+    },
     /// A file written by a newer version of the schema than this build understands.
     #[error("{}: schema version {found} is newer than this build's {supported}; update attn", path.display())]
     SchemaTooNew {

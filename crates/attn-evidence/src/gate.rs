@@ -490,8 +490,8 @@ pub struct GateCase {
 pub struct GateRun {
     /// [`crate::SCHEMA_VERSION`] of the writer.
     pub schema: u32,
-    /// Always `"gate"`.
-    pub kind: String,
+    /// Always [`crate::EvidenceKind::Gate`].
+    pub kind: crate::EvidenceKind,
     /// Machine, software and commit.
     pub provenance: Provenance,
     /// The implementation under test.

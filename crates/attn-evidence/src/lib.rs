@@ -40,7 +40,7 @@
 //!     host: None, tool: "attn 0.1.0".into(), command: vec!["cargo".into(), "xtask".into(), "bench".into()],
 //!     clocks: Default::default(), max_sm_mhz: None, peak_tflops: None, memory: None,
 //! };
-//! let run = BenchRun { schema: attn_evidence::SCHEMA_VERSION, kind: "bench".into(), provenance, suite: None, entries: vec![] };
+//! let run = BenchRun { schema: attn_evidence::SCHEMA_VERSION, kind: attn_evidence::EvidenceKind::Bench, provenance, suite: None, entries: vec![] };
 //! let path = evidence_path(root.path(), "bench", &run.provenance.date, &run.provenance.gpu, &run.provenance.git_rev);
 //! write_json_atomic(&path, &run)?;
 //! let loaded = load_dir(root.path())?;
@@ -53,6 +53,7 @@ mod error;
 mod evo;
 mod gate;
 mod implementation;
+mod kind;
 mod micro;
 mod provenance;
 mod sanitize;
@@ -69,6 +70,7 @@ pub use gate::{
     FlagKind, FullCheck, GateCase, GateMode, GateRule, GateRun, LaunchGuards, TimedOutputCheck,
 };
 pub use implementation::Implementation;
+pub use kind::{EvidenceKind, Kinded};
 pub use micro::{MicroBest, MicroCorrelation, MicroPair, MicroRanked, MicroTarget};
 pub use provenance::{
     bandwidth_by_name, bandwidth_from_attributes, dense_flop_per_clock_per_sm, dense_peak_tflops,

@@ -11,7 +11,7 @@ use std::str::FromStr;
 use attn_stats::{Kendall, Spearman};
 use serde::{Deserialize, Serialize};
 
-use crate::store::{read_json, write_json_atomic};
+use crate::store::write_json_atomic;
 use crate::{EvidenceError, Provenance, ShapeSpec};
 
 /// Which kernel pipeline the micro-benchmark measures, and so which implementations its ranking
@@ -116,8 +116,8 @@ pub struct MicroRanked {
 /// `micro/<target>/best.json`: the micro-benchmark's top configs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MicroBest {
-    /// Always [`MicroBest::KIND`].
-    pub kind: String,
+    /// Always [`crate::EvidenceKind::MicroBest`].
+    pub kind: crate::EvidenceKind,
     /// The pipeline measured.
     #[serde(default)]
     pub target: MicroTarget,
@@ -147,11 +147,11 @@ pub struct MicroBest {
 
 impl MicroBest {
     /// The `"kind"` of `micro/<target>/best.json`.
-    pub const KIND: &'static str = "micro-best";
+    pub const KIND: crate::EvidenceKind = crate::EvidenceKind::MicroBest;
 
-    /// Reads `best.json`; errors name the file.
+    /// Reads `micro/<target>/best.json`, refusing another kind of file; errors name the file.
     pub fn read(path: &Path) -> Result<MicroBest, EvidenceError> {
-        read_json(path)
+        <MicroBest as crate::Kinded>::read(path)
     }
 
     /// Writes `best.json` atomically.
@@ -181,8 +181,8 @@ pub struct MicroPair {
 /// measured, over the configs both measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MicroCorrelation {
-    /// Always [`MicroCorrelation::KIND`].
-    pub kind: String,
+    /// Always [`crate::EvidenceKind::MicroCorrelation`].
+    pub kind: crate::EvidenceKind,
     /// The micro target.
     pub target: MicroTarget,
     /// When it was computed (RFC 3339, UTC).
@@ -217,15 +217,31 @@ pub struct MicroCorrelation {
 
 impl MicroCorrelation {
     /// The `"kind"` of `correlation.json`.
-    pub const KIND: &'static str = "micro-correlation";
+    pub const KIND: crate::EvidenceKind = crate::EvidenceKind::MicroCorrelation;
 
-    /// Reads `correlation.json`; errors name the file.
+    /// Reads `correlation.json`, refusing another kind of file; errors name the file.
     pub fn read(path: &Path) -> Result<MicroCorrelation, EvidenceError> {
-        read_json(path)
+        <MicroCorrelation as crate::Kinded>::read(path)
     }
 
     /// Writes `correlation.json` atomically.
     pub fn write(&self, path: &Path) -> Result<(), EvidenceError> {
         write_json_atomic(path, self)
+    }
+}
+
+impl crate::Kinded for MicroBest {
+    const KIND: crate::EvidenceKind = crate::EvidenceKind::MicroBest;
+
+    fn kind(&self) -> crate::EvidenceKind {
+        self.kind
+    }
+}
+
+impl crate::Kinded for MicroCorrelation {
+    const KIND: crate::EvidenceKind = crate::EvidenceKind::MicroCorrelation;
+
+    fn kind(&self) -> crate::EvidenceKind {
+        self.kind
     }
 }

@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::store::{evidence_path, read_json, write_json_atomic};
+use crate::store::{evidence_path, write_json_atomic};
 use crate::{EvidenceError, Implementation, Provenance, ShapeSpec};
 
 /// One tool of compute-sanitizer.
@@ -106,8 +106,8 @@ impl fmt::Display for SanitizeFinding {
 pub struct SanitizeRun {
     /// [`crate::SCHEMA_VERSION`] of the writer.
     pub schema: u32,
-    /// Always `"sanitize"`.
-    pub kind: String,
+    /// Always [`crate::EvidenceKind::Sanitize`].
+    pub kind: crate::EvidenceKind,
     /// Machine, software and commit.
     pub provenance: Provenance,
     /// The implementation checked.
@@ -144,9 +144,17 @@ impl SanitizeRun {
         Ok(path)
     }
 
-    /// Reads one back; errors name the file.
+    /// Reads one back, refusing another kind of file; errors name the file.
     pub fn read(path: &Path) -> Result<SanitizeRun, EvidenceError> {
-        read_json(path)
+        <SanitizeRun as crate::Kinded>::read(path)
+    }
+}
+
+impl crate::Kinded for SanitizeRun {
+    const KIND: crate::EvidenceKind = crate::EvidenceKind::Sanitize;
+
+    fn kind(&self) -> crate::EvidenceKind {
+        self.kind
     }
 }
 
@@ -195,7 +203,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let run = SanitizeRun {
             schema: crate::SCHEMA_VERSION,
-            kind: "sanitize".into(),
+            kind: crate::EvidenceKind::Sanitize,
             provenance: Provenance {
                 gpu: "NVIDIA H100 80GB HBM3".into(),
                 gpu_uuid: None,

@@ -76,8 +76,8 @@ impl SearchSpec {
 /// confirms it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EvoBest {
-    /// Always [`EvoBest::KIND`].
-    pub kind: String,
+    /// Always [`crate::EvidenceKind::EvoBest`].
+    pub kind: crate::EvidenceKind,
     /// The run's folder name.
     pub run: String,
     /// [`SearchSpec::target`].
@@ -185,8 +185,8 @@ pub struct EvoFinalist {
 /// `evo/<run>/finalists.json`: the finalists of a composite-fitness search, ranked.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EvoFinalists {
-    /// Always [`EvoFinalists::KIND`].
-    pub kind: String,
+    /// Always [`crate::EvidenceKind::EvoFinalists`].
+    pub kind: crate::EvidenceKind,
     /// The run's folder name.
     pub run: String,
     /// The composite's formula with its weights ([`attn_ncu::formula`]).
@@ -208,11 +208,11 @@ pub struct EvoFinalists {
 
 impl EvoFinalists {
     /// The `"kind"` of `finalists.json`.
-    pub const KIND: &'static str = "evo-finalists";
+    pub const KIND: crate::EvidenceKind = crate::EvidenceKind::EvoFinalists;
 
-    /// Reads `finalists.json`; errors name the file.
+    /// Reads `finalists.json`, refusing another kind of file; errors name the file.
     pub fn read(path: &Path) -> Result<EvoFinalists, EvidenceError> {
-        read_json(path)
+        <EvoFinalists as crate::Kinded>::read(path)
     }
 
     /// Writes `finalists.json` atomically.
@@ -223,15 +223,31 @@ impl EvoFinalists {
 
 impl EvoBest {
     /// The `"kind"` of `best.json`.
-    pub const KIND: &'static str = "evo-best";
+    pub const KIND: crate::EvidenceKind = crate::EvidenceKind::EvoBest;
 
-    /// Reads `best.json`; errors name the file.
+    /// Reads `best.json`, refusing another kind of file; errors name the file.
     pub fn read(path: &Path) -> Result<EvoBest, EvidenceError> {
-        read_json(path)
+        <EvoBest as crate::Kinded>::read(path)
     }
 
     /// Writes `best.json` atomically.
     pub fn write(&self, path: &Path) -> Result<(), EvidenceError> {
         write_json_atomic(path, self)
+    }
+}
+
+impl crate::Kinded for EvoBest {
+    const KIND: crate::EvidenceKind = crate::EvidenceKind::EvoBest;
+
+    fn kind(&self) -> crate::EvidenceKind {
+        self.kind
+    }
+}
+
+impl crate::Kinded for EvoFinalists {
+    const KIND: crate::EvidenceKind = crate::EvidenceKind::EvoFinalists;
+
+    fn kind(&self) -> crate::EvidenceKind {
+        self.kind
     }
 }

@@ -22,11 +22,11 @@ pub enum Evidence {
 }
 
 impl Evidence {
-    /// `"gate"` or `"bench"`.
-    pub fn kind(&self) -> &'static str {
+    /// [`crate::EvidenceKind::Gate`] or [`crate::EvidenceKind::Bench`].
+    pub fn kind(&self) -> crate::EvidenceKind {
         match self {
-            Evidence::Gate(_) => "gate",
-            Evidence::Bench(_) => "bench",
+            Evidence::Gate(_) => crate::EvidenceKind::Gate,
+            Evidence::Bench(_) => crate::EvidenceKind::Bench,
         }
     }
 

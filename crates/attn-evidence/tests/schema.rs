@@ -124,7 +124,7 @@ fn load_dir_orders_by_date_then_path_and_skips_other_files() {
         .map(|(p, e)| {
             (
                 p.strip_prefix(root).unwrap().to_string_lossy().into_owned(),
-                e.kind(),
+                e.kind().as_str(),
             )
         })
         .collect();

@@ -104,7 +104,7 @@ pub fn rank_finalists(
         finalist.rank = i + 1;
     }
     EvoFinalists {
-        kind: EvoFinalists::KIND.into(),
+        kind: EvoFinalists::KIND,
         run: run.into(),
         formula: attn_ncu::formula(&composite.weights),
         weights: composite.weights,

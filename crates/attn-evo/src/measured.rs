@@ -138,7 +138,7 @@ pub fn evo_best(
     let knobs = crate::knobs_from_strings(&config).unwrap_or_default();
     let reproduce = gate_command(spec, implementation.as_deref(), &knobs);
     EvoBest {
-        kind: EvoBest::KIND.into(),
+        kind: EvoBest::KIND,
         run: run.into(),
         target: spec.target.clone(),
         implementation,

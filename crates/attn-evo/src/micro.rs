@@ -390,7 +390,7 @@ pub fn micro_correlation(inputs: &CorrelationInputs<'_>) -> Result<MicroCorrelat
         rho.n
     );
     Ok(MicroCorrelation {
-        kind: MicroCorrelation::KIND.into(),
+        kind: MicroCorrelation::KIND,
         target,
         date: utc_now_rfc3339(),
         micro_log: micro_log.to_path_buf(),

@@ -106,7 +106,7 @@ impl Report {
     ) -> SanitizeRun {
         SanitizeRun {
             schema: attn_evidence::SCHEMA_VERSION,
-            kind: "sanitize".into(),
+            kind: attn_evidence::EvidenceKind::Sanitize,
             provenance,
             candidate: crate::baseline::candidate_implementation(candidate, None),
             shapes: shapes.to_vec(),

@@ -742,7 +742,7 @@ fn files_table(evidence: &EvidenceSet) -> Table {
         };
         table.push(vec![
             run.path.clone(),
-            run.evidence.kind().into(),
+            run.evidence.kind().to_string(),
             short_date(&p.date),
             p.gpu.clone(),
             format!(
