@@ -225,31 +225,14 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     bar.finish_and_clear();
     let clocks_after = attn_kernels::telemetry::read_clocks(0);
 
-    // The run's config: the defaults (plus overrides) resolved for the first shape, without
-    // compiling anything more; each case records the config it actually ran.
-    let resolved = match &candidate {
-        attn_kernels::Candidate::Registered {
-            implementation,
-            overrides,
-        } => implementation
-            .resolve(overrides, problems[0].shape.head_dim, &gpu.limits())
-            .ok(),
-        _ => None,
-    };
     let torch = baseline.sdpa().map(|s| s.info.clone());
-    let passed = !cases.is_empty() && cases.iter().all(|c| c.passed);
-    let run = GateRun {
-        schema: attn_evidence::SCHEMA_VERSION,
-        kind: attn_evidence::EvidenceKind::Gate,
-        provenance: crate::provenance::collect(&gpu, torch.as_ref(), clocks_before, clocks_after),
-        candidate: attn_measure::baseline::candidate_implementation(&candidate, resolved.as_ref()),
-        baseline: baseline.implementation(),
-        suite: args.problems.suite_name("seed"),
-        options: plan.compare,
-        rule: plan.rule.clone(),
+    let provenance = crate::provenance::collect(&gpu, torch.as_ref(), clocks_before, clocks_after);
+    let run = session.record(
+        &problems,
         cases,
-        passed,
-    };
+        provenance,
+        args.problems.suite_name("seed"),
+    );
     finish(&run, args.markdown.as_deref(), evidence)
 }
 

@@ -157,6 +157,44 @@ impl<'a> GateSession<'a> {
         self.copies_reference = true;
     }
 
+    /// The run's record from its `cases` (one per problem of `problems`, in order): the
+    /// candidate's config as resolved for the first problem (each case records the config it
+    /// actually ran), the baseline, the plan's options and rule, and the whole run's verdict
+    /// (passed when every case passed).
+    pub fn record(
+        &self,
+        problems: &[Problem],
+        cases: Vec<GateCase>,
+        provenance: attn_evidence::Provenance,
+        suite: Option<String>,
+    ) -> attn_evidence::GateRun {
+        let resolved = match (self.candidate, problems.first()) {
+            (
+                Candidate::Registered {
+                    implementation,
+                    overrides,
+                },
+                Some(first),
+            ) => implementation
+                .resolve(overrides, first.shape.head_dim, &self.gpu.limits())
+                .ok(),
+            _ => None,
+        };
+        let passed = !cases.is_empty() && cases.iter().all(|c| c.passed);
+        attn_evidence::GateRun {
+            schema: attn_evidence::SCHEMA_VERSION,
+            kind: attn_evidence::EvidenceKind::Gate,
+            provenance,
+            candidate: crate::baseline::candidate_implementation(self.candidate, resolved.as_ref()),
+            baseline: self.baseline.implementation(),
+            suite,
+            options: self.plan.compare,
+            rule: self.plan.rule.clone(),
+            cases,
+            passed,
+        }
+    }
+
     /// Judges `problem` with inputs from `seed`.
     pub fn case(&mut self, problem: &Problem, seed: u64) -> GateCase {
         match self.try_case(problem, seed) {
