@@ -161,12 +161,3 @@ pub fn validate(candidate: &Candidate, problems: &[Problem]) -> anyhow::Result<(
     }
     Ok(())
 }
-
-/// The timing mode named by a `--mode` value (`graph`, `flushed` or `batch`, checked by clap).
-pub fn timing_mode(name: &str) -> attn_kernels::TimingMode {
-    match name {
-        "batch" => attn_kernels::TimingMode::Batch,
-        "flushed" => attn_kernels::TimingMode::Flushed,
-        _ => attn_kernels::TimingMode::Graph,
-    }
-}

@@ -43,8 +43,8 @@ pub struct Args {
     pub seed: u64,
     /// Timing mode: graph (L2 flushed, CUDA graph replays), flushed (plain launches) or batch
     /// (back-to-back launches, inputs resident: the protocol of the FlashAttention-3 anchor).
-    #[arg(long, default_value = "graph", value_parser = ["graph", "flushed", "batch"])]
-    pub mode: String,
+    #[arg(long, default_value = "graph")]
+    pub mode: attn_kernels::TimingMode,
     /// Batch mode: launches per sample, each on its own input set (fewer sets to generate on the
     /// host for large problems).
     #[arg(long, default_value_t = TimingOptions::default().batch_launches)]
@@ -110,7 +110,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let opts = TimingOptions {
         warmup: args.warmup,
         samples: args.samples,
-        mode: crate::args::timing_mode(&args.mode),
+        mode: args.mode,
         batch_launches: args.batch_launches.max(1),
         ..TimingOptions::default()
     };

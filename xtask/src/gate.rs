@@ -60,8 +60,8 @@ pub struct Args {
     pub warmup: usize,
     /// Timing mode, the same for both sides: graph (L2 flushed, each launch replayed from a CUDA
     /// graph so that host launch overhead stays out), flushed (plain launches), or batch.
-    #[arg(long, default_value = "graph", value_parser = ["graph", "flushed", "batch"])]
-    pub mode: String,
+    #[arg(long, default_value = "graph")]
+    pub mode: attn_kernels::TimingMode,
     /// Gate: candidate median ≤ THRESHOLD × baseline median.
     #[arg(long, default_value_t = 0.95)]
     pub threshold: f64,
@@ -158,7 +158,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let timing = TimingOptions {
         warmup: args.warmup,
         samples: args.samples,
-        mode: crate::args::timing_mode(&args.mode),
+        mode: args.mode,
         ..TimingOptions::default()
     };
     let info = gpu.info();

@@ -39,6 +39,37 @@ pub enum TimingMode {
     Batch,
 }
 
+impl TimingMode {
+    /// Every mode, in the order a command line lists them.
+    pub const ALL: [TimingMode; 3] = [TimingMode::Graph, TimingMode::Flushed, TimingMode::Batch];
+
+    /// As written on command lines and in evidence.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TimingMode::Flushed => "flushed",
+            TimingMode::Graph => "graph",
+            TimingMode::Batch => "batch",
+        }
+    }
+}
+
+impl std::fmt::Display for TimingMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for TimingMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<TimingMode, String> {
+        TimingMode::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| format!("unknown timing mode `{s}` (known: graph, flushed, batch)"))
+    }
+}
+
 /// Knobs of the harness.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimingOptions {
@@ -287,6 +318,19 @@ impl<'g> Harness<'g> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timing_modes_read_back_as_written() {
+        for mode in TimingMode::ALL {
+            assert_eq!(mode.as_str().parse::<TimingMode>().unwrap(), mode);
+            let json = serde_json::to_string(&mode).unwrap();
+            assert_eq!(json, format!("\"{mode}\""));
+        }
+        assert!("fast"
+            .parse::<TimingMode>()
+            .unwrap_err()
+            .contains("known: graph"));
+    }
 
     #[test]
     fn no_sample_launches_a_set_twice() {
