@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use attn_evidence::{EvoBest, SearchImplementation, SearchSpec, IMPL_KNOB};
+use attn_evidence::{EvoBest, ImplConfig, SearchImplementation, SearchSpec, IMPL_KNOB};
 
 use crate::error::{EvoError, Result};
 use crate::log::knobs_from_strings;
@@ -134,6 +134,35 @@ pub fn narrow_choice<'a>(
         });
     }
     Ok(out)
+}
+
+/// A search config resolved once into what it runs: the implementation its [`IMPL_KNOB`] picks
+/// in a search over several (else the search's own; `None` for a `--src` kernel or an index
+/// outside the search's implementations, where the search's own is taken) and its knobs without
+/// that choice.
+///
+/// ```
+/// # let spec: attn_evidence::SearchSpec = serde_json::from_value(serde_json::json!({
+/// #     "target": "cublas,mma", "implementation": null, "src": null, "entry": null,
+/// #     "implementations": [{"name": "cublas", "knobs": {}}, {"name": "mma", "knobs": {"STAGES": [1, 2]}}],
+/// #     "defines": {}, "knobs": {}, "shape": {"batch": 2, "heads": 8, "seq_q": 1024,
+/// #     "seq_kv": 1024, "head_dim": 64, "causal": false, "dtype": "fp16"},
+/// #     "baseline": "sdpa", "seed": 1, "population": 4, "generations": 2,
+/// # })).unwrap();
+/// let knobs = [(attn_evo::IMPL_KNOB.to_string(), 1), ("STAGES".to_string(), 2)].into();
+/// let config = attn_evo::resolve_config(&spec, &knobs);
+/// assert_eq!(config.describe(), "mma STAGES=2");
+/// ```
+pub fn resolve_config(spec: &SearchSpec, knobs: &Knobs) -> ImplConfig {
+    let mut knobs = knobs.clone();
+    let chosen = knobs.remove(IMPL_KNOB).and_then(|i| {
+        let i = usize::try_from(i).ok()?;
+        spec.implementations.get(i).map(|imp| imp.name.clone())
+    });
+    ImplConfig {
+        implementation: chosen.or_else(|| spec.implementation.clone()),
+        knobs,
+    }
 }
 
 /// A log row's config split into its implementation (the row's [`IMPL_KNOB`] in a search over

@@ -20,7 +20,7 @@ use attn_kernels::compile::compile;
 use attn_kernels::{Candidate, Config, Gpu, GpuReference, Prepared, TimingMode, TimingOptions};
 use serde::{Deserialize, Serialize};
 
-use super::target::{candidate, implementation_and_config};
+use super::target::{candidate, candidate_config};
 use super::{Event, Report, WorkerOptions};
 use crate::sdpa::Backend;
 use crate::supervise::{classify_failure, exit_with_parent, run_json_worker};
@@ -57,10 +57,12 @@ impl Workers<'_> {
                 name: spec.baseline.clone(),
             },
             Job::Candidate(knobs) => {
-                let (name, config) = implementation_and_config(spec, knobs);
+                let resolved = attn_evo::resolve_config(spec, knobs);
+                let config = candidate_config(spec, &resolved);
+                let src = resolved.implementation.is_none();
                 Task::Candidate {
-                    implementation: name.map(str::to_string),
-                    src: name.is_none().then(|| spec.src.clone()).flatten(),
+                    implementation: resolved.implementation,
+                    src: src.then(|| spec.src.clone()).flatten(),
                     entry: spec.entry.clone(),
                     config: config.to_string(),
                 }
@@ -165,7 +167,9 @@ impl Precompile {
             .iter()
             .enumerate()
             .map(|(i, knobs)| {
-                let (name, config) = implementation_and_config(spec, knobs);
+                let resolved = attn_evo::resolve_config(spec, knobs);
+                let config = candidate_config(spec, &resolved);
+                let name = resolved.implementation.as_deref();
                 let made = candidate(name, spec.src.as_deref(), spec.entry.as_deref(), config);
                 (i, made.ok())
             })
