@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use attn_evidence::{EvoBest, ImplConfig, SearchImplementation, SearchSpec, IMPL_KNOB};
+use attn_evidence::{
+    EvoBest, EvoCandidate, ImplConfig, SearchImplementation, SearchSpec, IMPL_KNOB,
+};
 
 use crate::error::{EvoError, Result};
 use crate::log::knobs_from_strings;
@@ -165,15 +167,14 @@ pub fn resolve_config(spec: &SearchSpec, knobs: &Knobs) -> ImplConfig {
     }
 }
 
-/// A log row's config split into its implementation (the row's [`IMPL_KNOB`] in a search over
-/// several, else the search's own) and its knobs.
+/// A log row's config split into its implementation (the row's own in a search over several,
+/// else the search's) and its knobs.
 pub fn split_row(
     spec: &SearchSpec,
-    config: &BTreeMap<String, String>,
+    row: &EvoCandidate,
 ) -> (Option<String>, BTreeMap<String, String>) {
-    let mut knobs = config.clone();
-    let chosen = knobs.remove(IMPL_KNOB);
-    (chosen.or_else(|| spec.implementation.clone()), knobs)
+    let chosen = row.implementation().map(str::to_string);
+    (chosen.or_else(|| spec.implementation.clone()), row.knobs())
 }
 
 /// The constraint of a `--src` kernel's configs (its `defines` merged with the knobs): its block
