@@ -315,6 +315,7 @@ impl<'r> SearchSession<'r> {
         };
         let log = &mut self.log;
         attn_evo::drive(
+            &self.run.spec,
             &mut self.search,
             &measure,
             &ordinals,
