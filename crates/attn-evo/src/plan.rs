@@ -237,13 +237,13 @@ pub fn seed_from_bests(
         let Ok(best) = EvoBest::read(&entry.path().join("best.json")) else {
             continue;
         };
-        let Ok(mut knobs) = knobs_from_strings(&best.config) else {
+        let Ok(knobs) = knobs_from_strings(&best.config) else {
             continue;
         };
         let implementation = best.implementation.as_deref().unwrap_or(&best.target);
         match space.branch_index(implementation) {
             Some(index) => {
-                knobs.insert(IMPL_KNOB.into(), index as i64);
+                let knobs = crate::space::join(index, knobs);
                 push_projected(seeds, space, &knobs, fill);
             }
             None if best.target == target => push_projected(seeds, space, &knobs, fill),

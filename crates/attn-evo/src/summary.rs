@@ -63,7 +63,7 @@ pub fn search_line(spec: &SearchSpec, configs: u64, budget: usize, workers: &[St
 
 /// A logged candidate with its status (for one that failed).
 pub fn row_line(row: &EvoCandidate) -> String {
-    let config = describe_config(&row.config);
+    let config = describe_parts(row.implementation(), &row.knobs());
     format!("  gen {} {config}: {}", row.generation, row.status)
 }
 

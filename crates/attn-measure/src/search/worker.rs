@@ -446,7 +446,8 @@ mod tests {
             },
             ..job
         };
-        let expected = attn_evo::synthetic_measurement(&std::collections::BTreeMap::new(), true, 7, 5);
+        let expected =
+            attn_evo::synthetic_measurement(&std::collections::BTreeMap::new(), true, 7, 5);
         assert_eq!(baseline.evaluate().unwrap(), expected);
     }
 }
