@@ -139,9 +139,9 @@ pub fn narrow_choice<'a>(
 }
 
 /// A search config resolved once into what it runs: the implementation its [`IMPL_KNOB`] picks
-/// in a search over several (else the search's own; `None` for a `--src` kernel or an index
-/// outside the search's implementations, where the search's own is taken) and its knobs without
-/// that choice.
+/// in a search over several (else, or for an index outside them, the search's own: `None` for a
+/// `--src` kernel) and its knobs without that choice. What crosses to the caller's
+/// [`crate::Measurer`]; the choice's knob stays in this crate.
 ///
 /// ```
 /// # let spec: attn_evidence::SearchSpec = serde_json::from_value(serde_json::json!({
