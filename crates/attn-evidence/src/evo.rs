@@ -141,6 +141,19 @@ fn config_columns<'k>(keys: impl IntoIterator<Item = &'k str>) -> Vec<&'k str> {
 }
 
 impl EvoCandidate {
+    /// The implementation the row's config runs in a search over several (its [`IMPL_KNOB`]
+    /// column); `None` in any other search's rows.
+    pub fn implementation(&self) -> Option<&str> {
+        self.config.get(IMPL_KNOB).map(String::as_str)
+    }
+
+    /// The row's knobs as the log holds them: its config without the implementation's column.
+    pub fn knobs(&self) -> BTreeMap<String, String> {
+        let mut knobs = self.config.clone();
+        knobs.remove(IMPL_KNOB);
+        knobs
+    }
+
     /// The row's cells for the config columns `keys` (in order).
     fn record<'k>(&self, keys: impl Iterator<Item = &'k str>) -> Vec<String> {
         let mut record = vec![self.generation.to_string()];

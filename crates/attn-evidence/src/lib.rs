@@ -19,7 +19,9 @@
 //!   [`read_evo_log`] and [`write_evo_log`]; [`SearchSpec`] (`search.json`), [`EvoBest`]
 //!   (`evo/<run>/best.json`) with its [`EvoFitness`], [`EvoFinalists`] (`evo/<run>/finalists.json`,
 //!   a composite-fitness search's profiled finalists): the rest of a search's files;
-//!   [`IMPL_KNOB`], the key that names a config's implementation in a search over several.
+//!   [`IMPL_KNOB`], the key that names a config's implementation in a search over several (in its
+//!   log rows and its own configs), and [`ImplConfig`], a config resolved into its implementation
+//!   and knobs: what crosses from the search to what measures it.
 //! - The micro-benchmark's files under `evidence/micro/<target>/` ([`MicroTarget`]): its ranking
 //!   [`MicroBest`] (`best.json`) and how well it predicted a search, [`MicroCorrelation`]
 //!   (`correlation.json`).
@@ -78,7 +80,8 @@ pub use provenance::{
 };
 pub use sanitize::{SanitizeFinding, SanitizeRun, SanitizeTool};
 pub use search::{
-    EvoBest, EvoFinalist, EvoFinalists, EvoFitness, SearchImplementation, SearchSpec, IMPL_KNOB,
+    EvoBest, EvoFinalist, EvoFinalists, EvoFitness, ImplConfig, SearchImplementation, SearchSpec,
+    IMPL_KNOB,
 };
 pub use shape::{Dtype, ShapeSpec, VarlenSpec, WindowSpec};
 pub use store::{

@@ -16,6 +16,41 @@ use crate::{EvidenceError, Provenance, ShapeSpec};
 /// log rows it is the implementation's name.
 pub const IMPL_KNOB: &str = "impl";
 
+/// A config of a search as it crosses from the search to what measures it: the registered
+/// implementation it runs (`None` for a `--src` kernel) and its knobs, without the
+/// implementation's choice among them. The search resolves its own configs (in a search over
+/// several implementations, [`IMPL_KNOB`]) into one of these once; nothing downstream reads
+/// [`IMPL_KNOB`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ImplConfig {
+    /// The registered implementation, `None` for a `--src` kernel (or a synthetic target).
+    pub implementation: Option<String>,
+    /// Each knob's value.
+    pub knobs: BTreeMap<String, i64>,
+}
+
+impl ImplConfig {
+    /// The config on one line as a search's summaries show it: `K=V,K=V` in name order, after
+    /// the implementation's name when it has one (`mma BLOCK_M=64,STAGES=2`, or just `cublas`).
+    ///
+    /// ```
+    /// let config = attn_evidence::ImplConfig {
+    ///     implementation: Some("mma".into()),
+    ///     knobs: [("STAGES".to_string(), 2), ("BLOCK_M".to_string(), 64)].into(),
+    /// };
+    /// assert_eq!(config.describe(), "mma BLOCK_M=64,STAGES=2");
+    /// ```
+    pub fn describe(&self) -> String {
+        let knobs: Vec<String> = self.knobs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let knobs = knobs.join(",");
+        match &self.implementation {
+            Some(name) if knobs.is_empty() => name.clone(),
+            Some(name) => format!("{name} {knobs}"),
+            None => knobs,
+        }
+    }
+}
+
 /// One implementation of a search over several, and the values searched of each of its knobs
 /// (none for an implementation without knobs, e.g. `cublas`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -65,7 +65,7 @@ pub fn rank_finalists(
         .into_iter()
         .enumerate()
         .map(|(i, row)| {
-            let (implementation, config) = split_row(spec, &row.config);
+            let (implementation, config) = split_row(spec, row);
             let knobs = crate::knobs_from_strings(&config).unwrap_or_default();
             let speedup = row.speedup.unwrap_or(f64::NAN);
             let (status, kernels, fitness) = match profile(implementation.as_deref(), &knobs) {
@@ -127,7 +127,7 @@ pub fn composite_winner<'r>(
     let winner = finalists.finalists.first()?;
     let row = rows.iter().find(|r| {
         r.generation == winner.generation
-            && split_row(spec, &r.config) == (winner.implementation.clone(), winner.config.clone())
+            && split_row(spec, r) == (winner.implementation.clone(), winner.config.clone())
     })?;
     let fitness = EvoFitness {
         method: "composite".into(),
@@ -176,10 +176,7 @@ pub fn finalists_table(finalists: &EvoFinalists) -> String {
         "score"
     );
     for f in &finalists.finalists {
-        let mut config = f.config.clone();
-        if let Some(name) = &f.implementation {
-            config.insert(attn_evidence::IMPL_KNOB.into(), name.clone());
-        }
+        let config = crate::summary::describe_parts(f.implementation.as_deref(), &f.config);
         let speedup = format!(
             "{:.3} [{:.3}, {:.3}]",
             f.speedup.unwrap_or(f64::NAN),
@@ -200,9 +197,7 @@ pub fn finalists_table(finalists: &EvoFinalists) -> String {
         };
         out.push_str(&format!(
             "{:>4} {:>5} {speedup:>24} {terms}  {}\n",
-            f.rank,
-            f.speedup_rank,
-            crate::describe_config(&config)
+            f.rank, f.speedup_rank, config
         ));
     }
     out

@@ -6,30 +6,34 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::Instant;
 
-use attn_evidence::EvoCandidate;
+use attn_evidence::{EvoCandidate, ImplConfig, SearchSpec};
 use attn_stats::{BootstrapOptions, CompareOptions, Sample};
 
-use crate::{Generation, Knobs, Measurement, Search};
+use crate::{Knobs, Measurement, Search};
 
 /// Who measures a search's candidates (xtask: a worker process per candidate, one per GPU).
 pub trait Measurer: Sync {
     /// What one generation's measurements share (xtask: the precompile of its candidates).
     type Generation: Sync;
-    /// `generation` is about to be measured.
-    fn begin(&self, generation: &Generation) -> Self::Generation;
+    /// Generation `number` is about to be measured: its candidates' `configs`, each resolved
+    /// ([`crate::resolve_config`]), in proposal order.
+    fn begin(&self, number: u32, configs: &[ImplConfig]) -> Self::Generation;
     /// Waits until candidate `index` of the generation can be measured: its compile seconds,
     /// when known.
     fn ready(&self, generation: &Self::Generation, index: usize) -> Option<f64>;
-    /// Measures `knobs` on `device`.
-    fn measure(&self, knobs: &Knobs, device: usize) -> Measurement;
+    /// Measures `config` on `device`, its inputs from `seed` (the search's seed and the config's,
+    /// [`crate::config_seed`]: a resumed run measures a candidate on the same inputs).
+    fn measure(&self, config: &ImplConfig, seed: u64, device: usize) -> Measurement;
     /// The generation is measured.
     fn end(&self, generation: Self::Generation);
 }
 
-/// Measures `search` to its end: each generation's candidates on `devices` (a thread each),
+/// Measures `search` (of `spec`) to its end: each generation's candidates, each resolved once
+/// into the [`ImplConfig`] the measurer gets, on `devices` (a thread each),
 /// scored against the baseline of the device each ran on, recorded, and handed to `on_row` on
 /// this thread in completion order (to log and show). Stops at `on_row`'s first error.
 pub fn drive<M: Measurer, E>(
+    spec: &SearchSpec,
     search: &mut Search,
     measurer: &M,
     devices: &[usize],
@@ -38,8 +42,13 @@ pub fn drive<M: Measurer, E>(
     mut on_row: impl FnMut(&Search, &EvoCandidate) -> Result<(), E>,
 ) -> Result<(), E> {
     while let Some(generation) = search.next_generation() {
-        let state = measurer.begin(&generation);
         let number = generation.number;
+        let resolved: Vec<ImplConfig> = generation
+            .candidates
+            .iter()
+            .map(|k| crate::resolve_config(spec, k))
+            .collect();
+        let state = measurer.begin(number, &resolved);
         let space = search.space();
         let configs: Vec<_> = generation
             .candidates
@@ -49,7 +58,8 @@ pub fn drive<M: Measurer, E>(
         let measured = |index: usize, knobs: &Knobs, device: usize| {
             let compile_s = measurer.ready(&state, index);
             let started = Instant::now();
-            let measured = measurer.measure(knobs, device);
+            let seed = crate::config_seed(spec.seed, knobs);
+            let measured = measurer.measure(&resolved[index], seed, device);
             let run_s = started.elapsed().as_secs_f64();
             let baseline = &baselines[&device];
             let config = configs[index].clone();

@@ -82,8 +82,8 @@ pub use micro::{
     CorrelationInputs, MicroOutcome, MicroSeeds, MIN_PAIRS,
 };
 pub use plan::{
-    config_seed, format_knobs, gate_command, narrow_choice, narrow_domains, seed_from_bests,
-    source_constraint, split_row, KnobOf,
+    config_seed, format_knobs, gate_command, narrow_choice, narrow_domains, resolve_config,
+    seed_from_bests, source_constraint, split_row, KnobOf,
 };
 pub use run::SearchRun;
 pub use search::{Evaluation, Generation, Options, Search};

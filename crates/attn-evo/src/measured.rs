@@ -134,7 +134,7 @@ pub fn evo_best(
     devices: Vec<String>,
     provenance: Option<Provenance>,
 ) -> EvoBest {
-    let (implementation, config) = split_row(spec, &winner.config);
+    let (implementation, config) = split_row(spec, winner);
     let knobs = crate::knobs_from_strings(&config).unwrap_or_default();
     let reproduce = gate_command(spec, implementation.as_deref(), &knobs);
     EvoBest {

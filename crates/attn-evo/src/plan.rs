@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use attn_evidence::{EvoBest, SearchImplementation, SearchSpec, IMPL_KNOB};
+use attn_evidence::{
+    EvoBest, EvoCandidate, ImplConfig, SearchImplementation, SearchSpec, IMPL_KNOB,
+};
 
 use crate::error::{EvoError, Result};
 use crate::log::knobs_from_strings;
@@ -136,15 +138,43 @@ pub fn narrow_choice<'a>(
     Ok(out)
 }
 
-/// A log row's config split into its implementation (the row's [`IMPL_KNOB`] in a search over
-/// several, else the search's own) and its knobs.
+/// A search config resolved once into what it runs: the implementation its [`IMPL_KNOB`] picks
+/// in a search over several (else, or for an index outside them, the search's own: `None` for a
+/// `--src` kernel) and its knobs without that choice. What crosses to the caller's
+/// [`crate::Measurer`]; the choice's knob stays in this crate.
+///
+/// ```
+/// # let spec: attn_evidence::SearchSpec = serde_json::from_value(serde_json::json!({
+/// #     "target": "cublas,mma", "implementation": null, "src": null, "entry": null,
+/// #     "implementations": [{"name": "cublas", "knobs": {}}, {"name": "mma", "knobs": {"STAGES": [1, 2]}}],
+/// #     "defines": {}, "knobs": {}, "shape": {"batch": 2, "heads": 8, "seq_q": 1024,
+/// #     "seq_kv": 1024, "head_dim": 64, "causal": false, "dtype": "fp16"},
+/// #     "baseline": "sdpa", "seed": 1, "population": 4, "generations": 2,
+/// # })).unwrap();
+/// let knobs = [(attn_evo::IMPL_KNOB.to_string(), 1), ("STAGES".to_string(), 2)].into();
+/// let config = attn_evo::resolve_config(&spec, &knobs);
+/// assert_eq!(config.describe(), "mma STAGES=2");
+/// ```
+pub fn resolve_config(spec: &SearchSpec, knobs: &Knobs) -> ImplConfig {
+    let mut knobs = knobs.clone();
+    let chosen = knobs.remove(IMPL_KNOB).and_then(|i| {
+        let i = usize::try_from(i).ok()?;
+        spec.implementations.get(i).map(|imp| imp.name.clone())
+    });
+    ImplConfig {
+        implementation: chosen.or_else(|| spec.implementation.clone()),
+        knobs,
+    }
+}
+
+/// A log row's config split into its implementation (the row's own in a search over several,
+/// else the search's) and its knobs.
 pub fn split_row(
     spec: &SearchSpec,
-    config: &BTreeMap<String, String>,
+    row: &EvoCandidate,
 ) -> (Option<String>, BTreeMap<String, String>) {
-    let mut knobs = config.clone();
-    let chosen = knobs.remove(IMPL_KNOB);
-    (chosen.or_else(|| spec.implementation.clone()), knobs)
+    let chosen = row.implementation().map(str::to_string);
+    (chosen.or_else(|| spec.implementation.clone()), row.knobs())
 }
 
 /// The constraint of a `--src` kernel's configs (its `defines` merged with the knobs): its block
@@ -207,13 +237,13 @@ pub fn seed_from_bests(
         let Ok(best) = EvoBest::read(&entry.path().join("best.json")) else {
             continue;
         };
-        let Ok(mut knobs) = knobs_from_strings(&best.config) else {
+        let Ok(knobs) = knobs_from_strings(&best.config) else {
             continue;
         };
         let implementation = best.implementation.as_deref().unwrap_or(&best.target);
         match space.branch_index(implementation) {
             Some(index) => {
-                knobs.insert(IMPL_KNOB.into(), index as i64);
+                let knobs = crate::space::join(index, knobs);
                 push_projected(seeds, space, &knobs, fill);
             }
             None if best.target == target => push_projected(seeds, space, &knobs, fill),

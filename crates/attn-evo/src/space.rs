@@ -311,7 +311,7 @@ fn split(knobs: &Knobs) -> Option<(usize, Knobs)> {
 }
 
 /// A branch's knobs with [`IMPL_KNOB`] set to its index.
-fn join(index: usize, mut knobs: Knobs) -> Knobs {
+pub(crate) fn join(index: usize, mut knobs: Knobs) -> Knobs {
     knobs.insert(IMPL_KNOB.to_string(), index as i64);
     knobs
 }

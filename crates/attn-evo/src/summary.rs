@@ -15,14 +15,21 @@ use attn_evidence::{EvoBest, EvoCandidate, SearchSpec, IMPL_KNOB};
 /// assert_eq!(attn_evo::describe_config(&row), "mma BLOCK_M=64,STAGES=2");
 /// ```
 pub fn describe_config(config: &BTreeMap<String, String>) -> String {
-    let knobs: Vec<String> = config
-        .iter()
-        .filter(|(k, _)| *k != IMPL_KNOB)
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
+    let mut knobs = config.clone();
+    let implementation = knobs.remove(IMPL_KNOB);
+    describe_parts(implementation.as_deref(), &knobs)
+}
+
+/// An implementation (when there is one) and its knobs as text on one line, as
+/// [`describe_config`] writes them.
+pub(crate) fn describe_parts(
+    implementation: Option<&str>,
+    knobs: &BTreeMap<String, String>,
+) -> String {
+    let knobs: Vec<String> = knobs.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let knobs = knobs.join(",");
-    match config.get(IMPL_KNOB) {
-        Some(name) if knobs.is_empty() => name.clone(),
+    match implementation {
+        Some(name) if knobs.is_empty() => name.to_string(),
         Some(name) => format!("{name} {knobs}"),
         None => knobs,
     }
@@ -56,7 +63,7 @@ pub fn search_line(spec: &SearchSpec, configs: u64, budget: usize, workers: &[St
 
 /// A logged candidate with its status (for one that failed).
 pub fn row_line(row: &EvoCandidate) -> String {
-    let config = describe_config(&row.config);
+    let config = describe_parts(row.implementation(), &row.knobs());
     format!("  gen {} {config}: {}", row.generation, row.status)
 }
 
@@ -74,10 +81,7 @@ pub fn counts_line(rows: &[EvoCandidate], log: &Path) -> String {
 /// The winner against the baseline, how it was chosen when not by speedup, the command that
 /// confirms it, and where `best.json` is.
 pub fn best_lines(best: &EvoBest, path: &Path) -> String {
-    let mut config = best.config.clone();
-    if let Some(name) = &best.implementation {
-        config.insert(IMPL_KNOB.into(), name.clone());
-    }
+    let config = describe_parts(best.implementation.as_deref(), &best.config);
     let chosen = if best.ncu.is_empty() {
         String::new()
     } else {
@@ -85,7 +89,7 @@ pub fn best_lines(best: &EvoBest, path: &Path) -> String {
     };
     format!(
         "best: {} (generation {}): {:.2} µs, speedup {:.3}x [{:.3}, {:.3}] vs {}{chosen}\nconfirm it: {}\nevidence: {}",
-        describe_config(&config),
+        config,
         best.generation,
         best.median_us.unwrap_or(f64::NAN),
         best.speedup.unwrap_or(f64::NAN),

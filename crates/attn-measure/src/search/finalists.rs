@@ -2,16 +2,15 @@
 //! Compute (in its own process group, killed past its bound), ranked by attn-evo's composite into
 //! `finalists.json`.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use attn_evidence::{EvoCandidate, EvoFinalists, Provenance, SearchSpec, IMPL_KNOB};
+use attn_evidence::{EvoCandidate, EvoFinalists, ImplConfig, Provenance, SearchSpec};
 use attn_evo::{Knobs, SearchRun};
 use attn_ncu::metrics::Purpose;
 use attn_ncu::KernelSummary;
 
-use super::target::{candidate, implementation_and_config};
+use super::target::{candidate, candidate_config};
 use super::{Event, Report, SearchRequest};
 use crate::Result;
 
@@ -38,15 +37,19 @@ pub fn profile(
     let mut done = 0;
     let profile = |implementation: Option<&str>, knobs: &Knobs| {
         done += 1;
-        let mut config = attn_evo::knobs_to_strings(knobs);
-        config.insert(
-            IMPL_KNOB.into(),
-            implementation.unwrap_or(&spec.target).into(),
-        );
-        let described = attn_evo::describe_config(&config);
-        report(Event::Line(format!("  {done}/{count} {described}")));
-        profile_finalist(spec, implementation, knobs, ncu, program, FINALIST_TIMEOUT)
-            .map_err(|e| e.to_string())
+        let config = ImplConfig {
+            implementation: implementation.map(str::to_string),
+            knobs: knobs.clone(),
+        };
+        let shown = ImplConfig {
+            implementation: Some(implementation.unwrap_or(&spec.target).to_string()),
+            knobs: knobs.clone(),
+        };
+        report(Event::Line(format!(
+            "  {done}/{count} {}",
+            shown.describe()
+        )));
+        profile_finalist(spec, &config, ncu, program, FINALIST_TIMEOUT).map_err(|e| e.to_string())
     };
     let (name, profiling) = (run.name(), finalist_profiling());
     let ranked = attn_evo::rank_finalists(
@@ -83,18 +86,18 @@ pub fn finalist_profiling() -> String {
 }
 
 /// A search finalist profiled with Nsight Compute ([`crate::profile::ncu`], `ncu` and this
-/// `program`, killed past `timeout`): `implementation` (or the spec's `--src` kernel) with
-/// `knobs` (without the implementation's choice) on the spec's shape. Its kernels, each with the
+/// `program`, killed past `timeout`): `config`'s implementation (or the spec's `--src` kernel)
+/// with its knobs on the spec's shape. Its kernels, each with the
 /// metrics asked for (ncu's device attributes dropped), aggregated over the profiled launches.
 pub fn profile_finalist(
     spec: &SearchSpec,
-    implementation: Option<&str>,
-    knobs: &BTreeMap<String, i64>,
+    config: &ImplConfig,
     ncu: &Path,
     program: &Path,
     timeout: Duration,
 ) -> Result<Vec<KernelSummary>> {
-    let (_, config) = implementation_and_config(spec, knobs);
+    let implementation = config.implementation.as_deref();
+    let config = candidate_config(spec, config);
     let made = candidate(
         implementation,
         spec.src.as_deref(),

@@ -23,7 +23,7 @@ use attn_kernels::Gpu;
 use serde::{Deserialize, Serialize};
 
 pub use target::{
-    candidate, default_knobs, implementation_and_config, implementation_knobs, registry_constraint,
+    candidate, candidate_config, default_knobs, implementation_knobs, registry_constraint,
     searchable_knobs,
 };
 pub use worker::{Measured, Precompile, Worker, WorkerJob};
@@ -315,6 +315,7 @@ impl<'r> SearchSession<'r> {
         };
         let log = &mut self.log;
         attn_evo::drive(
+            &self.run.spec,
             &mut self.search,
             &measure,
             &ordinals,

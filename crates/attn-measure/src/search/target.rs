@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use attn_evidence::{
-    read_evo_log, EvoLogAppender, MicroBest, MicroTarget, SearchSpec, ShapeSpec, IMPL_KNOB,
+    read_evo_log, EvoLogAppender, ImplConfig, MicroBest, MicroTarget, SearchSpec, ShapeSpec,
 };
 use attn_evo::{Branch, KnobDomain, Knobs, Options, Search, SearchRun, Space};
 use attn_kernels::registry::{self, Limits};
@@ -218,23 +218,10 @@ pub fn candidate(
     })
 }
 
-/// What a search config runs: the registered implementation (the spec's, or in a search over
-/// several the one the config's [`IMPL_KNOB`] picks; `None` for a `--src` kernel) and its
-/// defines (the spec's fixed ones and the config's knobs).
-pub fn implementation_and_config<'s>(
-    spec: &'s SearchSpec,
-    knobs: &BTreeMap<String, i64>,
-) -> (Option<&'s str>, Config) {
-    let mut knobs = knobs.clone();
-    let chosen = knobs.remove(IMPL_KNOB).and_then(|i| {
-        let i = usize::try_from(i).ok()?;
-        spec.implementations.get(i).map(|imp| imp.name.as_str())
-    });
-    let implementation = chosen.or(spec.implementation.as_deref());
-    (
-        implementation,
-        Config(spec.defines.clone()).merged(&Config(knobs)),
-    )
+/// The defines of a resolved search config ([`attn_evo::resolve_config`]): the spec's fixed ones
+/// and the config's knobs.
+pub fn candidate_config(spec: &SearchSpec, config: &ImplConfig) -> Config {
+    Config(spec.defines.clone()).merged(&Config(config.knobs.clone()))
 }
 
 /// The knobs of registered implementation `name` at `head_dim`, with their domains: none for an
@@ -303,13 +290,21 @@ mod tests {
         let knobs = |pairs: &[(&str, i64)]| -> BTreeMap<String, i64> {
             pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
         };
-        let (name, config) =
-            implementation_and_config(&spec, &knobs(&[(IMPL_KNOB, 1), ("STAGES", 2)]));
+        let resolved =
+            attn_evo::resolve_config(&spec, &knobs(&[(attn_evo::IMPL_KNOB, 1), ("STAGES", 2)]));
+        let (name, config) = (
+            resolved.implementation.as_deref(),
+            candidate_config(&spec, &resolved),
+        );
         assert_eq!(
             (name, config.to_string().as_str()),
             (Some("mma"), "STAGES=2")
         );
-        let (name, config) = implementation_and_config(&spec, &knobs(&[(IMPL_KNOB, 0)]));
+        let resolved = attn_evo::resolve_config(&spec, &knobs(&[(attn_evo::IMPL_KNOB, 0)]));
+        let (name, config) = (
+            resolved.implementation.as_deref(),
+            candidate_config(&spec, &resolved),
+        );
         assert_eq!((name, config), (Some("cublas"), Config::default()));
         assert!(candidate(name, None, None, Config::default()).is_ok());
         // One implementation's search: its own name, the knobs as they are.
@@ -318,7 +313,11 @@ mod tests {
             implementations: vec![],
             ..spec
         };
-        let (name, config) = implementation_and_config(&single, &knobs(&[("STAGES", 1)]));
+        let resolved = attn_evo::resolve_config(&single, &knobs(&[("STAGES", 1)]));
+        let (name, config) = (
+            resolved.implementation.as_deref(),
+            candidate_config(&single, &resolved),
+        );
         assert_eq!(
             (name, config.to_string().as_str()),
             (Some("mma"), "STAGES=1")

@@ -6,7 +6,7 @@
 //! graph-mode timing) and prints one [`Measurement`] as a JSON line. Any failure becomes an
 //! invalid measurement.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -14,13 +14,13 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use attn_evidence::{SearchSpec, ShapeSpec};
-use attn_evo::{Knobs, Measurement};
+use attn_evidence::{ImplConfig, SearchSpec, ShapeSpec};
+use attn_evo::Measurement;
 use attn_kernels::compile::compile;
 use attn_kernels::{Candidate, Config, Gpu, GpuReference, Prepared, TimingMode, TimingOptions};
 use serde::{Deserialize, Serialize};
 
-use super::target::{candidate, implementation_and_config};
+use super::target::{candidate, candidate_config};
 use super::{Event, Report, WorkerOptions};
 use crate::sdpa::Backend;
 use crate::supervise::{classify_failure, exit_with_parent, run_json_worker};
@@ -32,8 +32,8 @@ use crate::{check, Baseline, Problem, Result};
 pub enum Job {
     /// The search's baseline.
     Baseline,
-    /// A config of the search.
-    Candidate(Knobs),
+    /// A config of the search, resolved.
+    Candidate(ImplConfig),
 }
 
 /// Everything the workers of a search share: this program (which runs `evo-worker`), the search
@@ -56,11 +56,12 @@ impl Workers<'_> {
             Job::Baseline => Task::Baseline {
                 name: spec.baseline.clone(),
             },
-            Job::Candidate(knobs) => {
-                let (name, config) = implementation_and_config(spec, knobs);
+            Job::Candidate(resolved) => {
+                let config = candidate_config(spec, resolved);
+                let src = resolved.implementation.is_none();
                 Task::Candidate {
-                    implementation: name.map(str::to_string),
-                    src: name.is_none().then(|| spec.src.clone()).flatten(),
+                    implementation: resolved.implementation.clone(),
+                    src: src.then(|| spec.src.clone()).flatten(),
                     entry: spec.entry.clone(),
                     config: config.to_string(),
                 }
@@ -105,24 +106,23 @@ pub(super) struct Measure<'a> {
 impl attn_evo::Measurer for Measure<'_> {
     type Generation = Option<Precompile>;
 
-    fn begin(&self, generation: &attn_evo::Generation) -> Option<Precompile> {
-        (self.report)(Event::Generation(generation.number));
+    fn begin(&self, number: u32, configs: &[ImplConfig]) -> Option<Precompile> {
+        (self.report)(Event::Generation(number));
         let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-        let (spec, candidates) = (&self.workers.spec, &generation.candidates);
+        let spec = &self.workers.spec;
         self.gpu
-            .map(|gpu| Precompile::start(spec, gpu, candidates, threads))
+            .map(|gpu| Precompile::start(spec, gpu, configs, threads))
     }
 
     fn ready(&self, precompile: &Option<Precompile>, index: usize) -> Option<f64> {
         precompile.as_ref().and_then(|p| p.wait(index))
     }
 
-    fn measure(&self, knobs: &Knobs, device: usize) -> Measurement {
-        // Inputs seeded by the config, not its position: a resumed run measures the same
-        // candidate on the same inputs.
-        let seed = attn_evo::config_seed(self.workers.spec.seed, knobs);
+    fn measure(&self, config: &ImplConfig, seed: u64, device: usize) -> Measurement {
+        // Inputs seeded by the config, not its position (the driver's `seed`): a resumed run
+        // measures the same candidate on the same inputs.
         let timeout = self.workers.options.timeout;
-        let job = Job::Candidate(knobs.clone());
+        let job = Job::Candidate(config.clone());
         self.workers.run(&job, device, seed, timeout)
     }
 
@@ -149,11 +149,11 @@ pub struct Precompile {
 }
 
 impl Precompile {
-    /// Starts compiling `candidates` (configs of `spec`) for `gpu` on `threads` threads.
+    /// Starts compiling `candidates` (resolved configs of `spec`) for `gpu` on `threads` threads.
     pub fn start(
         spec: &SearchSpec,
         gpu: &Gpu,
-        candidates: &[BTreeMap<String, i64>],
+        candidates: &[ImplConfig],
         threads: usize,
     ) -> Precompile {
         let dtype = crate::oracle_dtype(spec.shape.dtype);
@@ -164,8 +164,9 @@ impl Precompile {
         let jobs: VecDeque<(usize, Option<Candidate>)> = candidates
             .iter()
             .enumerate()
-            .map(|(i, knobs)| {
-                let (name, config) = implementation_and_config(spec, knobs);
+            .map(|(i, resolved)| {
+                let config = candidate_config(spec, resolved);
+                let name = resolved.implementation.as_deref();
                 let made = candidate(name, spec.src.as_deref(), spec.entry.as_deref(), config);
                 (i, made.ok())
             })
@@ -445,7 +446,8 @@ mod tests {
             },
             ..job
         };
-        let expected = attn_evo::synthetic_measurement(&BTreeMap::new(), true, 7, 5);
+        let expected =
+            attn_evo::synthetic_measurement(&std::collections::BTreeMap::new(), true, 7, 5);
         assert_eq!(baseline.evaluate().unwrap(), expected);
     }
 }
