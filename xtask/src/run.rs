@@ -1,6 +1,7 @@
 //! `cargo xtask run`: one implementation on a user's own `.npy` tensors, checked against the oracle.
 //!
-//! Everything that needs no GPU is checked first (the implementation and its config, the `--out`
+//! A packed variable-length batch (`--varlen L1,L2,...`) is read as `[1, tokens, heads, D]` files
+//! and checked sequence by sequence. Everything that needs no GPU is checked first (the implementation and its config, the `--out`
 //! folder, the tensors' ranks, dtypes, dims and values), so that a bad request fails on one line
 //! before any device is opened. Ambiguous input is refused rather than guessed at: arrays that are
 //! not 4-D, tensors of different dtypes, fp16 files with `--bf16`, and NaN or infinite values
@@ -11,7 +12,10 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use attn_kernels::{Candidate, Config, Gpu, Prepared};
-use attn_oracle::{compare, npy, reference, tolerance, DType, Distribution, Params, RowSelection};
+use attn_oracle::{
+    compare, compare_packed, npy, reference, reference_varlen, reference_varlen_rows, tolerance,
+    DType, Distribution, Params, RowSelection, Varlen,
+};
 
 /// Arguments of `cargo xtask run`.
 #[derive(Debug, clap::Args)]
@@ -55,19 +59,14 @@ pub struct Args {
     /// Skip the comparison with the f64 oracle.
     #[arg(long)]
     pub no_check: bool,
-    /// A packed varlen batch's lengths: refused, in one line (this command reads dense files;
-    /// gate and bench take varlen batches as `--shape "varlen=L1,L2,... H=H D=D"`).
+    /// A packed varlen batch's lengths (`Q:KV` where a sequence's differ): Q is then `[1,
+    /// total_q, H, D]`, K and V `[1, total_kv, H_kv, D]`, O like Q.
     #[arg(long, value_name = "L1,L2,...")]
-    pub varlen: Option<String>,
+    pub varlen: Option<attn_evidence::VarlenSpec>,
 }
 
 /// Runs the subcommand; returns the process exit code (1 when the output fails the oracle check).
 pub fn run(args: Args) -> anyhow::Result<u8> {
-    if let Some(lengths) = &args.varlen {
-        bail!(
-            "--varlen {lengths}: `cargo xtask run` reads dense [B, H, S, D] .npy files only; check and time a varlen batch with `cargo xtask gate` or `bench --shape \"varlen={lengths} H=H D=D\"`"
-        );
-    }
     // Everything that needs no GPU first: the implementation and its config, then the files.
     let name = args
         .implementation
@@ -95,7 +94,17 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         allow_nan: args.allow_nan,
     };
     let files = [("--q", &*args.q), ("--k", &args.k), ("--v", &args.v)];
-    let inputs = npy::read_inputs(files, &options, |note| println!("{note}"))?;
+    let varlen = args
+        .varlen
+        .as_ref()
+        .map(|l| Varlen::new(l.seqlens_q.clone(), l.seqlens_kv.clone()))
+        .transpose()?;
+    let inputs = match &varlen {
+        None => npy::read_inputs(files, &options, |note| println!("{note}"))?,
+        Some(varlen) => {
+            npy::read_packed_inputs(files, &options, varlen, |note| println!("{note}"))?
+        }
+    };
     let (dtype, shape, head_dim) = (inputs.dtype, inputs.shape, inputs.shape.head_dim);
     let mut params =
         Params::new(head_dim, args.causal).with_window(args.window.unwrap_or_default());
@@ -115,15 +124,15 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             .with_context(|| format!("{shape}"))?;
     }
     let npy::InputFiles { q, k, v, .. } = inputs;
-    let rows = RowSelection::for_check(&shape, 0);
     let (out, label) = match registered {
         None => {
-            let exact = reference(&q, &k, &v, &params, &RowSelection::All)?;
-            let out = exact
-                .to_tensor()
-                .context("the reference computed every row")?
-                .to_dtype(dtype);
-            (out, "reference".to_string())
+            let out = match &varlen {
+                Some(varlen) => reference_varlen(&q, &k, &v, &params, varlen)?,
+                None => reference(&q, &k, &v, &params, &RowSelection::All)?
+                    .to_tensor()
+                    .context("the reference computed every row")?,
+            };
+            (out.to_dtype(dtype), "reference".to_string())
         }
         Some((implementation, overrides)) => {
             let gpu = Gpu::open(0)?;
@@ -131,9 +140,9 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
                 implementation,
                 overrides,
             };
-            candidate.check_supports(&shape, &params)?;
+            candidate.check_supports_batch(&shape, &params, varlen.is_some())?;
             let prepared = Prepared::new(&gpu, &candidate, dtype, head_dim)?;
-            let out = prepared.run(&gpu, &q, &k, &v, &params)?;
+            let out = prepared.run_batch(&gpu, &q, &k, &v, &params, varlen.as_ref())?;
             (
                 out,
                 format!(
@@ -166,11 +175,23 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     if args.no_check || name == "reference" {
         return Ok(0);
     }
-    let exact = reference(&q, &k, &v, &params, &rows)?;
-    let verdict = compare(&out, &exact, &tolerance(dtype, Distribution::Normal));
+    let tol = tolerance(dtype, Distribution::Normal);
+    let (verdict, rows) = match &varlen {
+        None => {
+            let rows = RowSelection::for_check(&shape, 0);
+            let exact = reference(&q, &k, &v, &params, &rows)?;
+            (compare(&out, &exact, &tol), rows.describe())
+        }
+        Some(varlen) => {
+            let select = |s: &attn_oracle::Shape, b: usize| RowSelection::for_check(s, b as u64);
+            let exact = reference_varlen_rows(&q, &k, &v, &params, varlen, &select)?;
+            let verdict = compare_packed(&out, &exact, varlen, &tol);
+            (verdict, "each sequence's own check rows".to_string())
+        }
+    };
     println!(
         "vs f64 oracle ({}): max abs {:.3e}, rel L2 {:.3e}, NaN {}, unwritten {} -> {}",
-        rows.describe(),
+        rows,
         verdict.max_abs,
         verdict.rel_l2,
         verdict.nan_count,

@@ -294,10 +294,94 @@ fn varlen_requests_are_checked_before_the_gpu_probe() {
         ]
         .concat(),
         &[
-            "--varlen 512,3000",
-            "reads dense [B, H, S, D] .npy files only",
+            "--q",
+            "has dims [1, 2, 16, 64]",
+            "packed batch of 3512 queries and 3512 keys needs [1, 3512, 16, 64]",
         ],
     );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn run_takes_a_packed_varlen_batch_on_the_gpu() {
+    // The same packed files through mma and hopper: each output checked against the f64 oracle
+    // per sequence ("-> pass"), as one batch of two tokens and as two of one.
+    let dir = inputs();
+    let d = dir.path();
+    for implementation in ["mma", "hopper"] {
+        for lengths in ["2", "1,1", "2:1,0:1"] {
+            let args = run_args(&[
+                "--impl",
+                implementation,
+                "--varlen",
+                lengths,
+                "--q",
+                "q.npy",
+                "--k",
+                "k.npy",
+                "--v",
+                "v.npy",
+                "--out",
+                "o.npy",
+            ]);
+            let (code, stdout, stderr) = xtask(d, &args);
+            assert_eq!(
+                code, 0,
+                "{implementation} --varlen {lengths}: {stdout}{stderr}"
+            );
+            assert!(
+                stdout.contains("-> pass"),
+                "{implementation} --varlen {lengths}: {stdout}"
+            );
+        }
+    }
+}
+
+#[test]
+fn run_reference_takes_a_packed_varlen_batch() {
+    // q.npy, k.npy and v.npy read as [1, tokens, heads, D]: two tokens of 16 heads. As two
+    // sequences of one token each, every query sees its own key alone, so O is exactly V.
+    let dir = inputs();
+    let d = dir.path();
+    let args = run_args(&[
+        "--impl",
+        "reference",
+        "--varlen",
+        "1,1",
+        "--q",
+        "q.npy",
+        "--k",
+        "k.npy",
+        "--v",
+        "v.npy",
+        "--out",
+        "o.npy",
+    ]);
+    let (code, stdout, stderr) = xtask(d, &args);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let data = |name: &str| {
+        let bytes = std::fs::read(d.join(name)).unwrap();
+        bytes[bytes.len() - 2 * 2 * 16 * 64..].to_vec()
+    };
+    assert_eq!(data("o.npy"), data("v.npy"));
+    // As one sequence of two tokens, the second query also sees the first key: O differs.
+    let args = run_args(&[
+        "--impl",
+        "reference",
+        "--varlen",
+        "2",
+        "--q",
+        "q.npy",
+        "--k",
+        "k.npy",
+        "--v",
+        "v.npy",
+        "--out",
+        "o2.npy",
+    ]);
+    let (code, stdout, stderr) = xtask(d, &args);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert_ne!(data("o2.npy"), data("v.npy"));
 }
 
 #[test]

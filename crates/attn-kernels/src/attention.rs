@@ -783,9 +783,24 @@ impl Prepared {
         v: &HostTensor,
         params: &Params,
     ) -> Result<HostTensor> {
+        self.run_batch(gpu, q, k, v, params, None)
+    }
+
+    /// [`Prepared::run`] on a dense batch (`varlen` `None`) or a packed varlen batch (Q, K, V and
+    /// the output `[1, tokens, heads, D]`), its offsets uploaded for the launch.
+    pub fn run_batch(
+        &self,
+        gpu: &Gpu,
+        q: &HostTensor,
+        k: &HostTensor,
+        v: &HostTensor,
+        params: &Params,
+        varlen: Option<&attn_oracle::Varlen>,
+    ) -> Result<HostTensor> {
         let (q, k, v) = (gpu.upload(q)?, gpu.upload(k)?, gpu.upload(v)?);
+        let offsets = varlen.map(|v| gpu.upload_offsets(v)).transpose()?;
         let mut o = gpu.alloc_poisoned(q.dims, q.dtype)?;
-        self.launch(gpu, &q, &k, &v, &mut o, params)?;
+        self.launch_batch(gpu, &q, &k, &v, &mut o, params, offsets.as_ref())?;
         gpu.synchronize()?;
         gpu.download(&o)
     }

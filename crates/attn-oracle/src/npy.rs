@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use crate::{DType, HostData, HostTensor, OracleError};
 
 mod inputs;
-pub use inputs::{check_output_path, read_inputs, InputFiles, ReadOptions};
+pub use inputs::{check_output_path, read_inputs, read_packed_inputs, InputFiles, ReadOptions};
 
 const MAGIC: &[u8] = b"\x93NUMPY";
 

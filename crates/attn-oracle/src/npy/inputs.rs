@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use super::read_stored;
-use crate::{DType, HostTensor, OracleError, Shape};
+use crate::{DType, HostTensor, OracleError, Shape, Varlen};
 
 /// How [`read_inputs`] treats what it reads.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -59,14 +59,7 @@ pub fn read_inputs(
         path: path.to_owned(),
         message,
     };
-    for (other, path) in [(&k, files[1].1), (&v, files[2].1)] {
-        if other.stored != q.stored {
-            return Err(refuse(path, format!(
-                "{} holds {} but {} holds {}: give all three in one dtype (fp16, or bf16 as uint16 bits)",
-                q.label, q.stored, other.label, other.stored
-            )));
-        }
-    }
+    one_dtype(&files, [&q, &k, &v])?;
     let [b, h, _, d] = q.tensor.dims;
     for (other, path) in [(&k, files[1].1), (&v, files[2].1)] {
         let [ob, oh, _, od] = other.tensor.dims;
@@ -100,6 +93,75 @@ pub fn read_inputs(
         dtype,
         shape,
     })
+}
+
+/// As [`read_inputs`] for a packed variable-length batch of `varlen`'s lengths: Q `[1, total_q,
+/// H, D]`, K and V `[1, total_kv, H_kv, D]` with `H_kv` dividing `H`; `shape` is the batch's
+/// bounding dense shape (its sequences, the longest lengths).
+pub fn read_packed_inputs(
+    files: [(&str, &Path); 3],
+    options: &ReadOptions,
+    varlen: &Varlen,
+    mut note: impl FnMut(String),
+) -> Result<InputFiles, OracleError> {
+    let [q, k, v] = files;
+    let (q, k, v) = (
+        read_one(q, options, &mut note)?,
+        read_one(k, options, &mut note)?,
+        read_one(v, options, &mut note)?,
+    );
+    one_dtype(&files, [&q, &k, &v])?;
+    let [_, _, heads, d] = q.tensor.dims;
+    let kv_heads = k.tensor.dims[2];
+    let expected = [
+        [1, varlen.total_q(), heads, d],
+        [1, varlen.total_kv(), kv_heads, d],
+        [1, varlen.total_kv(), kv_heads, d],
+    ];
+    for ((read, path), want) in [&q, &k, &v].iter().zip(files.map(|f| f.1)).zip(expected) {
+        if read.tensor.dims != want {
+            return Err(OracleError::Input {
+                path: path.to_owned(),
+                message: format!(
+                    "{} has dims {:?}; the packed batch of {} queries and {} keys needs {want:?} ([1, tokens, heads, D], K and V alike)",
+                    read.label,
+                    read.tensor.dims,
+                    varlen.total_q(),
+                    varlen.total_kv()
+                ),
+            });
+        }
+    }
+    let per_head = Shape::new(1, heads, 1, 1, d)
+        .and_then(|s| s.with_kv_heads(kv_heads))
+        .map_err(|e| OracleError::Input {
+            path: files[1].1.to_owned(),
+            message: format!("{}: {e}", k.label),
+        })?;
+    let shape = varlen.bounding_shape(&per_head)?;
+    Ok(InputFiles {
+        dtype: q.tensor.dtype()?,
+        q: q.tensor,
+        k: k.tensor,
+        v: v.tensor,
+        shape,
+    })
+}
+
+/// K and V must be stored in Q's dtype.
+fn one_dtype(files: &[(&str, &Path); 3], [q, k, v]: [&Read; 3]) -> Result<(), OracleError> {
+    for (other, path) in [(k, files[1].1), (v, files[2].1)] {
+        if other.stored != q.stored {
+            return Err(OracleError::Input {
+                path: path.to_owned(),
+                message: format!(
+                    "{} holds {} but {} holds {}: give all three in one dtype (fp16, or bf16 as uint16 bits)",
+                    q.label, q.stored, other.label, other.stored
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Reads one file, refusing a rank other than 4, fp16 rounded to bf16, f64 not rounded, and NaN
