@@ -301,6 +301,14 @@ fn varlen_requests_are_checked_before_the_gpu_probe() {
     );
 }
 
+/// `run --impl IMPLEMENTATION --varlen LENGTHS` on q.npy, k.npy and v.npy, writing `out`.
+fn run_varlen(d: &Path, implementation: &str, lengths: &str, out: &str) -> (i32, String, String) {
+    let mut args = run_args(&["--impl", implementation, "--varlen", lengths]);
+    args.extend(QKV);
+    args.extend(["--out", out]);
+    xtask(d, &args)
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn run_takes_a_packed_varlen_batch_on_the_gpu() {
@@ -310,21 +318,7 @@ fn run_takes_a_packed_varlen_batch_on_the_gpu() {
     let d = dir.path();
     for implementation in ["mma", "hopper"] {
         for lengths in ["2", "1,1", "2:1,0:1"] {
-            let args = run_args(&[
-                "--impl",
-                implementation,
-                "--varlen",
-                lengths,
-                "--q",
-                "q.npy",
-                "--k",
-                "k.npy",
-                "--v",
-                "v.npy",
-                "--out",
-                "o.npy",
-            ]);
-            let (code, stdout, stderr) = xtask(d, &args);
+            let (code, stdout, stderr) = run_varlen(d, implementation, lengths, "o.npy");
             assert_eq!(
                 code, 0,
                 "{implementation} --varlen {lengths}: {stdout}{stderr}"
@@ -343,21 +337,7 @@ fn run_reference_takes_a_packed_varlen_batch() {
     // sequences of one token each, every query sees its own key alone, so O is exactly V.
     let dir = inputs();
     let d = dir.path();
-    let args = run_args(&[
-        "--impl",
-        "reference",
-        "--varlen",
-        "1,1",
-        "--q",
-        "q.npy",
-        "--k",
-        "k.npy",
-        "--v",
-        "v.npy",
-        "--out",
-        "o.npy",
-    ]);
-    let (code, stdout, stderr) = xtask(d, &args);
+    let (code, stdout, stderr) = run_varlen(d, "reference", "1,1", "o.npy");
     assert_eq!(code, 0, "{stdout}{stderr}");
     let data = |name: &str| {
         let bytes = std::fs::read(d.join(name)).unwrap();
@@ -365,21 +345,7 @@ fn run_reference_takes_a_packed_varlen_batch() {
     };
     assert_eq!(data("o.npy"), data("v.npy"));
     // As one sequence of two tokens, the second query also sees the first key: O differs.
-    let args = run_args(&[
-        "--impl",
-        "reference",
-        "--varlen",
-        "2",
-        "--q",
-        "q.npy",
-        "--k",
-        "k.npy",
-        "--v",
-        "v.npy",
-        "--out",
-        "o2.npy",
-    ]);
-    let (code, stdout, stderr) = xtask(d, &args);
+    let (code, stdout, stderr) = run_varlen(d, "reference", "2", "o2.npy");
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert_ne!(data("o2.npy"), data("v.npy"));
 }

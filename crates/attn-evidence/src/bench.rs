@@ -57,6 +57,11 @@ impl DenseAtMean {
         }
     }
 
+    /// The dense batch's median time per query token, µs.
+    pub fn per_token_us(&self) -> f64 {
+        self.median_us / self.shape.tokens().max(1) as f64
+    }
+
     /// Whether the target is met per token.
     pub fn meets_target(&self) -> bool {
         self.per_token_ratio <= DenseAtMean::TARGET

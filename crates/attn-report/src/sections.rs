@@ -437,7 +437,6 @@ fn varlen_table(evidence: &EvidenceSet) -> Option<Table> {
             let Some(dense) = &e.dense_at_mean else {
                 continue;
             };
-            let dense_per_token = dense.median_us / dense.shape.tokens().max(1) as f64;
             let per_work = dense.per_work_ratio(e);
             latest.insert(
                 (e.shape.to_string(), e.implementation.label()),
@@ -446,7 +445,7 @@ fn varlen_table(evidence: &EvidenceSet) -> Option<Table> {
                     e.shape.to_string(),
                     dense.shape.to_string(),
                     format!("{:.2}", e.per_token_us() * 1e3),
-                    format!("{:.2}", dense_per_token * 1e3),
+                    format!("{:.2}", dense.per_token_us() * 1e3),
                     format!("{:.2}×", dense.per_token_ratio),
                     format!("{:.2}×", dense.work_ratio(e)),
                     format!("{per_work:.2}×"),

@@ -49,17 +49,11 @@ pub fn read_inputs(
     options: &ReadOptions,
     mut note: impl FnMut(String),
 ) -> Result<InputFiles, OracleError> {
-    let [q, k, v] = files;
-    let (q, k, v) = (
-        read_one(q, options, &mut note)?,
-        read_one(k, options, &mut note)?,
-        read_one(v, options, &mut note)?,
-    );
+    let [q, k, v] = read_three(&files, options, &mut note)?;
     let refuse = |path: &Path, message: String| OracleError::Input {
         path: path.to_owned(),
         message,
     };
-    one_dtype(&files, [&q, &k, &v])?;
     let [b, h, _, d] = q.tensor.dims;
     for (other, path) in [(&k, files[1].1), (&v, files[2].1)] {
         let [ob, oh, _, od] = other.tensor.dims;
@@ -104,13 +98,7 @@ pub fn read_packed_inputs(
     varlen: &Varlen,
     mut note: impl FnMut(String),
 ) -> Result<InputFiles, OracleError> {
-    let [q, k, v] = files;
-    let (q, k, v) = (
-        read_one(q, options, &mut note)?,
-        read_one(k, options, &mut note)?,
-        read_one(v, options, &mut note)?,
-    );
-    one_dtype(&files, [&q, &k, &v])?;
+    let [q, k, v] = read_three(&files, options, &mut note)?;
     let [_, _, heads, d] = q.tensor.dims;
     let kv_heads = k.tensor.dims[2];
     let expected = [
@@ -148,9 +136,19 @@ pub fn read_packed_inputs(
     })
 }
 
-/// K and V must be stored in Q's dtype.
-fn one_dtype(files: &[(&str, &Path); 3], [q, k, v]: [&Read; 3]) -> Result<(), OracleError> {
-    for (other, path) in [(k, files[1].1), (v, files[2].1)] {
+/// Q, K and V read ([`read_one`]), K and V stored in Q's dtype.
+fn read_three(
+    files: &[(&str, &Path); 3],
+    options: &ReadOptions,
+    note: &mut impl FnMut(String),
+) -> Result<[Read; 3], OracleError> {
+    // In order, stopping at the first file refused.
+    let (q, k, v) = (
+        read_one(files[0], options, note)?,
+        read_one(files[1], options, note)?,
+        read_one(files[2], options, note)?,
+    );
+    for (other, path) in [(&k, files[1].1), (&v, files[2].1)] {
         if other.stored != q.stored {
             return Err(OracleError::Input {
                 path: path.to_owned(),
@@ -161,7 +159,7 @@ fn one_dtype(files: &[(&str, &Path); 3], [q, k, v]: [&Read; 3]) -> Result<(), Or
             });
         }
     }
-    Ok(())
+    Ok([q, k, v])
 }
 
 /// Reads one file, refusing a rank other than 4, fp16 rounded to bf16, f64 not rounded, and NaN
