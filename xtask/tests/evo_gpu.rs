@@ -10,7 +10,7 @@ use common::xtask;
 use std::path::Path;
 use std::process::Command;
 
-use attn_evidence::{CandidateStatus, EvoBest, EvoFinalists, IMPL_KNOB};
+use attn_evidence::{CandidateStatus, EvoBest, EvoFinalists};
 
 fn evo(args: &[&str], evidence: &Path) -> String {
     let out = Command::new(xtask())
@@ -104,7 +104,7 @@ fn planted_faulting_and_hanging_candidates_are_survived() {
     let rows = attn_evidence::read_evo_log(&dir.path().join("evo/t/log.csv")).unwrap();
     let status = |mode: &str| {
         rows.iter()
-            .find(|r| r.config["MODE"] == mode)
+            .find(|r| r.config.knobs["MODE"].to_string() == mode)
             .map(|r| r.status.clone())
     };
     assert_eq!(status("0"), Some(CandidateStatus::Ok), "{rows:?}");
@@ -142,7 +142,7 @@ fn a_search_over_cublas_a_hybrid_and_mma_measures_each_and_gates_the_winner() {
     let rows = attn_evidence::read_evo_log(&dir.path().join("evo/t/log.csv")).unwrap();
     let measured = |name: &str| {
         rows.iter()
-            .any(|r| r.config[IMPL_KNOB] == name && r.status.is_ok())
+            .any(|r| r.config.implementation.as_deref() == Some(name) && r.status.is_ok())
     };
     let all = ["cublas", "hybrid-pv", "mma"];
     assert!(all.iter().all(|name| measured(name)), "{rows:?}");

@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use attn_evidence::{
-    read_evo_log, CandidateStatus, EvoBest, EvoCandidate, EvoFinalists, SearchSpec, IMPL_KNOB,
+    read_evo_log, CandidateStatus, EvoBest, EvoCandidate, EvoFinalists, SearchSpec,
 };
 
 /// `xtask evo` with `options`, a synthetic baseline, run `run` in `evidence`, `budget` candidates.
@@ -82,9 +82,9 @@ fn bad_candidates_are_logged_invalid_and_the_search_goes_on() {
     let rows = read_evo_log(&dir.path().join("evo/r/log.csv")).unwrap();
     assert_eq!(rows.len(), 24, "{text}");
     for row in &rows {
-        let expected = match row.config["MODE"].as_str() {
-            "1" => CandidateStatus::invalid("illegal address"),
-            "2" => CandidateStatus::invalid("timeout after 1 s"),
+        let expected = match row.config.knobs["MODE"] {
+            1 => CandidateStatus::invalid("illegal address"),
+            2 => CandidateStatus::invalid("timeout after 1 s"),
             _ => CandidateStatus::Ok,
         };
         assert_eq!(row.score.is_some(), expected.is_ok());
@@ -211,29 +211,33 @@ fn a_search_over_several_implementations_chooses_among_them() {
     // Generation 0 seeds each implementation's defaults, in order; cublas is measured once.
     let first: Vec<&str> = rows[..4]
         .iter()
-        .map(|r| r.config[IMPL_KNOB].as_str())
+        .map(|r| r.config.implementation.as_deref().unwrap())
         .collect();
     assert_eq!(first, names);
     let cublas: Vec<&EvoCandidate> = rows
         .iter()
-        .filter(|r| r.config[IMPL_KNOB] == "cublas")
+        .filter(|r| r.config.implementation.as_deref() == Some("cublas"))
         .collect();
     assert_eq!(cublas.len(), 1);
-    assert_eq!(cublas[0].config.len(), 1, "no knobs: {:?}", cublas[0]);
+    assert!(
+        cublas[0].config.knobs.is_empty(),
+        "no knobs: {:?}",
+        cublas[0]
+    );
     for row in &rows {
         assert_eq!(row.status, CandidateStatus::Ok, "{row:?}");
         let imp = &spec.implementations[names
             .iter()
-            .position(|n| *n == row.config[IMPL_KNOB])
+            .position(|n| Some(*n) == row.config.implementation.as_deref())
             .unwrap()];
-        let knobs: Vec<&String> = row.config.keys().filter(|k| *k != IMPL_KNOB).collect();
+        let knobs: Vec<&String> = row.config.knobs.keys().collect();
         assert_eq!(
             knobs,
             imp.knobs.keys().collect::<Vec<_>>(),
             "exactly its knobs: {row:?}"
         );
-        if let Some(m) = row.config.get("BLOCK_M") {
-            assert!(m == "64" || m == "128", "{row:?}");
+        if let Some(m) = row.config.knobs.get("BLOCK_M") {
+            assert!(*m == 64 || *m == 128, "{row:?}");
         }
     }
     // Synthetic time falls with the sum of the knobs: mma's big tiles win over hopper and cublas.

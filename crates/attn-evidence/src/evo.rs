@@ -1,9 +1,11 @@
 //! The search log of `cargo xtask evo` / `micro`: one CSV row per evaluated candidate.
 //!
 //! Columns are the fixed fields of [`EvoCandidate`] plus one column per config key (the union of
-//! keys over all rows, sorted; a search over several implementations has [`IMPL_KNOB`] first), so
-//! the log opens cleanly in a spreadsheet. Any column that is not a
-//! fixed field is read back as a config key; empty cells are `None` (or an absent key).
+//! knobs over all rows, sorted; a search over several implementations has the implementation's
+//! column, [`IMPL_KNOB`], first), so the log opens cleanly in a spreadsheet. Any column that is
+//! not a fixed field is read back as a knob (an integer), [`IMPL_KNOB`]'s as the
+//! `implementation` of [`EvoCandidate::config`]; empty cells are `None` (or an absent knob).
+//! Only this module's reader and writer know the implementation's column: rows hold it typed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -11,15 +13,17 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::store::write_bytes_atomic;
-use crate::{EvidenceError, IMPL_KNOB};
+use crate::{EvidenceError, ImplConfig, IMPL_KNOB};
 
 /// One evaluated configuration in a search.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EvoCandidate {
     /// Generation (0 for the seed population).
     pub generation: u32,
-    /// The configuration, as `-D` defines.
-    pub config: BTreeMap<String, String>,
+    /// The configuration: its knobs, as `-D` defines, and the implementation it runs in a
+    /// search over several (the log's [`IMPL_KNOB`] column); `implementation` is `None` in any
+    /// other search's rows (the search's own implementation, if any, is in its `search.json`).
+    pub config: ImplConfig,
     /// Measured, or invalid and why (did not compile, wrong result, too much shared memory...).
     pub status: CandidateStatus,
     /// Median time per launch, µs.
@@ -141,23 +145,38 @@ fn config_columns<'k>(keys: impl IntoIterator<Item = &'k str>) -> Vec<&'k str> {
 }
 
 impl EvoCandidate {
-    /// The implementation the row's config runs in a search over several (its [`IMPL_KNOB`]
-    /// column); `None` in any other search's rows.
-    pub fn implementation(&self) -> Option<&str> {
-        self.config.get(IMPL_KNOB).map(String::as_str)
+    /// The row's config columns: [`IMPL_KNOB`] when it has an implementation, then its knobs.
+    /// A knob may not take the implementation's column.
+    fn config_keys(&self) -> Result<impl Iterator<Item = &str>, String> {
+        if self.config.knobs.contains_key(IMPL_KNOB) {
+            return Err(format!(
+                "knob {IMPL_KNOB} takes the implementation's column"
+            ));
+        }
+        let implementation = self.config.implementation.as_ref().map(|_| IMPL_KNOB);
+        Ok(implementation
+            .into_iter()
+            .chain(self.config.knobs.keys().map(String::as_str)))
     }
 
-    /// The row's knobs as the log holds them: its config without the implementation's column.
-    pub fn knobs(&self) -> BTreeMap<String, String> {
-        let mut knobs = self.config.clone();
-        knobs.remove(IMPL_KNOB);
-        knobs
+    /// The row's cell in the config column `key`: the implementation's name for [`IMPL_KNOB`],
+    /// else the knob's value; empty when the row has none.
+    fn config_cell(&self, key: &str) -> String {
+        if key == IMPL_KNOB {
+            self.config.implementation.clone().unwrap_or_default()
+        } else {
+            self.config
+                .knobs
+                .get(key)
+                .map(i64::to_string)
+                .unwrap_or_default()
+        }
     }
 
     /// The row's cells for the config columns `keys` (in order).
     fn record<'k>(&self, keys: impl Iterator<Item = &'k str>) -> Vec<String> {
         let mut record = vec![self.generation.to_string()];
-        record.extend(keys.map(|k| self.config.get(k).cloned().unwrap_or_default()));
+        record.extend(keys.map(|k| self.config_cell(k)));
         record.push(self.status.to_string());
         record.extend(
             self.optional_fields()
@@ -183,12 +202,15 @@ impl EvoCandidate {
 /// Writes a whole search log atomically (rewrite it after each generation; logs are small).
 ///
 /// ```
-/// use attn_evidence::{read_evo_log, write_evo_log, CandidateStatus, EvoCandidate};
+/// use attn_evidence::{read_evo_log, write_evo_log, CandidateStatus, EvoCandidate, ImplConfig};
 /// let dir = tempfile::tempdir()?;
 /// let path = dir.path().join("evo/run1/log.csv");
 /// let row = EvoCandidate {
 ///     generation: 0,
-///     config: [("BLOCK_M".to_string(), "128".to_string())].into(),
+///     config: ImplConfig {
+///         implementation: None,
+///         knobs: [("BLOCK_M".to_string(), 128)].into(),
+///     },
 ///     status: CandidateStatus::Ok,
 ///     median_us: Some(31.5), speedup: Some(0.85), speedup_lower: Some(0.84), speedup_upper: Some(0.86),
 ///     score: Some(0.84), compile_s: Some(1.2), run_s: None,
@@ -202,10 +224,11 @@ pub fn write_evo_log(path: &Path, rows: &[EvoCandidate]) -> Result<(), EvidenceE
         path: path.to_owned(),
         message,
     };
-    let keys = config_columns(
-        rows.iter()
-            .flat_map(|row| row.config.keys().map(String::as_str)),
-    );
+    let mut keys = Vec::new();
+    for row in rows {
+        keys.extend(row.config_keys().map_err(&fail)?);
+    }
+    let keys = config_columns(keys);
     let mut writer = csv::Writer::from_writer(Vec::new());
     let header = std::iter::once("generation")
         .chain(keys.iter().copied())
@@ -214,19 +237,8 @@ pub fn write_evo_log(path: &Path, rows: &[EvoCandidate]) -> Result<(), EvidenceE
         .write_record(header)
         .map_err(|e| fail(e.to_string()))?;
     for row in rows {
-        let mut record = vec![row.generation.to_string()];
-        record.extend(
-            keys.iter()
-                .map(|k| row.config.get(*k).cloned().unwrap_or_default()),
-        );
-        record.push(row.status.to_string());
-        record.extend(
-            row.optional_fields()
-                .iter()
-                .map(|v| v.map(|x| x.to_string()).unwrap_or_default()),
-        );
         writer
-            .write_record(&record)
+            .write_record(row.record(keys.iter().copied()))
             .map_err(|e| fail(e.to_string()))?;
     }
     let bytes = writer.into_inner().map_err(|e| fail(e.to_string()))?;
@@ -238,11 +250,13 @@ pub fn write_evo_log(path: &Path, rows: &[EvoCandidate]) -> Result<(), EvidenceE
 /// The config columns are fixed when the file is created (a search's knobs are known up front).
 ///
 /// ```
-/// use attn_evidence::{read_evo_log, CandidateStatus, EvoCandidate, EvoLogAppender};
+/// use attn_evidence::{read_evo_log, CandidateStatus, EvoCandidate, EvoLogAppender, ImplConfig};
 /// let dir = tempfile::tempdir()?;
 /// let path = dir.path().join("evo/run1/log.csv");
 /// let row = |generation, status: CandidateStatus| EvoCandidate {
-///     generation, config: [("STAGES".to_string(), "2".to_string())].into(), status,
+///     generation,
+///     config: ImplConfig { implementation: None, knobs: [("STAGES".to_string(), 2)].into() },
+///     status,
 ///     median_us: None, speedup: None, speedup_lower: None, speedup_upper: None, score: None,
 ///     compile_s: None, run_s: Some(10.0),
 /// };
@@ -349,7 +363,8 @@ impl EvoLogAppender {
             path: self.path.clone(),
             message,
         };
-        if let Some(extra) = row.config.keys().find(|k| !self.keys.contains(k)) {
+        let mut row_keys = row.config_keys().map_err(fail)?;
+        if let Some(extra) = row_keys.find(|k| !self.keys.iter().any(|c| c == k)) {
             return Err(fail(format!(
                 "config key {extra} is not a column of this log"
             )));
@@ -399,12 +414,21 @@ fn parse_evo_log(path: &Path, text: &str) -> Result<Vec<EvoCandidate>, EvidenceE
             record.map_err(|e| fail(e.position().map_or(0, |p| p.line()), e.to_string()))?;
         let line = record.position().map_or(0, |p| p.line());
         let mut fields: BTreeMap<&str, &str> = BTreeMap::new();
-        let mut config = BTreeMap::new();
+        let mut implementation = None;
+        let mut knobs = BTreeMap::new();
         for (name, value) in header.iter().zip(record.iter()) {
             if name == "generation" || FIXED_AFTER_CONFIG.contains(&name.as_str()) {
                 fields.insert(name, value);
-            } else if !value.is_empty() {
-                config.insert(name.clone(), value.to_owned());
+            } else if value.is_empty() {
+                continue;
+            } else if name == IMPL_KNOB {
+                implementation = Some(value.to_owned());
+            } else {
+                let knob = value
+                    .trim()
+                    .parse::<i64>()
+                    .map_err(|_| fail(line, format!("{name} = {value:?} is not an integer")))?;
+                knobs.insert(name.clone(), knob);
             }
         }
         let cell = |name: &str| fields.get(name).copied().unwrap_or("");
@@ -428,7 +452,10 @@ fn parse_evo_log(path: &Path, text: &str) -> Result<Vec<EvoCandidate>, EvidenceE
         })?;
         rows.push(EvoCandidate {
             generation,
-            config,
+            config: ImplConfig {
+                implementation,
+                knobs,
+            },
             status: cell("status").parse().map_err(|e| fail(line, e))?,
             median_us: number("median_us")?,
             speedup: number("speedup")?,
@@ -449,7 +476,10 @@ mod appender_tests {
     fn row(generation: u32) -> EvoCandidate {
         EvoCandidate {
             generation,
-            config: [("A".to_string(), generation.to_string())].into(),
+            config: ImplConfig {
+                implementation: None,
+                knobs: [("A".to_string(), i64::from(generation))].into(),
+            },
             status: CandidateStatus::Ok,
             median_us: Some(1.5),
             speedup: None,
@@ -466,9 +496,12 @@ mod appender_tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("log.csv");
         let mut cublas = row(0);
-        cublas.config = [(IMPL_KNOB.to_string(), "cublas".to_string())].into();
+        cublas.config = ImplConfig {
+            implementation: Some("cublas".into()),
+            knobs: BTreeMap::new(),
+        };
         let mut mma = row(1);
-        mma.config.insert(IMPL_KNOB.into(), "mma".into());
+        mma.config.implementation = Some("mma".into());
         let keys = ["A".to_string(), IMPL_KNOB.to_string()];
         let mut log = EvoLogAppender::open(&path, &keys).unwrap();
         log.append(&cublas).unwrap();
@@ -505,7 +538,7 @@ mod appender_tests {
         let err = EvoLogAppender::open(&path, &["B".to_string()]).unwrap_err();
         assert!(err.to_string().contains("differ"), "{err}");
         let mut unknown = row(3);
-        unknown.config.insert("C".into(), "1".into());
+        unknown.config.knobs.insert("C".into(), 1);
         let mut log = EvoLogAppender::open(&path, &keys).unwrap();
         assert!(log.append(&unknown).is_err());
     }

@@ -19,9 +19,10 @@
 //!   [`read_evo_log`] and [`write_evo_log`]; [`SearchSpec`] (`search.json`), [`EvoBest`]
 //!   (`evo/<run>/best.json`) with its [`EvoFitness`], [`EvoFinalists`] (`evo/<run>/finalists.json`,
 //!   a composite-fitness search's profiled finalists): the rest of a search's files;
-//!   [`IMPL_KNOB`], the key that names a config's implementation in a search over several (in its
-//!   log rows and its own configs), and [`ImplConfig`], a config resolved into its implementation
-//!   and knobs: what crosses from the search to what measures it.
+//!   [`IMPL_KNOB`], the key that names a config's implementation in a search over several (the
+//!   log's column, which rows hold typed in [`EvoCandidate::config`], and the search's own
+//!   configs), and [`ImplConfig`], a config resolved into its implementation and knobs: what
+//!   crosses from the search to what measures it, and a log row's config.
 //! - The micro-benchmark's files under `evidence/micro/<target>/` ([`MicroTarget`]): its ranking
 //!   [`MicroBest`] (`best.json`) and how well it predicted a search, [`MicroCorrelation`]
 //!   (`correlation.json`).

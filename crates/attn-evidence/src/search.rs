@@ -13,17 +13,20 @@ use crate::{EvidenceError, Provenance, ShapeSpec};
 /// The config key (and log column) that names a config's implementation in a search over
 /// several (`--impl a,b,c`). Lower case, so that no knob (upper case) can take it. In a search's
 /// own configs its value is the implementation's index in [`SearchSpec::implementations`]; in
-/// log rows it is the implementation's name.
+/// the log's column it is the implementation's name, which rows hold typed
+/// ([`crate::EvoCandidate::config`]): only the log's reader and writer read the column.
 pub const IMPL_KNOB: &str = "impl";
 
-/// A config of a search as it crosses from the search to what measures it: the registered
-/// implementation it runs (`None` for a `--src` kernel) and its knobs, without the
-/// implementation's choice among them. The search resolves its own configs (in a search over
+/// A config of a search as it crosses from the search to what measures it, and as its log's
+/// rows hold it: the registered implementation it runs (`None` for a `--src` kernel) and its
+/// knobs, without the implementation's choice among them. The search resolves its own configs (in a search over
 /// several implementations, [`IMPL_KNOB`]) into one of these once; nothing downstream reads
 /// [`IMPL_KNOB`].
-#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ImplConfig {
-    /// The registered implementation, `None` for a `--src` kernel (or a synthetic target).
+    /// The registered implementation, `None` for a `--src` kernel (or a synthetic target). In a
+    /// search log's row ([`crate::EvoCandidate::config`]) it is only there in a search over
+    /// several implementations (the log's [`IMPL_KNOB`] column): `None` in any other.
     pub implementation: Option<String>,
     /// Each knob's value.
     pub knobs: BTreeMap<String, i64>,

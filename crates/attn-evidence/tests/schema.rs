@@ -5,7 +5,7 @@ use std::path::Path;
 
 use attn_evidence::{
     evidence_file_name, load_dir, read, read_evo_log, write_bytes_atomic, write_evo_log,
-    write_json_atomic, Evidence, EvidenceError, EvoCandidate, ShapeSpec, TimingMode,
+    write_json_atomic, Evidence, EvidenceError, EvoCandidate, ImplConfig, ShapeSpec, TimingMode,
     BENCH_CSV_HEADER,
 };
 
@@ -394,12 +394,12 @@ fn varlen_flops_are_the_visible_pairs_of_every_sequence() {
 fn evo_log_round_trips_with_missing_values_and_uneven_configs() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("evo/run1/log.csv");
-    let row = |generation, keys: &[(&str, &str)], status: &str, median: Option<f64>| EvoCandidate {
+    let row = |generation, keys: &[(&str, i64)], status: &str, median: Option<f64>| EvoCandidate {
         generation,
-        config: keys
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
+        config: ImplConfig {
+            implementation: None,
+            knobs: keys.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        },
         status: status.parse().unwrap(),
         median_us: median,
         speedup: median.map(|m| 27.0 / m),
@@ -410,15 +410,10 @@ fn evo_log_round_trips_with_missing_values_and_uneven_configs() {
         run_s: None,
     };
     let rows = vec![
-        row(
-            0,
-            &[("BLOCK_M", "64"), ("NUM_WARPS", "4")],
-            "ok",
-            Some(31.0),
-        ),
+        row(0, &[("BLOCK_M", 64), ("NUM_WARPS", 4)], "ok", Some(31.0)),
         row(
             1,
-            &[("BLOCK_M", "128"), ("STAGES", "2")],
+            &[("BLOCK_M", 128), ("STAGES", 2)],
             "invalid: smem 260 KiB > 227 KiB, \"quoted\"",
             None,
         ),

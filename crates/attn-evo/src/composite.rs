@@ -15,7 +15,8 @@
 //! xtask: ncu in its own process group with a timeout, per finalist), this ranks.
 
 use attn_evidence::{
-    CandidateStatus, EvoCandidate, EvoFinalist, EvoFinalists, EvoFitness, Provenance, SearchSpec,
+    CandidateStatus, EvoCandidate, EvoFinalist, EvoFinalists, EvoFitness, ImplConfig, Provenance,
+    SearchSpec,
 };
 use attn_ncu::{FitnessInputs, FitnessWeights, KernelSummary};
 
@@ -65,8 +66,10 @@ pub fn rank_finalists(
         .into_iter()
         .enumerate()
         .map(|(i, row)| {
-            let (implementation, config) = split_row(spec, row);
-            let knobs = crate::knobs_from_strings(&config).unwrap_or_default();
+            let ImplConfig {
+                implementation,
+                knobs,
+            } = split_row(spec, row);
             let speedup = row.speedup.unwrap_or(f64::NAN);
             let (status, kernels, fitness) = match profile(implementation.as_deref(), &knobs) {
                 Err(why) => (CandidateStatus::invalid(why), vec![], None),
@@ -85,7 +88,7 @@ pub fn rank_finalists(
                 rank: 0,
                 speedup_rank: i + 1,
                 implementation,
-                config,
+                config: crate::knobs_to_strings(&knobs),
                 generation: row.generation,
                 median_us: row.median_us,
                 speedup: row.speedup,
@@ -126,8 +129,10 @@ pub fn composite_winner<'r>(
 ) -> Option<(&'r EvoCandidate, EvoFitness)> {
     let winner = finalists.finalists.first()?;
     let row = rows.iter().find(|r| {
+        let config = split_row(spec, r);
         r.generation == winner.generation
-            && split_row(spec, r) == (winner.implementation.clone(), winner.config.clone())
+            && config.implementation == winner.implementation
+            && crate::knobs_to_strings(&config.knobs) == winner.config
     })?;
     let fitness = EvoFitness {
         method: "composite".into(),

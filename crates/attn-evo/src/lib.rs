@@ -89,4 +89,4 @@ pub use run::SearchRun;
 pub use search::{Evaluation, Generation, Options, Search};
 pub use select::{pick_rank, rank_probabilities};
 pub use space::{Branch, KnobDomain, Knobs, Space, IMPL_KNOB};
-pub use summary::{best_lines, counts_line, describe_config, row_line, search_line};
+pub use summary::{best_lines, counts_line, row_line, search_line};

@@ -24,7 +24,7 @@ pub fn evaluations_from_log(rows: &[EvoCandidate], space: &Space) -> Result<Vec<
         .collect()
 }
 
-/// Parses a row's config (`"BLOCK_M" -> "64"`) into knobs.
+/// Parses a config as `best.json` and `finalists.json` hold it (`"BLOCK_M" -> "64"`) into knobs.
 pub fn knobs_from_strings(
     config: &std::collections::BTreeMap<String, String>,
 ) -> std::result::Result<Knobs, String> {
@@ -39,7 +39,7 @@ pub fn knobs_from_strings(
         .collect()
 }
 
-/// A row's config from knobs.
+/// Knobs as `best.json` and `finalists.json` hold them.
 pub fn knobs_to_strings(knobs: &Knobs) -> std::collections::BTreeMap<String, String> {
     knobs
         .iter()

@@ -1,10 +1,8 @@
 //! What measuring a candidate gave, and the log row it becomes.
 
-use attn_evidence::{CandidateStatus, EvoBest, EvoCandidate, Provenance, SearchSpec};
+use attn_evidence::{CandidateStatus, EvoBest, EvoCandidate, ImplConfig, Provenance, SearchSpec};
 use attn_stats::{CompareOptions, Sample};
 use serde::{Deserialize, Serialize};
-
-use std::collections::BTreeMap;
 
 use crate::plan::{gate_command, split_row};
 use crate::space::Knobs;
@@ -79,7 +77,7 @@ impl Measurement {
     pub fn log_row(
         &self,
         generation: u32,
-        config: BTreeMap<String, String>,
+        config: ImplConfig,
         baseline: &Sample,
         options: &CompareOptions,
         compile_s: Option<f64>,
@@ -134,8 +132,10 @@ pub fn evo_best(
     devices: Vec<String>,
     provenance: Option<Provenance>,
 ) -> EvoBest {
-    let (implementation, config) = split_row(spec, winner);
-    let knobs = crate::knobs_from_strings(&config).unwrap_or_default();
+    let ImplConfig {
+        implementation,
+        knobs,
+    } = split_row(spec, winner);
     let reproduce = gate_command(spec, implementation.as_deref(), &knobs);
     EvoBest {
         kind: EvoBest::KIND,
@@ -145,7 +145,7 @@ pub fn evo_best(
         shape: spec.shape.clone(),
         baseline: spec.baseline.clone(),
         seed: spec.seed,
-        config,
+        config: crate::knobs_to_strings(&knobs),
         fixed_defines: spec.defines.clone(),
         generation: winner.generation,
         median_us: winner.median_us,

@@ -6,13 +6,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use attn_evidence::{
-    read_evo_log, utc_now_rfc3339, CandidateStatus, EvoCandidate, MicroBest, MicroCorrelation,
-    MicroPair, MicroRanked, MicroTarget, SearchSpec,
+    read_evo_log, utc_now_rfc3339, CandidateStatus, EvoCandidate, ImplConfig, MicroBest,
+    MicroCorrelation, MicroPair, MicroRanked, MicroTarget, SearchSpec,
 };
 use attn_stats::{average_ranks, kendall, spearman};
 
 use crate::error::{EvoError, Result};
-use crate::log::{knobs_from_strings, knobs_to_strings};
 use crate::plan::format_knobs;
 use crate::space::{Knobs, Space};
 
@@ -111,7 +110,10 @@ pub fn micro_results(
     for (config, outcome) in configs.iter().zip(outcomes) {
         let mut row = EvoCandidate {
             generation: 0,
-            config: knobs_to_strings(&micro_knobs(target, config)),
+            config: ImplConfig {
+                implementation: None,
+                knobs: micro_knobs(target, config),
+            },
             status: CandidateStatus::Ok,
             median_us: None,
             speedup: None,
@@ -249,8 +251,7 @@ pub fn seed_from_micro(
         unplaced: 0,
     };
     for row in ranked {
-        let micro = knobs_from_strings(&row.config).unwrap_or_default();
-        match project_micro(space, &micro, fill) {
+        match project_micro(space, &row.config.knobs, fill) {
             Some(knobs) if !seeds.contains(&knobs) => {
                 seeds.push(knobs);
                 result.added += 1;
@@ -265,9 +266,9 @@ pub fn seed_from_micro(
 /// Fewest configs measured by both sides for a rank correlation.
 pub const MIN_PAIRS: usize = 3;
 
-/// The knobs `names` of a log row's config, if it has them all as integers.
+/// The knobs `names` of a log row's config, if it has them all.
 fn key_of(row: &EvoCandidate, names: &[&str]) -> Option<Knobs> {
-    let knobs = knobs_from_strings(&row.config).ok()?;
+    let knobs = &row.config.knobs;
     names
         .iter()
         .map(|n| knobs.get(*n).map(|v| (n.to_string(), *v)))

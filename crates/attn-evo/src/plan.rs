@@ -167,14 +167,14 @@ pub fn resolve_config(spec: &SearchSpec, knobs: &Knobs) -> ImplConfig {
     }
 }
 
-/// A log row's config split into its implementation (the row's own in a search over several,
-/// else the search's) and its knobs.
-pub fn split_row(
-    spec: &SearchSpec,
-    row: &EvoCandidate,
-) -> (Option<String>, BTreeMap<String, String>) {
-    let chosen = row.implementation().map(str::to_string);
-    (chosen.or_else(|| spec.implementation.clone()), row.knobs())
+/// A log row's config with its implementation: the row's own in a search over several, else
+/// the search's.
+pub fn split_row(spec: &SearchSpec, row: &EvoCandidate) -> ImplConfig {
+    let chosen = row.config.implementation.clone();
+    ImplConfig {
+        implementation: chosen.or_else(|| spec.implementation.clone()),
+        knobs: row.config.knobs.clone(),
+    }
 }
 
 /// The constraint of a `--src` kernel's configs (its `defines` merged with the knobs): its block

@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+use attn_evidence::ImplConfig;
 pub use attn_evidence::IMPL_KNOB;
 use rand::Rng;
 
@@ -406,8 +407,9 @@ impl Space {
         self.branches().iter().position(|b| b.name == name)
     }
 
-    /// The columns a log of this space has: the knobs' names, sorted; for a choice space
-    /// [`IMPL_KNOB`] and every branch's knobs.
+    /// The config columns a log of this space has: the knobs' names, sorted; for a choice space
+    /// every branch's knobs and [`IMPL_KNOB`], the implementation's column (its rows' typed
+    /// `implementation`).
     pub fn columns(&self) -> Vec<String> {
         let names: BTreeSet<&str> = match &self.form {
             Form::Flat(flat) => flat.knobs.iter().map(|k| k.name.as_str()).collect(),
@@ -579,41 +581,39 @@ impl Space {
         seeds.filter(|k| self.check(k).is_ok()).collect()
     }
 
-    /// A config as a log row holds it: values as text, [`IMPL_KNOB`] as the implementation's
-    /// name.
-    pub fn to_row(&self, knobs: &Knobs) -> BTreeMap<String, String> {
-        knobs
-            .iter()
-            .map(|(k, v)| {
-                let name = (k == IMPL_KNOB)
-                    .then(|| usize::try_from(*v).ok())
-                    .flatten()
-                    .and_then(|i| self.branches().get(i));
-                let text = name.map_or_else(|| v.to_string(), |b| b.name.clone());
-                (k.clone(), text)
-            })
-            .collect()
+    /// A config as a log row holds it: in a choice space, the implementation by name (the
+    /// branch its [`IMPL_KNOB`] picks) and that branch's knobs; a flat space's has no
+    /// implementation.
+    pub fn to_row(&self, knobs: &Knobs) -> ImplConfig {
+        let chosen =
+            split(knobs).and_then(|(i, rest)| Some((self.branches().get(i)?.name.clone(), rest)));
+        match chosen {
+            Some((name, rest)) => ImplConfig {
+                implementation: Some(name),
+                knobs: rest,
+            },
+            None => ImplConfig {
+                implementation: None,
+                knobs: knobs.clone(),
+            },
+        }
     }
 
-    /// A log row's config back as knobs ([`Space::to_row`]'s inverse); why not, for a value that
-    /// is not an integer or an implementation this space does not have.
-    pub fn from_row(
-        &self,
-        config: &BTreeMap<String, String>,
-    ) -> std::result::Result<Knobs, String> {
-        let mut numbers = config.clone();
-        let Some(name) = numbers.remove(IMPL_KNOB) else {
-            return crate::knobs_from_strings(config);
+    /// A log row's config back as knobs ([`Space::to_row`]'s inverse); why not, for an
+    /// implementation this space does not have.
+    pub fn from_row(&self, config: &ImplConfig) -> std::result::Result<Knobs, String> {
+        let Some(name) = &config.implementation else {
+            return Ok(config.knobs.clone());
         };
-        let index = self.branch_index(&name).ok_or_else(|| {
+        let index = self.branch_index(name).ok_or_else(|| {
             format!("{IMPL_KNOB} = {name:?} is not an implementation of this search")
         })?;
-        crate::knobs_from_strings(&numbers).map(|k| join(index, k))
+        Ok(join(index, config.knobs.clone()))
     }
 
     /// A config on one line: `K=V,K=V`, after its implementation's name in a choice space
     /// (`mma BLOCK_M=64,...`, or just `cublas`).
     pub fn describe(&self, knobs: &Knobs) -> String {
-        crate::describe_config(&self.to_row(knobs))
+        self.to_row(knobs).describe()
     }
 }

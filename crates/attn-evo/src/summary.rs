@@ -4,24 +4,10 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use attn_evidence::{EvoBest, EvoCandidate, SearchSpec, IMPL_KNOB};
+use attn_evidence::{EvoBest, EvoCandidate, SearchSpec};
 
-/// A config as a log row or `best.json` holds it, on one line: `K=V,K=V` in name order, after
-/// its implementation's name when it has one (`mma BLOCK_M=64,STAGES=2`, or just `cublas`).
-///
-/// ```
-/// let row = [("impl", "mma"), ("STAGES", "2"), ("BLOCK_M", "64")]
-///     .map(|(k, v)| (k.to_string(), v.to_string())).into();
-/// assert_eq!(attn_evo::describe_config(&row), "mma BLOCK_M=64,STAGES=2");
-/// ```
-pub fn describe_config(config: &BTreeMap<String, String>) -> String {
-    let mut knobs = config.clone();
-    let implementation = knobs.remove(IMPL_KNOB);
-    describe_parts(implementation.as_deref(), &knobs)
-}
-
-/// An implementation (when there is one) and its knobs as text on one line, as
-/// [`describe_config`] writes them.
+/// An implementation (when there is one) and its knobs as `best.json` and `finalists.json` hold
+/// them, on one line as [`attn_evidence::ImplConfig::describe`] writes a config.
 pub(crate) fn describe_parts(
     implementation: Option<&str>,
     knobs: &BTreeMap<String, String>,
@@ -63,7 +49,7 @@ pub fn search_line(spec: &SearchSpec, configs: u64, budget: usize, workers: &[St
 
 /// A logged candidate with its status (for one that failed).
 pub fn row_line(row: &EvoCandidate) -> String {
-    let config = describe_parts(row.implementation(), &row.knobs());
+    let config = row.config.describe();
     format!("  gen {} {config}: {}", row.generation, row.status)
 }
 

@@ -170,12 +170,12 @@ fn rows_name_the_implementation_and_read_back() {
     let space = three_implementations();
     let config = knobs(&[(IMPL_KNOB, WIDE), ("BLOCK_M", 64), ("NUM_WARPS", 4)]);
     let row = space.to_row(&config);
-    assert_eq!(row[IMPL_KNOB], "wide");
+    assert_eq!(row.implementation.as_deref(), Some("wide"));
     assert_eq!(space.from_row(&row).unwrap(), config);
     assert_eq!(space.describe(&config), "wide BLOCK_M=64,NUM_WARPS=4");
     assert_eq!(space.describe(&knobs(&[(IMPL_KNOB, LIBRARY)])), "library");
     let mut unknown = row.clone();
-    unknown.insert(IMPL_KNOB.into(), "hopper".into());
+    unknown.implementation = Some("hopper".into());
     assert!(space.from_row(&unknown).unwrap_err().contains("\"hopper\""));
     assert_eq!(
         space.columns(),

@@ -2,7 +2,7 @@
 //! (an H100 profile of PyTorch's SDPA: a fill kernel and cuDNN's attention kernel), the winner and
 //! the evidence that records every term.
 
-use attn_evidence::{CandidateStatus, EvoCandidate, EvoFinalists, SearchSpec, IMPL_KNOB};
+use attn_evidence::{CandidateStatus, EvoCandidate, EvoFinalists, ImplConfig, SearchSpec};
 use attn_evo::{Composite, Knobs};
 use attn_ncu::{group, parse_raw, FitnessWeights, KernelFilter, KernelSummary};
 
@@ -26,13 +26,18 @@ fn spec() -> SearchSpec {
     .unwrap()
 }
 
-fn row(generation: u32, config: &[(&str, &str)], speedup: Option<f64>) -> EvoCandidate {
+fn row(
+    generation: u32,
+    implementation: &str,
+    knobs: &[(&str, i64)],
+    speedup: Option<f64>,
+) -> EvoCandidate {
     EvoCandidate {
         generation,
-        config: config
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
+        config: ImplConfig {
+            implementation: Some(implementation.into()),
+            knobs: knobs.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        },
         status: match speedup {
             Some(_) => CandidateStatus::Ok,
             None => CandidateStatus::invalid("illegal address"),
@@ -50,11 +55,11 @@ fn row(generation: u32, config: &[(&str, &str)], speedup: Option<f64>) -> EvoCan
 #[test]
 fn finalists_are_ranked_by_the_composite_and_every_term_is_recorded() {
     let rows = vec![
-        row(0, &[(IMPL_KNOB, "cublas")], Some(0.99)),
-        row(0, &[(IMPL_KNOB, "mma"), ("BLOCK_M", "64")], Some(1.00)),
-        row(1, &[(IMPL_KNOB, "mma"), ("BLOCK_M", "128")], None),
-        row(1, &[(IMPL_KNOB, "mma"), ("BLOCK_M", "32")], Some(0.98)),
-        row(1, &[(IMPL_KNOB, "mma"), ("BLOCK_M", "16")], Some(0.50)),
+        row(0, "cublas", &[], Some(0.99)),
+        row(0, "mma", &[("BLOCK_M", 64)], Some(1.00)),
+        row(1, "mma", &[("BLOCK_M", 128)], None),
+        row(1, "mma", &[("BLOCK_M", 32)], Some(0.98)),
+        row(1, "mma", &[("BLOCK_M", 16)], Some(0.50)),
     ];
     let composite = Composite {
         finalists: 3,
@@ -163,8 +168,8 @@ fn finalists_are_ranked_by_the_composite_and_every_term_is_recorded() {
 #[test]
 fn a_path_of_several_kernels_is_scored_over_all_of_them_and_none_scored_keeps_the_fastest() {
     let rows = vec![
-        row(0, &[(IMPL_KNOB, "cublas")], Some(1.2)),
-        row(0, &[(IMPL_KNOB, "mma"), ("BLOCK_M", "64")], Some(1.1)),
+        row(0, "cublas", &[], Some(1.2)),
+        row(0, "mma", &[("BLOCK_M", 64)], Some(1.1)),
     ];
     let composite = Composite {
         finalists: 8,

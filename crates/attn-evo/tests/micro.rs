@@ -65,8 +65,8 @@ fn the_ranking_counts_flops_per_cycle_per_sm_best_first() {
     assert_eq!(rows[0].median_us, Some(64.0), "64,000 cycles at 1000 MHz");
     assert!(!rows[2].status.is_ok() && rows[2].score.is_none());
     // Rows and ranking keep the ranked knobs only, not the launch defines.
-    assert_eq!(rows[0].config.len(), 4);
-    assert!(!rows[0].config.contains_key("SHARED_BYTES"));
+    assert_eq!(rows[0].config.knobs.len(), 4);
+    assert!(!rows[0].config.knobs.contains_key("SHARED_BYTES"));
     assert_eq!(ranked.len(), 2);
     assert_eq!(ranked[1].blocks_per_sm, 2);
     assert_eq!(ranked[0].cycles_per_tile, 1000.0);

@@ -664,7 +664,20 @@ fn search_table(evidence: &EvidenceSet) -> Option<Table> {
             })
             .unwrap_or_else(dash),
             best.map(|b| {
-                b.config
+                // The knobs and, in a search over several implementations, the implementation
+                // under its log column's name, all in name order.
+                let implementation = b.config.implementation.iter();
+                let mut cells: Vec<(&str, String)> = implementation
+                    .map(|name| (attn_evidence::IMPL_KNOB, name.clone()))
+                    .chain(
+                        b.config
+                            .knobs
+                            .iter()
+                            .map(|(k, v)| (k.as_str(), v.to_string())),
+                    )
+                    .collect();
+                cells.sort();
+                cells
                     .iter()
                     .map(|(k, v)| format!("{k}={v}"))
                     .collect::<Vec<_>>()
