@@ -24,7 +24,8 @@ pub struct Args {
     /// their defaults and per-shape tuning.
     #[arg(long, default_value = "")]
     pub config: String,
-    /// SDPA backends to time alongside, comma-separated (empty for none).
+    /// SDPA backends to time alongside, comma-separated (empty for none); `fa3` is
+    /// FlashAttention-3 through JAX (its library in ATTN_FA3_LIB; batch mode only).
     #[arg(long, default_value = "default,flash", value_delimiter = ',')]
     pub sdpa_backends: Vec<String>,
     #[command(flatten)]
@@ -91,6 +92,12 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         .filter(|b| !b.is_empty())
         .map(|b| b.parse())
         .collect::<Result<_, _>>()?;
+    for backend in &backends {
+        backend.check_mode(args.mode)?;
+        if *backend == Backend::Fa3 {
+            Backend::fa3_library()?;
+        }
+    }
     if args.samples < 2 {
         anyhow::bail!("--samples must be at least 2");
     }
@@ -177,13 +184,13 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
                 entries.push(entry);
             }
         }
-        if let (Some(_), Some(why)) = (&sdpa, attn_measure::baseline::sdpa_refusal(problem)) {
-            bar.println(format!("  sdpa skipped: {why}"));
-            bar.inc(backends.len() as u64);
-            continue;
-        }
         if let Some(sdpa) = &sdpa {
             for &backend in &backends {
+                if let Some(why) = attn_measure::baseline::sdpa_refusal(problem, backend) {
+                    bar.println(format!("  sdpa:{backend} skipped: {why}"));
+                    bar.inc(1);
+                    continue;
+                }
                 bar.set_message(format!("sdpa:{backend} {problem}"));
                 match bench::time_sdpa(&gpu, sdpa, backend, problem, &opts, seed) {
                     Ok((implementation, timings)) => {

@@ -34,9 +34,10 @@ pub struct Args {
     pub candidate: CandidateArgs,
     #[command(flatten)]
     pub problems: ProblemArgs,
-    /// What to beat: sdpa (falls back to cublas without PyTorch), cublas, a registered
-    /// implementation, or rev:REF, the candidate as committed at git revision REF (a ratchet:
-    /// fails only on a regression).
+    /// What to beat: sdpa (falls back to cublas without PyTorch), fa3 (FlashAttention-3 through
+    /// JAX, its library in ATTN_FA3_LIB; --mode batch), cublas, a registered implementation, or
+    /// rev:REF, the candidate as committed at git revision REF (a ratchet: fails only on a
+    /// regression).
     #[arg(long, default_value = "sdpa")]
     pub baseline: String,
     /// SDPA backend: default, flash, efficient, cudnn, math.
@@ -150,6 +151,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     for problem in &problems {
         baseline.check_supports(problem)?;
     }
+    baseline.check_mode(args.mode)?;
     let mode = baseline.gate_mode(args.regression_tolerance)?;
     if let Some(note) = note {
         println!("{note}");

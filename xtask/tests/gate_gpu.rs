@@ -138,3 +138,46 @@ fn a_ratchet_against_the_kernel_at_head_does_not_regress() {
     assert!(text.contains("does not regress"), "{text}");
     assert_eq!(code, 0, "a kernel does not regress against itself:\n{text}");
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn hopper_is_judged_against_flash_attention_3_in_batch_mode() {
+    // One GPU test at a time on the device (tests of other executables too).
+    let _device = attn_kernels::device_lock(0);
+    assert!(
+        std::env::var_os("ATTN_FA3_LIB").is_some(),
+        "set ATTN_FA3_LIB to FlashAttention-3's library to run this test"
+    );
+    // JAX has no CUDA events: any other mode is refused in one line, before the GPU is opened.
+    let (code, text) = gate(&["--impl", "hopper", "--baseline", "fa3", "--shape", "1,4,512,64"]);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("--mode batch"), "{text}");
+    // A dense and a windowed GQA shape: both sides run and the gate gives a verdict, with FA3
+    // checked against the reference on sampled rows and within a plausible ratio of hopper.
+    let (code, text) = gate(&[
+        "--impl",
+        "hopper",
+        "--baseline",
+        "fa3",
+        "--mode",
+        "batch",
+        "--shape",
+        "2,16,4096,128",
+        "--shape",
+        "2,32/8,8192,128 causal window=1024,-1",
+        "--samples",
+        "30",
+    ]);
+    assert!(code == 0 || code == 1, "a verdict, not an error:\n{text}");
+    assert!(text.contains("`hopper` vs `fa3`"), "{text}");
+    let speedups: Vec<f64> = text
+        .lines()
+        .filter(|l| l.starts_with("| 2,"))
+        .filter_map(|l| l.split('|').nth(4))
+        .filter_map(|cell| cell.trim().split('×').next()?.parse().ok())
+        .collect();
+    assert_eq!(speedups.len(), 2, "{text}");
+    for s in speedups {
+        assert!((0.5..2.0).contains(&s), "hopper vs FA3 {s}× is not plausible:\n{text}");
+    }
+}

@@ -12,7 +12,8 @@ use crate::{MeasureError, Problem, Result};
 /// The baseline of a comparison.
 #[derive(Debug)]
 pub enum Baseline {
-    /// PyTorch SDPA through the helper, with a backend.
+    /// PyTorch SDPA through the helper, with a backend (or FlashAttention-3 through the same
+    /// helper: [`Backend::Fa3`]).
     Sdpa {
         /// The running helper.
         sdpa: Sdpa,
@@ -26,8 +27,20 @@ pub enum Baseline {
 
 impl Baseline {
     /// `--baseline NAME`: `sdpa` (the `cublas` math path when PyTorch is unusable: the second
-    /// value says so, one line), `cublas`, or any registered implementation.
+    /// value says so, one line), `fa3` (FlashAttention-3 through the helper; its library and
+    /// PyTorch must be there, no fallback), `cublas`, or any registered implementation.
     pub fn from_name(name: &str, backend: Backend) -> Result<(Baseline, Option<String>)> {
+        if name == "fa3" || (name == "sdpa" && backend == Backend::Fa3) {
+            Backend::fa3_library()?;
+            let sdpa = Sdpa::detect()?;
+            return Ok((
+                Baseline::Sdpa {
+                    sdpa,
+                    backend: Backend::Fa3,
+                },
+                None,
+            ));
+        }
         if name == "sdpa" {
             return Ok(match Sdpa::detect() {
                 Ok(sdpa) => (Baseline::Sdpa { sdpa, backend }, None),
@@ -68,11 +81,19 @@ impl Baseline {
     /// ([`sdpa_refusal`]).
     pub fn check_supports(&self, problem: &Problem) -> Result<()> {
         match self {
-            Baseline::Sdpa { .. } => match sdpa_refusal(problem) {
+            Baseline::Sdpa { backend, .. } => match sdpa_refusal(problem, *backend) {
                 Some(why) => Err(MeasureError::Invalid(why)),
                 None => Ok(()),
             },
             Baseline::Registered(candidate) => problem.check_supported_by(candidate),
+        }
+    }
+
+    /// Refuses, in one line, a timing mode this baseline cannot be timed in (FA3: batch only).
+    pub fn check_mode(&self, mode: attn_kernels::TimingMode) -> Result<()> {
+        match self {
+            Baseline::Sdpa { backend, .. } => backend.check_mode(mode),
+            Baseline::Registered(_) => Ok(()),
         }
     }
 
@@ -115,20 +136,33 @@ impl Baseline {
     }
 }
 
-/// Why PyTorch SDPA is no baseline for `problem`, one line naming the alternative; `None` when it
-/// is one. A packed varlen batch: [`crate::sdpa::varlen_refusal`]. A sliding window: PyTorch has
-/// no window kernel (a boolean mask runs its dense masked paths, not a window baseline).
-pub fn sdpa_refusal(problem: &Problem) -> Option<String> {
+/// Why PyTorch SDPA with `backend` is no baseline for `problem`, one line naming the
+/// alternative; `None` when it is one. A packed varlen batch: [`crate::sdpa::varlen_refusal`]. A
+/// sliding window: PyTorch has no window kernel (a boolean mask runs its dense masked paths, not a
+/// window baseline); FlashAttention-3 ([`Backend::Fa3`]) has one.
+pub fn sdpa_refusal(problem: &Problem, backend: Backend) -> Option<String> {
     if let Some(why) = crate::sdpa::varlen_refusal(problem) {
         return Some(why);
     }
+    if backend == Backend::Fa3 {
+        return None;
+    }
     problem.params.window.is_bounded().then(|| format!(
-        "{problem}: PyTorch SDPA has no sliding-window kernel (a boolean mask runs its dense masked paths), so it is no baseline for a window; gate against another implementation (--baseline mma) and compare with FlashAttention-3 through the anchor"
+        "{problem}: PyTorch SDPA has no sliding-window kernel (a boolean mask runs its dense masked paths), so it is no baseline for a window; gate against another implementation (--baseline mma) or FlashAttention-3 (--baseline fa3 --mode batch)"
     ))
 }
 
-/// The evidence description of SDPA with a backend.
+/// The evidence description of SDPA with a backend; FlashAttention-3 as `fa3`, with the SHA-256
+/// of its library as its source.
 pub fn sdpa_implementation(backend: Backend) -> Implementation {
+    if backend == Backend::Fa3 {
+        let mut imp = Implementation::named("fa3");
+        imp.source_sha256 = Backend::fa3_library()
+            .ok()
+            .and_then(|path| std::fs::read(path).ok())
+            .map(|bytes| attn_kernels::compile::sha256_hex(&bytes));
+        return imp;
+    }
     let mut imp = Implementation::named("sdpa");
     imp.backend = Some(backend.to_string());
     imp
@@ -195,15 +229,20 @@ mod tests {
     #[test]
     fn sdpa_refuses_varlen_and_windows_in_one_line_naming_the_alternative() {
         let varlen = Problem::parse("varlen=512,0,3000 H=16 D=128 causal").unwrap();
-        let why = sdpa_refusal(&varlen).unwrap();
+        let why = sdpa_refusal(&varlen, Backend::Default).unwrap();
         assert!(
             why.contains("packed varlen batch") && why.contains("--baseline mma"),
             "{why}"
         );
         assert!(!why.contains('\n'));
         let window = Problem::parse("2,16,4096,128 causal window=512,-1").unwrap();
-        assert!(sdpa_refusal(&window).unwrap().contains("sliding-window"));
-        assert!(sdpa_refusal(&Problem::parse("2,32/8,4096,128").unwrap()).is_none());
+        assert!(sdpa_refusal(&window, Backend::Default)
+            .unwrap()
+            .contains("sliding-window"));
+        assert!(sdpa_refusal(&Problem::parse("2,32/8,4096,128").unwrap(), Backend::Flash).is_none());
+        // FlashAttention-3 has a window kernel, and is no varlen baseline through the helper.
+        assert!(sdpa_refusal(&window, Backend::Fa3).is_none());
+        assert!(sdpa_refusal(&varlen, Backend::Fa3).is_some());
         // A registered baseline is refused only outside its variants.
         let mma = Baseline::Registered(Candidate::registered("mma", Config::default()).unwrap());
         assert!(mma.check_supports(&varlen).is_ok());
@@ -211,5 +250,39 @@ mod tests {
             Baseline::Registered(Candidate::registered("cublas", Config::default()).unwrap());
         let err = cublas.check_supports(&varlen).unwrap_err().to_string();
         assert!(err.contains("cublas") && err.contains("varlen"), "{err}");
+    }
+}
+
+#[cfg(test)]
+mod fa3_tests {
+    use super::*;
+    use attn_kernels::TimingMode;
+
+    #[test]
+    fn fa3_is_timed_in_batch_mode_only_and_named_fa3_in_evidence() {
+        for mode in [TimingMode::Graph, TimingMode::Flushed] {
+            let err = Backend::Fa3.check_mode(mode).unwrap_err().to_string();
+            assert!(err.contains("--mode batch") && !err.contains('\n'), "{err}");
+        }
+        assert!(Backend::Fa3.check_mode(TimingMode::Batch).is_ok());
+        assert!(Backend::Default.check_mode(TimingMode::Graph).is_ok());
+        assert_eq!(sdpa_implementation(Backend::Fa3).name, "fa3");
+        assert_eq!(sdpa_implementation(Backend::Fa3).backend, None);
+        assert_eq!("fa3".parse::<Backend>().unwrap(), Backend::Fa3);
+    }
+
+    #[test]
+    fn the_fa3_baseline_without_its_library_is_one_line() {
+        // The variable points nowhere: refused before any Python starts.
+        std::env::set_var(crate::sdpa::FA3_LIB_VAR, "/nonexistent/libfa3.so");
+        let err = Baseline::from_name("fa3", Backend::Default)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("is not a file") && !err.contains('\n'), "{err}");
+        std::env::remove_var(crate::sdpa::FA3_LIB_VAR);
+        let err = Baseline::from_name("fa3", Backend::Default)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(crate::sdpa::FA3_LIB_VAR), "{err}");
     }
 }

@@ -16,6 +16,7 @@ use attn_oracle::{compare, npy, tolerance, DType, Distribution};
 use attn_stats::{CompareOptions, Sample};
 
 use crate::baseline::{median, timing_evidence, Baseline};
+use crate::sdpa::Backend;
 use crate::check::{run_checks, CheckRun};
 use crate::decide::{decide, implausibility, remarkable_speedup};
 use crate::supervise::Watchdog;
@@ -245,7 +246,10 @@ impl<'a> GateSession<'a> {
             watched,
         )?;
         trace.done("compile and checks");
-        if let Some(sdpa) = self.baseline.sdpa() {
+        // SDPA (its default backend) is the second reference wherever it runs the problem as it
+        // is, whatever the baseline the helper times (SDPA or FlashAttention-3).
+        let sdpa_runs_it = crate::baseline::sdpa_refusal(problem, Backend::Default).is_none();
+        if let Some(sdpa) = self.baseline.sdpa().filter(|_| sdpa_runs_it) {
             second_reference(sdpa, problem, &mut runs)?;
             trace.done("SDPA's second reference");
         }
@@ -485,7 +489,6 @@ fn second_reference(
     problem: &Problem,
     runs: &mut [CheckRun],
 ) -> Result<()> {
-    use crate::sdpa::Backend;
     let io = |what: &'static str| {
         move |e: attn_oracle::OracleError| MeasureError::Sdpa(format!("{what}: {e}"))
     };

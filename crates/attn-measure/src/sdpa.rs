@@ -1,7 +1,8 @@
 //! PyTorch SDPA as a baseline and a second reference, through an embedded Python helper that
 //! stays alive for the whole run (`python3`, or `ATTN_PYTHON`): typed requests go to its stdin and
 //! typed replies come back on its stdout, one JSON object a line. A reply missing a field is an
-//! error, never a silent default.
+//! error, never a silent default. The same helper runs FlashAttention-3 ([`Backend::Fa3`]) through
+//! JAX, so that FA3 is a baseline timed in the same run as our kernels.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -30,16 +31,25 @@ pub enum Backend {
     Cudnn,
     /// The unfused math path.
     Math,
+    /// Not SDPA: FlashAttention-3's prebuilt library ([`FA3_LIB_VAR`] names it), called through
+    /// JAX's FFI by the same helper. JAX exposes no CUDA events, so it is timed in batch mode only
+    /// ([`Backend::check_mode`]), by the host clock around one dispatch of back-to-back calls.
+    Fa3,
 }
+
+/// The environment variable naming FlashAttention-3's library (a build exporting the XLA FFI
+/// target `dew_flash3_mha_fwd`).
+pub const FA3_LIB_VAR: &str = "ATTN_FA3_LIB";
 
 impl Backend {
     /// Every backend.
-    pub const ALL: [Backend; 5] = [
+    pub const ALL: [Backend; 6] = [
         Backend::Default,
         Backend::Flash,
         Backend::Efficient,
         Backend::Cudnn,
         Backend::Math,
+        Backend::Fa3,
     ];
 
     /// Its name on the command line and in evidence.
@@ -50,7 +60,36 @@ impl Backend {
             Backend::Efficient => "efficient",
             Backend::Cudnn => "cudnn",
             Backend::Math => "math",
+            Backend::Fa3 => "fa3",
         }
+    }
+
+    /// Refuses, in one line, a timing mode this backend cannot be timed in: FA3 runs through
+    /// JAX, which exposes no CUDA events, so only batch mode (host clock around many calls).
+    pub fn check_mode(self, mode: TimingMode) -> Result<()> {
+        if self == Backend::Fa3 && mode != TimingMode::Batch {
+            return Err(MeasureError::Invalid(format!(
+                "FlashAttention-3 is timed through JAX, which exposes no CUDA events: use --mode batch (not {mode})"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The library of [`Backend::Fa3`], from [`FA3_LIB_VAR`]: a missing variable or file is one
+    /// line.
+    pub fn fa3_library() -> Result<PathBuf> {
+        let path = std::env::var_os(FA3_LIB_VAR).map(PathBuf::from).ok_or_else(|| {
+            MeasureError::Invalid(format!(
+                "the fa3 baseline needs {FA3_LIB_VAR}, the path of FlashAttention-3's library (a build exporting the XLA FFI target dew_flash3_mha_fwd)"
+            ))
+        })?;
+        if !path.is_file() {
+            return Err(MeasureError::Invalid(format!(
+                "{FA3_LIB_VAR}={} is not a file",
+                path.display()
+            )));
+        }
+        Ok(path)
     }
 }
 
@@ -69,7 +108,7 @@ impl std::str::FromStr for Backend {
             .find(|b| b.as_str() == text)
             .ok_or_else(|| {
                 MeasureError::Invalid(format!(
-                    "unknown SDPA backend `{text}` (known: default, flash, efficient, cudnn, math)"
+                    "unknown SDPA backend `{text}` (known: default, flash, efficient, cudnn, math, and fa3 for FlashAttention-3)"
                 ))
             })
     }

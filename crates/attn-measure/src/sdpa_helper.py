@@ -1,13 +1,16 @@
 """attn's PyTorch SDPA helper: a long-lived process that times
 torch.nn.functional.scaled_dot_product_attention with the same protocol as attn's own timing
-harness, and computes SDPA's output on given inputs.
+harness, and computes SDPA's output on given inputs. The backend "fa3" is FlashAttention-3 instead
+(its prebuilt library's XLA FFI target `dew_flash3_mha_fwd`, called through JAX; the library's path
+in ATTN_FA3_LIB): JAX exposes no CUDA events, so FA3 is timed in batch mode only, by the host clock
+around one dispatch of many back-to-back calls ended by a device sync (see Fa3.time).
 
 Usage: python3 sdpa_helper.py   (requests on stdin, replies on stdout, one JSON object a line)
 Requests (attn-measure's `sdpa::Request`):
   {"kind": "info"}
   {"kind": "run", "q": path, "k": path, "v": path, "out": path, "dtype": "fp16"|"bf16",
    "causal": bool, "window": [left, right] (-1 unbounded), "scale": float,
-   "backend": "default"|"flash"|"efficient"|"cudnn"|"math"}
+   "backend": "default"|"flash"|"efficient"|"cudnn"|"math"|"fa3"}
   {"kind": "time", "shape": [B, H, Sq, Skv, D], "kv_heads": int, "dtype": ..., "causal": bool,
    "window": [left, right], "scale": float,
    "backend": ..., "warmup": int, "samples": int, "mode": "graph"|"flushed"|"batch",
@@ -59,6 +62,7 @@ class Helper:
         self.dev = torch.device("cuda")
         self.dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16}
         self.timing_key, self.timing_state = None, None
+        self._fa3 = None
 
     def handle(self, request):
         kind = request["kind"]
@@ -118,6 +122,8 @@ class Helper:
 
     def run(self, job):
         torch, np = self.torch, self.np
+        if job["backend"] == "fa3":
+            return self.fa3().run(job, self.load)
         q, k, v = (self.load(job[x], job["dtype"]) for x in ("q", "k", "v"))
         with self.backend(job["backend"]), torch.no_grad():
             o = self.sdpa(q, k, v, job)
@@ -173,7 +179,14 @@ class Helper:
         self.timing_key, self.timing_state = key, state
         return state
 
+    def fa3(self):
+        if self._fa3 is None:
+            self._fa3 = Fa3(self.np)
+        return self._fa3
+
     def time(self, job):
+        if job["backend"] == "fa3":
+            return self.fa3().time(job)
         torch = self.torch
         state = self.prepare_timing(job)
         sets, graphs, flush = state["sets"], state["graphs"], state["flush"]
@@ -220,6 +233,168 @@ class Helper:
                 guard_events.append(start.elapsed_time(end) * 1000.0)
         return {"samples_us": samples, "wall_us": wall, "guard_event_us": guard_events,
                 "launches_per_sample": per_sample}
+
+
+class Fa3:
+    """FlashAttention-3 through JAX: the library loaded and its FFI target registered once."""
+
+    # A batch-mode sample is timed by the host around one dispatch ended by a device sync, so
+    # it carries the host's overhead once (measured in `prepare`, kept under 1% of a sample).
+    SAMPLE_US = 20000.0
+    MAX_CALLS = 1024  # calls unrolled into one jitted sample (compile time grows with it)
+
+    def __init__(self, np):
+        import ctypes
+        import os
+        path = os.environ.get("ATTN_FA3_LIB", "")
+        if not path or not os.path.isfile(path):
+            raise ValueError(f"ATTN_FA3_LIB does not name FlashAttention-3's library ({path!r})")
+        # JAX takes most of the GPU's memory up front unless told not to; PyTorch shares it.
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+        import jax
+        import jax.numpy as jnp
+        lib = ctypes.cdll.LoadLibrary(path)
+        jax.ffi.register_ffi_target("dew_flash3_mha_fwd", jax.ffi.pycapsule(lib.dew_flash3_mha_fwd),
+                                    platform="CUDA")
+        self.jax, self.jnp, self.np = jax, jnp, np
+        self.dtypes = {"fp16": jnp.float16, "bf16": jnp.bfloat16}
+        self.key, self.state = None, None
+
+    def call(self, q, k, v, job):
+        """FA3's forward on [B, S, H, D] arrays (K and V with their own heads: GQA natively)."""
+        jax, jnp, np = self.jax, self.jnp, self.np
+        b, sq, h, _ = q.shape
+        left, right = job.get("window", [-1, -1])
+        results = (jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, sq), jnp.float32),
+                   jax.ShapeDtypeStruct((1, 1, 1, 1), jnp.float32), jax.ShapeDtypeStruct((1, 1, 1), jnp.float32))
+        # Side effects declared so that XLA neither merges nor drops repeated calls on one input.
+        out = jax.ffi.ffi_call("dew_flash3_mha_fwd", results, has_side_effect=True)(
+            q, k, v, softmax_scale=np.float64(job["scale"]), is_causal=bool(job["causal"]),
+            window_size_left=np.int64(left), window_size_right=np.int64(0 if job["causal"] else right))
+        return out[0]
+
+    def run(self, job, load):
+        """FA3's output on .npy inputs ([B, H, S, D], as SDPA's), written to job["out"]."""
+        jnp, np = self.jnp, self.np
+        q, k, v = (load(job[x], job["dtype"]) for x in ("q", "k", "v"))
+        # torch -> numpy -> JAX, transposed to FA3's [B, S, H, D]
+        arrays = [jnp.asarray(t.transpose(1, 2).contiguous().float().cpu().numpy(), dtype=self.dtypes[job["dtype"]])
+                  for t in (q, k, v)]
+        o = np.asarray(self.jax.jit(lambda q, k, v: self.call(q, k, v, job))(*arrays).astype(jnp.float32))
+        o = np.ascontiguousarray(o.transpose(0, 2, 1, 3))
+        if job["dtype"] == "bf16":
+            import torch
+            arr = torch.from_numpy(o).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+        else:
+            arr = o.astype(np.float16)
+        np.save(job["out"], arr)
+        return {"out": job["out"]}
+
+    def prepare(self, job):
+        """Input sets and the jitted sample of one problem, kept while the same problem is timed."""
+        import json
+        key = json.dumps({k: job.get(k) for k in ("shape", "kv_heads", "dtype", "causal", "window", "scale",
+                                                  "sets", "seed", "batch_launches")}, sort_keys=True)
+        if key == self.key:
+            return self.state
+        self.key, self.state = None, None
+        jax, jnp = self.jax, self.jnp
+        b, h, sq, skv, d = job["shape"]
+        hkv = job.get("kv_heads", h)
+        dtype = self.dtypes[job["dtype"]]
+        root = jax.random.key(job["seed"] & 0x7FFFFFFF)
+        sets = []
+        for i in range(max(1, job["sets"])):
+            kq, kk, kv = jax.random.split(jax.random.fold_in(root, i), 3)
+            sets.append((jax.random.normal(kq, (b, sq, h, d), jnp.float32).astype(dtype),
+                         jax.random.normal(kk, (b, skv, hkv, d), jnp.float32).astype(dtype),
+                         jax.random.normal(kv, (b, skv, hkv, d), jnp.float32).astype(dtype)))
+        self.verify(sets[0], job)
+        flat = [x for qkv in sets for x in qkv]
+        # Host overhead of one sample (argument handling, dispatch, the sync's wake-up): a jitted
+        # function of the same arguments doing nothing to speak of.
+        idle = self.jax.jit(lambda *flat: flat[0][0, 0, 0, 0])
+        idle(*flat).block_until_ready()
+        overhead = min(self.wall(idle, flat) for _ in range(5))
+        # Calls per sample: at least the harness's, and enough that the overhead is under 1%
+        # of a sample and a sample lasts SAMPLE_US.
+        calls = max(1, job["batch_launches"])
+        fn = self.sample_fn(job, calls, len(sets))
+        fn(*flat).block_until_ready()  # compile and warm up
+        per_call = self.wall(fn, flat) / calls
+        wanted = max(self.SAMPLE_US, 100.0 * overhead) / max(per_call, 1e-3)
+        wanted = min(self.MAX_CALLS, max(calls, int(wanted) + 1))
+        if wanted != calls:
+            calls, fn = wanted, self.sample_fn(job, wanted, len(sets))
+            fn(*flat).block_until_ready()
+        self.key, self.state = key, {"flat": flat, "fn": fn, "calls": calls}
+        return self.state
+
+    def verify(self, qkv, job, rows=8):
+        """FA3's output on `qkv` against a float64 reference on a few sampled rows, with attn's
+        mask (bottom-right causal, FlashAttention's window): a yardstick that computes something
+        else (a wrong window convention, say) is an error, not a baseline."""
+        np = self.np
+        out = np.asarray(self.jax.jit(lambda q, k, v: self.call(q, k, v, job))(*qkv).astype(self.jnp.float32))
+        q, k, v = (np.asarray(x.astype(self.jnp.float32), dtype=np.float64) for x in qkv)
+        b, sq, h, _ = q.shape
+        skv, hkv = k.shape[1], k.shape[2]
+        left, right = job.get("window", [-1, -1])
+        if job["causal"]:
+            right = 0
+        rng = np.random.default_rng(job["seed"] & 0xFFFFFFFF)
+        worst = 0.0
+        for _ in range(rows):
+            bi, hi, i = int(rng.integers(b)), int(rng.integers(h)), int(rng.integers(sq))
+            diag = i + skv - sq  # bottom-right alignment
+            j = np.arange(skv)
+            seen = np.ones(skv, dtype=bool)
+            if left >= 0:
+                seen &= j >= diag - left
+            if right >= 0:
+                seen &= j <= diag + right
+            kv = hi // (h // hkv)
+            scores = k[bi, :, kv, :] @ q[bi, i, hi, :] * job["scale"]
+            if seen.any():
+                p = np.exp(np.where(seen, scores, -np.inf) - scores[seen].max())
+                expected = (p / p.sum()) @ v[bi, :, kv, :]
+            else:
+                expected = np.zeros(q.shape[-1])
+            worst = max(worst, float(np.abs(out[bi, i, hi, :] - expected).max()))
+        if not worst < 2e-2:
+            raise ValueError(f"FA3's output differs from the reference by {worst:.3g} on sampled rows")
+
+    @staticmethod
+    def wall(fn, flat):
+        """µs of host time from a dispatch of `fn` to the end of its work on the device."""
+        import time
+        t0 = time.perf_counter()
+        fn(*flat).block_until_ready()
+        return (time.perf_counter() - t0) * 1e6
+
+    def sample_fn(self, job, calls, sets):
+        """A timed sample: `calls` back-to-back FA3 calls, call i on input set i mod `sets`, in
+        one jitted dispatch (no Python between calls)."""
+
+        def body(*flat):
+            out = None
+            for i in range(calls):
+                j = 3 * (i % sets)
+                out = self.call(*flat[j:j + 3], job)
+            return out
+
+        return self.jax.jit(body)
+
+    def time(self, job):
+        if job["mode"] != "batch":
+            raise ValueError("FA3 runs through JAX, which exposes no CUDA events: time it with --mode batch")
+        state = self.prepare(job)
+        fn, flat, calls = state["fn"], state["flat"], state["calls"]
+        for _ in range(job["warmup"]):
+            fn(*flat).block_until_ready()
+        samples = [self.wall(fn, flat) / calls for _ in range(job["samples"])]
+        # No guard pass: the guards judge a candidate's launches, and FA3 is the yardstick.
+        return {"samples_us": samples, "wall_us": [], "guard_event_us": [], "launches_per_sample": calls}
 
 
 if __name__ == "__main__":
