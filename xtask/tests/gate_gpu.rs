@@ -181,3 +181,49 @@ fn hopper_is_judged_against_flash_attention_3_in_batch_mode() {
         assert!((0.5..2.0).contains(&s), "hopper vs FA3 {s}× is not plausible:\n{text}");
     }
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn every_block_of_a_helper_baseline_times_the_baseline_alone() {
+    // One GPU test at a time on the device (tests of other executables too).
+    let _device = attn_kernels::device_lock(0);
+    // SDPA runs in the helper's own process: a block of it that overlapped work this process
+    // left queued (the timing set-up's references) measured about twice its time. Every block
+    // must agree with the others within what clocks and heat explain.
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(xtask())
+        .args(["gate", "--impl", "mma", "--baseline", "sdpa", "--mode", "batch"])
+        .args(["--shape", "2,16,4096,128", "--samples", "40", "--checks", "2"])
+        .arg("--evidence")
+        .arg(dir.path())
+        .output()
+        .expect("xtask runs");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(matches!(output.status.code(), Some(0 | 1)), "{text}");
+    let file = std::fs::read_dir(dir.path().join("gate"))
+        .unwrap()
+        .flatten()
+        .find(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .expect("gate evidence written")
+        .path();
+    let run: serde_json::Value = serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap();
+    let samples: Vec<f64> = run["cases"][0]["baseline"]["samples"]
+        .as_array()
+        .expect("baseline samples")
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    let median = |xs: &[f64]| {
+        let mut v = xs.to_vec();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let all = median(&samples);
+    for (i, block) in samples.chunks(10).enumerate() {
+        let ratio = median(block) / all;
+        assert!(
+            (0.75..1.33).contains(&ratio),
+            "baseline block {i} at {ratio:.2}× the median of all blocks: {samples:?}"
+        );
+    }
+}

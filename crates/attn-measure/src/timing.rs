@@ -966,6 +966,10 @@ pub fn interleave(
                 },
                 ..plan.timing
             };
+            // Nothing of ours may still run when a block starts: a side in another process (the
+            // Python helper) shares the GPU with whatever this process left queued (the set-up's
+            // references, a verifier's checks), and its first block measured twice its time.
+            gpu.synchronize()?;
             if let Some(p) = probe.as_mut() {
                 p.before(gpu)?;
             }
