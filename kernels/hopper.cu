@@ -15,9 +15,10 @@
 //     S = Q·Kᵀ       wgmma m64n{BLOCK_N}k16, A = Q and B = K both from shared memory through
 //                    128-byte-swizzled K-major descriptors (HEAD_DIM / 16 k-steps, one commit group)
 //     P = exp2(S·scale·log2e − m), online softmax FA2-style in registers (quad shuffles)
-//     O = O·α + P·V  wgmma m64n64k16 per 64-column panel of O: A = P re-packed in registers (the
-//                    S accumulator layout is the A-fragment layout), B = V from shared memory through
-//                    a 128-byte-swizzled MN-major descriptor (trans-b: V stays [keys, D] row-major)
+//     O = O·α + P·V  wgmma m64n64k16 per 64-column panel of O and per 16 keys (BLOCK_N / 16
+//                    k-steps: 11 for BLOCK_N 176): A = P re-packed in registers (the S accumulator
+//                    layout is the A-fragment layout), B = V from shared memory through a
+//                    128-byte-swizzled MN-major descriptor (trans-b: V stays [keys, D] row-major)
 //     then every consumer thread arrives on the slot's empty barrier.
 //   With OVERLAP 1 (FA3's intra-warpgroup overlap) a warpgroup issues S_{j+1} and P_j·V_j back to
 //   back and runs the softmax of tile j+1 while P_j·V_j is still on the tensor cores.
@@ -33,7 +34,11 @@
 //   NUM_WARPS ∈ {4, 8, 12}    consumer warps (1, 2 or 3 consumer warpgroups; 12 only at D 64);
 //                             default 12 at D 64, 8 at D 128
 //   BLOCK_M   = 16 · NUM_WARPS = 64 · consumer warpgroups (the only allowed value; defaulted)
-//   BLOCK_N   ∈ {64, 128}     keys per tile (the rows of a K/V TMA box); default 128
+//   BLOCK_N   ∈ {64, 128, 176} keys per tile (the rows of a K/V TMA box); default 128. 176 is
+//                             FlashAttention-3's D 128 tile (128 × 176, 2 stages), opt-in
+//                             (`--config BLOCK_N=176,STAGES=2`) until measured: NUM_WARPS ≤ 8 (with
+//                             160 registers the 88 S and 44 P registers per thread spill), and at
+//                             D 128 STAGES 2 only (shared memory)
 //   STAGES    ∈ {2, 3, 4}     K/V ring depth; default 3
 //   OVERLAP   ∈ {0, 1}        default 1 (any STAGES: a tile's slot is released only after its P·V)
 //   PINGPONG  ∈ {0, 1}        default 1; 1 needs NUM_WARPS ≥ 8 and OVERLAP 1
@@ -44,8 +49,9 @@
 //   655 TFLOP/s vs 655 (PINGPONG 0: 572; STAGES 2: 600), causal 617 vs 596; (2,16,8192,64) 521 vs
 //   477 (NUM_WARPS 8: 428; PINGPONG 0: 481), causal 479 vs 441.
 //   Constraint: SHARED_BYTES ≤ 232448 (the sm_90 opt-in limit, static barriers included); only
-//   D 128 / BLOCK_N 128 / STAGES 4 exceeds it. Every valid combination compiles with no spill, no
-//   stack frame and no wgmma serialisation (kernels/tools/hopper_check.py).
+//   D 128 / BLOCK_N 128 / STAGES 4 and D 128 / BLOCK_N 176 / STAGES 3 or 4 exceed it. Every valid
+//   combination compiles with no spill, no stack frame and no wgmma serialisation
+//   (kernels/tools/hopper_check.py).
 //
 // Launch geometry and ABI (kernels/README.md, the TensorMaps ABI and "Variants")
 //   grid = (ceil(S_q / BLOCK_M), H, B) (block x computes row block x, or gridDim.x − 1 − x when the
@@ -53,8 +59,10 @@
 //   memory
 //     SHARED_BYTES = 1024 + BLOCK_M · HEAD_DIM · 2 + STAGES · 2 · BLOCK_N · HEAD_DIM · 2   bytes
 //   (1024 bytes of slack to align the tiles to the 1024-byte swizzle atom, the Q tile, then
-//   STAGES K tiles, then STAGES V tiles), plus 8 · (1 + 3 · STAGES) bytes of static shared memory for
-//   the mbarriers. Defaults: D 64 → 123904, D 128 → 230400.
+//   STAGES K tiles, then STAGES V tiles; no padding: BLOCK_M and BLOCK_N are multiples of 8, so each
+//   tile's 64-column panels are whole 1024-byte atoms, e.g. 176 rows × 128 bytes = 22 atoms), plus
+//   8 · (1 + 3 · STAGES) bytes of static shared memory for the mbarriers (24 more with SCHEDULE 1).
+//   Defaults: D 64 → 123904, D 128 → 230400; D 128, BLOCK_N 176, STAGES 2 → 214016.
 //   Parameters: the ten plain ones, three `const __grid_constant__` CUtensorMaps (Q, K, V), then
 //   the five of the variants: kv_heads, window_left, window_right, cu_seqlens_q, cu_seqlens_kv.
 //   SCHEDULE 1 (persistent): grid = (min(items, SMs × resident blocks per SM), 1, 1), where the items
@@ -198,7 +206,11 @@ static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "hopper.cu: HEAD_DIM must be 64
 static_assert(NUM_WARPS == 4 || NUM_WARPS == 8 || NUM_WARPS == 12, "hopper.cu: NUM_WARPS (consumer warps) must be 4, 8 or 12");
 static_assert(NUM_WARPS != 12 || HEAD_DIM == 64, "hopper.cu: NUM_WARPS 12 (160 registers per consumer thread) needs HEAD_DIM 64");
 static_assert(BLOCK_M == 16 * NUM_WARPS, "hopper.cu: BLOCK_M must equal 64 * (NUM_WARPS / 4)");
-static_assert(BLOCK_N == 64 || BLOCK_N == 128, "hopper.cu: BLOCK_N must be 64 or 128");
+static_assert(BLOCK_N == 64 || BLOCK_N == 128 || BLOCK_N == 176, "hopper.cu: BLOCK_N must be 64, 128 or 176");
+static_assert(BLOCK_N != 176 || NUM_WARPS <= 8, "hopper.cu: BLOCK_N 176 needs NUM_WARPS 4 or 8 (160 registers spill)");
+// Every 64-column panel of a K/V tile (BLOCK_N rows of 128 bytes) must be whole 1024-byte swizzle
+// atoms, so that every panel and slot stays 1024-byte aligned: 176 rows = 22 atoms, no padding.
+static_assert(BLOCK_N % 8 == 0, "hopper.cu: BLOCK_N must be a multiple of 8 (whole swizzle atoms)");
 static_assert(STAGES >= 2 && STAGES <= 4, "hopper.cu: STAGES must be 2, 3 or 4");
 static_assert(OVERLAP == 0 || OVERLAP == 1, "hopper.cu: OVERLAP must be 0 or 1");
 static_assert(PINGPONG == 0 || (PINGPONG == 1 && NUM_WARPS >= 8 && OVERLAP == 1),

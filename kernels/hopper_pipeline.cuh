@@ -123,7 +123,9 @@ __device__ __forceinline__ void issue_qk(float (&s_acc)[S_REGS], u32 q_rows, u32
         const u32 in_panel = (kk & 3) * 32;  // 16 columns = 32 bytes along the 128-byte row
         const u64 desc_q = make_desc(q_rows + (kk >> 2) * BLOCK_M * 128 + in_panel, 16, 1024);
         const u64 desc_k = make_desc(k_tile + (kk >> 2) * BLOCK_N * 128 + in_panel, 16, 1024);
-#if BLOCK_N == 128
+#if BLOCK_N == 176
+        wgmma_ss_n176(s_acc, desc_q, desc_k, kk > 0 ? 1 : 0);
+#elif BLOCK_N == 128
         wgmma_ss_n128(s_acc, desc_q, desc_k, kk > 0 ? 1 : 0);
 #else
         wgmma_ss_n64(s_acc, desc_q, desc_k, kk > 0 ? 1 : 0);

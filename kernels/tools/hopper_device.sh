@@ -43,6 +43,17 @@ if [ "$what" != perf ]; then
     gate "no ping-pong" "PINGPONG=0" --causal $C $odd
     gate "64-key tiles" "BLOCK_N=64,STAGES=4" --dtype bf16 --causal $C $odd
     gate "one warpgroup" "NUM_WARPS=4,BLOCK_M=64,PINGPONG=0" $C $odd
+    # FlashAttention-3's 128 x 176 tile (opt-in; two consumer warpgroups also at D 64), then with
+    # one warpgroup and no overlap; both dtypes, ragged at 176 (4099 = 23 · 176 + 51).
+    t176="--shape 1,2,4099,128 --shape 2,4/2,1000,4099,128 --shape 1,2,177,175,128"
+    for dtype in fp16 bf16; do
+        for causal in "" --causal; do
+            gate "176-key tiles $dtype $causal" "BLOCK_N=176,STAGES=2,NUM_WARPS=8,BLOCK_M=128" \
+                --dtype $dtype $causal $C $odd $t176
+        done
+    done
+    gate "176-key tiles, one warpgroup" "BLOCK_N=176,STAGES=2,NUM_WARPS=4,BLOCK_M=64,OVERLAP=0,PINGPONG=0" \
+        --causal $C $odd $t176
 fi
 if [ "$what" != correct ]; then
     P="--baseline sdpa --checks 1 --samples 15 --warmup 5 --resamples 1000"
@@ -50,6 +61,8 @@ if [ "$what" != correct ]; then
     gate "D128 causal" "" $P --shape 2,16,8192,128 --causal
     gate "D64" "" $P --shape 2,16,8192,64
     gate "D64 causal" "" $P --shape 2,16,8192,64 --causal
+    gate "D128 176-key tiles" "BLOCK_N=176,STAGES=2" $P --shape 2,16,8192,128
+    gate "D128 176-key tiles causal" "BLOCK_N=176,STAGES=2" $P --shape 2,16,8192,128 --causal
 fi
 echo "=== summary"
 grep -E "^=== |incorrect|could not|HGMMA|UTMALDG|^\| [0-9]" "$log" | grep -v "^| shape" | head -150

@@ -178,10 +178,12 @@ mod tests {
     #[test]
     fn hopper_configs_come_from_the_registry() {
         let lines = valid_configs(attn_kernels::registry::find("hopper").unwrap()).unwrap();
-        // D 64: 1, 2 or 3 warpgroups (2, 3, 3 OVERLAP/PINGPONG pairs) × BLOCK_N 2 × STAGES 3 ×
-        // SCHEDULE 2 = 96; D 128: 2 warpgroup counts (5 pairs) × 12 = 60, less the 10 with 4-deep
-        // rings of 128-key tiles, over the H100's 232448 bytes.
-        assert_eq!(lines.len(), 96 + 50);
+        // BLOCK_N 64 and 128: D 64: 1, 2 or 3 warpgroups (2, 3, 3 OVERLAP/PINGPONG pairs) ×
+        // BLOCK_N 2 × STAGES 3 × SCHEDULE 2 = 96; D 128: 2 warpgroup counts (5 pairs) × 12 = 60,
+        // less the 10 with 4-deep rings of 128-key tiles, over the H100's 232448 bytes.
+        // BLOCK_N 176 (1 or 2 warpgroups, 5 pairs): D 64 × STAGES 3 × SCHEDULE 2 = 30; D 128 only
+        // STAGES 2: 10.
+        assert_eq!(lines.len(), 96 + 50 + 30 + 10);
         assert!(lines.contains(
             &"HEAD_DIM=128 BLOCK_M=128 BLOCK_N=128 NUM_WARPS=8 STAGES=3 OVERLAP=1 PINGPONG=1 SCHEDULE=0 SHARED_BYTES=230400"
                 .to_string()
@@ -189,5 +191,12 @@ mod tests {
         assert!(!lines
             .iter()
             .any(|l| l.contains("NUM_WARPS=4 STAGES=2 OVERLAP=1 PINGPONG=1")));
+        // FlashAttention-3's D=128 tile, opt-in.
+        assert!(lines.contains(
+            &"HEAD_DIM=128 BLOCK_M=128 BLOCK_N=176 NUM_WARPS=8 STAGES=2 OVERLAP=1 PINGPONG=1 SCHEDULE=0 SHARED_BYTES=214016"
+                .to_string()
+        ));
+        assert!(!lines.iter().any(|l| l.contains("BLOCK_N=176 NUM_WARPS=12")
+            || l.contains("HEAD_DIM=128 BLOCK_M=128 BLOCK_N=176 NUM_WARPS=8 STAGES=3")));
     }
 }

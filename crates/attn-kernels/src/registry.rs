@@ -361,8 +361,8 @@ static HOPPER_KNOBS: [Knob; 7] = [
     },
     Knob {
         name: "BLOCK_N",
-        domain: &[64, 128],
-        doc: "keys per K/V tile (the N of the S = Q·Kᵀ wgmma, the rows of a K/V TMA box)",
+        domain: &[64, 128, 176],
+        doc: "keys per K/V tile (the N of the S = Q·Kᵀ wgmma, the rows of a K/V TMA box); 176 (FlashAttention-3's D=128 tile, opt-in until measured) needs NUM_WARPS <= 8 and, at D=128, STAGES=2",
     },
     Knob {
         name: "NUM_WARPS",
@@ -438,9 +438,11 @@ fn hopper_tuned(shape: &Shape, params: &Params) -> Config {
 }
 
 /// hopper's dynamic shared memory: 1 KiB of slack to align the tiles to the 1024-byte swizzle atom,
-/// the Q tile, then STAGES × (K tile + V tile). The kernel's static shared memory (its mbarriers,
-/// at most 104 bytes) fits beside every valid config under sm_90's 232448-byte limit. Public for
-/// the micro-benchmark of hopper's pipeline (attn-measure's `micro`), which has the same layout.
+/// the Q tile, then STAGES × (K tile + V tile). Every tile and every 64-column panel of one is a
+/// whole number of 1024-byte swizzle atoms (8 rows of 128 bytes; BLOCK_M and BLOCK_N are multiples
+/// of 8: a 176-key panel is 22 atoms), so no padding. hopper's constraints add the kernel's static
+/// shared memory ([`hopper_static_shared`]) against sm_90's 232448-byte limit. Public for the
+/// micro-benchmark of hopper's pipeline (attn-measure's `micro`), which has the same layout.
 /// Reads `BLOCK_M`, `BLOCK_N` and `STAGES` of `cfg`.
 pub fn hopper_dynamic_shared(cfg: &Config, head_dim: u32) -> u32 {
     let (m, n, stages) = (
@@ -449,6 +451,13 @@ pub fn hopper_dynamic_shared(cfg: &Config, head_dim: u32) -> u32 {
         knob(cfg, "STAGES"),
     );
     1024 + m * head_dim * elem_bytes() + stages * 2 * n * head_dim * elem_bytes()
+}
+
+/// hopper's static shared memory, its `Barriers` (hopper_pipeline.cuh): q_full and STAGES × (k_full,
+/// v_full, empty), 8 bytes each, and with SCHEDULE=1 q_empty and the item's three words (24 bytes
+/// with the struct's 8-byte alignment).
+fn hopper_static_shared(cfg: &Config) -> u32 {
+    8 * (1 + 3 * knob(cfg, "STAGES")) + if knob(cfg, "SCHEDULE") == 1 { 24 } else { 0 }
 }
 
 /// The knobs of both hybrid kernels (`kernels/softmax_pv.cu`, `kernels/qk_softmax.cu`).
@@ -668,6 +677,18 @@ static REGISTRY: [Implementation; 7] = [
             }
             if knob(cfg, "PINGPONG") == 1 && (w < 8 || knob(cfg, "OVERLAP") != 1) {
                 return Err("PINGPONG=1 needs NUM_WARPS >= 8 and OVERLAP=1 (consumer warpgroups taking turns); add PINGPONG=0".into());
+            }
+            let n = knob(cfg, "BLOCK_N");
+            if n == 176 && w == 12 {
+                return Err("BLOCK_N=176 needs NUM_WARPS <= 8: with 3 consumer warpgroups (160 registers per thread) its 88 S and 44 P registers per thread spill; use NUM_WARPS=8".into());
+            }
+            let shared = hopper_dynamic_shared(cfg, head_dim as u32) + hopper_static_shared(cfg);
+            if shared > Limits::H100.max_shared_per_block {
+                return Err(format!(
+                    "BLOCK_N={n} x STAGES={} K/V ring at head dim {head_dim}: {shared} bytes of shared memory (mbarriers included) > sm_90's {}; use fewer STAGES (BLOCK_N=176 at D=128: STAGES=2)",
+                    knob(cfg, "STAGES"),
+                    Limits::H100.max_shared_per_block
+                ));
             }
             Ok(())
         },
@@ -1008,5 +1029,43 @@ mod tests {
             ("BLOCK_N", 48),
         ]);
         mma.resolve(&ok, 64, &Limits::H100).unwrap();
+    }
+
+    #[test]
+    fn hopper_takes_176_key_tiles_only_where_they_fit_and_only_when_asked() {
+        let hopper = find("hopper").unwrap();
+        let resolve = |config: &str, head_dim: usize| {
+            hopper
+                .resolve(&config.parse().unwrap(), head_dim, &Limits::H100)
+                .map_err(|e| e.to_string())
+        };
+        // FlashAttention-3's D=128 tile: 128 x 176, 2 stages; 214016 bytes of dynamic shared memory.
+        let fa3 = resolve("BLOCK_N=176,STAGES=2", 128).unwrap();
+        assert_eq!(fa3.get("NUM_WARPS"), Some(8));
+        assert_eq!(hopper_dynamic_shared(&fa3, 128), 214_016);
+        // The default 3 stages do not fit at D=128; the reason says what to do.
+        let err = resolve("BLOCK_N=176", 128).unwrap_err();
+        assert!(
+            err.contains("shared memory") && err.contains("STAGES=2"),
+            "{err}"
+        );
+        // 3 consumer warpgroups (D=64's default) have 160 registers per thread: refused.
+        let err = resolve("BLOCK_N=176", 64).unwrap_err();
+        assert!(err.contains("NUM_WARPS <= 8"), "{err}");
+        resolve("BLOCK_N=176,NUM_WARPS=8,BLOCK_M=128", 64).unwrap();
+        // Opt-in: neither the defaults nor any per-shape tuning picks it.
+        for d in [64, 128] {
+            assert_eq!(hopper.default_config(d).get("BLOCK_N"), Some(128));
+            for (shape, causal) in [
+                ((1, 8, 512), false),
+                ((2, 16, 8192), false),
+                ((2, 16, 8192), true),
+            ] {
+                let (b, h, s) = shape;
+                let tuned =
+                    hopper.tuned_for(&Shape::new(b, h, s, s, d).unwrap(), &Params::new(d, causal));
+                assert_ne!(tuned.get("BLOCK_N"), Some(176));
+            }
+        }
     }
 }

@@ -22,6 +22,18 @@ const SUITE_SHAPES: [(usize, usize, usize); 6] = [
 /// config below (hopper's persistent scheduler, SCHEDULE=1, besides its grid).
 const PATH_KNOBS: [&str; 1] = ["SCHEDULE"];
 
+/// Opt-in configs (no default or tuning picks them) compiled too, at their head dims (with every
+/// value of the [`PATH_KNOBS`] on top): hopper's FlashAttention-3 tile, 128 x 176 in 2 stages at
+/// D=128 (#25), with two consumer warpgroups and with one.
+const OPT_IN: [(&str, &str, usize); 2] = [
+    ("hopper", "BLOCK_N=176,STAGES=2", 128),
+    (
+        "hopper",
+        "BLOCK_M=64,NUM_WARPS=4,BLOCK_N=176,STAGES=2,OVERLAP=0,PINGPONG=0",
+        128,
+    ),
+];
+
 /// One (implementation, config, dtype, head dim) to compile, as `Candidate::variant` builds it.
 struct Case {
     candidate: Candidate,
@@ -50,6 +62,12 @@ fn cases() -> Vec<Case> {
                     if !configs.contains(&tuned) {
                         configs.push(tuned);
                     }
+                }
+                for (_, config, _) in OPT_IN
+                    .iter()
+                    .filter(|(name, _, d)| *name == imp.name && *d == head_dim)
+                {
+                    configs.push(config.parse().unwrap());
                 }
                 for knob in imp.knobs.iter().filter(|k| PATH_KNOBS.contains(&k.name)) {
                     for config in configs.clone() {

@@ -32,12 +32,13 @@ struct Case {
     dtype: DType,
 }
 
-fn matrix(head_dims: &[usize]) -> Vec<Case> {
+/// The shapes every implementation runs, plus `ragged` (a [`Run`]'s lengths ragged at its tile).
+fn matrix(head_dims: &[usize], ragged: &[usize]) -> Vec<Case> {
     let mut cases = Vec::new();
     for dtype in [DType::F16, DType::Bf16] {
         for &head_dim in head_dims {
             for causal in [false, true] {
-                for seq in [1, 17, 64, 100, 512, 1000, 2048] {
+                for &seq in [1, 17, 64, 100, 512, 1000, 2048].iter().chain(ragged) {
                     for (batch, heads) in [(1, 1), (1, 5), (3, 1), (3, 5)] {
                         cases.push(Case {
                             batch,
@@ -159,6 +160,59 @@ fn schedules(name: &str) -> Vec<Config> {
     }
 }
 
+/// Opt-in configs (neither a default nor any shape's tuning picks them) that the matrices run
+/// too, each at its head dims and with extra lengths ragged at its tile: (implementation, config,
+/// head dims, lengths). hopper's FlashAttention-3 tile (#25): 128 x 176 in 2 stages at D=128, with
+/// two consumer warpgroups (overlap, ping-pong) and with one (neither); the lengths end 1 short
+/// of, 1 past and 35 into a 176-key tile (4099 = 23 · 176 + 51).
+const OPT_IN: &[(&str, &str, &[usize], &[usize])] = &[
+    (
+        "hopper",
+        "BLOCK_M=128,NUM_WARPS=8,BLOCK_N=176,STAGES=2,OVERLAP=1,PINGPONG=1",
+        &[128],
+        &[175, 177, 387, 4099],
+    ),
+    (
+        "hopper",
+        "BLOCK_M=64,NUM_WARPS=4,BLOCK_N=176,STAGES=2,OVERLAP=0,PINGPONG=0",
+        &[128],
+        &[175, 177, 387, 4099],
+    ),
+];
+
+/// One run of a matrix: knob overrides, the head dims to run at, extra lengths.
+struct Run {
+    overrides: Config,
+    head_dims: Vec<usize>,
+    ragged: &'static [usize],
+}
+
+/// Every run of `name`'s matrices: each of its [`schedules`] over its head dims, then each of its
+/// [`OPT_IN`] configs with each schedule on top.
+fn runs(name: &str) -> Vec<Run> {
+    let implementation = attn_kernels::registry::find(name).unwrap();
+    let head_dims = implementation.head_dims.unwrap_or(&[64, 128]).to_vec();
+    let mut runs: Vec<Run> = schedules(name)
+        .into_iter()
+        .map(|overrides| Run {
+            overrides,
+            head_dims: head_dims.clone(),
+            ragged: &[],
+        })
+        .collect();
+    for (_, config, dims, ragged) in OPT_IN.iter().filter(|(n, ..)| *n == name) {
+        let config: Config = config.parse().unwrap();
+        for schedule in schedules(name) {
+            runs.push(Run {
+                overrides: config.merged(&schedule),
+                head_dims: dims.to_vec(),
+                ragged,
+            });
+        }
+    }
+    runs
+}
+
 /// `name` and its overrides, for labels: `hopper` or `hopper [SCHEDULE=1]`.
 fn labelled(name: &str, overrides: &Config) -> String {
     if overrides.0.is_empty() {
@@ -168,12 +222,12 @@ fn labelled(name: &str, overrides: &Config) -> String {
     }
 }
 
-/// Runs `matrix` (returning its failures) for `name` with each of its [`schedules`]; fails
-/// listing every failing case.
-fn check_every_schedule(name: &str, matrix: fn(&str, &Config) -> Vec<String>) {
-    let failures: Vec<String> = schedules(name)
+/// Runs `matrix` (returning its failures) for `name` in each of its [`runs`] (every schedule, and
+/// its opt-in configs); fails listing every failing case.
+fn check_every_schedule(name: &str, matrix: fn(&str, &Run) -> Vec<String>) {
+    let failures: Vec<String> = runs(name)
         .iter()
-        .flat_map(|overrides| matrix(name, overrides))
+        .flat_map(|run| matrix(name, run))
         .collect();
     assert!(
         failures.is_empty(),
@@ -183,21 +237,20 @@ fn check_every_schedule(name: &str, matrix: fn(&str, &Config) -> Vec<String>) {
     );
 }
 
-/// The matrix of shapes for `name` with `overrides`; returns the failures (printing the count).
-fn check_implementation_with(name: &str, overrides: &Config) -> Vec<String> {
+/// The matrix of shapes for `name` in `run`; returns the failures (printing the count).
+fn check_implementation_with(name: &str, run: &Run) -> Vec<String> {
     let gpu = Gpu::open(0).expect("a CUDA GPU");
     let seed = base_seed();
+    let overrides = &run.overrides;
     let label = labelled(name, overrides);
     println!("{label}: base seed {seed} (ATTN_TEST_SEED={seed} to replay)");
-    let implementation = attn_kernels::registry::find(name).unwrap();
-    let head_dims: &[usize] = implementation.head_dims.unwrap_or(&[64, 128]);
     let mut failures = Vec::new();
     let mut worst = 0.0f64;
     let mut count = 0;
     for dtype in [DType::F16, DType::Bf16] {
-        for &head_dim in head_dims {
+        for &head_dim in &run.head_dims {
             let candidate = Candidate::registered(name, overrides.clone()).unwrap();
-            for (i, case) in matrix(&[head_dim])
+            for (i, case) in matrix(&[head_dim], run.ragged)
                 .iter()
                 .filter(|c| c.dtype == dtype)
                 .enumerate()
@@ -287,9 +340,11 @@ fn hybrid_pv_matches_the_oracle() {
 /// The variants' matrix for `head_dim`: grouped and multi-query heads, sliding windows (one-sided,
 /// two-sided, zero-width, wider than S, narrower than a tile, with and without causal), S_q ≠ S_kv
 /// both ways, ragged lengths and S = 1. `(shape, causal, window)`.
-fn variant_matrix(head_dim: usize) -> Vec<(String, bool, &'static str)> {
+/// `ragged` (a [`Run`]'s lengths) adds grouped-head shapes of each length, and S_q = 1000 under
+/// each as S_kv.
+fn variant_matrix(head_dim: usize, ragged: &[usize]) -> Vec<(String, bool, &'static str)> {
     let mut cases = Vec::new();
-    for (heads, seqs) in [
+    let mut shapes: Vec<(&str, String)> = [
         ("4/2", "1"),
         ("4/2", "100"),
         ("6/1", "257"),
@@ -298,7 +353,15 @@ fn variant_matrix(head_dim: usize) -> Vec<(String, bool, &'static str)> {
         ("2/1", "300,77"),
         ("4/2", "77,300"),
         ("5", "515"),
-    ] {
+    ]
+    .into_iter()
+    .map(|(heads, seqs)| (heads, seqs.to_string()))
+    .collect();
+    for &seq in ragged {
+        shapes.push(("8/2", seq.to_string()));
+        shapes.push(("4/1", format!("1000,{seq}")));
+    }
+    for (heads, seqs) in shapes {
         let shape = format!("2,{heads},{seqs},{head_dim}");
         for (causal, window) in [
             (false, "-1,-1"),
@@ -317,20 +380,22 @@ fn variant_matrix(head_dim: usize) -> Vec<(String, bool, &'static str)> {
     cases
 }
 
-/// `name` with `overrides` over [`variant_matrix`] in both dtypes and its head dims; returns the
+/// `name` in `run` over [`variant_matrix`] in both dtypes and the run's head dims; returns the
 /// failures.
-fn check_variants_with(name: &str, overrides: &Config) -> Vec<String> {
+fn check_variants_with(name: &str, run: &Run) -> Vec<String> {
     let gpu = Gpu::open(0).expect("a CUDA GPU");
     let seed = base_seed();
     let implementation = attn_kernels::registry::find(name).unwrap();
+    let overrides = &run.overrides;
     let name = &labelled(name, overrides);
     println!("{name} variants: base seed {seed} (ATTN_TEST_SEED={seed} to replay)");
-    let head_dims: &[usize] = implementation.head_dims.unwrap_or(&[64, 128]);
     let candidate = Candidate::registered(implementation.name, overrides.clone()).unwrap();
     let (mut failures, mut worst, mut count) = (Vec::new(), 0.0f64, 0);
     for dtype in [DType::F16, DType::Bf16] {
-        for &head_dim in head_dims {
-            for (i, (shape, causal, window)) in variant_matrix(head_dim).into_iter().enumerate() {
+        for &head_dim in &run.head_dims {
+            for (i, (shape, causal, window)) in
+                variant_matrix(head_dim, run.ragged).into_iter().enumerate()
+            {
                 let shape: Shape = shape.parse().unwrap();
                 let params = Params::new(head_dim, causal).with_window(window.parse().unwrap());
                 let case_seed = seed.wrapping_add(i as u64);
@@ -371,15 +436,22 @@ fn check_variants_with(name: &str, overrides: &Config) -> Vec<String> {
 type VarlenCase = (Vec<usize>, Vec<usize>, &'static str, bool, &'static str);
 
 /// Packed varlen batches: empty sequences on either side, single rows, lengths around the tiles,
-/// S_q ≠ S_kv, grouped heads, with and without causal and windows.
-fn varlen_matrix() -> Vec<VarlenCase> {
+/// S_q ≠ S_kv, grouped heads, with and without causal and windows. `ragged` (a [`Run`]'s lengths)
+/// adds a batch of them, and one with the key lengths reversed.
+fn varlen_matrix(ragged: &[usize]) -> Vec<VarlenCase> {
     let mixed = vec![300, 1, 0, 64, 129, 1000, 17];
-    let mut cases = Vec::new();
-    for (q, kv) in [
+    let mut batches = vec![
         (mixed.clone(), mixed.clone()),
         (vec![5, 77, 0, 260], vec![9, 0, 40, 260]),
         (vec![2048, 512, 1536], vec![2048, 512, 1536]),
-    ] {
+    ];
+    if !ragged.is_empty() {
+        let reversed: Vec<usize> = ragged.iter().rev().copied().collect();
+        batches.push((ragged.to_vec(), ragged.to_vec()));
+        batches.push((ragged.to_vec(), reversed));
+    }
+    let mut cases = Vec::new();
+    for (q, kv) in batches {
         for heads in ["4/2", "3"] {
             for (causal, window) in [
                 (false, "-1,-1"),
@@ -397,21 +469,21 @@ fn varlen_matrix() -> Vec<VarlenCase> {
 /// `name` with `overrides` over [`varlen_matrix`]: the packed output, launched twice (bitwise
 /// equal), against each sequence's f64 oracle; and the GPU reference (the gate's) against the same
 /// oracle. Returns the failures.
-fn check_varlen_with(name: &str, overrides: &Config) -> Vec<String> {
+fn check_varlen_with(name: &str, run: &Run) -> Vec<String> {
     use attn_oracle::{compare_varlen, generate_varlen, Varlen};
     let gpu = Gpu::open(0).expect("a CUDA GPU");
     let seed = base_seed();
     let implementation = attn_kernels::registry::find(name).unwrap();
+    let overrides = &run.overrides;
     let name = &labelled(name, overrides);
     println!("{name} varlen: base seed {seed} (ATTN_TEST_SEED={seed} to replay)");
-    let head_dims: &[usize] = implementation.head_dims.unwrap_or(&[64, 128]);
     let candidate = Candidate::registered(implementation.name, overrides.clone()).unwrap();
     let (mut failures, mut worst, mut count) = (Vec::new(), 0.0f64, 0);
     for dtype in [DType::F16, DType::Bf16] {
-        for &head_dim in head_dims {
+        for &head_dim in &run.head_dims {
             let gpu_reference = attn_kernels::GpuReference::new(&gpu, dtype, head_dim).unwrap();
             for (i, (lens_q, lens_kv, heads, causal, window)) in
-                varlen_matrix().into_iter().enumerate()
+                varlen_matrix(run.ragged).into_iter().enumerate()
             {
                 let varlen = Varlen::new(lens_q.clone(), lens_kv.clone()).unwrap();
                 let per_head: Shape = format!("1,{heads},1,{head_dim}").parse().unwrap();
