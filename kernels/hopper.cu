@@ -36,7 +36,10 @@
 //   BLOCK_M   = 16 · NUM_WARPS = 64 · consumer warpgroups (the only allowed value; defaulted)
 //   BLOCK_N   ∈ {64, 128, 176} keys per tile (the rows of a K/V TMA box); default 128. 176 is
 //                             FlashAttention-3's D 128 tile (128 × 176, 2 stages), opt-in
-//                             (`--config BLOCK_N=176,STAGES=2`) until measured: NUM_WARPS ≤ 8 (with
+//                             (`--config BLOCK_N=176,STAGES=2`): measured slower on the H100
+//                             (bench, batch mode: 2,16,8192,128 565 vs 603 TFLOP/s for the default
+//                             128 × 128 with 3 stages; 2,16,4096,128 529 vs 582), since two
+//                             stages do not hide the loads here. NUM_WARPS ≤ 8 (with
 //                             160 registers the 88 S and 44 P registers per thread spill), and at
 //                             D 128 STAGES 2 only (shared memory)
 //   STAGES    ∈ {2, 3, 4}     K/V ring depth; default 3

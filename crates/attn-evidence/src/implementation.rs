@@ -70,8 +70,9 @@ impl Implementation {
             .join(",")
     }
 
-    /// Whether this is a reference library (`sdpa`, `cublas`) rather than one of our kernels.
+    /// Whether this is a reference library (`sdpa`, `cublas`, FlashAttention-3 as `fa3`) rather
+    /// than one of our kernels.
     pub fn is_reference(&self) -> bool {
-        matches!(self.name.as_str(), "sdpa" | "cublas")
+        matches!(self.name.as_str(), "sdpa" | "cublas" | "fa3")
     }
 }

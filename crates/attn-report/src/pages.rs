@@ -42,6 +42,18 @@ fn blocks<'a>(sections: &'a Sections, charts: &'a [RenderedChart]) -> Vec<Block<
         ));
         out.push(Block::Table(table));
     }
+    if let Some(table) = &sections.against_fa3 {
+        out.push(Block::Heading("hopper against FlashAttention-3 and cuDNN, one run each"));
+        out.push(Block::Text(
+            "Each row from one bench run that timed hopper (its defaults), FlashAttention-3 \
+             (`--sdpa-backends fa3`: its prebuilt library through JAX, host clock around many \
+             back-to-back calls) and SDPA's default (cuDNN) in batch mode, inputs resident; the \
+             latest run of each shape. Ratios are speed (the other's median time over hopper's; \
+             above 1× hopper is faster)."
+                .into(),
+        ));
+        out.push(Block::Table(table));
+    }
     if let Some(table) = &sections.varlen {
         out.push(Block::Heading(
             "Varlen batches against dense at the mean length",

@@ -63,6 +63,8 @@ pub struct Sections {
     pub implementations: Option<Table>,
     /// Varlen batches against the dense batch at their mean length (latest entry of each).
     pub varlen: Option<Table>,
+    /// `hopper` against FlashAttention-3 and cuDNN timed in one bench run (latest of each shape).
+    pub against_fa3: Option<Table>,
     /// The latest bench run's entries, with the file's name.
     pub bench: Option<(String, Table)>,
     /// Nsight Compute metrics.
@@ -107,6 +109,7 @@ impl Sections {
             progressions: progressions(evidence),
             implementations: implementations_table(evidence),
             varlen: varlen_table(evidence),
+            against_fa3: against_fa3_table(evidence),
             bench: bench_table(evidence),
             ncu: ncu_table(evidence),
             roofline: roofline(evidence),
@@ -343,7 +346,7 @@ fn latest_bench(evidence: &EvidenceSet) -> Option<(&Run, &attn_evidence::BenchRu
 
 /// Column order of the implementations matrix: the project's kernels from simplest to most
 /// specialised, then the references. Names not listed sort after their group, alphabetically.
-const IMPLEMENTATION_ORDER: [&str; 12] = [
+const IMPLEMENTATION_ORDER: [&str; 13] = [
     "naive",
     "tiled",
     "mma",
@@ -356,6 +359,7 @@ const IMPLEMENTATION_ORDER: [&str; 12] = [
     "sdpa:cudnn",
     "sdpa:efficient",
     "sdpa:math",
+    "fa3",
 ];
 
 /// TFLOP/s of every implementation on every benched shape (the latest entry of each pair over all
@@ -474,6 +478,65 @@ fn varlen_table(evidence: &EvidenceSet) -> Option<Table> {
     ])
     .numeric(&[3, 4, 5, 6, 7]);
     for row in latest.into_values() {
+        table.push(row);
+    }
+    Some(table)
+}
+
+/// `hopper` (its defaults) against FlashAttention-3 and SDPA's default (cuDNN) on every shape a
+/// bench run timed both hopper and FA3 on, from that one run (the latest run of each shape), so
+/// each ratio is one measurement and never a ratio of two runs' ratios.
+fn against_fa3_table(evidence: &EvidenceSet) -> Option<Table> {
+    let mut rows: Vec<(String, Vec<String>)> = Vec::new();
+    for run in &evidence.runs {
+        let attn_evidence::Evidence::Bench(bench) = &run.evidence else {
+            continue;
+        };
+        let find = |shape: &attn_evidence::ShapeSpec, label: &str| {
+            bench
+                .entries
+                .iter()
+                .find(|e| &e.shape == shape && e.implementation.label() == label)
+        };
+        for hopper in bench.entries.iter().filter(|e| e.implementation.label() == "hopper") {
+            let Some(fa3) = find(&hopper.shape, "fa3") else {
+                continue;
+            };
+            let cudnn = find(&hopper.shape, "sdpa:default");
+            let speed = |other: &attn_evidence::BenchEntry| other.summary.median / hopper.summary.median;
+            let vs_fa3 = speed(fa3);
+            let row = vec![
+                hopper.shape.to_string(),
+                tflops(hopper.tflops),
+                tflops(fa3.tflops),
+                cudnn.map_or("–".into(), |e| tflops(e.tflops)),
+                format!("{vs_fa3:.2}×"),
+                cudnn.map_or("–".into(), |e| format!("{:.2}×", speed(e))),
+                if vs_fa3 >= 1.0 { "meets" } else { "misses" }.into(),
+                run.path.clone(),
+            ];
+            let shape = hopper.shape.to_string();
+            match rows.iter_mut().find(|(s, _)| *s == shape) {
+                Some(existing) => existing.1 = row,
+                None => rows.push((shape, row)),
+            }
+        }
+    }
+    if rows.is_empty() {
+        return None;
+    }
+    let mut table = Table::new(&[
+        "shape",
+        "hopper TFLOP/s",
+        "FA3 TFLOP/s",
+        "cuDNN TFLOP/s",
+        "hopper vs FA3",
+        "hopper vs cuDNN",
+        "target (≥ 1.00× FA3)",
+        "run",
+    ])
+    .numeric(&[1, 2, 3, 4, 5]);
+    for (_, row) in rows {
         table.push(row);
     }
     Some(table)
