@@ -149,7 +149,14 @@ fn hopper_is_judged_against_flash_attention_3_in_batch_mode() {
         "set ATTN_FA3_LIB to FlashAttention-3's library to run this test"
     );
     // JAX has no CUDA events: any other mode is refused in one line, before the GPU is opened.
-    let (code, text) = gate(&["--impl", "hopper", "--baseline", "fa3", "--shape", "1,4,512,64"]);
+    let (code, text) = gate(&[
+        "--impl",
+        "hopper",
+        "--baseline",
+        "fa3",
+        "--shape",
+        "1,4,512,64",
+    ]);
     assert_eq!(code, 2, "{text}");
     assert!(text.contains("--mode batch"), "{text}");
     // A dense and a windowed GQA shape: both sides run and the gate gives a verdict, with FA3
@@ -178,7 +185,10 @@ fn hopper_is_judged_against_flash_attention_3_in_batch_mode() {
         .collect();
     assert_eq!(speedups.len(), 2, "{text}");
     for s in speedups {
-        assert!((0.5..2.0).contains(&s), "hopper vs FA3 {s}× is not plausible:\n{text}");
+        assert!(
+            (0.5..2.0).contains(&s),
+            "hopper vs FA3 {s}× is not plausible:\n{text}"
+        );
     }
 }
 
@@ -192,8 +202,23 @@ fn every_block_of_a_helper_baseline_times_the_baseline_alone() {
     // must agree with the others within what clocks and heat explain.
     let dir = tempfile::tempdir().unwrap();
     let output = Command::new(xtask())
-        .args(["gate", "--impl", "mma", "--baseline", "sdpa", "--mode", "batch"])
-        .args(["--shape", "2,16,4096,128", "--samples", "40", "--checks", "2"])
+        .args([
+            "gate",
+            "--impl",
+            "mma",
+            "--baseline",
+            "sdpa",
+            "--mode",
+            "batch",
+        ])
+        .args([
+            "--shape",
+            "2,16,4096,128",
+            "--samples",
+            "40",
+            "--checks",
+            "2",
+        ])
         .arg("--evidence")
         .arg(dir.path())
         .output()

@@ -239,7 +239,9 @@ mod tests {
         assert!(sdpa_refusal(&window, Backend::Default)
             .unwrap()
             .contains("sliding-window"));
-        assert!(sdpa_refusal(&Problem::parse("2,32/8,4096,128").unwrap(), Backend::Flash).is_none());
+        assert!(
+            sdpa_refusal(&Problem::parse("2,32/8,4096,128").unwrap(), Backend::Flash).is_none()
+        );
         // FlashAttention-3 has a window kernel, and is no varlen baseline through the helper.
         assert!(sdpa_refusal(&window, Backend::Fa3).is_none());
         assert!(sdpa_refusal(&varlen, Backend::Fa3).is_some());
@@ -278,7 +280,10 @@ mod fa3_tests {
         let err = Baseline::from_name("fa3", Backend::Default)
             .unwrap_err()
             .to_string();
-        assert!(err.contains("is not a file") && !err.contains('\n'), "{err}");
+        assert!(
+            err.contains("is not a file") && !err.contains('\n'),
+            "{err}"
+        );
         std::env::remove_var(crate::sdpa::FA3_LIB_VAR);
         let err = Baseline::from_name("fa3", Backend::Default)
             .unwrap_err()

@@ -16,9 +16,9 @@ use attn_oracle::{compare, npy, tolerance, DType, Distribution};
 use attn_stats::{CompareOptions, Sample};
 
 use crate::baseline::{median, timing_evidence, Baseline};
-use crate::sdpa::Backend;
 use crate::check::{run_checks, CheckRun};
 use crate::decide::{decide, implausibility, remarkable_speedup};
+use crate::sdpa::Backend;
 use crate::supervise::Watchdog;
 use crate::timing::{interleave, Interleave, KernelSide, PreparedCache, SdpaSide, TimedSide};
 use crate::{MeasureError, Problem, Result};

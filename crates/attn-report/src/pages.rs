@@ -43,7 +43,9 @@ fn blocks<'a>(sections: &'a Sections, charts: &'a [RenderedChart]) -> Vec<Block<
         out.push(Block::Table(table));
     }
     if let Some(table) = &sections.against_fa3 {
-        out.push(Block::Heading("hopper against FlashAttention-3 and cuDNN, one run each"));
+        out.push(Block::Heading(
+            "hopper against FlashAttention-3 and cuDNN, one run each",
+        ));
         out.push(Block::Text(
             "Each row from one bench run that timed hopper (its defaults), FlashAttention-3 \
              (`--sdpa-backends fa3`: its prebuilt library through JAX, host clock around many \

@@ -498,12 +498,17 @@ fn against_fa3_table(evidence: &EvidenceSet) -> Option<Table> {
                 .iter()
                 .find(|e| &e.shape == shape && e.implementation.label() == label)
         };
-        for hopper in bench.entries.iter().filter(|e| e.implementation.label() == "hopper") {
+        for hopper in bench
+            .entries
+            .iter()
+            .filter(|e| e.implementation.label() == "hopper")
+        {
             let Some(fa3) = find(&hopper.shape, "fa3") else {
                 continue;
             };
             let cudnn = find(&hopper.shape, "sdpa:default");
-            let speed = |other: &attn_evidence::BenchEntry| other.summary.median / hopper.summary.median;
+            let speed =
+                |other: &attn_evidence::BenchEntry| other.summary.median / hopper.summary.median;
             let vs_fa3 = speed(fa3);
             let row = vec![
                 hopper.shape.to_string(),
