@@ -92,8 +92,8 @@ fn bad_candidates_are_logged_invalid_and_the_search_goes_on() {
     }
     // Synthetic time falls with A + B: the best valid config is A=4, B=8, MODE=0 (speedup 1.6).
     let best = EvoBest::read(&dir.path().join("evo/r/best.json")).unwrap();
-    assert_eq!(best.config["A"], "4", "{best:?}");
-    assert_eq!(best.config["B"], "8", "{best:?}");
+    assert_eq!(best.config["A"], 4, "{best:?}");
+    assert_eq!(best.config["B"], 8, "{best:?}");
     assert_eq!(best.reproduce, "cargo xtask gate (synthetic search: nothing to gate) --shape 2,8,1024,64 --dtype fp16 --baseline synthetic");
     assert!(text.contains("confirm it:"), "{text}");
 }

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::store::{read_json, write_json_atomic};
 use crate::{EvidenceError, Provenance, ShapeSpec};
@@ -130,8 +130,11 @@ pub struct EvoBest {
     pub baseline: String,
     /// Seed of the search.
     pub seed: u64,
-    /// The best config's knobs (without the implementation: see `implementation`).
-    pub config: BTreeMap<String, String>,
+    /// The best config's knobs (without the implementation: see `implementation`), each an
+    /// integer; files written before knobs were typed hold them as strings (`"64"`), which read
+    /// the same.
+    #[serde(deserialize_with = "knob_values")]
+    pub config: BTreeMap<String, i64>,
     /// [`SearchSpec::defines`].
     #[serde(default)]
     pub fixed_defines: BTreeMap<String, i64>,
@@ -168,6 +171,30 @@ pub struct EvoBest {
     pub provenance: Option<Provenance>,
 }
 
+/// Reads the knobs of `best.json`'s and `finalists.json`'s `config`: each value an integer (as
+/// they are written) or a string holding one (`"64"`, as files written before knobs were typed
+/// hold them); any other value is an error that names the knob.
+fn knob_values<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, i64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Value {
+        Integer(i64),
+        Text(String),
+    }
+    BTreeMap::<String, Value>::deserialize(d)?
+        .into_iter()
+        .map(|(knob, value)| match value {
+            Value::Integer(v) => Ok((knob, v)),
+            Value::Text(text) => match text.trim().parse::<i64>() {
+                Ok(v) => Ok((knob, v)),
+                Err(_) => Err(serde::de::Error::custom(format!(
+                    "knob {knob} = {text:?} is not an integer"
+                ))),
+            },
+        })
+        .collect()
+}
+
 /// `best.json`'s `fitness` section: the winner of a composite-fitness search.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EvoFitness {
@@ -199,8 +226,10 @@ pub struct EvoFinalist {
     pub speedup_rank: usize,
     /// The registered implementation, when the target is one.
     pub implementation: Option<String>,
-    /// Its knobs, as in the log (without the implementation).
-    pub config: BTreeMap<String, String>,
+    /// Its knobs, as in the log (without the implementation), each an integer; files written
+    /// before knobs were typed hold them as strings (`"64"`), which read the same.
+    #[serde(deserialize_with = "knob_values")]
+    pub config: BTreeMap<String, i64>,
     /// The generation that found it.
     pub generation: u32,
     /// Its median time in the search, µs.
@@ -287,5 +316,67 @@ impl crate::Kinded for EvoFinalists {
 
     fn kind(&self) -> crate::EvidenceKind {
         self.kind
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn finalist() -> EvoFinalist {
+        EvoFinalist {
+            rank: 1,
+            speedup_rank: 2,
+            implementation: Some("hopper".into()),
+            config: [("BLOCK_N".to_string(), 128), ("STAGES".to_string(), 2)].into(),
+            generation: 3,
+            median_us: Some(10.0),
+            speedup: Some(1.5),
+            speedup_lower: Some(1.4),
+            speedup_upper: Some(1.6),
+            status: crate::CandidateStatus::Ok,
+            kernels: vec![],
+            fitness: None,
+        }
+    }
+
+    /// Knobs are written as integers, and read back from integers and from the strings that
+    /// files written before knobs were typed hold (`"128"`).
+    #[test]
+    fn knobs_are_written_as_integers_and_read_from_integers_or_strings() {
+        let typed = finalist();
+        let new = serde_json::to_value(&typed).unwrap();
+        assert_eq!(
+            new["config"],
+            serde_json::json!({"BLOCK_N": 128, "STAGES": 2})
+        );
+        assert_eq!(
+            serde_json::from_value::<EvoFinalist>(new.clone()).unwrap(),
+            typed
+        );
+
+        let mut old = new.clone();
+        old["config"] = serde_json::json!({"BLOCK_N": "128", "STAGES": "2"});
+        assert_eq!(serde_json::from_value::<EvoFinalist>(old).unwrap(), typed);
+
+        let mut best = serde_json::json!({
+            "kind": "evo-best", "run": "r", "target": "hopper", "implementation": "hopper",
+            "shape": serde_json::to_value("2,8,1024,64".parse::<ShapeSpec>().unwrap()).unwrap(),
+            "baseline": "sdpa", "seed": 1, "config": {"BLOCK_N": "128", "STAGES": 2},
+            "generation": 0, "median_us": null, "speedup": null, "speedup_lower": null,
+            "speedup_upper": null, "score": null, "candidates": 1, "invalid": 0,
+            "reproduce": "cargo xtask gate"
+        });
+        let read: EvoBest = serde_json::from_value(best.clone()).unwrap();
+        assert_eq!(read.config, typed.config);
+        let written = serde_json::to_value(&read).unwrap();
+        assert_eq!(
+            written["config"],
+            serde_json::json!({"BLOCK_N": 128, "STAGES": 2})
+        );
+
+        best["config"] = serde_json::json!({"BLOCK_N": "wide"});
+        let err = serde_json::from_value::<EvoBest>(best).unwrap_err();
+        assert!(err.to_string().contains("BLOCK_N"), "{err}");
     }
 }

@@ -462,11 +462,40 @@ fn atomic_writes_leave_no_temporaries_and_names_sort_by_time() {
     assert!(!Path::new(&early).to_string_lossy().contains(':'));
 }
 
+/// `text` (a pretty-printed JSON file) with each value of its `"config"` object that is a string
+/// holding an integer (`"BLOCK_M": "64"`) written as that integer (`"BLOCK_M": 64`).
+fn config_knobs_unquoted(text: &str) -> String {
+    let mut in_config = false;
+    let mut out = String::new();
+    for line in text.split_inclusive('\n') {
+        let trimmed = line.trim();
+        if in_config && trimmed.starts_with('}') {
+            in_config = false;
+        }
+        let mut rewritten = None;
+        if in_config {
+            if let Some((key, value)) = line.split_once(": \"") {
+                let (value, rest) = value.split_once('"').unwrap();
+                if value.parse::<i64>().is_ok() {
+                    rewritten = Some(format!("{key}: {value}{rest}"));
+                }
+            }
+        }
+        out.push_str(rewritten.as_deref().unwrap_or(line));
+        if trimmed == "\"config\": {" {
+            in_config = true;
+        }
+    }
+    out
+}
+
 /// The committed search files (`evidence/evo/*/`) read into their types and write back byte for
-/// byte: the typed schema is the one they were written with.
+/// byte: the typed schema is the one they were written with, but for the knobs of `best.json`
+/// and `finalists.json`, which files from before knobs were typed hold as strings (`"64"`) and
+/// which are written as integers.
 #[test]
 fn committed_search_files_read_and_write_back_unchanged() {
-    use attn_evidence::{EvoBest, SearchSpec};
+    use attn_evidence::{EvoBest, EvoFinalists, SearchSpec};
     // Tests run from the crate folder (cargo and the bundle alike).
     let root = Path::new("../../evidence/evo");
     let dir = tempfile::tempdir().unwrap();
@@ -487,10 +516,16 @@ fn committed_search_files_read_and_write_back_unchanged() {
         best.write(&dir.path().join("best.json")).unwrap();
         let spec = SearchSpec::read(&run.join("search.json")).unwrap();
         spec.write(&dir.path().join("search.json")).unwrap();
-        for name in ["best.json", "search.json"] {
+        let mut names = vec!["best.json", "search.json"];
+        if run.join("finalists.json").exists() {
+            let finalists = EvoFinalists::read(&run.join("finalists.json")).unwrap();
+            finalists.write(&dir.path().join("finalists.json")).unwrap();
+            names.push("finalists.json");
+        }
+        for name in names {
             assert_eq!(
                 fs::read_to_string(dir.path().join(name)).unwrap(),
-                fs::read_to_string(run.join(name)).unwrap(),
+                config_knobs_unquoted(&fs::read_to_string(run.join(name)).unwrap()),
                 "{}",
                 run.join(name).display()
             );

@@ -88,7 +88,7 @@ pub fn rank_finalists(
                 rank: 0,
                 speedup_rank: i + 1,
                 implementation,
-                config: crate::knobs_to_strings(&knobs),
+                config: knobs,
                 generation: row.generation,
                 median_us: row.median_us,
                 speedup: row.speedup,
@@ -132,7 +132,7 @@ pub fn composite_winner<'r>(
         let config = split_row(spec, r);
         r.generation == winner.generation
             && config.implementation == winner.implementation
-            && crate::knobs_to_strings(&config.knobs) == winner.config
+            && config.knobs == winner.config
     })?;
     let fitness = EvoFitness {
         method: "composite".into(),

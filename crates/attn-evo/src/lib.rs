@@ -74,7 +74,7 @@ pub use composite::{
 };
 pub use drive::{compare_options, drive, for_each_on_devices, measure_baselines, Measurer};
 pub use error::{EvoError, Result};
-pub use log::{evaluations_from_log, knobs_from_strings, knobs_to_strings};
+pub use log::evaluations_from_log;
 pub use measured::{best_row, evo_best, synthetic_measurement, synthetic_samples, Measurement};
 pub use micro::{
     correlate_with_search, correlation_lines, micro_correlation, micro_flops_per_tile, micro_knobs,

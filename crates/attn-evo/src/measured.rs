@@ -145,7 +145,7 @@ pub fn evo_best(
         shape: spec.shape.clone(),
         baseline: spec.baseline.clone(),
         seed: spec.seed,
-        config: crate::knobs_to_strings(&knobs),
+        config: knobs,
         fixed_defines: spec.defines.clone(),
         generation: winner.generation,
         median_us: winner.median_us,

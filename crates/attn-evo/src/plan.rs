@@ -10,7 +10,6 @@ use attn_evidence::{
 };
 
 use crate::error::{EvoError, Result};
-use crate::log::knobs_from_strings;
 use crate::space::{Knobs, Space};
 
 /// `K=V,K=V` in name order (the text of `attn_kernels::Config`).
@@ -237,9 +236,7 @@ pub fn seed_from_bests(
         let Ok(best) = EvoBest::read(&entry.path().join("best.json")) else {
             continue;
         };
-        let Ok(knobs) = knobs_from_strings(&best.config) else {
-            continue;
-        };
+        let knobs = best.config;
         let implementation = best.implementation.as_deref().unwrap_or(&best.target);
         match space.branch_index(implementation) {
             Some(index) => {

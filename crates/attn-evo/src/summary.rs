@@ -10,7 +10,7 @@ use attn_evidence::{EvoBest, EvoCandidate, SearchSpec};
 /// them, on one line as [`attn_evidence::ImplConfig::describe`] writes a config.
 pub(crate) fn describe_parts(
     implementation: Option<&str>,
-    knobs: &BTreeMap<String, String>,
+    knobs: &BTreeMap<String, i64>,
 ) -> String {
     let knobs: Vec<String> = knobs.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let knobs = knobs.join(",");
