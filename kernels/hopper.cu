@@ -532,22 +532,9 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
     skip_tiles(wg_first);
     for (int j = wg_first; j < wg_end; ++j) {
         const int kv0 = kv_first + j * BLOCK_N;
-        float s_acc[S_REGS];
-        mbar_wait(k_full(slot), phase);
-        issue_qk(s_acc, q_rows, k_slot(slot));
-        wgmma_wait<0>();
-        softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_hi_min, kv0 < wg_lo_max, lane_lo, lane_hi, t, scale_log2,
-                       row_max, row_sum, rescale);
-        pack_p(s_acc, p_frag);
-        rescale_o(o_acc, rescale);
-        u64 desc_v[PV_K_STEPS][PANELS];
-        pv_descs(v_slot(slot), desc_v);
-        mbar_wait(v_full(slot), phase);
-        issue_pv(o_acc, p_frag, desc_v);
-        wgmma_wait<0>();
-#pragma unroll
-        for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]);
-        mbar_arrive(empty(slot));
+        // The same tile code as micro_hopper.cu's loop (hopper_pipeline.cuh).
+        HOPPER_CONSUME_TILE(k_slot(slot), v_slot(slot), kv0, kv0 + BLOCK_N > wg_hi_min, kv0 < wg_lo_max, lane_lo,
+                            lane_hi, t);
         advance_slot(slot, phase);
     }
 #endif

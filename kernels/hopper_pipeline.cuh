@@ -2,7 +2,8 @@
 // micro-benchmark of that pipeline, `micro_hopper.cu`, so that the micro times exactly the code the
 // kernel runs: the barriers and their initialisation, the producer's Q and K/V copies into the
 // mbarrier ring, the ring's slot advance, and the consumers' accumulators, S = Q·Kᵀ wgmma, online
-// softmax, P packing, O rescale and P·V wgmma. The loops that chain them (hopper's
+// softmax, P packing, O rescale and P·V wgmma, and the whole unoverlapped key tile made of them
+// (hopper's OVERLAP 0 loop body, the micro's loop body). The loops that chain them (hopper's
 // OVERLAP, PINGPONG and skipping, the micro's plain loop) stay in the kernels. hopper.cu's header
 // explains the layouts, descriptors, fragment layouts and barrier protocol these steps implement.
 //
@@ -16,9 +17,10 @@
 // in declaration order; leaving the geometry where each kernel always declared it keeps both
 // kernels' PTX byte-identical to what they were before this header existed
 // (kernels/tools/ptx_identity.py). Everything here is __forceinline__, so it adds no PTX symbol.
-// For the same reason the steps stop at the granularity the kernels always called: NVVM simplifies
-// each callee before inlining it, so wrapping a whole tile (or the slot advance, in the micro's
-// loops) in one more function reorders or hoists instructions.
+// For the same reason the functions stop at the granularity the kernels always called: NVVM
+// simplifies each callee before inlining it, so wrapping a whole tile (or the slot advance, in the
+// micro's loops) in one more function reorders or hoists instructions. The one whole tile both
+// kernels run, the unoverlapped one, is therefore a macro (HOPPER_CONSUME_TILE, at the end).
 // `SCHEDULE` (hopper.cu's persistent scheduler; undefined, i.e. 0, in the micro) adds the
 // persistent schedule's barrier and item words to `Barriers`.
 #pragma once
@@ -253,3 +255,36 @@ __device__ __forceinline__ void rescale_o(float (&o_acc)[PANELS][32], const floa
                 o_acc[p][4 * i + 2 * h + 1] *= rescale[h];
             }
 }
+
+// ---- the consumers: one whole key tile, not overlapped -------------------------------------------
+
+// The body of hopper.cu's OVERLAP 0 loop and of micro_hopper.cu's loop, one definition for both:
+// wait for K, S = Q·Kᵀ, wait, online softmax (masks as the caller says), pack P, rescale O, wait
+// for V, O += P·V, wait, release the slot. The caller advances the slot afterwards.
+// K_TILE, V_TILE: the slot's K and V tiles; KV0, MASK_HI, MASK_LO, LANE_LO, LANE_HI, T: as
+// softmax_scores takes them (the micro passes both masks off). It expands inside the loop and uses
+// the loop's `bars`, `slot`, `phase`, `q_rows`, `scale_log2`, `o_acc`, `row_max`, `row_sum`,
+// `p_frag` and `rescale` (both kernels' names).
+// A macro, not a function: NVVM simplifies a callee before inlining it, and a __forceinline__
+// function for the whole tile changed both kernels' PTX (the masks' bound checks and the slot's
+// index widening came out differently; kernels/tools/ptx_identity.py), while the macro expands to
+// exactly the statements each loop spelled out before. Where each kernel computes the tile
+// addresses also shows in its PTX, hence K_TILE and V_TILE as arguments.
+#define HOPPER_CONSUME_TILE(K_TILE, V_TILE, KV0, MASK_HI, MASK_LO, LANE_LO, LANE_HI, T)                     \
+    {                                                                                                     \
+        float s_acc[S_REGS];                                                                              \
+        mbar_wait(smem_addr(&bars.k_full[slot]), phase);                                                  \
+        issue_qk(s_acc, q_rows, K_TILE);                                                                  \
+        wgmma_wait<0>();                                                                                  \
+        softmax_scores(s_acc, KV0, MASK_HI, MASK_LO, LANE_LO, LANE_HI, T, scale_log2, row_max, row_sum,   \
+                       rescale);                                                                          \
+        pack_p(s_acc, p_frag);                                                                            \
+        rescale_o(o_acc, rescale);                                                                        \
+        u64 desc_v[PV_K_STEPS][PANELS];                                                                   \
+        pv_descs(V_TILE, desc_v);                                                                         \
+        mbar_wait(smem_addr(&bars.v_full[slot]), phase);                                                  \
+        issue_pv(o_acc, p_frag, desc_v);                                                                  \
+        wgmma_wait<0>();                                                                                  \
+        _Pragma("unroll") for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]);                          \
+        mbar_arrive(smem_addr(&bars.empty[slot]));                                                        \
+    }
