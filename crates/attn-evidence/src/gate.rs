@@ -437,9 +437,13 @@ pub struct GateCase {
     /// The problem size.
     pub shape: ShapeSpec,
     /// The candidate's config on this shape, where it differs from the run's (an implementation
-    /// may tune its knobs per shape).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub config: BTreeMap<String, String>,
+    /// may tune its knobs per shape); integers (strings in files written before knobs were typed).
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "crate::search::knob_values"
+    )]
+    pub config: BTreeMap<String, i64>,
     /// Correctness checks, one per (seed, distribution).
     #[serde(default)]
     pub correctness: Vec<CorrectnessCheck>,

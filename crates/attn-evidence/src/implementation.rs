@@ -12,9 +12,10 @@ pub struct Implementation {
     /// For `sdpa`: `"default"`, `"flash"`, `"efficient"`, `"cudnn"` or `"math"`.
     #[serde(default)]
     pub backend: Option<String>,
-    /// Compile-time config as written to `-D` defines (`BLOCK_M` → `"128"`), sorted by key.
-    #[serde(default)]
-    pub config: BTreeMap<String, String>,
+    /// Compile-time config as written to `-D` defines (`BLOCK_M` → 128), sorted by key (files
+    /// written before knobs were typed hold the values as strings, which read the same).
+    #[serde(default, deserialize_with = "crate::search::knob_values")]
+    pub config: BTreeMap<String, i64>,
     /// SHA-256 of the kernel source that ran, hex; pins the version of a kernel across commits.
     #[serde(default)]
     pub source_sha256: Option<String>,
@@ -74,5 +75,27 @@ impl Implementation {
     /// than one of our kernels.
     pub fn is_reference(&self) -> bool {
         matches!(self.name.as_str(), "sdpa" | "cublas" | "fa3")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defines_read_as_integers_from_old_string_files_and_are_written_as_integers() {
+        let old: Implementation =
+            serde_json::from_str(r#"{"name": "mma", "config": {"BLOCK_M": "64", "STAGES": " 2"}}"#)
+                .unwrap();
+        let new: Implementation =
+            serde_json::from_str(r#"{"name": "mma", "config": {"BLOCK_M": 64, "STAGES": 2}}"#)
+                .unwrap();
+        assert_eq!(old, new);
+        assert_eq!(old.config_string(), "BLOCK_M=64,STAGES=2");
+        let written = serde_json::to_string(&new).unwrap();
+        assert!(written.contains(r#""BLOCK_M":64"#), "{written}");
+        let bad =
+            serde_json::from_str::<Implementation>(r#"{"name": "mma", "config": {"X": "wide"}}"#);
+        assert!(bad.unwrap_err().to_string().contains('X'));
     }
 }

@@ -171,10 +171,13 @@ pub struct EvoBest {
     pub provenance: Option<Provenance>,
 }
 
-/// Reads the knobs of `best.json`'s and `finalists.json`'s `config`: each value an integer (as
-/// they are written) or a string holding one (`"64"`, as files written before knobs were typed
-/// hold them); any other value is an error that names the knob.
-fn knob_values<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, i64>, D::Error> {
+/// Reads a map of knob values (`best.json`'s and `finalists.json`'s `config`, an
+/// implementation's or a gate case's defines): each value an integer (as they are written) or a
+/// string holding one (`"64"`, as files written before knobs were typed hold them); any other
+/// value is an error that names the knob.
+pub(crate) fn knob_values<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, i64>, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
     enum Value {

@@ -62,14 +62,6 @@ impl Config {
             .extend(overrides.0.iter().map(|(k, v)| (k.clone(), *v)));
         out
     }
-
-    /// The knobs as strings, for evidence files.
-    pub fn to_strings(&self) -> BTreeMap<String, String> {
-        self.0
-            .iter()
-            .map(|(k, v)| (k.clone(), v.to_string()))
-            .collect()
-    }
 }
 
 impl fmt::Display for Config {

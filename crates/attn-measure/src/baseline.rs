@@ -179,14 +179,14 @@ pub fn candidate_implementation(
             implementation,
             overrides,
         } => {
-            imp.config = resolved.unwrap_or(overrides).to_strings();
+            imp.config = resolved.unwrap_or(overrides).0.clone();
             // Our kernel's source (a library plan's cuBLAS GEMMs are the library's).
             Some(implementation.engine.kernel_file().1.to_string())
         }
         Candidate::Source {
             source, defines, ..
         } => {
-            imp.config = defines.to_strings();
+            imp.config = defines.0.clone();
             Some(source.clone())
         }
         Candidate::Revision {

@@ -224,7 +224,7 @@ impl<'a> GateSession<'a> {
         let prepared =
             self.candidates
                 .get(gpu, &candidate, problem.dtype, problem.shape.head_dim)?;
-        case.config = prepared.config().to_strings();
+        case.config = prepared.config().0.clone();
         let key = (problem.dtype, problem.shape.head_dim);
         let reference = match self.references.entry(key) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
