@@ -238,11 +238,7 @@ fn every_block_of_a_helper_baseline_times_the_baseline_alone() {
         .iter()
         .map(|v| v.as_f64().unwrap())
         .collect();
-    let median = |xs: &[f64]| {
-        let mut v = xs.to_vec();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
+    let median = attn_measure::baseline::median;
     let all = median(&samples);
     for (i, block) in samples.chunks(10).enumerate() {
         let ratio = median(block) / all;

@@ -28,9 +28,7 @@ pub fn time_candidate(
     Ok((implementation, timings))
 }
 
-/// PyTorch SDPA's `backend` (or FlashAttention-3) timed on `problem`, in the helper's process,
-/// once nothing of ours is left running on the device (it would share the GPU with the helper's
-/// samples, as the gate's interleaving once saw).
+/// PyTorch SDPA's `backend` (or FlashAttention-3) timed on `problem`, in the helper's process.
 pub fn time_sdpa(
     gpu: &Gpu,
     sdpa: &Sdpa,
@@ -39,7 +37,6 @@ pub fn time_sdpa(
     opts: &TimingOptions,
     seed: u64,
 ) -> Result<(Implementation, Timings)> {
-    gpu.synchronize()?;
     let timings = SdpaSide::new(gpu, sdpa, backend, problem, seed).block(opts)?;
     Ok((sdpa_implementation(backend), timings))
 }

@@ -184,7 +184,7 @@ impl InputSets {
         prepared: &Prepared,
         problem: &Problem,
         i: usize,
-    ) -> Result<()> {
+    ) -> attn_kernels::Result<()> {
         prepared.launch_batch(
             gpu,
             &self.q[i],
@@ -193,8 +193,7 @@ impl InputSets {
             &mut self.o[i],
             &problem.params,
             self.offsets.get(i),
-        )?;
-        Ok(())
+        )
     }
 }
 
@@ -700,25 +699,7 @@ impl TimedSide for KernelSide<'_> {
         let sets = &self.sets;
         let mut side_work = self.side_work.as_deref_mut();
         let mut launch = |i: usize| -> attn_kernels::Result<()> {
-            let mut all = sets.borrow_mut();
-            let InputSets {
-                q,
-                k,
-                v,
-                o,
-                offsets,
-                ..
-            } = &mut *all;
-            let offsets = offsets.get(i);
-            prepared.launch_batch(
-                gpu,
-                &q[i],
-                &k[i],
-                &v[i],
-                &mut o[i],
-                &problem.params,
-                offsets,
-            )?;
+            sets.borrow_mut().launch(gpu, prepared, problem, i)?;
             if let Some(work) = side_work.as_deref_mut() {
                 work.launch()?;
             }
@@ -756,6 +737,7 @@ impl TimedSide for KernelSide<'_> {
 /// PyTorch SDPA with a backend, as a timed side.
 #[derive(Debug)]
 pub struct SdpaSide<'a> {
+    gpu: &'a Gpu,
     sdpa: &'a crate::sdpa::Sdpa,
     backend: crate::sdpa::Backend,
     problem: &'a Problem,
@@ -772,13 +754,14 @@ impl<'a> SdpaSide<'a> {
 
     /// SDPA on `problem` with as many input sets as a kernel side would use.
     pub fn new(
-        gpu: &Gpu,
+        gpu: &'a Gpu,
         sdpa: &'a crate::sdpa::Sdpa,
         backend: crate::sdpa::Backend,
         problem: &'a Problem,
         seed: u64,
     ) -> SdpaSide<'a> {
         SdpaSide {
+            gpu,
             sdpa,
             backend,
             problem,
@@ -791,6 +774,10 @@ impl<'a> SdpaSide<'a> {
 
 impl TimedSide for SdpaSide<'_> {
     fn block(&mut self, opts: &TimingOptions) -> Result<Timings> {
+        // Nothing of this process may still run on the device while the helper's process times:
+        // it would share the GPU with the set-up's references or a verifier's checks, and a
+        // first block once measured twice its time.
+        self.gpu.synchronize()?;
         self.sdpa.time(
             self.problem,
             self.backend,
@@ -966,10 +953,6 @@ pub fn interleave(
                 },
                 ..plan.timing
             };
-            // Nothing of ours may still run when a block starts: a side in another process (the
-            // Python helper) shares the GPU with whatever this process left queued (the set-up's
-            // references, a verifier's checks), and its first block measured twice its time.
-            gpu.synchronize()?;
             if let Some(p) = probe.as_mut() {
                 p.before(gpu)?;
             }
