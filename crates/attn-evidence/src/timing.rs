@@ -39,6 +39,10 @@ pub struct Timing {
     pub samples: Vec<f64>,
     /// Launches averaged into each sample (1 for [`TimingMode::Flushed`]).
     pub launches_per_sample: usize,
+    /// Input sets the launches rotated over, where recorded (files before it have none): the
+    /// two sides of a comparison rotate over as many, since fewer sets leave more inputs in L2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_sets: Option<usize>,
 }
 
 impl Timing {
@@ -55,6 +59,15 @@ impl Timing {
             warmup,
             samples,
             launches_per_sample,
+            input_sets: None,
+        }
+    }
+
+    /// The same timing, recording the input sets its launches rotated over (0: not recorded).
+    pub fn with_input_sets(self, sets: usize) -> Self {
+        Timing {
+            input_sets: (sets > 0).then_some(sets),
+            ..self
         }
     }
 }

@@ -106,6 +106,10 @@ pub struct Timings {
     pub warmup: usize,
     /// Launches per sample.
     pub launches_per_sample: usize,
+    /// Input sets the launches rotated over (0 where not recorded): both sides of a comparison
+    /// must rotate over as many, since a side on fewer sets finds more of its inputs in L2.
+    #[serde(default)]
+    pub input_sets: usize,
     /// Per-launch time of each sample by CUDA events, µs.
     pub samples_us: Vec<f64>,
     /// Guard pass: per-launch host time from enqueue to device-wide synchronisation, µs.
@@ -306,6 +310,7 @@ impl<'g> Harness<'g> {
             mode: opts.mode,
             warmup: opts.warmup,
             launches_per_sample: per_sample,
+            input_sets: sets,
             samples_us,
             wall_us,
             guard_event_us,

@@ -217,6 +217,7 @@ pub fn timing_evidence(t: &Timings) -> Timing {
         attn_kernels::TimingMode::Batch => attn_evidence::TimingMode::Batch,
     };
     Timing::new(mode, t.warmup, t.samples_us.clone(), t.launches_per_sample)
+        .with_input_sets(t.input_sets)
 }
 
 /// The median of a slice (NaN when empty).

@@ -107,6 +107,7 @@ mod tests {
             mode: attn_kernels::TimingMode::Graph,
             warmup: 0,
             launches_per_sample: 1,
+            input_sets: 0,
             samples_us: vec![us; 5],
             wall_us: vec![],
             guard_event_us: vec![],

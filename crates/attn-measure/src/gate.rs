@@ -337,7 +337,7 @@ impl<'a> GateSession<'a> {
         let baseline_candidate;
         let mut base: Box<dyn TimedSide + '_> = match self.baseline {
             Baseline::Sdpa { sdpa, backend } => {
-                Box::new(SdpaSide::new(gpu, sdpa, *backend, problem, seed ^ 0xba5e).with_sets(sets))
+                Box::new(SdpaSide::new(gpu, sdpa, *backend, problem, seed ^ 0xba5e))
             }
             Baseline::Registered(c) => {
                 baseline_candidate = c.for_problem(&problem.shape, &problem.params);
@@ -357,6 +357,13 @@ impl<'a> GateSession<'a> {
             bound.set(floor.max(scaled));
         })?;
         trace.done("timing");
+        if timed.a.input_sets != timed.b.input_sets {
+            // Fewer sets leave more of a side's inputs in L2: the comparison would favour it.
+            return Err(MeasureError::Invalid(format!(
+                "the candidate rotated over {} input sets and the baseline over {}: a comparison needs as many on both sides",
+                timed.a.input_sets, timed.b.input_sets
+            )));
+        }
         let verified = cand.verifier.as_ref().map(|v| v.finish(gpu)).transpose()?;
         // The guards of every buffer and the inputs' checksums, after all the timed launches.
         let watch = cand.watch()?;
@@ -572,6 +579,7 @@ mod tests {
             mode: TimingMode::Graph,
             warmup: 0,
             launches_per_sample: 1,
+            input_sets: 0,
             samples_us: vec![],
             wall_us: wall_us.to_vec(),
             guard_event_us: event_us.to_vec(),

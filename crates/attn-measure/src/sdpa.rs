@@ -371,6 +371,7 @@ impl Sdpa {
             mode: opts.mode,
             warmup: opts.warmup,
             launches_per_sample: reply.launches_per_sample,
+            input_sets: sets,
             samples_us: reply.samples_us,
             wall_us: reply.wall_us,
             guard_event_us: reply.guard_event_us,
