@@ -47,11 +47,14 @@ fn blocks<'a>(sections: &'a Sections, charts: &'a [RenderedChart]) -> Vec<Block<
             "hopper against FlashAttention-3 and cuDNN, one run each",
         ));
         out.push(Block::Text(
-            "Each row from one bench run that timed hopper (its defaults), FlashAttention-3 \
-             (`--sdpa-backends fa3`: its prebuilt library through JAX, host clock around many \
-             back-to-back calls) and SDPA's default (cuDNN) in batch mode, inputs resident; the \
-             latest run of each shape. Ratios are speed (the other's median time over hopper's; \
-             above 1× hopper is faster)."
+            "Each row from one run, the latest of each shape: a gate run of hopper against \
+             `--baseline fa3` (the two sides timed in interleaved blocks, the speedup with its 95% \
+             CI) where there is one, else a bench run that timed hopper (its defaults), \
+             FlashAttention-3 (`--sdpa-backends fa3`) and SDPA's default (cuDNN) on as many input \
+             sets each. FlashAttention-3 is its prebuilt library through JAX, host clock around \
+             many back-to-back calls, in batch mode (inputs resident, rotating over one input set \
+             per call of a sample on both sides). Ratios are speed (the other's median time over \
+             hopper's; above 1× hopper is faster)."
                 .into(),
         ));
         out.push(Block::Table(table));

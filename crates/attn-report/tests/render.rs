@@ -484,3 +484,86 @@ fn implementations_matrix_takes_the_latest_entry_of_every_pair() {
         "{row}"
     );
 }
+
+/// The "hopper against FlashAttention-3" rows of `dir`'s report (`None` without the table).
+fn against_fa3_rows(dir: &Path) -> Option<Vec<String>> {
+    let markdown = build(dir, None).files()["report.md"].clone();
+    let table = markdown
+        .split("## hopper against FlashAttention-3")
+        .nth(1)?;
+    Some(
+        table
+            .lines()
+            .filter(|l| l.starts_with("| 4,") || l.starts_with("| 2,"))
+            .map(str::to_string)
+            .collect(),
+    )
+}
+
+#[test]
+fn hopper_against_fa3_comes_from_one_fair_run_a_gate_before_a_bench() {
+    let dir = tempfile::tempdir().unwrap();
+    let bench_path =
+        fixtures().join("bench/2025-11-21T10-30-00Z-nvidia-h100-80gb-hbm3-ccccccc.json");
+    let Evidence::Bench(mut bench) = read(&bench_path).unwrap() else {
+        panic!("fixture is not a bench run")
+    };
+    let mut hopper = bench.entries[0].clone();
+    hopper.implementation.name = "hopper".into();
+    let mut fa3 = hopper.clone();
+    fa3.implementation.name = "fa3".into();
+    fa3.summary.median *= 1.25;
+    bench.entries = vec![hopper, fa3];
+    let shape = bench.entries[0].shape.to_string();
+    let write_bench = |bench: &attn_evidence::BenchRun| {
+        fs::create_dir_all(dir.path().join("bench")).unwrap();
+        let path = dir
+            .path()
+            .join("bench/2025-11-21T10-30-00Z-nvidia-h100-80gb-hbm3-ccccccc.json");
+        attn_evidence::write_json_atomic(&path, bench).unwrap();
+    };
+    // Sets not recorded: the run may have timed FA3 on fewer resident sets than hopper.
+    write_bench(&bench);
+    assert_eq!(against_fa3_rows(dir.path()), None);
+    // FA3 on fewer sets than hopper: still not shown.
+    bench.entries[0].timing.input_sets = Some(50);
+    bench.entries[1].timing.input_sets = Some(2);
+    write_bench(&bench);
+    assert_eq!(against_fa3_rows(dir.path()), None);
+    // As many sets on both sides: the ratio of that one run.
+    bench.entries[1].timing.input_sets = Some(50);
+    write_bench(&bench);
+    let rows = against_fa3_rows(dir.path()).expect("a fair bench run gives a row");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert!(rows[0].starts_with(&format!("| {shape} |")), "{rows:?}");
+    assert!(
+        rows[0].contains("| 1.25× |") && rows[0].contains("| meets | bench "),
+        "{rows:?}"
+    );
+    // A gate run of hopper against fa3 on the same shape takes the row, whatever its date.
+    let mut gate = latest_gate();
+    gate.candidate.name = "hopper".into();
+    gate.baseline.name = "fa3".into();
+    gate.baseline.backend = None;
+    gate.cases.truncate(1);
+    gate.cases[0].shape = bench.entries[0].shape.clone();
+    fs::create_dir_all(dir.path().join("gate")).unwrap();
+    let gate_path = dir
+        .path()
+        .join("gate/2025-11-20T10-30-00Z-nvidia-h100-80gb-hbm3-bbbbbbb.json");
+    attn_evidence::write_json_atomic(&gate_path, &gate).unwrap();
+    let rows = against_fa3_rows(dir.path()).expect("rows");
+    let c = gate.cases[0]
+        .comparison
+        .as_ref()
+        .expect("fixture case has a comparison");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert!(
+        rows[0].contains(&speedup_ci(
+            c.speedup.point,
+            c.speedup.lower,
+            c.speedup.upper
+        )) && rows[0].contains("| gate "),
+        "{rows:?}"
+    );
+}
