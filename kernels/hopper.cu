@@ -45,6 +45,15 @@
 //   STAGES    ∈ {2, 3, 4}     K/V ring depth; default 3
 //   OVERLAP   ∈ {0, 1}        default 1 (any STAGES: a tile's slot is released only after its P·V)
 //   PINGPONG  ∈ {0, 1}        default 1; 1 needs NUM_WARPS ≥ 8 and OVERLAP 1
+//   PV_N      ∈ {64, 128}     N of the P·V wgmma; default 64 (one m64n64k16 per 64-column panel of O
+//                             and per 16 keys). 128 (D 128 only): one m64n128k16 per 16 keys covers
+//                             both panels (the MN-major descriptor's leading byte offset is the panel
+//                             stride), FlashAttention-3's P·V: P's A fragment is read once and half
+//                             the P·V instructions issue. Why try it: ncu at (2,32/8,8192,128) counts
+//                             1368 M warp instructions for hopper against 936 M for FA3 (50 M wgmma
+//                             against 29 M), and the gate's clock probe finds hopper's blocks 3-7%
+//                             lower in SM clock than FA3's on long sequences (power-limited), with
+//                             the same work per clock. Compiles with no spill; not yet run on the GPU
 //   SCHEDULE  ∈ {0, 1}        work order: 0 grid (one block per row block), 1 persistent (one block
 //                             per SM slot looping over work items; "Persistent schedule" below);
 //                             default 0 (the registry picks per shape)
@@ -204,6 +213,9 @@
 #ifndef SCHEDULE
 #define SCHEDULE 0
 #endif
+#ifndef PV_N
+#define PV_N 64
+#endif
 
 static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "hopper.cu: HEAD_DIM must be 64 or 128");
 static_assert(NUM_WARPS == 4 || NUM_WARPS == 8 || NUM_WARPS == 12, "hopper.cu: NUM_WARPS (consumer warps) must be 4, 8 or 12");
@@ -219,6 +231,7 @@ static_assert(OVERLAP == 0 || OVERLAP == 1, "hopper.cu: OVERLAP must be 0 or 1")
 static_assert(PINGPONG == 0 || (PINGPONG == 1 && NUM_WARPS >= 8 && OVERLAP == 1),
               "hopper.cu: PINGPONG must be 0, or 1 with NUM_WARPS 8 or 12 and OVERLAP 1");
 static_assert(SCHEDULE == 0 || SCHEDULE == 1, "hopper.cu: SCHEDULE must be 0 (grid) or 1 (persistent)");
+static_assert(PV_N == 64 || (PV_N == 128 && HEAD_DIM == 128), "hopper.cu: PV_N must be 64, or 128 at HEAD_DIM 128");
 static_assert(sizeof(elem_t) == 2, "hopper.cu: 16-bit elements expected");
 
 namespace hopper_attn {

@@ -26,6 +26,12 @@
 #pragma once
 
 #define HOPPER_NEG_INF __int_as_float(0xff800000u)
+// hopper.cu's PV_N 128 (the micro, which does not define PV_N, keeps N = 64 per panel).
+#if defined(PV_N) && PV_N == 128
+#define HOPPER_PV_N128 1
+#else
+#define HOPPER_PV_N128 0
+#endif
 
 // ---- the producer ---------------------------------------------------------------------------------
 
@@ -146,22 +152,32 @@ __device__ __forceinline__ void fence_pv_operands(float (&o_acc)[PANELS][32], u3
 }
 
 // The P·V descriptors of a V tile: k-step kk starts 16 keys (2048 bytes) further, panel p
-// BLOCK_N rows further.
+// BLOCK_N rows further. The leading byte offset of an MN-major operand is the stride between its
+// 64-column swizzle-atom columns: with PV_N 128 the panel stride, so that one N = 128 wgmma reads
+// both panels from panel 0's descriptor; an N = 64 wgmma reads one atom column and does not use it.
 __device__ __forceinline__ void pv_descs(u32 v_tile, u64 (&desc_v)[PV_K_STEPS][PANELS]) {
 #pragma unroll
     for (int kk = 0; kk < PV_K_STEPS; ++kk)
 #pragma unroll
-        for (int p = 0; p < PANELS; ++p) desc_v[kk][p] = make_desc(v_tile + p * BLOCK_N * 128 + kk * 2048, 1024, 1024);
+        for (int p = 0; p < PANELS; ++p)
+            desc_v[kk][p] = make_desc(v_tile + p * BLOCK_N * 128 + kk * 2048, HOPPER_PV_N128 ? BLOCK_N * 128 : 1024, 1024);
 }
 
 // Issues O += P·V (one commit group); the caller has rescaled O.
 __device__ __forceinline__ void issue_pv(float (&o_acc)[PANELS][32], u32 (&p_frag)[PV_K_STEPS][4],
                                          const u64 (&desc_v)[PV_K_STEPS][PANELS]) {
     fence_pv_operands(o_acc, p_frag);
+#if HOPPER_PV_N128
+    // One N = 128 wgmma per k-step rather than one N = 64 per panel: P's A fragment is read once,
+    // and half the instructions are issued (FlashAttention-3's P·V shape).
+#pragma unroll
+    for (int kk = 0; kk < PV_K_STEPS; ++kk) wgmma_rs_n128_tb(o_acc[0], o_acc[1], p_frag[kk], desc_v[kk][0], 1);
+#else
 #pragma unroll
     for (int kk = 0; kk < PV_K_STEPS; ++kk)
 #pragma unroll
         for (int p = 0; p < PANELS; ++p) wgmma_rs_n64_tb(o_acc[p], p_frag[kk], desc_v[kk][p], 1);
+#endif
     wgmma_commit();
 }
 

@@ -353,7 +353,7 @@ fn mma_tuned(shape: &Shape, _params: &Params) -> Config {
     }
 }
 
-static HOPPER_KNOBS: [Knob; 7] = [
+static HOPPER_KNOBS: [Knob; 8] = [
     Knob {
         name: "BLOCK_M",
         domain: &[64, 128, 192],
@@ -389,6 +389,11 @@ static HOPPER_KNOBS: [Knob; 7] = [
         domain: &[0, 1],
         doc: "work order: 0 = grid (one block per row block, bottom-up when causal), 1 = persistent (a block per SM looping over (batch, head, row block) items: strided when all are equal, else heaviest first from a device counter); --config SCHEDULE=grid|persistent",
     },
+    Knob {
+        name: "PV_N",
+        domain: &[64, 128],
+        doc: "N of the P·V wgmma: 64 = one per 64-column panel of O, 128 = one for both panels at D=128 (FlashAttention-3's shape: P's registers read once, half the instructions; opt-in until measured on the device)",
+    },
 ];
 
 /// hopper's defaults, measured on the H100 with the gate's graph protocol against SDPA (cuDNN):
@@ -404,6 +409,7 @@ fn hopper_defaults(head_dim: usize) -> Config {
         ("OVERLAP", 1),
         ("PINGPONG", 1),
         ("SCHEDULE", 0),
+        ("PV_N", 64),
     ])
 }
 
@@ -662,7 +668,7 @@ static REGISTRY: [Implementation; 7] = [
         head_dims: Some(&[64, 128]),
         arch: Some("compute_90a"),
         variants: Variants::ALL,
-        introduced: &[("SCHEDULE", 0)],
+        introduced: &[("SCHEDULE", 0), ("PV_N", 64)],
         defaults: hopper_defaults,
         tuned: hopper_tuned,
         constraints: |cfg, head_dim| {
@@ -677,6 +683,9 @@ static REGISTRY: [Implementation; 7] = [
             }
             if knob(cfg, "PINGPONG") == 1 && (w < 8 || knob(cfg, "OVERLAP") != 1) {
                 return Err("PINGPONG=1 needs NUM_WARPS >= 8 and OVERLAP=1 (consumer warpgroups taking turns); add PINGPONG=0".into());
+            }
+            if knob(cfg, "PV_N") == 128 && head_dim != 128 {
+                return Err(format!("PV_N=128 needs head dim 128 (O's two 64-column panels); D={head_dim} has one"));
             }
             let n = knob(cfg, "BLOCK_N");
             if n == 176 && w == 12 {
