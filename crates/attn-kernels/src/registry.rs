@@ -422,7 +422,9 @@ fn hopper_defaults(head_dim: usize) -> Config {
 /// first: measured on the H100 (bench --mode batch, fp16, grid -> persistent, FlashAttention-3 in
 /// brackets; evidence/bench/2026-11-24T21-56-*) (2,16,8192,128) causal 990 -> 939 µs (929),
 /// (2,16,8192,64) causal 590 -> 544 (591), (2,16,2048,128) causal 84.7 -> 77.6 (79.1),
-/// (2,32/8,8192,128) causal 1909 -> 1913 (1706: a tie). Without a mask every row block does the
+/// (2,32/8,8192,128) causal 1909 -> 1913 (1706: a tie; FA3's figures from benches before b681d13,
+/// which timed it on 2 to 8 resident input sets against hopper's 50, in its favour by up to 18% at
+/// short sequences and 4% at 8192). Without a mask every row block does the
 /// same work and the grid stays: (2,16,8192,128) 1857 -> 1889, (4,16,2048,128) 231 -> 233.
 fn hopper_tuned(shape: &Shape, params: &Params) -> Config {
     let rows = knob(&hopper_defaults(shape.head_dim), "BLOCK_M") as usize;
