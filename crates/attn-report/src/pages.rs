@@ -54,7 +54,9 @@ fn blocks<'a>(sections: &'a Sections, charts: &'a [RenderedChart]) -> Vec<Block<
              sets each. FlashAttention-3 is its prebuilt library through JAX, host clock around \
              many back-to-back calls, in batch mode (inputs resident, rotating over one input set \
              per call of a sample on both sides). Ratios are speed (the other's median time over \
-             hopper's; above 1× hopper is faster)."
+             hopper's; above 1× hopper is faster). SM MHz: the mean clock of each side's kept \
+             blocks in a gate run (the device's clock probe); the GPU holds its power limit on \
+             long runs, so a kernel that draws more power runs at a lower clock."
                 .into(),
         ));
         out.push(Block::Table(table));

@@ -513,6 +513,20 @@ fn against_fa3_table(evidence: &EvidenceSet) -> Option<Table> {
                     ) else {
                         continue;
                     };
+                    // The mean SM clock of each side's kept blocks: on a power-limited GPU a
+                    // kernel that draws more power runs at a lower clock.
+                    let clocks = case.clock_guard.as_ref().and_then(|g| {
+                        let mean = |side: usize| {
+                            let mhz: Vec<f64> = g
+                                .blocks
+                                .iter()
+                                .filter(|b| b.side == side && b.kept)
+                                .filter_map(|b| b.mhz)
+                                .collect();
+                            (!mhz.is_empty()).then(|| mhz.iter().sum::<f64>() / mhz.len() as f64)
+                        };
+                        Some(format!("{:.0} / {:.0}", mean(0)?, mean(1)?))
+                    });
                     put(
                         case.shape.to_string(),
                         true,
@@ -523,6 +537,7 @@ fn against_fa3_table(evidence: &EvidenceSet) -> Option<Table> {
                             "–".into(),
                             speedup_ci(c.speedup.point, c.speedup.lower, c.speedup.upper),
                             "–".into(),
+                            clocks.unwrap_or_else(|| "–".into()),
                             verdict(c.speedup.point),
                             format!("gate {}", run.path),
                         ],
@@ -563,6 +578,7 @@ fn against_fa3_table(evidence: &EvidenceSet) -> Option<Table> {
                             cudnn.map_or("–".into(), |e| tflops(e.tflops)),
                             format!("{vs_fa3:.2}×"),
                             cudnn.map_or("–".into(), |e| format!("{:.2}×", speed(e))),
+                            "–".into(),
                             verdict(vs_fa3),
                             format!("bench {}", run.path),
                         ],
@@ -582,6 +598,7 @@ fn against_fa3_table(evidence: &EvidenceSet) -> Option<Table> {
         "cuDNN TFLOP/s",
         "hopper vs FA3",
         "hopper vs cuDNN",
+        "SM MHz hopper / FA3",
         "target (≥ 1.00× FA3)",
         "run",
     ])

@@ -547,6 +547,28 @@ fn hopper_against_fa3_comes_from_one_fair_run_a_gate_before_a_bench() {
     gate.baseline.backend = None;
     gate.cases.truncate(1);
     gate.cases[0].shape = bench.entries[0].shape.clone();
+    // Each side's clock is the mean of its kept blocks; a dropped block does not count.
+    let block = |side, mhz, kept| attn_evidence::BlockClock {
+        side,
+        mhz: Some(mhz),
+        source: "device".into(),
+        kept,
+    };
+    gate.cases[0].clock_guard = Some(attn_evidence::ClockGuard {
+        block_samples: 10,
+        kept_blocks: [2, 1],
+        dropped_blocks: [0, 1],
+        threshold_mhz: Some(1485),
+        min_kept_mhz: Some(1590),
+        complete: true,
+        rule: None,
+        blocks: vec![
+            block(1, 1650.0, true),
+            block(0, 1600.0, true),
+            block(1, 1200.0, false),
+            block(0, 1590.0, true),
+        ],
+    });
     fs::create_dir_all(dir.path().join("gate")).unwrap();
     let gate_path = dir
         .path()
@@ -563,7 +585,8 @@ fn hopper_against_fa3_comes_from_one_fair_run_a_gate_before_a_bench() {
             c.speedup.point,
             c.speedup.lower,
             c.speedup.upper
-        )) && rows[0].contains("| gate "),
+        )) && rows[0].contains("| 1595 / 1650 |")
+            && rows[0].contains("| gate "),
         "{rows:?}"
     );
 }
