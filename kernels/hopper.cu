@@ -53,7 +53,10 @@
 //                             1368 M warp instructions for hopper against 936 M for FA3 (50 M wgmma
 //                             against 29 M), and the gate's clock probe finds hopper's blocks 3-7%
 //                             lower in SM clock than FA3's on long sequences (power-limited), with
-//                             the same work per clock. Compiles with no spill; not yet run on the GPU
+//                             the same work per clock. PV_N 128 also steps the wgmma descriptors
+//                             by addition (hopper_pipeline.cuh, HOPPER_DESC_STEP): the steady key
+//                             tile's SASS falls from about 612 to 503 instructions per warp.
+//                             Compiles with no spill; not yet run on the GPU
 //   SCHEDULE  ∈ {0, 1}        work order: 0 grid (one block per row block), 1 persistent (one block
 //                             per SM slot looping over work items; "Persistent schedule" below);
 //                             default 0 (the registry picks per shape)
