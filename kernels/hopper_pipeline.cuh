@@ -185,7 +185,7 @@ __device__ __forceinline__ void pv_descs(u32 v_tile, u64 (&desc_v)[PV_K_STEPS][P
     for (int kk = 0; kk < PV_K_STEPS; ++kk)
 #pragma unroll
         for (int p = 0; p < PANELS; ++p)
-            desc_v[kk][p] = make_desc(v_tile + p * BLOCK_N * 128 + kk * 2048, HOPPER_PV_N128 ? BLOCK_N * 128 : 1024, 1024);
+            desc_v[kk][p] = make_desc(v_tile + p * BLOCK_N * 128 + kk * 2048, 1024, 1024);
 #endif
 }
 

@@ -23,6 +23,36 @@ fn gate(args: &[&str]) -> (i32, String) {
     (output.status.code().unwrap_or(-1), text)
 }
 
+/// Runs `xtask COMMAND ARGS --evidence DIR` into a fresh DIR: its exit code, stdout and stderr,
+/// and the evidence file it wrote under DIR/COMMAND/.
+fn run_with_evidence(command: &str, args: &[&str]) -> (Option<i32>, String, serde_json::Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(xtask())
+        .arg(command)
+        .args(args)
+        .arg("--evidence")
+        .arg(dir.path())
+        .output()
+        .expect("xtask runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let code = output.status.code();
+    let Some(file) = std::fs::read_dir(dir.path().join(command))
+        .ok()
+        .and_then(|dir| {
+            dir.flatten()
+                .find(|e| e.path().extension().is_some_and(|x| x == "json"))
+        })
+    else {
+        panic!("no {command} evidence written (exit {code:?}):\n{text}");
+    };
+    let run = serde_json::from_slice(&std::fs::read(file.path()).unwrap()).unwrap();
+    (code, text, run)
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn bad_kernels_are_rejected_for_the_right_reason() {
@@ -200,38 +230,24 @@ fn every_block_of_a_helper_baseline_times_the_baseline_alone() {
     // SDPA runs in the helper's own process: a block of it that overlapped work this process
     // left queued (the timing set-up's references) measured about twice its time. Every block
     // must agree with the others within what clocks and heat explain.
-    let dir = tempfile::tempdir().unwrap();
-    let output = Command::new(xtask())
-        .args([
-            "gate",
+    let (code, text, run) = run_with_evidence(
+        "gate",
+        &[
             "--impl",
             "mma",
             "--baseline",
             "sdpa",
             "--mode",
             "batch",
-        ])
-        .args([
             "--shape",
             "2,16,4096,128",
             "--samples",
             "40",
             "--checks",
             "2",
-        ])
-        .arg("--evidence")
-        .arg(dir.path())
-        .output()
-        .expect("xtask runs");
-    let text = String::from_utf8_lossy(&output.stdout);
-    assert!(matches!(output.status.code(), Some(0 | 1)), "{text}");
-    let file = std::fs::read_dir(dir.path().join("gate"))
-        .unwrap()
-        .flatten()
-        .find(|e| e.path().extension().is_some_and(|x| x == "json"))
-        .expect("gate evidence written")
-        .path();
-    let run: serde_json::Value = serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap();
+        ],
+    );
+    assert!(matches!(code, Some(0 | 1)), "{text}");
     let samples: Vec<f64> = run["cases"][0]["baseline"]["samples"]
         .as_array()
         .expect("baseline samples")
@@ -261,43 +277,24 @@ fn a_bench_times_every_side_on_as_many_input_sets() {
     let _device = attn_kernels::device_lock(0);
     // bench times each side alone: SDPA in the helper took 2 to 8 sets where the kernel took one
     // per launch of a sample, which favoured SDPA and FA3 by up to 18% in batch mode.
-    let dir = tempfile::tempdir().unwrap();
-    let output = Command::new(xtask())
-        .args([
-            "bench",
+    let (code, text, run) = run_with_evidence(
+        "bench",
+        &[
             "--impl",
             "mma",
             "--sdpa-backends",
             "default",
             "--mode",
             "batch",
-        ])
-        .args([
             "--shape",
             "2,8,1024,64",
             "--samples",
             "5",
             "--batch-launches",
             "20",
-        ])
-        .arg("--evidence")
-        .arg(dir.path())
-        .output()
-        .expect("xtask runs");
-    let text = String::from_utf8_lossy(&output.stdout);
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{text}{}",
-        String::from_utf8_lossy(&output.stderr)
+        ],
     );
-    let file = std::fs::read_dir(dir.path().join("bench"))
-        .unwrap()
-        .flatten()
-        .find(|e| e.path().extension().is_some_and(|x| x == "json"))
-        .expect("bench evidence written")
-        .path();
-    let run: serde_json::Value = serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap();
+    assert_eq!(code, Some(0), "{text}");
     let sets: Vec<Option<u64>> = run["entries"]
         .as_array()
         .expect("entries")

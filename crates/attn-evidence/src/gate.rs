@@ -206,6 +206,21 @@ pub struct ClockGuard {
     pub blocks: Vec<BlockClock>,
 }
 
+impl ClockGuard {
+    /// The mean SM clock over `side`'s kept blocks (0 candidate, 1 baseline), MHz; `None` when
+    /// none of them was measured. On a power-limited GPU the side that draws more power runs at a
+    /// lower clock.
+    pub fn mean_kept_mhz(&self, side: usize) -> Option<f64> {
+        let mhz: Vec<f64> = self
+            .blocks
+            .iter()
+            .filter(|b| b.side == side && b.kept)
+            .filter_map(|b| b.mhz)
+            .collect();
+        (!mhz.is_empty()).then(|| mhz.iter().sum::<f64>() / mhz.len() as f64)
+    }
+}
+
 /// One timed block's SM clock.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BlockClock {

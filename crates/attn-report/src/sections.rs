@@ -513,19 +513,12 @@ fn against_fa3_table(evidence: &EvidenceSet) -> Option<Table> {
                     ) else {
                         continue;
                     };
-                    // The mean SM clock of each side's kept blocks: on a power-limited GPU a
-                    // kernel that draws more power runs at a lower clock.
                     let clocks = case.clock_guard.as_ref().and_then(|g| {
-                        let mean = |side: usize| {
-                            let mhz: Vec<f64> = g
-                                .blocks
-                                .iter()
-                                .filter(|b| b.side == side && b.kept)
-                                .filter_map(|b| b.mhz)
-                                .collect();
-                            (!mhz.is_empty()).then(|| mhz.iter().sum::<f64>() / mhz.len() as f64)
-                        };
-                        Some(format!("{:.0} / {:.0}", mean(0)?, mean(1)?))
+                        Some(format!(
+                            "{:.0} / {:.0}",
+                            g.mean_kept_mhz(0)?,
+                            g.mean_kept_mhz(1)?
+                        ))
                     });
                     put(
                         case.shape.to_string(),
