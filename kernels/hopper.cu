@@ -45,18 +45,18 @@
 //   STAGES    ∈ {2, 3, 4}     K/V ring depth; default 3
 //   OVERLAP   ∈ {0, 1}        default 1 (any STAGES: a tile's slot is released only after its P·V)
 //   PINGPONG  ∈ {0, 1}        default 1; 1 needs NUM_WARPS ≥ 8 and OVERLAP 1
-//   PV_N      ∈ {64, 128}     N of the P·V wgmma; default 64 (one m64n64k16 per 64-column panel of O
-//                             and per 16 keys). 128 (D 128 only): one m64n128k16 per 16 keys covers
-//                             both panels (the MN-major descriptor's leading byte offset is the panel
-//                             stride), FlashAttention-3's P·V: P's A fragment is read once and half
-//                             the P·V instructions issue. Why try it: ncu at (2,32/8,8192,128) counts
-//                             1368 M warp instructions for hopper against 936 M for FA3 (50 M wgmma
-//                             against 29 M), and the gate's clock probe finds hopper's blocks 3-7%
-//                             lower in SM clock than FA3's on long sequences (power-limited), with
-//                             the same work per clock. PV_N 128 also steps the wgmma descriptors
-//                             by addition (hopper_pipeline.cuh, HOPPER_DESC_STEP): the steady key
-//                             tile's SASS falls from about 612 to 503 instructions per warp.
-//                             Compiles with no spill; not yet run on the GPU
+//   PV_N      ∈ {64, 128}     N of the P·V wgmma; default 128 at D 128 (one m64n128k16 per 16 keys
+//                             covers both 64-column panels of O: the MN-major descriptor's leading
+//                             byte offset is the panel stride; FlashAttention-3's P·V, P's A fragment
+//                             read once and half the P·V instructions issued), 64 at D 64 (one
+//                             m64n64k16 per panel). Why: ncu at (2,32/8,8192,128) counted 1368 M
+//                             warp instructions for hopper against 936 M for FA3 (50 M wgmma against
+//                             29 M), and the gate's clock probe found hopper's blocks 3-7% lower in
+//                             SM clock than FA3's on long sequences (power-limited) at the same work
+//                             per clock. With the descriptors stepped by addition (desc_plus) the
+//                             steady key tile's SASS falls from about 612 to 484 instructions per
+//                             warp; the gate measured PV_N 128 1.02x (2,32/8,8192,128) and 1.01x
+//                             (2,16,16384,128) faster than 64 (H100, batch mode, CIs above 1)
 //   SCHEDULE  ∈ {0, 1}        work order: 0 grid (one block per row block), 1 persistent (one block
 //                             per SM slot looping over work items; "Persistent schedule" below);
 //                             default 0 (the registry picks per shape)
@@ -217,7 +217,11 @@
 #define SCHEDULE 0
 #endif
 #ifndef PV_N
+#if HEAD_DIM == 128
+#define PV_N 128
+#else
 #define PV_N 64
+#endif
 #endif
 
 static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "hopper.cu: HEAD_DIM must be 64 or 128");

@@ -112,6 +112,13 @@ __device__ __forceinline__ u64 make_desc(u32 addr, u32 leading_bytes, u32 stride
            (static_cast<u64>((stride_bytes >> 4) & 0x3FFFu) << 32) | (1ull << 62);
 }
 
+// The descriptor `offset_bytes` further on than `base`: an add on the low word alone (exact: a
+// shared address is below 2^18 bytes, so the 14-bit address field never carries), which keeps the
+// compiler from a 64-bit add with carry on the uniform datapath for every k-step's operand.
+__device__ __forceinline__ u64 desc_plus(u64 base, u32 offset_bytes) {
+    return (base & 0xFFFFFFFF00000000ull) | static_cast<u32>(static_cast<u32>(base) + (offset_bytes >> 4));
+}
+
 // ---- wgmma (operand lists written out: one asm per shape) ----------------------------------------
 
 // d (+)= A·B, m64n64k16: A (64×16) and B (16×64) from shared memory, both K-major (trans 0).

@@ -26,20 +26,16 @@
 #pragma once
 
 #define HOPPER_NEG_INF __int_as_float(0xff800000u)
-// hopper.cu's PV_N 128 (the micro, which does not define PV_N, keeps N = 64 per panel). It also
-// turns on HOPPER_DESC_STEP: each k-step's wgmma descriptor is its tile's base descriptor plus the
-// step's byte offset / 16 (one 64-bit add) rather than encoded anew (an add, shift, mask and moves
-// on the uniform datapath per operand). The two are exact equals: a shared-memory address is below
-// 2^18 bytes, so the 14-bit address field (address / 16) of base + offset never carries. Together
-// they take the steady key tile from about 612 to 503 instructions per warp (SASS of the D 128
-// defaults; FlashAttention-3 about 433 per 128 keys by ncu). Opt-in together until measured on the
-// device; then the default, and the descriptor step unconditional.
+// hopper.cu's PV_N 128 (the micro, which does not define PV_N, keeps N = 64 per panel): one
+// m64n128k16 P·V wgmma per 16 keys over both of O's panels. Every wgmma descriptor is its tile's
+// base descriptor plus the k-step's byte offset / 16, added to the low word alone (`desc_plus`),
+// rather than encoded anew (an add, shift, mask and moves on the uniform datapath per operand).
+// Together they take the steady key tile of the D 128 defaults from about 612 to 484 instructions
+// per warp (SASS; FlashAttention-3 about 433 per 128 keys by ncu).
 #if defined(PV_N) && PV_N == 128
 #define HOPPER_PV_N128 1
-#define HOPPER_DESC_STEP 1
 #else
 #define HOPPER_PV_N128 0
-#define HOPPER_DESC_STEP 0
 #endif
 
 // ---- the producer ---------------------------------------------------------------------------------
@@ -135,20 +131,13 @@ __device__ __forceinline__ void clear_accumulators(float (&o_acc)[PANELS][32], f
 __device__ __forceinline__ void issue_qk(float (&s_acc)[S_REGS], u32 q_rows, u32 k_tile) {
     fence_regs(s_acc);
     wgmma_fence();
-#if HOPPER_DESC_STEP
     const u64 q_base = make_desc(q_rows, 16, 1024);
     const u64 k_base = make_desc(k_tile, 16, 1024);
-#endif
 #pragma unroll
     for (int kk = 0; kk < QK_K_STEPS; ++kk) {
         const u32 in_panel = (kk & 3) * 32;  // 16 columns = 32 bytes along the 128-byte row
-#if HOPPER_DESC_STEP
-        const u64 desc_q = q_base + (((kk >> 2) * BLOCK_M * 128 + in_panel) >> 4);
-        const u64 desc_k = k_base + (((kk >> 2) * BLOCK_N * 128 + in_panel) >> 4);
-#else
-        const u64 desc_q = make_desc(q_rows + (kk >> 2) * BLOCK_M * 128 + in_panel, 16, 1024);
-        const u64 desc_k = make_desc(k_tile + (kk >> 2) * BLOCK_N * 128 + in_panel, 16, 1024);
-#endif
+        const u64 desc_q = desc_plus(q_base, (kk >> 2) * BLOCK_M * 128 + in_panel);
+        const u64 desc_k = desc_plus(k_base, (kk >> 2) * BLOCK_N * 128 + in_panel);
 #if BLOCK_N == 176
         wgmma_ss_n176(s_acc, desc_q, desc_k, kk > 0 ? 1 : 0);
 #elif BLOCK_N == 128
@@ -174,19 +163,11 @@ __device__ __forceinline__ void fence_pv_operands(float (&o_acc)[PANELS][32], u3
 // 64-column swizzle-atom columns: with PV_N 128 the panel stride, so that one N = 128 wgmma reads
 // both panels from panel 0's descriptor; an N = 64 wgmma reads one atom column and does not use it.
 __device__ __forceinline__ void pv_descs(u32 v_tile, u64 (&desc_v)[PV_K_STEPS][PANELS]) {
-#if HOPPER_DESC_STEP
     const u64 v_base = make_desc(v_tile, HOPPER_PV_N128 ? BLOCK_N * 128 : 1024, 1024);
 #pragma unroll
     for (int kk = 0; kk < PV_K_STEPS; ++kk)
 #pragma unroll
-        for (int p = 0; p < PANELS; ++p) desc_v[kk][p] = v_base + ((p * BLOCK_N * 128 + kk * 2048) >> 4);
-#else
-#pragma unroll
-    for (int kk = 0; kk < PV_K_STEPS; ++kk)
-#pragma unroll
-        for (int p = 0; p < PANELS; ++p)
-            desc_v[kk][p] = make_desc(v_tile + p * BLOCK_N * 128 + kk * 2048, 1024, 1024);
-#endif
+        for (int p = 0; p < PANELS; ++p) desc_v[kk][p] = desc_plus(v_base, p * BLOCK_N * 128 + kk * 2048);
 }
 
 // Issues O += P·V (one commit group); the caller has rescaled O.

@@ -164,14 +164,14 @@ fn schedules(name: &str) -> Vec<Config> {
 /// too, each at its head dims and with extra lengths ragged at its tile: (implementation, config,
 /// head dims, lengths). hopper's FlashAttention-3 tile (#25): 128 x 176 in 2 stages at D=128, with
 /// two consumer warpgroups (overlap, ping-pong) and with one (neither); the lengths end 1 short
-/// of, 1 past and 35 into a 176-key tile (4099 = 23 · 176 + 51). And hopper's N = 128 P·V (PV_N),
-/// on the defaults and per-shape tunings (two consumer warpgroups, and one for small grids) and on
+/// of, 1 past and 35 into a 176-key tile (4099 = 23 · 176 + 51). And hopper's N = 64 P·V per panel
+/// at D=128 (PV_N=64, the default before N = 128), on the defaults and per-shape tunings and on
 /// the 176-key tile.
 const OPT_IN: &[(&str, &str, &[usize], &[usize])] = &[
-    ("hopper", "PV_N=128", &[128], &[]),
+    ("hopper", "PV_N=64", &[128], &[]),
     (
         "hopper",
-        "BLOCK_M=128,NUM_WARPS=8,BLOCK_N=176,STAGES=2,OVERLAP=1,PINGPONG=1,PV_N=128",
+        "BLOCK_M=128,NUM_WARPS=8,BLOCK_N=176,STAGES=2,OVERLAP=1,PINGPONG=1,PV_N=64",
         &[128],
         &[175, 4099],
     ),
