@@ -57,6 +57,16 @@
 //                             steady key tile's SASS falls from about 612 to 484 instructions per
 //                             warp; the gate measured PV_N 128 1.02x (2,32/8,8192,128) and 1.01x
 //                             (2,16,16384,128) faster than 64 (H100, batch mode, CIs above 1)
+//   Q_REGS    ∈ {0, 1}        Q·Kᵀ's A operand: 0 Q from shared memory (descriptor), 1 Q held in
+//                             registers (each thread's wgmma A fragments, read from the swizzled Q
+//                             tile once per item: 4 · D / 16 registers), so that the wgmma read only
+//                             K from shared memory (20% of the consumers' shared-memory operand bytes
+//                             at D 128 with 128-key tiles). Why try it: the gate's clock probe finds
+//                             hopper's blocks 3-4% lower in SM clock than FlashAttention-3's on long
+//                             sequences (power-limited) at the same work per clock; FA3's 176-key
+//                             tiles read 6% fewer operand bytes per key than ours, this reads 20%
+//                             fewer. Default 0; BLOCK_N 64 or 128, NUM_WARPS ≤ 8 (registers); at
+//                             D 128, 8 warps, 128-key tiles SCHEDULE 0 (the persistent loop spills)
 //   SCHEDULE  ∈ {0, 1}        work order: 0 grid (one block per row block), 1 persistent (one block
 //                             per SM slot looping over work items; "Persistent schedule" below);
 //                             default 0 (the registry picks per shape)
@@ -216,6 +226,9 @@
 #ifndef SCHEDULE
 #define SCHEDULE 0
 #endif
+#ifndef Q_REGS
+#define Q_REGS 0
+#endif
 #ifndef PV_N
 #if HEAD_DIM == 128
 #define PV_N 128
@@ -239,6 +252,7 @@ static_assert(PINGPONG == 0 || (PINGPONG == 1 && NUM_WARPS >= 8 && OVERLAP == 1)
               "hopper.cu: PINGPONG must be 0, or 1 with NUM_WARPS 8 or 12 and OVERLAP 1");
 static_assert(SCHEDULE == 0 || SCHEDULE == 1, "hopper.cu: SCHEDULE must be 0 (grid) or 1 (persistent)");
 static_assert(PV_N == 64 || (PV_N == 128 && HEAD_DIM == 128), "hopper.cu: PV_N must be 64, or 128 at HEAD_DIM 128");
+static_assert(Q_REGS == 0 || (Q_REGS == 1 && BLOCK_N <= 128 && NUM_WARPS <= 8), "hopper.cu: Q_REGS must be 0, or 1 with BLOCK_N 64 or 128 and NUM_WARPS <= 8");
 static_assert(sizeof(elem_t) == 2, "hopper.cu: 16-bit elements expected");
 
 namespace hopper_attn {
@@ -306,6 +320,41 @@ __device__ __forceinline__ u32 tile_offset(int rows, int row, int col) {
     const int chunk = (col >> 3) & 7;
     return static_cast<u32>(panel * rows * 128 + row * 128 + ((chunk ^ (row & 7)) << 4) + (col & 7) * 2);
 }
+
+#if Q_REGS
+// This thread's wgmma A fragments of Q·Kᵀ, read once from the swizzled Q tile at `smem`: k-step kk
+// holds row r's and row r + 8's columns 16kk + 2t, +1 (a0, a1) and 8 columns on (a2, a3), r the
+// warp's first row plus g (the layout pack_p gives P).
+__device__ __forceinline__ void load_q_frag(u32 (&q_frag)[QK_K_STEPS][4], const unsigned char* smem, int warp_row0,
+                                            int g, int t) {
+#pragma unroll
+    for (int kk = 0; kk < QK_K_STEPS; ++kk)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int row = warp_row0 + g + 8 * (i & 1);
+            const int col = 16 * kk + 8 * (i >> 1) + 2 * t;
+            q_frag[kk][i] = *reinterpret_cast<const u32*>(smem + tile_offset(BLOCK_M, row, col));
+        }
+}
+
+// S = Q·Kᵀ as issue_qk (hopper_pipeline.cuh) issues it, with Q's A operand from registers.
+__device__ __forceinline__ void issue_qk(float (&s_acc)[S_REGS], const u32 (&q_frag)[QK_K_STEPS][4], u32 k_tile) {
+    fence_regs(s_acc);
+    wgmma_fence();
+    const u64 k_base = make_desc(k_tile, 16, 1024);
+#pragma unroll
+    for (int kk = 0; kk < QK_K_STEPS; ++kk) {
+        const u64 desc_k = desc_plus(k_base, (kk >> 2) * BLOCK_N * 128 + (kk & 3) * 32);
+#if BLOCK_N == 128
+        wgmma_rs_n128<0>(*reinterpret_cast<float(*)[32]>(&s_acc[0]), *reinterpret_cast<float(*)[32]>(&s_acc[32]),
+                         q_frag[kk], desc_k, kk > 0 ? 1 : 0);
+#else
+        wgmma_rs_n64<0>(s_acc, q_frag[kk], desc_k, kk > 0 ? 1 : 0);
+#endif
+    }
+    wgmma_commit();
+}
+#endif
 
 // A position in the K/V ring: the next tile's slot, the parity of that slot's current round, and
 // whether every slot has been filled once (the producer then waits for a slot's release before
@@ -447,7 +496,13 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
     }
 
     const float scale_log2 = scale * ATTN_LOG2E;
-    const u32 q_rows = q_tile + wg_row0 * 128;  // this warpgroup's 64 rows of every Q panel
+#if Q_REGS
+    // Q·Kᵀ's A operand: this thread's fragments of Q, in registers for the whole item.
+    u32 q_operand[QK_K_STEPS][4];
+    load_q_frag(q_operand, smem, warp_row0, g, t);
+#else
+    const u32 q_operand = q_tile + wg_row0 * 128;  // this warpgroup's 64 rows of every Q panel
+#endif
     auto k_slot = [&](int s) { return k_tiles + s * KV_TILE_BYTES; };
     auto v_slot = [&](int s) { return v_tiles + s * KV_TILE_BYTES; };
     auto k_full = [&](int s) { return smem_addr(&bars.k_full[s]); };
@@ -496,7 +551,7 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
 #endif
     if (wg_end > wg_first) {
         float s_acc[S_REGS];
-        issue_qk(s_acc, q_rows, k_slot(slot));
+        issue_qk(s_acc, q_operand, k_slot(slot));
         turn_end(wg);
         wgmma_wait<0>();
         const int kv0 = kv_first + wg_first * BLOCK_N;
@@ -521,7 +576,7 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
             mbar_wait(v_full(slot), phase);
             float s_acc[S_REGS];
             turn_begin(wg);
-            issue_qk(s_acc, q_rows, k_slot(next_slot));
+            issue_qk(s_acc, q_operand, k_slot(next_slot));
             rescale_o(o_acc, rescale);
             issue_pv(o_acc, p_frag, desc_v);
             turn_end(wg);
@@ -553,7 +608,7 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
     for (int j = wg_first; j < wg_end; ++j) {
         const int kv0 = kv_first + j * BLOCK_N;
         // The same tile code as micro_hopper.cu's loop (hopper_pipeline.cuh).
-        HOPPER_CONSUME_TILE(k_slot(slot), v_slot(slot), kv0, kv0 + BLOCK_N > wg_hi_min, kv0 < wg_lo_max, lane_lo,
+        HOPPER_CONSUME_TILE(q_operand, k_slot(slot), v_slot(slot), kv0, kv0 + BLOCK_N > wg_hi_min, kv0 < wg_lo_max, lane_lo,
                             lane_hi, t);
         advance_slot(slot, phase);
     }

@@ -191,34 +191,37 @@ __device__ __forceinline__ void wgmma_ss_n176(float (&d)[88], u64 desc_a, u64 de
 }
 
 // d (+)= A·B, m64n64k16: A (64×16) from registers (the mma.sync m16n8k16 A fragment per warp),
-// B (16×64) from shared memory, MN-major (trans-b 1: N contiguous in memory).
-__device__ __forceinline__ void wgmma_rs_n64_tb(float (&d)[32], const u32 (&a)[4], u64 desc_b, int scale_d) {
+// B (16×64) from shared memory, K-major (TRANS_B 0) or MN-major (TRANS_B 1: N contiguous).
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_rs_n64(float (&d)[32], const u32 (&a)[4], u64 desc_b, int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32." HOPPER_WGMMA_TYPE "." HOPPER_WGMMA_TYPE " "
         "{"
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-        "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+        "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
           "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
 }
 
-// d (+)= A·B, m64n128k16: A (64×16) from registers, B (16×128) from shared memory, MN-major
-// (trans-b 1) as two 64-column swizzle-atom columns the descriptor's leading byte offset apart.
-// d0 holds columns 0..63 and d1 columns 64..127: the N = 128 accumulator is the two N = 64
-// accumulators one after the other (registers 4i..4i+3 hold columns 8i + 2t, +1).
-__device__ __forceinline__ void wgmma_rs_n128_tb(float (&d0)[32], float (&d1)[32], const u32 (&a)[4], u64 desc_b,
-                                                 int scale_d) {
+// d (+)= A·B, m64n128k16: A (64×16) from registers, B (16×128) from shared memory, K-major
+// (TRANS_B 0) or MN-major (TRANS_B 1, as two 64-column swizzle-atom columns the descriptor's
+// leading byte offset apart). d0 holds columns 0..63 and d1 columns 64..127: the N = 128
+// accumulator is the two N = 64 accumulators one after the other (registers 4i..4i+3 hold
+// columns 8i + 2t, +1).
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_rs_n128(float (&d0)[32], float (&d1)[32], const u32 (&a)[4], u64 desc_b,
+                                              int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32." HOPPER_WGMMA_TYPE "." HOPPER_WGMMA_TYPE " "
         "{"
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-        "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
         : "+f"(d0[0]), "+f"(d0[1]), "+f"(d0[2]), "+f"(d0[3]), "+f"(d0[4]), "+f"(d0[5]), "+f"(d0[6]), "+f"(d0[7]),
           "+f"(d0[8]), "+f"(d0[9]), "+f"(d0[10]), "+f"(d0[11]), "+f"(d0[12]), "+f"(d0[13]), "+f"(d0[14]), "+f"(d0[15]),
           "+f"(d0[16]), "+f"(d0[17]), "+f"(d0[18]), "+f"(d0[19]), "+f"(d0[20]), "+f"(d0[21]), "+f"(d0[22]), "+f"(d0[23]),
@@ -227,7 +230,7 @@ __device__ __forceinline__ void wgmma_rs_n128_tb(float (&d0)[32], float (&d1)[32
           "+f"(d1[8]), "+f"(d1[9]), "+f"(d1[10]), "+f"(d1[11]), "+f"(d1[12]), "+f"(d1[13]), "+f"(d1[14]), "+f"(d1[15]),
           "+f"(d1[16]), "+f"(d1[17]), "+f"(d1[18]), "+f"(d1[19]), "+f"(d1[20]), "+f"(d1[21]), "+f"(d1[22]), "+f"(d1[23]),
           "+f"(d1[24]), "+f"(d1[25]), "+f"(d1[26]), "+f"(d1[27]), "+f"(d1[28]), "+f"(d1[29]), "+f"(d1[30]), "+f"(d1[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
 }
 
 }  // namespace hopper_ptx

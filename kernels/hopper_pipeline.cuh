@@ -178,12 +178,12 @@ __device__ __forceinline__ void issue_pv(float (&o_acc)[PANELS][32], u32 (&p_fra
     // One N = 128 wgmma per k-step rather than one N = 64 per panel: P's A fragment is read once,
     // and half the instructions are issued (FlashAttention-3's P·V shape).
 #pragma unroll
-    for (int kk = 0; kk < PV_K_STEPS; ++kk) wgmma_rs_n128_tb(o_acc[0], o_acc[1], p_frag[kk], desc_v[kk][0], 1);
+    for (int kk = 0; kk < PV_K_STEPS; ++kk) wgmma_rs_n128<1>(o_acc[0], o_acc[1], p_frag[kk], desc_v[kk][0], 1);
 #else
 #pragma unroll
     for (int kk = 0; kk < PV_K_STEPS; ++kk)
 #pragma unroll
-        for (int p = 0; p < PANELS; ++p) wgmma_rs_n64_tb(o_acc[p], p_frag[kk], desc_v[kk][p], 1);
+        for (int p = 0; p < PANELS; ++p) wgmma_rs_n64<1>(o_acc[p], p_frag[kk], desc_v[kk][p], 1);
 #endif
     wgmma_commit();
 }
@@ -284,20 +284,21 @@ __device__ __forceinline__ void rescale_o(float (&o_acc)[PANELS][32], const floa
 // The body of hopper.cu's OVERLAP 0 loop and of micro_hopper.cu's loop, one definition for both:
 // wait for K, S = Q·Kᵀ, wait, online softmax (masks as the caller says), pack P, rescale O, wait
 // for V, O += P·V, wait, release the slot. The caller advances the slot afterwards.
-// K_TILE, V_TILE: the slot's K and V tiles; KV0, MASK_HI, MASK_LO, LANE_LO, LANE_HI, T: as
-// softmax_scores takes them (the micro passes both masks off). It expands inside the loop and uses
-// the loop's `bars`, `slot`, `phase`, `q_rows`, `scale_log2`, `o_acc`, `row_max`, `row_sum`,
+// Q: Q·Kᵀ's A operand as an issue_qk takes it (the warpgroup's Q rows in shared memory, or hopper's
+// Q_REGS fragments); K_TILE, V_TILE: the slot's K and V tiles; KV0, MASK_HI, MASK_LO, LANE_LO,
+// LANE_HI, T: as softmax_scores takes them (the micro passes both masks off). It expands inside the
+// loop and uses the loop's `bars`, `slot`, `phase`, `scale_log2`, `o_acc`, `row_max`, `row_sum`,
 // `p_frag` and `rescale` (both kernels' names).
 // A macro, not a function: NVVM simplifies a callee before inlining it, and a __forceinline__
 // function for the whole tile changed both kernels' PTX (the masks' bound checks and the slot's
 // index widening came out differently; kernels/tools/ptx_identity.py), while the macro expands to
 // exactly the statements each loop spelled out before. Where each kernel computes the tile
 // addresses also shows in its PTX, hence K_TILE and V_TILE as arguments.
-#define HOPPER_CONSUME_TILE(K_TILE, V_TILE, KV0, MASK_HI, MASK_LO, LANE_LO, LANE_HI, T)                     \
+#define HOPPER_CONSUME_TILE(Q, K_TILE, V_TILE, KV0, MASK_HI, MASK_LO, LANE_LO, LANE_HI, T)                  \
     {                                                                                                     \
         float s_acc[S_REGS];                                                                              \
         mbar_wait(smem_addr(&bars.k_full[slot]), phase);                                                  \
-        issue_qk(s_acc, q_rows, K_TILE);                                                                  \
+        issue_qk(s_acc, Q, K_TILE);                                                                       \
         wgmma_wait<0>();                                                                                  \
         softmax_scores(s_acc, KV0, MASK_HI, MASK_LO, LANE_LO, LANE_HI, T, scale_log2, row_max, row_sum,   \
                        rescale);                                                                          \

@@ -177,7 +177,7 @@ extern "C" __global__ void __launch_bounds__(micro_hopper::THREADS, 1)
         const u32 k_tile = k_tiles + slot * KV_TILE_BYTES;
         const u32 v_tile = v_tiles + slot * KV_TILE_BYTES;
         const int no_bound[2] = {0, 0};  // both masks off: every row sees every key (the bounds go unread)
-        HOPPER_CONSUME_TILE(k_tile, v_tile, /*kv0=*/0, /*mask_hi=*/false, /*mask_lo=*/false, no_bound, no_bound,
+        HOPPER_CONSUME_TILE(q_rows, k_tile, v_tile, /*kv0=*/0, /*mask_hi=*/false, /*mask_lo=*/false, no_bound, no_bound,
                             /*t=*/0);
         if (++slot == STAGES) {  // advance_slot, open-coded (as in produce)
             slot = 0;

@@ -353,7 +353,7 @@ fn mma_tuned(shape: &Shape, _params: &Params) -> Config {
     }
 }
 
-static HOPPER_KNOBS: [Knob; 8] = [
+static HOPPER_KNOBS: [Knob; 9] = [
     Knob {
         name: "BLOCK_M",
         domain: &[64, 128, 192],
@@ -390,6 +390,11 @@ static HOPPER_KNOBS: [Knob; 8] = [
         doc: "work order: 0 = grid (one block per row block, bottom-up when causal), 1 = persistent (a block per SM looping over (batch, head, row block) items: strided when all are equal, else heaviest first from a device counter); --config SCHEDULE=grid|persistent",
     },
     Knob {
+        name: "Q_REGS",
+        domain: &[0, 1],
+        doc: "Q·Kᵀ's A operand: 0 = Q from shared memory (a descriptor per k-step), 1 = Q held in registers for the item (the wgmma reads only K from shared memory; BLOCK_N 64 or 128, NUM_WARPS <= 8, at D=128 with two warpgroups and 128-key tiles only the grid schedule)",
+    },
+    Knob {
         name: "PV_N",
         domain: &[64, 128],
         doc: "N of the P·V wgmma: 64 = one per 64-column panel of O, 128 = one for both panels at D=128 (FlashAttention-3's shape: P's registers read once, half the instructions; the default at D=128)",
@@ -412,6 +417,7 @@ fn hopper_defaults(head_dim: usize) -> Config {
         ("PINGPONG", 1),
         ("SCHEDULE", 0),
         ("PV_N", if head_dim == 128 { 128 } else { 64 }),
+        ("Q_REGS", 0),
     ])
 }
 
@@ -672,7 +678,7 @@ static REGISTRY: [Implementation; 7] = [
         head_dims: Some(&[64, 128]),
         arch: Some("compute_90a"),
         variants: Variants::ALL,
-        introduced: &[("SCHEDULE", 0), ("PV_N", 64)],
+        introduced: &[("SCHEDULE", 0), ("PV_N", 64), ("Q_REGS", 0)],
         defaults: hopper_defaults,
         tuned: hopper_tuned,
         constraints: |cfg, head_dim| {
@@ -692,6 +698,12 @@ static REGISTRY: [Implementation; 7] = [
                 return Err(format!("PV_N=128 needs head dim 128 (O's two 64-column panels); D={head_dim} has one"));
             }
             let n = knob(cfg, "BLOCK_N");
+            if knob(cfg, "Q_REGS") == 1 && (n > 128 || w == 12) {
+                return Err(format!("Q_REGS=1 needs BLOCK_N 64 or 128 and NUM_WARPS <= 8 (Q's fragments beside the S, P and O of BLOCK_N={n} with {w} consumer warps spill)"));
+            }
+            if knob(cfg, "Q_REGS") == 1 && knob(cfg, "SCHEDULE") == 1 && head_dim == 128 && w == 8 && n == 128 {
+                return Err("Q_REGS=1 with SCHEDULE=1 at head dim 128, NUM_WARPS=8, BLOCK_N=128 spills (the persistent loop's state beside Q's 32 registers); add SCHEDULE=0".into());
+            }
             if n == 176 && w == 12 {
                 return Err("BLOCK_N=176 needs NUM_WARPS <= 8: with 3 consumer warpgroups (160 registers per thread) its 88 S and 44 P registers per thread spill; use NUM_WARPS=8".into());
             }

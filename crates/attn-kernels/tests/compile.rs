@@ -19,14 +19,19 @@ const SUITE_SHAPES: [(usize, usize, usize); 6] = [
 ];
 
 /// Knobs that choose a code path at the same tiles: every value of each is compiled on top of each
-/// config below (hopper's persistent scheduler, SCHEDULE=1, besides its grid).
+/// config below that does not name it (hopper's persistent scheduler, SCHEDULE=1, besides its grid).
 const PATH_KNOBS: [&str; 1] = ["SCHEDULE"];
 
 /// Opt-in configs (no default or tuning picks them) compiled too, at their head dims (with every
 /// value of the [`PATH_KNOBS`] on top): hopper's FlashAttention-3 tile, 128 x 176 in 2 stages at
-/// D=128 (#25), with two consumer warpgroups and with one.
-const OPT_IN: [(&str, &str, usize); 2] = [
+/// D=128 (#25), with two consumer warpgroups and with one; its N = 64 P·V per panel at D=128
+/// (PV_N=64, the default before N = 128); Q held in registers (Q_REGS=1) at D=128 and, with two
+/// consumer warpgroups, at D=64.
+const OPT_IN: [(&str, &str, usize); 5] = [
     ("hopper", "BLOCK_N=176,STAGES=2", 128),
+    ("hopper", "PV_N=64", 128),
+    ("hopper", "Q_REGS=1,SCHEDULE=0", 128),
+    ("hopper", "BLOCK_M=128,NUM_WARPS=8,Q_REGS=1", 64),
     (
         "hopper",
         "BLOCK_M=64,NUM_WARPS=4,BLOCK_N=176,STAGES=2,OVERLAP=0,PINGPONG=0",
@@ -70,7 +75,12 @@ fn cases() -> Vec<Case> {
                     configs.push(config.parse().unwrap());
                 }
                 for knob in imp.knobs.iter().filter(|k| PATH_KNOBS.contains(&k.name)) {
-                    for config in configs.clone() {
+                    // A config that names the knob (an opt-in one valid on one path) keeps it.
+                    for config in configs
+                        .clone()
+                        .into_iter()
+                        .filter(|c| c.get(knob.name).is_none())
+                    {
                         for &value in knob.domain {
                             let path = config.merged(&Config::from_pairs(&[(knob.name, value)]));
                             if !configs.contains(&path) {

@@ -166,9 +166,13 @@ fn schedules(name: &str) -> Vec<Config> {
 /// two consumer warpgroups (overlap, ping-pong) and with one (neither); the lengths end 1 short
 /// of, 1 past and 35 into a 176-key tile (4099 = 23 · 176 + 51). And hopper's N = 64 P·V per panel
 /// at D=128 (PV_N=64, the default before N = 128), on the defaults and per-shape tunings and on
-/// the 176-key tile.
+/// the 176-key tile. And Q held in registers (Q_REGS=1): on D=128's defaults and tunings with the
+/// grid schedule (the persistent one spills there), and at D=64 with two consumer warpgroups (its
+/// three have no registers for it). A config that names SCHEDULE runs with that schedule only.
 const OPT_IN: &[(&str, &str, &[usize], &[usize])] = &[
     ("hopper", "PV_N=64", &[128], &[]),
+    ("hopper", "Q_REGS=1,SCHEDULE=0", &[128], &[]),
+    ("hopper", "BLOCK_M=128,NUM_WARPS=8,Q_REGS=1", &[64], &[]),
     (
         "hopper",
         "BLOCK_M=128,NUM_WARPS=8,BLOCK_N=176,STAGES=2,OVERLAP=1,PINGPONG=1,PV_N=64",
@@ -211,7 +215,11 @@ fn runs(name: &str) -> Vec<Run> {
         .collect();
     for (_, config, dims, ragged) in OPT_IN.iter().filter(|(n, ..)| *n == name) {
         let config: Config = config.parse().unwrap();
-        for schedule in schedules(name) {
+        let schedules = match config.get("SCHEDULE") {
+            Some(_) => vec![Config::default()],
+            None => schedules(name),
+        };
+        for schedule in schedules {
             runs.push(Run {
                 overrides: config.merged(&schedule),
                 head_dims: dims.to_vec(),
