@@ -97,6 +97,7 @@ impl Command {
 }
 
 fn main() -> ExitCode {
+    quiet_on_closed_pipe();
     let cli = Cli::parse();
     if cli.command.compiles_kernels() {
         // Before any thread: it may set an environment variable.
@@ -129,6 +130,17 @@ fn main() -> ExitCode {
             eprintln!("error: {}", one_line(&err));
             ExitCode::from(EXIT_CANNOT_RUN)
         }
+    }
+}
+
+/// A reader that closes the pipe early (`cargo xtask kernels --configs hopper | head`) ends the
+/// process quietly, as it does any Unix tool, rather than a panic in `println!` (Rust ignores
+/// SIGPIPE, so a write to the closed pipe fails and `println!` panics with a backtrace).
+fn quiet_on_closed_pipe() {
+    #[cfg(unix)]
+    // SAFETY: called first in main, before any thread exists; SIG_DFL is a valid disposition.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 

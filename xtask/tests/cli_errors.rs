@@ -638,3 +638,31 @@ fn a_missing_compute_sanitizer_is_one_line_before_anything_runs() {
         &["compute-sanitizer not found"],
     );
 }
+
+#[test]
+#[cfg(unix)]
+fn a_reader_that_closes_the_pipe_early_ends_xtask_quietly() {
+    // `cargo xtask kernels --configs hopper | head -1`, made certain: the pipe's read end is
+    // closed before xtask starts, so its first write fails (a real reader may close while its
+    // output still fits the pipe's buffer). A panic in println! prints "panicked" and a backtrace.
+    use std::os::fd::FromRawFd;
+    let mut fds = [0i32; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe() writes.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: fds[0] is the read end just opened and owned by no one else.
+    unsafe { libc::close(fds[0]) };
+    // SAFETY: fds[1] is the write end just opened; the Stdio takes sole ownership of it.
+    let write_end = unsafe { std::process::Stdio::from_raw_fd(fds[1]) };
+    let out = Command::new(common::xtask())
+        .args(["kernels", "--configs", "hopper"])
+        .env("RUST_BACKTRACE", "1")
+        .stdout(write_end)
+        .output()
+        .expect("xtask runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("backtrace"),
+        "{stderr}"
+    );
+    assert!(!out.status.success(), "xtask cannot have written its lines");
+}
