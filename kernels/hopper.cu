@@ -336,24 +336,6 @@ __device__ __forceinline__ void load_q_frag(u32 (&q_frag)[QK_K_STEPS][4], const 
             q_frag[kk][i] = *reinterpret_cast<const u32*>(smem + tile_offset(BLOCK_M, row, col));
         }
 }
-
-// S = Q·Kᵀ as issue_qk (hopper_pipeline.cuh) issues it, with Q's A operand from registers.
-__device__ __forceinline__ void issue_qk(float (&s_acc)[S_REGS], const u32 (&q_frag)[QK_K_STEPS][4], u32 k_tile) {
-    fence_regs(s_acc);
-    wgmma_fence();
-    const u64 k_base = make_desc(k_tile, 16, 1024);
-#pragma unroll
-    for (int kk = 0; kk < QK_K_STEPS; ++kk) {
-        const u64 desc_k = desc_plus(k_base, (kk >> 2) * BLOCK_N * 128 + (kk & 3) * 32);
-#if BLOCK_N == 128
-        wgmma_rs_n128<0>(*reinterpret_cast<float(*)[32]>(&s_acc[0]), *reinterpret_cast<float(*)[32]>(&s_acc[32]),
-                         q_frag[kk], desc_k, kk > 0 ? 1 : 0);
-#else
-        wgmma_rs_n64<0>(s_acc, q_frag[kk], desc_k, kk > 0 ? 1 : 0);
-#endif
-    }
-    wgmma_commit();
-}
 #endif
 
 // A position in the K/V ring: the next tile's slot, the parity of that slot's current round, and

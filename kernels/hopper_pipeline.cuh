@@ -126,26 +126,51 @@ __device__ __forceinline__ void clear_accumulators(float (&o_acc)[PANELS][32], f
     row_sum[1] = 0.f;
 }
 
-// Issues S = Q·Kᵀ for the warpgroup's 64 rows (HEAD_DIM / 16 wgmma, one commit group). The caller
-// waits for the group before reading s_acc.
-__device__ __forceinline__ void issue_qk(float (&s_acc)[S_REGS], u32 q_rows, u32 k_tile) {
+// The bytes from a tile's start to k-step kk's 16 columns: a 64-column panel (rows × 128 bytes)
+// per 4 k-steps, then 32 bytes along the 128-byte row per step.
+__device__ __forceinline__ u32 qk_step_offset(int kk, int rows) { return (kk >> 2) * rows * 128 + (kk & 3) * 32; }
+
+// K's descriptor for k-step kk of Q·Kᵀ (K-major, 128-byte swizzle).
+__device__ __forceinline__ u64 qk_desc_k(u32 k_tile, int kk) {
+    return desc_plus(make_desc(k_tile, 16, 1024), qk_step_offset(kk, BLOCK_N));
+}
+
+// One k-step of S (+)= Q·Kᵀ, Q from shared memory: the warpgroup's rows of every Q panel.
+__device__ __forceinline__ void qk_wgmma(float (&s_acc)[S_REGS], u32 q_rows, int kk, u32 k_tile) {
+    const u64 desc_q = desc_plus(make_desc(q_rows, 16, 1024), qk_step_offset(kk, BLOCK_M));
+    const u64 desc_k = qk_desc_k(k_tile, kk);
+#if BLOCK_N == 176
+    wgmma_ss_n176(s_acc, desc_q, desc_k, kk > 0 ? 1 : 0);
+#elif BLOCK_N == 128
+    wgmma_ss_n128(s_acc, desc_q, desc_k, kk > 0 ? 1 : 0);
+#else
+    wgmma_ss_n64(s_acc, desc_q, desc_k, kk > 0 ? 1 : 0);
+#endif
+}
+
+#if BLOCK_N <= 128
+// One k-step of S (+)= Q·Kᵀ, Q's A operand from registers: this thread's fragments of Q (hopper's
+// Q_REGS; the N = 128 accumulator as its two N = 64 halves).
+__device__ __forceinline__ void qk_wgmma(float (&s_acc)[S_REGS], const u32 (&q_frag)[QK_K_STEPS][4], int kk,
+                                         u32 k_tile) {
+    const u64 desc_k = qk_desc_k(k_tile, kk);
+#if BLOCK_N == 128
+    wgmma_rs_n128<0>(*reinterpret_cast<float(*)[32]>(&s_acc[0]), *reinterpret_cast<float(*)[32]>(&s_acc[32]),
+                     q_frag[kk], desc_k, kk > 0 ? 1 : 0);
+#else
+    wgmma_rs_n64<0>(s_acc, q_frag[kk], desc_k, kk > 0 ? 1 : 0);
+#endif
+}
+#endif
+
+// Issues S = Q·Kᵀ for the warpgroup's 64 rows (HEAD_DIM / 16 wgmma, one commit group), Q as a
+// qk_wgmma takes it. The caller waits for the group before reading s_acc.
+template <typename QOperand>
+__device__ __forceinline__ void issue_qk(float (&s_acc)[S_REGS], const QOperand& q, u32 k_tile) {
     fence_regs(s_acc);
     wgmma_fence();
-    const u64 q_base = make_desc(q_rows, 16, 1024);
-    const u64 k_base = make_desc(k_tile, 16, 1024);
 #pragma unroll
-    for (int kk = 0; kk < QK_K_STEPS; ++kk) {
-        const u32 in_panel = (kk & 3) * 32;  // 16 columns = 32 bytes along the 128-byte row
-        const u64 desc_q = desc_plus(q_base, (kk >> 2) * BLOCK_M * 128 + in_panel);
-        const u64 desc_k = desc_plus(k_base, (kk >> 2) * BLOCK_N * 128 + in_panel);
-#if BLOCK_N == 176
-        wgmma_ss_n176(s_acc, desc_q, desc_k, kk > 0 ? 1 : 0);
-#elif BLOCK_N == 128
-        wgmma_ss_n128(s_acc, desc_q, desc_k, kk > 0 ? 1 : 0);
-#else
-        wgmma_ss_n64(s_acc, desc_q, desc_k, kk > 0 ? 1 : 0);
-#endif
-    }
+    for (int kk = 0; kk < QK_K_STEPS; ++kk) qk_wgmma(s_acc, q, kk, k_tile);
     wgmma_commit();
 }
 

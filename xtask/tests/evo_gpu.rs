@@ -5,7 +5,7 @@
 //! machine with `--include-ignored`.
 
 mod common;
-use common::xtask;
+use common::{output_text, xtask};
 
 use std::path::Path;
 use std::process::Command;
@@ -20,11 +20,7 @@ fn evo(args: &[&str], evidence: &Path) -> String {
         .arg(evidence)
         .output()
         .expect("xtask runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = output_text(&out);
     println!("{text}");
     assert!(out.status.success(), "{text}");
     text

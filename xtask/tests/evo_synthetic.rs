@@ -7,7 +7,7 @@
 //! attn-measure's `tests/micro.rs`).
 
 mod common;
-use common::xtask;
+use common::{output_text, xtask};
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -62,11 +62,7 @@ fn run_to_end(args: &[String]) -> String {
         .args(args)
         .output()
         .expect("xtask runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = output_text(&out);
     assert!(out.status.success(), "{text}");
     text
 }

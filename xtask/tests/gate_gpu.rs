@@ -3,7 +3,7 @@
 //! revision). Run on a GPU machine with `--include-ignored`.
 
 mod common;
-use common::xtask;
+use common::{output_text, xtask};
 
 use std::process::Command;
 
@@ -14,11 +14,7 @@ fn gate(args: &[&str]) -> (i32, String) {
         .args(["--no-evidence"])
         .output()
         .expect("xtask runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let text = output_text(&output);
     println!("{text}");
     (output.status.code().unwrap_or(-1), text)
 }
@@ -34,11 +30,7 @@ fn run_with_evidence(command: &str, args: &[&str]) -> (Option<i32>, String, serd
         .arg(dir.path())
         .output()
         .expect("xtask runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let text = output_text(&output);
     let code = output.status.code();
     let Some(file) = std::fs::read_dir(dir.path().join(command))
         .ok()

@@ -4,7 +4,7 @@
 //! hopper ranking is written with its scope and provenance.
 
 mod common;
-use common::xtask;
+use common::{output_text, xtask};
 
 use std::path::Path;
 use std::process::Command;
@@ -110,11 +110,7 @@ fn compare(evidence: &Path) -> (bool, String) {
         .arg(evidence)
         .output()
         .expect("xtask runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = output_text(&out);
     (out.status.success(), text)
 }
 
@@ -174,11 +170,7 @@ fn the_hopper_micro_ranks_its_configs_into_the_evidence() {
         .arg(evidence.path())
         .output()
         .expect("xtask runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = output_text(&out);
     println!("{text}");
     if text.contains("needs an sm_90 GPU") {
         return; // not a Hopper GPU: nothing to measure

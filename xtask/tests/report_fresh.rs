@@ -2,7 +2,7 @@
 //! (run `cargo xtask report` and commit after adding evidence).
 
 mod common;
-use common::xtask;
+use common::{output_text, xtask};
 
 #[test]
 fn committed_report_matches_the_evidence() {
@@ -11,11 +11,7 @@ fn committed_report_matches_the_evidence() {
         .args(["report", "--check"])
         .output()
         .expect("xtask runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let text = output_text(&output);
     assert!(
         output.status.success(),
         "reports/ is stale; run `cargo xtask report`:\n{text}"

@@ -14,3 +14,13 @@ pub fn xtask() -> PathBuf {
         bundled.canonicalize().unwrap_or(bundled)
     }
 }
+
+/// A finished xtask's stdout then stderr, as one text (for assertions and failure messages).
+#[allow(dead_code)] // each test file compiles this module; not every one reads output as text
+pub fn output_text(output: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
