@@ -65,8 +65,12 @@
 //                             hopper's blocks 3-4% lower in SM clock than FlashAttention-3's on long
 //                             sequences (power-limited) at the same work per clock; FA3's 176-key
 //                             tiles read 6% fewer operand bytes per key than ours, this reads 20%
-//                             fewer. Default 0; BLOCK_N 64 or 128, NUM_WARPS ≤ 8 (registers); at
-//                             D 128, 8 warps, 128-key tiles SCHEDULE 0 (the persistent loop spills)
+//                             fewer. BLOCK_N 64 or 128, NUM_WARPS ≤ 8 (registers); at D 128, 8
+//                             warps, 128-key tiles SCHEDULE 0 (the persistent loop spills); OVERLAP
+//                             1 (ptxas 13.0 gives Q's registers to P in the unoverlapped loop:
+//                             kernels/tools/sass_blocks.py --q-regs-live). The default at D 128 (the
+//                             registry yields it to 0 where those rule it out): the gate measured
+//                             1.03x (2,16,8192,128 and 2,32/8,8192,128) over Q in shared memory
 //   SCHEDULE  ∈ {0, 1}        work order: 0 grid (one block per row block), 1 persistent (one block
 //                             per SM slot looping over work items; "Persistent schedule" below);
 //                             default 0 (the registry picks per shape)
@@ -252,7 +256,7 @@ static_assert(PINGPONG == 0 || (PINGPONG == 1 && NUM_WARPS >= 8 && OVERLAP == 1)
               "hopper.cu: PINGPONG must be 0, or 1 with NUM_WARPS 8 or 12 and OVERLAP 1");
 static_assert(SCHEDULE == 0 || SCHEDULE == 1, "hopper.cu: SCHEDULE must be 0 (grid) or 1 (persistent)");
 static_assert(PV_N == 64 || (PV_N == 128 && HEAD_DIM == 128), "hopper.cu: PV_N must be 64, or 128 at HEAD_DIM 128");
-static_assert(Q_REGS == 0 || (Q_REGS == 1 && BLOCK_N <= 128 && NUM_WARPS <= 8), "hopper.cu: Q_REGS must be 0, or 1 with BLOCK_N 64 or 128 and NUM_WARPS <= 8");
+static_assert(Q_REGS == 0 || (Q_REGS == 1 && BLOCK_N <= 128 && NUM_WARPS <= 8 && OVERLAP == 1), "hopper.cu: Q_REGS must be 0, or 1 with BLOCK_N 64 or 128, NUM_WARPS <= 8 and OVERLAP 1");
 static_assert(sizeof(elem_t) == 2, "hopper.cu: 16-bit elements expected");
 
 namespace hopper_attn {

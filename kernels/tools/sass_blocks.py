@@ -12,6 +12,9 @@ of two configs (or two revisions) shows where a change adds or removes issue slo
     export LD_LIBRARY_PATH=$PWD/target/cuda-wheels/nvidia/cu13/lib
     python3 kernels/tools/sass_blocks.py --config "HEAD_DIM=128 NUM_WARPS=8 BLOCK_N=128 STAGES=3 SCHEDULE=0"
 
+--q-regs-live: instead of the blocks, a verdict per Q_REGS=1 config: whether any instruction but
+the Q load writes a register that a later Q·Kᵀ reads (exit 1 if one does; see q_regs_clobbers).
+
 nvdisasm: --nvdisasm PATH, else $CUDA_HOME/bin/nvdisasm, else target/cuda-wheels/nvidia/cu13/bin
 (NVIDIA's PyPI wheel from 13.2 on reads ptxas 13.0's cubins: `pip install --no-deps --target
 target/cuda-wheels "nvidia-cuda-nvdisasm>=13.2"`).
@@ -78,11 +81,107 @@ def report(name, sass):
         print(f"  {label:<8} {len(ops):4} instructions  HGMMA {count['HGMMA']:2}  uniform {uniform:3}  | {top}")
 
 
+# ---- --q-regs-live: Q's register fragments must survive from their load to every Q·Kᵀ -----------------
+#
+# With Q_REGS=1 each thread loads its fragments of Q from shared memory once (LDS) and every key
+# tile's Q·Kᵀ wgmma reads them (HGMMA with a register A operand and a K-major B: no .tnspB). ptxas
+# 13.0 has been seen to hand those registers to other values inside the key loop (the unoverlapped
+# loop, OVERLAP=0: P's fragments landed on Q's), so that every tile after the first multiplies
+# garbage; the PTX is right, only the machine code is not. The check: no instruction other than an
+# LDS writes a register that a Q·Kᵀ HGMMA then reads, along any path of the control-flow graph.
+
+BRANCH_TARGET = re.compile(r"`\(\.(L_x_\d+)\)")
+QK_HGMMA = re.compile(r"^HGMMA\.64x\d+x16(?:\.\w+)+ R\d+, R(\d+), gdesc\[\w+\](?!\.tnspB)")
+DEST = re.compile(r"^(\S+)\s+R(\d+)\b")
+NO_DEST = ("ST", "RED", "BAR", "SYNCS", "BRA", "EXIT", "RET", "WARPGROUP", "HGMMA", "BSSY", "BSYNC", "CALL", "NOP")
+
+
+def instructions(sass):
+    """[(text without predicate, predicated?)] in program order and {label: index of its first}."""
+    ins, labels = [], {}
+    for line in sass.splitlines():
+        label = LABEL.match(line)
+        if label:
+            labels[label.group(1)] = len(ins)
+            continue
+        m = INSTRUCTION.match(line)
+        if m:
+            text = m.group(1).strip()
+            ins.append((PREDICATE.sub("", text), PREDICATE.match(text) is not None))
+    return ins, labels
+
+
+def successors(ins, labels, i):
+    text, predicated = ins[i]
+    op = text.split()[0]
+    out = []
+    if op.startswith("BRA"):
+        target = BRANCH_TARGET.search(text)
+        if target:
+            out.append(labels[target.group(1)])
+        if predicated:
+            out.append(i + 1)
+    elif op.startswith(("EXIT", "RET")):
+        if predicated:
+            out.append(i + 1)
+    else:
+        out.append(i + 1)
+    return [j for j in out if j < len(ins)]
+
+
+def written_registers(text):
+    """General registers an instruction writes (its first operand, with the width its opcode says)."""
+    op = text.split()[0]
+    if op.startswith(NO_DEST):
+        return set()
+    m = DEST.match(text)
+    if not m:
+        return set()
+    width = 4 if ".128" in op else 2 if (".64" in op or ".WIDE" in op) else 1
+    return {int(m.group(2)) + k for k in range(width)}
+
+
+def q_regs_clobbers(sass):
+    """(Q fragment registers, [(writer, reader)]): non-LDS writes that reach a Q·Kᵀ read of their register."""
+    ins, labels = instructions(sass)
+    reads = {}
+    for i, (text, _) in enumerate(ins):
+        m = QK_HGMMA.match(text)
+        if m:
+            reads[i] = set(range(int(m.group(1)), int(m.group(1)) + 4))
+    q_regs = set().union(*reads.values()) if reads else set()
+    clobbers = []
+    for i, (text, _) in enumerate(ins):
+        hit = written_registers(text) & q_regs
+        if not hit or text.startswith("LDS"):
+            continue
+        for reg in hit:
+            seen, todo = set(), list(successors(ins, labels, i))
+            while todo:
+                j = todo.pop()
+                if j in seen:
+                    continue
+                seen.add(j)
+                if reg in reads.get(j, ()):
+                    clobbers.append((text, ins[j][0]))
+                    todo = []
+                    break
+                if reg in written_registers(ins[j][0]):
+                    continue
+                todo.extend(successors(ins, labels, j))
+    return q_regs, clobbers
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True, help='knobs the configs must match, e.g. "HEAD_DIM=128 Q_REGS=1"')
     parser.add_argument("--dtypes", default="f16", help="f16, bf16 or both (comma-separated)")
     parser.add_argument("--nvdisasm", help="path of nvdisasm")
+    parser.add_argument(
+        "--q-regs-live",
+        action="store_true",
+        help="instead of the hot blocks: check that no Q_REGS fragment register is overwritten before a Q·Kᵀ reads it",
+    )
     args = parser.parse_args()
     nvdisasm = find_nvdisasm(args.nvdisasm)
     with tempfile.TemporaryDirectory() as keep:
@@ -95,15 +194,25 @@ def main():
         cubins = sorted(glob.glob(os.path.join(keep, "*.cubin")))
         if not cubins:
             sys.exit("error: no config compiled: " + (check.stderr.strip().splitlines() or ["none matches --config"])[-1])
+        failed = False
         for cubin in cubins:
             res = subprocess.run([nvdisasm, "-c", cubin], capture_output=True, text=True)
             if res.returncode != 0:
                 sys.exit(f"error: nvdisasm failed on {os.path.basename(cubin)}: {res.stderr.strip()}")
-            report(os.path.basename(cubin)[: -len(".cubin")], res.stdout)
+            name = os.path.basename(cubin)[: -len(".cubin")]
+            if args.q_regs_live:
+                q_regs, clobbers = q_regs_clobbers(res.stdout)
+                verdict = "no Q·Kᵀ with Q in registers" if not q_regs else "ok" if not clobbers else "CLOBBERED"
+                print(f"{verdict:<10} {name}" + (f"  ({len(clobbers)} writes, e.g. {clobbers[0][0]!r})" if clobbers else ""))
+                failed = failed or bool(clobbers)
+            else:
+                report(name, res.stdout)
         # hopper_check's verdict (spills, serialised wgmma) is worth seeing beside the counts.
         if check.returncode != 0:
             print(check.stdout.strip().splitlines()[-1] if check.stdout.strip() else check.stderr.strip())
             sys.exit(1)
+        if failed:
+            sys.exit("error: ptxas reused Q's fragment registers inside the key loop in the configs marked CLOBBERED")
 
 
 if __name__ == "__main__":

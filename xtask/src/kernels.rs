@@ -183,9 +183,16 @@ mod tests {
         // less the 10 with 4-deep rings of 128-key tiles, over the H100's 232448 bytes.
         // BLOCK_N 176 (1 or 2 warpgroups, 5 pairs): D 64 × STAGES 3 × SCHEDULE 2 = 30; D 128 only
         // STAGES 2: 10. Every D 128 config twice (PV_N 64 and 128), D 64 only with PV_N 64. Q_REGS=1
-        // on top of those with BLOCK_N 64 or 128 and 1 or 2 warpgroups: D 64 60, D 128 2 × 50 less
-        // the 2 × 6 persistent ones of 2 warpgroups with 128-key tiles (they spill).
-        assert_eq!(lines.len(), 96 + 2 * 50 + 30 + 2 * 10 + 60 + 2 * (50 - 6));
+        // on top of those with BLOCK_N 64 or 128, 1 or 2 warpgroups and OVERLAP=1: D 64 60 less the
+        // 24 unoverlapped, D 128 2 × (50 less 20 unoverlapped, less the 4 overlapped persistent ones
+        // of 2 warpgroups with 128-key tiles: they spill).
+        assert_eq!(
+            lines.len(),
+            96 + 2 * 50 + 30 + 2 * 10 + (60 - 24) + 2 * (50 - 20 - 4)
+        );
+        assert!(!lines
+            .iter()
+            .any(|l| l.contains("OVERLAP=0") && l.contains("Q_REGS=1")));
         for pv_n in [64, 128] {
             assert!(lines.contains(&format!(
                 "HEAD_DIM=128 BLOCK_M=128 BLOCK_N=128 NUM_WARPS=8 STAGES=3 OVERLAP=1 PINGPONG=1 SCHEDULE=0 Q_REGS=0 PV_N={pv_n} SHARED_BYTES=230400"

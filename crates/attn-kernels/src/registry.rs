@@ -196,6 +196,11 @@ pub struct Implementation {
     /// which predates it: a git revision's text that never names the knob is compiled and launched
     /// with that value (`gate --baseline rev:REF`).
     pub introduced: &'static [(&'static str, i64)],
+    /// Knobs whose default gives way to the other knobs: when the defaults under the overrides
+    /// break a constraint and the overrides do not name such a knob, it takes this value instead
+    /// (hopper's Q_REGS: 1 at D=128 where the tile, overlap and schedule leave it registers, 0
+    /// where a tuning or the user picks one that does not). The resolved config says which.
+    pub yielding: &'static [(&'static str, i64)],
     defaults: fn(head_dim: usize) -> Config,
     /// Knobs tuned for a problem, its shape and mask (e.g. smaller tiles when the grid would not
     /// fill the GPU, another work order under a causal mask); they override the defaults, and the
@@ -392,7 +397,7 @@ static HOPPER_KNOBS: [Knob; 9] = [
     Knob {
         name: "Q_REGS",
         domain: &[0, 1],
-        doc: "Q·Kᵀ's A operand: 0 = Q from shared memory (a descriptor per k-step), 1 = Q held in registers for the item (the wgmma reads only K from shared memory; BLOCK_N 64 or 128, NUM_WARPS <= 8, at D=128 with two warpgroups and 128-key tiles only the grid schedule)",
+        doc: "Q·Kᵀ's A operand: 0 = Q from shared memory (a descriptor per k-step), 1 = Q held in registers for the item (the wgmma reads only K from shared memory; BLOCK_N 64 or 128, NUM_WARPS <= 8, OVERLAP=1, at D=128 with two warpgroups and 128-key tiles only the grid schedule); the default at D=128, where it yields to 0 when other knobs rule it out",
     },
     Knob {
         name: "PV_N",
@@ -405,7 +410,12 @@ static HOPPER_KNOBS: [Knob; 9] = [
 /// D=128 two consumer warpgroups (2,16,8192,128: 655 TFLOP/s vs 655, causal 617 vs 596), D=64
 /// three (2,16,8192,64: 521 vs 477 where two reach 428; causal 479 vs 441), all with ping-pong.
 /// At D=128 one N = 128 P·V wgmma for both of O's panels: the gate (batch mode, against PV_N=64)
-/// measured 1.02× at 2,32/8,8192,128 and 1.01× at 2,16,16384,128, both CIs above 1.
+/// measured 1.02× at 2,32/8,8192,128 and 1.01× at 2,16,16384,128, both CIs above 1. And at
+/// D=128 Q held in registers (Q_REGS=1; it yields to 0 where the tile, overlap or schedule leave it
+/// no registers or ptxas no correct code: the one-warpgroup tuning, the persistent schedule, 176-key
+/// tiles): the gate (batch mode, against Q_REGS=0) measured 1.03× [1.01, 1.06] at 2,16,8192,128 and
+/// 1.03× [1.01, 1.04] at 2,32/8,8192,128 (evidence/gate/2026-11-25T07-02-55Z; the 176-key
+/// tile against the same: 0.96× and 0.97×, 07-06-12Z).
 fn hopper_defaults(head_dim: usize) -> Config {
     let warps = if head_dim <= 64 { 12 } else { 8 };
     Config::from_pairs(&[
@@ -417,7 +427,7 @@ fn hopper_defaults(head_dim: usize) -> Config {
         ("PINGPONG", 1),
         ("SCHEDULE", 0),
         ("PV_N", if head_dim == 128 { 128 } else { 64 }),
-        ("Q_REGS", 0),
+        ("Q_REGS", if head_dim == 128 { 1 } else { 0 }),
     ])
 }
 
@@ -553,6 +563,7 @@ static REGISTRY: [Implementation; 7] = [
         arch: None,
         variants: Variants::ALL,
         introduced: &[],
+        yielding: &[],
         defaults: |_| Config::from_pairs(&[("ROWS_PER_BLOCK", 4)]),
         tuned: |_, _| Config::default(),
         constraints: |_, head_dim| {
@@ -582,6 +593,7 @@ static REGISTRY: [Implementation; 7] = [
         arch: None,
         variants: Variants::ALL,
         introduced: &[],
+        yielding: &[],
         defaults: |head_dim| {
             let block_m = if head_dim > 64 { 32 } else { 64 };
             Config::from_pairs(&[("BLOCK_M", block_m), ("BLOCK_N", 64), ("NUM_WARPS", 4), ("STAGES", 2)])
@@ -619,6 +631,7 @@ static REGISTRY: [Implementation; 7] = [
         arch: None,
         variants: Variants::ALL,
         introduced: &[],
+        yielding: &[],
         defaults: mma_defaults,
         tuned: mma_tuned,
         constraints: |cfg, head_dim| {
@@ -679,6 +692,7 @@ static REGISTRY: [Implementation; 7] = [
         arch: Some("compute_90a"),
         variants: Variants::ALL,
         introduced: &[("SCHEDULE", 0), ("PV_N", 64), ("Q_REGS", 0)],
+        yielding: &[("Q_REGS", 0)],
         defaults: hopper_defaults,
         tuned: hopper_tuned,
         constraints: |cfg, head_dim| {
@@ -699,10 +713,15 @@ static REGISTRY: [Implementation; 7] = [
             }
             let n = knob(cfg, "BLOCK_N");
             if knob(cfg, "Q_REGS") == 1 && (n > 128 || w == 12) {
-                return Err(format!("Q_REGS=1 needs BLOCK_N 64 or 128 and NUM_WARPS <= 8 (Q's fragments beside the S, P and O of BLOCK_N={n} with {w} consumer warps spill)"));
+                return Err(format!("Q_REGS=1 needs BLOCK_N 64 or 128 and NUM_WARPS <= 8 (Q's fragments beside the S, P and O of BLOCK_N={n} with {w} consumer warps spill); add Q_REGS=0"));
             }
             if knob(cfg, "Q_REGS") == 1 && knob(cfg, "SCHEDULE") == 1 && head_dim == 128 && w == 8 && n == 128 {
-                return Err("Q_REGS=1 with SCHEDULE=1 at head dim 128, NUM_WARPS=8, BLOCK_N=128 spills (the persistent loop's state beside Q's 32 registers); add SCHEDULE=0".into());
+                return Err("Q_REGS=1 with SCHEDULE=1 at head dim 128, NUM_WARPS=8, BLOCK_N=128 spills (the persistent loop's state beside Q's 32 registers); add SCHEDULE=0 or Q_REGS=0".into());
+            }
+            // ptxas 13.0 hands Q's fragment registers to P inside the unoverlapped key loop (found by
+            // kernels/tools/sass_blocks.py --q-regs-live; every overlapped variant keeps them).
+            if knob(cfg, "Q_REGS") == 1 && knob(cfg, "OVERLAP") == 0 {
+                return Err("Q_REGS=1 needs OVERLAP=1 (in the unoverlapped loop ptxas 13.0 reuses Q's registers for P: wrong results); add Q_REGS=0".into());
             }
             if n == 176 && w == 12 {
                 return Err("BLOCK_N=176 needs NUM_WARPS <= 8: with 3 consumer warpgroups (160 registers per thread) its 88 S and 44 P registers per thread spill; use NUM_WARPS=8".into());
@@ -744,6 +763,7 @@ static REGISTRY: [Implementation; 7] = [
         arch: None,
         variants: Variants::NONE,
         introduced: &[],
+        yielding: &[],
         defaults: |_| Config::default(),
         tuned: |_, _| Config::default(),
         constraints: |_, _| Ok(()),
@@ -769,6 +789,7 @@ static REGISTRY: [Implementation; 7] = [
         arch: None,
         variants: Variants::NONE,
         introduced: &[],
+        yielding: &[],
         defaults: hybrid_defaults,
         tuned: |_, _| Config::default(),
         constraints: |cfg, head_dim| hybrid_constraints(cfg, head_dim as u32),
@@ -791,6 +812,7 @@ static REGISTRY: [Implementation; 7] = [
         arch: None,
         variants: Variants::NONE,
         introduced: &[],
+        yielding: &[],
         defaults: hybrid_defaults,
         tuned: |_, _| Config::default(),
         constraints: |cfg, _| hybrid_constraints(cfg, knob(cfg, "BLOCK_N")),
@@ -887,7 +909,17 @@ impl Implementation {
                 )));
             }
         }
-        let cfg = self.default_config(head_dim).merged(overrides);
+        let mut cfg = self.default_config(head_dim).merged(overrides);
+        if (self.constraints)(&cfg, head_dim).is_err() {
+            let yielded: Vec<(&str, i64)> = self
+                .yielding
+                .iter()
+                .filter(|(name, _)| overrides.get(name).is_none())
+                .copied()
+                .collect();
+            // With nothing to yield the reason stands as it is; else the reason that remains.
+            cfg = cfg.merged(&Config::from_pairs(&yielded));
+        }
         (self.constraints)(&cfg, head_dim).map_err(invalid)?;
         let probe = Shape::single(head_dim);
         let geometry = (self.geometry)(&cfg, &probe);
@@ -1054,6 +1086,44 @@ mod tests {
             ("BLOCK_N", 48),
         ]);
         mma.resolve(&ok, 64, &Limits::H100).unwrap();
+    }
+
+    #[test]
+    fn q_in_registers_yields_where_other_knobs_rule_it_out_unless_asked_for() {
+        let hopper = find("hopper").unwrap();
+        let resolve = |config: &str, head_dim: usize| {
+            hopper
+                .resolve(&config.parse().unwrap(), head_dim, &Limits::H100)
+                .map_err(|e| e.to_string())
+        };
+        let q_regs =
+            |config: &str, head_dim: usize| resolve(config, head_dim).unwrap().get("Q_REGS");
+        assert_eq!(q_regs("", 128), Some(1));
+        assert_eq!(q_regs("", 64), Some(0));
+        // The persistent schedule, 176-key tiles, the unoverlapped loop: Q from shared memory.
+        assert_eq!(q_regs("SCHEDULE=1", 128), Some(0));
+        assert_eq!(q_regs("BLOCK_N=176,STAGES=2", 128), Some(0));
+        assert_eq!(q_regs("OVERLAP=0,PINGPONG=0", 128), Some(0));
+        let small = hopper.tuned_for(
+            &Shape::new(1, 8, 512, 512, 128).unwrap(),
+            &Params::new(128, false),
+        );
+        let small = hopper.resolve(&small, 128, &Limits::H100).unwrap();
+        assert_eq!(
+            (small.get("NUM_WARPS"), small.get("Q_REGS")),
+            (Some(4), Some(0))
+        );
+        // Named, it does not yield: the reason says what to change.
+        let err = resolve("Q_REGS=1,OVERLAP=0,PINGPONG=0", 128).unwrap_err();
+        assert!(
+            err.contains("OVERLAP=1") && err.contains("Q_REGS=0"),
+            "{err}"
+        );
+        let err = resolve("Q_REGS=1,SCHEDULE=1", 128).unwrap_err();
+        assert!(err.contains("spills"), "{err}");
+        // A reason that yielding does not remove is the one reported.
+        let err = resolve("BLOCK_N=176", 128).unwrap_err();
+        assert!(err.contains("shared memory"), "{err}");
     }
 
     #[test]

@@ -25,13 +25,13 @@ const PATH_KNOBS: [&str; 1] = ["SCHEDULE"];
 /// Opt-in configs (no default or tuning picks them) compiled too, at their head dims (with every
 /// value of the [`PATH_KNOBS`] on top): hopper's FlashAttention-3 tile, 128 x 176 in 2 stages at
 /// D=128 (#25), with two consumer warpgroups and with one; its N = 64 P·V per panel at D=128
-/// (PV_N=64, the default before N = 128); Q held in registers (Q_REGS=1) at D=128 and, with two
-/// consumer warpgroups, at D=64.
+/// (PV_N=64, the default before N = 128); Q from shared memory (Q_REGS=0, the default before Q in
+/// registers) at D=128, and Q in registers with two overlapped consumer warpgroups at D=64.
 const OPT_IN: [(&str, &str, usize); 5] = [
     ("hopper", "BLOCK_N=176,STAGES=2", 128),
     ("hopper", "PV_N=64", 128),
-    ("hopper", "Q_REGS=1,SCHEDULE=0", 128),
-    ("hopper", "BLOCK_M=128,NUM_WARPS=8,Q_REGS=1", 64),
+    ("hopper", "Q_REGS=0", 128),
+    ("hopper", "BLOCK_M=128,NUM_WARPS=8,OVERLAP=1,Q_REGS=1", 64),
     (
         "hopper",
         "BLOCK_M=64,NUM_WARPS=4,BLOCK_N=176,STAGES=2,OVERLAP=0,PINGPONG=0",

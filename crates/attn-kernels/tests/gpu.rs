@@ -166,13 +166,26 @@ fn schedules(name: &str) -> Vec<Config> {
 /// two consumer warpgroups (overlap, ping-pong) and with one (neither); the lengths end 1 short
 /// of, 1 past and 35 into a 176-key tile (4099 = 23 · 176 + 51). And hopper's N = 64 P·V per panel
 /// at D=128 (PV_N=64, the default before N = 128), on the defaults and per-shape tunings and on
-/// the 176-key tile. And Q held in registers (Q_REGS=1): on D=128's defaults and tunings with the
-/// grid schedule (the persistent one spills there), and at D=64 with two consumer warpgroups (its
-/// three have no registers for it). A config that names SCHEDULE runs with that schedule only.
+/// the 176-key tile. And Q from shared memory at D=128 (Q_REGS=0, the default before Q in
+/// registers), on the defaults and tunings; Q in registers on D=128's default tile forced onto
+/// every shape (the tunings of small grids yield Q_REGS to 0), and at D=64 with two overlapped
+/// consumer warpgroups (its three have no registers for it). A config that names SCHEDULE runs with
+/// that schedule only.
 const OPT_IN: &[(&str, &str, &[usize], &[usize])] = &[
     ("hopper", "PV_N=64", &[128], &[]),
-    ("hopper", "Q_REGS=1,SCHEDULE=0", &[128], &[]),
-    ("hopper", "BLOCK_M=128,NUM_WARPS=8,Q_REGS=1", &[64], &[]),
+    ("hopper", "Q_REGS=0", &[128], &[]),
+    (
+        "hopper",
+        "BLOCK_M=128,NUM_WARPS=8,STAGES=3,OVERLAP=1,PINGPONG=1,Q_REGS=1,SCHEDULE=0",
+        &[128],
+        &[],
+    ),
+    (
+        "hopper",
+        "BLOCK_M=128,NUM_WARPS=8,OVERLAP=1,Q_REGS=1",
+        &[64],
+        &[],
+    ),
     (
         "hopper",
         "BLOCK_M=128,NUM_WARPS=8,BLOCK_N=176,STAGES=2,OVERLAP=1,PINGPONG=1,PV_N=64",
