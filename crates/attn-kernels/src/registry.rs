@@ -444,10 +444,18 @@ fn hopper_defaults(head_dim: usize) -> Config {
 /// which timed it on 2 to 8 resident input sets against hopper's 50, in its favour by up to 18% at
 /// short sequences and 4% at 8192). Without a mask every row block does the
 /// same work and the grid stays: (2,16,8192,128) 1857 -> 1889, (4,16,2048,128) 231 -> 233.
+///
+/// Except at D=128 from 8192 rows on, where the grid keeps Q in registers (which the persistent
+/// loop has no registers for) and gains more than the persistent order: the gate (batch mode)
+/// measured the grid with Q_REGS=1 1.07× [1.06, 1.09] at (2,16,8192,128) causal and 1.05× [1.03,
+/// 1.06] at (2,32/8,8192,128) causal against the persistent schedule with Q in shared memory
+/// (evidence/gate/2026-11-25T07-49-27Z), and against FlashAttention-3 1.04×, 0.97×, 0.97× at
+/// (1,32/8,16384,128) causal (the persistent one 1.02×, 0.96×, 0.93×; 07-54-05Z, 07-28-48Z).
 fn hopper_tuned(shape: &Shape, params: &Params) -> Config {
     let rows = knob(&hopper_defaults(shape.head_dim), "BLOCK_M") as usize;
     if grid_blocks(shape, rows) >= H100_SMS {
-        return if params.causal {
+        let q_in_registers = shape.head_dim == 128 && shape.seq_q >= 8192;
+        return if params.causal && !q_in_registers {
             Config::from_pairs(&[("SCHEDULE", 1)])
         } else {
             Config::default()
@@ -1044,7 +1052,8 @@ mod tests {
         check("hopper", (2, 16, 8192, 64), &[]);
         // hopper under a causal mask: the persistent scheduler once the grid fills the GPU, the
         // small grids' knobs (and the grid) below.
-        check_masked("hopper", (2, 16, 8192, 128), true, &[("SCHEDULE", 1)]);
+        check_masked("hopper", (2, 16, 2048, 128), true, &[("SCHEDULE", 1)]);
+        check_masked("hopper", (2, 16, 8192, 128), true, &[]);
         check_masked("hopper", (2, 16, 2048, 64), true, &[("SCHEDULE", 1)]);
         check_masked(
             "hopper",
