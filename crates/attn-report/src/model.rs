@@ -198,16 +198,13 @@ impl EvidenceSet {
     pub fn latest_gates(&self) -> Vec<(usize, &GateRun)> {
         let mut latest: BTreeMap<(String, String, String), (usize, &GateRun)> = BTreeMap::new();
         for (index, gate) in self.gates() {
-            let shapes = gate.suite.clone().unwrap_or_else(|| {
-                gate.cases
-                    .iter()
-                    .map(|c| c.shape.to_string())
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            });
             // Runs are in time order, so later inserts win.
             latest.insert(
-                (gate.candidate.label(), gate.baseline.label(), shapes),
+                (
+                    gate.candidate.label(),
+                    gate.baseline.label(),
+                    gate_scope(gate),
+                ),
                 (index, gate),
             );
         }
@@ -434,4 +431,16 @@ fn load_searches(dir: &Path) -> Result<Vec<SearchLog>, ReportError> {
         }
     }
     Ok(logs)
+}
+
+/// What a gate run covered: its suite, or for shapes given one by one their list. With the two
+/// sides' labels it names the run's section (the latest run of each is shown) and its chart files.
+pub fn gate_scope(gate: &GateRun) -> String {
+    gate.suite.clone().unwrap_or_else(|| {
+        gate.cases
+            .iter()
+            .map(|c| c.shape.to_string())
+            .collect::<Vec<_>>()
+            .join("; ")
+    })
 }

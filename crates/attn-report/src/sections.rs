@@ -211,12 +211,13 @@ fn gate_section(run: &Run, gate: &GateRun) -> GateSection {
         None => "Gate rule: every correctness check must pass; no timing comparison was recorded."
             .into(),
     };
-    // One file per (candidate, baseline, suite): the seed and large suites keep separate charts.
+    // One file per section, i.e. per (candidate, baseline, suite or shape list): the seed and large
+    // suites keep separate charts, and so do two runs over different shapes given one by one.
     let shape_slug = format!(
         "{}-vs-{}-{}",
         slug(&gate.candidate.label()),
         slug(&gate.baseline.label()),
-        slug(gate.suite.as_deref().unwrap_or("shapes"))
+        slug(&crate::model::gate_scope(gate))
     );
     GateSection {
         speedup: SpeedupChart {

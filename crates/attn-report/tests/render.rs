@@ -590,3 +590,37 @@ fn hopper_against_fa3_comes_from_one_fair_run_a_gate_before_a_bench() {
         "{rows:?}"
     );
 }
+
+#[test]
+fn gate_runs_over_different_shapes_given_one_by_one_keep_their_own_charts() {
+    // Two runs of the same candidate and baseline with no suite, over different shape lists: each
+    // is the latest of its own, so each gets a section, and its chart files must not overwrite the
+    // other's.
+    let evidence = tempfile::tempdir().unwrap();
+    copy_dir(&fixtures(), evidence.path());
+    let source = fixtures().join("gate/2025-11-22T14-19-00Z-nvidia-h100-80gb-hbm3-bbbbbbb.json");
+    let text = fs::read_to_string(source).unwrap();
+    for (name, cases) in [("all-shapes.json", 3), ("first-shape.json", 1)] {
+        let mut gate: serde_json::Value = serde_json::from_str(&text).unwrap();
+        gate["suite"] = serde_json::Value::Null;
+        gate["cases"].as_array_mut().unwrap().truncate(cases);
+        fs::write(evidence.path().join("gate").join(name), gate.to_string()).unwrap();
+    }
+    let report = build(evidence.path(), None);
+    let speedups: Vec<&String> = report
+        .files()
+        .keys()
+        .filter(|name| name.starts_with("charts/speedup-mma-vs-sdpa-flash-"))
+        .collect();
+    assert_eq!(speedups.len(), 3, "{speedups:?}");
+    let html = &report.files()["index.html"];
+    assert_eq!(
+        html.matches("<svg").count(),
+        report
+            .files()
+            .keys()
+            .filter(|name| name.starts_with("charts/"))
+            .count(),
+        "every chart drawn in the page has its own file"
+    );
+}
