@@ -1097,14 +1097,17 @@ mod tests {
         mma.resolve(&ok, 64, &Limits::H100).unwrap();
     }
 
+    /// hopper's config for `config` (`K=V,...`) at `head_dim`, or the reason it is invalid.
+    fn resolve(config: &str, head_dim: usize) -> std::result::Result<Config, String> {
+        find("hopper")
+            .unwrap()
+            .resolve(&config.parse().unwrap(), head_dim, &Limits::H100)
+            .map_err(|e| e.to_string())
+    }
+
     #[test]
     fn q_in_registers_yields_where_other_knobs_rule_it_out_unless_asked_for() {
         let hopper = find("hopper").unwrap();
-        let resolve = |config: &str, head_dim: usize| {
-            hopper
-                .resolve(&config.parse().unwrap(), head_dim, &Limits::H100)
-                .map_err(|e| e.to_string())
-        };
         let q_regs =
             |config: &str, head_dim: usize| resolve(config, head_dim).unwrap().get("Q_REGS");
         assert_eq!(q_regs("", 128), Some(1));
@@ -1138,11 +1141,6 @@ mod tests {
     #[test]
     fn hopper_takes_176_key_tiles_only_where_they_fit_and_only_when_asked() {
         let hopper = find("hopper").unwrap();
-        let resolve = |config: &str, head_dim: usize| {
-            hopper
-                .resolve(&config.parse().unwrap(), head_dim, &Limits::H100)
-                .map_err(|e| e.to_string())
-        };
         // FlashAttention-3's D=128 tile: 128 x 176, 2 stages; 214016 bytes of dynamic shared memory.
         let fa3 = resolve("BLOCK_N=176,STAGES=2", 128).unwrap();
         assert_eq!(fa3.get("NUM_WARPS"), Some(8));
