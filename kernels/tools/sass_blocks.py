@@ -52,18 +52,30 @@ def find_nvdisasm(given):
     )
 
 
-def basic_blocks(sass):
-    """[(label, [opcode, ...])] in program order; the opcode without predicate or modifiers."""
-    blocks = [("entry", [])]
+def instructions(sass):
+    """[(text without predicate, predicated?)] in program order and {label: index of its first}."""
+    ins, labels = [], {}
     for line in sass.splitlines():
         label = LABEL.match(line)
         if label:
-            blocks.append((label.group(1), []))
+            labels[label.group(1)] = len(ins)
             continue
-        ins = INSTRUCTION.match(line)
-        if ins:
-            blocks[-1][1].append(PREDICATE.sub("", ins.group(1)).split()[0].split(".")[0])
-    return blocks
+        m = INSTRUCTION.match(line)
+        if m:
+            text = m.group(1).strip()
+            ins.append((PREDICATE.sub("", text), PREDICATE.match(text) is not None))
+    return ins, labels
+
+
+def basic_blocks(sass):
+    """[(label, [opcode, ...])] in program order; the opcode without predicate or modifiers."""
+    ins, labels = instructions(sass)
+    starts = [("entry", 0)] + list(labels.items())
+    ends = [start for _, start in starts[1:]] + [len(ins)]
+    return [
+        (label, [ins[i][0].split()[0].split(".")[0] for i in range(start, end)])
+        for (label, start), end in zip(starts, ends)
+    ]
 
 
 def hot_blocks(blocks):
@@ -94,21 +106,6 @@ BRANCH_TARGET = re.compile(r"`\(\.(L_x_\d+)\)")
 QK_HGMMA = re.compile(r"^HGMMA\.64x\d+x16(?:\.\w+)+ R\d+, R(\d+), gdesc\[\w+\](?!\.tnspB)")
 DEST = re.compile(r"^(\S+)\s+R(\d+)\b")
 NO_DEST = ("ST", "RED", "BAR", "SYNCS", "BRA", "EXIT", "RET", "WARPGROUP", "HGMMA", "BSSY", "BSYNC", "CALL", "NOP")
-
-
-def instructions(sass):
-    """[(text without predicate, predicated?)] in program order and {label: index of its first}."""
-    ins, labels = [], {}
-    for line in sass.splitlines():
-        label = LABEL.match(line)
-        if label:
-            labels[label.group(1)] = len(ins)
-            continue
-        m = INSTRUCTION.match(line)
-        if m:
-            text = m.group(1).strip()
-            ins.append((PREDICATE.sub("", text), PREDICATE.match(text) is not None))
-    return ins, labels
 
 
 def successors(ins, labels, i):
@@ -150,13 +147,16 @@ def q_regs_clobbers(sass):
         if m:
             reads[i] = set(range(int(m.group(1)), int(m.group(1)) + 4))
     q_regs = set().union(*reads.values()) if reads else set()
+    # Each instruction's writes and successors once, not once per walk.
+    writes = [written_registers(text) for text, _ in ins]
+    succ = [successors(ins, labels, i) for i in range(len(ins))]
     clobbers = []
     for i, (text, _) in enumerate(ins):
-        hit = written_registers(text) & q_regs
+        hit = writes[i] & q_regs
         if not hit or text.startswith("LDS"):
             continue
         for reg in hit:
-            seen, todo = set(), list(successors(ins, labels, i))
+            seen, todo = set(), list(succ[i])
             while todo:
                 j = todo.pop()
                 if j in seen:
@@ -164,11 +164,9 @@ def q_regs_clobbers(sass):
                 seen.add(j)
                 if reg in reads.get(j, ()):
                     clobbers.append((text, ins[j][0]))
-                    todo = []
                     break
-                if reg in written_registers(ins[j][0]):
-                    continue
-                todo.extend(successors(ins, labels, j))
+                if reg not in writes[j]:
+                    todo.extend(succ[j])
     return q_regs, clobbers
 
 

@@ -452,9 +452,10 @@ fn hopper_defaults(head_dim: usize) -> Config {
 /// (evidence/gate/2026-11-25T07-49-27Z), and against FlashAttention-3 1.04×, 0.97×, 0.97× at
 /// (1,32/8,16384,128) causal (the persistent one 1.02×, 0.96×, 0.93×; 07-54-05Z, 07-28-48Z).
 fn hopper_tuned(shape: &Shape, params: &Params) -> Config {
-    let rows = knob(&hopper_defaults(shape.head_dim), "BLOCK_M") as usize;
+    let defaults = hopper_defaults(shape.head_dim);
+    let rows = knob(&defaults, "BLOCK_M") as usize;
     if grid_blocks(shape, rows) >= H100_SMS {
-        let q_in_registers = shape.head_dim == 128 && shape.seq_q >= 8192;
+        let q_in_registers = knob(&defaults, "Q_REGS") == 1 && shape.seq_q >= 8192;
         return if params.causal && !q_in_registers {
             Config::from_pairs(&[("SCHEDULE", 1)])
         } else {
