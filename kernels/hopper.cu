@@ -68,9 +68,10 @@
 //                             fewer. BLOCK_N 64 or 128, NUM_WARPS ≤ 8 (registers); at D 128, 8
 //                             warps, 128-key tiles SCHEDULE 0 (the persistent loop spills); OVERLAP
 //                             1 (ptxas 13.0 gives Q's registers to P in the unoverlapped loop:
-//                             kernels/tools/sass_blocks.py --q-regs-live). The registry's default at D 128 (it
-//                             registry yields it to 0 where those rule it out): the gate measured
-//                             1.03x (2,16,8192,128 and 2,32/8,8192,128) over Q in shared memory
+//                             kernels/tools/sass_blocks.py --q-regs-live). The registry's default
+//                             at D 128 (it yields to 0 where those rule it out; this file's own
+//                             fallback is 0): the gate measured 1.03x (2,16,8192,128 and
+//                             2,32/8,8192,128) over Q in shared memory
 //   SCHEDULE  ∈ {0, 1}        work order: 0 grid (one block per row block), 1 persistent (one block
 //                             per SM slot looping over work items; "Persistent schedule" below);
 //                             default 0 (the registry picks per shape)
