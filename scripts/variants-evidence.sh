@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Evidence for the attention variants (grouped-query, multi-query, sliding window, varlen) on a
 # GPU machine, from a bundle (`cargo xtask bundle`): the kernels' GPU tests over the variants'
-# matrices, benches of the variant suites (our kernels against SDPA's GQA path where it has one,
-# back-to-back batches like the FlashAttention-3 anchor), the anchor itself on the same problems
-# when its library is given, and the gate on the GQA, MQA and varlen suites (varlen against mma:
-# SDPA is no varlen baseline here). Logs go to $LOGS (default /tmp/attn-logs), evidence to
+# matrices, benches of the variant suites (our kernels against SDPA's GQA path, and against
+# PyTorch's varlen_attn on windows and varlen batches, which SDPA has no kernel for; back-to-back
+# batches like the FlashAttention-3 anchor), the anchor itself on the same problems when its
+# library is given, and the gate on the GQA and MQA suites against SDPA and on the window and
+# varlen suites against varlen_attn. Logs go to $LOGS (default /tmp/attn-logs), evidence to
 # evidence/.
 # Usage: scripts/variants-evidence.sh [tests] [bench] [fa3] [gate]   (default: all)
 #   FA3_LIB=/path/libfa3.so for the fa3 step (see ../shared/anchors/fa3/README.md).
@@ -32,9 +33,9 @@ for s in $steps; do
       for suite in gqa mqa; do
         timeout 240 $X bench --suite $suite --impl hopper,mma --sdpa-backends default --mode batch --samples 20 > "$LOGS/bench-$suite.log" 2>&1; echo "bench $suite rc=$?"
       done
-      timeout 240 $X bench --suite window --impl hopper,mma --sdpa-backends "" --mode batch --samples 20 > "$LOGS/bench-window.log" 2>&1; echo "bench window rc=$?"
+      timeout 240 $X bench --suite window --impl hopper,mma --sdpa-backends varlen --mode batch --samples 20 > "$LOGS/bench-window.log" 2>&1; echo "bench window rc=$?"
       # Varlen batches, each also as the dense batch at its mean length (the per-token target).
-      timeout 300 $X bench --suite varlen --impl hopper,mma --sdpa-backends "" --mode batch --samples 20 > "$LOGS/bench-varlen.log" 2>&1; echo "bench varlen rc=$?"
+      timeout 300 $X bench --suite varlen --impl hopper,mma --sdpa-backends varlen --mode batch --samples 20 > "$LOGS/bench-varlen.log" 2>&1; echo "bench varlen rc=$?"
       grep -E "^varlen vs dense" "$LOGS/bench-varlen.log"
       # The dense problems the windows cut down, for time-versus-window.
       timeout 120 $X bench --shape "2,16,16384,128 causal" --shape "2,16,16384,128" --impl hopper --sdpa-backends default --mode batch --samples 20 > "$LOGS/bench-window-dense.log" 2>&1; echo "bench dense rc=$?"
@@ -59,8 +60,10 @@ for s in $steps; do
         timeout 300 $X gate --impl hopper --suite $suite --samples 30 --markdown "$LOGS/gate-$suite.md" > "$LOGS/gate-$suite.log" 2>&1; echo "gate $suite rc=$?"
         grep -E "^  [0-9]" "$LOGS/gate-$suite.log"
       done
-      timeout 400 $X gate --impl hopper --suite varlen --baseline mma --samples 30 --markdown "$LOGS/gate-varlen.md" > "$LOGS/gate-varlen.log" 2>&1; echo "gate varlen rc=$?"
-      grep -E "^  (varlen|[0-9])" "$LOGS/gate-varlen.log" ;;
+      for suite in window varlen; do
+        timeout 400 $X gate --impl hopper --suite $suite --sdpa-backend varlen --samples 30 --markdown "$LOGS/gate-$suite.md" > "$LOGS/gate-$suite.log" 2>&1; echo "gate $suite rc=$?"
+        grep -E "^  (varlen|[0-9])" "$LOGS/gate-$suite.log"
+      done ;;
     *) echo "unknown step $s" ;;
   esac
 done

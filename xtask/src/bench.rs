@@ -25,7 +25,8 @@ pub struct Args {
     #[arg(long, default_value = "")]
     pub config: String,
     /// SDPA backends to time alongside, comma-separated (empty for none); `fa3` is
-    /// FlashAttention-3 through JAX (its library in ATTN_FA3_LIB; batch mode only).
+    /// FlashAttention-3 through JAX (its library in ATTN_FA3_LIB; batch mode only), `varlen`
+    /// PyTorch's varlen_attn (the one PyTorch kernel for varlen batches and windows).
     #[arg(long, default_value = "default,flash", value_delimiter = ',')]
     pub sdpa_backends: Vec<String>,
     #[command(flatten)]
@@ -186,7 +187,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         }
         if let Some(sdpa) = &sdpa {
             for &backend in &backends {
-                if let Some(why) = attn_measure::baseline::sdpa_refusal(problem, backend) {
+                if let Some(why) = attn_measure::sdpa::refusal(problem, backend) {
                     bar.println(format!("  sdpa:{backend} skipped: {why}"));
                     bar.inc(1);
                     continue;

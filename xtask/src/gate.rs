@@ -40,7 +40,9 @@ pub struct Args {
     /// regression).
     #[arg(long, default_value = "sdpa")]
     pub baseline: String,
-    /// SDPA backend: default, flash, efficient, cudnn, math.
+    /// SDPA backend: default, flash, efficient, cudnn, math; or varlen, PyTorch's varlen_attn
+    /// (FlashAttention-2 with offsets and a window: the PyTorch baseline of varlen batches and
+    /// windows, which SDPA has no kernel for; no cublas fallback).
     #[arg(long, default_value = "default")]
     pub sdpa_backend: Backend,
     /// Fresh random inputs per shape that must all pass before timing; they cycle through normal,

@@ -1,6 +1,7 @@
 //! `cargo xtask test`: makes sure NVRTC, ptxas and the CUDA headers are available (installing NVIDIA's
-//! pinned wheels when no toolkit is found) and a headless Chromium for the report's browser test
-//! (installing Debian's `chromium` with apt-get when none is found), then runs the whole workspace
+//! pinned wheels when no toolkit is found), a headless Chromium for the report's browser test
+//! (installing Debian's `chromium` with apt-get when none is found) and numpy for the SDPA helper's
+//! row check (installing a pinned wheel into `target/` when python3 has none), then runs the whole workspace
 //! test suite, kernel compile checks included. No GPU needed: GPU tests are `#[ignore]`d and run
 //! from the bundle.
 
@@ -73,6 +74,11 @@ fn steps(args: &Args) -> anyhow::Result<Option<&'static str>> {
         // The browser test then fails (one line) instead of skipping if the browser is missing.
         tests.env("ATTN_BROWSER_TEST", "required");
     }
+    // The helper's row-check test then fails instead of skipping if numpy is missing.
+    if let Some(path) = ensure_numpy(&workspace) {
+        tests.env("ATTN_HELPER_PYTHONPATH", path);
+    }
+    tests.env("ATTN_HELPER_TEST", "required");
     if !tests.status().context("running cargo test")?.success() {
         return Ok(Some("workspace tests"));
     }
@@ -201,6 +207,55 @@ fn apt_get(args: &[&str]) -> bool {
         .status()
         .is_ok_and(|status| status.success())
 }
+
+/// numpy for the SDPA helper's row-check test (`crates/attn-measure/tests/helper.rs`): `None` when
+/// python3 imports it already, else the folder a pinned wheel was installed into with pip (a
+/// failed install is said on one line; the test then fails on it).
+fn ensure_numpy(workspace: &Path) -> Option<std::path::PathBuf> {
+    let imports = |path: Option<&Path>| {
+        let mut python = Command::new("python3");
+        if let Some(path) = path {
+            python.env("PYTHONPATH", path);
+        }
+        python
+            .args(["-c", "import numpy"])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+    };
+    if imports(None) {
+        return None;
+    }
+    let target = workspace.join(NUMPY_DIR);
+    if !imports(Some(&target)) {
+        println!(
+            "installing {PINNED_NUMPY} into {} (for the SDPA helper's row-check test)",
+            target.display()
+        );
+        let installed = Command::new("python3")
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--upgrade",
+            ])
+            .arg("--target")
+            .arg(&target)
+            .arg(PINNED_NUMPY)
+            .status()
+            .is_ok_and(|status| status.success());
+        if !installed {
+            println!("could not install {PINNED_NUMPY} with pip: the SDPA helper's row-check test will fail");
+        }
+    }
+    Some(target)
+}
+
+/// The numpy the helper's row-check test installs when python3 has none, and where.
+const PINNED_NUMPY: &str = "numpy==2.2.6";
+const NUMPY_DIR: &str = "target/py-numpy";
 
 /// Finds a toolkit (`attn_kernels::toolkit`), installing the pinned wheels with pip when there is
 /// none.

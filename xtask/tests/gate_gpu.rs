@@ -216,6 +216,67 @@ fn hopper_is_judged_against_flash_attention_3_in_batch_mode() {
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
+fn pytorch_varlen_attn_is_the_baseline_of_varlen_batches_and_windows() {
+    // One GPU test at a time on the device (tests of other executables too).
+    let _device = attn_kernels::device_lock(0);
+    // SDPA has no kernel for either: refused in one line naming varlen_attn, before any GPU work.
+    for shape in [
+        "varlen=300,0,1000 H=8/2 D=64 causal",
+        "2,8,1024,64 causal window=128,-1",
+    ] {
+        let (code, text) = gate(&["--impl", "mma", "--shape", shape]);
+        assert_eq!(code, 2, "{text}");
+        assert!(text.contains("--sdpa-backend varlen"), "{text}");
+    }
+    // A varlen batch with an empty sequence and a windowed GQA batch: varlen_attn is checked on
+    // sampled rows, timed, and is PyTorch's second reference on every check.
+    let (code, text, run) = run_with_evidence(
+        "gate",
+        &[
+            "--impl",
+            "hopper",
+            "--baseline",
+            "sdpa",
+            "--sdpa-backend",
+            "varlen",
+            "--shape",
+            "varlen=1000,0,3000,517 H=32/8 D=128 causal",
+            "--shape",
+            "2,32/8,4096,128 causal window=1024,-1",
+            "--samples",
+            "20",
+            "--checks",
+            "2",
+        ],
+    );
+    assert!(
+        matches!(code, Some(0 | 1)),
+        "a verdict, not an error:\n{text}"
+    );
+    assert_eq!(run["baseline"]["name"], "sdpa", "{run}");
+    assert_eq!(run["baseline"]["backend"], "varlen", "{run}");
+    let cases = run["cases"].as_array().expect("cases");
+    assert_eq!(cases.len(), 2, "{run}");
+    for case in cases {
+        let speedup = case["comparison"]["speedup"]["point"].as_f64();
+        assert!(
+            speedup.is_some_and(|s| (0.2..20.0).contains(&s)),
+            "{}: {speedup:?}\n{text}",
+            case["shape"]
+        );
+        for check in case["correctness"].as_array().expect("checks") {
+            let diff = check["sdpa_max_abs"].as_f64();
+            assert!(
+                diff.is_some_and(|d| d < 0.05),
+                "{}: varlen_attn as the second reference: {diff:?}\n{text}",
+                case["shape"]
+            );
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
 fn every_block_of_a_helper_baseline_times_the_baseline_alone() {
     // One GPU test at a time on the device (tests of other executables too).
     let _device = attn_kernels::device_lock(0);

@@ -27,8 +27,10 @@ pub enum Baseline {
 
 impl Baseline {
     /// `--baseline NAME`: `sdpa` (the `cublas` math path when PyTorch is unusable: the second
-    /// value says so, one line), `fa3` (FlashAttention-3 through the helper; its library and
-    /// PyTorch must be there, no fallback), `cublas`, or any registered implementation.
+    /// value says so, one line; with the `varlen` backend PyTorch must be there, no fallback:
+    /// cuBLAS has no kernel for what it is asked for), `fa3` (FlashAttention-3 through the
+    /// helper; its library and PyTorch must be there, no fallback), `cublas`, or any registered
+    /// implementation.
     pub fn from_name(name: &str, backend: Backend) -> Result<(Baseline, Option<String>)> {
         if name == "fa3" || (name == "sdpa" && backend == Backend::Fa3) {
             Backend::fa3_library()?;
@@ -37,6 +39,15 @@ impl Baseline {
                 Baseline::Sdpa {
                     sdpa,
                     backend: Backend::Fa3,
+                },
+                None,
+            ));
+        }
+        if name == "sdpa" && backend == Backend::Varlen {
+            return Ok((
+                Baseline::Sdpa {
+                    sdpa: Sdpa::detect()?,
+                    backend,
                 },
                 None,
             ));
@@ -78,10 +89,10 @@ impl Baseline {
 
     /// Refuses, with one line, a problem this baseline cannot run as it is: a registered
     /// implementation outside its variants, or SDPA on a problem the helper cannot time as it is
-    /// ([`sdpa_refusal`]).
+    /// ([`crate::sdpa::refusal`]).
     pub fn check_supports(&self, problem: &Problem) -> Result<()> {
         match self {
-            Baseline::Sdpa { backend, .. } => match sdpa_refusal(problem, *backend) {
+            Baseline::Sdpa { backend, .. } => match crate::sdpa::refusal(problem, *backend) {
                 Some(why) => Err(MeasureError::Invalid(why)),
                 None => Ok(()),
             },
@@ -134,22 +145,6 @@ impl Baseline {
             Baseline::Registered(_) => None,
         }
     }
-}
-
-/// Why PyTorch SDPA with `backend` is no baseline for `problem`, one line naming the
-/// alternative; `None` when it is one. A packed varlen batch: [`crate::sdpa::varlen_refusal`]. A
-/// sliding window: PyTorch has no window kernel (a boolean mask runs its dense masked paths, not a
-/// window baseline); FlashAttention-3 ([`Backend::Fa3`]) has one.
-pub fn sdpa_refusal(problem: &Problem, backend: Backend) -> Option<String> {
-    if let Some(why) = crate::sdpa::varlen_refusal(problem) {
-        return Some(why);
-    }
-    if backend == Backend::Fa3 {
-        return None;
-    }
-    problem.params.window.is_bounded().then(|| format!(
-        "{problem}: PyTorch SDPA has no sliding-window kernel (a boolean mask runs its dense masked paths), so it is no baseline for a window; gate against another implementation (--baseline mma) or FlashAttention-3 (--baseline fa3 --mode batch)"
-    ))
 }
 
 /// The evidence description of SDPA with a backend; FlashAttention-3 as `fa3`, with the SHA-256
@@ -234,22 +229,39 @@ mod tests {
     #[test]
     fn sdpa_refuses_varlen_and_windows_in_one_line_naming_the_alternative() {
         let varlen = Problem::parse("varlen=512,0,3000 H=16 D=128 causal").unwrap();
-        let why = sdpa_refusal(&varlen, Backend::Default).unwrap();
+        let why = crate::sdpa::refusal(&varlen, Backend::Default).unwrap();
         assert!(
-            why.contains("packed varlen batch") && why.contains("--baseline mma"),
+            why.contains("packed varlen batch")
+                && why.contains("--baseline mma")
+                && why.contains("--sdpa-backend varlen"),
             "{why}"
         );
         assert!(!why.contains('\n'));
         let window = Problem::parse("2,16,4096,128 causal window=512,-1").unwrap();
-        assert!(sdpa_refusal(&window, Backend::Default)
-            .unwrap()
-            .contains("sliding-window"));
+        let why = crate::sdpa::refusal(&window, Backend::Default).unwrap();
         assert!(
-            sdpa_refusal(&Problem::parse("2,32/8,4096,128").unwrap(), Backend::Flash).is_none()
+            why.contains("sliding-window") && why.contains("--sdpa-backend varlen"),
+            "{why}"
+        );
+        // PyTorch's varlen_attn takes varlen batches, windows and dense batches alike.
+        for problem in [
+            &varlen,
+            &window,
+            &Problem::parse("2,32/8,4096,128").unwrap(),
+        ] {
+            assert_eq!(
+                crate::sdpa::refusal(problem, Backend::Varlen),
+                None,
+                "{problem}"
+            );
+        }
+        assert!(
+            crate::sdpa::refusal(&Problem::parse("2,32/8,4096,128").unwrap(), Backend::Flash)
+                .is_none()
         );
         // FlashAttention-3 has a window kernel, and is no varlen baseline through the helper.
-        assert!(sdpa_refusal(&window, Backend::Fa3).is_none());
-        assert!(sdpa_refusal(&varlen, Backend::Fa3).is_some());
+        assert!(crate::sdpa::refusal(&window, Backend::Fa3).is_none());
+        assert!(crate::sdpa::refusal(&varlen, Backend::Fa3).is_some());
         // A registered baseline is refused only outside its variants.
         let mma = Baseline::Registered(Candidate::registered("mma", Config::default()).unwrap());
         assert!(mma.check_supports(&varlen).is_ok());
@@ -257,6 +269,21 @@ mod tests {
             Baseline::Registered(Candidate::registered("cublas", Config::default()).unwrap());
         let err = cublas.check_supports(&varlen).unwrap_err().to_string();
         assert!(err.contains("cublas") && err.contains("varlen"), "{err}");
+    }
+
+    #[test]
+    fn varlen_attn_without_pytorch_is_one_line_and_never_cublas() {
+        // No Python at all: SDPA falls back to the cublas math path and says so; varlen_attn is
+        // asked for the problems cuBLAS has no kernel for, so it is an error instead.
+        std::env::set_var("ATTN_PYTHON", "/nonexistent/python3");
+        let (fallback, note) = Baseline::from_name("sdpa", Backend::Default).unwrap();
+        assert_eq!(fallback.implementation().name, "cublas");
+        assert!(note.is_some_and(|n| n.contains("cublas")));
+        let err = Baseline::from_name("sdpa", Backend::Varlen)
+            .unwrap_err()
+            .to_string();
+        std::env::remove_var("ATTN_PYTHON");
+        assert!(err.contains("no Python") && !err.contains('\n'), "{err}");
     }
 }
 

@@ -12,7 +12,7 @@ use attn_evidence::{
 };
 use attn_kernels::planted::{ReferenceCopier, SideStreamWork};
 use attn_kernels::{Candidate, Gpu, GpuReference, Timings};
-use attn_oracle::{compare, npy, tolerance, DType, Distribution};
+use attn_oracle::{npy, tolerance, DType, Distribution};
 use attn_stats::{CompareOptions, Sample};
 
 use crate::baseline::{median, timing_evidence, Baseline};
@@ -246,12 +246,15 @@ impl<'a> GateSession<'a> {
             watched,
         )?;
         trace.done("compile and checks");
-        // SDPA (its default backend) is the second reference wherever it runs the problem as it
-        // is, whatever the baseline the helper times (SDPA or FlashAttention-3).
-        let sdpa_runs_it = crate::baseline::sdpa_refusal(problem, Backend::Default).is_none();
-        if let Some(sdpa) = self.baseline.sdpa().filter(|_| sdpa_runs_it) {
-            second_reference(sdpa, problem, &mut runs)?;
-            trace.done("SDPA's second reference");
+        // PyTorch is the second reference whatever the baseline the helper times (SDPA,
+        // varlen_attn or FlashAttention-3): SDPA's default backend wherever it runs the problem
+        // as it is, else varlen_attn (windows, varlen batches).
+        let second = [Backend::Default, Backend::Varlen]
+            .into_iter()
+            .find(|&b| crate::sdpa::refusal(problem, b).is_none());
+        if let (Some(sdpa), Some(backend)) = (self.baseline.sdpa(), second) {
+            second_reference(sdpa, backend, problem, &mut runs)?;
+            trace.done("PyTorch's second reference");
         }
         case.correctness = runs.into_iter().map(|r| r.check).collect();
         if case.correctness.iter().any(|c| !c.passed) {
@@ -488,11 +491,13 @@ pub fn escaped_work(timings: &Timings) -> Option<Flag> {
     })
 }
 
-/// SDPA's output on each check's inputs, as a second reference: how far the candidate is from
-/// it, and which of the two is closer to the f64 oracle (by relative L2: the largest absolute
-/// error of any accurate kernel sits at the output's own rounding, so it often ties).
+/// PyTorch's output (SDPA with `backend`, or varlen_attn) on each check's inputs, as a second
+/// reference: how far the candidate is from it, and which of the two is closer to the f64 oracle
+/// (by relative L2: the largest absolute error of any accurate kernel sits at the output's own
+/// rounding, so it often ties).
 fn second_reference(
     sdpa: &crate::sdpa::Sdpa,
+    backend: Backend,
     problem: &Problem,
     runs: &mut [CheckRun],
 ) -> Result<()> {
@@ -514,15 +519,12 @@ fn second_reference(
         npy::write(&q, &run.inputs.q).map_err(io("writing SDPA's inputs"))?;
         npy::write(&k, &run.inputs.k).map_err(io("writing SDPA's inputs"))?;
         npy::write(&v, &run.inputs.v).map_err(io("writing SDPA's inputs"))?;
-        if sdpa
-            .run([&q, &k, &v], &o, problem, Backend::Default)
-            .is_err()
-        {
-            continue; // SDPA cannot run this shape: the f64 oracle alone decides
+        if sdpa.run([&q, &k, &v], &o, problem, backend).is_err() {
+            continue; // PyTorch cannot run this shape: the f64 oracle alone decides
         }
         let sdpa_out = npy::read_as(&o, problem.dtype).map_err(io("reading SDPA's output"))?;
         let distribution: Distribution = run.check.distribution.parse()?;
-        let sdpa_verdict = compare(
+        let sdpa_verdict = problem.compare(
             &sdpa_out,
             &run.reference,
             &tolerance(problem.dtype, distribution),
@@ -535,12 +537,13 @@ fn second_reference(
             .map(|(a, b)| (a - b).abs())
             .fold(0.0, f64::max);
         let check = &mut run.check;
+        let pytorch = crate::baseline::sdpa_implementation(backend).label();
         check.sdpa_max_abs = Some(diff);
         let (mine, theirs) = (check.rel_l2, sdpa_verdict.rel_l2);
         check.closer_to = Some(if mine <= theirs {
-            format!("candidate is as close or closer to the f64 oracle than SDPA: rel L2 {mine:.3e} vs {theirs:.3e} (max abs {:.3e} vs {:.3e})", check.max_abs, sdpa_verdict.max_abs)
+            format!("candidate is as close or closer to the f64 oracle than {pytorch}: rel L2 {mine:.3e} vs {theirs:.3e} (max abs {:.3e} vs {:.3e})", check.max_abs, sdpa_verdict.max_abs)
         } else {
-            format!("SDPA is closer to the f64 oracle: rel L2 {theirs:.3e} vs candidate {mine:.3e} (max abs {:.3e} vs {:.3e})", sdpa_verdict.max_abs, check.max_abs)
+            format!("{pytorch} is closer to the f64 oracle: rel L2 {theirs:.3e} vs candidate {mine:.3e} (max abs {:.3e} vs {:.3e})", sdpa_verdict.max_abs, check.max_abs)
         });
     }
     Ok(())

@@ -2,7 +2,8 @@
 //! stays alive for the whole run (`python3`, or `ATTN_PYTHON`): typed requests go to its stdin and
 //! typed replies come back on its stdout, one JSON object a line. A reply missing a field is an
 //! error, never a silent default. The same helper runs FlashAttention-3 ([`Backend::Fa3`]) through
-//! JAX, so that FA3 is a baseline timed in the same run as our kernels.
+//! JAX, so that FA3 is a baseline timed in the same run as our kernels, and PyTorch's own kernel
+//! for packed variable-length batches and sliding windows ([`Backend::Varlen`]), which SDPA lacks.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -35,6 +36,13 @@ pub enum Backend {
     /// JAX's FFI by the same helper. JAX exposes no CUDA events, so it is timed in batch mode only
     /// ([`Backend::check_mode`]), by the host clock around one dispatch of back-to-back calls.
     Fa3,
+    /// Not SDPA: PyTorch's `torch.nn.attention.varlen.varlen_attn` (2.10 or later), its
+    /// FlashAttention-2 kernel over packed sequences with cumulative offsets and a sliding
+    /// window: PyTorch's baseline for varlen batches and windows, which SDPA has no kernel for.
+    /// Grouped heads go to the kernel as they are; a dense batch runs as B sequences of equal
+    /// length. Its output is checked on sampled rows against a float64 reference before it is
+    /// timed, as FA3's is.
+    Varlen,
 }
 
 /// The environment variable naming FlashAttention-3's library (a build exporting the XLA FFI
@@ -43,13 +51,14 @@ pub const FA3_LIB_VAR: &str = "ATTN_FA3_LIB";
 
 impl Backend {
     /// Every backend.
-    pub const ALL: [Backend; 6] = [
+    pub const ALL: [Backend; 7] = [
         Backend::Default,
         Backend::Flash,
         Backend::Efficient,
         Backend::Cudnn,
         Backend::Math,
         Backend::Fa3,
+        Backend::Varlen,
     ];
 
     /// Its name on the command line and in evidence.
@@ -61,6 +70,7 @@ impl Backend {
             Backend::Cudnn => "cudnn",
             Backend::Math => "math",
             Backend::Fa3 => "fa3",
+            Backend::Varlen => "varlen",
         }
     }
 
@@ -108,19 +118,46 @@ impl std::str::FromStr for Backend {
             .find(|b| b.as_str() == text)
             .ok_or_else(|| {
                 MeasureError::Invalid(format!(
-                    "unknown SDPA backend `{text}` (known: default, flash, efficient, cudnn, math, and fa3 for FlashAttention-3)"
+                    "unknown SDPA backend `{text}` (known: default, flash, efficient, cudnn, math, fa3 for FlashAttention-3, varlen for PyTorch's varlen_attn)"
                 ))
             })
     }
 }
 
-/// Why the helper refuses `problem`: a packed varlen batch (it takes dense `[B, H, S, D]` tensors;
-/// timing or running the bounding dense batch instead would be other work, so nothing is sent).
-/// One line naming the alternative; `None` for a dense problem.
-pub fn varlen_refusal(problem: &Problem) -> Option<String> {
-    problem.varlen.is_some().then(|| format!(
-        "{problem}: PyTorch SDPA is no baseline for a packed varlen batch here (the helper times dense batches only, and a padded batch is other work); gate against a registered implementation (--baseline mma)"
+/// Why the helper refuses `problem` with `backend`, one line naming the alternatives; `None` when
+/// the backend runs it as it is. A packed varlen batch: only [`Backend::Varlen`] takes one (SDPA
+/// and FA3 take dense `[B, H, S, D]` tensors here; timing or running the bounding dense batch
+/// instead would be other work, so nothing is sent). A sliding window: SDPA has no window kernel
+/// (a boolean mask runs its dense masked paths, not a window baseline); varlen_attn and
+/// FlashAttention-3 ([`Backend::Fa3`]) have one.
+pub fn refusal(problem: &Problem, backend: Backend) -> Option<String> {
+    if problem.varlen.is_some() && backend != Backend::Varlen {
+        return Some(format!(
+            "{problem}: {backend} is no baseline for a packed varlen batch (it takes dense batches, and a padded batch is other work); time PyTorch's varlen_attn (--sdpa-backend varlen) or a registered implementation (--baseline mma)"
+        ));
+    }
+    if matches!(backend, Backend::Fa3 | Backend::Varlen) {
+        return None;
+    }
+    problem.params.window.is_bounded().then(|| format!(
+        "{problem}: PyTorch SDPA has no sliding-window kernel (a boolean mask runs its dense masked paths), so it is no baseline for a window; gate against PyTorch's varlen_attn, which has one (--sdpa-backend varlen), another implementation (--baseline mma) or FlashAttention-3 (--baseline fa3 --mode batch)"
     ))
+}
+
+/// A varlen batch's lengths as the helper's requests carry them.
+#[derive(Debug, Serialize)]
+struct PackedLengths<'a> {
+    q: &'a [usize],
+    kv: &'a [usize],
+}
+
+impl<'a> PackedLengths<'a> {
+    fn of(problem: &'a Problem) -> Option<PackedLengths<'a>> {
+        problem.spec.varlen.as_ref().map(|v| PackedLengths {
+            q: &v.seqlens_q,
+            kv: &v.seqlens_kv,
+        })
+    }
 }
 
 /// Versions the helper reports.
@@ -140,7 +177,7 @@ pub struct SdpaInfo {
 enum Request<'a> {
     Info,
     Run(RunRequest<'a>),
-    Time(TimeRequest),
+    Time(TimeRequest<'a>),
 }
 
 /// Compute SDPA's output on `.npy` inputs.
@@ -155,17 +192,22 @@ struct RunRequest<'a> {
     window: (i32, i32),
     scale: f64,
     backend: Backend,
+    /// A varlen batch's lengths (its files packed), or `None` for a dense batch.
+    varlen: Option<PackedLengths<'a>>,
 }
 
 /// Time SDPA with the harness's protocol.
 #[derive(Debug, Serialize)]
-struct TimeRequest {
+struct TimeRequest<'a> {
+    /// `[B, H, S_q, S_kv, D]`: a varlen batch's bounding dense shape.
     shape: [usize; 5],
     kv_heads: usize,
     dtype: Dtype,
     causal: bool,
     window: (i32, i32),
     scale: f64,
+    /// A varlen batch's lengths, or `None` for a dense batch.
+    varlen: Option<PackedLengths<'a>>,
     backend: Backend,
     warmup: usize,
     samples: usize,
@@ -307,7 +349,8 @@ impl Sdpa {
         self.dir.join(name)
     }
 
-    /// SDPA's output on `.npy` inputs `[q, k, v]`, written to `out`.
+    /// SDPA's (or varlen_attn's) output on `.npy` inputs `[q, k, v]` (packed for a varlen
+    /// batch), written to `out`.
     pub fn run(
         &self,
         qkv: [&Path; 3],
@@ -315,7 +358,7 @@ impl Sdpa {
         problem: &Problem,
         backend: Backend,
     ) -> Result<()> {
-        if let Some(why) = varlen_refusal(problem) {
+        if let Some(why) = refusal(problem, backend) {
             return Err(MeasureError::Invalid(why));
         }
         let [q, k, v] = qkv;
@@ -329,6 +372,7 @@ impl Sdpa {
             window: problem.params.window.abi(),
             scale: problem.params.scale,
             backend,
+            varlen: PackedLengths::of(problem),
         }))?;
         Ok(())
     }
@@ -344,7 +388,7 @@ impl Sdpa {
         seed: u64,
         flush_bytes: usize,
     ) -> Result<Timings> {
-        if let Some(why) = varlen_refusal(problem) {
+        if let Some(why) = refusal(problem, backend) {
             return Err(MeasureError::Invalid(why));
         }
         let s = &problem.spec;
@@ -356,6 +400,7 @@ impl Sdpa {
                 causal: problem.params.causal,
                 window: problem.params.window.abi(),
                 scale: problem.params.scale,
+                varlen: PackedLengths::of(problem),
                 backend,
                 warmup: opts.warmup,
                 samples: opts.samples,
@@ -396,6 +441,7 @@ mod tests {
             causal: true,
             window: (16, -1),
             scale: 0.125,
+            varlen: None,
             backend: Backend::Flash,
             warmup: 1,
             samples: 2,
@@ -413,6 +459,27 @@ mod tests {
         assert_eq!(value["mode"], "graph");
         assert_eq!(value["kv_heads"], 1);
         assert_eq!(value["window"], serde_json::json!([16, -1]));
+        assert!(value["varlen"].is_null(), "a dense batch: {value}");
+        // A varlen batch's files are packed and its lengths travel with the request.
+        let problem = Problem::parse("varlen=512,0,300:700 H=8/2 D=64 causal").unwrap();
+        let run = Request::Run(RunRequest {
+            q: Path::new("q.npy"),
+            k: Path::new("k.npy"),
+            v: Path::new("v.npy"),
+            out: Path::new("o.npy"),
+            dtype: Dtype::Fp16,
+            causal: true,
+            window: (-1, -1),
+            scale: 0.125,
+            backend: Backend::Varlen,
+            varlen: PackedLengths::of(&problem),
+        });
+        let value: serde_json::Value = serde_json::to_value(&run).unwrap();
+        assert_eq!(value["backend"], "varlen");
+        assert_eq!(
+            value["varlen"],
+            serde_json::json!({"q": [512, 0, 300], "kv": [512, 0, 700]})
+        );
     }
 
     #[test]
@@ -434,6 +501,11 @@ mod tests {
     #[test]
     fn backends_parse_by_name() {
         assert_eq!("flash".parse::<Backend>().unwrap(), Backend::Flash);
-        assert!("fast".parse::<Backend>().is_err());
+        assert_eq!("varlen".parse::<Backend>().unwrap(), Backend::Varlen);
+        for backend in Backend::ALL {
+            assert_eq!(backend.as_str().parse::<Backend>().unwrap(), backend);
+        }
+        let err = "fast".parse::<Backend>().unwrap_err().to_string();
+        assert!(err.contains("varlen") && err.contains("fa3"), "{err}");
     }
 }

@@ -3,21 +3,26 @@ torch.nn.functional.scaled_dot_product_attention with the same protocol as attn'
 harness, and computes SDPA's output on given inputs. The backend "fa3" is FlashAttention-3 instead
 (its prebuilt library's XLA FFI target `dew_flash3_mha_fwd`, called through JAX; the library's path
 in ATTN_FA3_LIB): JAX exposes no CUDA events, so FA3 is timed in batch mode only, by the host clock
-around one dispatch of many back-to-back calls ended by a device sync (see Fa3.time).
+around one dispatch of many back-to-back calls ended by a device sync (see Fa3.time). The backend
+"varlen" is PyTorch's torch.nn.attention.varlen.varlen_attn (FlashAttention-2 over packed sequences
+with cumulative offsets and a sliding window): PyTorch's kernel for varlen batches and windows,
+which SDPA has none of; a dense batch runs through it as B sequences of equal length.
 
 Usage: python3 sdpa_helper.py   (requests on stdin, replies on stdout, one JSON object a line)
 Requests (attn-measure's `sdpa::Request`):
   {"kind": "info"}
   {"kind": "run", "q": path, "k": path, "v": path, "out": path, "dtype": "fp16"|"bf16",
    "causal": bool, "window": [left, right] (-1 unbounded), "scale": float,
-   "backend": "default"|"flash"|"efficient"|"cudnn"|"math"|"fa3"}
+   "backend": "default"|"flash"|"efficient"|"cudnn"|"math"|"fa3"|"varlen",
+   "varlen": null | {"q": [lengths], "kv": [lengths]}}
   {"kind": "time", "shape": [B, H, Sq, Skv, D], "kv_heads": int, "dtype": ..., "causal": bool,
-   "window": [left, right], "scale": float,
+   "window": [left, right], "scale": float, "varlen": null | {"q": [...], "kv": [...]},
    "backend": ..., "warmup": int, "samples": int, "mode": "graph"|"flushed"|"batch",
    "batch_launches": int, "guard_launches": int, "sets": int, "seed": int, "flush_bytes": int}
 Replies: {"ok": {...}} or {"error": "one line"}. A reply {"fatal": "..."} to the first request
 means PyTorch cannot be used at all. bf16 .npy files hold uint16 bit patterns (attn-oracle's
-convention). Repeated "time" requests for the same problem reuse its inputs and CUDA graphs, so
+convention); a varlen batch's files are packed, Q and O [1, total_q, H, D], K and V
+[1, total_kv, H_kv, D] (a varlen job's shape is its bounding dense shape). Repeated "time" requests for the same problem reuse its inputs and CUDA graphs, so
 that the caller can interleave short blocks of samples with its own.
 """
 import json
@@ -31,6 +36,60 @@ sys.stdout = sys.stderr  # nothing but replies may reach the protocol stream
 def reply(obj):
     PROTOCOL.write(json.dumps(obj) + "\n")
     PROTOCOL.flush()
+
+
+def lengths(job):
+    """Each sequence's (query, key) lengths: a varlen job's own, or a dense batch's B equal ones."""
+    b, _, sq, skv, _ = job["shape"]
+    packed = job.get("varlen")
+    if packed is None:
+        return [sq] * b, [skv] * b
+    return list(packed["q"]), list(packed["kv"])
+
+
+def offsets(lens):
+    """Cumulative offsets [0, l0, l0 + l1, ...] of sequences of lengths `lens`."""
+    out = [0]
+    for n in lens:
+        out.append(out[-1] + n)
+    return out
+
+
+def check_rows(np, host, out, q, k, v, cu_q, cu_kv, job, name, rows=8):
+    """`name`'s output against a float64 reference on `rows` sampled rows, in the packed layout
+    (out and q [total_q, H, D], k and v [total_kv, H_kv, D]; sequence s's rows from cu_q[s] and
+    cu_kv[s]), with attn's mask (bottom-right causal, FlashAttention's window): a yardstick that
+    computes something else (a wrong window convention, say) is an error, not a baseline. `host`
+    brings one slice to the host as float64 (only the slices a row needs leave the device)."""
+    h, hkv = q.shape[1], k.shape[1]
+    left, right = job.get("window", [-1, -1])
+    if job["causal"]:
+        right = 0
+    rng = np.random.default_rng(job["seed"] & 0xFFFFFFFF)
+    sequences = [s for s in range(len(cu_q) - 1) if cu_q[s + 1] > cu_q[s]]
+    errors = []
+    for _ in range(rows if sequences else 0):
+        s = sequences[int(rng.integers(len(sequences)))]
+        sq, skv = cu_q[s + 1] - cu_q[s], cu_kv[s + 1] - cu_kv[s]
+        hi, i = int(rng.integers(h)), int(rng.integers(sq))
+        diag = i + skv - sq  # bottom-right alignment
+        j = np.arange(skv)
+        seen = np.ones(skv, dtype=bool)
+        if left >= 0:
+            seen &= j >= diag - left
+        if right >= 0:
+            seen &= j <= diag + right
+        kv, row = hi // (h // hkv), cu_q[s] + i
+        expected = np.zeros(q.shape[-1])
+        if seen.any():
+            keys = slice(cu_kv[s], cu_kv[s + 1])
+            scores = host(k[keys, kv, :]) @ host(q[row, hi, :]) * job["scale"]
+            p = np.exp(np.where(seen, scores, -np.inf) - scores[seen].max())
+            expected = (p / p.sum()) @ host(v[keys, kv, :])
+        errors.append(float(np.abs(host(out[row, hi, :]) - expected).max()))
+    worst = float(np.max(errors, initial=0.0))  # NaN stays NaN (Python's max would drop it)
+    if not worst < 2e-2:
+        raise ValueError(f"{name}'s output differs from the reference by {worst:.3g} on sampled rows")
 
 
 def main():
@@ -79,7 +138,7 @@ class Helper:
 
     def backend(self, name):
         import contextlib
-        if name == "default":
+        if name in ("default", "varlen"):
             return contextlib.nullcontext()
         from torch.nn.attention import SDPBackend, sdpa_kernel
         table = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
@@ -90,27 +149,45 @@ class Helper:
         # Grouped-query heads through SDPA's own GQA path; K/V carry fewer heads than Q.
         gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
         sq, skv = q.shape[2], k.shape[2]
-        left, right = job.get("window", [-1, -1])
-        if left >= 0 or right >= 0:
-            # SDPA has no sliding-window kernel: the window as a boolean mask (FlashAttention's
-            # definition, bottom-right aligned), which only the mask-capable backends run.
-            torch = self.torch
-            i = torch.arange(sq, device=self.dev)[:, None] + (skv - sq)
-            j = torch.arange(skv, device=self.dev)[None, :]
-            mask = torch.ones((sq, skv), dtype=torch.bool, device=self.dev)
-            if left >= 0:
-                mask &= j >= i - left
-            if job["causal"]:
-                mask &= j <= i
-            elif right >= 0:
-                mask &= j <= i + right
-            return self.F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=job["scale"], **gqa)
+        if any(bound >= 0 for bound in job.get("window", [-1, -1])):
+            # attn refuses it before asking (a boolean mask would time SDPA's dense masked paths).
+            raise ValueError("SDPA has no sliding-window kernel: a window needs the varlen backend")
         # Bottom-right causal alignment for Sq != Skv, as attn's ABI defines it.
         if job["causal"] and sq != skv:
             from torch.nn.attention.bias import causal_lower_right
             return self.F.scaled_dot_product_attention(
                 q, k, v, attn_mask=causal_lower_right(sq, skv), scale=job["scale"], **gqa)
         return self.F.scaled_dot_product_attention(q, k, v, is_causal=job["causal"], scale=job["scale"], **gqa)
+
+    def packing(self, lens_q, lens_kv):
+        """varlen_attn's offsets on the device and longest lengths, for sequences of these lengths."""
+        torch = self.torch
+
+        def cu(lens):
+            return torch.tensor(offsets(lens), dtype=torch.int32, device=self.dev)
+
+        return cu(lens_q), cu(lens_kv), max(lens_q, default=0), max(lens_kv, default=0)
+
+    def varlen(self, q, k, v, packing, job):
+        """PyTorch's varlen_attn on packed q [total_q, H, D], k and v [total_kv, H_kv, D]: its
+        FlashAttention-2 kernel takes grouped heads as they are, and a window as (left, right)
+        with causal its right bound 0 (FlashAttention's definition, bottom-right aligned)."""
+        from torch.nn.attention.varlen import varlen_attn
+        cu_q, cu_kv, max_q, max_kv = packing
+        left, right = job.get("window", [-1, -1])
+        if job["causal"]:
+            right = 0
+        return varlen_attn(q, k, v, cu_q, cu_kv, max_q, max_kv, scale=job["scale"],
+                           window_size=(int(left), int(right)))
+
+    def attend(self, qkv, packing, job):
+        """The job's backend on one input set, in that backend's layout: packed for varlen_attn
+        (`packing` from Helper.packing), [B, H, S, D] for SDPA."""
+        if job["backend"] == "varlen":
+            return self.varlen(*qkv, packing, job)
+        if job.get("varlen") is not None:
+            raise ValueError("SDPA takes dense batches: a packed varlen batch needs the varlen backend")
+        return self.sdpa(*qkv, job)
 
     def load(self, path, dtype):
         np, torch = self.np, self.torch
@@ -127,7 +204,10 @@ class Helper:
             raise ValueError("FA3 runs no .npy inputs here: it is a timing baseline (--baseline fa3)")
         q, k, v = (self.load(job[x], job["dtype"]) for x in ("q", "k", "v"))
         with self.backend(job["backend"]), torch.no_grad():
-            o = self.sdpa(q, k, v, job)
+            if job["backend"] == "varlen":
+                o = self.run_varlen(q, k, v, job)
+            else:
+                o = self.attend((q, k, v), None, job)
         torch.cuda.synchronize()
         if job["dtype"] == "bf16":
             arr = o.view(torch.int16).cpu().numpy().view(np.uint16)
@@ -136,10 +216,25 @@ class Helper:
         np.save(job["out"], arr)
         return {"out": job["out"]}
 
+    def run_varlen(self, q, k, v, job):
+        """varlen_attn on a run's tensors: packed [1, total, H, D] files as they are, a dense
+        [B, H, S, D] batch as B sequences of equal length (and its output back in that layout)."""
+        if job.get("varlen") is not None:
+            packing = self.packing(job["varlen"]["q"], job["varlen"]["kv"])
+            return self.varlen(q[0], k[0], v[0], packing, job).unsqueeze(0)
+        b, h, sq, d = q.shape
+        skv = k.shape[2]
+
+        def packed(x):
+            return x.transpose(1, 2).reshape(-1, x.shape[1], d)
+
+        o = self.varlen(packed(q), packed(k), packed(v), self.packing([sq] * b, [skv] * b), job)
+        return o.reshape(b, sq, h, d).transpose(1, 2).contiguous()
+
     def prepare_timing(self, job):
         """Inputs, flush buffer and graphs of one problem, kept while the same problem is timed."""
         key = json.dumps({k: job.get(k) for k in ("shape", "kv_heads", "dtype", "causal", "window", "scale",
-                                                  "backend", "mode", "sets", "seed", "flush_bytes")},
+                                                  "varlen", "backend", "mode", "sets", "seed", "flush_bytes")},
                          sort_keys=True)
         if key == self.timing_key:
             return self.timing_state
@@ -150,13 +245,23 @@ class Helper:
         dtype = self.dtypes[job["dtype"]]
         gen = torch.Generator(device=self.dev)
         gen.manual_seed(job["seed"])
-        sets = []
-        for _ in range(max(1, job["sets"])):
-            q = torch.randn((b, h, sq, d), generator=gen, device=self.dev, dtype=torch.float32).to(dtype)
-            k = torch.randn((b, hkv, skv, d), generator=gen, device=self.dev, dtype=torch.float32).to(dtype)
-            v = torch.randn((b, hkv, skv, d), generator=gen, device=self.dev, dtype=torch.float32).to(dtype)
-            sets.append((q, k, v))
-        state = {"sets": sets, "counter": 0, "graphs": None,
+        packing = None
+        if job["backend"] == "varlen":
+            lens_q, lens_kv = lengths(job)
+            packing = self.packing(lens_q, lens_kv)
+            dims = [(sum(lens_q), h, d), (sum(lens_kv), hkv, d), (sum(lens_kv), hkv, d)]
+        else:
+            dims = [(b, h, sq, d), (b, hkv, skv, d), (b, hkv, skv, d)]
+        sets = [tuple(torch.randn(dim, generator=gen, device=self.dev, dtype=torch.float32).to(dtype)
+                      for dim in dims)
+                for _ in range(max(1, job["sets"]))]
+        if packing is not None:
+            # Not SDPA: checked like FlashAttention-3 before it is timed.
+            with torch.no_grad():
+                out = self.attend(sets[0], packing, job)
+            check_rows(self.np, lambda x: x.double().cpu().numpy(), out, *sets[0], offsets(lens_q),
+                       offsets(lens_kv), job, "varlen_attn")
+        state = {"sets": sets, "counter": 0, "graphs": None, "packing": packing,
                  "flush": torch.empty(job["flush_bytes"], dtype=torch.uint8, device=self.dev)}
         if job["mode"] in ("graph", "batch"):
             # One graph per input set, captured after a warm-up on a side stream (PyTorch's
@@ -167,14 +272,14 @@ class Helper:
                 side = torch.cuda.Stream()
                 side.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(side):
-                    for q, k, v in sets:
-                        self.sdpa(q, k, v, job)
+                    for qkv in sets:
+                        self.attend(qkv, packing, job)
                 torch.cuda.current_stream().wait_stream(side)
                 graphs = []
-                for q, k, v in sets:
+                for qkv in sets:
                     g = torch.cuda.CUDAGraph()
                     with torch.cuda.graph(g):
-                        self.sdpa(q, k, v, job)
+                        self.attend(qkv, packing, job)
                     graphs.append(g)
             state["graphs"] = graphs
         self.timing_key, self.timing_state = key, state
@@ -199,8 +304,7 @@ class Helper:
             return state["counter"] % len(sets)
 
         def launch(i):
-            q, k, v = sets[i]
-            return self.sdpa(q, k, v, job)
+            return self.attend(sets[i], state["packing"], job)
 
         def timed():
             i = next_set()
@@ -314,43 +418,20 @@ class Fa3:
         self.key, self.state = key, {"flat": flat, "fn": fn, "calls": calls}
         return self.state
 
-    def verify(self, qkv, job, rows=8):
-        """FA3's output on `qkv` against a float64 reference on a few sampled rows, with attn's
-        mask (bottom-right causal, FlashAttention's window): a yardstick that computes something
-        else (a wrong window convention, say) is an error, not a baseline."""
+    def verify(self, qkv, job):
+        """FA3's output on `qkv` against a float64 reference on sampled rows (check_rows): its
+        [B, S, H, D] arrays are the packed layout of B sequences of equal length."""
         np = self.np
         out = self.jax.jit(lambda q, k, v: self.call(q, k, v, job))(*qkv)
         q, k, v = qkv
-        b, sq, h, _ = q.shape
+        b, sq, h, d = q.shape
         skv, hkv = k.shape[1], k.shape[2]
-        left, right = job.get("window", [-1, -1])
-        if job["causal"]:
-            right = 0
-        rng = np.random.default_rng(job["seed"] & 0xFFFFFFFF)
 
-        def host(x):  # only the slices a row needs leave the device
+        def host(x):
             return np.asarray(x.astype(self.jnp.float32), dtype=np.float64)
 
-        worst = 0.0
-        for _ in range(rows):
-            bi, hi, i = int(rng.integers(b)), int(rng.integers(h)), int(rng.integers(sq))
-            diag = i + skv - sq  # bottom-right alignment
-            j = np.arange(skv)
-            seen = np.ones(skv, dtype=bool)
-            if left >= 0:
-                seen &= j >= diag - left
-            if right >= 0:
-                seen &= j <= diag + right
-            kv = hi // (h // hkv)
-            scores = host(k[bi, :, kv, :]) @ host(q[bi, i, hi, :]) * job["scale"]
-            if seen.any():
-                p = np.exp(np.where(seen, scores, -np.inf) - scores[seen].max())
-                expected = (p / p.sum()) @ host(v[bi, :, kv, :])
-            else:
-                expected = np.zeros(q.shape[-1])
-            worst = max(worst, float(np.abs(host(out[bi, i, hi, :]) - expected).max()))
-        if not worst < 2e-2:
-            raise ValueError(f"FA3's output differs from the reference by {worst:.3g} on sampled rows")
+        check_rows(np, host, out.reshape(b * sq, h, d), q.reshape(b * sq, h, d), k.reshape(b * skv, hkv, d),
+                   v.reshape(b * skv, hkv, d), offsets([sq] * b), offsets([skv] * b), job, "FA3")
 
     @staticmethod
     def wall(fn, flat):

@@ -1,0 +1,79 @@
+//! The SDPA helper's row check (`check_rows` in `src/sdpa_helper.py`), the judge of every
+//! baseline that is not SDPA (FlashAttention-3, PyTorch's varlen_attn) before it is timed: on a
+//! packed batch with an empty sequence, grouped heads and `S_q ≠ S_kv` both ways, an output
+//! computed with attn's mask passes and one computed with any other convention fails, NaN
+//! included. Runs `tests/fixtures/helper_rows.py` on the CPU.
+//!
+//! Needs python3 with numpy. `cargo xtask test` installs numpy into `target/` when python3 has
+//! none, passes its folder in `ATTN_HELPER_PYTHONPATH` and sets `ATTN_HELPER_TEST=required`, so
+//! that a missing numpy fails the test there instead of skipping it.
+
+use std::path::Path;
+use std::process::Command;
+
+fn python() -> Command {
+    let mut cmd = Command::new("python3");
+    if let Some(path) = std::env::var_os("ATTN_HELPER_PYTHONPATH") {
+        cmd.env("PYTHONPATH", path);
+    }
+    cmd
+}
+
+#[test]
+fn the_baselines_row_check_passes_attns_mask_and_nothing_else() {
+    let has_numpy = python()
+        .args(["-c", "import numpy"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_numpy {
+        let required = std::env::var("ATTN_HELPER_TEST").as_deref() == Ok("required");
+        assert!(
+            !required,
+            "python3 cannot import numpy (ATTN_HELPER_PYTHONPATH={:?})",
+            std::env::var_os("ATTN_HELPER_PYTHONPATH")
+        );
+        eprintln!(
+            "SKIPPED: python3 has no numpy (`cargo xtask test` installs it and requires this test)"
+        );
+        return;
+    }
+    // Test runners start in the crate folder (cargo test, and the bundle's script).
+    let crate_dir = Path::new(".");
+    let output = python()
+        .arg(crate_dir.join("tests/fixtures/helper_rows.py"))
+        .arg(crate_dir.join("src"))
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    for passes in ["attn's causal window", "full attention"] {
+        assert_eq!(report[passes], "passed", "{passes}: {report}");
+    }
+    for fails in [
+        "top-left causal window",
+        "window one key narrower",
+        "no window",
+        "heads grouped the wrong way",
+        "NaN rows",
+    ] {
+        let why = report[fails].as_str().unwrap_or_default();
+        assert!(
+            why.contains("the yardstick's output differs from the reference"),
+            "{fails} must fail the check: {report}"
+        );
+    }
+    assert!(
+        report["NaN rows"].as_str().unwrap().contains("nan"),
+        "{report}"
+    );
+    // A dense batch is B sequences of its lengths.
+    assert_eq!(
+        report["dense lengths"],
+        serde_json::json!([[12, 12, 12, 12, 12], [16, 16, 16, 16, 16]])
+    );
+}
