@@ -53,7 +53,9 @@ fn blocks<'a>(sections: &'a Sections, charts: &'a [RenderedChart]) -> Vec<Block<
              FlashAttention-3 (`--sdpa-backends fa3`) and SDPA's default (cuDNN) on as many input \
              sets each. FlashAttention-3 is its prebuilt library through JAX, host clock around \
              many back-to-back calls, in batch mode (inputs resident, rotating over one input set \
-             per call of a sample on both sides). Ratios are speed (the other's median time over \
+             per call of a sample on both sides). A gate row's cuDNN columns come from the latest \
+             batch-mode gate run of hopper against SDPA's default on that shape, its own \
+             interleaved ratio (both runs named). Ratios are speed (the other's median time over \
              hopper's; above 1× hopper is faster). SM MHz: the mean clock of each side's kept \
              blocks in a gate run (the device's clock probe); the GPU holds its power limit on \
              long runs, so a kernel that draws more power runs at a lower clock."

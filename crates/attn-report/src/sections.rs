@@ -1,7 +1,7 @@
 //! What the report says: tables and chart data derived from the [`EvidenceSet`]. Markdown and HTML
 //! both render these, so the two outputs cannot disagree.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use attn_evidence::{slug, GateCase, GateRun};
 
@@ -488,8 +488,38 @@ fn varlen_table(evidence: &EvidenceSet) -> Option<Table> {
 /// run, never a ratio of two runs' ratios; the latest of each shape. A gate run against `fa3`
 /// (blocks of the two sides interleaved, a CI) is taken over a bench run; a bench run only where
 /// every side records as many input sets as hopper's (older bench runs timed FA3 and SDPA on 2 to 8
-/// resident sets against the kernel's one per launch, which favoured them by up to 18%).
+/// resident sets against the kernel's one per launch, which favoured them by up to 18%). A row
+/// without cuDNN from its own run takes it from the latest batch-mode gate run of hopper against
+/// SDPA's default on the shape (its own interleaved ratio, named in the run column).
 fn against_fa3_table(evidence: &EvidenceSet) -> Option<Table> {
+    // shape → (cuDNN TFLOP/s, hopper vs cuDNN, run), the latest batch-mode gate run against it.
+    let mut cudnn_gates: HashMap<String, [String; 3]> = HashMap::new();
+    for run in &evidence.runs {
+        let attn_evidence::Evidence::Gate(gate) = &run.evidence else {
+            continue;
+        };
+        if gate.candidate.label() != "hopper" || gate.baseline.label() != "sdpa:default" {
+            continue;
+        }
+        for case in &gate.cases {
+            let batch = case
+                .candidate
+                .as_ref()
+                .is_some_and(|t| t.mode == attn_evidence::TimingMode::Batch);
+            let (true, Some(c), Some(base)) = (batch, &case.comparison, case.baseline_tflops)
+            else {
+                continue;
+            };
+            cudnn_gates.insert(
+                case.shape.to_string(),
+                [
+                    tflops(base),
+                    speedup_ci(c.speedup.point, c.speedup.lower, c.speedup.upper),
+                    format!("cuDNN: gate {}", run.path),
+                ],
+            );
+        }
+    }
     // (shape, from a gate run, row)
     let mut rows: Vec<(String, bool, Vec<String>)> = Vec::new();
     let mut put = |shape: String, gated: bool, row: Vec<String>| match rows
@@ -584,6 +614,13 @@ fn against_fa3_table(evidence: &EvidenceSet) -> Option<Table> {
     }
     if rows.is_empty() {
         return None;
+    }
+    for (shape, _, row) in &mut rows {
+        if let (true, Some([tflops, speedup, run])) = (row[3] == "–", cudnn_gates.get(shape)) {
+            row[3] = tflops.clone();
+            row[5] = speedup.clone();
+            row[8] = format!("{}; {run}", row[8]);
+        }
     }
     let mut table = Table::new(&[
         "shape",

@@ -6,7 +6,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use attn_evidence::{read, Evidence, GateRun};
-use attn_report::format::{micros, speedup_ci};
+use attn_report::format::{micros, speedup_ci, tflops};
 use attn_report::{Report, ReportOptions, Staleness};
 
 fn fixtures() -> PathBuf {
@@ -587,6 +587,38 @@ fn hopper_against_fa3_comes_from_one_fair_run_a_gate_before_a_bench() {
             c.speedup.upper
         )) && rows[0].contains("| 1595 / 1650 |")
             && rows[0].contains("| gate "),
+        "{rows:?}"
+    );
+    // No cuDNN in a gate run against FA3: it comes from a batch-mode gate run of hopper against
+    // SDPA's default on the shape, with that run named; a graph-mode one is not comparable.
+    assert!(rows[0].contains("| – |"), "{rows:?}");
+    let mut cudnn = gate.clone();
+    cudnn.baseline.name = "sdpa".into();
+    cudnn.baseline.backend = Some("default".into());
+    let mode = |gate: &mut attn_evidence::GateRun, mode| {
+        let case = &mut gate.cases[0];
+        for timing in [&mut case.candidate, &mut case.baseline] {
+            timing.as_mut().expect("fixture case was timed").mode = mode;
+        }
+    };
+    mode(&mut cudnn, attn_evidence::TimingMode::Graph);
+    let cudnn_path = |name: &str| {
+        dir.path()
+            .join(format!("gate/{name}-nvidia-h100-80gb-hbm3-ddddddd.json"))
+    };
+    attn_evidence::write_json_atomic(&cudnn_path("2025-11-20T11-30-00Z"), &cudnn).unwrap();
+    let rows = against_fa3_rows(dir.path()).expect("rows");
+    assert!(
+        rows[0].contains("| – |") && !rows[0].contains("cuDNN: gate"),
+        "{rows:?}"
+    );
+    mode(&mut cudnn, attn_evidence::TimingMode::Batch);
+    attn_evidence::write_json_atomic(&cudnn_path("2025-11-20T12-30-00Z"), &cudnn).unwrap();
+    let rows = against_fa3_rows(dir.path()).expect("rows");
+    assert!(
+        !rows[0].contains("| – |")
+            && rows[0].contains(&tflops(cudnn.cases[0].baseline_tflops.unwrap()))
+            && rows[0].contains("cuDNN: gate gate/2025-11-20T12-30-00Z"),
         "{rows:?}"
     );
 }
