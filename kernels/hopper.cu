@@ -72,6 +72,15 @@
 //                             at D 128 (it yields to 0 where those rule it out; this file's own
 //                             fallback is 0): the gate measured 1.03x (2,16,8192,128 and
 //                             2,32/8,8192,128) over Q in shared memory
+//   LAZY_RESCALE ∈ {0, 1}     1: a row keeps its running max while a key tile raises it by at most
+//                             LAZY_RESCALE_SLACK = 8 (log2 domain, probabilities below 256), and a
+//                             warp whose rows all kept theirs skips O's rescale (PANELS · 32 FMUL
+//                             per thread per tile, about a seventh of the steady tile's
+//                             instructions): FlashAttention-4's conditional rescaling, which FA3
+//                             does not do. Why try it: the gate's clock probe finds hopper's blocks
+//                             3-4% lower in SM clock than FA3's on long sequences (power-limited);
+//                             fewer instructions per tile is less energy. Default 0 (opt-in until
+//                             the gate measures it)
 //   SCHEDULE  ∈ {0, 1}        work order: 0 grid (one block per row block), 1 persistent (one block
 //                             per SM slot looping over work items; "Persistent schedule" below);
 //                             default 0 (the registry picks per shape)
@@ -234,6 +243,10 @@
 #ifndef Q_REGS
 #define Q_REGS 0
 #endif
+#ifndef LAZY_RESCALE
+#define LAZY_RESCALE 0
+#endif
+#define LAZY_RESCALE_SLACK 8.f
 #ifndef PV_N
 #if HEAD_DIM == 128
 #define PV_N 128
@@ -258,6 +271,7 @@ static_assert(PINGPONG == 0 || (PINGPONG == 1 && NUM_WARPS >= 8 && OVERLAP == 1)
 static_assert(SCHEDULE == 0 || SCHEDULE == 1, "hopper.cu: SCHEDULE must be 0 (grid) or 1 (persistent)");
 static_assert(PV_N == 64 || (PV_N == 128 && HEAD_DIM == 128), "hopper.cu: PV_N must be 64, or 128 at HEAD_DIM 128");
 static_assert(Q_REGS == 0 || (Q_REGS == 1 && BLOCK_N <= 128 && NUM_WARPS <= 8 && OVERLAP == 1), "hopper.cu: Q_REGS must be 0, or 1 with BLOCK_N 64 or 128, NUM_WARPS <= 8 and OVERLAP 1");
+static_assert(LAZY_RESCALE == 0 || LAZY_RESCALE == 1, "hopper.cu: LAZY_RESCALE must be 0 or 1");
 static_assert(sizeof(elem_t) == 2, "hopper.cu: 16-bit elements expected");
 
 namespace hopper_attn {

@@ -256,6 +256,19 @@ __device__ __forceinline__ void softmax_scores(float (&s_acc)[S_REGS], int kv0, 
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
         m = fmaxf(row_max[h], m * scale_log2);
+#if LAZY_RESCALE
+        // Conditional rescaling (FlashAttention-4's): the row keeps its running max while the tile
+        // raised it by at most LAZY_RESCALE_SLACK (log2 domain), so that O and the sum need no
+        // rescale (factor exactly 1, and rescale_o skips a warp whose rows all keep theirs). Its
+        // probabilities are then below 2^slack, which fp16 and bf16 hold with their usual relative
+        // precision and f32 sums with room to spare. Any max is exact for the softmax: O and the
+        // sum share it. A row with no key yet (-inf - -inf = NaN) takes the new max.
+        if (m - row_max[h] <= LAZY_RESCALE_SLACK) {
+            rescale[h] = 1.f;
+            neg_max[h] = -row_max[h];
+            continue;
+        }
+#endif
         // A row that has seen no key keeps max -inf; subtracting 0 instead keeps NaN out.
         const float max_used = m == HOPPER_NEG_INF ? 0.f : m;
         rescale[h] = exp2_ftz(row_max[h] - max_used);
@@ -291,8 +304,13 @@ __device__ __forceinline__ void pack_p(const float (&s_acc)[S_REGS], u32 (&p_fra
     }
 }
 
-// O of rows g and g + 8 times their rescale factors (before the next P·V is added).
+// O of rows g and g + 8 times their rescale factors (before the next P·V is added). With
+// LAZY_RESCALE a warp whose rows all kept their max (every factor exactly 1) skips it: a branch on a
+// warp vote, outside any wgmma's operands.
 __device__ __forceinline__ void rescale_o(float (&o_acc)[PANELS][32], const float (&rescale)[2]) {
+#if LAZY_RESCALE
+    if (__all_sync(0xffffffffu, rescale[0] == 1.f && rescale[1] == 1.f)) return;
+#endif
 #pragma unroll
     for (int p = 0; p < PANELS; ++p)
 #pragma unroll

@@ -358,7 +358,7 @@ fn mma_tuned(shape: &Shape, _params: &Params) -> Config {
     }
 }
 
-static HOPPER_KNOBS: [Knob; 9] = [
+static HOPPER_KNOBS: [Knob; 10] = [
     Knob {
         name: "BLOCK_M",
         domain: &[64, 128, 192],
@@ -404,6 +404,11 @@ static HOPPER_KNOBS: [Knob; 9] = [
         domain: &[64, 128],
         doc: "N of the P·V wgmma: 64 = one per 64-column panel of O, 128 = one for both panels at D=128 (FlashAttention-3's shape: P's registers read once, half the instructions; the default at D=128)",
     },
+    Knob {
+        name: "LAZY_RESCALE",
+        domain: &[0, 1],
+        doc: "1 = a row keeps its running max while a key tile raises it by at most 8 (log2 domain) and a warp whose rows all kept theirs skips O's rescale (FlashAttention-4's conditional rescaling: fewer instructions per tile); opt-in until measured",
+    },
 ];
 
 /// hopper's defaults, measured on the H100 with the gate's graph protocol against SDPA (cuDNN):
@@ -428,6 +433,7 @@ fn hopper_defaults(head_dim: usize) -> Config {
         ("SCHEDULE", 0),
         ("PV_N", if head_dim == 128 { 128 } else { 64 }),
         ("Q_REGS", if head_dim == 128 { 1 } else { 0 }),
+        ("LAZY_RESCALE", 0),
     ])
 }
 
@@ -700,7 +706,7 @@ static REGISTRY: [Implementation; 7] = [
         head_dims: Some(&[64, 128]),
         arch: Some("compute_90a"),
         variants: Variants::ALL,
-        introduced: &[("SCHEDULE", 0), ("PV_N", 64), ("Q_REGS", 0)],
+        introduced: &[("SCHEDULE", 0), ("PV_N", 64), ("Q_REGS", 0), ("LAZY_RESCALE", 0)],
         yielding: &[("Q_REGS", 0)],
         defaults: hopper_defaults,
         tuned: hopper_tuned,

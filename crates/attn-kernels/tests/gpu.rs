@@ -75,16 +75,29 @@ fn run_against_oracle(
     rows_per_head: Option<usize>,
 ) -> Result<Outcome, String> {
     let params = Params::new(shape.head_dim, causal);
-    run_with_params(gpu, prepared, shape, dtype, &params, seed, rows_per_head)
+    let normal = Distribution::Normal;
+    run_with_params(
+        gpu,
+        prepared,
+        shape,
+        dtype,
+        &params,
+        normal,
+        seed,
+        rows_per_head,
+    )
 }
 
-/// [`run_against_oracle`] with any parameters (windows, scale).
+/// [`run_against_oracle`] with any parameters (windows, scale) and inputs drawn from any
+/// distribution.
+#[allow(clippy::too_many_arguments)]
 fn run_with_params(
     gpu: &Gpu,
     prepared: &Prepared,
     shape: Shape,
     dtype: DType,
     params: &Params,
+    distribution: Distribution,
     seed: u64,
     rows_per_head: Option<usize>,
 ) -> Result<Outcome, String> {
@@ -92,7 +105,7 @@ fn run_with_params(
     let inputs = generate(&CaseSpec {
         shape,
         dtype,
-        distribution: Distribution::Normal,
+        distribution,
         seed,
     });
     let run = || {
@@ -112,7 +125,7 @@ fn run_with_params(
     let reference =
         reference(&inputs.q, &inputs.k, &inputs.v, &params, &rows).map_err(|e| e.to_string())?;
     Ok(Outcome {
-        verdict: compare(&first, &reference, &tolerance(dtype, Distribution::Normal)),
+        verdict: compare(&first, &reference, &tolerance(dtype, distribution)),
         repeatable: first.as_bytes() == second.as_bytes(),
     })
 }
@@ -169,9 +182,13 @@ fn schedules(name: &str) -> Vec<Config> {
 /// the 176-key tile. And Q from shared memory at D=128 (Q_REGS=0, the default before Q in
 /// registers), on the defaults and tunings; Q in registers on D=128's default tile forced onto
 /// every shape (the tunings of small grids yield Q_REGS to 0), and at D=64 with two overlapped
-/// consumer warpgroups (its three have no registers for it). A config that names SCHEDULE runs with
-/// that schedule only.
+/// consumer warpgroups (its three have no registers for it). And conditional rescaling
+/// (LAZY_RESCALE=1: a row keeps its max while a tile raises it by at most 8 in the log2 domain, and
+/// O's rescale is skipped) on the defaults and tunings at both head dims; the checks' peaky and
+/// large-logit inputs take its rescale path, the others mostly skip it. A config that names
+/// SCHEDULE runs with that schedule only.
 const OPT_IN: &[(&str, &str, &[usize], &[usize])] = &[
+    ("hopper", "LAZY_RESCALE=1", &[64, 128], &[]),
     ("hopper", "PV_N=64", &[128], &[]),
     ("hopper", "Q_REGS=0", &[128], &[]),
     (
@@ -343,6 +360,78 @@ fn hopper_matches_the_oracle() {
     check_every_schedule("hopper", check_implementation_with);
 }
 
+/// hopper with conditional rescaling (LAZY_RESCALE=1: a row keeps its max while a key tile raises
+/// it by at most 8 in the log2 domain, and a warp whose rows all kept theirs skips O's rescale) on
+/// inputs whose row maxima jump after the first tile, so that both its paths run where normal
+/// inputs almost only skip: peaky rows (one key at logit 20, anywhere in the row) and large logits
+/// (≈ 150 ± 5), ragged lengths, both schedules, both masks, dtypes and head dims.
+#[test]
+#[ignore = "needs a CUDA GPU (Hopper, sm_90)"]
+fn hopper_lazy_rescale_matches_the_oracle_when_row_maxima_jump() {
+    // One GPU test at a time on the device (tests of other executables too).
+    let _device = attn_kernels::device_lock(0);
+    let gpu = Gpu::open(0).expect("a CUDA GPU");
+    let seed = base_seed();
+    println!("base seed {seed} (ATTN_TEST_SEED={seed} to replay)");
+    let mut failures = Vec::new();
+    let mut count = 0u64;
+    for overrides in ["LAZY_RESCALE=1,SCHEDULE=0", "LAZY_RESCALE=1,SCHEDULE=1"] {
+        let candidate = Candidate::registered("hopper", overrides.parse().unwrap()).unwrap();
+        for dtype in [DType::F16, DType::Bf16] {
+            for head_dim in [64, 128] {
+                for causal in [false, true] {
+                    for (batch, heads, seq) in [(1, 3, 1000), (2, 2, 4099)] {
+                        for distribution in [Distribution::Peaky, Distribution::LargeMagnitude] {
+                            let shape = Shape::new(batch, heads, seq, seq, head_dim).unwrap();
+                            let params = Params::new(head_dim, causal);
+                            let candidate = candidate.for_problem(&shape, &params);
+                            let prepared = Prepared::new(&gpu, &candidate, dtype, head_dim)
+                                .unwrap_or_else(|e| panic!("{e}"));
+                            count += 1;
+                            let case_seed = seed.wrapping_add(count);
+                            let label = format!(
+                                "{} {shape:?} causal={causal} {dtype} {distribution:?} seed={case_seed}",
+                                prepared.label()
+                            );
+                            let outcome = run_with_params(
+                                &gpu,
+                                &prepared,
+                                shape,
+                                dtype,
+                                &params,
+                                distribution,
+                                case_seed,
+                                Some(48),
+                            );
+                            match outcome {
+                                Err(e) => failures.push(format!("{label}: {e}")),
+                                Ok(o) if !o.repeatable => {
+                                    failures.push(format!("{label}: two runs differ (a race?)"))
+                                }
+                                Ok(o) if !o.verdict.passed => failures.push(format!(
+                                    "{label}: {}",
+                                    o.verdict.reason.unwrap_or_else(|| "failed".into())
+                                )),
+                                Ok(_) => {}
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    println!(
+        "hopper LAZY_RESCALE=1: {count} cases, {} failed",
+        failures.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} cases failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn cublas_matches_the_oracle() {
@@ -441,7 +530,10 @@ fn check_variants_with(name: &str, run: &Run) -> Vec<String> {
                 .unwrap_or_else(|e| panic!("{label}: {e}"));
                 let sampled = (shape.seq_q >= 1000).then_some(48);
                 count += 1;
-                match run_with_params(&gpu, &prepared, shape, dtype, &params, case_seed, sampled) {
+                let normal = Distribution::Normal;
+                match run_with_params(
+                    &gpu, &prepared, shape, dtype, &params, normal, case_seed, sampled,
+                ) {
                     Err(e) => failures.push(format!("{label}: {e}")),
                     Ok(o) if !o.repeatable => {
                         failures.push(format!("{label}: two runs differ (a race?)"))
