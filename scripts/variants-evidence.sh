@@ -2,7 +2,8 @@
 # Evidence for the attention variants (grouped-query, multi-query, sliding window, varlen) on a
 # GPU machine, from a bundle (`cargo xtask bundle`): the kernels' GPU tests over the variants'
 # matrices, benches of the variant suites (our kernels against SDPA's GQA path, and against
-# PyTorch's varlen_attn on windows and varlen batches, which SDPA has no kernel for; back-to-back
+# PyTorch's varlen_attn on windows and varlen batches and FlexAttention on windows, which SDPA has
+# no kernel for; back-to-back
 # batches like the FlashAttention-3 anchor), the anchor itself on the same problems when its
 # library is given, and the gate on the GQA and MQA suites against SDPA and on the window and
 # varlen suites against varlen_attn. Logs go to $LOGS (default /tmp/attn-logs), evidence to
@@ -33,7 +34,7 @@ for s in $steps; do
       for suite in gqa mqa; do
         timeout 240 $X bench --suite $suite --impl hopper,mma --sdpa-backends default --mode batch --samples 20 > "$LOGS/bench-$suite.log" 2>&1; echo "bench $suite rc=$?"
       done
-      timeout 240 $X bench --suite window --impl hopper,mma --sdpa-backends varlen --mode batch --samples 20 > "$LOGS/bench-window.log" 2>&1; echo "bench window rc=$?"
+      timeout 300 $X bench --suite window --impl hopper,mma --sdpa-backends varlen,flex --mode batch --samples 20 > "$LOGS/bench-window.log" 2>&1; echo "bench window rc=$?"
       # Varlen batches, each also as the dense batch at its mean length (the per-token target).
       timeout 300 $X bench --suite varlen --impl hopper,mma --sdpa-backends varlen --mode batch --samples 20 > "$LOGS/bench-varlen.log" 2>&1; echo "bench varlen rc=$?"
       grep -E "^varlen vs dense" "$LOGS/bench-varlen.log"

@@ -26,7 +26,7 @@ pub struct Args {
     pub config: String,
     /// SDPA backends to time alongside, comma-separated (empty for none); `fa3` is
     /// FlashAttention-3 through JAX (its library in ATTN_FA3_LIB; batch mode only), `varlen`
-    /// PyTorch's varlen_attn (the one PyTorch kernel for varlen batches and windows).
+    /// PyTorch's varlen_attn (varlen batches and windows), `flex` FlexAttention (windows).
     #[arg(long, default_value = "default,flash", value_delimiter = ',')]
     pub sdpa_backends: Vec<String>,
     #[command(flatten)]

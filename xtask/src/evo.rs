@@ -55,8 +55,8 @@ pub struct Args {
     /// a registered implementation with its default config (e.g. the one being tuned).
     #[arg(long, default_value = "sdpa")]
     pub baseline: String,
-    /// SDPA backend: default, flash, efficient, cudnn, math; or varlen, PyTorch's varlen_attn
-    /// (varlen batches and windows).
+    /// SDPA backend: default, flash, efficient, cudnn, math; or varlen (PyTorch's varlen_attn:
+    /// varlen batches and windows) or flex (FlexAttention: windows).
     #[arg(long, default_value = "default")]
     pub sdpa_backend: Backend,
     /// Survivors per generation, and children bred per generation.

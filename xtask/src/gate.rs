@@ -40,9 +40,10 @@ pub struct Args {
     /// regression).
     #[arg(long, default_value = "sdpa")]
     pub baseline: String,
-    /// SDPA backend: default, flash, efficient, cudnn, math; or varlen, PyTorch's varlen_attn
-    /// (FlashAttention-2 with offsets and a window: the PyTorch baseline of varlen batches and
-    /// windows, which SDPA has no kernel for; no cublas fallback).
+    /// SDPA backend: default, flash, efficient, cudnn, math; or PyTorch's kernels for what SDPA
+    /// has none for (no cublas fallback): varlen, varlen_attn (FlashAttention-2 with offsets and a
+    /// window: varlen batches and windows), flex, FlexAttention compiled with a block mask
+    /// (windows, dense batches).
     #[arg(long, default_value = "default")]
     pub sdpa_backend: Backend,
     /// Fresh random inputs per shape that must all pass before timing; they cycle through normal,

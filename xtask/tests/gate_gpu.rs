@@ -277,6 +277,53 @@ fn pytorch_varlen_attn_is_the_baseline_of_varlen_batches_and_windows() {
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
+fn pytorch_window_kernels_are_timed_as_bench_baselines() {
+    // One GPU test at a time on the device (tests of other executables too).
+    let _device = attn_kernels::device_lock(0);
+    // FlexAttention (compiled, a block mask of the window) and varlen_attn on a windowed GQA batch
+    // and a causal one: each checked on sampled rows against float64 in the helper, then timed.
+    let shapes = [
+        "2,32/8,4096,128 causal window=1024,-1",
+        "1,16,2048,64 causal",
+    ];
+    let (code, text, run) = run_with_evidence(
+        "bench",
+        &[
+            "--impl",
+            "hopper",
+            "--sdpa-backends",
+            "flex,varlen",
+            "--shape",
+            shapes[0],
+            "--shape",
+            shapes[1],
+            "--samples",
+            "5",
+        ],
+    );
+    assert_eq!(code, Some(0), "{text}");
+    let entries = run["entries"].as_array().expect("entries");
+    for shape in shapes {
+        let spec: attn_evidence::ShapeSpec = shape.parse().unwrap();
+        for label in ["hopper", "sdpa:flex", "sdpa:varlen"] {
+            let (name, backend) = label.split_once(':').unwrap_or((label, ""));
+            let entry = entries.iter().find(|e| {
+                e["implementation"]["name"] == name
+                    && e["implementation"]["backend"].as_str().unwrap_or("") == backend
+                    && serde_json::from_value::<attn_evidence::ShapeSpec>(e["shape"].clone())
+                        .is_ok_and(|s| s == spec)
+            });
+            let tflops = entry.and_then(|e| e["tflops"].as_f64());
+            assert!(
+                tflops.is_some_and(|t| (20.0..1000.0).contains(&t)),
+                "{label} on {shape}: {tflops:?}\n{text}"
+            );
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
 fn every_block_of_a_helper_baseline_times_the_baseline_alone() {
     // One GPU test at a time on the device (tests of other executables too).
     let _device = attn_kernels::device_lock(0);

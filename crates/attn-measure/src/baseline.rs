@@ -27,10 +27,10 @@ pub enum Baseline {
 
 impl Baseline {
     /// `--baseline NAME`: `sdpa` (the `cublas` math path when PyTorch is unusable: the second
-    /// value says so, one line; with the `varlen` backend PyTorch must be there, no fallback:
-    /// cuBLAS has no kernel for what it is asked for), `fa3` (FlashAttention-3 through the
-    /// helper; its library and PyTorch must be there, no fallback), `cublas`, or any registered
-    /// implementation.
+    /// value says so, one line; with a backend that is not SDPA's own, `varlen` or `flex`,
+    /// PyTorch must be there, no fallback: it was asked for by name), `fa3` (FlashAttention-3
+    /// through the helper; its library and PyTorch must be there, no fallback), `cublas`, or any
+    /// registered implementation.
     pub fn from_name(name: &str, backend: Backend) -> Result<(Baseline, Option<String>)> {
         if name == "fa3" || (name == "sdpa" && backend == Backend::Fa3) {
             Backend::fa3_library()?;
@@ -43,7 +43,7 @@ impl Baseline {
                 None,
             ));
         }
-        if name == "sdpa" && backend == Backend::Varlen {
+        if name == "sdpa" && !backend.is_sdpa() {
             return Ok((
                 Baseline::Sdpa {
                     sdpa: Sdpa::detect()?,
@@ -243,7 +243,14 @@ mod tests {
             why.contains("sliding-window") && why.contains("--sdpa-backend varlen"),
             "{why}"
         );
-        // PyTorch's varlen_attn takes varlen batches, windows and dense batches alike.
+        // PyTorch's varlen_attn takes varlen batches, windows and dense batches alike;
+        // FlexAttention all but varlen batches.
+        assert_eq!(crate::sdpa::refusal(&window, Backend::Flex), None);
+        let why = crate::sdpa::refusal(&varlen, Backend::Flex).unwrap();
+        assert!(
+            why.contains("flex is no baseline") && why.contains("--sdpa-backend varlen"),
+            "{why}"
+        );
         for problem in [
             &varlen,
             &window,
@@ -272,18 +279,20 @@ mod tests {
     }
 
     #[test]
-    fn varlen_attn_without_pytorch_is_one_line_and_never_cublas() {
-        // No Python at all: SDPA falls back to the cublas math path and says so; varlen_attn is
-        // asked for the problems cuBLAS has no kernel for, so it is an error instead.
+    fn pytorch_kernels_asked_for_by_name_need_pytorch_and_never_fall_back_to_cublas() {
+        // No Python at all: SDPA falls back to the cublas math path and says so; varlen_attn and
+        // FlexAttention are asked for by name (for what cuBLAS has no kernel for): an error.
         std::env::set_var("ATTN_PYTHON", "/nonexistent/python3");
         let (fallback, note) = Baseline::from_name("sdpa", Backend::Default).unwrap();
         assert_eq!(fallback.implementation().name, "cublas");
         assert!(note.is_some_and(|n| n.contains("cublas")));
-        let err = Baseline::from_name("sdpa", Backend::Varlen)
-            .unwrap_err()
-            .to_string();
+        for backend in [Backend::Varlen, Backend::Flex] {
+            let err = Baseline::from_name("sdpa", backend)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("no Python") && !err.contains('\n'), "{err}");
+        }
         std::env::remove_var("ATTN_PYTHON");
-        assert!(err.contains("no Python") && !err.contains('\n'), "{err}");
     }
 }
 

@@ -2,8 +2,9 @@
 //! stays alive for the whole run (`python3`, or `ATTN_PYTHON`): typed requests go to its stdin and
 //! typed replies come back on its stdout, one JSON object a line. A reply missing a field is an
 //! error, never a silent default. The same helper runs FlashAttention-3 ([`Backend::Fa3`]) through
-//! JAX, so that FA3 is a baseline timed in the same run as our kernels, and PyTorch's own kernel
-//! for packed variable-length batches and sliding windows ([`Backend::Varlen`]), which SDPA lacks.
+//! JAX, so that FA3 is a baseline timed in the same run as our kernels, and PyTorch's own kernels
+//! for packed variable-length batches and sliding windows ([`Backend::Varlen`], [`Backend::Flex`]),
+//! which SDPA lacks.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -43,6 +44,12 @@ pub enum Backend {
     /// length. Its output is checked on sampled rows against a float64 reference before it is
     /// timed, as FA3's is.
     Varlen,
+    /// Not SDPA: FlexAttention (`torch.nn.attention.flex_attention`, compiled with
+    /// `torch.compile` once per helper process) with a block mask of the problem's mask, so that
+    /// the blocks a window or causal mask hides are skipped: PyTorch's compiled (Triton) kernel for
+    /// windows, on dense batches (grouped heads through `enable_gqa`). Checked on sampled rows
+    /// before it is timed, as FA3's is.
+    Flex,
 }
 
 /// The environment variable naming FlashAttention-3's library (a build exporting the XLA FFI
@@ -51,7 +58,7 @@ pub const FA3_LIB_VAR: &str = "ATTN_FA3_LIB";
 
 impl Backend {
     /// Every backend.
-    pub const ALL: [Backend; 7] = [
+    pub const ALL: [Backend; 8] = [
         Backend::Default,
         Backend::Flash,
         Backend::Efficient,
@@ -59,6 +66,7 @@ impl Backend {
         Backend::Math,
         Backend::Fa3,
         Backend::Varlen,
+        Backend::Flex,
     ];
 
     /// Its name on the command line and in evidence.
@@ -71,7 +79,17 @@ impl Backend {
             Backend::Math => "math",
             Backend::Fa3 => "fa3",
             Backend::Varlen => "varlen",
+            Backend::Flex => "flex",
         }
+    }
+
+    /// Whether it is one of SDPA's own backends (else FlashAttention-3, varlen_attn or
+    /// FlexAttention: asked for by name, each with problems SDPA has no kernel for).
+    pub fn is_sdpa(self) -> bool {
+        matches!(
+            self,
+            Backend::Default | Backend::Flash | Backend::Efficient | Backend::Cudnn | Backend::Math
+        )
     }
 
     /// Refuses, in one line, a timing mode this backend cannot be timed in: FA3 runs through
@@ -118,7 +136,7 @@ impl std::str::FromStr for Backend {
             .find(|b| b.as_str() == text)
             .ok_or_else(|| {
                 MeasureError::Invalid(format!(
-                    "unknown SDPA backend `{text}` (known: default, flash, efficient, cudnn, math, fa3 for FlashAttention-3, varlen for PyTorch's varlen_attn)"
+                    "unknown SDPA backend `{text}` (known: default, flash, efficient, cudnn, math, fa3 for FlashAttention-3, varlen for PyTorch's varlen_attn, flex for FlexAttention)"
                 ))
             })
     }
@@ -128,19 +146,19 @@ impl std::str::FromStr for Backend {
 /// the backend runs it as it is. A packed varlen batch: only [`Backend::Varlen`] takes one (SDPA
 /// and FA3 take dense `[B, H, S, D]` tensors here; timing or running the bounding dense batch
 /// instead would be other work, so nothing is sent). A sliding window: SDPA has no window kernel
-/// (a boolean mask runs its dense masked paths, not a window baseline); varlen_attn and
-/// FlashAttention-3 ([`Backend::Fa3`]) have one.
+/// (a boolean mask runs its dense masked paths, not a window baseline); varlen_attn, FlexAttention
+/// and FlashAttention-3 ([`Backend::Fa3`]) have one.
 pub fn refusal(problem: &Problem, backend: Backend) -> Option<String> {
     if problem.varlen.is_some() && backend != Backend::Varlen {
         return Some(format!(
             "{problem}: {backend} is no baseline for a packed varlen batch (it takes dense batches, and a padded batch is other work); time PyTorch's varlen_attn (--sdpa-backend varlen) or a registered implementation (--baseline mma)"
         ));
     }
-    if matches!(backend, Backend::Fa3 | Backend::Varlen) {
+    if !backend.is_sdpa() {
         return None;
     }
     problem.params.window.is_bounded().then(|| format!(
-        "{problem}: PyTorch SDPA has no sliding-window kernel (a boolean mask runs its dense masked paths), so it is no baseline for a window; gate against PyTorch's varlen_attn, which has one (--sdpa-backend varlen), another implementation (--baseline mma) or FlashAttention-3 (--baseline fa3 --mode batch)"
+        "{problem}: PyTorch SDPA has no sliding-window kernel (a boolean mask runs its dense masked paths), so it is no baseline for a window; gate against PyTorch's kernels that have one (--sdpa-backend varlen for varlen_attn, flex for FlexAttention), another implementation (--baseline mma) or FlashAttention-3 (--baseline fa3 --mode batch)"
     ))
 }
 
@@ -502,10 +520,15 @@ mod tests {
     fn backends_parse_by_name() {
         assert_eq!("flash".parse::<Backend>().unwrap(), Backend::Flash);
         assert_eq!("varlen".parse::<Backend>().unwrap(), Backend::Varlen);
+        assert_eq!("flex".parse::<Backend>().unwrap(), Backend::Flex);
+        assert!(Backend::Cudnn.is_sdpa() && !Backend::Flex.is_sdpa() && !Backend::Fa3.is_sdpa());
         for backend in Backend::ALL {
             assert_eq!(backend.as_str().parse::<Backend>().unwrap(), backend);
         }
         let err = "fast".parse::<Backend>().unwrap_err().to_string();
-        assert!(err.contains("varlen") && err.contains("fa3"), "{err}");
+        assert!(
+            err.contains("varlen") && err.contains("fa3") && err.contains("flex"),
+            "{err}"
+        );
     }
 }

@@ -6,14 +6,17 @@ in ATTN_FA3_LIB): JAX exposes no CUDA events, so FA3 is timed in batch mode only
 around one dispatch of many back-to-back calls ended by a device sync (see Fa3.time). The backend
 "varlen" is PyTorch's torch.nn.attention.varlen.varlen_attn (FlashAttention-2 over packed sequences
 with cumulative offsets and a sliding window): PyTorch's kernel for varlen batches and windows,
-which SDPA has none of; a dense batch runs through it as B sequences of equal length.
+which SDPA has none of; a dense batch runs through it as B sequences of equal length. The backend
+"flex" is FlexAttention (torch.nn.attention.flex_attention, compiled once per process) with a block
+mask of attn's mask: PyTorch's compiled kernel that skips the blocks a window or causal mask hides
+(dense batches only).
 
 Usage: python3 sdpa_helper.py   (requests on stdin, replies on stdout, one JSON object a line)
 Requests (attn-measure's `sdpa::Request`):
   {"kind": "info"}
   {"kind": "run", "q": path, "k": path, "v": path, "out": path, "dtype": "fp16"|"bf16",
    "causal": bool, "window": [left, right] (-1 unbounded), "scale": float,
-   "backend": "default"|"flash"|"efficient"|"cudnn"|"math"|"fa3"|"varlen",
+   "backend": "default"|"flash"|"efficient"|"cudnn"|"math"|"fa3"|"varlen"|"flex",
    "varlen": null | {"q": [lengths], "kv": [lengths]}}
   {"kind": "time", "shape": [B, H, Sq, Skv, D], "kv_heads": int, "dtype": ..., "causal": bool,
    "window": [left, right], "scale": float, "varlen": null | {"q": [...], "kv": [...]},
@@ -45,6 +48,11 @@ def lengths(job):
     if packed is None:
         return [sq] * b, [skv] * b
     return list(packed["q"]), list(packed["kv"])
+
+
+def to_packed(x):
+    """A dense [B, H, S, D] tensor in the packed layout [B·S, H, D]: B sequences of length S."""
+    return x.transpose(1, 2).reshape(-1, x.shape[1], x.shape[3])
 
 
 def offsets(lens):
@@ -122,6 +130,7 @@ class Helper:
         self.dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16}
         self.timing_key, self.timing_state = None, None
         self._fa3 = None
+        self._flex = None
 
     def handle(self, request):
         kind = request["kind"]
@@ -138,7 +147,7 @@ class Helper:
 
     def backend(self, name):
         import contextlib
-        if name in ("default", "varlen"):
+        if name in ("default", "varlen", "flex"):
             return contextlib.nullcontext()
         from torch.nn.attention import SDPBackend, sdpa_kernel
         table = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
@@ -180,13 +189,50 @@ class Helper:
         return varlen_attn(q, k, v, cu_q, cu_kv, max_q, max_kv, scale=job["scale"],
                            window_size=(int(left), int(right)))
 
-    def attend(self, qkv, packing, job):
+    def block_mask(self, job, sq, skv):
+        """FlexAttention's block mask of attn's mask (bottom-right causal, FlashAttention's window:
+        keys [i + skv - sq - left, i + skv - sq + right] of query row i), or None for none."""
+        left, right = job.get("window", [-1, -1])
+        if job["causal"]:
+            right = 0
+        if left < 0 and right < 0:
+            return None
+        from torch.nn.attention.flex_attention import create_block_mask
+        offset = skv - sq
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            diag = q_idx + offset
+            keep = kv_idx >= diag - left if left >= 0 else kv_idx >= 0
+            if right >= 0:
+                keep = keep & (kv_idx <= diag + right)
+            return keep
+
+        return create_block_mask(mask_mod, None, None, sq, skv, device=self.dev)
+
+    def flex(self, q, k, v, block_mask, job):
+        """FlexAttention on [B, H, S, D] tensors (K and V with their own heads: enable_gqa), its
+        function compiled once per process (the eager one is a slow reference implementation)."""
+        if self._flex is None:
+            import torch._dynamo
+            from torch.nn.attention.flex_attention import flex_attention
+            # One compile per problem: past dynamo's limit of 8 it would time the eager fallback,
+            # a far slower baseline than PyTorch's real one; past a raised limit, an error.
+            torch._dynamo.config.recompile_limit = 4096
+            torch._dynamo.config.accumulated_recompile_limit = 4096
+            torch._dynamo.config.fail_on_recompile_limit_hit = True
+            self._flex = self.torch.compile(flex_attention, dynamic=False)
+        return self._flex(q, k, v, block_mask=block_mask, scale=job["scale"], enable_gqa=k.shape[1] != q.shape[1])
+
+    def attend(self, qkv, aux, job):
         """The job's backend on one input set, in that backend's layout: packed for varlen_attn
-        (`packing` from Helper.packing), [B, H, S, D] for SDPA."""
+        (`aux` its Helper.packing), [B, H, S, D] for FlexAttention (`aux` its Helper.block_mask)
+        and SDPA (no `aux`)."""
         if job["backend"] == "varlen":
-            return self.varlen(*qkv, packing, job)
+            return self.varlen(*qkv, aux, job)
         if job.get("varlen") is not None:
-            raise ValueError("SDPA takes dense batches: a packed varlen batch needs the varlen backend")
+            raise ValueError(f"{job['backend']} takes dense batches: a packed varlen batch needs the varlen backend")
+        if job["backend"] == "flex":
+            return self.flex(*qkv, aux, job)
         return self.sdpa(*qkv, job)
 
     def load(self, path, dtype):
@@ -206,6 +252,8 @@ class Helper:
         with self.backend(job["backend"]), torch.no_grad():
             if job["backend"] == "varlen":
                 o = self.run_varlen(q, k, v, job)
+            elif job["backend"] == "flex":
+                o = self.attend((q, k, v), self.block_mask(job, q.shape[2], k.shape[2]), job)
             else:
                 o = self.attend((q, k, v), None, job)
         torch.cuda.synchronize()
@@ -224,11 +272,7 @@ class Helper:
             return self.varlen(q[0], k[0], v[0], packing, job).unsqueeze(0)
         b, h, sq, d = q.shape
         skv = k.shape[2]
-
-        def packed(x):
-            return x.transpose(1, 2).reshape(-1, x.shape[1], d)
-
-        o = self.varlen(packed(q), packed(k), packed(v), self.packing([sq] * b, [skv] * b), job)
+        o = self.varlen(to_packed(q), to_packed(k), to_packed(v), self.packing([sq] * b, [skv] * b), job)
         return o.reshape(b, sq, h, d).transpose(1, 2).contiguous()
 
     def prepare_timing(self, job):
@@ -245,23 +289,28 @@ class Helper:
         dtype = self.dtypes[job["dtype"]]
         gen = torch.Generator(device=self.dev)
         gen.manual_seed(job["seed"])
-        packing = None
+        aux = None
+        lens_q, lens_kv = lengths(job)
         if job["backend"] == "varlen":
-            lens_q, lens_kv = lengths(job)
-            packing = self.packing(lens_q, lens_kv)
+            aux = self.packing(lens_q, lens_kv)
             dims = [(sum(lens_q), h, d), (sum(lens_kv), hkv, d), (sum(lens_kv), hkv, d)]
         else:
+            if job["backend"] == "flex":
+                aux = self.block_mask(job, sq, skv)
             dims = [(b, h, sq, d), (b, hkv, skv, d), (b, hkv, skv, d)]
         sets = [tuple(torch.randn(dim, generator=gen, device=self.dev, dtype=torch.float32).to(dtype)
                       for dim in dims)
                 for _ in range(max(1, job["sets"]))]
-        if packing is not None:
-            # Not SDPA: checked like FlashAttention-3 before it is timed.
+        if job["backend"] in ("varlen", "flex"):
+            # Not SDPA: checked like FlashAttention-3 before it is timed ([B, H, S, D] as
+            # check_rows' packed layout: B sequences of equal length, heads second).
             with torch.no_grad():
-                out = self.attend(sets[0], packing, job)
-            check_rows(self.np, lambda x: x.double().cpu().numpy(), out, *sets[0], offsets(lens_q),
-                       offsets(lens_kv), job, "varlen_attn")
-        state = {"sets": sets, "counter": 0, "graphs": None, "packing": packing,
+                out = self.attend(sets[0], aux, job)
+            packed = (lambda x: x) if job["backend"] == "varlen" else to_packed
+            check_rows(self.np, lambda x: x.double().cpu().numpy(), packed(out), *map(packed, sets[0]),
+                       offsets(lens_q), offsets(lens_kv), job,
+                       {"varlen": "varlen_attn", "flex": "FlexAttention"}[job["backend"]])
+        state = {"sets": sets, "counter": 0, "graphs": None, "aux": aux,
                  "flush": torch.empty(job["flush_bytes"], dtype=torch.uint8, device=self.dev)}
         if job["mode"] in ("graph", "batch"):
             # One graph per input set, captured after a warm-up on a side stream (PyTorch's
@@ -273,13 +322,13 @@ class Helper:
                 side.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(side):
                     for qkv in sets:
-                        self.attend(qkv, packing, job)
+                        self.attend(qkv, aux, job)
                 torch.cuda.current_stream().wait_stream(side)
                 graphs = []
                 for qkv in sets:
                     g = torch.cuda.CUDAGraph()
                     with torch.cuda.graph(g):
-                        self.attend(qkv, packing, job)
+                        self.attend(qkv, aux, job)
                     graphs.append(g)
             state["graphs"] = graphs
         self.timing_key, self.timing_state = key, state
@@ -304,7 +353,7 @@ class Helper:
             return state["counter"] % len(sets)
 
         def launch(i):
-            return self.attend(sets[i], state["packing"], job)
+            return self.attend(sets[i], state["aux"], job)
 
         def timed():
             i = next_set()
