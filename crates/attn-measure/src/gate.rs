@@ -247,8 +247,8 @@ impl<'a> GateSession<'a> {
         )?;
         trace.done("compile and checks");
         // PyTorch is the second reference whatever the baseline the helper times (SDPA,
-        // varlen_attn or FlashAttention-3): SDPA's default backend wherever it runs the problem
-        // as it is, else varlen_attn (windows, varlen batches).
+        // varlen_attn, FlexAttention or FlashAttention-3): SDPA's default backend wherever it
+        // runs the problem as it is, else varlen_attn (windows, varlen batches).
         let second = [Backend::Default, Backend::Varlen]
             .into_iter()
             .find(|&b| crate::sdpa::refusal(problem, b).is_none());

@@ -25,8 +25,9 @@ Requests (attn-measure's `sdpa::Request`):
 Replies: {"ok": {...}} or {"error": "one line"}. A reply {"fatal": "..."} to the first request
 means PyTorch cannot be used at all. bf16 .npy files hold uint16 bit patterns (attn-oracle's
 convention); a varlen batch's files are packed, Q and O [1, total_q, H, D], K and V
-[1, total_kv, H_kv, D] (a varlen job's shape is its bounding dense shape). Repeated "time" requests for the same problem reuse its inputs and CUDA graphs, so
-that the caller can interleave short blocks of samples with its own.
+[1, total_kv, H_kv, D] (a varlen job's shape is its bounding dense shape). Repeated "time"
+requests for the same problem reuse its inputs and CUDA graphs, so that the caller can interleave
+short blocks of samples with its own.
 """
 import json
 import sys
@@ -160,7 +161,7 @@ class Helper:
         sq, skv = q.shape[2], k.shape[2]
         if any(bound >= 0 for bound in job.get("window", [-1, -1])):
             # attn refuses it before asking (a boolean mask would time SDPA's dense masked paths).
-            raise ValueError("SDPA has no sliding-window kernel: a window needs the varlen backend")
+            raise ValueError("SDPA has no sliding-window kernel: a window needs the varlen or flex backend")
         # Bottom-right causal alignment for Sq != Skv, as attn's ABI defines it.
         if job["causal"] and sq != skv:
             from torch.nn.attention.bias import causal_lower_right
