@@ -72,7 +72,10 @@ fn blocks<'a>(sections: &'a Sections, charts: &'a [RenderedChart]) -> Vec<Block<
              of its non-empty sequences at their mean length, timed the same way. A mixed batch does \
              Σ Lᵢ² attention work where the dense one does n·mean² (the work column), so at equal \
              throughput its time per token is that factor above dense; time per unit of work is the \
-             kernel's own cost of packing and ragged tiles."
+             kernel's own cost of packing and ragged tiles. Where the same run timed PyTorch's \
+             varlen_attn (FlashAttention-2 over the same packed batch and offsets, \
+             `--sdpa-backends varlen`) on as many input sets, its time per token and its median \
+             time over ours (above 1× ours is faster)."
                 .into(),
         ));
         out.push(Block::Table(table));

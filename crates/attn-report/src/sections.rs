@@ -429,7 +429,8 @@ fn implementations_table(evidence: &EvidenceSet) -> Option<Table> {
 
 /// Every varlen bench entry measured against the dense batch at its mean length (the latest of
 /// each implementation and batch): time per token, the batch's work over the dense one's, and time
-/// per unit of work, against varlen's target.
+/// per unit of work, against varlen's target; and against PyTorch's varlen_attn on the same packed
+/// batch where the same run timed it on as many input sets (`--sdpa-backends varlen`).
 fn varlen_table(evidence: &EvidenceSet) -> Option<Table> {
     let mut latest: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
     let target = attn_evidence::DenseAtMean::TARGET;
@@ -443,6 +444,12 @@ fn varlen_table(evidence: &EvidenceSet) -> Option<Table> {
                 continue;
             };
             let per_work = dense.per_work_ratio(e);
+            let pytorch = bench.entries.iter().find(|p| {
+                p.implementation.label() == "sdpa:varlen"
+                    && p.shape == e.shape
+                    && p.timing.input_sets.is_some()
+                    && p.timing.input_sets == e.timing.input_sets
+            });
             latest.insert(
                 (e.shape.to_string(), e.implementation.label()),
                 vec![
@@ -459,6 +466,10 @@ fn varlen_table(evidence: &EvidenceSet) -> Option<Table> {
                         meets(dense.per_token_ratio),
                         meets(per_work)
                     ),
+                    pytorch.map_or("–".into(), |p| format!("{:.2}", p.per_token_us() * 1e3)),
+                    pytorch.map_or("–".into(), |p| {
+                        format!("{:.2}×", p.summary.median / e.summary.median)
+                    }),
                 ],
             );
         }
@@ -476,8 +487,10 @@ fn varlen_table(evidence: &EvidenceSet) -> Option<Table> {
         "work",
         "per work",
         "target (≤ 1.10×)",
+        "varlen_attn ns/token",
+        "vs varlen_attn",
     ])
-    .numeric(&[3, 4, 5, 6, 7]);
+    .numeric(&[3, 4, 5, 6, 7, 9, 10]);
     for row in latest.into_values() {
         table.push(row);
     }

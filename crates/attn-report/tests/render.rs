@@ -656,3 +656,63 @@ fn gate_runs_over_different_shapes_given_one_by_one_keep_their_own_charts() {
         "every chart drawn in the page has its own file"
     );
 }
+
+#[test]
+fn a_varlen_batch_is_shown_per_token_per_work_and_against_varlen_attn_from_one_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = fixtures().join("bench/2025-11-21T10-30-00Z-nvidia-h100-80gb-hbm3-ccccccc.json");
+    let Evidence::Bench(mut bench) = read(&fixture).unwrap() else {
+        panic!("fixture is not a bench run")
+    };
+    // Lengths 1000 and 3000 (10M visible pairs) against 2 × 2000 (8M): hopper 125 µs against
+    // 100 µs dense is 1.25× per token and 1.00× per unit of work; varlen_attn takes 250 µs.
+    let entry = |name: &str, backend: Option<&str>, shape: &str, median: f64| {
+        let mut e = bench.entries[0].clone();
+        e.implementation = attn_evidence::Implementation::named(name);
+        e.implementation.backend = backend.map(str::to_string);
+        e.shape = shape.parse().unwrap();
+        e.summary.median = median;
+        e.timing.input_sets = Some(20);
+        e
+    };
+    let mut hopper = entry("hopper", None, "varlen=1000,3000 H=8 D=64", 125.0);
+    let dense = entry("hopper", None, "2,8,2000,64", 100.0);
+    hopper.dense_at_mean = Some(attn_evidence::DenseAtMean::of(&hopper, &dense));
+    let mut pytorch = entry("sdpa", Some("varlen"), "varlen=1000,3000 H=8 D=64", 250.0);
+    let rows = |bench: &attn_evidence::BenchRun| {
+        fs::create_dir_all(dir.path().join("bench")).unwrap();
+        attn_evidence::write_json_atomic(
+            &dir.path().join("bench").join(fixture.file_name().unwrap()),
+            bench,
+        )
+        .unwrap();
+        let markdown = build(dir.path(), None).files()["report.md"].clone();
+        let table = markdown
+            .split("## Varlen batches against dense at the mean length")
+            .nth(1)
+            .expect("the varlen table")
+            .split("\n## ")
+            .next()
+            .unwrap()
+            .to_string();
+        table
+            .lines()
+            .filter(|l| l.starts_with("| hopper |"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    // PyTorch's varlen_attn on fewer input sets is not comparable: no ratio.
+    pytorch.timing.input_sets = Some(2);
+    bench.entries = vec![hopper.clone(), dense.clone(), pytorch.clone()];
+    let shown = rows(&bench);
+    assert_eq!(shown.len(), 1, "{shown:?}");
+    assert!(
+        shown[0].contains("| 1.25× | 1.25× | 1.00× | misses per token, meets per work | – | – |"),
+        "{shown:?}"
+    );
+    // On as many sets: its time per token (250 µs over 4000 tokens) and its time over ours.
+    pytorch.timing.input_sets = Some(20);
+    bench.entries = vec![hopper, dense, pytorch];
+    let shown = rows(&bench);
+    assert!(shown[0].ends_with("| 62.50 | 2.00× |"), "{shown:?}");
+}
