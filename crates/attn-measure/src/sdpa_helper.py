@@ -181,7 +181,9 @@ class Helper:
     def varlen(self, q, k, v, packing, job):
         """PyTorch's varlen_attn on packed q [total_q, H, D], k and v [total_kv, H_kv, D]: its
         FlashAttention-2 kernel takes grouped heads as they are, and a window as (left, right)
-        with causal its right bound 0 (FlashAttention's definition, bottom-right aligned)."""
+        with causal its right bound 0 (FlashAttention's definition, bottom-right aligned). The
+        public function, as a user calls it: its wrapper also zero-fills a 2-element RNG state
+        per call (one tiny kernel, part of the API's cost)."""
         from torch.nn.attention.varlen import varlen_attn
         cu_q, cu_kv, max_q, max_kv = packing
         left, right = job.get("window", [-1, -1])
