@@ -141,8 +141,16 @@ fn check(gpu: &Gpu, prepared: &Prepared, case: &Case, seed: u64) -> Result<f64, 
         case.dtype
     );
     let sampled = (case.seq >= 512).then_some(48);
-    let outcome = run_against_oracle(gpu, prepared, shape, case.dtype, case.causal, seed, sampled)
-        .map_err(|e| format!("{label}: {e}"))?;
+    judged(
+        &label,
+        run_against_oracle(gpu, prepared, shape, case.dtype, case.causal, seed, sampled),
+    )
+}
+
+/// One run's outcome as a one-line failure naming `label` (an error, two runs that differ, a
+/// failed comparison), or the max abs error.
+fn judged(label: &str, outcome: Result<Outcome, String>) -> Result<f64, String> {
+    let outcome = outcome.map_err(|e| format!("{label}: {e}"))?;
     if !outcome.repeatable {
         return Err(format!(
             "{label}: two runs on the same inputs differ (a race?)"
@@ -403,16 +411,8 @@ fn hopper_lazy_rescale_matches_the_oracle_when_row_maxima_jump() {
                                 case_seed,
                                 Some(48),
                             );
-                            match outcome {
-                                Err(e) => failures.push(format!("{label}: {e}")),
-                                Ok(o) if !o.repeatable => {
-                                    failures.push(format!("{label}: two runs differ (a race?)"))
-                                }
-                                Ok(o) if !o.verdict.passed => failures.push(format!(
-                                    "{label}: {}",
-                                    o.verdict.reason.unwrap_or_else(|| "failed".into())
-                                )),
-                                Ok(_) => {}
+                            if let Err(msg) = judged(&label, outcome) {
+                                failures.push(msg);
                             }
                         }
                     }
@@ -531,18 +531,12 @@ fn check_variants_with(name: &str, run: &Run) -> Vec<String> {
                 let sampled = (shape.seq_q >= 1000).then_some(48);
                 count += 1;
                 let normal = Distribution::Normal;
-                match run_with_params(
+                let outcome = run_with_params(
                     &gpu, &prepared, shape, dtype, &params, normal, case_seed, sampled,
-                ) {
-                    Err(e) => failures.push(format!("{label}: {e}")),
-                    Ok(o) if !o.repeatable => {
-                        failures.push(format!("{label}: two runs differ (a race?)"))
-                    }
-                    Ok(o) if !o.verdict.passed => failures.push(format!(
-                        "{label}: {}",
-                        o.verdict.reason.unwrap_or_else(|| "failed".into())
-                    )),
-                    Ok(o) => worst = worst.max(o.verdict.max_abs),
+                );
+                match judged(&label, outcome) {
+                    Ok(max_abs) => worst = worst.max(max_abs),
+                    Err(msg) => failures.push(msg),
                 }
             }
         }
