@@ -17,6 +17,11 @@
 //! m     = m'
 //! ```
 //!
+//! With [`TiledConfig::lazy_rescale_log2`] (FlashAttention-4's conditional rescaling, hopper's
+//! `LAZY_RESCALE`) a row keeps its old max while `m' − m` is at most that many powers of two
+//! (`c = 1`, nothing rescaled): its `p_j` are then below `2^slack`, and the result is the same
+//! softmax, rounded differently.
+//!
 //! At the end `o = acc / l` and `lse = m + ln l`. A row that saw no key keeps `m = −∞` and gets
 //! `o = 0`, `lse = −∞`, the reference's definition. Rows never see a `−∞ − (−∞)`: a tile in which
 //! a row has no visible key leaves its state untouched.
@@ -38,6 +43,9 @@ pub struct TiledConfig {
     /// Round the probabilities `p` to this dtype before `P·V` (the denominator `l` keeps the f32
     /// values), reproducing kernels that feed `P` to an fp16/bf16 matrix multiply. `None` keeps f32.
     pub p_rounding: Option<DType>,
+    /// Keep a row's running max while a tile raises it by at most this many powers of two (no
+    /// rescale), as hopper's `LAZY_RESCALE` does with 8; `None` always takes the new max.
+    pub lazy_rescale_log2: Option<u32>,
 }
 
 /// The tiled online-softmax algorithm in f32 with `p` kept in f32: returns `(out, lse)`, `out`
@@ -67,6 +75,7 @@ pub fn tiled_f32(
         block_m,
         block_n,
         p_rounding: None,
+        lazy_rescale_log2: None,
     };
     tiled_f32_with(q, k, v, params, &config)
 }
@@ -163,7 +172,12 @@ impl QueryTile<'_> {
                     *logit = scale * query.iter().zip(key).map(|(a, b)| a * b).sum::<f32>();
                 }
                 let tile_max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let new_max = max[r].max(tile_max);
+                let grown = max[r].max(tile_max);
+                // −∞ for a row's first tile: grown − (−∞) is +∞, so the first max is always taken.
+                let keep = config
+                    .lazy_rescale_log2
+                    .is_some_and(|slack| grown - max[r] <= slack as f32 * std::f32::consts::LN_2);
+                let new_max = if keep { max[r] } else { grown };
                 let correction = (max[r] - new_max).exp();
                 let acc = &mut out[r * d..(r + 1) * d];
                 for a in acc.iter_mut() {

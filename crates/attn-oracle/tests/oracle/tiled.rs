@@ -102,6 +102,7 @@ fn rounding_p_like_a_kernel_stays_within_the_dtype_tolerance() {
             block_m: 64,
             block_n: 64,
             p_rounding: Some(dtype),
+            lazy_rescale_log2: None,
         };
         let (out, _) = tiled_f32_with(&inputs.q, &inputs.k, &inputs.v, &params, &config).unwrap();
         let out: Vec<f64> = out.iter().map(|&x| f64::from(x)).collect();
@@ -117,6 +118,49 @@ fn rounding_p_like_a_kernel_stays_within_the_dtype_tolerance() {
             &tolerance(DType::F32, Distribution::Normal),
         );
         assert!(!strict.passed, "{dtype}: {strict}");
+    }
+}
+
+#[test]
+fn keeping_the_max_within_a_slack_like_hopper_stays_within_the_dtype_tolerance() {
+    // hopper's LAZY_RESCALE: a row keeps its max while a 128-key tile raises it by at most 2^8,
+    // so that P (rounded to the dtype for P·V) reaches 256. Peaky rows (one key far above the
+    // rest, anywhere) and large logits take the rescale path on some tiles, normal ones almost
+    // only the kept max; the result must stay as close to the f64 softmax as with the exact max,
+    // and differ from it (the path was taken).
+    for dtype in [DType::F16, DType::Bf16] {
+        for distribution in [
+            Distribution::Normal,
+            Distribution::Peaky,
+            Distribution::LargeMagnitude,
+        ] {
+            for causal in [false, true] {
+                let inputs = case("1,2,700,64", dtype, distribution, 11);
+                let params = Params::new(64, causal);
+                let run = |lazy_rescale_log2| {
+                    let config = TiledConfig {
+                        block_m: 128,
+                        block_n: 128,
+                        p_rounding: Some(dtype),
+                        lazy_rescale_log2,
+                    };
+                    tiled_f32_with(&inputs.q, &inputs.k, &inputs.v, &params, &config)
+                        .unwrap()
+                        .0
+                };
+                let (lazy, exact_max) = (run(Some(8)), run(None));
+                assert_ne!(lazy, exact_max, "{dtype} {distribution:?} causal={causal}");
+                let out: Vec<f64> = lazy.iter().map(|&x| f64::from(x)).collect();
+                let output = HostTensor::from_f64(inputs.q.dims, dtype, &out);
+                let exact = reference(&inputs.q, &inputs.k, &inputs.v, &params, &RowSelection::All)
+                    .unwrap();
+                let verdict = compare(&output, &exact, &tolerance(dtype, distribution));
+                assert!(
+                    verdict.passed,
+                    "{dtype} {distribution:?} causal={causal}: {verdict}"
+                );
+            }
+        }
     }
 }
 
