@@ -6,7 +6,9 @@
 //!
 //! Needs python3 with numpy. `cargo xtask test` installs numpy into `target/` when python3 has
 //! none, passes its folder in `ATTN_HELPER_PYTHONPATH` and sets `ATTN_HELPER_TEST=required`, so
-//! that a missing numpy fails the test there instead of skipping it.
+//! that a missing numpy fails the test there instead of skipping it. The helper's PyTorch paths
+//! that need no GPU (FlexAttention's mask, varlen_attn's layouts) run on the CPU in an ignored
+//! test, with the GPU tests where PyTorch is (`tests/fixtures/helper_torch.py`).
 
 use std::path::Path;
 use std::process::Command;
@@ -37,20 +39,7 @@ fn the_baselines_row_check_passes_attns_mask_and_nothing_else() {
         );
         return;
     }
-    // Test runners start in the crate folder (cargo test, and the bundle's script).
-    let crate_dir = Path::new(".");
-    let output = python()
-        .arg(crate_dir.join("tests/fixtures/helper_rows.py"))
-        .arg(crate_dir.join("src"))
-        .output()
-        .expect("python3 runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    let report = fixture_report("helper_rows.py");
     for passes in ["attn's causal window", "full attention"] {
         assert_eq!(report[passes], "passed", "{passes}: {report}");
     }
@@ -76,4 +65,40 @@ fn the_baselines_row_check_passes_attns_mask_and_nothing_else() {
         report["dense lengths"],
         serde_json::json!([[12, 12, 12, 12, 12], [16, 16, 16, 16, 16]])
     );
+}
+
+/// Runs `tests/fixtures/NAME` with the helper's folder; its one JSON object.
+fn fixture_report(name: &str) -> serde_json::Value {
+    // Test runners start in the crate folder (cargo test, and the bundle's script).
+    let output = python()
+        .arg(Path::new("tests/fixtures").join(name))
+        .arg("src")
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.trim()).expect("one JSON object")
+}
+
+#[test]
+#[ignore = "needs PyTorch (run with the GPU tests)"]
+fn flex_masks_and_varlen_layouts_follow_attns_mask() {
+    let report = fixture_report("helper_torch.py");
+    for case in [
+        "causal window 64, GQA",
+        "window 32,16, MQA",
+        "causal, fewer queries than keys",
+        "causal window 20, rows with no key",
+        "right window 5",
+        "run_varlen packed",
+    ] {
+        assert_eq!(report[case], "passed", "{case}: {report}");
+    }
+    let wrong = report["mask one key narrower"].as_str().unwrap_or_default();
+    assert!(wrong.contains("differs from the reference"), "{report}");
+    assert_eq!(report["run_varlen dense max abs"], 0.0, "{report}");
 }
