@@ -16,8 +16,14 @@ pub struct Args {
     /// Where to put the bundle (relative to the workspace root).
     #[arg(long, default_value = "target/bundle")]
     pub out: PathBuf,
+    /// Keep only the test executables whose name (`<crate>-<kind>-<target>`, e.g.
+    /// `attn-kernels-test-gpu`) contains one of these, comma-separated: a smaller bundle to copy
+    /// when only some tests will run. xtask itself is always there.
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
 }
 
+#[derive(Debug)]
 struct TestExe {
     /// `<package>-<target>`, the file name inside `tests/`.
     name: String,
@@ -62,7 +68,10 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     if !output.status.success() {
         bail!("cargo test --release --no-run failed");
     }
-    let tests = test_executables(&String::from_utf8_lossy(&output.stdout), &workspace)?;
+    let tests = selected(
+        test_executables(&String::from_utf8_lossy(&output.stdout), &workspace)?,
+        &args.only,
+    )?;
 
     if out.exists() {
         std::fs::remove_dir_all(&out).with_context(|| format!("removing {}", out.display()))?;
@@ -86,6 +95,19 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         args.out.display()
     );
     Ok(0)
+}
+
+/// The test executables whose name contains one of `only` (all of them when it is empty); none
+/// is an error naming the filter.
+fn selected(mut tests: Vec<TestExe>, only: &[String]) -> anyhow::Result<Vec<TestExe>> {
+    if only.is_empty() {
+        return Ok(tests);
+    }
+    tests.retain(|t| only.iter().any(|part| t.name.contains(part.as_str())));
+    if tests.is_empty() {
+        bail!("--only {} matches no test executable", only.join(","));
+    }
+    Ok(tests)
 }
 
 fn test_executables(messages: &str, workspace: &Path) -> anyhow::Result<Vec<TestExe>> {
@@ -172,4 +194,39 @@ fn walk_size(dir: &Path) -> u64 {
                 .sum()
         })
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_keeps_the_test_executables_it_names_and_refuses_a_filter_matching_none() {
+        let exe = |name: &str| TestExe {
+            name: name.into(),
+            crate_dir: PathBuf::from("crates/x"),
+            path: PathBuf::from(name),
+        };
+        let all = || {
+            vec![
+                exe("attn-kernels-test-gpu"),
+                exe("attn-measure-test-helper"),
+                exe("xtask-test-gate_gpu"),
+            ]
+        };
+        let names = |tests: Vec<TestExe>| tests.into_iter().map(|t| t.name).collect::<Vec<_>>();
+        assert_eq!(names(selected(all(), &[]).unwrap()).len(), 3);
+        let only = ["test-gpu".to_string(), "gate_gpu".to_string()];
+        assert_eq!(
+            names(selected(all(), &only).unwrap()),
+            ["attn-kernels-test-gpu", "xtask-test-gate_gpu"]
+        );
+        let err = selected(all(), &["nothing".to_string()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("--only nothing") && !err.contains('\n'),
+            "{err}"
+        );
+    }
 }
