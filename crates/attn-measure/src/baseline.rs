@@ -32,25 +32,18 @@ impl Baseline {
     /// through the helper; its library and PyTorch must be there, no fallback), `cublas`, or any
     /// registered implementation.
     pub fn from_name(name: &str, backend: Backend) -> Result<(Baseline, Option<String>)> {
-        if name == "fa3" || (name == "sdpa" && backend == Backend::Fa3) {
-            Backend::fa3_library()?;
+        // A backend asked for by name (FA3, varlen_attn, FlexAttention): no fallback.
+        let named = if name == "fa3" {
+            Some(Backend::Fa3)
+        } else {
+            (name == "sdpa" && !backend.is_sdpa()).then_some(backend)
+        };
+        if let Some(backend) = named {
+            if backend == Backend::Fa3 {
+                Backend::fa3_library()?;
+            }
             let sdpa = Sdpa::detect()?;
-            return Ok((
-                Baseline::Sdpa {
-                    sdpa,
-                    backend: Backend::Fa3,
-                },
-                None,
-            ));
-        }
-        if name == "sdpa" && !backend.is_sdpa() {
-            return Ok((
-                Baseline::Sdpa {
-                    sdpa: Sdpa::detect()?,
-                    backend,
-                },
-                None,
-            ));
+            return Ok((Baseline::Sdpa { sdpa, backend }, None));
         }
         if name == "sdpa" {
             return Ok(match Sdpa::detect() {

@@ -504,6 +504,7 @@ fn second_reference(
     let io = |what: &'static str| {
         move |e: attn_oracle::OracleError| MeasureError::Sdpa(format!("{what}: {e}"))
     };
+    let pytorch = crate::baseline::sdpa_implementation(backend).label();
     for (i, run) in runs.iter_mut().enumerate() {
         if !run.check.passed && run.check.failure.is_some_and(|f| f.is_defence()) {
             continue; // the verdict is already given, and not by values
@@ -537,7 +538,6 @@ fn second_reference(
             .map(|(a, b)| (a - b).abs())
             .fold(0.0, f64::max);
         let check = &mut run.check;
-        let pytorch = crate::baseline::sdpa_implementation(backend).label();
         check.sdpa_max_abs = Some(diff);
         let (mine, theirs) = (check.rel_l2, sdpa_verdict.rel_l2);
         check.closer_to = Some(if mine <= theirs {

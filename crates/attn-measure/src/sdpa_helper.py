@@ -255,10 +255,9 @@ class Helper:
         with self.backend(job["backend"]), torch.no_grad():
             if job["backend"] == "varlen":
                 o = self.run_varlen(q, k, v, job)
-            elif job["backend"] == "flex":
-                o = self.attend((q, k, v), self.block_mask(job, q.shape[2], k.shape[2]), job)
             else:
-                o = self.attend((q, k, v), None, job)
+                mask = self.block_mask(job, q.shape[2], k.shape[2]) if job["backend"] == "flex" else None
+                o = self.attend((q, k, v), mask, job)
         torch.cuda.synchronize()
         if job["dtype"] == "bf16":
             arr = o.view(torch.int16).cpu().numpy().view(np.uint16)
