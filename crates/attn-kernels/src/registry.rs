@@ -407,7 +407,7 @@ static HOPPER_KNOBS: [Knob; 10] = [
     Knob {
         name: "LAZY_RESCALE",
         domain: &[0, 1],
-        doc: "1 = a row keeps its running max while a key tile raises it by at most 8 (log2 domain) and a warp whose rows all kept theirs skips O's rescale (FlashAttention-4's conditional rescaling: fewer instructions per tile); opt-in until measured",
+        doc: "1 = a row keeps its running max while a key tile raises it by at most 8 (log2 domain) and a warp whose rows all kept theirs skips O's rescale (FlashAttention-4's conditional rescaling: fewer instructions per tile, so less power at the same work; the default), 0 = the exact running max",
     },
 ];
 
@@ -420,7 +420,11 @@ static HOPPER_KNOBS: [Knob; 10] = [
 /// no registers or ptxas no correct code: the one-warpgroup tuning, the persistent schedule, 176-key
 /// tiles): the gate (batch mode, against Q_REGS=0) measured 1.03× [1.01, 1.06] at 2,16,8192,128 and
 /// 1.03× [1.01, 1.04] at 2,32/8,8192,128 (evidence/gate/2026-11-25T07-02-55Z; the 176-key
-/// tile against the same: 0.96× and 0.97×, 07-06-12Z).
+/// tile against the same: 0.96× and 0.97×, 07-06-12Z). And lazy rescaling (LAZY_RESCALE=1)
+/// against the exact running max (batch mode, evidence/gate/2026-11-26T14-40-11Z): 1.02× [0.98,
+/// 1.05] at 2,16,8192,128, 1.03× [1.01, 1.04] at 2,32/8,8192,128, 1.08× [1.06, 1.09] at
+/// 2,32/8,8192,128 causal: these long rows run power-limited, and a skipped rescale of O is
+/// power saved.
 fn hopper_defaults(head_dim: usize) -> Config {
     let warps = if head_dim <= 64 { 12 } else { 8 };
     Config::from_pairs(&[
@@ -433,7 +437,7 @@ fn hopper_defaults(head_dim: usize) -> Config {
         ("SCHEDULE", 0),
         ("PV_N", if head_dim == 128 { 128 } else { 64 }),
         ("Q_REGS", if head_dim == 128 { 1 } else { 0 }),
-        ("LAZY_RESCALE", 0),
+        ("LAZY_RESCALE", 1),
     ])
 }
 
