@@ -407,7 +407,7 @@ static HOPPER_KNOBS: [Knob; 10] = [
     Knob {
         name: "LAZY_RESCALE",
         domain: &[0, 1],
-        doc: "1 = a row keeps its running max while a key tile raises it by at most 8 (log2 domain) and a warp whose rows all kept theirs skips O's rescale (FlashAttention-4's conditional rescaling: fewer instructions per tile, so less power at the same work; the default), 0 = the exact running max",
+        doc: "1 = a row keeps its running max while a key tile raises it by at most 8 (log2 domain) and a warp whose rows all kept theirs skips O's rescale (FlashAttention-4's conditional rescaling: fewer instructions per tile, so less power at the same work: the tuning at D=128 from 8192 keys), 0 = the exact running max",
     },
 ];
 
@@ -420,11 +420,7 @@ static HOPPER_KNOBS: [Knob; 10] = [
 /// no registers or ptxas no correct code: the one-warpgroup tuning, the persistent schedule, 176-key
 /// tiles): the gate (batch mode, against Q_REGS=0) measured 1.03× [1.01, 1.06] at 2,16,8192,128 and
 /// 1.03× [1.01, 1.04] at 2,32/8,8192,128 (evidence/gate/2026-11-25T07-02-55Z; the 176-key
-/// tile against the same: 0.96× and 0.97×, 07-06-12Z). And lazy rescaling (LAZY_RESCALE=1)
-/// against the exact running max (batch mode, evidence/gate/2026-11-26T14-40-11Z): 1.02× [0.98,
-/// 1.05] at 2,16,8192,128, 1.03× [1.01, 1.04] at 2,32/8,8192,128, 1.08× [1.06, 1.09] at
-/// 2,32/8,8192,128 causal: these long rows run power-limited, and a skipped rescale of O is
-/// power saved.
+/// tile against the same: 0.96× and 0.97×, 07-06-12Z).
 fn hopper_defaults(head_dim: usize) -> Config {
     let warps = if head_dim <= 64 { 12 } else { 8 };
     Config::from_pairs(&[
@@ -437,9 +433,18 @@ fn hopper_defaults(head_dim: usize) -> Config {
         ("SCHEDULE", 0),
         ("PV_N", if head_dim == 128 { 128 } else { 64 }),
         ("Q_REGS", if head_dim == 128 { 1 } else { 0 }),
-        ("LAZY_RESCALE", 1),
+        ("LAZY_RESCALE", 0),
     ])
 }
+
+/// Keys per row from which hopper rescales lazily at D=128 (LAZY_RESCALE=1). The gate (batch
+/// mode) measured lazy against the exact running max 1.02× [0.98, 1.05] at 2,16,8192,128, 1.03×
+/// [1.01, 1.04] at 2,32/8,8192,128 and 1.08× [1.06, 1.09] at 2,32/8,8192,128 causal
+/// (evidence/gate/2026-11-26T14-40-11Z): these long rows run power-limited (SM clock ~1600 MHz),
+/// and a skipped rescale of O is power saved. Where the clock is not held down it loses: the
+/// exact max measured 1.06× [1.03, 1.09] over lazy at 4,16,2048,128, 1.00× at 2,16,2048,128
+/// causal, 1.01× and 1.03× at 2,16,8192,64 without and with the mask (14-52-28Z).
+const HOPPER_LAZY_RESCALE_MIN_KEYS: usize = 8192;
 
 /// Grids under one wave at the default rows per block (the seed suite's shapes): one consumer
 /// warpgroup of 64 rows, so that more blocks share the SMs, with 128-key tiles in 2 stages and
@@ -466,11 +471,11 @@ fn hopper_tuned(shape: &Shape, params: &Params) -> Config {
     let rows = knob(&defaults, "BLOCK_M") as usize;
     if grid_blocks(shape, rows) >= H100_SMS {
         let q_in_registers = knob(&defaults, "Q_REGS") == 1 && shape.seq_q >= 8192;
-        return if params.causal && !q_in_registers {
-            Config::from_pairs(&[("SCHEDULE", 1)])
-        } else {
-            Config::default()
-        };
+        let persistent = params.causal && !q_in_registers;
+        let lazy = shape.head_dim == 128 && shape.seq_kv >= HOPPER_LAZY_RESCALE_MIN_KEYS;
+        let tuned = [(persistent, ("SCHEDULE", 1)), (lazy, ("LAZY_RESCALE", 1))];
+        let knobs: Vec<_> = tuned.into_iter().filter_map(|(on, knob)| on.then_some(knob)).collect();
+        return Config::from_pairs(&knobs);
     }
     Config::from_pairs(&[
         ("BLOCK_M", 64),
@@ -1064,7 +1069,10 @@ mod tests {
         // hopper under a causal mask: the persistent scheduler once the grid fills the GPU, the
         // small grids' knobs (and the grid) below.
         check_masked("hopper", (2, 16, 2048, 128), true, &[("SCHEDULE", 1)]);
-        check_masked("hopper", (2, 16, 8192, 128), true, &[]);
+        // And conditional rescaling at D=128 from 8192 keys, with either mask.
+        check_masked("hopper", (2, 16, 8192, 128), true, &[("LAZY_RESCALE", 1)]);
+        check_masked("hopper", (2, 16, 8192, 128), false, &[("LAZY_RESCALE", 1)]);
+        check_masked("hopper", (2, 16, 4096, 128), false, &[]);
         check_masked("hopper", (2, 16, 2048, 64), true, &[("SCHEDULE", 1)]);
         check_masked(
             "hopper",
