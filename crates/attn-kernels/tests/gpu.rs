@@ -191,7 +191,7 @@ fn schedules(name: &str) -> Vec<Config> {
 /// registers), on the defaults and tunings; Q in registers on D=128's default tile forced onto
 /// every shape (the tunings of small grids yield Q_REGS to 0), and at D=64 with two overlapped
 /// consumer warpgroups (its three have no registers for it). And conditional rescaling
-/// (LAZY_RESCALE=1, the tuning at D=128 from 8192 keys: a row keeps its max while a tile raises it
+/// (LAZY_RESCALE=1, the tuning at D=128 from 4096 keys: a row keeps its max while a tile raises it
 /// by at most 8 in the log2 domain, and O's rescale is skipped) forced onto every shape at both
 /// head dims; the checks' peaky and large-logit inputs take its rescale path, the others mostly
 /// skip it. A config that names
