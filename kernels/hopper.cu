@@ -79,8 +79,10 @@
 //                             instructions): FlashAttention-4's conditional rescaling, which FA3
 //                             does not do. Why try it: the gate's clock probe finds hopper's blocks
 //                             3-4% lower in SM clock than FA3's on long sequences (power-limited);
-//                             fewer instructions per tile is less energy. Default 0 (opt-in until
-//                             the gate measures it)
+//                             fewer instructions per tile is less energy. A window narrower than
+//                             LAZY_RESCALE_MIN_WINDOW = 256 keys keeps the exact max (consume_item
+//                             says why). This file's fallback is 0; the registry tunes it to 1 at
+//                             D 128 from 4096 keys, where the gate measured 1.02-1.08x over 0
 //   SCHEDULE  ∈ {0, 1}        work order: 0 grid (one block per row block), 1 persistent (one block
 //                             per SM slot looping over work items; "Persistent schedule" below);
 //                             default 0 (the registry picks per shape)
@@ -247,6 +249,7 @@
 #define LAZY_RESCALE 0
 #endif
 #define LAZY_RESCALE_SLACK 8.f
+#define LAZY_RESCALE_MIN_WINDOW 256
 #ifndef PV_N
 #if HEAD_DIM == 128
 #define PV_N 128
@@ -497,6 +500,12 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
     }
 
     const float scale_log2 = scale * ATTN_LOG2E;
+    // Rows of a narrow window see few keys, one of which may carry nearly all the weight: under a
+    // kept max its probability is not exactly 1, and its rounding to the element type shows in the
+    // output (bf16 went past the oracle's bound at window 1,-1), where the exact max makes it 1.
+    // So a window narrower than LAZY_RESCALE_MIN_WINDOW keys keeps the exact max (a negative slack).
+    const bool wide_rows = window_left < 0 || window_right < 0 || window_left + window_right >= LAZY_RESCALE_MIN_WINDOW;
+    const float lazy_slack = LAZY_RESCALE && wide_rows ? LAZY_RESCALE_SLACK : -1.f;
 #if Q_REGS
     // Q·Kᵀ's A operand: this thread's fragments of Q, in registers for the whole item.
     u32 q_operand[QK_K_STEPS][4];
@@ -557,7 +566,7 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
         wgmma_wait<0>();
         const int kv0 = kv_first + wg_first * BLOCK_N;
         softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_hi_min, kv0 < wg_lo_max, lane_lo, lane_hi, t, scale_log2,
-                       row_max, row_sum, rescale);
+                       lazy_slack, row_max, row_sum, rescale);
         pack_p(s_acc, p_frag);
     }
 #if PINGPONG
@@ -584,7 +593,7 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
             wgmma_wait<1>();  // S_{j+1}; P_j·V_j may still run
             const int kv0 = kv_first + (j + 1) * BLOCK_N;
             softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_hi_min, kv0 < wg_lo_max, lane_lo, lane_hi, t,
-                           scale_log2, row_max, row_sum, rescale);
+                           scale_log2, lazy_slack, row_max, row_sum, rescale);
             wgmma_wait<0>();
 #pragma unroll
             for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]);

@@ -222,8 +222,8 @@ __device__ __forceinline__ void issue_pv(float (&o_acc)[PANELS][32], u32 (&p_fra
 // kv0: the tile's first key; t: lane % 4. Writes no register that a pending P·V reads.
 __device__ __forceinline__ void softmax_scores(float (&s_acc)[S_REGS], int kv0, bool mask_hi, bool mask_lo,
                                                const int (&lane_lo)[2], const int (&lane_hi)[2], int t,
-                                               float scale_log2, float (&row_max)[2], float (&row_sum)[2],
-                                               float (&rescale)[2]) {
+                                               float scale_log2, float lazy_slack, float (&row_max)[2],
+                                               float (&row_sum)[2], float (&rescale)[2]) {
     fence_regs(s_acc);
     // Two separate passes: a dense problem only ever takes the first (the causal diagonal, ragged
     // S_kv), exactly as before windows existed; a window's left edge takes the second.
@@ -262,8 +262,9 @@ __device__ __forceinline__ void softmax_scores(float (&s_acc)[S_REGS], int kv0, 
         // rescale (factor exactly 1, and rescale_o skips a warp whose rows all keep theirs). Its
         // probabilities are then below 2^slack, which fp16 and bf16 hold with their usual relative
         // precision and f32 sums with room to spare. Any max is exact for the softmax: O and the
-        // sum share it. A row with no key yet (-inf - -inf = NaN) takes the new max.
-        if (m - row_max[h] <= LAZY_RESCALE_SLACK) {
+        // sum share it. A row with no key yet (-inf - -inf = NaN) takes the new max, and so does
+        // every row when lazy_slack is negative (a narrow window: see consume_item).
+        if (m - row_max[h] <= lazy_slack) {
             rescale[h] = 1.f;
             neg_max[h] = -row_max[h];
             continue;
@@ -330,7 +331,7 @@ __device__ __forceinline__ void rescale_o(float (&o_acc)[PANELS][32], const floa
 // Q: Q·Kᵀ's A operand as an issue_qk takes it (the warpgroup's Q rows in shared memory, or hopper's
 // Q_REGS fragments); K_TILE, V_TILE: the slot's K and V tiles; KV0, MASK_HI, MASK_LO, LANE_LO,
 // LANE_HI, T: as softmax_scores takes them (the micro passes both masks off). It expands inside the
-// loop and uses the loop's `bars`, `slot`, `phase`, `scale_log2`, `o_acc`, `row_max`, `row_sum`,
+// loop and uses the loop's `bars`, `slot`, `phase`, `scale_log2`, `lazy_slack`, `o_acc`, `row_max`, `row_sum`,
 // `p_frag` and `rescale` (both kernels' names).
 // A macro, not a function: NVVM simplifies a callee before inlining it, and a __forceinline__
 // function for the whole tile changed both kernels' PTX (the masks' bound checks and the slot's
@@ -343,8 +344,8 @@ __device__ __forceinline__ void rescale_o(float (&o_acc)[PANELS][32], const floa
         mbar_wait(smem_addr(&bars.k_full[slot]), phase);                                                  \
         issue_qk(s_acc, Q, K_TILE);                                                                       \
         wgmma_wait<0>();                                                                                  \
-        softmax_scores(s_acc, KV0, MASK_HI, MASK_LO, LANE_LO, LANE_HI, T, scale_log2, row_max, row_sum,   \
-                       rescale);                                                                          \
+        softmax_scores(s_acc, KV0, MASK_HI, MASK_LO, LANE_LO, LANE_HI, T, scale_log2, lazy_slack, row_max, \
+                       row_sum, rescale);                                                                 \
         pack_p(s_acc, p_frag);                                                                            \
         rescale_o(o_acc, rescale);                                                                        \
         u64 desc_v[PV_K_STEPS][PANELS];                                                                   \

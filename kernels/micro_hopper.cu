@@ -160,6 +160,7 @@ extern "C" __global__ void __launch_bounds__(micro_hopper::THREADS, 1)
 #endif
     const int wg = warp >> 2;
     const float scale_log2 = scale * ATTN_LOG2E;
+    const float lazy_slack = -1.f;  // HOPPER_CONSUME_TILE names it; only hopper.cu rescales lazily
     const u32 q_rows = q_tile + wg * 64 * 128;  // this warpgroup's 64 rows of every Q panel
 
     float o_acc[PANELS][32];
