@@ -476,7 +476,10 @@ fn hopper_tuned(shape: &Shape, params: &Params) -> Config {
         let persistent = params.causal && !q_in_registers;
         let lazy = shape.head_dim == 128 && shape.seq_kv >= HOPPER_LAZY_RESCALE_MIN_KEYS;
         let tuned = [(persistent, ("SCHEDULE", 1)), (lazy, ("LAZY_RESCALE", 1))];
-        let knobs: Vec<_> = tuned.into_iter().filter_map(|(on, knob)| on.then_some(knob)).collect();
+        let knobs: Vec<_> = tuned
+            .into_iter()
+            .filter_map(|(on, knob)| on.then_some(knob))
+            .collect();
         return Config::from_pairs(&knobs);
     }
     Config::from_pairs(&[

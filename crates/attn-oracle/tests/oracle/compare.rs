@@ -222,3 +222,45 @@ fn the_tolerance_table_has_the_documented_bounds() {
             > tolerance(DType::F16, Distribution::Peaky).max_abs
     );
 }
+
+/// An element whose reference lies above the table's magnitude M (2 for Normal: a row that sees
+/// one or two keys is nearly one value, up to 4 or 5) is allowed `rel_l2` of itself: rounding to
+/// fp16 at 4.14 alone costs 4u = 1.95e-3, fp16's whole Normal `max_abs` of 1.968e-3. An element
+/// below M keeps the table's bound, and one above it fails past its own.
+#[test]
+fn an_element_above_the_tables_magnitude_is_allowed_its_relative_error() {
+    let (exact, output) = perfect_fp16("1,1,4,16", Distribution::Normal, |d| Params::new(d, false));
+    let tol = tolerance(DType::F16, Distribution::Normal);
+    let passes = |reference_value: f64, error: f64| {
+        let mut exact = exact.clone();
+        exact.out[5] = reference_value;
+        let mut values = exact.out.clone();
+        values[5] += error;
+        let verdict = compare(
+            &HostTensor::from_f64(output.dims, DType::F32, &values),
+            &exact,
+            &tol,
+        );
+        if !verdict.passed {
+            let reason = verdict.reason.as_deref().unwrap_or_default();
+            assert!(reason.contains("max abs error"), "{reason}");
+            assert_eq!(verdict.worst, [0, 0, 0, 5], "{verdict}");
+        }
+        verdict.passed
+    };
+    let rounding_at = |value: f64| value - f64::from(f16::from_f64(value));
+    assert!(rounding_at(4.14).abs() < tol.max_abs);
+    for (reference_value, error, expected) in [
+        (4.14, 1.979e-3, true),
+        (-4.482, -1.969e-3, true),
+        (4.14, 1.05 * tol.rel_l2 * 4.14, false),
+        (0.5, 1.979e-3, false),
+        (1.9, 1.01 * tol.max_abs, false),
+    ] {
+        assert_eq!(
+            passes(reference_value, error),
+            expected,
+            "reference {reference_value}, error {error:e}"
+        );
+    }
+}
