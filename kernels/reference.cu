@@ -8,7 +8,7 @@
 //
 // `compare_rows` compares a candidate's output (the ABI's element type) with that f32 reference,
 // one warp per row, and writes per row: the largest |out - ref|, the number of elements beyond
-// `atol`, of poison (never written) and of NaN/Inf elements, and the sums of (out - ref)^2 and
+// their bound (element_bound), of poison (never written) and of NaN/Inf elements, and the sums of (out - ref)^2 and
 // ref^2 (for the relative L2 error).
 //
 // Grid: (ceil(rows / ROWS_PER_BLOCK)), block ROWS_PER_BLOCK * 32; rows = B * H * S_q (dense) or
@@ -148,9 +148,15 @@ attn_reference(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const
     }
 }
 
+// How far an element may be off the reference r: the oracle's bound (atol, or rtol of an element
+// larger than the tolerance table's magnitude) less the reference's own error (slack).
+__device__ __forceinline__ float element_bound(float r, float atol, float rtol, float slack) {
+    return fmaxf(atol, rtol * fabsf(r)) - slack;
+}
+
 extern "C" __global__ void __launch_bounds__(ROWS_PER_BLOCK * 32)
-compare_rows(const unsigned short* __restrict__ out, const float* __restrict__ ref, float atol,
-             unsigned short poison_bits, long long rows, float* __restrict__ stats) {
+compare_rows(const unsigned short* __restrict__ out, const float* __restrict__ ref, float atol, float rtol,
+             float slack, unsigned short poison_bits, long long rows, float* __restrict__ stats) {
     const int lane = threadIdx.x % 32;
     const long long flat_row = (long long)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
     if (flat_row >= rows) return;
@@ -170,7 +176,7 @@ compare_rows(const unsigned short* __restrict__ out, const float* __restrict__ r
             const float err = fabsf(x - r);
             max_abs = fmaxf(max_abs, err);
             diff_sq += err * err;
-            if (!(err <= atol)) bad += 1.0f;
+            if (!(err <= element_bound(r, atol, rtol, slack))) bad += 1.0f;
         }
     }
     float* row_stats = stats + flat_row * ROW_STATS;
@@ -191,12 +197,12 @@ compare_rows(const unsigned short* __restrict__ out, const float* __restrict__ r
 }
 
 // count_bad: how many of an output's elements are poison, NaN/Inf, or off the reference by more
-// than `atol`, added to bad[slot]. Launched without a host wait after every timed sample, so that
+// than their bound (element_bound), added to bad[slot]. Launched without a host wait after every timed sample, so that
 // verifying the timed outputs adds no idle gap between samples; the counts are read at the end.
 // The reference may be stored masked (see the top of this file): mask_key, perm_a, perm_b as it was
 // computed with.
 extern "C" __global__ void count_bad(const unsigned short* __restrict__ out, const float* __restrict__ ref,
-                                     float atol, unsigned short poison_bits, long long n,
+                                     float atol, float rtol, float slack, unsigned short poison_bits, long long n,
                                      unsigned int* __restrict__ bad, int slot, unsigned long long mask_key,
                                      unsigned long long perm_a, unsigned long long perm_b) {
     const long long rows = n / HEAD_DIM;
@@ -209,7 +215,7 @@ extern "C" __global__ void count_bad(const unsigned short* __restrict__ out, con
         const unsigned short bits = out[i];
         const float x = bits_to_float(bits);
         const bool nonfinite = (__float_as_uint(x) & 0x7f800000u) == 0x7f800000u;
-        if (bits == poison_bits || nonfinite || !(fabsf(x - expected) <= atol)) ++count;
+        if (bits == poison_bits || nonfinite || !(fabsf(x - expected) <= element_bound(expected, atol, rtol, slack))) ++count;
     }
 #pragma unroll
     for (int offset = 16; offset > 0; offset /= 2) count += __shfl_xor_sync(0xffffffffu, count, offset);

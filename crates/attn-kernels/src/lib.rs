@@ -46,6 +46,8 @@ pub use config::{Config, Knob};
 pub use error::{KernelError, Result};
 pub use gpu::{device_lock, DeviceInfo, DeviceLock, DeviceTensor, Gpu, VarlenOffsets};
 pub use guard::{GuardViolation, GuardedTensor, HarnessKernels};
-pub use reference::{ColumnMap, Counters, GpuReference, ReferenceOutput, RowErrors, RowMask};
+pub use reference::{
+    ColumnMap, Counters, ElementBound, GpuReference, ReferenceOutput, RowErrors, RowMask,
+};
 pub use registry::{registry, Implementation, Limits};
 pub use timing::{Harness, SampleHooks, TimingMode, TimingOptions, Timings};

@@ -234,6 +234,36 @@ impl RowErrors {
     }
 }
 
+/// How far an output element may be off the f32 GPU reference `r`: `max(abs, rel·|r|) − slack`.
+/// The oracle's per-element bound (`attn_oracle::compare`: the table's `max_abs`, or `rel_l2` of
+/// a larger element) less the reference's own measured error against the f64 oracle, so that
+/// passing it bounds the error against exact arithmetic.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ElementBound {
+    /// The absolute bound (the tolerance's `max_abs`).
+    pub abs: f64,
+    /// The relative bound of an element above the table's magnitude (the tolerance's `rel_l2`).
+    pub rel: f64,
+    /// Taken off both: the reference's own error.
+    pub slack: f64,
+}
+
+impl ElementBound {
+    /// A plain absolute bound.
+    pub fn absolute(abs: f64) -> ElementBound {
+        ElementBound {
+            abs,
+            rel: 0.0,
+            slack: 0.0,
+        }
+    }
+
+    /// The bound of an element whose reference is 0 (the smallest): `abs − slack`.
+    pub fn floor(&self) -> f64 {
+        self.abs - self.slack
+    }
+}
+
 /// Device counters of bad elements, one slot per verified output ([`GpuReference::count_bad_async`]).
 #[derive(Debug)]
 pub struct Counters(CudaSlice<u32>);
@@ -418,13 +448,13 @@ impl GpuReference {
     }
 
     /// Adds to `counters[slot]` the number of elements of `out` that are poison, NaN/Inf or off
-    /// `reference` by more than `atol` — asynchronously, on the GPU's stream, with no host wait.
+    /// `reference` by more than `bound` — asynchronously, on the GPU's stream, with no host wait.
     pub fn count_bad_async(
         &self,
         gpu: &Gpu,
         out: &DeviceTensor,
         reference: &ReferenceOutput,
-        atol: f64,
+        bound: ElementBound,
         counters: &mut Counters,
         slot: usize,
     ) -> Result<()> {
@@ -439,13 +469,16 @@ impl GpuReference {
             DType::Bf16 => attn_oracle::POISON_BF16_BITS,
             _ => attn_oracle::POISON_F16_BITS,
         };
-        let (atol, slot_arg) = (atol as f32, slot as i32);
+        let [atol, rtol, slack] = [bound.abs, bound.rel, bound.slack].map(|x| x as f32);
+        let slot_arg = slot as i32;
         let blocks = (n as usize).div_ceil(256).min(4096) as u32;
         let mut launch = gpu.stream().launch_builder(&self.count);
         launch
             .arg(&out.buf)
             .arg(&reference.data)
             .arg(&atol)
+            .arg(&rtol)
+            .arg(&slack)
             .arg(&poison)
             .arg(&n)
             .arg(&mut counters.0)
@@ -458,7 +491,8 @@ impl GpuReference {
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: count_bad(const u16* out, const float* ref, float atol, u16 poison, long long n,
+        // SAFETY: count_bad(const u16* out, const float* ref, float atol, float rtol, float slack,
+        // u16 poison, long long n,
         // unsigned* bad, int slot, key, a, b): out and ref hold n elements (same dims, checked
         // above; every stored row is inside ref), slot is inside `counters`; a grid-stride loop
         // covers every element.
@@ -511,13 +545,13 @@ impl GpuReference {
     }
 
     /// Compares `out` with `reference`, element by element, and returns the per-row statistics
-    /// (synchronises). `atol` is the absolute tolerance an element may be off by.
+    /// (synchronises). `bound`: how far an element may be off.
     pub fn compare(
         &self,
         gpu: &Gpu,
         out: &DeviceTensor,
         reference: &ReferenceOutput,
-        atol: f64,
+        bound: ElementBound,
     ) -> Result<RowErrors> {
         if reference.is_masked() {
             return Err(KernelError::Shape(
@@ -539,16 +573,20 @@ impl GpuReference {
             DType::Bf16 => attn_oracle::POISON_BF16_BITS,
             _ => attn_oracle::POISON_F16_BITS,
         };
-        let (atol, rows_arg) = (atol as f32, rows as i64);
+        let [atol, rtol, slack] = [bound.abs, bound.rel, bound.slack].map(|x| x as f32);
+        let rows_arg = rows as i64;
         let mut launch = gpu.stream().launch_builder(&self.compare);
         launch
             .arg(&out.buf)
             .arg(&reference.data)
             .arg(&atol)
+            .arg(&rtol)
+            .arg(&slack)
             .arg(&poison)
             .arg(&rows_arg)
             .arg(&mut stats);
-        // SAFETY: compare_rows(const u16* out, const float* ref, float atol, u16 poison, rows,
+        // SAFETY: compare_rows(const u16* out, const float* ref, float atol, float rtol, float slack,
+        // u16 poison, rows,
         // float* stats): out and ref hold rows × D elements (checked above), stats rows × 6.
         unsafe { launch.launch(Self::grid(rows)) }.during("cuLaunchKernel (compare_rows)")?;
         let flat = gpu.stream().clone_dtoh(&stats).during("cuMemcpyDtoH")?;

@@ -8,8 +8,8 @@ use attn_kernels::guard::{checksum_host, ClockSlots};
 use attn_kernels::planted::{ReferenceCopier, SideStreamWork};
 use attn_kernels::timing::NoHooks;
 use attn_kernels::{
-    Candidate, Config, Counters, Gpu, GpuReference, GuardedTensor, Harness, HarnessKernels,
-    Prepared, RowMask, TimingMode, TimingOptions,
+    Candidate, Config, Counters, ElementBound, Gpu, GpuReference, GuardedTensor, Harness,
+    HarnessKernels, Prepared, RowMask, TimingMode, TimingOptions,
 };
 use attn_oracle::{generate, tolerance, CaseSpec, DType, Distribution, Params, Shape};
 
@@ -164,7 +164,7 @@ fn a_masked_reference_verifies_alike_and_a_copy_of_it_is_noise() {
     .unwrap();
     let mut out = gpu.alloc_poisoned(q.dims, dtype).unwrap();
     naive.launch(&gpu, &q, &k, &v, &mut out, &params).unwrap();
-    let atol = 0.75 * tolerance(dtype, Distribution::Normal).max_abs;
+    let atol = ElementBound::absolute(0.75 * tolerance(dtype, Distribution::Normal).max_abs);
     let mut counters = Counters::new(&gpu, 4).unwrap();
     reference
         .count_bad_async(&gpu, &out, &plain, atol, &mut counters, 0)

@@ -29,7 +29,8 @@ use std::time::Duration;
 use attn_evidence::{CheckFailure, CorrectnessCheck, FullCheck, LaunchGuards};
 use attn_kernels::guard::GUARD_BYTES;
 use attn_kernels::{
-    Gpu, GpuReference, GuardedTensor, HarnessKernels, Prepared, RowErrors, VarlenOffsets,
+    ElementBound, Gpu, GpuReference, GuardedTensor, HarnessKernels, Prepared, RowErrors,
+    VarlenOffsets,
 };
 use attn_oracle::{tolerance, Distribution, HostTensor, Inputs, Reference, Tolerance};
 
@@ -244,11 +245,11 @@ pub(crate) fn check_one(
     // The GPU reference: its own error on the f64 rows first, then every element of the output.
     let gpu_ref = gpu_reference.compute(gpu, &q, &k, &v, &params, offsets.as_ref())?;
     let reference_vs_f64 = reference_error(&gpu_ref.download(gpu)?, &exact, problem);
-    let atol = whole_output_atol(reference_vs_f64, &tol, || {
+    let bound = whole_output_bound(reference_vs_f64, &tol, || {
         format!("{problem} ({distribution}, seed {seed}, scale {scale:.4})")
     })?;
-    let errors = gpu_reference.compare(gpu, &o, &gpu_ref, atol)?;
-    let full = full_check(&errors, problem, atol, reference_vs_f64);
+    let errors = gpu_reference.compare(gpu, &o, &gpu_ref, bound)?;
+    let full = full_check(&errors, problem, bound.floor(), reference_vs_f64);
 
     let stale = previous.is_some_and(|p| p.as_bytes() == output.as_bytes());
     let failure = failure_of(&verdict, &full, &tol, stale);
@@ -404,15 +405,17 @@ fn defence_failure(
     })
 }
 
-/// The bound of a whole-output comparison against the GPU reference: the tolerance less the
-/// reference's own measured error against the f64 oracle (`reference_vs_f64`), so that passing
-/// it bounds the error against exact arithmetic. A reference off by more than
-/// [`REFERENCE_SHARE`] of the tolerance cannot judge: an error naming `case()`.
-pub(crate) fn whole_output_atol(
+/// The bound of a whole-output comparison against the GPU reference: each element's bound of the
+/// tolerance (`max_abs`, or `rel_l2` of an element above the table's magnitude, as
+/// `attn_oracle::compare` judges) less the reference's own measured error against the f64 oracle
+/// (`reference_vs_f64`), so that passing it bounds the error against exact arithmetic. A
+/// reference off by more than [`REFERENCE_SHARE`] of the tolerance cannot judge: an error naming
+/// `case()`.
+pub(crate) fn whole_output_bound(
     reference_vs_f64: f64,
     tol: &Tolerance,
     case: impl FnOnce() -> String,
-) -> Result<f64> {
+) -> Result<ElementBound> {
     // NaN counts as too large (`is_some_and` on the ordering is false for NaN).
     let within =
         (reference_vs_f64.partial_cmp(&(REFERENCE_SHARE * tol.max_abs))).is_some_and(|o| o.is_le());
@@ -424,7 +427,11 @@ pub(crate) fn whole_output_atol(
             tol.max_abs
         )));
     }
-    Ok(tol.max_abs - reference_vs_f64)
+    Ok(ElementBound {
+        abs: tol.max_abs,
+        rel: tol.rel_l2,
+        slack: reference_vs_f64,
+    })
 }
 
 /// The largest |gpu reference − f64| over the f64 oracle's rows (found in the output's layout).

@@ -11,9 +11,9 @@ use attn_evidence::{BlockClock, ClockGuard};
 use attn_kernels::planted::{ReferenceCopier, SideStreamWork};
 use attn_kernels::telemetry::{self, ClockReading};
 use attn_kernels::{
-    Candidate, ColumnMap, Counters, Gpu, GpuReference, GuardedTensor, Harness, HarnessKernels,
-    Prepared, ReferenceOutput, RowMask, SampleHooks, TimingMode, TimingOptions, Timings,
-    VarlenOffsets,
+    Candidate, ColumnMap, Counters, ElementBound, Gpu, GpuReference, GuardedTensor, Harness,
+    HarnessKernels, Prepared, ReferenceOutput, RowMask, SampleHooks, TimingMode, TimingOptions,
+    Timings, VarlenOffsets,
 };
 use attn_oracle::{DType, Distribution, Tolerance};
 
@@ -282,7 +282,7 @@ pub trait TimedSide {
 pub struct OutputVerifier {
     reference: GpuReference,
     references: Vec<ReferenceOutput>,
-    atol: f64,
+    bound: ElementBound,
     counters: Counters,
     /// (sample, input set) of each counter slot used.
     slots: Vec<(usize, usize)>,
@@ -351,7 +351,7 @@ impl OutputVerifier {
         capacity: usize,
         seed: u64,
     ) -> Result<OutputVerifier> {
-        let atol = Self::bound(gpu, problem, sets, &reference, tol)?;
+        let bound = Self::bound(gpu, problem, sets, &reference, tol)?;
         // Each reference stored masked under a secret of its own (never in the evidence, not
         // derived from the recorded seed alone): a kernel that found it could copy only noise.
         let rows = problem.output_rows();
@@ -373,7 +373,7 @@ impl OutputVerifier {
             counters: Counters::new(gpu, capacity)?,
             reference,
             references,
-            atol,
+            bound,
             slots: Vec::with_capacity(capacity),
             samples: 0,
             rng: seed,
@@ -388,7 +388,7 @@ impl OutputVerifier {
         sets: &InputSets,
         reference: &GpuReference,
         tol: &Tolerance,
-    ) -> Result<f64> {
+    ) -> Result<ElementBound> {
         // Set 0's inputs as they sit on the device (cheaper than drawing them again, and the
         // very values timed).
         let inputs = attn_oracle::Inputs {
@@ -412,7 +412,7 @@ impl OutputVerifier {
             sets.offsets(0),
         )?;
         let reference_vs_f64 = check::reference_error(&gpu_ref.download(gpu)?, &exact, problem);
-        check::whole_output_atol(reference_vs_f64, tol, || {
+        check::whole_output_bound(reference_vs_f64, tol, || {
             format!("{problem} (timed input set 0, seed {})", sets.seed)
         })
     }
@@ -681,7 +681,7 @@ impl SampleHooks for Hooks<'_, '_> {
                 self.gpu,
                 &all.o[set],
                 &verifier.references[set],
-                verifier.atol,
+                verifier.bound,
                 &mut verifier.counters,
                 slot,
             )?;
