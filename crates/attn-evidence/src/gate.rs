@@ -73,7 +73,8 @@ pub struct FullCheck {
     /// The per-row largest errors: median, 99th percentile and maximum over rows.
     pub row_max_abs: [f64; 3],
     /// Absolute tolerance per element: the oracle table's bound less the reference's own
-    /// measured error (`reference_vs_f64`).
+    /// measured error (`reference_vs_f64`); an element whose reference `r` lies above the
+    /// table's magnitude is allowed `rel_l2·|r|` less the same.
     pub tolerance: f64,
     /// The GPU reference's largest error against the f64 oracle on the checked rows: why the
     /// reference can judge the rest.

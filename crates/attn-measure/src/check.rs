@@ -541,8 +541,14 @@ fn failure_reason(
             tol.rel_l2
         ),
         CheckFailure::Incorrect => format!(
-            "{} elements in {} rows off the GPU reference by more than {:.3e} (max {:.3e} at b={b} h={h} row {s}), rel L2 {:.3e} (≤ {:.3e})",
-            full.bad_elements, full.bad_rows, full.tolerance, full.max_abs, full.rel_l2, tol.rel_l2
+            "{} elements in {} rows off the GPU reference by more than their bound ({:.3e}, or rel {:.3e} of a larger element, less the reference's error; max {:.3e} at b={b} h={h} row {s}), rel L2 {:.3e} (≤ {:.3e})",
+            full.bad_elements,
+            full.bad_rows,
+            full.tolerance,
+            tol.rel_l2,
+            full.max_abs,
+            full.rel_l2,
+            tol.rel_l2
         ),
         // Found before the values are judged (defence_failure).
         CheckFailure::WroteOutside | CheckFailure::WroteInputs | CheckFailure::NonDeterministic => {
