@@ -83,7 +83,8 @@ pub fn tolerance(dtype: DType, distribution: Distribution) -> Tolerance {
 /// whether the output passes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Verdict {
-    /// True when nothing is NaN, Inf or poison, and both bounds of `tolerance` hold.
+    /// True when nothing is NaN, Inf or poison, every element is within its bound, and the
+    /// relative L2 bound holds.
     pub passed: bool,
     /// Largest `|output − reference|` over compared elements with a finite output.
     pub max_abs: f64,
@@ -94,7 +95,8 @@ pub struct Verdict {
     /// floored at the smallest positive f64, so this stays finite).
     pub rel_l2: f64,
     /// `[b, h, s, d]` of the worst element: the first poisoned element if any, else the first
-    /// NaN/Inf among compared elements, else the largest absolute error.
+    /// NaN/Inf among compared elements, else the element with the largest error relative to its
+    /// own bound (the table's `max_abs`, or `rel_l2` of a larger reference element).
     pub worst: [usize; 4],
     /// Compared elements that are NaN but not the poison pattern.
     pub nan_count: usize,
