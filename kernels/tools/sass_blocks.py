@@ -12,6 +12,10 @@ of two configs (or two revisions) shows where a change adds or removes issue slo
     export LD_LIBRARY_PATH=$PWD/target/cuda-wheels/nvidia/cu13/lib
     python3 kernels/tools/sass_blocks.py --config "HEAD_DIM=128 NUM_WARPS=8 BLOCK_N=128 STAGES=3 SCHEDULE=0"
 
+--cubin FILE [--function NAME_PART ...]: instead of hopper's configs, the hot blocks of each function
+of another cubin whose name contains every NAME_PART (e.g. FlashAttention-3's forward kernels, taken
+out of its library with `cuobjdump -xelf all`): the same counts for another implementation.
+
 --q-regs-live: instead of the blocks, a verdict per Q_REGS=1 config: whether any instruction but
 the Q load writes a register that a later Q·Kᵀ reads (exit 1 if one does; see q_regs_clobbers).
 
@@ -170,9 +174,31 @@ def q_regs_clobbers(sass):
     return q_regs, clobbers
 
 
+FUNCTION = re.compile(r"^\s*//-+ \.text\.(\S+) -+\s*$", re.M)
+
+
+def report_functions(nvdisasm, cubin, wanted):
+    """The hot blocks of each function of `cubin` whose name contains every string of `wanted`."""
+    res = subprocess.run([nvdisasm, "-c", cubin], capture_output=True, text=True)
+    if res.returncode != 0:
+        sys.exit(f"error: nvdisasm failed on {os.path.basename(cubin)}: {res.stderr.strip()}")
+    parts = FUNCTION.split(res.stdout)
+    matched = [(name, body) for name, body in zip(parts[1::2], parts[2::2]) if all(w in name for w in wanted)]
+    if not matched:
+        sys.exit(f"error: no function of {os.path.basename(cubin)} has {wanted} in its name")
+    for name, body in matched:
+        report(name, body)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", required=True, help='knobs the configs must match, e.g. "HEAD_DIM=128 Q_REGS=1"')
+    parser.add_argument("--config", help='knobs the configs must match, e.g. "HEAD_DIM=128 Q_REGS=1"')
+    parser.add_argument(
+        "--cubin",
+        help="instead of --config: the hot blocks of each function of this cubin (another kernel's, e.g. one "
+        "that cuobjdump -xelf took out of a library) whose name contains every --function",
+    )
+    parser.add_argument("--function", action="append", default=[], help="with --cubin: a substring of the name")
     parser.add_argument("--dtypes", default="f16", help="f16, bf16 or both (comma-separated)")
     parser.add_argument("--nvdisasm", help="path of nvdisasm")
     parser.add_argument(
@@ -182,6 +208,11 @@ def main():
     )
     args = parser.parse_args()
     nvdisasm = find_nvdisasm(args.nvdisasm)
+    if args.cubin:
+        report_functions(nvdisasm, args.cubin, args.function)
+        return
+    if not args.config:
+        sys.exit("error: give --config (hopper's configs) or --cubin")
     with tempfile.TemporaryDirectory() as keep:
         check = subprocess.run(
             [sys.executable, os.path.join(TOOLS_DIR, "hopper_check.py"), "--keep", keep, "--config", args.config,
