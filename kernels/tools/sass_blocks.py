@@ -177,12 +177,17 @@ def q_regs_clobbers(sass):
 FUNCTION = re.compile(r"^\s*//-+ \.text\.(\S+) -+\s*$", re.M)
 
 
-def report_functions(nvdisasm, cubin, wanted):
-    """The hot blocks of each function of `cubin` whose name contains every string of `wanted`."""
+def disassemble(nvdisasm, cubin):
+    """The SASS text of `cubin` (exits with nvdisasm's message if it fails)."""
     res = subprocess.run([nvdisasm, "-c", cubin], capture_output=True, text=True)
     if res.returncode != 0:
         sys.exit(f"error: nvdisasm failed on {os.path.basename(cubin)}: {res.stderr.strip()}")
-    parts = FUNCTION.split(res.stdout)
+    return res.stdout
+
+
+def report_functions(nvdisasm, cubin, wanted):
+    """The hot blocks of each function of `cubin` whose name contains every string of `wanted`."""
+    parts = FUNCTION.split(disassemble(nvdisasm, cubin))
     matched = [(name, body) for name, body in zip(parts[1::2], parts[2::2]) if all(w in name for w in wanted)]
     if not matched:
         sys.exit(f"error: no function of {os.path.basename(cubin)} has {wanted} in its name")
@@ -225,17 +230,15 @@ def main():
             sys.exit("error: no config compiled: " + (check.stderr.strip().splitlines() or ["none matches --config"])[-1])
         failed = False
         for cubin in cubins:
-            res = subprocess.run([nvdisasm, "-c", cubin], capture_output=True, text=True)
-            if res.returncode != 0:
-                sys.exit(f"error: nvdisasm failed on {os.path.basename(cubin)}: {res.stderr.strip()}")
+            sass = disassemble(nvdisasm, cubin)
             name = os.path.basename(cubin)[: -len(".cubin")]
             if args.q_regs_live:
-                q_regs, clobbers = q_regs_clobbers(res.stdout)
+                q_regs, clobbers = q_regs_clobbers(sass)
                 verdict = "no Q·Kᵀ with Q in registers" if not q_regs else "ok" if not clobbers else "CLOBBERED"
                 print(f"{verdict:<10} {name}" + (f"  ({len(clobbers)} writes, e.g. {clobbers[0][0]!r})" if clobbers else ""))
                 failed = failed or bool(clobbers)
             else:
-                report(name, res.stdout)
+                report(name, sass)
         # hopper_check's verdict (spills, serialised wgmma) is worth seeing beside the counts.
         if check.returncode != 0:
             print(check.stdout.strip().splitlines()[-1] if check.stdout.strip() else check.stderr.strip())

@@ -235,8 +235,8 @@ impl RowErrors {
 }
 
 /// How far an output element may be off the f32 GPU reference `r`: `max(abs, rel·|r|) − slack`.
-/// The oracle's per-element bound (`attn_oracle::compare`: the table's `max_abs`, or `rel_l2` of
-/// a larger element) less the reference's own measured error against the f64 oracle, so that
+/// The oracle's per-element bound (`attn_oracle::Tolerance::element_bound`, which the device
+/// computes again as `element_bound` in reference.cu) less the reference's own measured error against the f64 oracle, so that
 /// passing it bounds the error against exact arithmetic.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ElementBound {

@@ -473,13 +473,13 @@ fn hopper_tuned(shape: &Shape, params: &Params) -> Config {
     let rows = knob(&defaults, "BLOCK_M") as usize;
     if grid_blocks(shape, rows) >= H100_SMS {
         let q_in_registers = knob(&defaults, "Q_REGS") == 1 && shape.seq_q >= 8192;
-        let persistent = params.causal && !q_in_registers;
-        let lazy = shape.head_dim == 128 && shape.seq_kv >= HOPPER_LAZY_RESCALE_MIN_KEYS;
-        let tuned = [(persistent, ("SCHEDULE", 1)), (lazy, ("LAZY_RESCALE", 1))];
-        let knobs: Vec<_> = tuned
-            .into_iter()
-            .filter_map(|(on, knob)| on.then_some(knob))
-            .collect();
+        let mut knobs = Vec::new();
+        if params.causal && !q_in_registers {
+            knobs.push(("SCHEDULE", 1));
+        }
+        if shape.head_dim == 128 && shape.seq_kv >= HOPPER_LAZY_RESCALE_MIN_KEYS {
+            knobs.push(("LAZY_RESCALE", 1));
+        }
         return Config::from_pairs(&knobs);
     }
     Config::from_pairs(&[

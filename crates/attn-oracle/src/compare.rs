@@ -16,6 +16,14 @@ pub struct Tolerance {
     pub rel_l2: f64,
 }
 
+impl Tolerance {
+    /// How far an element whose reference is `reference` may be off: `max_abs`, or `rel_l2` of a
+    /// reference above the table's magnitude (see [`tolerance`]).
+    pub fn element_bound(&self, reference: f64) -> f64 {
+        self.max_abs.max(self.rel_l2 * reference.abs())
+    }
+}
+
 /// Relative error of f32 accumulation over up to 16384 terms: rounding errors of a long sum grow
 /// like `√n·2⁻²⁴` in practice, and `√16384·2⁻²⁴ = 2⁻¹⁷ ≈ 7.6e-6`. Every kernel accumulates in f32.
 const F32_ACCUMULATION: f64 = 1.0 / 131_072.0;
@@ -50,7 +58,8 @@ const LARGE_LOGIT_ERROR: f64 = 4e-4;
 /// * `δ = 4e-4` for LargeMagnitude (logits ≈ 150, see `LARGE_LOGIT_ERROR`), else 0.
 ///
 /// An element whose reference `r` is larger than `M` breaks the first premise; the same sum with
-/// `|r|` for `M` bounds it: [`compare`] allows each element `max(max_abs, rel_l2·|r|)` (rounding
+/// `|r|` for `M` bounds it: [`compare`] allows each element [`Tolerance::element_bound`],
+/// `max(max_abs, rel_l2·|r|)` (rounding
 /// to fp16 at 4.14 alone costs `4u = 1.95e-3`, the whole of fp16's Normal `max_abs`).
 ///
 /// f32 outputs have `u = 2⁻²⁴`, so their bound is accumulation-dominated (1.6e-5 for Normal).
@@ -271,9 +280,7 @@ pub(crate) fn compare_in(
             }
             let error = (actual - expected).abs();
             verdict.max_abs = verdict.max_abs.max(error);
-            // The element's own bound: the table's, or relative to a reference above M.
-            let bound = tolerance.max_abs.max(tolerance.rel_l2 * expected.abs());
-            let excess = error / bound;
+            let excess = error / tolerance.element_bound(expected);
             if worst_error.is_none_or(|(_, _, worst)| excess > worst) {
                 worst_error = Some((flat, error, excess));
             }
