@@ -102,7 +102,7 @@ impl Table {
             out.push_str(&format!(
                 "<th{}>{}</th>",
                 self.align(i),
-                escape_html(header)
+                breakable_html(header)
             ));
         }
         out.push_str("</tr></thead>\n<tbody>\n");
@@ -118,7 +118,7 @@ impl Table {
                 } else {
                     format!(" class=\"{}\"", names.join(" "))
                 };
-                out.push_str(&format!("<td{class}>{}</td>", escape_html(cell)));
+                out.push_str(&format!("<td{class}>{}</td>", breakable_html(cell)));
             }
             out.push_str("</tr>\n");
         }
@@ -133,6 +133,15 @@ impl Table {
             ""
         }
     }
+}
+
+/// Escaped cell text that may wrap after `,` and `:` (`<wbr>`): shape labels such as
+/// `varlen=512,3072,…` and headers such as `sdpa:efficient` have no spaces, and unbroken they
+/// widen a many-column table past the window.
+fn breakable_html(text: &str) -> String {
+    escape_html(text)
+        .replace(',', ",<wbr>")
+        .replace(':', ":<wbr>")
 }
 
 /// Escapes `&`, `<`, `>` and `"` for HTML text and attribute values.
@@ -157,14 +166,14 @@ mod tests {
     #[test]
     fn markdown_and_html_show_the_same_cells() {
         let mut table = Table::new(&["shape", "median (µs)"]).numeric(&[1]);
-        table.push(vec!["a|b".into(), "<1>".into()]);
+        table.push(vec!["a|b,c".into(), "<1>".into()]);
         assert_eq!(
             table.to_markdown(),
-            "| shape | median (µs) |\n| --- | ---: |\n| a\\|b | <1> |\n"
+            "| shape | median (µs) |\n| --- | ---: |\n| a\\|b,c | <1> |\n"
         );
         let html = table.to_html(|_| None);
         assert!(
-            html.contains("<td>a|b</td><td class=\"num\">&lt;1&gt;</td>"),
+            html.contains("<td>a|b,<wbr>c</td><td class=\"num\">&lt;1&gt;</td>"),
             "{html}"
         );
     }
