@@ -56,7 +56,8 @@ pub struct Args {
     /// Clean timed samples per side.
     #[arg(long, default_value_t = 100)]
     pub samples: usize,
-    /// Samples per block: candidate and baseline blocks alternate (A B A B ...).
+    /// Samples per block: after a warm-up block of each, baseline and candidate blocks alternate,
+    /// each side first in every other round (B A, A B, ...).
     #[arg(long, default_value_t = 10)]
     pub block: usize,
     /// Untimed launches first.

@@ -185,7 +185,7 @@ pub struct TimedOutputCheck {
 /// Blocks of samples dropped because the SM clock was throttled, and re-taken.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ClockGuard {
-    /// Samples a block, per side; candidate and baseline blocks alternate.
+    /// Samples a block, per side; candidate and baseline blocks alternate (see `blocks`).
     pub block_samples: usize,
     /// Blocks kept per side (candidate, baseline).
     pub kept_blocks: [usize; 2],
@@ -201,8 +201,10 @@ pub struct ClockGuard {
     /// nvidia-smi after each block).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rule: Option<String>,
-    /// The SM clock of each block as measured, MHz, in the order taken (baseline and candidate
-    /// alternating), with the side (0 candidate, 1 baseline) and whether it was kept.
+    /// The SM clock of each block as measured, MHz, in the order taken, with the side (0
+    /// candidate, 1 baseline) and whether it was kept: since 2026-11-26 a warm-up round (the
+    /// baseline, then the candidate; never kept), then rounds that alternate which side runs
+    /// first (B A, A B, …); older files alternate B A throughout, with no warm-up.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub blocks: Vec<BlockClock>,
 }
@@ -234,6 +236,10 @@ pub struct BlockClock {
     pub source: String,
     /// Whether the block's samples were kept.
     pub kept: bool,
+    /// A warm-up block (the first round): timed and clocked like the others, never kept, and not
+    /// counted as dropped (absent in older files, which have none).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub warmup: bool,
 }
 
 /// What ended a gate case: the one typed outcome every reader (markdown, replay, report) uses.

@@ -252,15 +252,14 @@ fn not_timed(case: &GateCase) -> Decision {
             reason: "not timed".into(),
         };
     };
-    let measured: Vec<f64> = guard.blocks.iter().filter_map(|b| b.mhz).collect();
+    let judged = || guard.blocks.iter().filter(|b| !b.warmup);
+    let measured: Vec<f64> = judged().filter_map(|b| b.mhz).collect();
     let clocks = match (
         measured.iter().copied().reduce(f64::min),
         measured.iter().copied().reduce(f64::max),
     ) {
         (Some(lo), Some(hi)) => {
-            let source = guard
-                .blocks
-                .iter()
+            let source = judged()
                 .find(|b| b.mhz.is_some())
                 .map_or("", |b| b.source.as_str());
             format!("; SM clock over the blocks {lo:.0}–{hi:.0} MHz ({source})")
@@ -604,12 +603,23 @@ mod tests {
             min_kept_mhz: None,
             complete: false,
             rule: Some("kept when the SM clock measured on the device over the block is ≥ 75% of the 1980 MHz maximum (1485 MHz)".into()),
-            blocks: vec![attn_evidence::BlockClock {
-                side: 1,
-                mhz: Some(1402.0),
-                source: "device".into(),
-                kept: false,
-            }],
+            // The warm-up block is neither kept nor dropped: the range is the judged blocks'.
+            blocks: vec![
+                attn_evidence::BlockClock {
+                    side: 1,
+                    mhz: Some(1890.0),
+                    source: "device".into(),
+                    kept: false,
+                    warmup: true,
+                },
+                attn_evidence::BlockClock {
+                    side: 1,
+                    mhz: Some(1402.0),
+                    source: "device".into(),
+                    kept: false,
+                    warmup: false,
+                },
+            ],
         });
         let d = decide(&c, &GateRule::default(), &CompareOptions::default(), None);
         assert_eq!(d.status, CaseStatus::Inconclusive);

@@ -1,6 +1,7 @@
 //! Timing one problem: input sets on the device, prepared candidates, the candidate's side
-//! (with every timed output verified) and the baseline's, sampled in alternating blocks with
-//! clock-throttled blocks dropped and re-taken.
+//! (with every timed output verified) and the baseline's, sampled in alternating blocks (after a
+//! warm-up round, each side first in every other round) with clock-throttled blocks dropped and
+//! re-taken.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -793,8 +794,8 @@ type GuardPass = (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>);
 pub struct Interleave {
     /// The harness options; `samples` is the clean samples wanted per side.
     pub timing: TimingOptions,
-    /// Samples per block: the sides alternate block by block (A B A B …) so both see the same
-    /// clocks and temperature.
+    /// Samples per block: the sides alternate block by block, after a warm-up round, each side
+    /// first in every other round ([`round_order`]), so both see the same clocks and temperature.
     pub block: usize,
     /// A block whose SM clock, measured on the device over it, is under this fraction of the
     /// device's maximum is dropped and re-taken ([`ThrottleRule`]).
@@ -899,10 +900,28 @@ pub struct Interleaved {
     pub clocks: (Option<ClockReading>, Option<ClockReading>),
 }
 
-/// Samples `a` and `b` in alternating blocks (B first, so the baseline's time is known before
-/// the candidate's first block), until each has `timing.samples` clean samples or each has had
-/// four times its blocks. Each block's SM clock is measured on the device (nvidia-smi where the
-/// probe cannot run) and judged by [`ThrottleRule`].
+/// Which side runs first in round `round` of [`interleave`] (0 the candidate, 1 the baseline):
+/// the baseline in even rounds, the candidate in odd ones (B A, A B, B A, …: an ABBA design).
+/// Why: the gate's evidence up to 2026-11-26 (139 cases, the order always B A) has the first
+/// block of a run about 100 MHz above the run's other blocks (the GPU still cool; up to 195 MHz)
+/// and the baseline's blocks 4–50 MHz above the candidate's after it, on a power-limited H100
+/// whose clock settles over the run: a side that always runs first is timed at the higher
+/// clocks. Over every two rounds each side runs first once, so a drifting clock moves both alike.
+pub fn round_order(round: usize) -> [usize; 2] {
+    if round % 2 == 0 {
+        [1, 0]
+    } else {
+        [0, 1]
+    }
+}
+
+/// Samples `a` and `b` in alternating blocks, until each has `timing.samples` clean samples or
+/// each has had four times its blocks. Round 0 warms the GPU up: a block of each side (the
+/// baseline first, so its time is known before the candidate's first block: `after_first_baseline_block`
+/// sees it), timed and clocked like the others, its samples never kept (the first block of a run
+/// runs about 100 MHz above the rest: [`round_order`]); each side's guard pass comes from it. The
+/// rounds after it alternate which side runs first ([`round_order`]). Each block's SM clock is
+/// measured on the device (nvidia-smi where the probe cannot run) and judged by [`ThrottleRule`].
 pub fn interleave(
     gpu: &Gpu,
     a: &mut dyn TimedSide,
@@ -931,14 +950,24 @@ pub fn interleave(
     let mut min_kept: Option<f64> = None;
     let mut blocks: Vec<BlockClock> = Vec::new();
     let mut guard: [Option<GuardPass>; 2] = [None, None];
+    let mut started = [false; 2];
     let mut attempts = 0;
-    while (kept[0] < blocks_needed || kept[1] < blocks_needed) && attempts < 4 * blocks_needed {
-        attempts += 1;
-        for side in [1usize, 0] {
-            if kept[side] >= blocks_needed {
+    for round in 0.. {
+        let warming_up = round == 0;
+        if !warming_up {
+            if (kept[0] >= blocks_needed && kept[1] >= blocks_needed)
+                || attempts >= 4 * blocks_needed
+            {
+                break;
+            }
+            attempts += 1;
+        }
+        for side in round_order(round) {
+            if !warming_up && kept[side] >= blocks_needed {
                 continue;
             }
-            let first = merged[side].is_none();
+            let first = !started[side];
+            started[side] = true;
             let opts = TimingOptions {
                 samples: block.min(wanted - kept[side] * block).max(1),
                 warmup: if first { plan.timing.warmup } else { 2 },
@@ -975,12 +1004,26 @@ pub fn interleave(
                     "nvidia-smi",
                 ),
             };
+            if side == 1 && first {
+                after_first_baseline_block(&timings);
+            }
+            if warming_up {
+                blocks.push(BlockClock {
+                    side,
+                    mhz: clock,
+                    source: how.into(),
+                    kept: false,
+                    warmup: true,
+                });
+                continue;
+            }
             let keep = rule.keeps(clock);
             blocks.push(BlockClock {
                 side,
                 mhz: clock,
                 source: how.into(),
                 kept: keep,
+                warmup: false,
             });
             if !keep {
                 dropped[side] += 1;
@@ -991,9 +1034,6 @@ pub fn interleave(
                 (m, c) => m.or(c),
             };
             kept[side] += 1;
-            if side == 1 && first {
-                after_first_baseline_block(&timings);
-            }
             match &mut merged[side] {
                 Some(all) => all.samples_us.extend(timings.samples_us),
                 slot => *slot = Some(timings),
@@ -1046,7 +1086,28 @@ pub fn interleave(
 
 #[cfg(test)]
 mod tests {
-    use super::{cache_key, signed_permutation};
+    use super::{cache_key, round_order, signed_permutation};
+
+    #[test]
+    fn the_baseline_runs_first_and_a_drifting_clock_favours_neither_side() {
+        // The warm-up round: the baseline first (its time bounds the candidate's first block).
+        assert_eq!(round_order(0), [1, 0]);
+        // The judged rounds 1..=2n in order, as block positions: a clock falling linearly over
+        // the run (each block slower than the one before) costs both sides the same in total.
+        for rounds in [2usize, 4, 6, 20] {
+            let mut position_sum = [0usize; 2];
+            let mut position = 0;
+            for round in 1..=rounds {
+                let order = round_order(round);
+                assert_ne!(order[0], order[1]);
+                for side in order {
+                    position_sum[side] += position;
+                    position += 1;
+                }
+            }
+            assert_eq!(position_sum[0], position_sum[1], "{rounds} rounds");
+        }
+    }
     use attn_kernels::{Candidate, Config};
 
     #[test]

@@ -368,7 +368,11 @@ fn judge(p: &Planted) {
         .map(|b| {
             format!(
                 "{}{:.0}",
-                if b.kept { "" } else { "dropped " },
+                match (b.warmup, b.kept) {
+                    (true, _) => "warm-up ",
+                    (false, true) => "",
+                    (false, false) => "dropped ",
+                },
                 b.mhz.unwrap_or(0.0)
             )
         })

@@ -554,6 +554,7 @@ fn hopper_against_fa3_comes_from_one_fair_run_a_gate_before_a_bench() {
         mhz: Some(mhz),
         source: "device".into(),
         kept,
+        warmup: false,
     };
     gate.cases[0].clock_guard = Some(attn_evidence::ClockGuard {
         block_samples: 10,
