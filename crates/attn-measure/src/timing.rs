@@ -1036,7 +1036,13 @@ pub fn interleave(
             kept[side] += 1;
             match &mut merged[side] {
                 Some(all) => all.samples_us.extend(timings.samples_us),
-                slot => *slot = Some(timings),
+                // The side's untimed launches were its first block's (the warm-up round's).
+                slot => {
+                    *slot = Some(Timings {
+                        warmup: plan.timing.warmup,
+                        ..timings
+                    })
+                }
             }
         }
     }
