@@ -364,7 +364,8 @@ const IMPLEMENTATION_ORDER: [&str; 13] = [
 ];
 
 /// TFLOP/s of every implementation on every benched shape (the latest entry of each pair over all
-/// bench runs), with the best of the project's kernels against SDPA's default and flash backends.
+/// bench runs), with the best of the project's kernels against SDPA's default and flash backends
+/// and against PyTorch's fastest kernel measured on the shape.
 fn implementations_table(evidence: &EvidenceSet) -> Option<Table> {
     let mut latest: BTreeMap<(String, String), f64> = BTreeMap::new();
     let mut shapes: Vec<String> = Vec::new();
@@ -399,6 +400,7 @@ fn implementations_table(evidence: &EvidenceSet) -> Option<Table> {
     header.extend([
         "best ours / sdpa:default".into(),
         "best ours / sdpa:flash".into(),
+        "best ours / fastest PyTorch".into(),
     ]);
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
     let mut table = Table::new(&header).numeric(&(1..header.len()).collect::<Vec<_>>());
@@ -421,7 +423,20 @@ fn implementations_table(evidence: &EvidenceSet) -> Option<Table> {
                 .iter()
                 .map(|(_, l)| value(l).map(tflops).unwrap_or_else(|| "–".into())),
         );
-        row.extend([ratio("sdpa:default"), ratio("sdpa:flash")]);
+        // PyTorch's fastest kernel on the shape, whichever it is (a window or varlen batch has
+        // only varlen_attn and FlexAttention, which the two columns before do not cover).
+        let fastest_pytorch = labels
+            .iter()
+            .filter(|(_, l)| l.starts_with("sdpa:"))
+            .filter_map(|(_, l)| value(l).map(|t| (t, l)))
+            .max_by(|a, b| a.0.total_cmp(&b.0));
+        let versus_fastest = match (best_ours, fastest_pytorch) {
+            (Some(ours), Some((theirs, label))) if theirs > 0.0 => {
+                format!("{:.2}× ({})", ours / theirs, label.trim_start_matches("sdpa:"))
+            }
+            _ => "–".into(),
+        };
+        row.extend([ratio("sdpa:default"), ratio("sdpa:flash"), versus_fastest]);
         table.push(row);
     }
     Some(table)

@@ -472,16 +472,17 @@ fn implementations_matrix_takes_the_latest_entry_of_every_pair() {
     // Project kernels first (known order, then the rest), then the references.
     assert_eq!(
         header,
-        "| shape | mma | minimal | cublas | sdpa:flash | sdpa:cudnn | sdpa:efficient | best ours / sdpa:default | best ours / sdpa:flash |"
+        "| shape | mma | minimal | cublas | sdpa:flash | sdpa:cudnn | sdpa:efficient | best ours / sdpa:default | best ours / sdpa:flash | best ours / fastest PyTorch |"
     );
     // 4,16,1024,64 causal appears in both fixture runs: sdpa:flash is the later 314.8, and the
-    // best of ours is mma (293.4 beats minimal's 2.9 from the older run).
+    // best of ours is mma (293.4 beats minimal's 2.9 from the older run); PyTorch's fastest there
+    // is cuDNN (328.0).
     let row = markdown
         .lines()
         .find(|l| l.starts_with("| 4,16,1024,64 causal | 293.4 |"))
         .expect("row for 4,16,1024,64 causal missing");
     assert!(
-        row.contains("| 293.4 | 2.9 | – | 314.8 | 328.0 | 198.1 | – | 0.93× |"),
+        row.contains("| 293.4 | 2.9 | – | 314.8 | 328.0 | 198.1 | – | 0.93× | 0.89× (cudnn) |"),
         "{row}"
     );
 }
