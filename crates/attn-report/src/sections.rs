@@ -432,7 +432,11 @@ fn implementations_table(evidence: &EvidenceSet) -> Option<Table> {
             .max_by(|a, b| a.0.total_cmp(&b.0));
         let versus_fastest = match (best_ours, fastest_pytorch) {
             (Some(ours), Some((theirs, label))) if theirs > 0.0 => {
-                format!("{:.2}× ({})", ours / theirs, label.trim_start_matches("sdpa:"))
+                format!(
+                    "{:.2}× ({})",
+                    ours / theirs,
+                    label.trim_start_matches("sdpa:")
+                )
             }
             _ => "–".into(),
         };

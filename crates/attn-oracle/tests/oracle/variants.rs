@@ -205,6 +205,42 @@ fn a_varlen_batch_is_each_sequence_s_own_dense_problem() {
 }
 
 #[test]
+fn packing_keeps_the_element_type_and_inverts_unpacking() {
+    use attn_oracle::{generate_varlen, CaseSpec, HostData, Packed, Varlen};
+    // Empty sequences on both sides, grouped heads.
+    let varlen = Varlen::new(vec![5, 0, 1, 9, 3], vec![7, 4, 1, 9, 0]).unwrap();
+    let spec = CaseSpec {
+        shape: "1,4/2,1,8".parse().unwrap(),
+        dtype: DType::F16,
+        distribution: Distribution::Normal,
+        seed: 5,
+    };
+    let inputs = generate_varlen(&spec, &varlen);
+    for (packed, side, heads) in [
+        (&inputs.q, Packed::Queries, 4),
+        (&inputs.k, Packed::Keys, 2),
+    ] {
+        assert_eq!(packed.dtype().unwrap(), DType::F16);
+        let parts: Vec<_> = (0..varlen.sequences())
+            .map(|b| varlen.unpack(packed, side, b))
+            .collect();
+        assert!(parts
+            .iter()
+            .flatten()
+            .all(|p| p.dtype().unwrap() == DType::F16));
+        let again = varlen.pack(&parts, side, heads, 8);
+        assert_eq!(again.dims, packed.dims);
+        assert_eq!(again.as_bytes(), packed.as_bytes());
+        // Parts of different element types pack exactly, as f64.
+        let mut mixed = parts.clone();
+        mixed[0] = mixed[0].take().map(|p| p.to_dtype(DType::F32));
+        let wide = varlen.pack(&mixed, side, heads, 8);
+        assert!(matches!(wide.data, HostData::F64(_)));
+        assert_eq!(wide.to_f64(), packed.to_f64());
+    }
+}
+
+#[test]
 fn a_varlen_batch_checked_on_selected_rows_matches_the_full_oracle() {
     use attn_oracle::{
         compare_packed, generate_varlen, reference_varlen, reference_varlen_rows, CaseSpec, RowId,
