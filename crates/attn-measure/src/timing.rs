@@ -902,11 +902,13 @@ pub struct Interleaved {
 
 /// Which side runs first in round `round` of [`interleave`] (0 the candidate, 1 the baseline):
 /// the baseline in even rounds, the candidate in odd ones (B A, A B, B A, …: an ABBA design).
-/// Why: the gate's evidence up to 2026-11-26 (139 cases, the order always B A) has the first
-/// block of a run about 100 MHz above the run's other blocks (the GPU still cool; up to 195 MHz)
-/// and the baseline's blocks 4–50 MHz above the candidate's after it, on a power-limited H100
-/// whose clock settles over the run: a side that always runs first is timed at the higher
-/// clocks. Over every two rounds each side runs first once, so a drifting clock moves both alike.
+/// Why: in the gate's evidence up to 2026-11-26 (151 cases with the clock measured on the
+/// device, the order always B A), a run's first block, always the baseline's, ran above the run's
+/// other blocks in 94% of the cases, by 117 MHz on average (the GPU still cool), which put the
+/// baseline's mean block clock 46 MHz above the candidate's (7 MHz without that block): on a
+/// power-limited H100 whose clock settles over the run, a side that always runs first is timed at
+/// the higher clocks. The warm-up round takes the first block out of the judgement; over every
+/// two rounds after it each side runs first once, so a drifting clock moves both alike.
 pub fn round_order(round: usize) -> [usize; 2] {
     if round % 2 == 0 {
         [1, 0]
