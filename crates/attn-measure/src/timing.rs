@@ -919,11 +919,12 @@ pub fn round_order(round: usize) -> [usize; 2] {
 
 /// Samples `a` and `b` in alternating blocks, until each has `timing.samples` clean samples or
 /// each has had four times its blocks. Round 0 warms the GPU up: a block of each side (the
-/// baseline first, so its time is known before the candidate's first block: `after_first_baseline_block`
-/// sees it), timed and clocked like the others, its samples never kept (the first block of a run
-/// runs about 100 MHz above the rest: [`round_order`]); each side's guard pass comes from it. The
-/// rounds after it alternate which side runs first ([`round_order`]). Each block's SM clock is
-/// measured on the device (nvidia-smi where the probe cannot run) and judged by [`ThrottleRule`].
+/// baseline first, so that its time is known before the candidate's first block:
+/// `after_first_baseline_block` sees it), timed and clocked like the others, its samples never
+/// kept (a run's first block runs about 100 MHz above the rest: [`round_order`]); each side's
+/// guard pass comes from it. The rounds after it alternate which side runs first
+/// ([`round_order`]). Each block's SM clock is measured on the device (nvidia-smi where the probe
+/// cannot run) and judged by [`ThrottleRule`].
 pub fn interleave(
     gpu: &Gpu,
     a: &mut dyn TimedSide,
