@@ -148,12 +148,10 @@ impl Varlen {
     ) -> HostTensor {
         let lens = self.lens(side);
         let total: usize = lens.iter().sum();
-        let kinds: Vec<std::mem::Discriminant<HostData>> = parts
-            .iter()
-            .flatten()
-            .map(|p| std::mem::discriminant(&p.data))
-            .collect();
-        let uniform = !kinds.is_empty() && kinds.iter().all(|k| *k == kinds[0]);
+        let first = parts.iter().flatten().next().map(|p| &p.data);
+        let kind = |data: &HostData| std::mem::discriminant(data);
+        let uniform =
+            first.is_some_and(|f| parts.iter().flatten().all(|p| kind(&p.data) == kind(f)));
         macro_rules! scatter_as {
             ($variant:ident) => {{
                 let slices: Vec<Option<&[_]>> = parts
@@ -168,7 +166,7 @@ impl Varlen {
                 HostData::$variant(scatter_sequences(&slices, lens, heads, d))
             }};
         }
-        let data = match parts.iter().flatten().next().map(|p| &p.data) {
+        let data = match first {
             Some(HostData::F16(_)) if uniform => scatter_as!(F16),
             Some(HostData::Bf16(_)) if uniform => scatter_as!(Bf16),
             Some(HostData::F32(_)) if uniform => scatter_as!(F32),
