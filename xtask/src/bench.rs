@@ -162,7 +162,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             bar.set_message(format!("{} {problem}", candidate.label()));
             let timed = bench::time_candidate(&gpu, &mut cache, candidate, problem, &opts, seed);
             let mut entry = match timed {
-                Ok((implementation, timings)) => bench::entry(implementation, problem, &timings)?,
+                Ok(timed) => bench::entry(timed, problem)?,
                 Err(err) => {
                     bar.println(format!(
                         "  skipped {} on {problem}: {err}",
@@ -181,8 +181,8 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
                     candidate.label()
                 ));
                 match bench::time_candidate(&gpu, &mut cache, candidate, dense, &opts, seed) {
-                    Ok((implementation, timings)) => {
-                        let dense_entry = bench::entry(implementation, dense, &timings)?;
+                    Ok(timed) => {
+                        let dense_entry = bench::entry(timed, dense)?;
                         entry.dense_at_mean = Some(DenseAtMean::of(&entry, &dense_entry));
                         entries.push(entry);
                         entries.push(dense_entry);
@@ -209,9 +209,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
                 }
                 bar.set_message(format!("sdpa:{backend} {problem}"));
                 match bench::time_sdpa(&gpu, sdpa, backend, problem, &opts, seed) {
-                    Ok((implementation, timings)) => {
-                        entries.push(bench::entry(implementation, problem, &timings)?)
-                    }
+                    Ok(timed) => entries.push(bench::entry(timed, problem)?),
                     Err(err) => {
                         bar.println(format!("  skipped sdpa:{backend} on {problem}: {err}"))
                     }
@@ -236,8 +234,9 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         "p10–p90 µs",
         "TFLOP/s",
         "ns/token",
+        "SM MHz",
     ])
-    .numeric(&[2, 4, 5]);
+    .numeric(&[2, 4, 5, 6]);
     for e in &run.entries {
         let label = match (e.implementation.backend.is_none(), args.config.is_empty()) {
             (true, false) => format!("{} [{overrides}]", e.implementation.label()),
@@ -254,6 +253,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             ),
             attn_report::format::tflops(e.tflops),
             format!("{:.2}", e.per_token_us() * 1e3),
+            e.sm_mhz.map_or("–".into(), |mhz| format!("{mhz:.0}")),
         ]);
     }
     println!("{}", table.to_markdown());

@@ -402,4 +402,12 @@ fn a_bench_times_every_side_on_as_many_input_sets() {
         .map(|e| e["timing"]["input_sets"].as_u64())
         .collect();
     assert_eq!(sets, vec![Some(20), Some(20)], "mma then SDPA: {run}");
+    // Each entry, the helper's too, carries the SM clock the device probe measured over it.
+    let entries = run["entries"].as_array().expect("entries");
+    assert!(
+        entries.iter().all(|e| e["sm_mhz"]
+            .as_f64()
+            .is_some_and(|mhz| (300.0..2500.0).contains(&mhz))),
+        "SM clocks: {run}"
+    );
 }

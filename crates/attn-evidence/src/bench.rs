@@ -22,6 +22,12 @@ pub struct BenchEntry {
     /// For a varlen batch: the same implementation on the dense batch at its mean length.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dense_at_mean: Option<DenseAtMean>,
+    /// The SM clock over the samples, MHz: the gate's device probe on the timed stream before
+    /// and after them, averaged (absent in older files, or where the probe could not run). A
+    /// bench times its entries one after another, and a power-limited GPU's clock moves between
+    /// them: entries are comparable at like clocks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm_mhz: Option<f64>,
 }
 
 impl BenchEntry {
@@ -98,7 +104,7 @@ pub struct BenchRun {
 }
 
 /// Column names of [`BenchRun::to_csv`].
-pub const BENCH_CSV_HEADER: [&str; 14] = [
+pub const BENCH_CSV_HEADER: [&str; 15] = [
     "implementation",
     "backend",
     "batch",
@@ -113,11 +119,12 @@ pub const BENCH_CSV_HEADER: [&str; 14] = [
     "p90_us",
     "tflops",
     "n",
+    "sm_mhz",
 ];
 
 impl BenchRun {
     /// The entries as CSV, one row per entry, columns [`BENCH_CSV_HEADER`]; written beside the JSON
-    /// for spreadsheets. Times in µs.
+    /// for spreadsheets. Times in µs; the SM clock in whole MHz, empty where not measured.
     pub fn to_csv(&self) -> Result<String, EvidenceError> {
         let fail = |message: String| EvidenceError::Csv {
             path: PathBuf::from("<bench csv>"),
@@ -144,6 +151,9 @@ impl BenchRun {
                 summary.p90.to_string(),
                 entry.tflops.to_string(),
                 summary.n.to_string(),
+                entry
+                    .sm_mhz
+                    .map_or(String::new(), |mhz| format!("{mhz:.0}")),
             ];
             writer.write_record(&row).map_err(|e| fail(e.to_string()))?;
         }

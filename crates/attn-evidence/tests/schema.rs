@@ -188,17 +188,26 @@ fn bench_csv_has_one_row_per_entry() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bench.json");
     fs::write(&path, bench_json("2025-01-01T00:00:00Z")).unwrap();
-    let Evidence::Bench(bench) = read(&path).unwrap() else {
+    let Evidence::Bench(mut bench) = read(&path).unwrap() else {
         panic!("not a bench run")
     };
     let csv = bench.to_csv().unwrap();
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(lines[0], BENCH_CSV_HEADER.join(","));
+    // An older file has no clock: the last column is empty.
     assert_eq!(
         lines[1],
-        "sdpa,flash,4,16,1024,1024,64,true,fp16,26.8,25.8,27.8,320.5,5"
+        "sdpa,flash,4,16,1024,1024,64,true,fp16,26.8,25.8,27.8,320.5,5,"
     );
     assert_eq!(lines.len(), 2);
+    bench.entries[0].sm_mhz = Some(1754.6);
+    assert!(bench
+        .to_csv()
+        .unwrap()
+        .lines()
+        .nth(1)
+        .unwrap()
+        .ends_with(",5,1755"));
 }
 
 #[test]

@@ -8,11 +8,22 @@ use attn_stats::Sample;
 
 use crate::baseline::{candidate_implementation, sdpa_implementation, timing_evidence};
 use crate::sdpa::{Backend, Sdpa};
-use crate::timing::{KernelSide, PreparedCache, SdpaSide, TimedSide};
+use crate::timing::{clocked_block, KernelSide, PreparedCache, SdpaSide};
 use crate::{Problem, Result};
 
+/// One implementation timed on one problem: what ran, its timings, and the SM clock over them.
+#[derive(Debug)]
+pub struct Timed {
+    /// What ran (a kernel with its resolved config, or an SDPA backend).
+    pub implementation: Implementation,
+    /// Its block of samples.
+    pub timings: Timings,
+    /// The SM clock over the block, MHz ([`clocked_block`]).
+    pub sm_mhz: Option<f64>,
+}
+
 /// `candidate` (already specialised for `problem`'s shape) timed on `problem`, compiled once per
-/// config through `cache`: what ran (with its resolved config) and its timings.
+/// config through `cache`.
 pub fn time_candidate(
     gpu: &Gpu,
     cache: &mut PreparedCache,
@@ -20,12 +31,16 @@ pub fn time_candidate(
     problem: &Problem,
     opts: &TimingOptions,
     seed: u64,
-) -> Result<(Implementation, Timings)> {
+) -> Result<Timed> {
     let (dtype, head_dim) = (problem.dtype, problem.shape.head_dim);
     let prepared = cache.get(gpu, candidate, dtype, head_dim)?;
-    let timings = KernelSide::new(gpu, prepared, problem, seed)?.block(opts)?;
-    let implementation = candidate_implementation(candidate, Some(prepared.config()));
-    Ok((implementation, timings))
+    let mut side = KernelSide::new(gpu, prepared, problem, seed)?;
+    let (timings, sm_mhz) = clocked_block(gpu, &mut side, opts)?;
+    Ok(Timed {
+        implementation: candidate_implementation(candidate, Some(prepared.config())),
+        timings,
+        sm_mhz,
+    })
 }
 
 /// PyTorch SDPA's `backend` (or FlashAttention-3) timed on `problem`, in the helper's process.
@@ -36,26 +51,28 @@ pub fn time_sdpa(
     problem: &Problem,
     opts: &TimingOptions,
     seed: u64,
-) -> Result<(Implementation, Timings)> {
-    let timings = SdpaSide::new(gpu, sdpa, backend, problem, seed).block(opts)?;
-    Ok((sdpa_implementation(backend), timings))
+) -> Result<Timed> {
+    let mut side = SdpaSide::new(gpu, sdpa, backend, problem, seed);
+    let (timings, sm_mhz) = clocked_block(gpu, &mut side, opts)?;
+    Ok(Timed {
+        implementation: sdpa_implementation(backend),
+        timings,
+        sm_mhz,
+    })
 }
 
-/// The evidence entry of `implementation`'s `timings` on `problem`: summary, TFLOP/s at the
-/// median, raw timings.
-pub fn entry(
-    implementation: Implementation,
-    problem: &Problem,
-    timings: &Timings,
-) -> Result<BenchEntry> {
-    let summary = Sample::new(timings.samples_us.clone())?.summary();
+/// The evidence entry of `timed` on `problem`: summary, TFLOP/s at the median, raw timings, the
+/// SM clock.
+pub fn entry(timed: Timed, problem: &Problem) -> Result<BenchEntry> {
+    let summary = Sample::new(timed.timings.samples_us.clone())?.summary();
     Ok(BenchEntry {
-        implementation,
+        implementation: timed.implementation,
         shape: problem.spec.clone(),
-        timing: timing_evidence(timings),
+        timing: timing_evidence(&timed.timings),
         tflops: problem.spec.tflops(summary.median),
         summary,
         dense_at_mean: None,
+        sm_mhz: timed.sm_mhz,
     })
 }
 
@@ -103,22 +120,26 @@ mod tests {
     fn a_mixed_batch_is_judged_per_token_and_per_unit_of_work() {
         // Lengths 1000 and 3000 do 1000² + 3000² = 10M pairs where 2 × 2000² = 8M: at the same
         // throughput, 1.25× the time per token and 1× per unit of work.
-        let timings = |us: f64| attn_kernels::Timings {
-            mode: attn_kernels::TimingMode::Graph,
-            warmup: 0,
-            launches_per_sample: 1,
-            input_sets: 0,
-            samples_us: vec![us; 5],
-            wall_us: vec![],
-            guard_event_us: vec![],
-            guard_residual_us: vec![],
-            guard_stream_residual_us: vec![],
+        let timed = |us: f64| Timed {
+            implementation: Implementation::named("mma"),
+            timings: attn_kernels::Timings {
+                mode: attn_kernels::TimingMode::Graph,
+                warmup: 0,
+                launches_per_sample: 1,
+                input_sets: 0,
+                samples_us: vec![us; 5],
+                wall_us: vec![],
+                guard_event_us: vec![],
+                guard_residual_us: vec![],
+                guard_stream_residual_us: vec![],
+            },
+            sm_mhz: Some(1700.0),
         };
-        let implementation = Implementation::named("mma");
         let varlen = Problem::parse("varlen=1000,3000 H=8 D=64").unwrap();
         let dense = dense_at_mean(&varlen).unwrap().unwrap();
-        let v = entry(implementation.clone(), &varlen, &timings(125.0)).unwrap();
-        let d = entry(implementation, &dense, &timings(100.0)).unwrap();
+        let v = entry(timed(125.0), &varlen).unwrap();
+        let d = entry(timed(100.0), &dense).unwrap();
+        assert_eq!(v.sm_mhz, Some(1700.0));
         let compared = attn_evidence::DenseAtMean::of(&v, &d);
         assert!((compared.per_token_ratio - 1.25).abs() < 1e-9);
         assert!((compared.work_ratio(&v) - 1.25).abs() < 1e-9);

@@ -879,6 +879,25 @@ impl BlockProbe {
     }
 }
 
+/// `side`'s block of `opts` with the SM clock over it, as [`interleave`] measures a block's
+/// (`None` where the device probe cannot run).
+pub fn clocked_block(
+    gpu: &Gpu,
+    side: &mut dyn TimedSide,
+    opts: &TimingOptions,
+) -> Result<(Timings, Option<f64>)> {
+    let mut probe = BlockProbe::new(gpu);
+    if let Some(p) = probe.as_mut() {
+        p.before(gpu)?;
+    }
+    let timings = side.block(opts)?;
+    let mhz = match probe.as_mut() {
+        Some(p) => p.after(gpu)?,
+        None => None,
+    };
+    Ok((timings, mhz))
+}
+
 /// The clock over a block from the probes before and after it: their mean, or the one there is.
 pub fn block_mhz(before: Option<f64>, after: Option<f64>) -> Option<f64> {
     match (before, after) {

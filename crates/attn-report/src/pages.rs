@@ -57,7 +57,8 @@ fn blocks<'a>(sections: &'a Sections, charts: &'a [RenderedChart]) -> Vec<Block<
              batch-mode gate run of hopper against SDPA's default on that shape, its own \
              interleaved ratio (both runs named). Ratios are speed (the other's median time over \
              hopper's; above 1× hopper is faster). SM MHz: the mean clock of each side's kept \
-             blocks in a gate run (the device's clock probe); the GPU holds its power limit on \
+             blocks in a gate run, or over each entry's samples in a bench run (the device's \
+             clock probe; bench files from 2026-11-26 on); the GPU holds its power limit on \
              long runs, so a kernel that draws more power runs at a lower clock. Gate runs before \
              the warm-up round (evidence without warm-up blocks) timed the baseline first in every \
              pair of blocks while the clock fell through the run, and kept a run's first block, \

@@ -634,7 +634,10 @@ fn against_fa3_table(evidence: &EvidenceSet) -> Option<Table> {
                             cudnn.map_or("–".into(), |e| tflops(e.tflops)),
                             format!("{vs_fa3:.2}×"),
                             cudnn.map_or("–".into(), |e| format!("{:.2}×", speed(e))),
-                            "–".into(),
+                            match (hopper.sm_mhz, fa3.sm_mhz) {
+                                (Some(ours), Some(theirs)) => format!("{ours:.0} / {theirs:.0}"),
+                                _ => "–".into(),
+                            },
                             verdict(vs_fa3),
                             format!("bench {}", run.path),
                         ],

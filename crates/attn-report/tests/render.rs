@@ -539,7 +539,16 @@ fn hopper_against_fa3_comes_from_one_fair_run_a_gate_before_a_bench() {
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert!(rows[0].starts_with(&format!("| {shape} |")), "{rows:?}");
     assert!(
-        rows[0].contains("| 1.25× |") && rows[0].contains("| meets | bench "),
+        rows[0].contains("| 1.25× |") && rows[0].contains("| – | meets | bench "),
+        "{rows:?}"
+    );
+    // Entries that carry their SM clock show both.
+    bench.entries[0].sm_mhz = Some(1612.4);
+    bench.entries[1].sm_mhz = Some(1650.0);
+    write_bench(&bench);
+    let rows = against_fa3_rows(dir.path()).expect("rows");
+    assert!(
+        rows[0].contains("| 1612 / 1650 | meets | bench "),
         "{rows:?}"
     );
     // A gate run of hopper against fa3 on the same shape takes the row, whatever its date.
