@@ -949,23 +949,79 @@ pub fn interleave(
     a: &mut dyn TimedSide,
     b: &mut dyn TimedSide,
     plan: &Interleave,
+    after_first_baseline_block: impl FnMut(&Timings),
+) -> Result<Interleaved> {
+    let mut clocks = DeviceClocks {
+        gpu,
+        probe: BlockProbe::new(gpu),
+    };
+    interleave_with(&mut clocks, a, b, plan, after_first_baseline_block)
+}
+
+/// Where [`interleave`] reads the SM clock of each block.
+pub trait BlockClocks {
+    /// How a block's clock is read, for the evidence's rule line.
+    fn source(&self) -> &'static str;
+    /// Before a block.
+    fn before(&mut self) -> Result<()>;
+    /// After the block: its clock, MHz, and how it was read (`"device"` or `"nvidia-smi"`).
+    fn after(&mut self) -> Result<(Option<f64>, &'static str)>;
+    /// The device's clock and temperature now (before the first block and after the last).
+    fn reading(&self) -> Option<ClockReading>;
+}
+
+/// The GPU's clocks: the device probe around each block, nvidia-smi after it where the probe
+/// cannot run.
+struct DeviceClocks<'g> {
+    gpu: &'g Gpu,
+    probe: Option<BlockProbe>,
+}
+
+impl BlockClocks for DeviceClocks<'_> {
+    fn source(&self) -> &'static str {
+        if self.probe.is_some() {
+            "device: clock64() over %globaltimer on the timed stream before and after it"
+        } else {
+            "nvidia-smi after it"
+        }
+    }
+
+    fn before(&mut self) -> Result<()> {
+        if let Some(p) = self.probe.as_mut() {
+            p.before(self.gpu)?;
+        }
+        Ok(())
+    }
+
+    fn after(&mut self) -> Result<(Option<f64>, &'static str)> {
+        Ok(match self.probe.as_mut() {
+            Some(p) => (p.after(self.gpu)?, "device"),
+            None => (self.reading().map(|c| f64::from(c.sm_mhz)), "nvidia-smi"),
+        })
+    }
+
+    fn reading(&self) -> Option<ClockReading> {
+        telemetry::read_clocks(self.gpu.info().ordinal)
+    }
+}
+
+/// [`interleave`] with the block clocks of `clocks` (a test's own, without a GPU).
+pub fn interleave_with(
+    clocks: &mut dyn BlockClocks,
+    a: &mut dyn TimedSide,
+    b: &mut dyn TimedSide,
+    plan: &Interleave,
     mut after_first_baseline_block: impl FnMut(&Timings),
 ) -> Result<Interleaved> {
     let wanted = plan.timing.samples;
     let block = plan.block.clamp(1, wanted.max(1));
     let blocks_needed = wanted.div_ceil(block);
-    let ordinal = gpu.info().ordinal;
     let rule = ThrottleRule {
         fraction: plan.throttle_fraction,
         max_mhz: plan.max_sm_mhz,
     };
-    let before = telemetry::read_clocks(ordinal);
-    let mut probe = BlockProbe::new(gpu);
-    let source = if probe.is_some() {
-        "device: clock64() over %globaltimer on the timed stream before and after it"
-    } else {
-        "nvidia-smi after it"
-    };
+    let before = clocks.reading();
+    let source = clocks.source();
     let mut merged: [Option<Timings>; 2] = [None, None];
     let mut kept = [0usize; 2];
     let mut dropped = [0usize; 2];
@@ -1000,9 +1056,7 @@ pub fn interleave(
                 },
                 ..plan.timing
             };
-            if let Some(p) = probe.as_mut() {
-                p.before(gpu)?;
-            }
+            clocks.before()?;
             let timings = if side == 0 {
                 a.block(&opts)?
             } else {
@@ -1019,13 +1073,7 @@ pub fn interleave(
                     timings.guard_stream_residual_us.clone(),
                 ));
             }
-            let (clock, how) = match probe.as_mut() {
-                Some(p) => (p.after(gpu)?, "device"),
-                None => (
-                    telemetry::read_clocks(ordinal).map(|c| f64::from(c.sm_mhz)),
-                    "nvidia-smi",
-                ),
-            };
+            let (clock, how) = clocks.after()?;
             if side == 1 && first {
                 after_first_baseline_block(&timings);
             }
@@ -1068,7 +1116,7 @@ pub fn interleave(
             }
         }
     }
-    let after = telemetry::read_clocks(ordinal);
+    let after = clocks.reading();
     let empty = || Timings {
         mode: plan.timing.mode,
         warmup: plan.timing.warmup,
@@ -1115,6 +1163,123 @@ pub fn interleave(
 #[cfg(test)]
 mod tests {
     use super::{cache_key, round_order, signed_permutation};
+
+    /// A side whose block `n` (from 1) returns samples of value `1000 · side + n`, logging every
+    /// call with its options.
+    struct FakeSide {
+        side: usize,
+        calls: usize,
+        log: std::rc::Rc<std::cell::RefCell<Vec<(usize, attn_kernels::TimingOptions)>>>,
+    }
+
+    impl super::TimedSide for FakeSide {
+        fn block(
+            &mut self,
+            opts: &attn_kernels::TimingOptions,
+        ) -> crate::Result<attn_kernels::Timings> {
+            self.calls += 1;
+            self.log.borrow_mut().push((self.side, *opts));
+            let guard = vec![1.0; opts.guard_launches];
+            Ok(attn_kernels::Timings {
+                mode: opts.mode,
+                warmup: opts.warmup,
+                launches_per_sample: 1,
+                input_sets: 2,
+                samples_us: vec![(1000 * self.side + self.calls) as f64; opts.samples],
+                wall_us: guard.clone(),
+                guard_event_us: guard.clone(),
+                guard_residual_us: guard.clone(),
+                guard_stream_residual_us: guard,
+            })
+        }
+    }
+
+    /// Block clocks from a list, one per block.
+    struct FakeClocks(std::vec::IntoIter<f64>);
+
+    impl super::BlockClocks for FakeClocks {
+        fn source(&self) -> &'static str {
+            "a test's list"
+        }
+        fn before(&mut self) -> crate::Result<()> {
+            Ok(())
+        }
+        fn after(&mut self) -> crate::Result<(Option<f64>, &'static str)> {
+            Ok((self.0.next(), "device"))
+        }
+        fn reading(&self) -> Option<attn_kernels::telemetry::ClockReading> {
+            None
+        }
+    }
+
+    #[test]
+    fn a_warm_up_round_is_never_kept_and_the_sides_then_take_turns_going_first() {
+        let log = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let side = |side| FakeSide {
+            side,
+            calls: 0,
+            log: log.clone(),
+        };
+        let (mut a, mut b) = (side(0), side(1));
+        let timing = attn_kernels::TimingOptions {
+            samples: 20,
+            ..attn_kernels::TimingOptions::default()
+        };
+        let plan = super::Interleave {
+            block: 10,
+            ..super::Interleave::new(timing, 1980)
+        };
+        // Warm-up B, A (a cool GPU); round 1 A, B (B throttled under 1485 MHz: dropped); round 2
+        // B, A; round 3 B alone (A has its two blocks).
+        let mut clocks =
+            FakeClocks(vec![1900.0, 1800.0, 1700.0, 1400.0, 1690.0, 1680.0, 1670.0].into_iter());
+        let mut first_baseline = Vec::new();
+        let timed = super::interleave_with(&mut clocks, &mut a, &mut b, &plan, |t| {
+            first_baseline.push(t.samples_us[0])
+        })
+        .unwrap();
+        let order: Vec<usize> = log.borrow().iter().map(|(side, _)| *side).collect();
+        assert_eq!(order, [1, 0, 0, 1, 1, 0, 1]);
+        // Each side's first block (the warm-up) takes the untimed launches and the guard pass.
+        for (i, (side, opts)) in log.borrow().iter().enumerate() {
+            let first = i < 2;
+            assert_eq!(
+                opts.warmup,
+                if first { timing.warmup } else { 2 },
+                "call {i} (side {side})"
+            );
+            assert_eq!(
+                opts.guard_launches,
+                if first { timing.guard_launches } else { 0 }
+            );
+        }
+        // The hang bound comes from the baseline's warm-up block.
+        assert_eq!(first_baseline, [1001.0]);
+        // No warm-up sample and no throttled one is kept.
+        assert_eq!(timed.a.samples_us, [[2.0; 10], [3.0; 10]].concat());
+        assert_eq!(timed.b.samples_us, [[1003.0; 10], [1004.0; 10]].concat());
+        assert_eq!(timed.a.warmup, timing.warmup);
+        assert_eq!(timed.a.guard_event_us.len(), timing.guard_launches);
+        let guard = &timed.guard;
+        assert_eq!((guard.kept_blocks, guard.dropped_blocks), ([2, 2], [0, 1]));
+        assert!(guard.complete);
+        assert_eq!(guard.min_kept_mhz, Some(1670));
+        let flags: Vec<(bool, bool)> = guard.blocks.iter().map(|b| (b.warmup, b.kept)).collect();
+        assert_eq!(
+            flags,
+            [
+                (true, false),
+                (true, false),
+                (false, true),
+                (false, false),
+                (false, true),
+                (false, true),
+                (false, true)
+            ]
+        );
+        // Evidence: the kept blocks' mean clock per side leaves the warm-up out.
+        assert_eq!(guard.mean_kept_mhz(1), Some((1690.0 + 1670.0) / 2.0));
+    }
 
     #[test]
     fn the_baseline_runs_first_and_a_drifting_clock_favours_neither_side() {
