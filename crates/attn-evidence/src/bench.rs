@@ -22,8 +22,9 @@ pub struct BenchEntry {
     /// For a varlen batch: the same implementation on the dense batch at its mean length.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dense_at_mean: Option<DenseAtMean>,
-    /// The SM clock over the samples, MHz: the gate's device probe on the timed stream before
-    /// and after them, averaged (absent in older files, or where the probe could not run). A
+    /// The SM clock over the samples, MHz, read as the gate reads a block's: the device probe on
+    /// the timed stream before and after them, averaged, else nvidia-smi after them (absent in
+    /// older files, or where neither could read it). A
     /// bench times its entries one after another, and a power-limited GPU's clock moves between
     /// them: entries are comparable at like clocks.
     #[serde(default, skip_serializing_if = "Option::is_none")]

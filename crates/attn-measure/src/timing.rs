@@ -879,22 +879,20 @@ impl BlockProbe {
     }
 }
 
-/// `side`'s block of `opts` with the SM clock over it, as [`interleave`] measures a block's
-/// (`None` where the device probe cannot run).
+/// `side`'s block of `opts` with the SM clock over it, read as [`interleave`] reads a block's
+/// (the device probe, else nvidia-smi after it; `None` where neither can).
 pub fn clocked_block(
     gpu: &Gpu,
     side: &mut dyn TimedSide,
     opts: &TimingOptions,
 ) -> Result<(Timings, Option<f64>)> {
-    let mut probe = BlockProbe::new(gpu);
-    if let Some(p) = probe.as_mut() {
-        p.before(gpu)?;
-    }
-    let timings = side.block(opts)?;
-    let mhz = match probe.as_mut() {
-        Some(p) => p.after(gpu)?,
-        None => None,
+    let mut clocks = DeviceClocks {
+        gpu,
+        probe: BlockProbe::new(gpu),
     };
+    clocks.before()?;
+    let timings = side.block(opts)?;
+    let (mhz, _) = clocks.after()?;
     Ok((timings, mhz))
 }
 
