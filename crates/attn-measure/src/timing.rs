@@ -886,10 +886,7 @@ pub fn clocked_block(
     side: &mut dyn TimedSide,
     opts: &TimingOptions,
 ) -> Result<(Timings, Option<f64>)> {
-    let mut clocks = DeviceClocks {
-        gpu,
-        probe: BlockProbe::new(gpu),
-    };
+    let mut clocks = DeviceClocks::new(gpu);
     clocks.before()?;
     let timings = side.block(opts)?;
     let (mhz, _) = clocks.after()?;
@@ -949,10 +946,7 @@ pub fn interleave(
     plan: &Interleave,
     after_first_baseline_block: impl FnMut(&Timings),
 ) -> Result<Interleaved> {
-    let mut clocks = DeviceClocks {
-        gpu,
-        probe: BlockProbe::new(gpu),
-    };
+    let mut clocks = DeviceClocks::new(gpu);
     interleave_with(&mut clocks, a, b, plan, after_first_baseline_block)
 }
 
@@ -973,6 +967,15 @@ pub trait BlockClocks {
 struct DeviceClocks<'g> {
     gpu: &'g Gpu,
     probe: Option<BlockProbe>,
+}
+
+impl<'g> DeviceClocks<'g> {
+    fn new(gpu: &'g Gpu) -> DeviceClocks<'g> {
+        DeviceClocks {
+            gpu,
+            probe: BlockProbe::new(gpu),
+        }
+    }
 }
 
 impl BlockClocks for DeviceClocks<'_> {
@@ -1027,16 +1030,11 @@ pub fn interleave_with(
     let mut blocks: Vec<BlockClock> = Vec::new();
     let mut guard: [Option<GuardPass>; 2] = [None, None];
     let mut started = [false; 2];
-    let mut attempts = 0;
-    for round in 0.. {
+    // Round 0 warms up; rounds 1 to 4 · blocks_needed may be judged.
+    for round in 0..=4 * blocks_needed {
         let warming_up = round == 0;
-        if !warming_up {
-            if (kept[0] >= blocks_needed && kept[1] >= blocks_needed)
-                || attempts >= 4 * blocks_needed
-            {
-                break;
-            }
-            attempts += 1;
+        if !warming_up && kept[0] >= blocks_needed && kept[1] >= blocks_needed {
+            break;
         }
         for side in round_order(round) {
             if !warming_up && kept[side] >= blocks_needed {

@@ -221,15 +221,9 @@ fn scatter_sequences<T: Copy + Default + Send + Sync>(
     heads: usize,
     d: usize,
 ) -> Vec<T> {
-    let starts: Vec<usize> = lens
-        .iter()
-        .scan(0, |next, &len| {
-            let start = *next;
-            *next += len;
-            Some(start)
-        })
-        .collect();
-    let total: usize = lens.iter().sum();
+    let offsets = cumulative(lens);
+    let starts = &offsets[..lens.len()];
+    let total = offsets[lens.len()] as usize;
     let mut packed = vec![T::default(); total * heads * d];
     packed
         .par_chunks_mut((heads * d).max(1))
@@ -237,8 +231,8 @@ fn scatter_sequences<T: Copy + Default + Send + Sync>(
         .for_each(|(token, row)| {
             // The last sequence starting at or before the token: an empty one shares its start
             // with the next, which holds the token.
-            let b = starts.partition_point(|&start| start <= token) - 1;
-            let (t, len) = (token - starts[b], lens[b]);
+            let b = starts.partition_point(|&start| start as usize <= token) - 1;
+            let (t, len) = (token - starts[b] as usize, lens[b]);
             if let Some(part) = parts[b] {
                 for h in 0..heads {
                     row[h * d..][..d].copy_from_slice(&part[(h * len + t) * d..][..d]);
