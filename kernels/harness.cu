@@ -7,12 +7,12 @@
 // bit is ignored, so the checksum is unchanged by the signed column permutations the timing
 // applies to its inputs between samples and can be compared across a whole timing.
 //
-// `clock_probe` measures the SM clock from the device: one thread spins for `spin_ns` of
-// %globaltimer and counts the clock64() cycles that pass; the gate launches it on the timed
-// stream before and after each block of samples. It writes (cycles, nanoseconds, SM id) at
-// `out[3 * slot]`.
-//
-// Grids: checksum_words any (grid-stride loop, one atomic per warp); clock_probe (1), block (32).
+// `clock_stamp` reads the SM's clock64() and %globaltimer once per thread block and writes
+// (cycles, nanoseconds, SM id) at `out[3 * blockIdx.x]`. The gate launches twice as many blocks as
+// SMs on the timed stream before and after each block of samples: paired by SM (clock64 counts for
+// each SM alone), the two stamps give each SM's mean clock over the whole block of samples.
+
+// Grids: checksum_words any (grid-stride loop, one atomic per warp); clock_stamp any, block (32).
 
 #define MIX1 0xbf58476d1ce4e5b9ull
 #define MIX2 0x94d049bb133111ebull
@@ -40,18 +40,14 @@ extern "C" __global__ void checksum_words(const unsigned short* __restrict__ x, 
     if (threadIdx.x % 32 == 0 && acc != 0) atomicAdd(out, acc);
 }
 
-extern "C" __global__ void clock_probe(unsigned long long* __restrict__ out, int slot, long long spin_ns) {
+extern "C" __global__ void clock_stamp(unsigned long long* __restrict__ out) {
     if (threadIdx.x != 0) return;
-    unsigned long long t0, t1;
     unsigned int smid;
+    unsigned long long ns;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    const long long c0 = clock64();
-    do {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
-    } while ((long long)(t1 - t0) < spin_ns);
-    const long long c1 = clock64();
-    out[3 * slot] = (unsigned long long)(c1 - c0);
-    out[3 * slot + 1] = t1 - t0;
-    out[3 * slot + 2] = smid;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+    const long long cycles = clock64();
+    out[3 * blockIdx.x] = (unsigned long long)cycles;
+    out[3 * blockIdx.x + 1] = ns;
+    out[3 * blockIdx.x + 2] = smid;
 }

@@ -86,10 +86,10 @@
 //   SCHEDULE  ∈ {0, 1}        work order: 0 grid (one block per row block), 1 persistent (one block
 //                             per SM slot looping over work items; "Persistent schedule" below);
 //                             default 0 (the registry picks per shape)
-//   A caution on the clock gap to FA3 that PV_N, Q_REGS and LAZY_RESCALE cite: those gates ran
-//   the baseline first in every pair of blocks and kept the run's first block, taken on a cooler
-//   GPU; fitted for a drifting clock and without that block, FA3's blocks ran 4 MHz above
-//   hopper's, not 46 (attn-measure's timing::round_order). Each knob was gated on its own speed.
+//   A caution on the clock gap to FA3 that PV_N, Q_REGS and LAZY_RESCALE cite: those clocks were
+//   50 µs probes at the edges of each block, which swung ±5% between blocks whose times agreed
+//   within 1% (attn-measure's timing::round_order); the gap is not established. Each knob was
+//   gated on its own speed.
 //   Measured on the H100 (gate, graph replay, L2 flushed; SDPA = cuDNN): (2,16,8192,128) fp16
 //   655 TFLOP/s vs 655 (PINGPONG 0: 572; STAGES 2: 600), causal 617 vs 596; (2,16,8192,64) 521 vs
 //   477 (NUM_WARPS 8: 428; PINGPONG 0: 481), causal 479 vs 441.

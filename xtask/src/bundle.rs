@@ -77,8 +77,10 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         std::fs::remove_dir_all(&out).with_context(|| format!("removing {}", out.display()))?;
     }
     std::fs::create_dir_all(out.join("tests"))?;
-    std::fs::copy(workspace.join("target/release/xtask"), out.join("xtask"))
-        .context("copying xtask")?;
+    // Where cargo put it: CARGO_TARGET_DIR (relative to the workspace) when set.
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| workspace.join("target"), |dir| workspace.join(dir));
+    std::fs::copy(target.join("release/xtask"), out.join("xtask")).context("copying xtask")?;
     for test in &tests {
         std::fs::copy(&test.path, out.join("tests").join(&test.name))
             .with_context(|| format!("copying {}", test.path.display()))?;

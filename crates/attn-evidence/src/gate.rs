@@ -231,8 +231,10 @@ pub struct BlockClock {
     pub side: usize,
     /// The SM clock over the block, MHz (none where it could not be measured).
     pub mhz: Option<f64>,
-    /// How it was measured: `"device"` (clock64 and %globaltimer around the block, on the timed
-    /// stream) or `"nvidia-smi"` (read after the block).
+    /// How it was measured: `"device-span"` (every SM's clock64 and %globaltimer stamped on the
+    /// timed stream before and after the block: the mean clock over it), `"device"` (files before
+    /// 2026-11-27: a 50 µs clock probe before and one after the block, averaged: the clock at the
+    /// block's edges, not over it) or `"nvidia-smi"` (read after the block).
     pub source: String,
     /// Whether the block's samples were kept.
     pub kept: bool,

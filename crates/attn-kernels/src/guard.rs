@@ -12,8 +12,9 @@
 //!   V are checksummed before and after every checked launch. The invariant variant ignores the
 //!   sign bit and the column order within a row, so it survives the timing's signed column
 //!   permutations and can be compared across a whole timing.
-//! - [`HarnessKernels::probe_clock`]: the SM clock measured on the device (clock64() cycles over a
-//!   %globaltimer interval), launched on the timed stream before and after each block of samples.
+//! - [`HarnessKernels::stamp_clocks`]: every SM's clock64() and %globaltimer at one moment. Two
+//!   stamps on the timed stream, before and after a block of samples, give the mean SM clock over
+//!   the whole block ([`span_mhz`]), not the clock of an instant at its edges.
 
 use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
@@ -343,39 +344,64 @@ pub fn checksum_host(words: &[u16], row_len: usize, invariant: bool, seed: u64) 
     })
 }
 
-/// One reading of [`HarnessKernels::probe_clock`].
+/// One SM's counters at one moment ([`HarnessKernels::stamp_clocks`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClockSample {
-    /// clock64() cycles that passed.
+pub struct ClockStamp {
+    /// clock64(): the SM's own cycle counter.
     pub cycles: u64,
-    /// Over this many nanoseconds of %globaltimer.
+    /// %globaltimer, ns: one timer for the whole GPU.
     pub ns: u64,
-    /// On this SM.
+    /// The SM it was read on.
     pub sm: u32,
 }
 
-impl ClockSample {
-    /// The SM clock, MHz (`None` for an empty interval).
-    pub fn mhz(&self) -> Option<f64> {
-        (self.ns > 0 && self.cycles > 0).then(|| self.cycles as f64 / self.ns as f64 * 1e3)
+/// The mean SM clock (MHz) between two stamps of the GPU: each SM's cycles over the nanoseconds
+/// between its stamps, paired by SM (clock64 is a counter of each SM, not one of the GPU), the
+/// median over the SMs found in both. `None` where no SM is in both or no time passed.
+pub fn span_mhz(before: &[ClockStamp], after: &[ClockStamp]) -> Option<f64> {
+    let first_per_sm = |stamps: &[ClockStamp]| {
+        let mut by_sm = std::collections::BTreeMap::new();
+        for s in stamps {
+            by_sm.entry(s.sm).or_insert(*s);
+        }
+        by_sm
+    };
+    let after = first_per_sm(after);
+    let mut mhz: Vec<f64> = first_per_sm(before)
+        .into_iter()
+        .filter_map(|(sm, b)| {
+            let a = after.get(&sm)?;
+            (a.ns > b.ns && a.cycles >= b.cycles)
+                .then(|| (a.cycles - b.cycles) as f64 / (a.ns - b.ns) as f64 * 1e3)
+        })
+        .collect();
+    if mhz.is_empty() {
+        return None;
     }
+    mhz.sort_by(f64::total_cmp);
+    let n = mhz.len();
+    Some(if n % 2 == 1 {
+        mhz[n / 2]
+    } else {
+        (mhz[n / 2 - 1] + mhz[n / 2]) / 2.0
+    })
 }
 
-/// Device slots for clock probes.
+/// Device slots for one [`HarnessKernels::stamp_clocks`]: a stamp per thread block.
 #[derive(Debug)]
-pub struct ClockSlots(CudaSlice<u64>);
+pub struct ClockStamps(CudaSlice<u64>);
 
-impl ClockSlots {
-    /// `slots` zeroed slots.
-    pub fn new(gpu: &Gpu, slots: usize) -> Result<ClockSlots> {
-        Ok(ClockSlots(
+impl ClockStamps {
+    /// Room for a stamp from each of `blocks` thread blocks (twice the SMs reach every SM).
+    pub fn new(gpu: &Gpu, blocks: usize) -> Result<ClockStamps> {
+        Ok(ClockStamps(
             gpu.stream()
-                .alloc_zeros::<u64>(3 * slots.max(1))
-                .during("cuMemAlloc (clock probes)")?,
+                .alloc_zeros::<u64>(3 * blocks.max(1))
+                .during("cuMemAlloc (clock stamps)")?,
         ))
     }
 
-    /// Number of slots.
+    /// Number of stamps (thread blocks).
     pub fn len(&self) -> usize {
         self.0.len() / 3
     }
@@ -385,13 +411,13 @@ impl ClockSlots {
         self.0.is_empty()
     }
 
-    /// Reads every slot (synchronises).
-    pub fn read(&self, gpu: &Gpu) -> Result<Vec<ClockSample>> {
+    /// Reads every stamp (synchronises).
+    pub fn read(&self, gpu: &Gpu) -> Result<Vec<ClockStamp>> {
         let raw = gpu.stream().clone_dtoh(&self.0).during("cuMemcpyDtoH")?;
         gpu.synchronize()?;
         Ok(raw
             .chunks_exact(3)
-            .map(|c| ClockSample {
+            .map(|c| ClockStamp {
                 cycles: c[0],
                 ns: c[1],
                 sm: c[2] as u32,
@@ -404,12 +430,8 @@ impl ClockSlots {
 #[derive(Debug)]
 pub struct HarnessKernels {
     checksum: CudaFunction,
-    probe: CudaFunction,
+    stamp: CudaFunction,
 }
-
-/// How long a clock probe spins: long enough that a %globaltimer that ticks once a microsecond
-/// still measures the clock within 2%.
-pub const PROBE_SPIN_NS: i64 = 50_000;
 
 impl HarnessKernels {
     /// Compiles (through the caches) and loads the kernels.
@@ -423,7 +445,7 @@ impl HarnessKernels {
         };
         Ok(HarnessKernels {
             checksum: gpu.load(&request, "checksum_words", 0)?,
-            probe: gpu.load(&request, "clock_probe", 0)?,
+            stamp: gpu.load(&request, "clock_stamp", 0)?,
         })
     }
 
@@ -467,27 +489,22 @@ impl HarnessKernels {
         Ok(sum[0])
     }
 
-    /// Enqueues a clock probe on the GPU's stream into `slots[slot]` (no host wait).
-    pub fn probe_clock(&self, gpu: &Gpu, slots: &mut ClockSlots, slot: usize) -> Result<()> {
-        if slot >= slots.len() {
-            return Err(KernelError::Shape(format!(
-                "clock probe slot {slot} of {}",
-                slots.len()
-            )));
-        }
-        let (slot_arg, spin) = (slot as i32, PROBE_SPIN_NS);
-        let mut launch = gpu.stream().launch_builder(&self.probe);
-        launch.arg(&mut slots.0).arg(&slot_arg).arg(&spin);
-        // SAFETY: clock_probe(u64* out, int slot, long long spin_ns) writes out[3·slot ..
-        // 3·slot + 3), inside `slots` (checked above); one block of one warp.
+    /// Enqueues a stamp of every SM's clock on the GPU's stream into `stamps` (no host wait): one
+    /// thread block per stamp.
+    pub fn stamp_clocks(&self, gpu: &Gpu, stamps: &mut ClockStamps) -> Result<()> {
+        let blocks = stamps.len() as u32;
+        let mut launch = gpu.stream().launch_builder(&self.stamp);
+        launch.arg(&mut stamps.0);
+        // SAFETY: clock_stamp(u64* out) writes out[3·blockIdx.x .. 3·blockIdx.x + 3), inside
+        // `stamps`: one block of one warp per stamp.
         unsafe {
             launch.launch(LaunchConfig {
-                grid_dim: (1, 1, 1),
+                grid_dim: (blocks, 1, 1),
                 block_dim: (32, 1, 1),
                 shared_mem_bytes: 0,
             })
         }
-        .during("cuLaunchKernel (clock_probe)")?;
+        .during("cuLaunchKernel (clock_stamp)")?;
         Ok(())
     }
 }
@@ -613,21 +630,30 @@ mod tests {
     }
 
     #[test]
-    fn a_clock_sample_is_cycles_per_nanosecond() {
-        let s = ClockSample {
-            cycles: 85_000,
-            ns: 50_000,
-            sm: 3,
-        };
-        assert!((s.mhz().unwrap() - 1700.0).abs() < 1e-9);
-        assert_eq!(
-            ClockSample {
-                cycles: 0,
-                ns: 0,
-                sm: 0
-            }
-            .mhz(),
-            None
-        );
+    fn the_span_clock_pairs_stamps_by_sm_and_takes_the_median() {
+        let stamp = |sm, cycles, ns| ClockStamp { cycles, ns, sm };
+        // SM 0 at 1500 MHz, SM 1 at 1700 MHz, SM 2 at 1600 MHz over 1 ms; SM 1's counter starts
+        // far from SM 0's (each SM counts for itself), and SM 3 is in only one of the stamps.
+        let before = [
+            stamp(0, 10_000, 5_000_000),
+            stamp(1, 900_000_000, 5_000_100),
+            stamp(2, 40_000, 5_000_050),
+            stamp(3, 0, 5_000_000),
+            stamp(0, 10_100, 5_000_060), // a second block on SM 0: the first one counts
+        ];
+        let after = [
+            stamp(2, 40_000 + 1_600_000, 6_000_050),
+            stamp(0, 10_000 + 1_500_000, 6_000_000),
+            stamp(1, 900_000_000 + 1_700_000, 6_000_100),
+        ];
+        let mhz = span_mhz(&before, &after).unwrap();
+        assert!((mhz - 1600.0).abs() < 1e-9, "{mhz}");
+        // An even count takes the mean of the middle two.
+        let mhz = span_mhz(&before[..2], &after).unwrap();
+        assert!((mhz - 1600.0).abs() < 1e-9, "{mhz}");
+        // No SM in both, or no time between them: nothing measured.
+        assert_eq!(span_mhz(&before[3..4], &after), None);
+        assert_eq!(span_mhz(&before, &before), None);
+        assert_eq!(span_mhz(&[], &after), None);
     }
 }

@@ -178,7 +178,7 @@ fn the_harness_kernels_compile_with_no_dtype_or_head_dim() {
         arch: Arch("compute_90".into()),
     };
     let compiled = compile::compile(&req).unwrap_or_else(|e| panic!("{e}"));
-    for entry in ["checksum_words", "clock_probe"] {
+    for entry in ["checksum_words", "clock_stamp"] {
         assert!(compiled.ptx.contains(&format!(".entry {entry}")), "{entry}");
     }
 }

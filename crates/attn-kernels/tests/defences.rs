@@ -4,7 +4,7 @@
 //! and work on another stream seen by device events. Run on a GPU machine with
 //! `--include-ignored`.
 
-use attn_kernels::guard::{checksum_host, ClockSlots};
+use attn_kernels::guard::{checksum_host, span_mhz, ClockStamp, ClockStamps};
 use attn_kernels::planted::{ReferenceCopier, SideStreamWork};
 use attn_kernels::timing::NoHooks;
 use attn_kernels::{
@@ -113,20 +113,40 @@ fn device_checksums_match_their_host_mirror() {
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn the_clock_probe_reads_the_sm_clock() {
+fn clock_stamps_around_busy_work_read_the_mean_sm_clock() {
     let _device = attn_kernels::device_lock(0);
     let gpu = Gpu::open(0).expect("a CUDA GPU");
     let harness = HarnessKernels::new(&gpu).unwrap();
-    let mut slots = ClockSlots::new(&gpu, 2).unwrap();
-    harness.probe_clock(&gpu, &mut slots, 0).unwrap();
-    harness.probe_clock(&gpu, &mut slots, 1).unwrap();
-    let max = f64::from(gpu.info().max_sm_mhz);
-    for sample in slots.read(&gpu).unwrap() {
-        let mhz = sample.mhz().expect("a measured interval");
-        println!("SM {}: {mhz:.0} MHz (max {max:.0})", sample.sm);
-        assert!(sample.ns >= 50_000, "{sample:?}");
-        assert!(mhz > 0.2 * max && mhz < 1.1 * max, "{mhz} MHz of {max}");
+    let info = gpu.info();
+    let blocks = 2 * info.sm_count as usize;
+    let (mut before, mut after) = (
+        ClockStamps::new(&gpu, blocks).unwrap(),
+        ClockStamps::new(&gpu, blocks).unwrap(),
+    );
+    // Work on every SM between the stamps: checksums of a 16 MiB tensor.
+    let shape = Shape::new(4, 16, 1024, 1024, 128).unwrap();
+    let x = gpu.upload(&inputs(shape, DType::F16, 5).q).unwrap();
+    harness.stamp_clocks(&gpu, &mut before).unwrap();
+    for seed in 0..200 {
+        harness.checksum(&gpu, &x, false, seed).unwrap();
     }
+    harness.stamp_clocks(&gpu, &mut after).unwrap();
+    let (b, a) = (before.read(&gpu).unwrap(), after.read(&gpu).unwrap());
+    let sms = |stamps: &[ClockStamp]| {
+        let mut s: Vec<u32> = stamps.iter().map(|s| s.sm).collect();
+        s.sort_unstable();
+        s.dedup();
+        s.len()
+    };
+    // Every SM is stamped (the clock of each comes from its own counter).
+    assert_eq!(sms(&b), info.sm_count as usize, "SMs stamped before");
+    assert_eq!(sms(&a), info.sm_count as usize, "SMs stamped after");
+    let span_ms = (a[0].ns - b[0].ns) as f64 / 1e6;
+    let mhz = span_mhz(&b, &a).expect("a measured span");
+    let max = f64::from(info.max_sm_mhz);
+    println!("mean SM clock over {span_ms:.1} ms of checksums: {mhz:.0} MHz (max {max:.0})");
+    assert!(span_ms > 1.0, "{span_ms} ms");
+    assert!(mhz > 0.2 * max && mhz < 1.1 * max, "{mhz} MHz of {max}");
 }
 
 #[test]

@@ -9,6 +9,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use attn_evidence::{BlockClock, ClockGuard};
+use attn_kernels::guard::span_mhz;
 use attn_kernels::planted::{ReferenceCopier, SideStreamWork};
 use attn_kernels::telemetry::{self, ClockReading};
 use attn_kernels::{
@@ -854,28 +855,36 @@ impl ThrottleRule {
     }
 }
 
-/// The SM clock over a block from the device: a probe on the timed stream before the block and
-/// one after it ([`HarnessKernels::probe_clock`]), averaged.
+/// The SM clock over a block from the device: a stamp of every SM's cycle counter on the timed
+/// stream before the block and one after it ([`HarnessKernels::stamp_clocks`]), so the clock is
+/// the mean over the block's whole span ([`span_mhz`]).
 struct BlockProbe {
     kernels: HarnessKernels,
-    slots: attn_kernels::guard::ClockSlots,
+    before: attn_kernels::guard::ClockStamps,
+    after: attn_kernels::guard::ClockStamps,
 }
 
 impl BlockProbe {
     fn new(gpu: &Gpu) -> Option<BlockProbe> {
         let kernels = HarnessKernels::new(gpu).ok()?;
-        let slots = attn_kernels::guard::ClockSlots::new(gpu, 2).ok()?;
-        Some(BlockProbe { kernels, slots })
+        // Twice as many thread blocks as SMs: the block scheduler puts one on every SM.
+        let blocks = 2 * gpu.info().sm_count.max(1) as usize;
+        let before = attn_kernels::guard::ClockStamps::new(gpu, blocks).ok()?;
+        let after = attn_kernels::guard::ClockStamps::new(gpu, blocks).ok()?;
+        Some(BlockProbe {
+            kernels,
+            before,
+            after,
+        })
     }
 
     fn before(&mut self, gpu: &Gpu) -> attn_kernels::Result<()> {
-        self.kernels.probe_clock(gpu, &mut self.slots, 0)
+        self.kernels.stamp_clocks(gpu, &mut self.before)
     }
 
     fn after(&mut self, gpu: &Gpu) -> attn_kernels::Result<Option<f64>> {
-        self.kernels.probe_clock(gpu, &mut self.slots, 1)?;
-        let samples = self.slots.read(gpu)?;
-        Ok(block_mhz(samples[0].mhz(), samples[1].mhz()))
+        self.kernels.stamp_clocks(gpu, &mut self.after)?;
+        Ok(span_mhz(&self.before.read(gpu)?, &self.after.read(gpu)?))
     }
 }
 
@@ -893,14 +902,6 @@ pub fn clocked_block(
     Ok((timings, mhz))
 }
 
-/// The clock over a block from the probes before and after it: their mean, or the one there is.
-pub fn block_mhz(before: Option<f64>, after: Option<f64>) -> Option<f64> {
-    match (before, after) {
-        (Some(a), Some(b)) => Some((a + b) / 2.0),
-        (a, b) => a.or(b),
-    }
-}
-
 /// The samples of both sides, and what the clock guard did.
 #[derive(Debug, Clone)]
 pub struct Interleaved {
@@ -916,13 +917,13 @@ pub struct Interleaved {
 
 /// Which side runs first in round `round` of [`interleave`] (0 the candidate, 1 the baseline):
 /// the baseline in even rounds, the candidate in odd ones (B A, A B, B A, …: an ABBA design).
-/// Why: in the gate's evidence up to 2026-11-26 (151 cases with the clock measured on the
-/// device, the order always B A), a run's first block, always the baseline's, ran above the run's
-/// other blocks in 94% of the cases, by 117 MHz on average (the GPU still cool), which put the
-/// baseline's mean block clock 46 MHz above the candidate's (7 MHz without that block): on a
-/// power-limited H100 whose clock settles over the run, a side that always runs first is timed at
-/// the higher clocks. The warm-up round takes the first block out of the judgement; over every
-/// two rounds after it each side runs first once, so a drifting clock moves both alike.
+/// Why: in the gate's evidence up to 2026-11-26 (151 cases, the order always B A), a run's first
+/// block, always the baseline's, read 117 MHz above the run's others on average. Those readings
+/// were spin probes at the blocks' edges, and on 2026-11-27 such readings swung ±5% between
+/// blocks whose times agreed within 1%, so the bias they showed may be the probe's more than the
+/// clock's (blocks are now clocked over their whole span). The design costs one block per side
+/// and removes the question: the warm-up round takes the first block out of the judgement, and
+/// over every two rounds after it each side runs first once, so a drifting clock moves both alike.
 pub fn round_order(round: usize) -> [usize; 2] {
     if round % 2 == 0 {
         [1, 0]
@@ -935,7 +936,7 @@ pub fn round_order(round: usize) -> [usize; 2] {
 /// each has had four times its blocks. Round 0 warms the GPU up: a block of each side (the
 /// baseline first, so that its time is known before the candidate's first block:
 /// `after_first_baseline_block` sees it), timed and clocked like the others, its samples never
-/// kept (a run's first block runs about 100 MHz above the rest: [`round_order`]); each side's
+/// kept (a run's first block follows an idle GPU: [`round_order`]); each side's
 /// guard pass comes from it. The rounds after it alternate which side runs first
 /// ([`round_order`]). Each block's SM clock is measured on the device (nvidia-smi where the probe
 /// cannot run) and judged by [`ThrottleRule`].
@@ -956,7 +957,7 @@ pub trait BlockClocks {
     fn source(&self) -> &'static str;
     /// Before a block.
     fn before(&mut self) -> Result<()>;
-    /// After the block: its clock, MHz, and how it was read (`"device"` or `"nvidia-smi"`).
+    /// After the block: its clock, MHz, and how it was read (`"device-span"` or `"nvidia-smi"`).
     fn after(&mut self) -> Result<(Option<f64>, &'static str)>;
     /// The device's clock and temperature now (before the first block and after the last).
     fn reading(&self) -> Option<ClockReading>;
@@ -981,7 +982,7 @@ impl<'g> DeviceClocks<'g> {
 impl BlockClocks for DeviceClocks<'_> {
     fn source(&self) -> &'static str {
         if self.probe.is_some() {
-            "device: clock64() over %globaltimer on the timed stream before and after it"
+            "device: every SM's clock64() over %globaltimer, stamped on the timed stream before and after it"
         } else {
             "nvidia-smi after it"
         }
@@ -996,7 +997,7 @@ impl BlockClocks for DeviceClocks<'_> {
 
     fn after(&mut self) -> Result<(Option<f64>, &'static str)> {
         Ok(match self.probe.as_mut() {
-            Some(p) => (p.after(self.gpu)?, "device"),
+            Some(p) => (p.after(self.gpu)?, "device-span"),
             None => (self.reading().map(|c| f64::from(c.sm_mhz)), "nvidia-smi"),
         })
     }
@@ -1342,7 +1343,7 @@ mod tests {
 
 #[cfg(test)]
 mod throttle_tests {
-    use super::{block_mhz, ThrottleRule, THROTTLE_FRACTION};
+    use super::{ThrottleRule, THROTTLE_FRACTION};
 
     #[test]
     fn a_sustained_h100_load_is_kept_and_a_throttled_block_dropped() {
@@ -1367,9 +1368,5 @@ mod throttle_tests {
         assert!(rule
             .describe("device")
             .contains("75% of the 1980 MHz maximum (1485 MHz)"));
-        // A block's clock is the mean of the probes around it.
-        assert_eq!(block_mhz(Some(1700.0), Some(1500.0)), Some(1600.0));
-        assert_eq!(block_mhz(None, Some(1500.0)), Some(1500.0));
-        assert_eq!(block_mhz(None, None), None);
     }
 }

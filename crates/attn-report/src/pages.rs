@@ -57,16 +57,15 @@ fn blocks<'a>(sections: &'a Sections, charts: &'a [RenderedChart]) -> Vec<Block<
              batch-mode gate run of hopper against SDPA's default on that shape, its own \
              interleaved ratio (both runs named). Ratios are speed (the other's median time over \
              hopper's; above 1× hopper is faster). SM MHz: the mean clock of each side's kept \
-             blocks in a gate run, or over each entry's samples in a bench run (the device's \
-             clock probe; bench files from 2026-11-26 on); the GPU holds its power limit on \
-             long runs, so a kernel that draws more power runs at a lower clock. Gate runs before \
-             the warm-up round (evidence without warm-up blocks) timed the baseline first in every \
-             pair of blocks while the clock fell through the run, and kept a run's first block, \
-             which ran 117 MHz above the others on average: over those FA3 gates FlashAttention-3's \
-             blocks read 46 MHz above hopper's, 28 MHz with a linear drift fitted and 4 MHz with \
-             the first block left out too, so their SM MHz columns overstate the gap (their \
-             ratios, recomputed from the raw samples without each side's first block, move by \
-             0.0% on average, −5.6% to +6.8%)."
+             blocks in a gate run, or over each entry's samples in a bench run. From \
+             2026-11-27 it is measured over the block (every SM's cycle counter stamped before \
+             and after it); earlier files read a 50 µs probe at each edge of the block, and \
+             such readings swung ±5% between blocks whose times agreed within 1%, so their \
+             columns are rough: on 2026-11-27 the same probes put hopper 50–100 MHz above \
+             FA3, where the runs of 2026-11-26, in the older block order, had put FA3 above \
+             hopper. Gate runs before the warm-up round timed the baseline first in every pair \
+             of blocks; their ratios, recomputed from the raw samples without each side's first \
+             block, move by 0.0% on average (−5.6% to +6.8%)."
                 .into(),
         ));
         out.push(Block::Table(table));
