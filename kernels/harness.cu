@@ -9,8 +9,10 @@
 //
 // `clock_stamp` reads the SM's clock64() and %globaltimer once per thread block and writes
 // (cycles, nanoseconds, SM id) at `out[3 * blockIdx.x]`. The gate launches twice as many blocks as
-// SMs on the timed stream before and after each block of samples: paired by SM (clock64 counts for
-// each SM alone), the two stamps give each SM's mean clock over the whole block of samples.
+// SMs, each reserving the most dynamic shared memory a block may have (so one fits on an SM at a
+// time and the first wave covers every SM), on the timed stream before and after each block of
+// samples: paired by SM (clock64 counts for each SM alone), the two stamps give each SM's mean
+// clock over the whole block of samples.
 
 // Grids: checksum_words any (grid-stride loop, one atomic per warp); clock_stamp any, block (32).
 

@@ -431,6 +431,9 @@ impl ClockStamps {
 pub struct HarnessKernels {
     checksum: CudaFunction,
     stamp: CudaFunction,
+    /// Dynamic shared memory of a stamp's thread block: the most a block may have, so that no SM
+    /// holds two at once and the first SM-count blocks land on every SM.
+    stamp_shared: u32,
 }
 
 impl HarnessKernels {
@@ -443,9 +446,11 @@ impl HarnessKernels {
             defines: vec![],
             arch: gpu.arch(),
         };
+        let stamp_shared = gpu.info().max_shared_per_block;
         Ok(HarnessKernels {
             checksum: gpu.load(&request, "checksum_words", 0)?,
-            stamp: gpu.load(&request, "clock_stamp", 0)?,
+            stamp: gpu.load(&request, "clock_stamp", stamp_shared)?,
+            stamp_shared,
         })
     }
 
@@ -490,18 +495,20 @@ impl HarnessKernels {
     }
 
     /// Enqueues a stamp of every SM's clock on the GPU's stream into `stamps` (no host wait): one
-    /// thread block per stamp.
+    /// thread block per stamp, each with the most shared memory a block may have, so blocks
+    /// spread one per SM (give it at least as many stamps as SMs).
     pub fn stamp_clocks(&self, gpu: &Gpu, stamps: &mut ClockStamps) -> Result<()> {
         let blocks = stamps.len() as u32;
         let mut launch = gpu.stream().launch_builder(&self.stamp);
         launch.arg(&mut stamps.0);
         // SAFETY: clock_stamp(u64* out) writes out[3·blockIdx.x .. 3·blockIdx.x + 3), inside
-        // `stamps`: one block of one warp per stamp.
+        // `stamps`: one block of one warp per stamp. Its shared memory is reserved, never used;
+        // the function's limit was raised to it when loaded.
         unsafe {
             launch.launch(LaunchConfig {
                 grid_dim: (blocks, 1, 1),
                 block_dim: (32, 1, 1),
-                shared_mem_bytes: 0,
+                shared_mem_bytes: self.stamp_shared,
             })
         }
         .during("cuLaunchKernel (clock_stamp)")?;
