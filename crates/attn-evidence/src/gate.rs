@@ -222,6 +222,14 @@ impl ClockGuard {
             .collect();
         (!mhz.is_empty()).then(|| mhz.iter().sum::<f64>() / mhz.len() as f64)
     }
+
+    /// Whether every kept block's clock was measured over its whole span
+    /// ([`BlockClock::SPAN_SOURCE`]): only then do the sides' clocks say what each ran at.
+    pub fn kept_blocks_span_measured(&self) -> bool {
+        let mut kept = self.blocks.iter().filter(|b| b.kept).peekable();
+        kept.peek().is_some()
+            && kept.all(|b| b.mhz.is_some() && b.source == BlockClock::SPAN_SOURCE)
+    }
 }
 
 /// One timed block's SM clock.
@@ -242,6 +250,11 @@ pub struct BlockClock {
     /// counted as dropped (absent in older files, which have none).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub warmup: bool,
+}
+
+impl BlockClock {
+    /// [`BlockClock::source`] of a clock measured over the block's whole span on the device.
+    pub const SPAN_SOURCE: &'static str = "device-span";
 }
 
 /// What ended a gate case: the one typed outcome every reader (markdown, replay, report) uses.

@@ -997,7 +997,7 @@ impl BlockClocks for DeviceClocks<'_> {
 
     fn after(&mut self) -> Result<(Option<f64>, &'static str)> {
         Ok(match self.probe.as_mut() {
-            Some(p) => (p.after(self.gpu)?, "device-span"),
+            Some(p) => (p.after(self.gpu)?, BlockClock::SPAN_SOURCE),
             None => (self.reading().map(|c| f64::from(c.sm_mhz)), "nvidia-smi"),
         })
     }

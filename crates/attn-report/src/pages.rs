@@ -63,7 +63,10 @@ fn blocks<'a>(sections: &'a Sections, charts: &'a [RenderedChart]) -> Vec<Block<
              such readings swung ±5% between blocks whose times agreed within 1%, so their \
              columns are rough: on 2026-11-27 the same probes put hopper 50–100 MHz above \
              FA3, where the runs of 2026-11-26, in the older block order, had put FA3 above \
-             hopper. Gate runs before the warm-up round timed the baseline first in every pair \
+             hopper. Per clock (gate runs with clocks over the span only): the speed ratio at \
+             equal clocks, FA3's time × clock over hopper's, the kernels' work per cycle apart \
+             from how far each one's power draw pulls its clock down. Gate runs before the \
+             warm-up round timed the baseline first in every pair \
              of blocks; their ratios, recomputed from the raw samples without each side's first \
              block, move by 0.0% on average (−5.6% to +6.8%)."
                 .into(),

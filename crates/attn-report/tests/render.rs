@@ -539,7 +539,7 @@ fn hopper_against_fa3_comes_from_one_fair_run_a_gate_before_a_bench() {
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert!(rows[0].starts_with(&format!("| {shape} |")), "{rows:?}");
     assert!(
-        rows[0].contains("| 1.25× |") && rows[0].contains("| – | meets | bench "),
+        rows[0].contains("| 1.25× |") && rows[0].contains("| – | – | meets | bench "),
         "{rows:?}"
     );
     // Entries that carry their SM clock show both.
@@ -548,7 +548,7 @@ fn hopper_against_fa3_comes_from_one_fair_run_a_gate_before_a_bench() {
     write_bench(&bench);
     let rows = against_fa3_rows(dir.path()).expect("rows");
     assert!(
-        rows[0].contains("| 1612 / 1650 | meets | bench "),
+        rows[0].contains("| 1612 / 1650 | – | meets | bench "),
         "{rows:?}"
     );
     // A gate run of hopper against fa3 on the same shape takes the row, whatever its date.
@@ -589,7 +589,7 @@ fn hopper_against_fa3_comes_from_one_fair_run_a_gate_before_a_bench() {
     let rows = against_fa3_rows(dir.path()).expect("rows");
     let c = gate.cases[0]
         .comparison
-        .as_ref()
+        .clone()
         .expect("fixture case has a comparison");
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert!(
@@ -597,13 +597,41 @@ fn hopper_against_fa3_comes_from_one_fair_run_a_gate_before_a_bench() {
             c.speedup.point,
             c.speedup.lower,
             c.speedup.upper
-        )) && rows[0].contains("| 1595 / 1650 |")
+        )) && rows[0].contains("| 1595 / 1650 | – |")
             && rows[0].contains("| gate "),
         "{rows:?}"
     );
+    // With every kept block clocked over its span, the speed at equal clocks: FA3 ran at the
+    // higher clock, so per cycle hopper is further ahead than its speedup.
+    let guard = gate.cases[0].clock_guard.as_mut().unwrap();
+    for b in &mut guard.blocks {
+        b.source = attn_evidence::BlockClock::SPAN_SOURCE.into();
+    }
+    attn_evidence::write_json_atomic(&gate_path, &gate).unwrap();
+    let rows = against_fa3_rows(dir.path()).expect("rows");
+    assert!(
+        rows[0].contains(&format!(
+            "| 1595 / 1650 | {:.2}× |",
+            c.speedup.point * 1650.0 / 1595.0
+        )),
+        "{rows:?}"
+    );
+    // One kept block read at its edges (an older probe) and the ratio is not shown.
+    let guard = gate.cases[0].clock_guard.as_mut().unwrap();
+    guard.blocks[1].source = "device".into();
+    attn_evidence::write_json_atomic(&gate_path, &gate).unwrap();
+    let rows = against_fa3_rows(dir.path()).expect("rows");
+    assert!(rows[0].contains("| 1595 / 1650 | – |"), "{rows:?}");
     // No cuDNN in a gate run against FA3: it comes from a batch-mode gate run of hopper against
     // SDPA's default on the shape, with that run named; a graph-mode one is not comparable.
-    assert!(rows[0].contains("| – |"), "{rows:?}");
+    let cudnn_cell = |row: &str| {
+        row.split('|')
+            .map(str::trim)
+            .nth(4)
+            .unwrap_or("")
+            .to_string()
+    };
+    assert_eq!(cudnn_cell(&rows[0]), "–", "{rows:?}");
     let mut cudnn = gate.clone();
     cudnn.baseline.name = "sdpa".into();
     cudnn.baseline.backend = Some("default".into());
@@ -621,15 +649,14 @@ fn hopper_against_fa3_comes_from_one_fair_run_a_gate_before_a_bench() {
     attn_evidence::write_json_atomic(&cudnn_path("2025-11-20T11-30-00Z"), &cudnn).unwrap();
     let rows = against_fa3_rows(dir.path()).expect("rows");
     assert!(
-        rows[0].contains("| – |") && !rows[0].contains("cuDNN: gate"),
+        cudnn_cell(&rows[0]) == "–" && !rows[0].contains("cuDNN: gate"),
         "{rows:?}"
     );
     mode(&mut cudnn, attn_evidence::TimingMode::Batch);
     attn_evidence::write_json_atomic(&cudnn_path("2025-11-20T12-30-00Z"), &cudnn).unwrap();
     let rows = against_fa3_rows(dir.path()).expect("rows");
     assert!(
-        !rows[0].contains("| – |")
-            && rows[0].contains(&tflops(cudnn.cases[0].baseline_tflops.unwrap()))
+        cudnn_cell(&rows[0]) == tflops(cudnn.cases[0].baseline_tflops.unwrap())
             && rows[0].contains("cuDNN: gate gate/2025-11-20T12-30-00Z"),
         "{rows:?}"
     );
