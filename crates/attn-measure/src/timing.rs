@@ -867,7 +867,8 @@ struct BlockProbe {
 impl BlockProbe {
     fn new(gpu: &Gpu) -> Option<BlockProbe> {
         let kernels = HarnessKernels::new(gpu).ok()?;
-        // Twice as many thread blocks as SMs: the block scheduler puts one on every SM.
+        // Twice as many thread blocks as SMs, each reserving an SM's worth of shared memory
+        // (`HarnessKernels::stamp_clocks`): the first wave puts one on every SM.
         let blocks = 2 * gpu.info().sm_count.max(1) as usize;
         let before = attn_kernels::guard::ClockStamps::new(gpu, blocks).ok()?;
         let after = attn_kernels::guard::ClockStamps::new(gpu, blocks).ok()?;
