@@ -375,16 +375,7 @@ pub fn span_mhz(before: &[ClockStamp], after: &[ClockStamp]) -> Option<f64> {
                 .then(|| (a.cycles - b.cycles) as f64 / (a.ns - b.ns) as f64 * 1e3)
         })
         .collect();
-    if mhz.is_empty() {
-        return None;
-    }
-    mhz.sort_by(f64::total_cmp);
-    let n = mhz.len();
-    Some(if n % 2 == 1 {
-        mhz[n / 2]
-    } else {
-        (mhz[n / 2 - 1] + mhz[n / 2]) / 2.0
-    })
+    (!mhz.is_empty()).then(|| attn_stats::statistic::median(&mut mhz))
 }
 
 /// Device slots for one [`HarnessKernels::stamp_clocks`]: a stamp per thread block.
