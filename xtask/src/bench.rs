@@ -47,8 +47,8 @@ pub struct Args {
     /// (back-to-back launches, inputs resident: the protocol of the FlashAttention-3 anchor).
     #[arg(long, default_value = "graph")]
     pub mode: attn_kernels::TimingMode,
-    /// Batch mode: launches per sample, each on its own input set (fewer sets to generate on the
-    /// host for large problems).
+    /// Batch mode: launches per sample at most, each on its own input set; fewer where fewer
+    /// make 10 TFLOP of work (large problems: fewer sets to generate).
     #[arg(long, default_value_t = TimingOptions::default().batch_launches)]
     pub batch_launches: usize,
 }

@@ -191,7 +191,9 @@ pub struct ClockGuard {
     pub kept_blocks: [usize; 2],
     /// Blocks dropped per side.
     pub dropped_blocks: [usize; 2],
-    /// The SM clock under which a block is dropped, MHz (none where the clock is unreadable).
+    /// The SM clock under which any block is dropped, MHz (none where the clock is unreadable):
+    /// in older files the one threshold of every block; from 2026-11-27 the floor, each block's
+    /// own threshold being in [`BlockClock::threshold_mhz`].
     pub threshold_mhz: Option<u32>,
     /// The lowest SM clock read after a kept block, MHz.
     pub min_kept_mhz: Option<u32>,
@@ -250,6 +252,11 @@ pub struct BlockClock {
     /// counted as dropped (absent in older files, which have none).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub warmup: bool,
+    /// The clock under which this block would have been dropped, MHz: from 2026-11-27, each side
+    /// is judged by its own level (the median of its earlier blocks); absent for warm-up and
+    /// unmeasured blocks, and in older files, where [`ClockGuard::threshold_mhz`] held for all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold_mhz: Option<f64>,
 }
 
 impl BlockClock {

@@ -611,6 +611,7 @@ mod tests {
                     source: "device".into(),
                     kept: false,
                     warmup: true,
+                    threshold_mhz: None,
                 },
                 attn_evidence::BlockClock {
                     side: 1,
@@ -618,6 +619,7 @@ mod tests {
                     source: "device".into(),
                     kept: false,
                     warmup: false,
+                    threshold_mhz: None,
                 },
             ],
         });

@@ -360,7 +360,9 @@ impl<'a> GateSession<'a> {
             bound.set(floor.max(scaled));
         })?;
         trace.done("timing");
-        if timed.a.input_sets != timed.b.input_sets {
+        // A side with no kept block has no sets to count: the clock guard's verdict says why.
+        let both_timed = timed.guard.kept_blocks.iter().all(|&k| k > 0);
+        if both_timed && timed.a.input_sets != timed.b.input_sets {
             // Fewer sets leave more of a side's inputs in L2: the comparison would favour it.
             return Err(MeasureError::Invalid(format!(
                 "the candidate rotated over {} input sets and the baseline over {}: a comparison needs as many on both sides",

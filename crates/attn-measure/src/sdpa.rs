@@ -423,7 +423,8 @@ impl Sdpa {
                 warmup: opts.warmup,
                 samples: opts.samples,
                 mode: opts.mode,
-                batch_launches: opts.batch_launches,
+                // As many launches a sample as a kernel side makes on `sets` (one set each).
+                batch_launches: attn_kernels::timing::launches_per_sample(opts, sets),
                 guard_launches: opts.guard_launches,
                 sets,
                 seed,

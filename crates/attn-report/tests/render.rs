@@ -565,6 +565,7 @@ fn hopper_against_fa3_comes_from_one_fair_run_a_gate_before_a_bench() {
         source: "device".into(),
         kept,
         warmup: false,
+        threshold_mhz: None,
     };
     gate.cases[0].clock_guard = Some(attn_evidence::ClockGuard {
         block_samples: 10,
