@@ -129,7 +129,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         .map(bench::dense_at_mean)
         .collect::<Result<_, _>>()?;
     let dense_count = dense_at_mean.iter().flatten().count();
-    let bar = crate::progress::bar(
+    let bar = crate::progress::Progress::logged(
         (problems.len() * (candidates.len() + sdpa_count) + dense_count * candidates.len()) as u64,
         "bench",
     );
@@ -146,7 +146,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             .map(|c| (problem, c))
     });
     if let Some((problem, candidate)) = first {
-        bar.set_message(format!("warm-up: {} {problem}", candidate.label()));
+        bar.step(format!("warm-up: {} {problem}", candidate.label()));
         let _ = bench::time_candidate(&gpu, &mut cache, &candidate, problem, &opts, seed);
     }
     let mut entries = Vec::new();
@@ -159,7 +159,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
                 bar.inc(1 + u64::from(dense.is_some()));
                 continue;
             }
-            bar.set_message(format!("{} {problem}", candidate.label()));
+            bar.step(format!("{} {problem}", candidate.label()));
             let timed = bench::time_candidate(&gpu, &mut cache, candidate, problem, &opts, seed);
             let mut entry = match timed {
                 Ok(timed) => bench::entry(timed, problem)?,
@@ -176,7 +176,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             // The same implementation (tuned for that shape) on the dense batch at the mean length.
             if let Some(dense) = dense {
                 let candidate = &any_shape.for_problem(&dense.shape, &dense.params);
-                bar.set_message(format!(
+                bar.step(format!(
                     "{} {dense} (dense at the mean length)",
                     candidate.label()
                 ));
@@ -207,7 +207,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
                     bar.inc(1);
                     continue;
                 }
-                bar.set_message(format!("sdpa:{backend} {problem}"));
+                bar.step(format!("sdpa:{backend} {problem}"));
                 match bench::time_sdpa(&gpu, sdpa, backend, problem, &opts, seed) {
                     Ok(timed) => entries.push(bench::entry(timed, problem)?),
                     Err(err) => {

@@ -211,7 +211,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     }
     let clocks_before = attn_kernels::telemetry::read_clocks(0);
     let mut cases = Vec::new();
-    let bar = crate::progress::bar(problems.len() as u64, "gate");
+    let bar = crate::progress::Progress::logged(problems.len() as u64, "gate");
     for (i, problem) in problems.iter().enumerate() {
         if session.lost {
             cases.push(ended_case(
@@ -222,7 +222,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             continue;
         }
         *current.lock().unwrap_or_else(|e| e.into_inner()) = problem.to_string();
-        bar.set_message(problem.to_string());
+        bar.step(problem.to_string());
         let case = session.case(problem, seed.wrapping_add(1_000_003 * i as u64));
         bar.println(format!("  {}: {}", case.shape, case.reason));
         bar.inc(1);
