@@ -726,10 +726,7 @@ impl TimedSide for KernelSide<'_> {
             }
             Ok(())
         };
-        let per_sample = match opts.mode {
-            attn_kernels::TimingMode::Batch => opts.batch_launches.max(1),
-            _ => 1,
-        } as u32;
+        let per_sample = attn_kernels::timing::launches_per_sample(opts, count) as u32;
         let mut hooks = Hooks {
             gpu,
             sets,
