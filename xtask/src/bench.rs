@@ -47,6 +47,10 @@ pub struct Args {
     /// (back-to-back launches, inputs resident: the protocol of the FlashAttention-3 anchor).
     #[arg(long, default_value = "graph")]
     pub mode: attn_kernels::TimingMode,
+    /// Start no shape that would not finish within this many seconds of the run's start (judged
+    /// by the longest shape so far): the evidence of the shapes timed is written.
+    #[arg(long, value_name = "SECONDS")]
+    pub time_budget: Option<f64>,
     /// Batch mode: launches per sample at most, each on its own input set; fewer where fewer
     /// make 10 TFLOP of work (large problems: fewer sets to generate).
     #[arg(long, default_value_t = TimingOptions::default().batch_launches)]
@@ -56,6 +60,7 @@ pub struct Args {
 /// Runs the subcommand; returns the process exit code.
 pub fn run(args: Args) -> anyhow::Result<u8> {
     let mut problems = args.problems.problems("large")?;
+    let mut budget = crate::budget::TimeBudget::new(args.time_budget)?;
     if args.problems.causal {
         problems = problems
             .into_iter()
@@ -152,6 +157,14 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let mut entries = Vec::new();
     let before = attn_kernels::telemetry::read_clocks(0);
     for (problem, dense) in problems.iter().zip(&dense_at_mean) {
+        if let Err(why) = budget.admit() {
+            bar.println(format!("  {problem}: {why}"));
+            bar.inc(
+                ((candidates.len() + sdpa_count) + usize::from(dense.is_some()) * candidates.len())
+                    as u64,
+            );
+            continue;
+        }
         for any_shape in &candidates {
             let candidate = &any_shape.for_problem(&problem.shape, &problem.params);
             if let Err(err) = problem.check_supported_by(candidate) {

@@ -80,6 +80,11 @@ pub struct Args {
     /// is a hang: the gate reports it and ends (exit 1).
     #[arg(long, default_value_t = 10.0)]
     pub hang_bound: f64,
+    /// Start no shape that would not finish within this many seconds of the run's start (judged
+    /// by the longest shape so far): the rest are "could not run", and the evidence of the shapes
+    /// run is written, where a run killed from outside writes none.
+    #[arg(long, value_name = "SECONDS")]
+    pub time_budget: Option<f64>,
     /// Let a result faster than the device's peak, or over 10× the baseline, pass: a person has
     /// looked at it.
     #[arg(long)]
@@ -120,6 +125,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     if args.hang_bound.is_nan() || args.hang_bound <= 0.0 {
         bail!("--hang-bound must be a positive number of seconds");
     }
+    let mut budget = crate::budget::TimeBudget::new(args.time_budget)?;
     let side_stream = match args.plant.as_deref() {
         None => false,
         Some("side-stream") => true,
@@ -219,6 +225,12 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
                 CaseStatus::CouldNotRun,
                 "not run: an earlier fault lost the CUDA context".into(),
             ));
+            continue;
+        }
+        if let Err(why) = budget.admit() {
+            bar.println(format!("  {problem}: {why}"));
+            bar.inc(1);
+            cases.push(ended_case(problem, CaseStatus::CouldNotRun, why));
             continue;
         }
         *current.lock().unwrap_or_else(|e| e.into_inner()) = problem.to_string();
