@@ -830,7 +830,8 @@ pub struct Interleave {
 /// an H100 ran 1.45–1.76 GHz of its 1.98 GHz maximum by 50 µs probes at the blocks' edges, lower
 /// over whole blocks, where a rule of 75% of the maximum (1485 MHz, nvbench's) kept no block of
 /// the baseline side in eight rounds of a hopper-against-hopper gate (2026-11-27), and 90% had
-/// dropped block after block before. What is noise is a dip: a block clocked well under its own side's others.
+/// dropped block after block before. What is noise is a dip: a block clocked well under its own
+/// side's others.
 pub const CLOCK_DIP: f64 = 0.10;
 
 /// The fraction of the maximum SM clock under which any block is dropped: 50%, where hardware
