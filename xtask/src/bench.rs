@@ -133,9 +133,11 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         .iter()
         .map(bench::dense_at_mean)
         .collect::<Result<_, _>>()?;
-    let dense_count = dense_at_mean.iter().flatten().count();
+    // Steps of a problem: each implementation (and on the dense batch at its mean length, for a
+    // varlen one) and each SDPA backend.
+    let steps = |dense: bool| (candidates.len() * (1 + usize::from(dense)) + sdpa_count) as u64;
     let bar = crate::progress::Progress::logged(
-        (problems.len() * (candidates.len() + sdpa_count) + dense_count * candidates.len()) as u64,
+        dense_at_mean.iter().map(|d| steps(d.is_some())).sum(),
         "bench",
     );
     let (mut cache, seed) = (PreparedCache::default(), args.seed);
@@ -159,10 +161,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     for (problem, dense) in problems.iter().zip(&dense_at_mean) {
         if let Err(why) = budget.admit() {
             bar.println(format!("  {problem}: {why}"));
-            bar.inc(
-                ((candidates.len() + sdpa_count) + usize::from(dense.is_some()) * candidates.len())
-                    as u64,
-            );
+            bar.inc(steps(dense.is_some()));
             continue;
         }
         for any_shape in &candidates {

@@ -883,9 +883,16 @@ impl ThrottleRule {
         self.floor_mhz().max(own_level)
     }
 
+    /// Whether a block measured at `mhz` is kept after its side's `earlier` judged blocks, and
+    /// the threshold it was held to.
+    pub fn judge(&self, mhz: Option<f64>, earlier: &[f64]) -> (bool, f64) {
+        let threshold = self.threshold_mhz(earlier);
+        (mhz.is_none_or(|m| m >= threshold), threshold)
+    }
+
     /// Whether a block measured at `mhz` is kept after its side's `earlier` judged blocks.
     pub fn keeps(&self, mhz: Option<f64>, earlier: &[f64]) -> bool {
-        mhz.is_none_or(|m| m >= self.threshold_mhz(earlier))
+        self.judge(mhz, earlier).0
     }
 
     /// The rule, one line, for evidence.
@@ -1076,8 +1083,6 @@ pub fn interleave_with(
     let mut dropped = [0usize; 2];
     let mut min_kept: Option<f64> = None;
     let mut blocks: Vec<BlockClock> = Vec::new();
-    // Each side's judged blocks' measured clocks so far: the level its next block is judged by.
-    let mut judged_mhz: [Vec<f64>; 2] = [vec![], vec![]];
     let mut guard: [Option<GuardPass>; 2] = [None, None];
     let mut started = [false; 2];
     // Round 0 warms up; rounds 1 to 4 · blocks_needed may be judged.
@@ -1134,9 +1139,13 @@ pub fn interleave_with(
                 });
                 continue;
             }
-            let threshold = rule.threshold_mhz(&judged_mhz[side]);
-            let keep = rule.keeps(clock, &judged_mhz[side]);
-            judged_mhz[side].extend(clock);
+            // The side's judged blocks so far: the level this one is held to.
+            let earlier: Vec<f64> = blocks
+                .iter()
+                .filter(|b| b.side == side && !b.warmup)
+                .filter_map(|b| b.mhz)
+                .collect();
+            let (keep, threshold) = rule.judge(clock, &earlier);
             blocks.push(BlockClock {
                 side,
                 mhz: clock,
