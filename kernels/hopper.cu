@@ -7,10 +7,10 @@
 //   warp w of a warpgroup owns rows 16w..16w+15 of them), then one producer warpgroup (4 warps).
 //   - Producer: one thread issues every load as a TMA copy (cp.async.bulk.tensor) through the
 //     tensor maps of the ABI: Q once, then tile j of K and of V (BLOCK_N rows) into slot j % STAGES of
-//     a ring, each completing on its own "full" mbarrier (arrive.expect_tx); before refilling a slot it
-//     waits on the slot's "empty" mbarrier. Its other 127 threads leave at once. With two or three
-//     consumer warpgroups, setmaxnreg moves registers from the producer (24) to the consumers (240
-//     with two, 160 with three).
+//     a ring, each completing on its own "full" mbarrier (arrive.expect_tx); before refilling a
+//     slot's K (V) it waits on the slot's k_empty (v_empty) mbarrier. Its other 127 threads leave
+//     at once. With two or three consumer warpgroups, setmaxnreg moves registers from the producer
+//     (24) to the consumers (240 with two, 160 with three).
 //   - Consumers, per key tile (no block-wide barrier in the loop):
 //     S = Q·Kᵀ       wgmma m64n{BLOCK_N}k16, A = Q and B = K both from shared memory through
 //                    128-byte-swizzled K-major descriptors (HEAD_DIM / 16 k-steps, one commit group)
@@ -19,7 +19,9 @@
 //                    k-steps: 11 for BLOCK_N 176): A = P re-packed in registers (the S accumulator
 //                    layout is the A-fragment layout), B = V from shared memory through a
 //                    128-byte-swizzled MN-major descriptor (trans-b: V stays [keys, D] row-major)
-//     then every consumer thread arrives on the slot's empty barrier.
+//     every consumer thread arrives on the slot's k_empty barrier once its Q·Kᵀ has completed, on
+//     its v_empty barrier once its P·V has (the producer refills a K slot about a tile earlier
+//     than a whole-slot release would allow: two stages of 176-key tiles hide the loads).
 //   With OVERLAP 1 (FA3's intra-warpgroup overlap) a warpgroup issues S_{j+1} and P_j·V_j back to
 //   back and runs the softmax of tile j+1 while P_j·V_j is still on the tensor cores.
 //   With PINGPONG 1 (FA3's inter-warpgroup ping-pong) the consumer warpgroups issue their batches
@@ -106,7 +108,7 @@
 //   (1024 bytes of slack to align the tiles to the 1024-byte swizzle atom, the Q tile, then
 //   STAGES K tiles, then STAGES V tiles; no padding: BLOCK_M and BLOCK_N are multiples of 8, so each
 //   tile's 64-column panels are whole 1024-byte atoms, e.g. 176 rows × 128 bytes = 22 atoms), plus
-//   8 · (1 + 3 · STAGES) bytes of static shared memory for the mbarriers (24 more with SCHEDULE 1).
+//   8 · (1 + 4 · STAGES) bytes of static shared memory for the mbarriers (24 more with SCHEDULE 1).
 //   Defaults: D 64 → 123904, D 128 → 230400; D 128, BLOCK_N 176, STAGES 2 → 214016.
 //   Parameters: the ten plain ones, three `const __grid_constant__` CUtensorMaps (Q, K, V), then
 //   the five of the variants: kv_heads, window_left, window_right, cu_seqlens_q, cu_seqlens_kv.
@@ -190,12 +192,13 @@
 //
 // Ordering
 //   Barriers: q_full (1 arrival + Q's bytes), k_full[s] and v_full[s] (1 arrival + a tile's bytes),
-//   empty[s] (one arrival per consumer thread). Block tile j uses slot j % STAGES, and the phase of its
-//   slot's barriers with parity (j / STAGES) & 1; the producer waits for empty[s]'s phase of round
-//   j / STAGES − 1 before loading tile j (j ≥ STAGES). The TMA writes and wgmma reads are both in
-//   the async proxy: completion of the full barrier's phase makes the tile visible to the waiting
-//   consumers. A consumer arrives on empty[s] only after wgmma.wait_group 0 that covers every wgmma
-//   reading the slot. A warpgroup that skips a tile (prefix or suffix) waits for it to land before
+//   k_empty[s] and v_empty[s] (one arrival per consumer thread). Block tile j uses slot j % STAGES,
+//   and the phase of its slot's barriers with parity (j / STAGES) & 1; the producer waits for
+//   k_empty[s]'s (v_empty[s]'s) phase of round j / STAGES − 1 before loading tile j's K (V) (j ≥
+//   STAGES). The TMA writes and wgmma reads are both in the async proxy: completion of the full
+//   barrier's phase makes the tile visible to the waiting consumers. A consumer arrives on k_empty[s] (v_empty[s]) only after a wgmma.wait_group that covers every
+//   wgmma reading the slot's K (V): wait_group 1 after S_{j+1} and P_j·V_j leaves only P_j·V_j
+//   pending. A warpgroup that skips a tile (prefix or suffix) waits for it to land before
 //   releasing it, so that its arrivals never count towards the slot's next round. Before the
 //   epilogue a named barrier (ids 1..3, one per consumer warpgroup) makes sure all four warps are
 //   past their last wgmma, which read all 64 Q rows, before the rows are overwritten with O.
@@ -205,8 +208,9 @@
 //   exactly 1 + num_tiles turns (an empty one per skipped tile of its prefix, the prologue's S of its
 //   first tile, one per computed tile, an empty one per skipped tile of its suffix), so the counts
 //   match, and warpgroup 0 consumes the last hand-over with one more bar.sync. Turn k of any
-//   warpgroup waits for at most block tile k, and before it the warpgroup has released every tile
-//   up to k − 2, so the producer (STAGES ≥ 2) is never blocked by a turn that waits for it.
+//   warpgroup waits for at most tile k, and before it the warpgroup has released every K up to
+//   tile k − 1 and every V up to k − 2, so the producer (STAGES ≥ 2) is never blocked by a turn that
+//   waits for it.
 //   A warpgroup waits on its full barriers before its turn, never inside it.
 //   Accumulators are fenced (an empty asm on each register) around the async section so that the
 //   compiler does not move their reads or writes across it; wgmma.fence precedes each batch of
@@ -364,20 +368,11 @@ __device__ __forceinline__ void load_q_frag(u32 (&q_frag)[QK_K_STEPS][4], const 
 }
 #endif
 
-// A position in the K/V ring: the next tile's slot, the parity of that slot's current round, and
-// whether every slot has been filled once (the producer then waits for a slot's release before
-// refilling it). A block's tiles use the slots in turn across all of its work items.
+// A consumer's position in the K/V ring: the next tile's slot and the parity of that slot's current
+// round. A block's tiles use the slots in turn across all of its work items.
 struct Ring {
     int slot;
     u32 phase;
-    bool wrapped;
-    __device__ __forceinline__ void advance() {
-        if (++slot == STAGES) {
-            slot = 0;
-            phase ^= 1;
-            wrapped = true;
-        }
-    }
 };
 
 // The key tiles a row block [m0, m0 + BLOCK_M) visits, the same for the producer and every consumer:
@@ -429,19 +424,29 @@ __device__ __forceinline__ Coords box_coords(int b, int h, int m0, int kv_first,
 }
 
 // The producer thread's steps beyond the shared loads (hopper_pipeline.cuh): the next `count` K/V
-// tiles of an item, from c's current tile on, each into the ring's next slot
-// once the consumers have released the slot's previous tile (STAGES tiles earlier, maybe of an
-// earlier item of the block).
-__device__ __forceinline__ void produce_kv(Barriers& bars, Ring& ring, u32 k_tiles, u32 v_tiles,
+// tiles of an item, from c's current tile on, each into the ring's next slot, its K once the
+// consumers are done with the slot's previous K (after that tile's Q·Kᵀ), its V once they are done
+// with the slot's previous V (after that tile's P·V): STAGES tiles earlier, maybe of an earlier item
+// of the block. The consumers issue Q·K_{j+1}ᵀ with P_j·V_j, and release K_{j+1} half a tile before
+// V_j: K_{j+1} and V_j become free to copy at about the same time, so the plain order K_j, V_j,
+// K_{j+1} costs nothing over FA3's K_{j+1}, V_j (and needs no second cursor, which spilled in the
+// persistent producer's 24 registers).
+// `copied` counts the block's tiles copied so far (over all its items): tile n goes to slot n %
+// STAGES, in round n / STAGES (one register where a Ring takes three: the persistent producer runs
+// in 24 registers (setmaxnreg), and the second release wait spilled with a Ring there).
+__device__ __forceinline__ void produce_kv(Barriers& bars, int& copied, u32 k_tiles, u32 v_tiles,
                                            const HopperTensorMap* map_k, const HopperTensorMap* map_v, Coords& c,
                                            int count) {
-    for (int j = 0; j < count; ++j) {
+    for (int j = 0; j < count; ++j, ++copied) {
+        const int slot = copied % STAGES;
+        const u32 released = ((copied / STAGES) & 1) ^ 1;  // parity of the previous round
         // Round r of a slot waits for the consumers' release of round r − 1.
-        if (ring.wrapped) mbar_wait(smem_addr(&bars.empty[ring.slot]), ring.phase ^ 1);
-        load_kv_tile(bars, ring.slot, k_tiles, v_tiles, map_k, map_v, c.kv1, c.kv2);
+        if (copied >= STAGES) mbar_wait(smem_addr(&bars.k_empty[slot]), released);
+        load_kv_tile(smem_addr(&bars.k_full[slot]), slot, k_tiles, map_k, c.kv1, c.kv2);
+        if (copied >= STAGES) mbar_wait(smem_addr(&bars.v_empty[slot]), released);
+        load_kv_tile(smem_addr(&bars.v_full[slot]), slot, v_tiles, map_v, c.kv1, c.kv2);
         c.kv1 += c.step1;
         c.kv2 += c.step2;
-        ring.advance();
     }
 }
 
@@ -521,7 +526,8 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
     auto v_slot = [&](int s) { return v_tiles + s * KV_TILE_BYTES; };
     auto k_full = [&](int s) { return smem_addr(&bars.k_full[s]); };
     auto v_full = [&](int s) { return smem_addr(&bars.v_full[s]); };
-    auto empty = [&](int s) { return smem_addr(&bars.empty[s]); };
+    auto k_empty = [&](int s) { return smem_addr(&bars.k_empty[s]); };
+    auto v_empty = [&](int s) { return smem_addr(&bars.v_empty[s]); };
 
     float o_acc[PANELS][32];
     float row_max[2];  // running max (scale·log2e domain) of rows g and g + 8
@@ -541,7 +547,8 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
         for (int j = 0; j < count; ++j) {
             mbar_wait(k_full(slot), phase);
             mbar_wait(v_full(slot), phase);
-            mbar_arrive(empty(slot));
+            mbar_arrive(k_empty(slot));
+            mbar_arrive(v_empty(slot));
             turn_begin(wg);  // the skipped tile's (empty) turn
             turn_end(wg);
             advance_slot(slot, phase);
@@ -568,6 +575,7 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
         issue_qk(s_acc, q_operand, k_slot(slot));
         turn_end(wg);
         wgmma_wait<0>();
+        mbar_arrive(k_empty(slot));
         const int kv0 = kv_first + wg_first * BLOCK_N;
         softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_hi_min, kv0 < wg_lo_max, lane_lo, lane_hi, t, scale_log2,
                        lazy_slack, row_max, row_sum, rescale);
@@ -595,13 +603,14 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
             issue_pv(o_acc, p_frag, desc_v);
             turn_end(wg);
             wgmma_wait<1>();  // S_{j+1}; P_j·V_j may still run
+            mbar_arrive(k_empty(next_slot));
             const int kv0 = kv_first + (j + 1) * BLOCK_N;
             softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_hi_min, kv0 < wg_lo_max, lane_lo, lane_hi, t,
                            scale_log2, lazy_slack, row_max, row_sum, rescale);
             wgmma_wait<0>();
 #pragma unroll
             for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]);
-            mbar_arrive(empty(slot));
+            mbar_arrive(v_empty(slot));
             pack_p(s_acc, p_frag);
         } else {
             mbar_wait(v_full(slot), phase);
@@ -612,7 +621,7 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
             wgmma_wait<0>();
 #pragma unroll
             for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]);
-            mbar_arrive(empty(slot));
+            mbar_arrive(v_empty(slot));
         }
         slot = next_slot;
         phase = next_phase;
@@ -814,7 +823,7 @@ __device__ __forceinline__ void schedule_and_produce(Barriers& bars, u32 q_tile,
                                                      const int* cu_seqlens_kv, unsigned int* counter, int lane) {
     Schedule sched = make_schedule(batch, heads, kv_heads, seq_q, seq_kv, causal, window_left, window_right,
                                    cu_seqlens_q);
-    Ring ring = {0, 0u, false};
+    int copied = 0;
     const u32 q_empty = smem_addr(&bars.q_empty);
     int index = blockIdx.x;
     u32 it = 0;
@@ -829,13 +838,13 @@ __device__ __forceinline__ void schedule_and_produce(Barriers& bars, u32 q_tile,
             const Tiles tiles = block_tiles(m0, view.seq_q, view.seq_kv, causal, window_left, window_right);
             Coords c = box_coords(b, h, m0, tiles.first * BLOCK_N, heads, kv_heads, cu_seqlens_q, cu_seqlens_kv);
             const int lead = min(tiles.count, 1);
-            produce_kv(bars, ring, k_tiles, v_tiles, map_k, map_v, c, lead);
+            produce_kv(bars, copied, k_tiles, v_tiles, map_k, map_v, c, lead);
             if (it > 0) mbar_wait(q_empty, (it - 1) & 1);
             bars.item[0] = b;
             bars.item[1] = h;
             bars.item[2] = m0;
             load_q_tile(bars, q_tile, map_q, c.q1, c.q2);  // its arrive releases the item's words
-            produce_kv(bars, ring, k_tiles, v_tiles, map_k, map_v, c, tiles.count - lead);
+            produce_kv(bars, copied, k_tiles, v_tiles, map_k, map_v, c, tiles.count - lead);
         }
         index = sched.dynamic ? gridDim.x + static_cast<int>(__shfl_sync(0xffffffffu, ticket, 0))
                               : index + static_cast<int>(gridDim.x);
@@ -927,9 +936,9 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
 #else
         if (warp == NUM_WARPS && lane == 0) {
             Coords c = box_coords(b, h, m0, tiles.first * BLOCK_N, heads, kv_heads, cu_seqlens_q, cu_seqlens_kv);
-            Ring ring = {0, 0u, false};
+            int copied = 0;
             load_q_tile(bars, q_tile, &map_q, c.q1, c.q2);
-            produce_kv(bars, ring, k_tiles, v_tiles, &map_k, &map_v, c, tiles.count);
+            produce_kv(bars, copied, k_tiles, v_tiles, &map_k, &map_v, c, tiles.count);
         }
 #endif
         return;
@@ -939,7 +948,7 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
 #if NUM_WARPS >= 8
     setmaxnreg_inc<CONSUMER_REGS>();
 #endif
-    Ring ring = {0, 0u, false};
+    Ring ring = {0, 0u};
 #if SCHEDULE
     // Item after item, as the producer announces them with their Q; each thread releases the Q tile
     // (its staged O rows read back) once the item is stored.

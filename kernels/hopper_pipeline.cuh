@@ -45,7 +45,10 @@ struct Barriers {
     u64 q_full;             // Q has landed (transactions: the Q tile); SCHEDULE 1: and `item` is set
     u64 k_full[STAGES];     // K of the slot's tile has landed
     u64 v_full[STAGES];     // V of the slot's tile has landed
-    u64 empty[STAGES];      // every consumer thread is done with the slot (CONSUMER_THREADS arrivals)
+    u64 k_empty[STAGES];    // every consumer thread is done with the slot's K tile (its Q·Kᵀ has
+                            // completed; CONSUMER_THREADS arrivals)
+    u64 v_empty[STAGES];    // every consumer thread is done with the slot's V tile (its P·V has
+                            // completed; CONSUMER_THREADS arrivals)
 #if SCHEDULE
     u64 q_empty;            // every consumer thread is done with the Q tile of the block's current
                             // item: past its last wgmma and its O rows staged there and stored
@@ -66,7 +69,8 @@ __device__ __forceinline__ void init_pipeline(Barriers& bars, const HopperTensor
     for (int s = 0; s < STAGES; ++s) {
         mbar_init(smem_addr(&bars.k_full[s]), 1);
         mbar_init(smem_addr(&bars.v_full[s]), 1);
-        mbar_init(smem_addr(&bars.empty[s]), CONSUMER_THREADS);
+        mbar_init(smem_addr(&bars.k_empty[s]), CONSUMER_THREADS);
+        mbar_init(smem_addr(&bars.v_empty[s]), CONSUMER_THREADS);
     }
 #if SCHEDULE
     mbar_init(smem_addr(&bars.q_empty), CONSUMER_THREADS);
@@ -92,21 +96,15 @@ __device__ __forceinline__ void load_q_tile(Barriers& bars, u32 q_tile, const Ho
     for (int p = 0; p < PANELS; ++p) tma_load_3d(q_tile + p * BLOCK_M * 128, map_q, 64 * p, coord1, coord2, q_full);
 }
 
-// The producer thread's copies of one K tile and one V tile (the same box coordinates) into ring
-// slot `slot`, completing on its k_full and v_full. The caller has waited for the slot's release.
-__device__ __forceinline__ void load_kv_tile(Barriers& bars, int slot, u32 k_tiles, u32 v_tiles,
-                                             const HopperTensorMap* map_k, const HopperTensorMap* map_v,
-                                             int coord1, int coord2) {
-    const u32 k_full = smem_addr(&bars.k_full[slot]);
-    const u32 v_full = smem_addr(&bars.v_full[slot]);
-    const u32 k_dst = k_tiles + slot * KV_TILE_BYTES;
-    const u32 v_dst = v_tiles + slot * KV_TILE_BYTES;
-    mbar_arrive_expect_tx(k_full, KV_TILE_BYTES);
+// The producer thread's copy of one K or V tile (`full` and `tiles`: k_full[slot] and the K tiles,
+// or v_full[slot] and the V tiles) into ring slot `slot`, completing on `full`. The caller has
+// waited for the slot's release of that tensor (k_empty or v_empty).
+__device__ __forceinline__ void load_kv_tile(u32 full, int slot, u32 tiles, const HopperTensorMap* map, int coord1,
+                                             int coord2) {
+    const u32 dst = tiles + slot * KV_TILE_BYTES;
+    mbar_arrive_expect_tx(full, KV_TILE_BYTES);
 #pragma unroll
-    for (int p = 0; p < PANELS; ++p) tma_load_3d(k_dst + p * BLOCK_N * 128, map_k, 64 * p, coord1, coord2, k_full);
-    mbar_arrive_expect_tx(v_full, KV_TILE_BYTES);
-#pragma unroll
-    for (int p = 0; p < PANELS; ++p) tma_load_3d(v_dst + p * BLOCK_N * 128, map_v, 64 * p, coord1, coord2, v_full);
+    for (int p = 0; p < PANELS; ++p) tma_load_3d(dst + p * BLOCK_N * 128, map, 64 * p, coord1, coord2, full);
 }
 
 // ---- the consumers: the steps of a key tile, per warpgroup ----------------------------------------
@@ -326,8 +324,9 @@ __device__ __forceinline__ void rescale_o(float (&o_acc)[PANELS][32], const floa
 // ---- the consumers: one whole key tile, not overlapped -------------------------------------------
 
 // The body of hopper.cu's OVERLAP 0 loop and of micro_hopper.cu's loop, one definition for both:
-// wait for K, S = Q·Kᵀ, wait, online softmax (masks as the caller says), pack P, rescale O, wait
-// for V, O += P·V, wait, release the slot. The caller advances the slot afterwards.
+// wait for K, S = Q·Kᵀ, wait, release the slot's K, online softmax (masks as the caller says), pack
+// P, rescale O, wait for V, O += P·V, wait, release the slot's V. The caller advances the slot
+// afterwards.
 // Q: Q·Kᵀ's A operand as an issue_qk takes it (the warpgroup's Q rows in shared memory, or hopper's
 // Q_REGS fragments); K_TILE, V_TILE: the slot's K and V tiles; KV0, MASK_HI, MASK_LO, LANE_LO,
 // LANE_HI, T: as softmax_scores takes them (the micro passes both masks off). It expands inside the
@@ -344,6 +343,7 @@ __device__ __forceinline__ void rescale_o(float (&o_acc)[PANELS][32], const floa
         mbar_wait(smem_addr(&bars.k_full[slot]), phase);                                                  \
         issue_qk(s_acc, Q, K_TILE);                                                                       \
         wgmma_wait<0>();                                                                                  \
+        mbar_arrive(smem_addr(&bars.k_empty[slot]));                                                      \
         softmax_scores(s_acc, KV0, MASK_HI, MASK_LO, LANE_LO, LANE_HI, T, scale_log2, lazy_slack, row_max, \
                        row_sum, rescale);                                                                 \
         pack_p(s_acc, p_frag);                                                                            \
@@ -354,5 +354,5 @@ __device__ __forceinline__ void rescale_o(float (&o_acc)[PANELS][32], const floa
         issue_pv(o_acc, p_frag, desc_v);                                                                  \
         wgmma_wait<0>();                                                                                  \
         _Pragma("unroll") for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]);                          \
-        mbar_arrive(smem_addr(&bars.empty[slot]));                                                        \
+        mbar_arrive(smem_addr(&bars.v_empty[slot]));                                                      \
     }

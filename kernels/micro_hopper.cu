@@ -6,14 +6,15 @@
 // hopper_pipeline.cuh, so the micro cannot drift from the kernel):
 //   - one producer warpgroup (its first thread issues every TMA copy; the other warps leave): the
 //     Q tile once (BLOCK_M rows), then TILES tiles of K and of V (BLOCK_N rows × HEAD_DIM each)
-//     into a STAGES-deep ring, each completing on its slot's full mbarrier; before refilling a slot
-//     it waits on the slot's empty mbarrier. 128-byte swizzle, 64-column boxes, as hopper's maps.
+//     into a STAGES-deep ring, each completing on its slot's full mbarrier; before refilling a
+//     slot's K or V it waits on the slot's k_empty or v_empty mbarrier. 128-byte swizzle, 64-column
+//     boxes, as hopper's maps.
 //   - NUM_WARPS / 4 consumer warpgroups (64 query rows each), per tile: wait for K, S = Q·Kᵀ
-//     (wgmma m64n{BLOCK_N}k16 from shared memory), hopper's online softmax in registers (row max
-//     with quad shuffles, one FFMA and one MUFU.EX2 per score, row sums, O rescaled), P packed into
-//     A fragments, wait for V, O += P·V (wgmma m64n64k16, P from registers, V MN-major), wait, and
-//     release the slot (every consumer thread arrives on its empty barrier). setmaxnreg moves
-//     registers to the consumers as hopper does.
+//     (wgmma m64n{BLOCK_N}k16 from shared memory), release K (every consumer thread arrives on the
+//     slot's k_empty barrier), hopper's online softmax in registers (row max with quad shuffles,
+//     one FFMA and one MUFU.EX2 per score, row sums, O rescaled), P packed into A fragments, wait
+//     for V, O += P·V (wgmma m64n64k16, P from registers, V MN-major), wait, and release V
+//     (v_empty). setmaxnreg moves registers to the consumers as hopper does.
 //   That is hopper's OVERLAP 0, PINGPONG 0 loop without masking or epilogue: STAGES = 1 (a ring of
 //   one, load and compute in turn) is allowed here as the unpipelined reference.
 //   Tile t of block b reads keys ((b · 7 + t) mod (S_kv / BLOCK_N)) · BLOCK_N onward of head 0, so
@@ -91,8 +92,8 @@ constexpr int CONSUMER_REGS = 160;
 // the geometry above, as hopper.cu does; that header says why).
 #include "hopper_pipeline.cuh"
 
-// The producer thread: Q, then tile t of K and V into slot t % STAGES once the consumers have
-// released the slot's previous round (hopper.cu's produce_kv, with the micro's tile addresses and
+// The producer thread: Q, then tile t of K and of V into slot t % STAGES once the consumers have
+// released the slot's previous K or V (hopper.cu's produce_kv, with the micro's tile addresses and
 // no work items).
 __device__ __forceinline__ void produce(Barriers& bars, u32 q_tile, u32 k_tiles, u32 v_tiles,
                                         const HopperTensorMap* map_q, const HopperTensorMap* map_k,
@@ -101,9 +102,11 @@ __device__ __forceinline__ void produce(Barriers& bars, u32 q_tile, u32 k_tiles,
     int slot = 0;
     u32 phase = 0;
     for (int t = 0; t < TILES; ++t) {
-        if (t >= STAGES) mbar_wait(smem_addr(&bars.empty[slot]), phase ^ 1);
         const int row = ((first_tile + t) % kv_tiles) * BLOCK_N;
-        load_kv_tile(bars, slot, k_tiles, v_tiles, map_k, map_v, row, 0);
+        if (t >= STAGES) mbar_wait(smem_addr(&bars.k_empty[slot]), phase ^ 1);
+        load_kv_tile(smem_addr(&bars.k_full[slot]), slot, k_tiles, map_k, row, 0);
+        if (t >= STAGES) mbar_wait(smem_addr(&bars.v_empty[slot]), phase ^ 1);
+        load_kv_tile(smem_addr(&bars.v_full[slot]), slot, v_tiles, map_v, row, 0);
         // advance_slot, open-coded: through the function NVVM orders the two updates differently.
         if (++slot == STAGES) {
             slot = 0;

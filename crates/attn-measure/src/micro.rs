@@ -80,7 +80,7 @@ pub fn micro_configs(target: MicroTarget, head_dim: usize, limits: &Limits) -> R
                         ]);
                         let shared = i64::from(hopper_dynamic_shared(&tiles, head_dim as u32));
                         // The mbarriers' static shared memory sits beside the tiles.
-                        if shared + 8 * (1 + 3 * stages) > max_shared {
+                        if shared + 8 * (1 + 4 * stages) > max_shared {
                             continue;
                         }
                         out.push(Config::from_pairs(&[
