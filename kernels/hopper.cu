@@ -67,8 +67,7 @@
 //                             hopper's blocks 3-4% lower in SM clock than FlashAttention-3's on long
 //                             sequences (power-limited) at the same work per clock; FA3's 176-key
 //                             tiles read 6% fewer operand bytes per key than ours, this reads 20%
-//                             fewer. BLOCK_N 64 or 128, NUM_WARPS ≤ 8 (registers); at D 128, 8
-//                             warps, 128-key tiles SCHEDULE 0 (the persistent loop spills); OVERLAP
+//                             fewer. BLOCK_N 64 or 128, NUM_WARPS ≤ 8 (registers); OVERLAP
 //                             1 (ptxas 13.0 gives Q's registers to P in the unoverlapped loop:
 //                             kernels/tools/sass_blocks.py --q-regs-live). The registry's default
 //                             at D 128 (it yields to 0 where those rule it out; this file's own
@@ -649,6 +648,11 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
     // Every warp of the warpgroup is past its last wgmma (which read all 64 Q rows) before any
     // overwrites them.
     named_barrier_sync(1 + wg, 128);
+    // The staging addresses are those load_q_frag read Q's fragments from: computed from an opaque
+    // copy of the warp's first row, they are computed again here rather than held across the key
+    // loop (with Q in registers the persistent loop spilled them: 48 bytes).
+    int stage_row0 = warp_row0;
+    asm volatile("" : "+r"(stage_row0));
     float inv_l[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -663,7 +667,7 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
         for (int i = 0; i < 8; ++i) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const int row = warp_row0 + g + 8 * h;
+                const int row = stage_row0 + g + 8 * h;
                 const int col = 64 * p + 8 * i + 2 * t;
                 *reinterpret_cast<elem2_t*>(smem + tile_offset(BLOCK_M, row, col)) =
                     from_float2(o_acc[p][4 * i + 2 * h] * inv_l[h], o_acc[p][4 * i + 2 * h + 1] * inv_l[h]);
@@ -674,7 +678,7 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
 #pragma unroll
     for (int i = 0; i < OUT_CHUNKS_PER_LANE; ++i) {
         const int idx = lane + i * 32;
-        const int row = warp_row0 + idx / CHUNKS;
+        const int row = stage_row0 + idx / CHUNKS;
         const int col = (idx % CHUNKS) * 8;
         if (m0 + row < len_q) {  // never a row past the sequence (varlen: the next sequence's)
             const uint4 value = *reinterpret_cast<const uint4*>(smem + tile_offset(BLOCK_M, row, col));

@@ -189,7 +189,8 @@ fn schedules(name: &str) -> Vec<Config> {
 /// at D=128 (PV_N=64, the default before N = 128), on the defaults and per-shape tunings and on
 /// the 176-key tile. And Q from shared memory at D=128 (Q_REGS=0, the default before Q in
 /// registers), on the defaults and tunings; Q in registers on D=128's default tile forced onto
-/// every shape (the tunings of small grids yield Q_REGS to 0), and at D=64 with two overlapped
+/// every shape with each schedule (the tunings of small grids yield Q_REGS to 0, causal ones under
+/// 8192 rows set it to 0), and at D=64 with two overlapped
 /// consumer warpgroups (its three have no registers for it). And conditional rescaling
 /// (LAZY_RESCALE=1, the tuning at D=128 from 4096 keys: a row keeps its max while a tile raises it
 /// by at most 8 in the log2 domain, and O's rescale is skipped) forced onto every shape at both
@@ -202,7 +203,7 @@ const OPT_IN: &[(&str, &str, &[usize], &[usize])] = &[
     ("hopper", "Q_REGS=0", &[128], &[]),
     (
         "hopper",
-        "BLOCK_M=128,NUM_WARPS=8,STAGES=3,OVERLAP=1,PINGPONG=1,Q_REGS=1,SCHEDULE=0",
+        "BLOCK_M=128,NUM_WARPS=8,STAGES=3,OVERLAP=1,PINGPONG=1,Q_REGS=1",
         &[128],
         &[],
     ),
