@@ -184,12 +184,15 @@ mod tests {
         // BLOCK_N 176 (1 or 2 warpgroups, 5 pairs): D 64 × STAGES 3 × SCHEDULE 2 = 30; D 128 only
         // STAGES 2: 10. Every D 128 config twice (PV_N 64 and 128), D 64 only with PV_N 64. Q_REGS=1
         // on top of those with BLOCK_N 64 or 128, 1 or 2 warpgroups and OVERLAP=1: D 64 60 less the
-        // 24 unoverlapped, D 128 2 × (50 less 20 unoverlapped, less the 4 overlapped persistent ones
-        // of 2 warpgroups with 128-key tiles: they spill). Every one twice: LAZY_RESCALE 0 and 1.
+        // 24 unoverlapped, D 128 2 × (50 less 20 unoverlapped). Every one twice: LAZY_RESCALE 0
+        // and 1.
         assert_eq!(
             lines.len(),
-            2 * (96 + 2 * 50 + 30 + 2 * 10 + (60 - 24) + 2 * (50 - 20 - 4))
+            2 * (96 + 2 * 50 + 30 + 2 * 10 + (60 - 24) + 2 * (50 - 20))
         );
+        assert!(lines.iter().any(|l| l.starts_with("HEAD_DIM=128")
+            && l.contains("NUM_WARPS=8")
+            && l.contains("SCHEDULE=1 Q_REGS=1")));
         assert!(!lines
             .iter()
             .any(|l| l.contains("OVERLAP=0") && l.contains("Q_REGS=1")));
