@@ -515,8 +515,9 @@ pub fn hopper_dynamic_shared(cfg: &Config, head_dim: u32) -> u32 {
 
 /// hopper's static shared memory, its `Barriers` (hopper_pipeline.cuh): q_full and STAGES × (k_full,
 /// v_full, k_empty, v_empty), 8 bytes each, and with SCHEDULE=1 q_empty and the item's three words (24 bytes
-/// with the struct's 8-byte alignment).
-fn hopper_static_shared(cfg: &Config) -> u32 {
+/// with the struct's 8-byte alignment). Public for the micro-benchmark, whose kernel declares the
+/// same barriers (no SCHEDULE knob there: none of the persistent ones).
+pub fn hopper_static_shared(cfg: &Config) -> u32 {
     8 * (1 + 4 * knob(cfg, "STAGES")) + if knob(cfg, "SCHEDULE") == 1 { 24 } else { 0 }
 }
 

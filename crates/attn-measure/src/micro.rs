@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use attn_evidence::MicroTarget;
 use attn_kernels::compile::compile;
-use attn_kernels::registry::{hopper_dynamic_shared, Limits};
+use attn_kernels::registry::{hopper_dynamic_shared, hopper_static_shared, Limits};
 use attn_kernels::{Candidate, Config, Gpu, Prepared};
 use attn_oracle::{generate, CaseSpec, DType, Distribution, Params, Shape};
 
@@ -80,7 +80,7 @@ pub fn micro_configs(target: MicroTarget, head_dim: usize, limits: &Limits) -> R
                         ]);
                         let shared = i64::from(hopper_dynamic_shared(&tiles, head_dim as u32));
                         // The mbarriers' static shared memory sits beside the tiles.
-                        if shared + 8 * (1 + 4 * stages) > max_shared {
+                        if shared + i64::from(hopper_static_shared(&tiles)) > max_shared {
                             continue;
                         }
                         out.push(Config::from_pairs(&[

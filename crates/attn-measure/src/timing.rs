@@ -890,11 +890,6 @@ impl ThrottleRule {
         (mhz.is_none_or(|m| m >= threshold), threshold)
     }
 
-    /// Whether a block measured at `mhz` is kept after its side's `earlier` judged blocks.
-    pub fn keeps(&self, mhz: Option<f64>, earlier: &[f64]) -> bool {
-        self.judge(mhz, earlier).0
-    }
-
     /// The rule, one line, for evidence.
     pub fn describe(&self, source: &str) -> String {
         format!(
@@ -1456,7 +1451,7 @@ mod throttle_tests {
         clocks
             .iter()
             .map(|&mhz| {
-                let kept = rule().keeps(Some(mhz), &earlier);
+                let (kept, _) = rule().judge(Some(mhz), &earlier);
                 earlier.push(mhz);
                 kept
             })
@@ -1485,7 +1480,7 @@ mod throttle_tests {
         // Under the floor (a hardware brake): dropped even as a side's first block.
         assert_eq!(judge(&[900.0, 1600.0]), [false, true]);
         // Unmeasured: kept (and the case records that it was not measured).
-        assert!(rule().keeps(None, &[1700.0]));
+        assert!(rule().judge(None, &[1700.0]).0);
         let line = rule().describe("device");
         assert!(line.contains("10% under the median"), "{line}");
         assert!(
