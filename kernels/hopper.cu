@@ -29,7 +29,9 @@
 //   another's GEMMs hold the tensor cores.
 //   Variants (kernels/README.md, "Variants"): GQA/MQA, sliding window (causal included) and varlen
 //   are all supported; see "Variants and tile skipping" below. Rows that see no key write zeros.
-//   The output is staged in the warpgroup's own rows of the Q tile and written with 16-byte stores.
+//   The output is staged in the warpgroup's own rows of the Q tile and written with 16-byte stores;
+//   the persistent loop with Q in registers stores it straight from the accumulators instead, so
+//   that the next item's Q can land in the tile during this item's key loop.
 //
 // Knobs (compile-time defines, defaults below)
 //   HEAD_DIM  ∈ {64, 128}     (required, from attn_common.cuh)
@@ -185,7 +187,9 @@
 //   item's first K/V tile while the consumers finish the current one), and a q_empty barrier (one
 //   arrival per consumer thread, after its O rows are stored and a fence.proxy.async orders those
 //   generic-proxy accesses before the next Q's TMA write) lets the producer overwrite the Q tile,
-//   whose rows also stage O. An item with no key tile takes no ping-pong turn; a warpgroup's
+//   whose rows also stage O. With Q in registers (Q_REGS 1) a thread arrives as soon as it has read
+//   its Q fragments, and O goes from registers to global memory: the next item's Q is copied during
+//   this item's key loop, and its first Q·Kᵀ follows this item's epilogue with no wait for Q. An item with no key tile takes no ping-pong turn; a warpgroup's
 //   hand-over to warpgroup 0 for the next item comes only after q_full, i.e. after warpgroup 0 has
 //   consumed the previous item's last hand-over.
 //
@@ -300,14 +304,12 @@ constexpr int CONSUMER_THREADS = NUM_WARPS * 32;
 static_assert(BLOCK_M == 64 * WARPGROUPS, "64 query rows per consumer warpgroup");
 constexpr int THREADS = CONSUMER_THREADS + 128;      // + the producer warpgroup
 constexpr int PANELS = D / 64;                 // 64-column (128-byte) panels per tile row
-constexpr int CHUNKS = D / 8;                  // 16-byte chunks per row
 constexpr int Q_TILE_BYTES = BLOCK_M * D * 2;
 constexpr int KV_TILE_BYTES = BLOCK_N * D * 2;
 constexpr int QK_K_STEPS = D / 16;             // k-steps of Q·Kᵀ (over head dim)
 constexpr int PV_K_STEPS = BLOCK_N / 16;       // k-steps of P·V (over keys)
 constexpr int S_REGS = BLOCK_N / 2;            // f32 S accumulator registers per thread
 constexpr int S_CHUNKS = BLOCK_N / 8;          // 8-column chunks of S
-constexpr int OUT_CHUNKS_PER_LANE = 16 * CHUNKS / 32;
 // Registers per thread after setmaxnreg (with one consumer warpgroup every thread already has the
 // 255 of the entry cap): 128 · 24 + 256 · 240 = 64512 and 128 · 24 + 384 · 160 = 64512 ≤ 65536.
 #if NUM_WARPS == 8
@@ -451,6 +453,15 @@ __device__ __forceinline__ void produce_kv(Barriers& bars, int& copied, u32 k_ti
 
 // ---- one row block of one (sequence, head), as a consumer warpgroup computes it ------------------
 
+#if SCHEDULE
+// A consumer thread's release of the Q tile (q_empty) to the producer, which copies the next
+// item's Q into it: this thread's generic-proxy accesses of the tile ordered before that TMA write.
+__device__ __forceinline__ void release_q_tile(Barriers& bars) {
+    fence_proxy_async_shared();
+    mbar_arrive(smem_addr(&bars.q_empty));
+}
+#endif
+
 // Everything about the item and this thread that the consumer steps need.
 struct ConsumerItem {
     int m0;          // the item's first query row in its sequence
@@ -518,6 +529,16 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
     // Q·Kᵀ's A operand: this thread's fragments of Q, in registers for the whole item.
     u32 q_operand[QK_K_STEPS][4];
     load_q_frag(q_operand, smem, warp_row0, g, t);
+#if SCHEDULE
+    // Q is in registers and the epilogue stores O from registers: the Q tile is free once every
+    // consumer thread has read its fragments, so the producer copies the next item's Q during this
+    // item's key loop (the generic-proxy reads ordered before that async-proxy write). With
+    // PINGPONG, warpgroup 0 releases it only once it has consumed the item's last hand-over
+    // (below): the next item's q_full then cannot complete before that, so no warpgroup hands the
+    // next item's first turn to warpgroup 0 while this item's last one is still pending on the
+    // barrier (two hand-overs would complete it without warpgroup 0).
+    if (!PINGPONG || wg != 0) release_q_tile(bars);
+#endif
 #else
     const u32 q_operand = q_tile + wg_row0 * 128;  // this warpgroup's 64 rows of every Q panel
 #endif
@@ -642,8 +663,37 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
     // The last warpgroup's last hand-over has no turn of warpgroup 0 after it: consume it, so that
     // no arrival is left pending on the barrier at exit (or at the next item's first hand-over).
     if (wg == 0 && num_tiles > 0) named_barrier_sync(TURN_BARRIER, 256);
+#if SCHEDULE && Q_REGS
+    if (wg == 0) release_q_tile(bars);  // see load_q_frag's call above
+#endif
 #endif
 
+    float inv_l[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float l = row_sum[h];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        inv_l[h] = l > 0.f ? 1.f / l : 0.f;  // a row that saw no key writes zeros
+    }
+#if Q_REGS && SCHEDULE
+    // ---- epilogue: full row sums, guarded 1/l, 4-byte stores straight from the accumulators --------
+    // (the Q tile already holds the next item's Q). A quad's four lanes write 16 contiguous bytes of
+    // a row per chunk.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int row = m0 + warp_row0 + g + 8 * h;
+        if (row < len_q) {  // never a row past the sequence (varlen: the next sequence's)
+            elem_t* out = item.o_head + static_cast<long long>(row) * item.o_stride + 2 * t;
+#pragma unroll
+            for (int p = 0; p < PANELS; ++p)
+#pragma unroll
+                for (int i = 0; i < 8; ++i)
+                    *reinterpret_cast<elem2_t*>(out + 64 * p + 8 * i) =
+                        from_float2(o_acc[p][4 * i + 2 * h] * inv_l[h], o_acc[p][4 * i + 2 * h + 1] * inv_l[h]);
+        }
+    }
+#else
     // ---- epilogue: full row sums, guarded 1/l, staged in the warpgroup's Q rows, 16-byte stores ------
     // Every warp of the warpgroup is past its last wgmma (which read all 64 Q rows) before any
     // overwrites them.
@@ -653,14 +703,6 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
     // loop (with Q in registers the persistent loop spilled them: 48 bytes).
     int stage_row0 = warp_row0;
     asm volatile("" : "+r"(stage_row0));
-    float inv_l[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        float l = row_sum[h];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        inv_l[h] = l > 0.f ? 1.f / l : 0.f;  // a row that saw no key writes zeros
-    }
 #pragma unroll
     for (int p = 0; p < PANELS; ++p) {
 #pragma unroll
@@ -675,6 +717,8 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
         }
     }
     __syncwarp();  // each warp reads back only its own 16 staged rows
+    constexpr int CHUNKS = D / 8;                          // 16-byte chunks per row
+    constexpr int OUT_CHUNKS_PER_LANE = 16 * CHUNKS / 32;  // 16-byte chunks of the warp's rows per lane
 #pragma unroll
     for (int i = 0; i < OUT_CHUNKS_PER_LANE; ++i) {
         const int idx = lane + i * 32;
@@ -685,6 +729,7 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
             *reinterpret_cast<uint4*>(item.o_head + static_cast<long long>(m0 + row) * item.o_stride + col) = value;
         }
     }
+#endif
 }
 
 #if SCHEDULE
@@ -974,9 +1019,11 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
         item.o_stride = view.q_stride;
         consume_item(bars, smem, q_tile, k_tiles, v_tiles, ring, item, causal, window_left, window_right, scale,
                      warp, lane);
-        // The generic-proxy reads and writes of the staged O before the next Q's copy into it.
-        fence_proxy_async_shared();
-        mbar_arrive(smem_addr(&bars.q_empty));
+#if !Q_REGS
+        // After the staged O's reads and writes (with Q in registers consume_item released the tile
+        // once it had read Q).
+        release_q_tile(bars);
+#endif
     }
 #else
     mbar_wait(smem_addr(&bars.q_full), 0);
