@@ -21,7 +21,7 @@ use attn_measure::provenance::fresh_seed;
 use attn_measure::sanitize::{self, GATE_TOOLS};
 use attn_measure::sdpa::Backend;
 use attn_measure::supervise::Watchdog;
-use attn_measure::timing::Interleave;
+use attn_measure::timing::{default_block, Interleave, MIN_BLOCKS};
 use attn_measure::Baseline;
 use attn_stats::{BootstrapOptions, CompareOptions};
 
@@ -57,9 +57,10 @@ pub struct Args {
     #[arg(long, default_value_t = 100)]
     pub samples: usize,
     /// Samples per block: after a warm-up block of each, baseline and candidate blocks alternate,
-    /// each side first in every other round (B A, A B, ...).
-    #[arg(long, default_value_t = 10)]
-    pub block: usize,
+    /// each side first in every other round (B A, A B, ...), and the intervals resample whole
+    /// blocks. Default: a tenth of --samples (at least 1), so ten blocks a side; at least 4.
+    #[arg(long)]
+    pub block: Option<usize>,
     /// Untimed launches first.
     #[arg(long, default_value_t = 10)]
     pub warmup: usize,
@@ -119,8 +120,16 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     if !(0.0..=1.0).contains(&args.threshold) || args.threshold == 0.0 {
         bail!("--threshold must be in (0, 1], got {}", args.threshold);
     }
-    if args.checks == 0 || args.samples < 2 || args.block == 0 {
+    if args.checks == 0 || args.samples < 2 || args.block == Some(0) {
         bail!("--checks and --block must be at least 1 and --samples at least 2");
+    }
+    let block = args.block.unwrap_or_else(|| default_block(args.samples));
+    if block > 1 && args.samples.div_ceil(block) < MIN_BLOCKS {
+        bail!(
+            "--block {block} leaves {} block(s) of --samples {} a side; the gate needs at least {MIN_BLOCKS} (blocks share a clock: with 2 a side, hopper against itself read 1.09× faster)",
+            args.samples.div_ceil(block),
+            args.samples
+        );
     }
     if args.hang_bound.is_nan() || args.hang_bound <= 0.0 {
         bail!("--hang-bound must be a positive number of seconds");
@@ -177,7 +186,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let plan = GatePlan {
         checks: args.checks,
         interleave: Interleave {
-            block: args.block,
+            block,
             ..Interleave::new(timing, info.max_sm_mhz)
         },
         compare,
@@ -198,7 +207,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         info.name,
         problems.len(),
         timing.samples,
-        args.block,
+        block,
         args.mode
     );
     let current = std::sync::Arc::new(std::sync::Mutex::new(String::new()));

@@ -154,6 +154,22 @@ fn gate_checks_before_the_gpu_probe() {
         &["gate", "--src", "empty.cu", "--shape", "1,8,512,64"],
         &["empty.cu", "empty"],
     );
+    // Blocks that leave a side too few of them for the interval to see the clock move.
+    one_error_line(
+        d,
+        &[
+            "gate",
+            "--impl",
+            "mma",
+            "--samples",
+            "20",
+            "--block",
+            "10",
+            "--shape",
+            "1,8,512,64",
+        ],
+        &["--block 10", "2 block(s)", "at least 4"],
+    );
     one_error_line(
         d,
         &["gate", "--src", "missing.cu", "--shape", "1,8,512,64"],

@@ -361,7 +361,10 @@ fn every_block_of_a_helper_baseline_times_the_baseline_alone() {
     assert_eq!(sets("candidate"), sets("baseline"), "input sets per side");
     let median = attn_measure::baseline::median;
     let all = median(&samples);
-    for (i, block) in samples.chunks(10).enumerate() {
+    let per_block = run["cases"][0]["clock_guard"]["block_samples"]
+        .as_u64()
+        .expect("block_samples") as usize;
+    for (i, block) in samples.chunks(per_block).enumerate() {
         let ratio = median(block) / all;
         assert!(
             (0.75..1.33).contains(&ratio),

@@ -249,8 +249,26 @@ pub fn evidence_path(root: &Path, kind: &str, date: &str, gpu: &str, git_rev: &s
 }
 
 /// Lowercase ASCII letters and digits, runs of anything else collapsed to one `-`, trimmed;
-/// `"unknown"` when nothing is left.
+/// `"unknown"` when nothing is left. Past [`SLUG_MAX`] characters (a gate over a dozen shapes
+/// named one by one: file systems refuse names over 255 bytes) the first part is kept and a
+/// hash of the whole appended, so that two long texts still get two names.
 pub fn slug(text: &str) -> String {
+    let full = full_slug(text);
+    if full.len() <= SLUG_MAX {
+        return full;
+    }
+    // FNV-1a, 64-bit: stable across runs and platforms (the standard hasher is not).
+    let hash = full.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let head = full[..SLUG_MAX - 17].trim_end_matches('-');
+    format!("{head}-{hash:016x}")
+}
+
+/// The longest [`slug`].
+pub const SLUG_MAX: usize = 96;
+
+fn full_slug(text: &str) -> String {
     let mut out = String::new();
     for c in text.chars() {
         if c.is_ascii_alphanumeric() {
@@ -266,5 +284,34 @@ pub fn slug(text: &str) -> String {
         "unknown".into()
     } else {
         out
+    }
+}
+
+#[cfg(test)]
+mod slug_tests {
+    use super::{slug, SLUG_MAX};
+
+    #[test]
+    fn slugs_are_short_enough_for_a_file_name_and_long_texts_stay_apart() {
+        assert_eq!(
+            slug("hopper vs FA3: 2,16,8192,128 causal"),
+            "hopper-vs-fa3-2-16-8192-128-causal"
+        );
+        assert_eq!(slug("  --  "), "unknown");
+        let shapes = |last: &str| {
+            let mut text = "hopper vs fa3".to_string();
+            for s in 0..12 {
+                text.push_str(&format!(
+                    " 2,32/8,{},128 causal window=4096,-1",
+                    1024 << (s % 5)
+                ));
+            }
+            text + last
+        };
+        let (a, b) = (slug(&shapes("x")), slug(&shapes("y")));
+        assert!(a.len() <= SLUG_MAX && b.len() <= SLUG_MAX, "{a}");
+        assert!(a.starts_with("hopper-vs-fa3-2-32-8-1024-128-causal"), "{a}");
+        assert_ne!(a, b);
+        assert_eq!(a, slug(&shapes("x")));
     }
 }

@@ -452,6 +452,10 @@ const HOPPER_LAZY_RESCALE_MIN_KEYS: usize = 4096;
 /// warpgroup of 64 rows, so that more blocks share the SMs, with 128-key tiles in 2 stages and
 /// neither overlap nor ping-pong (nothing to overlap with in 4 to 8 tiles). Measured on the H100
 /// with the gate's graph protocol: (1,8,512,64) 12.4 -> 9.06 µs, (2,8,512,64) 13.2 -> 9.78 µs.
+/// But not where the 64-row grid would need a second wave: at D=128 such a block takes 145 KiB of
+/// shared memory (one per SM), and at (2,16,512,128) the defaults' one wave of 128 blocks measured
+/// 1.32× [1.32, 1.32] the small-grid tuning's two waves of 256, 1.25× under the causal mask (the
+/// gate, batch mode, in blocks of 3 samples: evidence/gate/2026-11-27T09-20-43Z).
 ///
 /// Larger causal problems (a causal window too) take the persistent scheduler, heaviest row blocks
 /// first: measured on the H100 (bench --mode batch, fp16, grid -> persistent, FlashAttention-3 in
@@ -487,15 +491,28 @@ fn hopper_tuned(shape: &Shape, params: &Params) -> Config {
         }
         return Config::from_pairs(&knobs);
     }
-    Config::from_pairs(&[
+    let small = Config::from_pairs(&[
         ("BLOCK_M", 64),
         ("BLOCK_N", 128),
         ("NUM_WARPS", 4),
         ("STAGES", 2),
         ("OVERLAP", 0),
         ("PINGPONG", 0),
-    ])
+    ]);
+    // Only where the 64-row blocks still run in one wave: at D=128 one takes 145 KiB, one per SM.
+    let per_block = hopper_dynamic_shared(&small, shape.head_dim as u32)
+        + hopper_static_shared(&small)
+        + H100_SHARED_RESERVED_PER_BLOCK;
+    let resident = (H100_SHARED_PER_SM / per_block) as usize;
+    if grid_blocks(shape, 64) > resident * H100_SMS {
+        return Config::default();
+    }
+    small
 }
+
+/// Shared memory of an H100 SM, and what the driver reserves of it for each resident block.
+const H100_SHARED_PER_SM: u32 = 233_472;
+const H100_SHARED_RESERVED_PER_BLOCK: u32 = 1024;
 
 /// hopper's dynamic shared memory: 1 KiB of slack to align the tiles to the 1024-byte swizzle atom,
 /// the Q tile, then STAGES × (K tile + V tile). Every tile and every 64-column panel of one is a
@@ -1072,6 +1089,14 @@ mod tests {
             (1, 8, 1024, 128),
             &[("BLOCK_M", 64), ("NUM_WARPS", 4)],
         );
+        // At D=128 the 64-row grid of (2,16,512,128) needs two waves: the defaults' one wave.
+        for causal in [false, true] {
+            let tuned = find("hopper").unwrap().tuned_for(
+                &Shape::new(2, 16, 512, 512, 128).unwrap(),
+                &Params::new(128, causal),
+            );
+            assert_eq!(tuned.get("BLOCK_M"), None, "{tuned:?}");
+        }
         check("hopper", (4, 16, 2048, 128), &[]);
         check("hopper", (2, 16, 8192, 64), &[]);
         // hopper under a causal mask: the persistent scheduler once the grid fills the GPU, the

@@ -399,9 +399,18 @@ impl<'a> GateSession<'a> {
         }
         case.clock_guard = Some(timed.guard.clone());
         if timed.a.samples_us.len() >= 2 && timed.b.samples_us.len() >= 2 {
-            let comparison = attn_stats::compare(
+            // Resampled in the interleave's blocks: a block's samples share its clock. A side
+            // left one block (an incomplete, inconclusive case) is compared sample by sample.
+            let kept = timed.guard.kept_blocks;
+            let block = if kept[0] >= 2 && kept[1] >= 2 {
+                timed.guard.block_samples
+            } else {
+                1
+            };
+            let comparison = attn_stats::compare_in_blocks(
                 &Sample::new(timed.b.samples_us.clone())?,
                 &Sample::new(timed.a.samples_us.clone())?,
+                block,
                 &plan.compare,
             )?;
             case.candidate_tflops = Some(problem.spec.tflops(comparison.candidate.median));

@@ -29,10 +29,13 @@ pub fn replay(stored: &GateRun) -> Result<Replayed> {
                     case.shape
                 ))
             };
+            // In the stored comparison's blocks (1 in evidence from before blocks were recorded).
+            let block = case.comparison.as_ref().map_or(1, |c| c.block);
             case.comparison = Some(
-                attn_stats::compare(
+                attn_stats::compare_in_blocks(
                     &Sample::new(b.samples.clone()).map_err(named)?,
                     &Sample::new(c.samples.clone()).map_err(named)?,
+                    block,
                     &stored.options,
                 )
                 .map_err(named)?,

@@ -812,7 +812,8 @@ pub struct Interleave {
     /// The harness options; `samples` is the clean samples wanted per side.
     pub timing: TimingOptions,
     /// Samples per block: the sides alternate block by block, after a warm-up round, each side
-    /// first in every other round ([`round_order`]), so both see the same clocks and temperature.
+    /// first in every other round ([`round_order`]), so both see the same clocks and temperature;
+    /// the comparison resamples whole blocks ([`attn_stats::compare_in_blocks`]).
     pub block: usize,
     /// A block whose SM clock, measured on the device over it, is more than this fraction under
     /// the median of its side's earlier judged blocks is dropped and re-taken ([`ThrottleRule`]).
@@ -838,12 +839,25 @@ pub const CLOCK_DIP: f64 = 0.10;
 /// slowdowns (thermal or power brakes) put the clock, far under any sustained load's level.
 pub const CLOCK_FLOOR: f64 = 0.5;
 
+/// The fewest judged blocks a side a comparison may rest on when its blocks hold more than one
+/// sample. Each block runs under its own clock, and a power-limited H100's clock wanders by 10%
+/// over seconds: in blocks of 10 samples at `--samples 20` (A B B A) a gate of hopper against
+/// itself read 1.09× [1.03, 1.14], 1.11× and 1.10× "faster" at three of four shapes, and in blocks
+/// of 2 (ten a side) 0.98–1.03×, every interval across 1 (evidence/gate/2026-11-27T09-16-11Z and
+/// 09-17-37Z).
+pub const MIN_BLOCKS: usize = 4;
+
+/// Samples per block unless asked otherwise: a tenth of `samples` (at least 1), ten blocks a side.
+pub fn default_block(samples: usize) -> usize {
+    (samples / 10).max(1)
+}
+
 impl Interleave {
-    /// Blocks of 10 samples, judged by [`CLOCK_DIP`] and [`CLOCK_FLOOR`].
+    /// Blocks of [`default_block`] samples, judged by [`CLOCK_DIP`] and [`CLOCK_FLOOR`].
     pub fn new(timing: TimingOptions, max_sm_mhz: u32) -> Interleave {
         Interleave {
             timing,
-            block: 10,
+            block: default_block(timing.samples),
             clock_dip: CLOCK_DIP,
             clock_floor: CLOCK_FLOOR,
             max_sm_mhz,

@@ -67,8 +67,8 @@ pub use bootstrap::{
     DEFAULT_SEED,
 };
 pub use compare::{
-    compare, compare_with_progress, speedup_replicates, verdict, CompareOptions, Comparison,
-    GateResult, Verdict,
+    compare, compare_in_blocks, compare_with_progress, speedup_replicates, verdict, CompareOptions,
+    Comparison, GateResult, Verdict,
 };
 pub use error::StatsError;
 pub use mann_whitney::{mann_whitney, MannWhitney};

@@ -249,6 +249,7 @@ fn verdict_gate_and_json_schema() {
         let mut expected = [
             "seed",
             "resamples",
+            "block",
             "confidence",
             "baseline",
             "candidate",
@@ -272,4 +273,37 @@ fn verdict_gate_and_json_schema() {
     }
     let slower = compare(&much_faster, &baseline, &opts).unwrap();
     assert_eq!(slower.verdict, attn_stats::Verdict::Slower);
+}
+
+/// Resampling in blocks: block 1 is the plain comparison bit for bit; a block that leaves a side
+/// one block, or 0, is refused; intervals over blocks of a drifting sample are wider.
+#[test]
+fn comparisons_in_blocks() {
+    use attn_stats::compare_in_blocks;
+    let opts = CompareOptions::default();
+    // Ten blocks a side, the level moving from block to block as a clock would.
+    let drifting = |side: f64| -> Vec<f64> {
+        (0..40u32)
+            .map(|i| 100.0 + side + f64::from((i / 4 * 7) % 10) + f64::from(i % 3) * 0.05)
+            .collect()
+    };
+    let (b, c) = (
+        Sample::new(drifting(1.0)).unwrap(),
+        Sample::new(drifting(0.0)).unwrap(),
+    );
+    assert_eq!(
+        compare_in_blocks(&b, &c, 1, &opts).unwrap(),
+        compare(&b, &c, &opts).unwrap()
+    );
+    let plain = compare(&b, &c, &opts).unwrap().speedup;
+    let blocked = compare_in_blocks(&b, &c, 4, &opts).unwrap();
+    assert_eq!(blocked.block, 4);
+    assert!(
+        blocked.speedup.upper - blocked.speedup.lower > plain.upper - plain.lower,
+        "{blocked:?} vs {plain:?}"
+    );
+    for block in [0, 40, 41] {
+        let err = compare_in_blocks(&b, &c, block, &opts).unwrap_err();
+        assert!(err.to_string().contains("block"), "{err}");
+    }
 }

@@ -48,6 +48,26 @@ pub(crate) fn replicates_with_progress<E>(
 where
     E: Fn(&mut [Vec<f64>], &mut [f64]) + Sync,
 {
+    replicates_in_blocks(samples, 1, resamples, seed, outputs, evaluate, progress)
+}
+
+/// [`replicates_with_progress`] resampling whole blocks: each sample is cut into runs of `block`
+/// consecutive observations (the last run may be shorter) and a resample draws as many runs, with
+/// replacement (a moving-free block bootstrap). Where observations come in blocks that share a
+/// state (timing blocks under one clock), resampling them one by one treats them as independent
+/// and draws intervals too narrow. `block` 1 is the ordinary bootstrap, draw for draw.
+pub(crate) fn replicates_in_blocks<E>(
+    samples: &[&[f64]],
+    block: usize,
+    resamples: usize,
+    seed: u64,
+    outputs: usize,
+    evaluate: E,
+    progress: &(dyn Fn(usize) + Sync),
+) -> Vec<f64>
+where
+    E: Fn(&mut [Vec<f64>], &mut [f64]) + Sync,
+{
     let mut rows = vec![0.0; resamples * outputs];
     if outputs == 0 {
         return rows;
@@ -60,7 +80,11 @@ where
             let mut buffers: Vec<Vec<f64>> = samples.iter().map(|s| vec![0.0; s.len()]).collect();
             for row in chunk_rows.chunks_mut(outputs) {
                 for (buffer, sample) in buffers.iter_mut().zip(samples) {
-                    fill_resample(buffer, sample, &mut rng);
+                    if block <= 1 {
+                        fill_resample(buffer, sample, &mut rng);
+                    } else {
+                        fill_block_resample(buffer, sample, block, &mut rng);
+                    }
                 }
                 evaluate(&mut buffers, row);
             }
@@ -75,6 +99,18 @@ fn fill_resample(buffer: &mut [f64], sample: &[f64], rng: &mut ChaCha8Rng) {
     let n = sample.len() as u32;
     for slot in buffer.iter_mut() {
         *slot = sample[index_below(rng, n)];
+    }
+}
+
+/// Replaces `buffer` with as many runs of `block` consecutive observations of `sample` as it
+/// holds, drawn with replacement (its length varies where the last run is shorter).
+fn fill_block_resample(buffer: &mut Vec<f64>, sample: &[f64], block: usize, rng: &mut ChaCha8Rng) {
+    let runs: Vec<&[f64]> = sample.chunks(block).collect();
+    // Callers guarantee `sample.len() <= u32::MAX`, so the run count fits too.
+    let n = runs.len() as u32;
+    buffer.clear();
+    for _ in 0..runs.len() {
+        buffer.extend_from_slice(runs[index_below(rng, n)]);
     }
 }
 
@@ -112,6 +148,57 @@ mod tests {
             seen.iter().all(|&count| (850..1150).contains(&count)),
             "{seen:?}"
         );
+    }
+
+    #[test]
+    fn a_block_resample_is_made_of_whole_runs_and_block_one_is_the_plain_bootstrap() {
+        // Runs of 3 equal values (the last one short): every resample is whole runs, so a value's
+        // count is a multiple of its run's length.
+        let sample = [1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 3.0, 3.0, 3.0, 4.0];
+        let counts = replicates_in_blocks(
+            &[&sample],
+            3,
+            500,
+            9,
+            4,
+            |buffers, row| {
+                for (k, v) in [1.0, 2.0, 3.0, 4.0].iter().enumerate() {
+                    row[k] = buffers[0].iter().filter(|x| *x == v).count() as f64;
+                }
+            },
+            &|_| {},
+        );
+        for row in counts.chunks(4) {
+            assert!(row[..3].iter().all(|c| c % 3.0 == 0.0), "{row:?}");
+        }
+        // Runs of 4 distinct values: some resample repeats a run, and none splits one.
+        let distinct: Vec<f64> = (0..12).map(f64::from).collect();
+        let sums = replicates_in_blocks(
+            &[&distinct],
+            4,
+            200,
+            5,
+            1,
+            |b, row| row[0] = b[0].iter().sum(),
+            &|_| {},
+        );
+        assert!(sums.iter().any(|&s| s != 66.0));
+        let plain = |block| {
+            replicates_in_blocks(
+                &[&distinct],
+                block,
+                300,
+                3,
+                1,
+                |b, row| row[0] = b[0].iter().sum(),
+                &|_| {},
+            )
+        };
+        assert_eq!(
+            plain(1),
+            replicates(&[&distinct], 300, 3, 1, |b, row| row[0] = b[0].iter().sum())
+        );
+        assert_ne!(plain(1), plain(4));
     }
 
     #[test]
