@@ -448,6 +448,16 @@ fn hopper_defaults(head_dim: usize) -> Config {
 /// 2,16,8192,64 without and with the mask (14-52-28Z).
 const HOPPER_LAZY_RESCALE_MIN_KEYS: usize = 4096;
 
+/// Keys per row from which hopper takes FlashAttention-3's 128×176 tile in a 2-stage ring at D=128
+/// without a mask (Q then from shared memory: a 176-key tile leaves no registers for it). Since K
+/// and V of a ring slot are released apart (d1d660b), the gate (batch mode, ten blocks a side,
+/// intervals over whole blocks) measured it against the tuned 128-key tile 1.07× [1.04, 1.10] at
+/// 2,16,8192,128, 1.07× [1.05, 1.12] at 2,32/8,8192,128, 1.05× [1.02, 1.07] at 2,16,16384,128 and
+/// 1.05× [1.02, 1.07] at 2,32/8,4096,128 (evidence/gate/2026-11-27T09-50-56Z); before the split
+/// it had lost, 0.96× and 0.97× (2026-11-25T07-06-12Z). Causal rows and windows keep 128 keys:
+/// not measured under this gate.
+const HOPPER_WIDE_TILE_MIN_KEYS: usize = 4096;
+
 /// Grids under one wave at the default rows per block (the seed suite's shapes): one consumer
 /// warpgroup of 64 rows, so that more blocks share the SMs, with 128-key tiles in 2 stages and
 /// neither overlap nor ping-pong (nothing to overlap with in 4 to 8 tiles). Measured on the H100
@@ -488,6 +498,13 @@ fn hopper_tuned(shape: &Shape, params: &Params) -> Config {
         }
         if shape.head_dim == 128 && shape.seq_kv >= HOPPER_LAZY_RESCALE_MIN_KEYS {
             knobs.push(("LAZY_RESCALE", 1));
+        }
+        if shape.head_dim == 128
+            && !params.causal
+            && !params.window.is_bounded()
+            && shape.seq_kv >= HOPPER_WIDE_TILE_MIN_KEYS
+        {
+            knobs.extend([("BLOCK_N", 176), ("STAGES", 2)]);
         }
         return Config::from_pairs(&knobs);
     }
@@ -1105,6 +1122,20 @@ mod tests {
         // And conditional rescaling at D=128 from 4096 keys, with either mask.
         check_masked("hopper", (2, 16, 8192, 128), true, &[("LAZY_RESCALE", 1)]);
         check_masked("hopper", (2, 16, 8192, 128), false, &[("LAZY_RESCALE", 1)]);
+        // And the 176-key tile from 4096 keys at D=128 without a mask only.
+        check_masked(
+            "hopper",
+            (2, 16, 4096, 128),
+            false,
+            &[("BLOCK_N", 176), ("STAGES", 2)],
+        );
+        for (s, causal) in [(2048, false), (8192, true)] {
+            let tuned = find("hopper").unwrap().tuned_for(
+                &Shape::new(2, 16, s, s, 128).unwrap(),
+                &Params::new(128, causal),
+            );
+            assert_eq!(tuned.get("BLOCK_N"), None, "{s} causal {causal}: {tuned:?}");
+        }
         check_masked("hopper", (2, 16, 4096, 128), false, &[("LAZY_RESCALE", 1)]);
         check_masked("hopper", (2, 16, 2048, 64), true, &[("SCHEDULE", 1)]);
         check_masked(
@@ -1199,7 +1230,7 @@ mod tests {
     }
 
     #[test]
-    fn hopper_takes_176_key_tiles_only_where_they_fit_and_only_when_asked() {
+    fn hopper_takes_176_key_tiles_only_where_they_fit_and_where_measured() {
         let hopper = find("hopper").unwrap();
         // FlashAttention-3's D=128 tile: 128 x 176, 2 stages; 214016 bytes of dynamic shared memory.
         let fa3 = resolve("BLOCK_N=176,STAGES=2", 128).unwrap();
@@ -1215,7 +1246,7 @@ mod tests {
         let err = resolve("BLOCK_N=176", 64).unwrap_err();
         assert!(err.contains("NUM_WARPS <= 8"), "{err}");
         resolve("BLOCK_N=176,NUM_WARPS=8,BLOCK_M=128", 64).unwrap();
-        // Opt-in: neither the defaults nor any per-shape tuning picks it.
+        // Not the defaults; per shape only where measured: D=128, no mask, from 4096 keys.
         for d in [64, 128] {
             assert_eq!(hopper.default_config(d).get("BLOCK_N"), Some(128));
             for (shape, causal) in [
@@ -1226,7 +1257,17 @@ mod tests {
                 let (b, h, s) = shape;
                 let tuned =
                     hopper.tuned_for(&Shape::new(b, h, s, s, d).unwrap(), &Params::new(d, causal));
-                assert_ne!(tuned.get("BLOCK_N"), Some(176));
+                let wide = d == 128 && s == 8192 && !causal;
+                assert_eq!(
+                    tuned.get("BLOCK_N") == Some(176),
+                    wide,
+                    "{shape:?} D={d} {causal}"
+                );
+                if wide {
+                    // The tuned config resolves: Q yields to shared memory.
+                    let resolved = hopper.resolve(&tuned, 128, &Limits::H100).unwrap();
+                    assert_eq!(resolved.get("Q_REGS"), Some(0));
+                }
             }
         }
     }
