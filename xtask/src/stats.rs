@@ -1,7 +1,8 @@
 //! `cargo xtask stats`: statistics on files of timings, via the `attn-stats` crate.
 //!
 //! `cargo xtask stats compare --baseline A --candidate B [--seed N] [--resamples N]
-//! [--confidence C] [--noise F] [--threshold T] [--column NAME] [--method bca|percentile] [--json]`
+//! [--confidence C] [--noise F] [--threshold T] [--column NAME] [--method bca|percentile]
+//! [--block N] [--json]`
 
 use std::path::PathBuf;
 
@@ -51,6 +52,10 @@ struct CompareArgs {
     /// Bootstrap interval method.
     #[arg(long, value_enum, default_value_t = Method::Bca)]
     method: Method,
+    /// Observations per block, where the timings were taken in blocks that share a state (a
+    /// clock, a temperature): the intervals resample whole blocks of N consecutive lines.
+    #[arg(long, default_value_t = 1)]
+    block: usize,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
@@ -94,8 +99,11 @@ fn compare(args: CompareArgs) -> anyhow::Result<u8> {
         baseline.values().len(),
         candidate.values().len()
     ));
-    let comparison =
-        attn_stats::compare_with_progress(&baseline, &candidate, &opts, &|n| bar.inc(n as u64));
+    let comparison = if args.block == 1 {
+        attn_stats::compare_with_progress(&baseline, &candidate, &opts, &|n| bar.inc(n as u64))
+    } else {
+        attn_stats::compare_in_blocks(&baseline, &candidate, args.block, &opts)
+    };
     bar.finish_and_clear();
     let comparison = comparison?;
     if args.json {

@@ -211,6 +211,20 @@ pub struct ClockGuard {
     pub blocks: Vec<BlockClock>,
 }
 
+/// The fewest kept blocks a side a timing comparison may rest on when a block holds more than one
+/// sample: each block runs under its own clock, and a power-limited H100's clock wanders by about
+/// 10% over seconds. In two blocks a side of 10 samples (A B B A, the gate's design before
+/// 2026-11-27T09-30Z) hopper measured against itself read 1.09×, 1.11× and 1.10× "faster".
+pub const MIN_BLOCKS_A_SIDE: usize = 4;
+
+impl ClockGuard {
+    /// Whether the comparison rests on too few blocks a side ([`MIN_BLOCKS_A_SIDE`]) for its
+    /// interval to see the clock wander: its verdict is not established.
+    pub fn too_few_blocks(&self) -> bool {
+        self.block_samples > 1 && self.kept_blocks.iter().any(|&k| k < MIN_BLOCKS_A_SIDE)
+    }
+}
+
 impl ClockGuard {
     /// The mean SM clock over `side`'s kept blocks (0 candidate, 1 baseline), MHz; `None` when
     /// none of them was measured. On a power-limited GPU the side that draws more power runs at a
@@ -558,4 +572,28 @@ pub struct GateRun {
     pub cases: Vec<GateCase>,
     /// Whether every case passed.
     pub passed: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ClockGuard;
+
+    #[test]
+    fn a_comparison_on_two_blocks_a_side_is_not_established() {
+        let guard = |block_samples, kept_blocks| ClockGuard {
+            block_samples,
+            kept_blocks,
+            dropped_blocks: [0, 0],
+            threshold_mhz: None,
+            min_kept_mhz: None,
+            complete: true,
+            rule: None,
+            blocks: vec![],
+        };
+        assert!(guard(10, [2, 2]).too_few_blocks());
+        assert!(guard(2, [10, 3]).too_few_blocks());
+        assert!(!guard(2, [10, 10]).too_few_blocks());
+        // Single samples are blocks of one: resampled one by one, nothing shared.
+        assert!(!guard(1, [2, 2]).too_few_blocks());
+    }
 }

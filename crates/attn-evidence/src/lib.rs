@@ -71,6 +71,7 @@ pub use evo::{read_evo_log, write_evo_log, CandidateStatus, EvoCandidate, EvoLog
 pub use gate::{
     BlockClock, CaseStatus, CheckFailure, ClockGuard, CorrectnessCheck, EdgeBattery, Flag,
     FlagKind, FullCheck, GateCase, GateMode, GateRule, GateRun, LaunchGuards, TimedOutputCheck,
+    MIN_BLOCKS_A_SIDE,
 };
 pub use implementation::Implementation;
 pub use kind::{EvidenceKind, Kinded};

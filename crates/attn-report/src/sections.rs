@@ -189,6 +189,12 @@ fn gate_section(run: &Run, gate: &GateRun) -> GateSection {
     for case in &gate.cases {
         table.push(gate_row(case));
         flags.extend(case.flags.iter().map(|f| format!("{}: {f}", case.shape)));
+        if let Some(guard) = case.clock_guard.as_ref().filter(|g| g.too_few_blocks()) {
+            flags.push(format!(
+                "{}: timed in {} and {} blocks of {} samples (candidate, baseline): too few for the interval to see the clock wander (in this design a kernel against itself read up to 1.11×); the verdict is not established",
+                case.shape, guard.kept_blocks[0], guard.kept_blocks[1], guard.block_samples
+            ));
+        }
         if let Some(c) = &case.comparison {
             bars.push(SpeedupBar {
                 shape: case.shape.to_string(),
