@@ -31,31 +31,16 @@ pub(crate) fn replicates<E>(
 where
     E: Fn(&mut [Vec<f64>], &mut [f64]) + Sync,
 {
-    replicates_with_progress(samples, resamples, seed, outputs, evaluate, &|_| {})
+    replicates_in_blocks(samples, 1, resamples, seed, outputs, evaluate, &|_| {})
 }
 
-/// [`replicates`], calling `progress(n)` from the worker threads each time `n` more resamples
-/// are done (once per chunk), for a progress bar on large samples. The replicates do not depend
-/// on it.
-pub(crate) fn replicates_with_progress<E>(
-    samples: &[&[f64]],
-    resamples: usize,
-    seed: u64,
-    outputs: usize,
-    evaluate: E,
-    progress: &(dyn Fn(usize) + Sync),
-) -> Vec<f64>
-where
-    E: Fn(&mut [Vec<f64>], &mut [f64]) + Sync,
-{
-    replicates_in_blocks(samples, 1, resamples, seed, outputs, evaluate, progress)
-}
-
-/// [`replicates_with_progress`] resampling whole blocks: each sample is cut into runs of `block`
-/// consecutive observations (the last run may be shorter) and a resample draws as many runs, with
-/// replacement (a moving-free block bootstrap). Where observations come in blocks that share a
-/// state (timing blocks under one clock), resampling them one by one treats them as independent
-/// and draws intervals too narrow. `block` 1 is the ordinary bootstrap, draw for draw.
+/// [`replicates`] resampling whole blocks, calling `progress(n)` from the worker threads each
+/// time `n` more resamples are done (once per chunk; the replicates do not depend on it). Each
+/// sample is cut into runs of `block` consecutive observations (the last run may be shorter) and a
+/// resample draws as many runs, with replacement (a non-overlapping block bootstrap). Where
+/// observations come in blocks that share a state (timing blocks under one clock), resampling
+/// them one by one treats them as independent and draws intervals too narrow. `block` 1 is the
+/// ordinary bootstrap, draw for draw.
 pub(crate) fn replicates_in_blocks<E>(
     samples: &[&[f64]],
     block: usize,
