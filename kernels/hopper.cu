@@ -189,9 +189,10 @@
 //   generic-proxy accesses before the next Q's TMA write) lets the producer overwrite the Q tile,
 //   whose rows also stage O. With Q in registers (Q_REGS 1) a thread arrives as soon as it has read
 //   its Q fragments, and O goes from registers to global memory: the next item's Q is copied during
-//   this item's key loop, and its first Q·Kᵀ follows this item's epilogue with no wait for Q. An item with no key tile takes no ping-pong turn; a warpgroup's
-//   hand-over to warpgroup 0 for the next item comes only after q_full, i.e. after warpgroup 0 has
-//   consumed the previous item's last hand-over.
+//   this item's key loop, and its first Q·Kᵀ follows this item's epilogue with no wait for Q. An
+//   item with no key tile takes no ping-pong turn; a warpgroup's hand-over to warpgroup 0 for the
+//   next item comes only after q_full, i.e. after warpgroup 0 has consumed the previous item's last
+//   hand-over.
 //
 // Ordering
 //   Barriers: q_full (1 arrival + Q's bytes), k_full[s] and v_full[s] (1 arrival + a tile's bytes),
@@ -199,9 +200,9 @@
 //   and the phase of its slot's barriers with parity (j / STAGES) & 1; the producer waits for
 //   k_empty[s]'s (v_empty[s]'s) phase of round j / STAGES − 1 before loading tile j's K (V) (j ≥
 //   STAGES). The TMA writes and wgmma reads are both in the async proxy: completion of the full
-//   barrier's phase makes the tile visible to the waiting consumers. A consumer arrives on k_empty[s] (v_empty[s]) only after a wgmma.wait_group that covers every
-//   wgmma reading the slot's K (V): wait_group 1 after S_{j+1} and P_j·V_j leaves only P_j·V_j
-//   pending. A warpgroup that skips a tile (prefix or suffix) waits for it to land before
+//   barrier's phase makes the tile visible to the waiting consumers. A consumer arrives on
+//   k_empty[s] (v_empty[s]) only after a wgmma.wait_group that covers every wgmma reading the
+//   slot's K (V): wait_group 1 after S_{j+1} and P_j·V_j leaves only P_j·V_j pending. A warpgroup that skips a tile (prefix or suffix) waits for it to land before
 //   releasing it, so that its arrivals never count towards the slot's next round. Before the
 //   epilogue a named barrier (ids 1..3, one per consumer warpgroup) makes sure all four warps are
 //   past their last wgmma, which read all 64 Q rows, before the rows are overwritten with O.

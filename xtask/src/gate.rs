@@ -21,7 +21,7 @@ use attn_measure::provenance::fresh_seed;
 use attn_measure::sanitize::{self, GATE_TOOLS};
 use attn_measure::sdpa::Backend;
 use attn_measure::supervise::Watchdog;
-use attn_measure::timing::{default_block, Interleave, MIN_BLOCKS};
+use attn_measure::timing::{default_block, Interleave};
 use attn_measure::Baseline;
 use attn_stats::{BootstrapOptions, CompareOptions};
 
@@ -124,11 +124,12 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         bail!("--checks and --block must be at least 1 and --samples at least 2");
     }
     let block = args.block.unwrap_or_else(|| default_block(args.samples));
-    if block > 1 && args.samples.div_ceil(block) < MIN_BLOCKS {
+    if attn_evidence::too_few_blocks(block, args.samples.div_ceil(block)) {
         bail!(
-            "--block {block} leaves {} block(s) of --samples {} a side; the gate needs at least {MIN_BLOCKS} (blocks share a clock: with 2 a side, hopper against itself read 1.09× faster)",
+            "--block {block} leaves {} block(s) of --samples {} a side; the gate needs at least {} (blocks share a clock: with 2 a side, hopper against itself read 1.09× faster)",
             args.samples.div_ceil(block),
-            args.samples
+            args.samples,
+            attn_evidence::MIN_BLOCKS_A_SIDE
         );
     }
     if args.hang_bound.is_nan() || args.hang_bound <= 0.0 {

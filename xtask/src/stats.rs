@@ -99,11 +99,10 @@ fn compare(args: CompareArgs) -> anyhow::Result<u8> {
         baseline.values().len(),
         candidate.values().len()
     ));
-    let comparison = if args.block == 1 {
-        attn_stats::compare_with_progress(&baseline, &candidate, &opts, &|n| bar.inc(n as u64))
-    } else {
-        attn_stats::compare_in_blocks(&baseline, &candidate, args.block, &opts)
-    };
+    let comparison =
+        attn_stats::compare_with_progress(&baseline, &candidate, args.block, &opts, &|n| {
+            bar.inc(n as u64)
+        });
     bar.finish_and_clear();
     let comparison = comparison?;
     if args.json {

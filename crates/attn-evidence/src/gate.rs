@@ -217,11 +217,19 @@ pub struct ClockGuard {
 /// 2026-11-27T09-30Z) hopper measured against itself read 1.09×, 1.11× and 1.10× "faster".
 pub const MIN_BLOCKS_A_SIDE: usize = 4;
 
+/// Whether `blocks` blocks of `block_samples` samples are too few ([`MIN_BLOCKS_A_SIDE`]) for a
+/// comparison's interval to see the clock wander (single samples share nothing: never too few).
+pub fn too_few_blocks(block_samples: usize, blocks: usize) -> bool {
+    block_samples > 1 && blocks < MIN_BLOCKS_A_SIDE
+}
+
 impl ClockGuard {
-    /// Whether the comparison rests on too few blocks a side ([`MIN_BLOCKS_A_SIDE`]) for its
-    /// interval to see the clock wander: its verdict is not established.
+    /// Whether the comparison rests on too few kept blocks on either side ([`too_few_blocks`]):
+    /// its verdict is not established.
     pub fn too_few_blocks(&self) -> bool {
-        self.block_samples > 1 && self.kept_blocks.iter().any(|&k| k < MIN_BLOCKS_A_SIDE)
+        self.kept_blocks
+            .iter()
+            .any(|&k| too_few_blocks(self.block_samples, k))
     }
 }
 

@@ -69,9 +69,9 @@ pub use bench::{BenchEntry, BenchRun, DenseAtMean, BENCH_CSV_HEADER};
 pub use error::EvidenceError;
 pub use evo::{read_evo_log, write_evo_log, CandidateStatus, EvoCandidate, EvoLogAppender};
 pub use gate::{
-    BlockClock, CaseStatus, CheckFailure, ClockGuard, CorrectnessCheck, EdgeBattery, Flag,
-    FlagKind, FullCheck, GateCase, GateMode, GateRule, GateRun, LaunchGuards, TimedOutputCheck,
-    MIN_BLOCKS_A_SIDE,
+    too_few_blocks, BlockClock, CaseStatus, CheckFailure, ClockGuard, CorrectnessCheck,
+    EdgeBattery, Flag, FlagKind, FullCheck, GateCase, GateMode, GateRule, GateRun, LaunchGuards,
+    TimedOutputCheck, MIN_BLOCKS_A_SIDE,
 };
 pub use implementation::Implementation;
 pub use kind::{EvidenceKind, Kinded};

@@ -416,9 +416,8 @@ static HOPPER_KNOBS: [Knob; 10] = [
 /// three (2,16,8192,64: 521 vs 477 where two reach 428; causal 479 vs 441), all with ping-pong.
 /// At D=128 one N = 128 P·V wgmma for both of O's panels: the gate (batch mode, against PV_N=64)
 /// measured 1.02× at 2,32/8,8192,128 and 1.01× at 2,16,16384,128, both CIs above 1. And at
-/// D=128 Q held in registers (Q_REGS=1; it yields to 0 where the tile, overlap or schedule leave it
-/// no registers or ptxas no correct code: the one-warpgroup tuning, the persistent schedule, 176-key
-/// tiles): the gate (batch mode, against Q_REGS=0) measured 1.03× [1.01, 1.06] at 2,16,8192,128 and
+/// D=128 Q held in registers (Q_REGS=1; it yields to 0 where the tile or overlap leave it no
+/// registers or ptxas no correct code: the one-warpgroup tuning, 176-key tiles): the gate (batch mode, against Q_REGS=0) measured 1.03× [1.01, 1.06] at 2,16,8192,128 and
 /// 1.03× [1.01, 1.04] at 2,32/8,8192,128 (evidence/gate/2026-11-25T07-02-55Z; the 176-key
 /// tile against the same: 0.96× and 0.97×, 07-06-12Z, before K and V were released apart: see
 /// [`HOPPER_WIDE_TILE_MIN_KEYS`]).
@@ -489,7 +488,7 @@ const HOPPER_WIDE_TILE_MIN_KEYS: usize = 4096;
 ///
 /// Gate figures before 2026-11-27T09-30Z were taken in blocks of 10 samples, two a side at
 /// `--samples 20`, where hopper measured against itself read up to 1.11× (the gate's
-/// `MIN_BLOCKS`): a difference under about 10% among them is not established.
+/// `MIN_BLOCKS_A_SIDE`): a difference under about 10% among them is not established.
 fn hopper_tuned(shape: &Shape, params: &Params) -> Config {
     let defaults = hopper_defaults(shape.head_dim);
     let rows = knob(&defaults, "BLOCK_M") as usize;
@@ -501,8 +500,9 @@ fn hopper_tuned(shape: &Shape, params: &Params) -> Config {
         let mut knobs = Vec::new();
         if params.causal && !long_rows {
             knobs.push(("SCHEDULE", 1));
-            // Measured with Q from shared memory; the persistent loop with Q in registers (no
-            // spill since its epilogue recomputes the staging addresses) is not measured yet.
+            // Q from shared memory: the persistent loop with Q in registers (released early, O
+            // stored from registers) measured 0.97-1.00x against it on six causal and GQA shapes
+            // (evidence/gate/2026-11-27T09-19-26Z).
             if shape.head_dim == 128 {
                 knobs.push(("Q_REGS", 0));
             }
@@ -558,10 +558,10 @@ pub fn hopper_dynamic_shared(cfg: &Config, head_dim: u32) -> u32 {
     1024 + m * head_dim * elem_bytes() + stages * 2 * n * head_dim * elem_bytes()
 }
 
-/// hopper's static shared memory, its `Barriers` (hopper_pipeline.cuh): q_full and STAGES × (k_full,
-/// v_full, k_empty, v_empty), 8 bytes each, and with SCHEDULE=1 q_empty and the item's three words (24 bytes
-/// with the struct's 8-byte alignment). Public for the micro-benchmark, whose kernel declares the
-/// same barriers (no SCHEDULE knob there: none of the persistent ones).
+/// hopper's static shared memory, its `Barriers` (hopper_pipeline.cuh): q_full and STAGES ×
+/// (k_full, v_full, k_empty, v_empty), 8 bytes each, and with SCHEDULE=1 q_empty and the item's
+/// three words (24 bytes with the struct's 8-byte alignment). Public for the micro-benchmark,
+/// whose kernel declares the same barriers (no SCHEDULE knob there: none of the persistent ones).
 pub fn hopper_static_shared(cfg: &Config) -> u32 {
     8 * (1 + 4 * knob(cfg, "STAGES")) + if knob(cfg, "SCHEDULE") == 1 { 24 } else { 0 }
 }

@@ -839,13 +839,6 @@ pub const CLOCK_DIP: f64 = 0.10;
 /// slowdowns (thermal or power brakes) put the clock, far under any sustained load's level.
 pub const CLOCK_FLOOR: f64 = 0.5;
 
-/// The fewest judged blocks a side a comparison may rest on when its blocks hold more than one
-/// sample: in blocks of 10 samples at `--samples 20` (A B B A) a gate of hopper against itself
-/// read 1.09× [1.03, 1.14], 1.11× and 1.10× "faster" at three of four shapes, and in blocks of 2
-/// (ten a side) 0.98–1.03×, every interval across 1 (evidence/gate/2026-11-27T09-16-11Z and
-/// 09-17-37Z).
-pub const MIN_BLOCKS: usize = attn_evidence::MIN_BLOCKS_A_SIDE;
-
 /// Samples per block unless asked otherwise: a tenth of `samples` (at least 1), ten blocks a side.
 pub fn default_block(samples: usize) -> usize {
     (samples / 10).max(1)
@@ -1246,18 +1239,29 @@ mod tests {
         ) -> crate::Result<attn_kernels::Timings> {
             self.calls += 1;
             self.log.borrow_mut().push((self.side, *opts));
-            let guard = vec![1.0; opts.guard_launches];
-            Ok(attn_kernels::Timings {
-                mode: opts.mode,
-                warmup: opts.warmup,
-                launches_per_sample: 1,
-                input_sets: 2,
-                samples_us: vec![(1000 * self.side + self.calls) as f64; opts.samples],
-                wall_us: guard.clone(),
-                guard_event_us: guard.clone(),
-                guard_residual_us: guard.clone(),
-                guard_stream_residual_us: guard,
-            })
+            Ok(fake_timings(
+                opts,
+                vec![(1000 * self.side + self.calls) as f64; opts.samples],
+            ))
+        }
+    }
+
+    /// A block's timings: `samples_us`, and a guard pass of `opts.guard_launches` launches of 1 µs.
+    fn fake_timings(
+        opts: &attn_kernels::TimingOptions,
+        samples_us: Vec<f64>,
+    ) -> attn_kernels::Timings {
+        let guard = vec![1.0; opts.guard_launches];
+        attn_kernels::Timings {
+            mode: opts.mode,
+            warmup: opts.warmup,
+            launches_per_sample: 1,
+            input_sets: 2,
+            samples_us,
+            wall_us: guard.clone(),
+            guard_event_us: guard.clone(),
+            guard_residual_us: guard.clone(),
+            guard_stream_residual_us: guard,
         }
     }
 
@@ -1307,17 +1311,7 @@ mod tests {
                     100.0 + sag + 0.05 * ((t * 7 + self.side) % 5) as f64
                 })
                 .collect();
-            Ok(attn_kernels::Timings {
-                mode: opts.mode,
-                warmup: opts.warmup,
-                launches_per_sample: 1,
-                input_sets: 2,
-                samples_us,
-                wall_us: vec![],
-                guard_event_us: vec![],
-                guard_residual_us: vec![],
-                guard_stream_residual_us: vec![],
-            })
+            Ok(fake_timings(opts, samples_us))
         }
     }
 
@@ -1359,9 +1353,10 @@ mod tests {
         assert_eq!(verdict(2).0, NoChange);
         // The design before: two blocks a side (A B B A), resampled one by one. The baseline's
         // both fall in the sag and the kernel beats itself: why the gate refuses fewer than
-        // MIN_BLOCKS a side.
+        // MIN_BLOCKS_A_SIDE a side (in hopper against itself on an H100 too:
+        // evidence/gate/2026-11-27T09-16-11Z against 09-17-37Z).
         assert_eq!(verdict(10).1, Faster);
-        assert!(20usize.div_ceil(10) < super::MIN_BLOCKS);
+        assert!(attn_evidence::too_few_blocks(10, 20usize.div_ceil(10)));
     }
 
     #[test]

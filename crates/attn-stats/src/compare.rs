@@ -155,34 +155,7 @@ pub fn compare(
     candidate: &Sample,
     opts: &CompareOptions,
 ) -> Result<Comparison, StatsError> {
-    compare_with_progress(baseline, candidate, opts, &|_| {})
-}
-
-/// [`compare`], calling `progress(n)` (from any thread) each time `n` more of the
-/// `opts.bootstrap.resamples` bootstrap resamples are done: a million-observation sample takes
-/// minutes. The result is the same, bit for bit.
-///
-/// ```
-/// use std::sync::atomic::{AtomicUsize, Ordering};
-/// use attn_stats::{compare, compare_with_progress, CompareOptions, Sample};
-/// let a = Sample::new(vec![10.0, 12.0, 11.0, 13.0])?;
-/// let b = Sample::new(vec![9.0, 9.5, 10.0, 8.0])?;
-/// let opts = CompareOptions::default();
-/// let done = AtomicUsize::new(0);
-/// let with = compare_with_progress(&a, &b, &opts, &|n| {
-///     done.fetch_add(n, Ordering::Relaxed);
-/// })?;
-/// assert_eq!(done.into_inner(), opts.bootstrap.resamples);
-/// assert_eq!(with, compare(&a, &b, &opts)?);
-/// # Ok::<(), attn_stats::StatsError>(())
-/// ```
-pub fn compare_with_progress(
-    baseline: &Sample,
-    candidate: &Sample,
-    opts: &CompareOptions,
-    progress: &(dyn Fn(usize) + Sync),
-) -> Result<Comparison, StatsError> {
-    compare_blocks(baseline, candidate, 1, opts, progress)
+    compare_with_progress(baseline, candidate, 1, opts, &|_| {})
 }
 
 /// [`compare`] for samples taken in blocks of `block` consecutive observations that share a state
@@ -217,10 +190,28 @@ pub fn compare_in_blocks(
     block: usize,
     opts: &CompareOptions,
 ) -> Result<Comparison, StatsError> {
-    compare_blocks(baseline, candidate, block, opts, &|_| {})
+    compare_with_progress(baseline, candidate, block, opts, &|_| {})
 }
 
-fn compare_blocks(
+/// [`compare_in_blocks`] (block 1: [`compare`]), calling `progress(n)` (from any thread) each
+/// time `n` more of the `opts.bootstrap.resamples` bootstrap resamples are done: a
+/// million-observation sample takes minutes. The result is the same, bit for bit.
+///
+/// ```
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+/// use attn_stats::{compare, compare_with_progress, CompareOptions, Sample};
+/// let a = Sample::new(vec![10.0, 12.0, 11.0, 13.0])?;
+/// let b = Sample::new(vec![9.0, 9.5, 10.0, 8.0])?;
+/// let opts = CompareOptions::default();
+/// let done = AtomicUsize::new(0);
+/// let with = compare_with_progress(&a, &b, 1, &opts, &|n| {
+///     done.fetch_add(n, Ordering::Relaxed);
+/// })?;
+/// assert_eq!(done.into_inner(), opts.bootstrap.resamples);
+/// assert_eq!(with, compare(&a, &b, &opts)?);
+/// # Ok::<(), attn_stats::StatsError>(())
+/// ```
+pub fn compare_with_progress(
     baseline: &Sample,
     candidate: &Sample,
     block: usize,

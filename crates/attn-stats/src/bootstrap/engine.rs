@@ -90,12 +90,12 @@ fn fill_resample(buffer: &mut [f64], sample: &[f64], rng: &mut ChaCha8Rng) {
 /// Replaces `buffer` with as many runs of `block` consecutive observations of `sample` as it
 /// holds, drawn with replacement (its length varies where the last run is shorter).
 fn fill_block_resample(buffer: &mut Vec<f64>, sample: &[f64], block: usize, rng: &mut ChaCha8Rng) {
-    let runs: Vec<&[f64]> = sample.chunks(block).collect();
+    let runs = sample.len().div_ceil(block);
     // Callers guarantee `sample.len() <= u32::MAX`, so the run count fits too.
-    let n = runs.len() as u32;
     buffer.clear();
-    for _ in 0..runs.len() {
-        buffer.extend_from_slice(runs[index_below(rng, n)]);
+    for _ in 0..runs {
+        let start = index_below(rng, runs as u32) * block;
+        buffer.extend_from_slice(&sample[start..(start + block).min(sample.len())]);
     }
 }
 
