@@ -407,7 +407,7 @@ static HOPPER_KNOBS: [Knob; 10] = [
     Knob {
         name: "LAZY_RESCALE",
         domain: &[0, 1],
-        doc: "1 = a row keeps its running max while a key tile raises it by at most 8 (log2 domain) and a warp whose rows all kept theirs skips O's rescale (FlashAttention-4's conditional rescaling: fewer instructions per tile, so less power at the same work: the tuning at D=128 from 4096 keys), 0 = the exact running max",
+        doc: "1 = a row keeps its running max while a key tile raises it by at most 8 (log2 domain) and a warp whose rows all kept theirs skips O's rescale (FlashAttention-4's conditional rescaling: fewer instructions per tile, so less power at the same work: the tuning at D=128 from 4096 keys and at D=64 from 8192), 0 = the exact running max",
     },
 ];
 
@@ -447,6 +447,13 @@ fn hopper_defaults(head_dim: usize) -> Config {
 /// [1.03, 1.09] over lazy at 4,16,2048,128, 1.00× at 2,16,2048,128 causal, 1.01× and 1.03× at
 /// 2,16,8192,64 without and with the mask (14-52-28Z).
 const HOPPER_LAZY_RESCALE_MIN_KEYS: usize = 4096;
+
+/// Keys per row from which hopper rescales lazily at D=64. Under the gate's ten blocks a side
+/// (batch mode) lazy measured against the exact running max 1.06× [1.05, 1.08] at 2,16,8192,64,
+/// 1.05× [1.05, 1.06] at 2,16/1,8192,64 and 1.08× [1.06, 1.10] at 2,16,8192,64 causal
+/// (evidence/gate/2026-11-27T10-52-57Z); the earlier figures against it (above) came from two
+/// blocks a side, not established. Shorter rows are not measured.
+const HOPPER_LAZY_RESCALE_MIN_KEYS_D64: usize = 8192;
 
 /// Keys per row from which hopper takes FlashAttention-3's 128×176 tile in a 2-stage ring at D=128
 /// without a mask (Q then from shared memory: a 176-key tile leaves no registers for it). Since K
@@ -507,7 +514,12 @@ fn hopper_tuned(shape: &Shape, params: &Params) -> Config {
                 knobs.push(("Q_REGS", 0));
             }
         }
-        if shape.head_dim == 128 && shape.seq_kv >= HOPPER_LAZY_RESCALE_MIN_KEYS {
+        let lazy_from = if shape.head_dim == 128 {
+            HOPPER_LAZY_RESCALE_MIN_KEYS
+        } else {
+            HOPPER_LAZY_RESCALE_MIN_KEYS_D64
+        };
+        if shape.seq_kv >= lazy_from {
             knobs.push(("LAZY_RESCALE", 1));
         }
         if shape.head_dim == 128
@@ -1126,7 +1138,15 @@ mod tests {
             assert_eq!(tuned.get("BLOCK_M"), None, "{tuned:?}");
         }
         check("hopper", (4, 16, 2048, 128), &[]);
-        check("hopper", (2, 16, 8192, 64), &[]);
+        check("hopper", (2, 16, 4096, 64), &[]);
+        // Conditional rescaling at D=64 from 8192 keys, with either mask.
+        check("hopper", (2, 16, 8192, 64), &[("LAZY_RESCALE", 1)]);
+        check_masked(
+            "hopper",
+            (2, 16, 8192, 64),
+            true,
+            &[("LAZY_RESCALE", 1), ("SCHEDULE", 1)],
+        );
         // hopper under a causal mask: the persistent scheduler once the grid fills the GPU, the
         // small grids' knobs (and the grid) below.
         check_masked("hopper", (2, 16, 2048, 128), true, &[("SCHEDULE", 1)]);
