@@ -85,8 +85,7 @@
 //                             fewer instructions per tile is less energy. A window narrower than
 //                             LAZY_RESCALE_MIN_WINDOW = 256 keys keeps the exact max (consume_item
 //                             says why). This file's fallback is 0; the registry tunes it to 1 at
-//                             D 128 from 4096 keys, where the gate measured 1.02-1.08x over 0, and
-//                             at D 64 from 8192 keys (1.05-1.08x)
+//                             either head dim from 4096 keys, where the gate measured 1.02-1.08x over 0
 //   SCHEDULE  ∈ {0, 1}        work order: 0 grid (one block per row block), 1 persistent (one block
 //                             per SM slot looping over work items; "Persistent schedule" below);
 //                             default 0 (the registry picks per shape)

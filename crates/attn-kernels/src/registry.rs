@@ -407,7 +407,7 @@ static HOPPER_KNOBS: [Knob; 10] = [
     Knob {
         name: "LAZY_RESCALE",
         domain: &[0, 1],
-        doc: "1 = a row keeps its running max while a key tile raises it by at most 8 (log2 domain) and a warp whose rows all kept theirs skips O's rescale (FlashAttention-4's conditional rescaling: fewer instructions per tile, so less power at the same work: the tuning at D=128 from 4096 keys and at D=64 from 8192), 0 = the exact running max",
+        doc: "1 = a row keeps its running max while a key tile raises it by at most 8 (log2 domain) and a warp whose rows all kept theirs skips O's rescale (FlashAttention-4's conditional rescaling: fewer instructions per tile, so less power at the same work: the tuning from 4096 keys), 0 = the exact running max",
     },
 ];
 
@@ -437,23 +437,28 @@ fn hopper_defaults(head_dim: usize) -> Config {
     ])
 }
 
-/// Keys per row from which hopper rescales lazily at D=128 (LAZY_RESCALE=1). The gate (batch
-/// mode) measured lazy against the exact running max 1.02× [0.98, 1.05] at 2,16,8192,128, 1.03×
-/// [1.01, 1.04] at 2,32/8,8192,128 and 1.08× [1.06, 1.09] at 2,32/8,8192,128 causal
-/// (evidence/gate/2026-11-26T14-40-11Z): these long rows run power-limited (SM clock ~1600 MHz),
-/// and a skipped rescale of O is power saved. From 4096 keys too: 1.04× [1.00, 1.07] at
-/// 2,16,4096,128, 1.06× [1.05, 1.07] at 2,32/8,4096,128, 1.06× [1.01, 1.08] at 2,16,4096,128
-/// causal (15-03-16Z). Where the clock is not held down it loses: the exact max measured 1.06×
-/// [1.03, 1.09] over lazy at 4,16,2048,128, 1.00× at 2,16,2048,128 causal, 1.01× and 1.03× at
-/// 2,16,8192,64 without and with the mask (14-52-28Z).
+/// Keys per row from which hopper rescales lazily (LAZY_RESCALE=1), at either head dim. At D=128
+/// the gate (batch mode) measured lazy against the exact running max 1.02× [0.98, 1.05] at
+/// 2,16,8192,128, 1.03× [1.01, 1.04] at 2,32/8,8192,128 and 1.08× [1.06, 1.09] at
+/// 2,32/8,8192,128 causal (evidence/gate/2026-11-26T14-40-11Z): these long rows run
+/// power-limited (SM clock ~1600 MHz), and a skipped rescale of O is power saved. From 4096 keys
+/// too: 1.04× [1.00, 1.07] at 2,16,4096,128, 1.06× [1.05, 1.07] at 2,32/8,4096,128, 1.06× [1.01,
+/// 1.08] at 2,16,4096,128 causal (15-03-16Z). Where the clock is not held down it loses: the exact
+/// max measured 1.06× [1.03, 1.09] over lazy at 4,16,2048,128 and 1.00× at 2,16,2048,128 causal
+/// (14-52-28Z). At D=64, under ten blocks a side: 1.06× [1.05, 1.08] at 2,16,8192,64, 1.05× [1.05,
+/// 1.06] at 2,16/1,8192,64, 1.08× [1.06, 1.10] at 2,16,8192,64 causal (2026-11-27T10-52-57Z),
+/// 1.07× [1.05, 1.08] at 2,16,4096,64 and 1.02× [1.00, 1.04] causal (11-06-51Z; on an H200 1.05×
+/// and 1.02×, 10-58-03Z); the exact max against lazy at 2,16,8192,64 causal window=1024,-1:
+/// 0.98× [0.97, 0.99] (H200, 10-57-33Z). (The figures of 14-52-28Z, taken on two blocks a side,
+/// had found the exact max ahead at 2,16,8192,64: not established.)
 const HOPPER_LAZY_RESCALE_MIN_KEYS: usize = 4096;
 
-/// Keys per row from which hopper rescales lazily at D=64. Under the gate's ten blocks a side
-/// (batch mode) lazy measured against the exact running max 1.06× [1.05, 1.08] at 2,16,8192,64,
-/// 1.05× [1.05, 1.06] at 2,16/1,8192,64 and 1.08× [1.06, 1.10] at 2,16,8192,64 causal
-/// (evidence/gate/2026-11-27T10-52-57Z); the earlier figures against it (above) came from two
-/// blocks a side, not established. Shorter rows are not measured.
-const HOPPER_LAZY_RESCALE_MIN_KEYS_D64: usize = 8192;
+/// Keys per row up to which hopper keeps a 2-stage K/V ring at D=128 (non-causal, no window):
+/// key loops of at most 8 tiles. Against the tuned 3 stages the gate (batch mode, ten blocks a
+/// side) measured 1.01× [1.01, 1.02] at 2,16,1024,128 (evidence/gate/2026-11-27T10-51-55Z), and
+/// against cuDNN in one call 1.02× [1.02, 1.04] where 3 stages tied (1.00× [0.99, 1.00]), 0.94×
+/// where 3 stages measured 0.92× at 4,16,1024,128 and 2,32/8,1024,128 (11-03-59Z, 11-04-26Z).
+const HOPPER_SHORT_RING_MAX_KEYS: usize = 1024;
 
 /// Keys per row from which hopper takes FlashAttention-3's 128×176 tile in a 2-stage ring at D=128
 /// without a mask (Q then from shared memory: a 176-key tile leaves no registers for it). Since K
@@ -514,13 +519,15 @@ fn hopper_tuned(shape: &Shape, params: &Params) -> Config {
                 knobs.push(("Q_REGS", 0));
             }
         }
-        let lazy_from = if shape.head_dim == 128 {
-            HOPPER_LAZY_RESCALE_MIN_KEYS
-        } else {
-            HOPPER_LAZY_RESCALE_MIN_KEYS_D64
-        };
-        if shape.seq_kv >= lazy_from {
+        if shape.seq_kv >= HOPPER_LAZY_RESCALE_MIN_KEYS {
             knobs.push(("LAZY_RESCALE", 1));
+        }
+        if shape.head_dim == 128
+            && !params.causal
+            && !params.window.is_bounded()
+            && shape.seq_kv <= HOPPER_SHORT_RING_MAX_KEYS
+        {
+            knobs.push(("STAGES", 2));
         }
         if shape.head_dim == 128
             && (!params.causal || long_rows)
@@ -1138,8 +1145,12 @@ mod tests {
             assert_eq!(tuned.get("BLOCK_M"), None, "{tuned:?}");
         }
         check("hopper", (4, 16, 2048, 128), &[]);
-        check("hopper", (2, 16, 4096, 64), &[]);
-        // Conditional rescaling at D=64 from 8192 keys, with either mask.
+        check("hopper", (2, 16, 2048, 64), &[]);
+        // A 2-stage ring for short key loops at D=128.
+        check("hopper", (2, 16, 1024, 128), &[("STAGES", 2)]);
+        check("hopper", (2, 32, 1024, 64), &[]);
+        // Conditional rescaling from 4096 keys at D=64 too, with either mask.
+        check("hopper", (2, 16, 4096, 64), &[("LAZY_RESCALE", 1)]);
         check("hopper", (2, 16, 8192, 64), &[("LAZY_RESCALE", 1)]);
         check_masked(
             "hopper",
