@@ -231,9 +231,7 @@ impl ClockGuard {
             .iter()
             .any(|&k| too_few_blocks(self.block_samples, k))
     }
-}
 
-impl ClockGuard {
     /// The mean SM clock over `side`'s kept blocks (0 candidate, 1 baseline), MHz; `None` when
     /// none of them was measured. On a power-limited GPU the side that draws more power runs at a
     /// lower clock.

@@ -335,6 +335,10 @@ fn mma_defaults(head_dim: usize) -> Config {
 /// SMs of the H100 the per-shape rules were measured on (a grid smaller is under one wave).
 const H100_SMS: usize = 132;
 
+/// Shared memory of an H100 SM, and what the driver reserves of it for each resident block.
+const H100_SHARED_PER_SM: u32 = 233_472;
+const H100_SHARED_RESERVED_PER_BLOCK: u32 = 1024;
+
 /// Blocks of `rows_per_block` query rows that a shape launches.
 fn grid_blocks(shape: &Shape, rows_per_block: usize) -> usize {
     shape.batch * shape.heads * shape.seq_q.div_ceil(rows_per_block)
@@ -547,19 +551,21 @@ fn hopper_tuned(shape: &Shape, params: &Params) -> Config {
         ("PINGPONG", 0),
     ]);
     // Only where the 64-row blocks still run in one wave: at D=128 one takes 145 KiB, one per SM.
-    let per_block = hopper_dynamic_shared(&small, shape.head_dim as u32)
-        + hopper_static_shared(&small)
-        + H100_SHARED_RESERVED_PER_BLOCK;
-    let resident = (H100_SHARED_PER_SM / per_block) as usize;
+    let resident =
+        (H100_SHARED_PER_SM / hopper_shared_on_sm(&small, shape.head_dim as u32)) as usize;
     if grid_blocks(shape, 64) > resident * H100_SMS {
         return Config::default();
     }
     small
 }
 
-/// Shared memory of an H100 SM, and what the driver reserves of it for each resident block.
-const H100_SHARED_PER_SM: u32 = 233_472;
-const H100_SHARED_RESERVED_PER_BLOCK: u32 = 1024;
+/// The shared memory a resident hopper block of `cfg` takes of an H100 SM: the tiles, the
+/// barriers and the driver's reserve per block.
+fn hopper_shared_on_sm(cfg: &Config, head_dim: u32) -> u32 {
+    hopper_dynamic_shared(cfg, head_dim)
+        + hopper_static_shared(cfg)
+        + H100_SHARED_RESERVED_PER_BLOCK
+}
 
 /// hopper's dynamic shared memory: 1 KiB of slack to align the tiles to the 1024-byte swizzle atom,
 /// the Q tile, then STAGES × (K tile + V tile). Every tile and every 64-column panel of one is a
