@@ -189,10 +189,9 @@
 //   generic-proxy accesses before the next Q's TMA write) lets the producer overwrite the Q tile,
 //   whose rows also stage O. With Q in registers (Q_REGS 1) a thread arrives as soon as it has read
 //   its Q fragments, and O goes from registers to global memory: the next item's Q is copied during
-//   this item's key loop, and its first Q·Kᵀ follows this item's epilogue with no wait for Q. An
-//   item with no key tile takes no ping-pong turn; a warpgroup's hand-over to warpgroup 0 for the
-//   next item comes only after q_full, i.e. after warpgroup 0 has consumed the previous item's last
-//   hand-over.
+//   this item's key loop, and its first Q·Kᵀ follows this item's epilogue with no wait for Q. The
+//   ping-pong turns run on across items (an item with no key tile takes none): warpgroup 0 starts
+//   the next item while the others finish this one.
 //
 // Ordering
 //   Barriers: q_full (1 arrival + Q's bytes), k_full[s] and v_full[s] (1 arrival + a tile's bytes),
@@ -208,10 +207,12 @@
 //   past their last wgmma, which read all 64 Q rows, before the rows are overwritten with O.
 //   Ping-pong turns: warpgroup w bar.syncs on barrier 4 + w (256 = its 128 threads + the previous
 //   warpgroup's 128 arrivals) before a batch and bar.arrives on the next warpgroup's barrier after
-//   it. The last warpgroup arrives once on warpgroup 0's barrier first; every warpgroup takes
-//   exactly 1 + num_tiles turns (an empty one per skipped tile of its prefix, the prologue's S of its
-//   first tile, one per computed tile, an empty one per skipped tile of its suffix), so the counts
-//   match, and warpgroup 0 consumes the last hand-over with one more bar.sync. Turn k of any
+//   it. The last warpgroup arrives once on warpgroup 0's barrier before the block's first item;
+//   every warpgroup takes exactly 1 + num_tiles turns per item (an empty one per skipped tile of
+//   its prefix, the prologue's S of its first tile, one per computed tile, an empty one per skipped
+//   tile of its suffix; none for an item without tiles), so the counts match item by item, the
+//   turns run on from one item to the next, and warpgroup 0 consumes the block's last hand-over
+//   with one more bar.sync before it exits. Turn k of any
 //   warpgroup waits for at most tile k, and before it the warpgroup has released every K up to
 //   tile k − 1 and every V up to k − 2, so the producer (STAGES ≥ 2) is never blocked by a turn that
 //   waits for it.
@@ -343,6 +344,26 @@ __device__ __forceinline__ void turn_end(int wg) {
 #if PINGPONG
     named_barrier_arrive(TURN_BARRIER + (wg + 1 == WARPGROUPS ? 0 : wg + 1), 256);
 #endif
+}
+
+// The turns of PINGPONG run round-robin over the whole block, item after item: warpgroup 0's first
+// turn of an item follows the last warpgroup's last turn of the previous one, so warpgroup 0 starts
+// the next item (its Q·Kᵀ on the tensor cores) while the others finish this one (their last P·V,
+// their epilogue), where a hand-back per item would drain the pipeline. Every warpgroup takes as
+// many turns per item (skipped tiles take empty ones), so the hand-overs pending on warpgroup 0's
+// barrier are one before its every turn and after the block's last: turns_open gives the first,
+// turns_close consumes the last, so that none is left pending at exit.
+__device__ __forceinline__ void turns_open(int wg) {
+#if PINGPONG
+    if (wg == WARPGROUPS - 1) named_barrier_arrive(TURN_BARRIER, 256);
+#endif
+    (void)wg;
+}
+__device__ __forceinline__ void turns_close(int wg) {
+#if PINGPONG
+    if (wg == 0) named_barrier_sync(TURN_BARRIER, 256);
+#endif
+    (void)wg;
 }
 
 // Byte offset of element column `col` (a multiple of 8 for whole chunks) of row `row` in a swizzled,
@@ -533,12 +554,9 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
 #if SCHEDULE
     // Q is in registers and the epilogue stores O from registers: the Q tile is free once every
     // consumer thread has read its fragments, so the producer copies the next item's Q during this
-    // item's key loop (the generic-proxy reads ordered before that async-proxy write). With
-    // PINGPONG, warpgroup 0 releases it only once it has consumed the item's last hand-over
-    // (below): the next item's q_full then cannot complete before that, so no warpgroup hands the
-    // next item's first turn to warpgroup 0 while this item's last one is still pending on the
-    // barrier (two hand-overs would complete it without warpgroup 0).
-    if (!PINGPONG || wg != 0) release_q_tile(bars);
+    // item's key loop (the generic-proxy reads ordered before that async-proxy write). The turns
+    // run on across items (see turns_open), so no hand-over waits for the Q tile.
+    release_q_tile(bars);
 #endif
 #else
     const u32 q_operand = q_tile + wg_row0 * 128;  // this warpgroup's 64 rows of every Q panel
@@ -583,9 +601,7 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
     // per skipped tile of the prefix, the prologue's, one per tile it computes, and one per skipped
     // tile of the suffix. Turn k of every warpgroup needs at most tile k landed, and before it the
     // warpgroup has released every tile up to k − 2: the producer (STAGES ≥ 2) can always proceed.
-#if PINGPONG
-    if (wg == WARPGROUPS - 1 && num_tiles > 0) named_barrier_arrive(TURN_BARRIER, 256);  // warpgroup 0 starts
-#endif
+    // The turns run on from the previous item (turns_open, turns_close).
     skip_tiles(wg_first);
     if (wg_end > wg_first) mbar_wait(k_full(slot), phase);
 #if PINGPONG
@@ -660,14 +676,6 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
     skip_tiles(num_tiles - wg_end);
     ring.slot = slot;
     ring.phase = phase;
-#if PINGPONG
-    // The last warpgroup's last hand-over has no turn of warpgroup 0 after it: consume it, so that
-    // no arrival is left pending on the barrier at exit (or at the next item's first hand-over).
-    if (wg == 0 && num_tiles > 0) named_barrier_sync(TURN_BARRIER, 256);
-#if SCHEDULE && Q_REGS
-    if (wg == 0) release_q_tile(bars);  // see load_q_frag's call above
-#endif
-#endif
 
     float inv_l[2];
 #pragma unroll
@@ -999,6 +1007,7 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
     setmaxnreg_inc<CONSUMER_REGS>();
 #endif
     Ring ring = {0, 0u};
+    turns_open(warp >> 2);
 #if SCHEDULE
     // Item after item, as the producer announces them with their Q; each thread releases the Q tile
     // (its staged O rows read back) once the item is stored.
@@ -1038,4 +1047,5 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
     consume_item(bars, smem, q_tile, k_tiles, v_tiles, ring, item, causal, window_left, window_right, scale, warp,
                  lane);
 #endif
+    turns_close(warp >> 2);
 }

@@ -16,6 +16,13 @@ fn main() {
         git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
     println!("cargo:rustc-env=ATTN_BUILD_GIT_REV={rev}");
     println!("cargo:rustc-env=ATTN_BUILD_GIT_DIRTY={dirty}");
+    // The dirty flag changes with the working tree, not only with HEAD or the index: rerun on any
+    // edit of the sources a binary embeds (the kernels) or is built from.
+    if let Some(root) = git(&["rev-parse", "--show-toplevel"]) {
+        for path in ["kernels", "crates", "xtask/src", "Cargo.toml", "Cargo.lock"] {
+            println!("cargo:rerun-if-changed={root}/{path}");
+        }
+    }
     if let Some(git_dir) = git(&["rev-parse", "--absolute-git-dir"]) {
         println!("cargo:rerun-if-changed={git_dir}/HEAD");
         println!("cargo:rerun-if-changed={git_dir}/index");

@@ -457,6 +457,17 @@ fn hopper_defaults(head_dim: usize) -> Config {
 /// had found the exact max ahead at 2,16,8192,64: not established.)
 const HOPPER_LAZY_RESCALE_MIN_KEYS: usize = 4096;
 
+/// Rows from which hopper's persistent loop keeps Q in registers under a causal mask at D=128
+/// (below 8192 rows, where the grid takes over). Q in registers frees the Q tile for the next
+/// item's copy during the key loop, and O goes straight from registers to global memory. Once
+/// the ping-pong turns ran on across items (warpgroup 0 starting the next item while the other
+/// finishes this one) the gate (batch mode, against Q from shared memory) measured 1.05× [0.99,
+/// 1.09] and 1.01× [0.97, 1.05] at 2,16,4096,128 causal and 1.04× [1.01, 1.07] at 2,32/8,4096,128
+/// causal, but 0.99× [0.96, 1.00] at 2,16,2048,128 causal (evidence/gate/2026-11-27T12-32-19Z,
+/// 12-33-38Z). Before that change it measured 0.97-1.00× on six causal and GQA shapes
+/// (2026-11-27T09-19-26Z).
+const HOPPER_PERSISTENT_Q_REGS_MIN_ROWS: usize = 4096;
+
 /// Keys per row up to which hopper keeps a 2-stage K/V ring at D=128 (non-causal, no window):
 /// key loops of at most 8 tiles. Against the tuned 3 stages the gate (batch mode, ten blocks a
 /// side) measured 1.01× [1.01, 1.02] at 2,16,1024,128 (evidence/gate/2026-11-27T10-51-55Z), and
@@ -516,10 +527,7 @@ fn hopper_tuned(shape: &Shape, params: &Params) -> Config {
         let mut knobs = Vec::new();
         if params.causal && !long_rows {
             knobs.push(("SCHEDULE", 1));
-            // Q from shared memory: the persistent loop with Q in registers (released early, O
-            // stored from registers) measured 0.97-1.00x against it on six causal and GQA shapes
-            // (evidence/gate/2026-11-27T09-19-26Z).
-            if shape.head_dim == 128 {
+            if shape.head_dim == 128 && shape.seq_q < HOPPER_PERSISTENT_Q_REGS_MIN_ROWS {
                 knobs.push(("Q_REGS", 0));
             }
         }
@@ -1166,7 +1174,19 @@ mod tests {
         );
         // hopper under a causal mask: the persistent scheduler once the grid fills the GPU, the
         // small grids' knobs (and the grid) below.
-        check_masked("hopper", (2, 16, 2048, 128), true, &[("SCHEDULE", 1)]);
+        check_masked(
+            "hopper",
+            (2, 16, 2048, 128),
+            true,
+            &[("SCHEDULE", 1), ("Q_REGS", 0)],
+        );
+        // With Q in registers from 4096 rows (the default at D=128: no override).
+        let causal_4096 = find("hopper").unwrap().tuned_for(
+            &Shape::new(2, 16, 4096, 4096, 128).unwrap(),
+            &Params::new(128, true),
+        );
+        assert_eq!(causal_4096.get("SCHEDULE"), Some(1), "{causal_4096:?}");
+        assert_eq!(causal_4096.get("Q_REGS"), None, "{causal_4096:?}");
         // And conditional rescaling at D=128 from 4096 keys, with either mask.
         check_masked("hopper", (2, 16, 8192, 128), true, &[("LAZY_RESCALE", 1)]);
         check_masked("hopper", (2, 16, 8192, 128), false, &[("LAZY_RESCALE", 1)]);

@@ -208,16 +208,23 @@ pub fn timing_evidence(t: &Timings) -> Timing {
         .with_input_sets(t.input_sets)
 }
 
-/// The median of a slice (NaN when empty).
+/// The median of a slice: of one value that value (a timing block of one sample), NaN when empty.
 pub fn median(values: &[f64]) -> f64 {
-    attn_stats::Sample::new(values.to_vec())
-        .map(|s| s.median())
-        .unwrap_or(f64::NAN)
+    attn_stats::statistic::median(&mut values.to_vec())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn median_takes_a_single_sample_and_is_nan_only_for_none() {
+        // The gate bounds its hang watchdog by the first baseline block's median: a block of one
+        // sample (--block 1) must give that sample, not NaN.
+        assert_eq!(median(&[42.0]), 42.0);
+        assert_eq!(median(&[3.0, 1.0, 2.0, 10.0]), 2.5);
+        assert!(median(&[]).is_nan());
+    }
 
     #[test]
     fn sdpa_refuses_varlen_and_windows_in_one_line_naming_the_alternative() {

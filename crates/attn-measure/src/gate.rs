@@ -356,8 +356,9 @@ impl<'a> GateSession<'a> {
         trace.done("timing set-up (input sets, references)");
         let (floor, factor) = (plan.hang_floor, plan.hang_factor);
         let timed = interleave(gpu, &mut cand, base.as_mut(), &plan.interleave, |first| {
-            let scaled = Duration::from_secs_f64(factor * median(&first.samples_us) * 1e-6);
-            bound.set(floor.max(scaled));
+            // No usable sample (none, or not finite) leaves the floor as the bound.
+            let scaled = Duration::try_from_secs_f64(factor * median(&first.samples_us) * 1e-6);
+            bound.set(scaled.map_or(floor, |scaled| floor.max(scaled)));
         })?;
         trace.done("timing");
         // A side with no kept block has no sets to count: the clock guard's verdict says why.
