@@ -41,6 +41,22 @@ pub struct Run {
 }
 
 impl Run {
+    /// Whether the run's command overrode the candidate's knobs (`--config K=V`, not empty): an
+    /// experiment, not the implementation as its registry tunes it.
+    pub fn config_overridden(&self) -> bool {
+        let command = &self.evidence.provenance().command;
+        command
+            .iter()
+            .enumerate()
+            .any(|(i, arg)| match arg.strip_prefix("--config") {
+                Some("") => command
+                    .get(i + 1)
+                    .is_some_and(|value| !value.trim().is_empty()),
+                Some(rest) => rest.strip_prefix('=').is_some_and(|v| !v.trim().is_empty()),
+                None => false,
+            })
+    }
+
     /// What this run's provenance says about its GPU.
     pub fn gpu_facts(&self) -> GpuFacts {
         let p = self.evidence.provenance();

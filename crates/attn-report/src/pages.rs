@@ -47,8 +47,8 @@ fn blocks<'a>(sections: &'a Sections, charts: &'a [RenderedChart]) -> Vec<Block<
             "hopper against FlashAttention-3 and cuDNN, one run each",
         ));
         out.push(Block::Text(
-            "Each row from one run, the latest of each shape: a gate run of hopper against \
-             `--baseline fa3` (the two sides timed in interleaved blocks, the speedup with its 95% \
+            "Each row from one run, the latest of each shape: a gate run of hopper as tuned (no \
+             `--config`: runs of other knobs are experiments) against `--baseline fa3` (the two sides timed in interleaved blocks, the speedup with its 95% \
              CI) where there is one, else a bench run that timed hopper (its defaults), \
              FlashAttention-3 (`--sdpa-backends fa3`) and SDPA's default (cuDNN) on as many input \
              sets each. FlashAttention-3 is its prebuilt library through JAX, host clock around \

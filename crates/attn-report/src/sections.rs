@@ -536,7 +536,10 @@ fn against_fa3_table(evidence: &EvidenceSet) -> Option<Table> {
         let attn_evidence::Evidence::Gate(gate) = &run.evidence else {
             continue;
         };
-        if gate.candidate.label() != "hopper" || gate.baseline.label() != "sdpa:default" {
+        if gate.candidate.label() != "hopper"
+            || gate.baseline.label() != "sdpa:default"
+            || run.config_overridden()
+        {
             continue;
         }
         for case in &gate.cases {
@@ -572,7 +575,9 @@ fn against_fa3_table(evidence: &EvidenceSet) -> Option<Table> {
     for run in &evidence.runs {
         match &run.evidence {
             attn_evidence::Evidence::Gate(gate)
-                if gate.candidate.label() == "hopper" && gate.baseline.label() == "fa3" =>
+                if gate.candidate.label() == "hopper"
+                    && gate.baseline.label() == "fa3"
+                    && !run.config_overridden() =>
             {
                 for case in &gate.cases {
                     let (Some(c), Some(cand), Some(base)) = (

@@ -661,6 +661,28 @@ fn hopper_against_fa3_comes_from_one_fair_run_a_gate_before_a_bench() {
             && rows[0].contains("cuDNN: gate gate/2025-11-20T12-30-00Z"),
         "{rows:?}"
     );
+    // A later run of other knobs (`--config`) is an experiment: it takes neither the FA3 row nor
+    // the cuDNN cells; an empty `--config` is the tuned hopper.
+    for (command, takes_row) in [
+        (vec!["gate", "--config", "BLOCK_N=128"], false),
+        (vec!["gate", "--config=SCHEDULE=1"], false),
+        (vec!["gate", "--config", ""], true),
+    ] {
+        let mut later = gate.clone();
+        later.provenance.command = command.iter().map(|a| a.to_string()).collect();
+        later.cases[0].comparison.as_mut().unwrap().speedup.point = 9.87;
+        let later_path = dir
+            .path()
+            .join("gate/2025-11-21T10-30-00Z-nvidia-h100-80gb-hbm3-eeeeeee.json");
+        attn_evidence::write_json_atomic(&later_path, &later).unwrap();
+        let rows = against_fa3_rows(dir.path()).expect("rows");
+        assert_eq!(
+            rows[0].contains("9.87×"),
+            takes_row,
+            "{command:?}: {rows:?}"
+        );
+        fs::remove_file(later_path).unwrap();
+    }
 }
 
 #[test]
