@@ -168,10 +168,12 @@ fn run_labels(evidence: &EvidenceSet, runs: &[usize]) -> (Vec<String>, String) {
 
 /// Appends ` #2`, ` #3` … to repeated labels so that every tick reads differently.
 fn disambiguate(labels: &mut [String]) {
-    for i in 1..labels.len() {
-        let repeats = labels[..i].iter().filter(|l| **l == labels[i]).count();
+    // Counted over the labels as they were: a renamed "X #2" no longer reads as an "X".
+    let original = labels.to_vec();
+    for (i, label) in labels.iter_mut().enumerate() {
+        let repeats = original[..i].iter().filter(|l| **l == original[i]).count();
         if repeats > 0 {
-            labels[i] = format!("{} #{}", labels[i], repeats + 1);
+            *label = format!("{} #{}", original[i], repeats + 1);
         }
     }
 }
@@ -228,8 +230,17 @@ mod tests {
             "16:47 a2756d0".to_owned(),
             "16:47 a2756d0".into(),
             "17:14 b".into(),
+            "16:47 a2756d0".into(),
         ];
         disambiguate(&mut labels);
-        assert_eq!(labels, ["16:47 a2756d0", "16:47 a2756d0 #2", "17:14 b"]);
+        assert_eq!(
+            labels,
+            [
+                "16:47 a2756d0",
+                "16:47 a2756d0 #2",
+                "17:14 b",
+                "16:47 a2756d0 #3"
+            ]
+        );
     }
 }
