@@ -201,8 +201,9 @@
 //   STAGES). The TMA writes and wgmma reads are both in the async proxy: completion of the full
 //   barrier's phase makes the tile visible to the waiting consumers. A consumer arrives on
 //   k_empty[s] (v_empty[s]) only after a wgmma.wait_group that covers every wgmma reading the
-//   slot's K (V): wait_group 1 after S_{j+1} and P_j·V_j leaves only P_j·V_j pending. A warpgroup that skips a tile (prefix or suffix) waits for it to land before
-//   releasing it, so that its arrivals never count towards the slot's next round. Before the
+//   slot's K (V): wait_group 1 after S_{j+1} and P_j·V_j leaves only P_j·V_j pending. A warpgroup
+//   that skips a tile (prefix or suffix) waits for it to land before releasing it, so that its
+//   arrivals never count towards the slot's next round. Before the
 //   epilogue a named barrier (ids 1..3, one per consumer warpgroup) makes sure all four warps are
 //   past their last wgmma, which read all 64 Q rows, before the rows are overwritten with O.
 //   Ping-pong turns: warpgroup w bar.syncs on barrier 4 + w (256 = its 128 threads + the previous
@@ -212,10 +213,9 @@
 //   its prefix, the prologue's S of its first tile, one per computed tile, an empty one per skipped
 //   tile of its suffix; none for an item without tiles), so the counts match item by item, the
 //   turns run on from one item to the next, and warpgroup 0 consumes the block's last hand-over
-//   with one more bar.sync before it exits. Turn k of any
-//   warpgroup waits for at most tile k, and before it the warpgroup has released every K up to
-//   tile k − 1 and every V up to k − 2, so the producer (STAGES ≥ 2) is never blocked by a turn that
-//   waits for it.
+//   with one more bar.sync before it exits. Turn k of any warpgroup waits for at most tile k, and
+//   before it the warpgroup has released every K up to tile k − 1 and every V up to k − 2, so the
+//   producer (STAGES ≥ 2) is never blocked by a turn that waits for it.
 //   A warpgroup waits on its full barriers before its turn, never inside it.
 //   Accumulators are fenced (an empty asm on each register) around the async section so that the
 //   compiler does not move their reads or writes across it; wgmma.fence precedes each batch of
@@ -1010,7 +1010,7 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
     turns_open(warp >> 2);
 #if SCHEDULE
     // Item after item, as the producer announces them with their Q; each thread releases the Q tile
-    // (its staged O rows read back) once the item is stored.
+    // once the item is stored (with Q in registers, once it has read its fragments).
     for (u32 it = 0;; ++it) {
         mbar_wait(smem_addr(&bars.q_full), it & 1);
         // Uniform for the compiler (shuffles), like the warp index: the wgmma paths branch on them.

@@ -53,7 +53,7 @@ struct Barriers {
     u64 q_empty;            // every consumer thread is done with the Q tile of the block's current
                             // item: past its last wgmma and its O rows staged there and stored
                             // (CONSUMER_THREADS arrivals); with Q_REGS 1, once it has read its Q
-                            // fragments (warpgroup 0 with PINGPONG: once past its last turn)
+                            // fragments
     int item[3];            // the item q_full's phase brings: (b, h, m0); m0 < 0: no item left
 #endif
 };

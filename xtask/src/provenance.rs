@@ -7,7 +7,7 @@ use attn_kernels::Gpu;
 /// The git revision and dirty flag of the code that runs: the ones this binary was built from.
 /// Kernels are compiled into the binary, so the build's revision is the truth even where the
 /// binary runs from another checkout (or from a bundle copied beside a stale `.git`); cargo
-/// rebuilds it whenever HEAD or the index moves (`build.rs`).
+/// rebuilds it whenever HEAD, the index or a source file changes (`build.rs`).
 pub fn git_revision() -> (String, bool) {
     (
         env!("ATTN_BUILD_GIT_REV").to_string(),

@@ -1071,6 +1071,17 @@ mod tests {
         check_masked(implementation, shape, false, expected);
     }
 
+    /// `implementation`'s tuned knobs for a square `(b, h, s, d)` problem, causal or not.
+    fn tuned_at(
+        implementation: &str,
+        (b, h, s, d): (usize, usize, usize, usize),
+        causal: bool,
+    ) -> Config {
+        find(implementation)
+            .unwrap()
+            .tuned_for(&Shape::new(b, h, s, s, d).unwrap(), &Params::new(d, causal))
+    }
+
     /// [`check`] with or without the causal mask.
     fn check_masked(
         implementation: &str,
@@ -1079,8 +1090,7 @@ mod tests {
         expected: &[(&str, i64)],
     ) {
         let imp = find(implementation).unwrap();
-        let shape = Shape::new(b, h, s, s, d).unwrap();
-        let tuned = imp.tuned_for(&shape, &Params::new(d, causal));
+        let tuned = tuned_at(implementation, (b, h, s, d), causal);
         for (name, value) in expected {
             assert_eq!(
                 tuned.get(name),
@@ -1152,10 +1162,7 @@ mod tests {
         );
         // At D=128 the 64-row grid of (2,16,512,128) needs two waves: the defaults' one wave.
         for causal in [false, true] {
-            let tuned = find("hopper").unwrap().tuned_for(
-                &Shape::new(2, 16, 512, 512, 128).unwrap(),
-                &Params::new(128, causal),
-            );
+            let tuned = tuned_at("hopper", (2, 16, 512, 128), causal);
             assert_eq!(tuned.get("BLOCK_M"), None, "{tuned:?}");
         }
         check("hopper", (4, 16, 2048, 128), &[]);
@@ -1181,10 +1188,7 @@ mod tests {
             &[("SCHEDULE", 1), ("Q_REGS", 0)],
         );
         // With Q in registers from 4096 rows (the default at D=128: no override).
-        let causal_4096 = find("hopper").unwrap().tuned_for(
-            &Shape::new(2, 16, 4096, 4096, 128).unwrap(),
-            &Params::new(128, true),
-        );
+        let causal_4096 = tuned_at("hopper", (2, 16, 4096, 128), true);
         assert_eq!(causal_4096.get("SCHEDULE"), Some(1), "{causal_4096:?}");
         assert_eq!(causal_4096.get("Q_REGS"), None, "{causal_4096:?}");
         // And conditional rescaling at D=128 from 4096 keys, with either mask.
@@ -1204,10 +1208,7 @@ mod tests {
             &[("BLOCK_N", 176), ("STAGES", 2)],
         );
         for (s, causal) in [(2048, false), (4096, true)] {
-            let tuned = find("hopper").unwrap().tuned_for(
-                &Shape::new(2, 16, s, s, 128).unwrap(),
-                &Params::new(128, causal),
-            );
+            let tuned = tuned_at("hopper", (2, 16, s, 128), causal);
             assert_eq!(tuned.get("BLOCK_N"), None, "{s} causal {causal}: {tuned:?}");
         }
         check_masked("hopper", (2, 16, 4096, 128), false, &[("LAZY_RESCALE", 1)]);
@@ -1329,8 +1330,7 @@ mod tests {
                 ((2, 16, 8192), true),
             ] {
                 let (b, h, s) = shape;
-                let tuned =
-                    hopper.tuned_for(&Shape::new(b, h, s, s, d).unwrap(), &Params::new(d, causal));
+                let tuned = tuned_at("hopper", (b, h, s, d), causal);
                 let wide = d == 128 && s == 8192;
                 assert_eq!(
                     tuned.get("BLOCK_N") == Some(176),
