@@ -132,7 +132,16 @@ impl Table {
                 continue;
             }
             let line_number = index + 1;
-            let fields = split_row(line, line_number)?;
+            let mut fields = split_row(line, line_number)?;
+            // A metric row of a section with rules ends before the rule columns (ncu 2025.3
+            // writes a trailing comma, then nothing): those columns are empty, not missing.
+            if fields.len() < header.len()
+                && header[fields.len()..]
+                    .iter()
+                    .all(|h| RULE_COLUMNS.contains(&h.as_str()))
+            {
+                fields.resize(header.len(), String::new());
+            }
             if fields.len() != header.len() {
                 return Err(NcuError::MalformedRow {
                     line: line_number,
@@ -174,6 +183,17 @@ impl Table {
         }
     }
 }
+
+/// The columns ncu's details page adds after the metric's when a profiled section carries rules
+/// (`--section SpeedOfLight` and the like): a rule's own row fills them and leaves the metric
+/// columns empty, a metric's row leaves them out.
+const RULE_COLUMNS: &[&str] = &[
+    "Rule Name",
+    "Rule Type",
+    "Rule Description",
+    "Estimated Speedup Type",
+    "Estimated Speedup",
+];
 
 /// Splits one CSV line into fields (quotes, embedded commas and doubled quotes handled).
 fn split_row(line: &str, line_number: usize) -> Result<Vec<String>, NcuError> {
@@ -253,6 +273,10 @@ fn details(table: &Table) -> Result<Vec<Launch>, NcuError> {
     let unit = table.column("Metric Unit");
     let mut launches: Vec<Launch> = Vec::new();
     for (line, fields) in &table.rows {
+        // A rule's row (its advice in the rule columns) names no metric.
+        if fields[name].trim().is_empty() {
+            continue;
+        }
         let launch = identity.launch(*line, fields)?;
         // Rows of one launch are contiguous in practice; searching from the back keeps that fast
         // and still copes with interleaving.

@@ -6,6 +6,10 @@ use attn_ncu::{
 
 const DETAILS: &str = include_str!("fixtures/h100_sdpa_cudnn_details.csv");
 const RAW: &str = include_str!("fixtures/h100_sdpa_cudnn_raw.csv");
+/// hopper at (4,16,1024,128) with `--section LaunchStats,Occupancy,SpeedOfLight,WarpStateStats,
+/// SchedulerStats,ComputeWorkloadAnalysis` and four `--metrics` (ncu 2025.3, details page): the
+/// sections' rules add five columns that metric rows leave out and rows that name no metric.
+const SECTIONS: &str = include_str!("fixtures/h100_hopper_sections_details.csv");
 const CUDNN: &str = "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64_4x1x1_cga1x1x1_kernel0_0";
 
 /// (launch ID, metric, expected value in base units, expected unit)
@@ -62,6 +66,41 @@ fn details_page_numbers() {
             (0, "launch__registers_per_thread", Some(44.0), Unit::Count),
         ],
     );
+}
+
+#[test]
+fn details_page_with_rule_columns() {
+    check(
+        SECTIONS,
+        &[
+            (
+                0,
+                "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+                Some(56.90),
+                Unit::Percent,
+            ),
+            (
+                0,
+                "sm__inst_executed_pipe_tensor_op_gmma.sum",
+                Some(524_288.0),
+                Unit::Count,
+            ),
+        ],
+    );
+    let launches = parse(SECTIONS).unwrap();
+    assert_eq!(launches.len(), 1, "one launch, its rule rows included");
+    let launch = &launches[0];
+    assert_eq!(launch.kernel, "attn_fwd");
+    assert_eq!(launch.grid.as_deref(), Some("(8, 16, 4)"));
+    assert!(
+        !launch.metrics.contains_key(""),
+        "a rule's row adds no metric"
+    );
+    // The sections' own rows, by their display names.
+    assert!(launch.metrics.contains_key("Achieved Occupancy"));
+    assert!(launch
+        .metrics
+        .contains_key("Warp Cycles Per Issued Instruction"));
 }
 
 #[test]
