@@ -89,6 +89,15 @@
 //   SCHEDULE  ∈ {0, 1}        work order: 0 grid (one block per row block), 1 persistent (one block
 //                             per SM slot looping over work items; "Persistent schedule" below);
 //                             default 0 (the registry picks per shape)
+//   Q_STAGES  ∈ {1, 2}        Q tiles of the persistent loop with Q in shared memory (SCHEDULE 1,
+//                             Q_REGS 0); default 1. With 2, items alternate between two Q buffers
+//                             (each with its own q_full, q_empty and item words), so the next item's
+//                             Q is copied during this item's key loop, where one buffer waits for
+//                             this item's epilogue (its O staged in the Q rows) and then a copy.
+//                             Why try it: ncu at 4,16,1024,128 causal (items of 1 to 8 key tiles)
+//                             found hopper's SMs 27% more cycles active than cuDNN's for the same
+//                             tensor work, and cuDNN's persistent kernel double-buffers Q. At D 128
+//                             only with STAGES 2 (shared memory)
 //   A caution on the clock gap to FA3 that PV_N, Q_REGS and LAZY_RESCALE cite: those clocks were
 //   50 µs probes at the edges of each block, which swung ±5% between blocks whose times agreed
 //   within 1% (attn-measure's timing::round_order); the gap is not established. Each knob was
@@ -105,11 +114,12 @@
 //   grid = (ceil(S_q / BLOCK_M), H, B) (block x computes row block x, or gridDim.x − 1 − x when the
 //   last rows see the most keys: see below), block = (NUM_WARPS + 4) · 32 threads, dynamic shared
 //   memory
-//     SHARED_BYTES = 1024 + BLOCK_M · HEAD_DIM · 2 + STAGES · 2 · BLOCK_N · HEAD_DIM · 2   bytes
-//   (1024 bytes of slack to align the tiles to the 1024-byte swizzle atom, the Q tile, then
+//     SHARED_BYTES = 1024 + Q_STAGES · BLOCK_M · HEAD_DIM · 2 + STAGES · 2 · BLOCK_N · HEAD_DIM · 2
+//   bytes (1024 bytes of slack to align the tiles to the 1024-byte swizzle atom, the Q tile(s), then
 //   STAGES K tiles, then STAGES V tiles; no padding: BLOCK_M and BLOCK_N are multiples of 8, so each
 //   tile's 64-column panels are whole 1024-byte atoms, e.g. 176 rows × 128 bytes = 22 atoms), plus
-//   8 · (1 + 4 · STAGES) bytes of static shared memory for the mbarriers (24 more with SCHEDULE 1).
+//   8 · (Q_STAGES + 4 · STAGES) bytes of static shared memory for the mbarriers (with SCHEDULE 1,
+//   20 · Q_STAGES more for q_empty and the item words, rounded up to 8: 24 or 40).
 //   Defaults: D 64 → 123904, D 128 → 230400; D 128, BLOCK_N 176, STAGES 2 → 214016.
 //   Parameters: the ten plain ones, three `const __grid_constant__` CUtensorMaps (Q, K, V), then
 //   the five of the variants: kv_heads, window_left, window_right, cu_seqlens_q, cu_seqlens_kv.
@@ -187,7 +197,9 @@
 //   item's first K/V tile while the consumers finish the current one), and a q_empty barrier (one
 //   arrival per consumer thread, after its O rows are stored and a fence.proxy.async orders those
 //   generic-proxy accesses before the next Q's TMA write) lets the producer overwrite the Q tile,
-//   whose rows also stage O. With Q in registers (Q_REGS 1) a thread arrives as soon as it has read
+//   whose rows also stage O; with Q_STAGES 2 items alternate between two Q tiles, item i waiting for
+//   q_full[i % 2]'s phase (i / 2) & 1, and the producer copies item i's Q first, once item i − 2
+//   has released its tile. With Q in registers (Q_REGS 1) a thread arrives as soon as it has read
 //   its Q fragments, and O goes from registers to global memory: the next item's Q is copied during
 //   this item's key loop, and its first Q·Kᵀ follows this item's epilogue with no wait for Q. The
 //   ping-pong turns run on across items (an item with no key tile takes none): warpgroup 0 starts
@@ -261,6 +273,9 @@
 #ifndef LAZY_RESCALE
 #define LAZY_RESCALE 0
 #endif
+#ifndef Q_STAGES
+#define Q_STAGES 1
+#endif
 #define LAZY_RESCALE_SLACK 8.f
 #define LAZY_RESCALE_MIN_WINDOW 256
 #ifndef PV_N
@@ -288,6 +303,8 @@ static_assert(SCHEDULE == 0 || SCHEDULE == 1, "hopper.cu: SCHEDULE must be 0 (gr
 static_assert(PV_N == 64 || (PV_N == 128 && HEAD_DIM == 128), "hopper.cu: PV_N must be 64, or 128 at HEAD_DIM 128");
 static_assert(Q_REGS == 0 || (Q_REGS == 1 && BLOCK_N <= 128 && NUM_WARPS <= 8 && OVERLAP == 1), "hopper.cu: Q_REGS must be 0, or 1 with BLOCK_N 64 or 128, NUM_WARPS <= 8 and OVERLAP 1");
 static_assert(LAZY_RESCALE == 0 || LAZY_RESCALE == 1, "hopper.cu: LAZY_RESCALE must be 0 or 1");
+static_assert(Q_STAGES == 1 || (Q_STAGES == 2 && SCHEDULE == 1 && Q_REGS == 0),
+              "hopper.cu: Q_STAGES must be 1, or 2 with SCHEDULE 1 and Q_REGS 0");
 static_assert(sizeof(elem_t) == 2, "hopper.cu: 16-bit elements expected");
 
 namespace hopper_attn {
@@ -478,9 +495,9 @@ __device__ __forceinline__ void produce_kv(Barriers& bars, int& copied, u32 k_ti
 #if SCHEDULE
 // A consumer thread's release of the Q tile (q_empty) to the producer, which copies the next
 // item's Q into it: this thread's generic-proxy accesses of the tile ordered before that TMA write.
-__device__ __forceinline__ void release_q_tile(Barriers& bars) {
+__device__ __forceinline__ void release_q_tile(Barriers& bars, int buffer) {
     fence_proxy_async_shared();
-    mbar_arrive(smem_addr(&bars.q_empty));
+    mbar_arrive(smem_addr(&bars.q_empty[buffer]));
 }
 #endif
 
@@ -492,6 +509,7 @@ struct ConsumerItem {
     Tiles tiles;     // the block's key tiles
     elem_t* o_head;  // row 0 of this (sequence, head) in O
     int o_stride;    // elements between rows of O
+    int q_buffer;    // the Q buffer holding the item's Q (consume_item's `smem` and `q_tile`)
 };
 
 // The consumer warpgroups' work on one item: the key tiles its rows see (overlapped and ping-ponged
@@ -556,7 +574,7 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
     // consumer thread has read its fragments, so the producer copies the next item's Q during this
     // item's key loop (the generic-proxy reads ordered before that async-proxy write). The turns
     // run on across items (see turns_open), so no hand-over waits for the Q tile.
-    release_q_tile(bars);
+    release_q_tile(bars, item.q_buffer);
 #endif
 #else
     const u32 q_operand = q_tile + wg_row0 * 128;  // this warpgroup's 64 rows of every Q panel
@@ -866,10 +884,21 @@ __device__ __forceinline__ bool schedule_item(Schedule& s, int index, int batch,
     return true;
 }
 
+// The producer's words of an item, (b, h, m0), into Q buffer `buffer`'s slot (m0 < 0: none left),
+// through a 32-bit shared address: a generic pointer with a run-time index took two more of the
+// producer's 24 registers (setmaxnreg) and spilled.
+__device__ __forceinline__ void publish_item(Barriers& bars, int buffer, int b, int h, int m0) {
+    const u32 words = smem_addr(&bars.item[0][0]) + 12u * static_cast<u32>(buffer);
+    asm volatile("st.shared.u32 [%0], %1;\n\tst.shared.u32 [%0+4], %2;\n\tst.shared.u32 [%0+8], %3;\n" ::"r"(words),
+                 "r"(b), "r"(h), "r"(m0)
+                 : "memory");
+}
+
 // The producer warp of a persistent block: schedules its items and issues their copies (lane 0),
 // then tells the consumers that none is left. Per item: its first K/V tile (which may land while
 // the consumers finish the previous item), then, once the consumers are done with the Q tile, the
-// item and its Q, then its other K/V tiles. Dynamic schedules take the next ticket at the start of
+// item and its Q, then its other K/V tiles; with two Q tiles (Q_STAGES 2) the item and its Q first,
+// into the tile the item before the previous one released, then all its K/V tiles. Dynamic schedules take the next ticket at the start of
 // an item (its latency hides behind the copies) and the last block to finish resets the counter to
 // zero for the next launch (every block has taken its last ticket by then; launches on one stream
 // run one after another, CUDA graph replays included).
@@ -882,7 +911,6 @@ __device__ __forceinline__ void schedule_and_produce(Barriers& bars, u32 q_tile,
     Schedule sched = make_schedule(batch, heads, kv_heads, seq_q, seq_kv, causal, window_left, window_right,
                                    cu_seqlens_q);
     int copied = 0;
-    const u32 q_empty = smem_addr(&bars.q_empty);
     int index = blockIdx.x;
     u32 it = 0;
     for (;; ++it) {
@@ -895,22 +923,29 @@ __device__ __forceinline__ void schedule_and_produce(Barriers& bars, u32 q_tile,
                 attn::head_view(b, h, heads, kv_heads, seq_q, seq_kv, cu_seqlens_q, cu_seqlens_kv);
             const Tiles tiles = block_tiles(m0, view.seq_q, view.seq_kv, causal, window_left, window_right);
             Coords c = box_coords(b, h, m0, tiles.first * BLOCK_N, heads, kv_heads, cu_seqlens_q, cu_seqlens_kv);
-            const int lead = min(tiles.count, 1);
+            // With one Q buffer the item's first K/V tile goes first: it lands while the consumers
+            // finish the previous item, whose epilogue frees the buffer. With two, this item's
+            // buffer was freed by the item before the previous one: its Q goes first.
+            const int lead = Q_STAGES == 2 ? 0 : min(tiles.count, 1);
             produce_kv(bars, copied, k_tiles, v_tiles, map_k, map_v, c, lead);
-            if (it > 0) mbar_wait(q_empty, (it - 1) & 1);
-            bars.item[0] = b;
-            bars.item[1] = h;
-            bars.item[2] = m0;
-            load_q_tile(bars, q_tile, map_q, c.q1, c.q2);  // its arrive releases the item's words
+            const int buffer = it % Q_STAGES;
+            const u32 use = it / Q_STAGES;  // the buffer's earlier items
+            if (use > 0) mbar_wait(smem_addr(&bars.q_empty[buffer]), (use - 1) & 1);
+            publish_item(bars, buffer, b, h, m0);
+            // Its arrive releases the item's words.
+            load_q_tile(bars, q_tile + buffer * Q_TILE_BYTES, map_q, c.q1, c.q2, buffer);
             produce_kv(bars, copied, k_tiles, v_tiles, map_k, map_v, c, tiles.count - lead);
         }
         index = sched.dynamic ? gridDim.x + static_cast<int>(__shfl_sync(0xffffffffu, ticket, 0))
                               : index + static_cast<int>(gridDim.x);
     }
     if (lane == 0) {
-        if (it > 0) mbar_wait(q_empty, (it - 1) & 1);
-        bars.item[2] = -1;
-        mbar_arrive(smem_addr(&bars.q_full));  // the phase completes with no transaction: no item left
+        const int buffer = it % Q_STAGES;
+        const u32 use = it / Q_STAGES;
+        if (use > 0) mbar_wait(smem_addr(&bars.q_empty[buffer]), (use - 1) & 1);
+        publish_item(bars, buffer, 0, 0, -1);
+        // The phase completes with no transaction: no item left.
+        mbar_arrive(smem_addr(&bars.q_full[buffer]));
         if (sched.dynamic) {
             __threadfence();  // this block's tickets before its count
             if (atomicAdd(&counter[1], 1u) == gridDim.x - 1) {
@@ -969,7 +1004,7 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
     const u32 base = (raw_addr + 1023u) & ~1023u;
     unsigned char* smem = smem_raw + (base - raw_addr);
     const u32 q_tile = base;
-    const u32 k_tiles = q_tile + Q_TILE_BYTES;
+    const u32 k_tiles = q_tile + Q_STAGES * Q_TILE_BYTES;  // after the Q buffers
     const u32 v_tiles = k_tiles + STAGES * KV_TILE_BYTES;
 
     const int tid = threadIdx.x;
@@ -1012,12 +1047,13 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
     // Item after item, as the producer announces them with their Q; each thread releases the Q tile
     // once the item is stored (with Q in registers, once it has read its fragments).
     for (u32 it = 0;; ++it) {
-        mbar_wait(smem_addr(&bars.q_full), it & 1);
+        const int buffer = it % Q_STAGES;
+        mbar_wait(smem_addr(&bars.q_full[buffer]), (it / Q_STAGES) & 1);
         // Uniform for the compiler (shuffles), like the warp index: the wgmma paths branch on them.
-        const int m0 = __shfl_sync(0xffffffffu, bars.item[2], 0);
+        const int m0 = __shfl_sync(0xffffffffu, bars.item[buffer][2], 0);
         if (m0 < 0) break;
-        const int b = __shfl_sync(0xffffffffu, bars.item[0], 0);
-        const int h = __shfl_sync(0xffffffffu, bars.item[1], 0);
+        const int b = __shfl_sync(0xffffffffu, bars.item[buffer][0], 0);
+        const int h = __shfl_sync(0xffffffffu, bars.item[buffer][1], 0);
         const attn::HeadView view =
             attn::head_view(b, h, heads, kv_heads, seq_q, seq_kv, cu_seqlens_q, cu_seqlens_kv);
         ConsumerItem item;
@@ -1027,16 +1063,17 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
         item.tiles = block_tiles(m0, view.seq_q, view.seq_kv, causal, window_left, window_right);
         item.o_head = o + view.q;
         item.o_stride = view.q_stride;
-        consume_item(bars, smem, q_tile, k_tiles, v_tiles, ring, item, causal, window_left, window_right, scale,
-                     warp, lane);
+        item.q_buffer = buffer;
+        consume_item(bars, smem + buffer * Q_TILE_BYTES, q_tile + buffer * Q_TILE_BYTES, k_tiles, v_tiles, ring,
+                     item, causal, window_left, window_right, scale, warp, lane);
 #if !Q_REGS
         // After the staged O's reads and writes (with Q in registers consume_item released the tile
         // once it had read Q).
-        release_q_tile(bars);
+        release_q_tile(bars, buffer);
 #endif
     }
 #else
-    mbar_wait(smem_addr(&bars.q_full), 0);
+    mbar_wait(smem_addr(&bars.q_full[0]), 0);
     ConsumerItem item;
     item.m0 = m0;
     item.len_q = view.seq_q;
@@ -1044,6 +1081,7 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
     item.tiles = tiles;
     item.o_head = o + view.q;
     item.o_stride = view.q_stride;
+    item.q_buffer = 0;
     consume_item(bars, smem, q_tile, k_tiles, v_tiles, ring, item, causal, window_left, window_right, scale, warp,
                  lane);
 #endif

@@ -22,8 +22,13 @@
 // micro's loops) in one more function reorders or hoists instructions. The one whole tile both
 // kernels run, the unoverlapped one, is therefore a macro (HOPPER_CONSUME_TILE, at the end).
 // `SCHEDULE` (hopper.cu's persistent scheduler; undefined, i.e. 0, in the micro) adds the
-// persistent schedule's barrier and item words to `Barriers`.
+// persistent schedule's barrier and item words to `Barriers`; `Q_STAGES` (hopper.cu's Q buffers,
+// 1 unless the kernel defines it) sizes the Q barriers and item words.
 #pragma once
+
+#ifndef Q_STAGES
+#define Q_STAGES 1
+#endif
 
 #define HOPPER_NEG_INF __int_as_float(0xff800000u)
 // hopper.cu's PV_N 128 (the micro, which does not define PV_N, keeps N = 64 per panel): one
@@ -42,7 +47,8 @@
 
 // The pipeline's barriers (static shared memory, beside the dynamic tiles).
 struct Barriers {
-    u64 q_full;             // Q has landed (transactions: the Q tile); SCHEDULE 1: and `item` is set
+    u64 q_full[Q_STAGES];   // Q buffer i has landed (transactions: the Q tile); SCHEDULE 1: and
+                            // item[i] is set
     u64 k_full[STAGES];     // K of the slot's tile has landed
     u64 v_full[STAGES];     // V of the slot's tile has landed
     u64 k_empty[STAGES];    // every consumer thread is done with the slot's K tile (its Q·Kᵀ has
@@ -50,11 +56,10 @@ struct Barriers {
     u64 v_empty[STAGES];    // every consumer thread is done with the slot's V tile (its P·V has
                             // completed; CONSUMER_THREADS arrivals)
 #if SCHEDULE
-    u64 q_empty;            // every consumer thread is done with the Q tile of the block's current
-                            // item: past its last wgmma and its O rows staged there and stored
-                            // (CONSUMER_THREADS arrivals); with Q_REGS 1, once it has read its Q
-                            // fragments
-    int item[3];            // the item q_full's phase brings: (b, h, m0); m0 < 0: no item left
+    u64 q_empty[Q_STAGES];  // every consumer thread is done with Q buffer i's item: past its last
+                            // wgmma and its O rows staged there and stored (CONSUMER_THREADS
+                            // arrivals); with Q_REGS 1, once it has read its Q fragments
+    int item[Q_STAGES][3];  // the item q_full[i]'s phase brings: (b, h, m0); m0 < 0: no item left
 #endif
 };
 
@@ -65,7 +70,8 @@ __device__ __forceinline__ void init_pipeline(Barriers& bars, const HopperTensor
     prefetch_tensor_map(map_q);
     prefetch_tensor_map(map_k);
     prefetch_tensor_map(map_v);
-    mbar_init(smem_addr(&bars.q_full), 1);
+#pragma unroll
+    for (int i = 0; i < Q_STAGES; ++i) mbar_init(smem_addr(&bars.q_full[i]), 1);
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
         mbar_init(smem_addr(&bars.k_full[s]), 1);
@@ -74,7 +80,8 @@ __device__ __forceinline__ void init_pipeline(Barriers& bars, const HopperTensor
         mbar_init(smem_addr(&bars.v_empty[s]), CONSUMER_THREADS);
     }
 #if SCHEDULE
-    mbar_init(smem_addr(&bars.q_empty), CONSUMER_THREADS);
+#pragma unroll
+    for (int i = 0; i < Q_STAGES; ++i) mbar_init(smem_addr(&bars.q_empty[i]), CONSUMER_THREADS);
 #endif
     fence_barrier_init();
 }
@@ -87,11 +94,11 @@ __device__ __forceinline__ void advance_slot(int& slot, u32& phase) {
     }
 }
 
-// The producer thread's copy of the Q tile (box coordinates (row or head, head or row) after the
-// column: hopper.cu's maps), completing on q_full.
+// The producer thread's copy of the Q tile into Q buffer `buffer` at `q_tile` (box coordinates (row
+// or head, head or row) after the column: hopper.cu's maps), completing on its q_full barrier.
 __device__ __forceinline__ void load_q_tile(Barriers& bars, u32 q_tile, const HopperTensorMap* map_q, int coord1,
-                                            int coord2) {
-    const u32 q_full = smem_addr(&bars.q_full);
+                                            int coord2, int buffer = 0) {
+    const u32 q_full = smem_addr(&bars.q_full[buffer]);
     mbar_arrive_expect_tx(q_full, Q_TILE_BYTES);
 #pragma unroll
     for (int p = 0; p < PANELS; ++p) tma_load_3d(q_tile + p * BLOCK_M * 128, map_q, 64 * p, coord1, coord2, q_full);

@@ -173,7 +173,7 @@ extern "C" __global__ void __launch_bounds__(micro_hopper::THREADS, 1)
     u32 p_frag[PV_K_STEPS][4];
     float rescale[2];
 
-    mbar_wait(smem_addr(&bars.q_full), 0);
+    mbar_wait(smem_addr(&bars.q_full[0]), 0);
     int slot = 0;
     u32 phase = 0;
     // hopper.cu's OVERLAP 0 loop: its tile, the same macro (hopper_pipeline.cuh), masks off.

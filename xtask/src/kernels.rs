@@ -185,11 +185,16 @@ mod tests {
         // STAGES 2: 10. Every D 128 config twice (PV_N 64 and 128), D 64 only with PV_N 64. Q_REGS=1
         // on top of those with BLOCK_N 64 or 128, 1 or 2 warpgroups and OVERLAP=1: D 64 60 less the
         // 24 unoverlapped, D 128 2 × (50 less 20 unoverlapped). Every one twice: LAZY_RESCALE 0
-        // and 1.
+        // and 1. Q_STAGES=2 on top of those with SCHEDULE=1 and Q_REGS=0 (half of the first four
+        // terms), less the 12 at D 128 that a second Q tile takes over the limit.
+        let q_stages_2 = (96 + 30) / 2 + (2 * 50 + 2 * 10) / 2 - 12;
         assert_eq!(
             lines.len(),
-            2 * (96 + 2 * 50 + 30 + 2 * 10 + (60 - 24) + 2 * (50 - 20))
+            2 * (96 + 2 * 50 + 30 + 2 * 10 + (60 - 24) + 2 * (50 - 20) + q_stages_2)
         );
+        assert!(!lines
+            .iter()
+            .any(|l| l.contains("Q_STAGES=2") && !l.contains("SCHEDULE=1 Q_REGS=0")));
         assert!(lines.iter().any(|l| l.starts_with("HEAD_DIM=128")
             && l.contains("NUM_WARPS=8")
             && l.contains("SCHEDULE=1 Q_REGS=1")));
@@ -198,7 +203,7 @@ mod tests {
             .any(|l| l.contains("OVERLAP=0") && l.contains("Q_REGS=1")));
         for pv_n in [64, 128] {
             assert!(lines.contains(&format!(
-                "HEAD_DIM=128 BLOCK_M=128 BLOCK_N=128 NUM_WARPS=8 STAGES=3 OVERLAP=1 PINGPONG=1 SCHEDULE=0 Q_REGS=0 PV_N={pv_n} LAZY_RESCALE=0 SHARED_BYTES=230400"
+                "HEAD_DIM=128 BLOCK_M=128 BLOCK_N=128 NUM_WARPS=8 STAGES=3 OVERLAP=1 PINGPONG=1 SCHEDULE=0 Q_REGS=0 PV_N={pv_n} LAZY_RESCALE=0 Q_STAGES=1 SHARED_BYTES=230400"
             )));
         }
         assert!(!lines
@@ -209,7 +214,7 @@ mod tests {
             .any(|l| l.contains("NUM_WARPS=4 STAGES=2 OVERLAP=1 PINGPONG=1")));
         // FlashAttention-3's D=128 tile, opt-in.
         assert!(lines.contains(
-            &"HEAD_DIM=128 BLOCK_M=128 BLOCK_N=176 NUM_WARPS=8 STAGES=2 OVERLAP=1 PINGPONG=1 SCHEDULE=0 Q_REGS=0 PV_N=64 LAZY_RESCALE=0 SHARED_BYTES=214016"
+            &"HEAD_DIM=128 BLOCK_M=128 BLOCK_N=176 NUM_WARPS=8 STAGES=2 OVERLAP=1 PINGPONG=1 SCHEDULE=0 Q_REGS=0 PV_N=64 LAZY_RESCALE=0 Q_STAGES=1 SHARED_BYTES=214016"
                 .to_string()
         ));
         assert!(!lines.iter().any(|l| l.contains("BLOCK_N=176 NUM_WARPS=12")

@@ -362,7 +362,7 @@ fn mma_tuned(shape: &Shape, _params: &Params) -> Config {
     }
 }
 
-static HOPPER_KNOBS: [Knob; 10] = [
+static HOPPER_KNOBS: [Knob; 11] = [
     Knob {
         name: "BLOCK_M",
         domain: &[64, 128, 192],
@@ -413,6 +413,11 @@ static HOPPER_KNOBS: [Knob; 10] = [
         domain: &[0, 1],
         doc: "1 = a row keeps its running max while a key tile raises it by at most 8 (log2 domain) and a warp whose rows all kept theirs skips O's rescale (FlashAttention-4's conditional rescaling: fewer instructions per tile, so less power at the same work: the tuning from 4096 keys), 0 = the exact running max",
     },
+    Knob {
+        name: "Q_STAGES",
+        domain: &[1, 2],
+        doc: "Q tiles of the persistent loop with Q in shared memory: 2 = items alternate between two, so the next item's Q is copied during this one (needs SCHEDULE=1, Q_REGS=0; at D=128 STAGES=2), 1 = one, refilled after each item's epilogue",
+    },
 ];
 
 /// hopper's defaults, measured on the H100 with the gate's graph protocol against SDPA (cuDNN):
@@ -438,6 +443,7 @@ fn hopper_defaults(head_dim: usize) -> Config {
         ("PV_N", if head_dim == 128 { 128 } else { 64 }),
         ("Q_REGS", if head_dim == 128 { 1 } else { 0 }),
         ("LAZY_RESCALE", 0),
+        ("Q_STAGES", 1),
     ])
 }
 
@@ -576,7 +582,7 @@ fn hopper_shared_on_sm(cfg: &Config, head_dim: u32) -> u32 {
 }
 
 /// hopper's dynamic shared memory: 1 KiB of slack to align the tiles to the 1024-byte swizzle atom,
-/// the Q tile, then STAGES × (K tile + V tile). Every tile and every 64-column panel of one is a
+/// the Q tile (Q_STAGES of them), then STAGES × (K tile + V tile). Every tile and every 64-column panel of one is a
 /// whole number of 1024-byte swizzle atoms (8 rows of 128 bytes; BLOCK_M and BLOCK_N are multiples
 /// of 8: a 176-key panel is 22 atoms), so no padding. hopper's constraints add the kernel's static
 /// shared memory ([`hopper_static_shared`]) against sm_90's 232448-byte limit. Public for the
@@ -588,15 +594,26 @@ pub fn hopper_dynamic_shared(cfg: &Config, head_dim: u32) -> u32 {
         knob(cfg, "BLOCK_N"),
         knob(cfg, "STAGES"),
     );
-    1024 + m * head_dim * elem_bytes() + stages * 2 * n * head_dim * elem_bytes()
+    1024 + q_stages(cfg) * m * head_dim * elem_bytes() + stages * 2 * n * head_dim * elem_bytes()
 }
 
-/// hopper's static shared memory, its `Barriers` (hopper_pipeline.cuh): q_full and STAGES ×
-/// (k_full, v_full, k_empty, v_empty), 8 bytes each, and with SCHEDULE=1 q_empty and the item's
-/// three words (24 bytes with the struct's 8-byte alignment). Public for the micro-benchmark,
+/// hopper's Q tiles: `Q_STAGES`, 1 where a config has none (the micro-benchmark's).
+fn q_stages(cfg: &Config) -> u32 {
+    knob(cfg, "Q_STAGES").max(1)
+}
+
+/// hopper's static shared memory, its `Barriers` (hopper_pipeline.cuh): Q_STAGES q_full and STAGES
+/// × (k_full, v_full, k_empty, v_empty), 8 bytes each, and with SCHEDULE=1 per Q tile a q_empty and
+/// the item's three words (24 or 40 bytes with the struct's 8-byte alignment). Public for the micro-benchmark,
 /// whose kernel declares the same barriers (no SCHEDULE knob there: none of the persistent ones).
 pub fn hopper_static_shared(cfg: &Config) -> u32 {
-    8 * (1 + 4 * knob(cfg, "STAGES")) + if knob(cfg, "SCHEDULE") == 1 { 24 } else { 0 }
+    let q = q_stages(cfg);
+    let persistent = if knob(cfg, "SCHEDULE") == 1 {
+        (20 * q).next_multiple_of(8)
+    } else {
+        0
+    };
+    8 * (q + 4 * knob(cfg, "STAGES")) + persistent
 }
 
 /// The knobs of both hybrid kernels (`kernels/softmax_pv.cu`, `kernels/qk_softmax.cu`).
@@ -804,7 +821,13 @@ static REGISTRY: [Implementation; 7] = [
         head_dims: Some(&[64, 128]),
         arch: Some("compute_90a"),
         variants: Variants::ALL,
-        introduced: &[("SCHEDULE", 0), ("PV_N", 64), ("Q_REGS", 0), ("LAZY_RESCALE", 0)],
+        introduced: &[
+            ("SCHEDULE", 0),
+            ("PV_N", 64),
+            ("Q_REGS", 0),
+            ("LAZY_RESCALE", 0),
+            ("Q_STAGES", 1),
+        ],
         yielding: &[("Q_REGS", 0)],
         defaults: hopper_defaults,
         tuned: hopper_tuned,
@@ -833,14 +856,18 @@ static REGISTRY: [Implementation; 7] = [
             if knob(cfg, "Q_REGS") == 1 && knob(cfg, "OVERLAP") == 0 {
                 return Err("Q_REGS=1 needs OVERLAP=1 (in the unoverlapped loop ptxas 13.0 reuses Q's registers for P: wrong results); add Q_REGS=0".into());
             }
+            if knob(cfg, "Q_STAGES") == 2 && (knob(cfg, "SCHEDULE") != 1 || knob(cfg, "Q_REGS") != 0) {
+                return Err("Q_STAGES=2 needs SCHEDULE=1 and Q_REGS=0 (a second Q tile serves the persistent loop with Q in shared memory); add SCHEDULE=1,Q_REGS=0".into());
+            }
             if n == 176 && w == 12 {
                 return Err("BLOCK_N=176 needs NUM_WARPS <= 8: with 3 consumer warpgroups (160 registers per thread) its 88 S and 44 P registers per thread spill; use NUM_WARPS=8".into());
             }
             let shared = hopper_dynamic_shared(cfg, head_dim as u32) + hopper_static_shared(cfg);
             if shared > Limits::H100.max_shared_per_block {
                 return Err(format!(
-                    "BLOCK_N={n} x STAGES={} K/V ring at head dim {head_dim}: {shared} bytes of shared memory (mbarriers included) > sm_90's {}; use fewer STAGES (BLOCK_N=176 at D=128: STAGES=2)",
+                    "BLOCK_N={n} x STAGES={} K/V ring and {} Q tile(s) at head dim {head_dim}: {shared} bytes of shared memory (mbarriers included) > sm_90's {}; use fewer STAGES (BLOCK_N=176 or Q_STAGES=2 at D=128: STAGES=2)",
                     knob(cfg, "STAGES"),
+                    q_stages(cfg),
                     Limits::H100.max_shared_per_block
                 ));
             }
@@ -1302,6 +1329,29 @@ mod tests {
         // A reason that yielding does not remove is the one reported.
         let err = resolve("BLOCK_N=176", 128).unwrap_err();
         assert!(err.contains("shared memory"), "{err}");
+    }
+
+    #[test]
+    fn hopper_takes_a_second_q_tile_only_in_the_persistent_loop_with_q_in_shared_memory() {
+        // Q in registers yields to it; at D=128 its 32 KiB need the 2-stage ring.
+        let two = resolve("SCHEDULE=1,Q_STAGES=2,STAGES=2", 128).unwrap();
+        assert_eq!(two.get("Q_REGS"), Some(0));
+        assert_eq!(
+            hopper_dynamic_shared(&two, 128),
+            1024 + 2 * 32_768 + 2 * 2 * 32_768
+        );
+        // q_full and q_empty per Q tile, the ring's four per stage, the item words per Q tile.
+        assert_eq!(hopper_static_shared(&two), 8 * (2 + 4 * 2) + 40);
+        for (config, reason) in [
+            ("Q_STAGES=2", "SCHEDULE=1"),
+            ("SCHEDULE=1,Q_REGS=1,Q_STAGES=2,STAGES=2", "Q_REGS=0"),
+            ("SCHEDULE=1,Q_STAGES=2", "shared memory"),
+        ] {
+            let err = resolve(config, 128).unwrap_err();
+            assert!(err.contains(reason), "{config}: {err}");
+        }
+        // At D=64 the default ring fits beside two Q tiles.
+        assert!(resolve("SCHEDULE=1,Q_STAGES=2", 64).is_ok());
     }
 
     #[test]

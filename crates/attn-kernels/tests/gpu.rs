@@ -195,10 +195,17 @@ fn schedules(name: &str) -> Vec<Config> {
 /// (LAZY_RESCALE=1, the tuning at D=128 from 4096 keys: a row keeps its max while a tile raises it
 /// by at most 8 in the log2 domain, and O's rescale is skipped) forced onto every shape at both
 /// head dims; the checks' peaky and large-logit inputs take its rescale path, the others mostly
-/// skip it. A config that names
-/// SCHEDULE runs with that schedule only.
+/// skip it. And two Q tiles in the persistent loop with Q in shared memory (Q_STAGES=2) at both head
+/// dims, with lengths of 33 row blocks (4099) so that blocks take several items and both tiles
+/// turn over. A config that names SCHEDULE runs with that schedule only.
 const OPT_IN: &[(&str, &str, &[usize], &[usize])] = &[
     ("hopper", "LAZY_RESCALE=1", &[64, 128], &[]),
+    (
+        "hopper",
+        "SCHEDULE=1,Q_REGS=0,Q_STAGES=2,STAGES=2",
+        &[64, 128],
+        &[4099],
+    ),
     ("hopper", "PV_N=64", &[128], &[]),
     ("hopper", "Q_REGS=0", &[128], &[]),
     (
