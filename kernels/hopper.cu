@@ -887,11 +887,29 @@ __device__ __forceinline__ bool schedule_item(Schedule& s, int index, int batch,
 // The producer's words of an item, (b, h, m0), into Q buffer `buffer`'s slot (m0 < 0: none left),
 // through a 32-bit shared address: a generic pointer with a run-time index took two more of the
 // producer's 24 registers (setmaxnreg) and spilled.
+// With one Q tile the words are plain stores (the kernel's code as it was before two tiles).
 __device__ __forceinline__ void publish_item(Barriers& bars, int buffer, int b, int h, int m0) {
+#if Q_STAGES == 1
+    (void)buffer;
+    bars.item[0][0] = b;
+    bars.item[0][1] = h;
+    bars.item[0][2] = m0;
+#else
     const u32 words = smem_addr(&bars.item[0][0]) + 12u * static_cast<u32>(buffer);
     asm volatile("st.shared.u32 [%0], %1;\n\tst.shared.u32 [%0+4], %2;\n\tst.shared.u32 [%0+8], %3;\n" ::"r"(words),
                  "r"(b), "r"(h), "r"(m0)
                  : "memory");
+#endif
+}
+
+// The end of a block's items: m0 < 0 in Q buffer `buffer`'s item words.
+__device__ __forceinline__ void publish_no_item(Barriers& bars, int buffer) {
+#if Q_STAGES == 1
+    (void)buffer;
+    bars.item[0][2] = -1;
+#else
+    publish_item(bars, buffer, 0, 0, -1);
+#endif
 }
 
 // The producer warp of a persistent block: schedules its items and issues their copies (lane 0),
@@ -943,7 +961,7 @@ __device__ __forceinline__ void schedule_and_produce(Barriers& bars, u32 q_tile,
         const int buffer = it % Q_STAGES;
         const u32 use = it / Q_STAGES;
         if (use > 0) mbar_wait(smem_addr(&bars.q_empty[buffer]), (use - 1) & 1);
-        publish_item(bars, buffer, 0, 0, -1);
+        publish_no_item(bars, buffer);
         // The phase completes with no transaction: no item left.
         mbar_arrive(smem_addr(&bars.q_full[buffer]));
         if (sched.dynamic) {

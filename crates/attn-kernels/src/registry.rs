@@ -416,7 +416,7 @@ static HOPPER_KNOBS: [Knob; 11] = [
     Knob {
         name: "Q_STAGES",
         domain: &[1, 2],
-        doc: "Q tiles of the persistent loop with Q in shared memory: 2 = items alternate between two, so the next item's Q is copied during this one (needs SCHEDULE=1, Q_REGS=0; at D=128 STAGES=2), 1 = one, refilled after each item's epilogue",
+        doc: "Q tiles of the persistent loop with Q in shared memory (opt-in; not yet measured): 2 = items alternate between two, so the next item's Q is copied during this one (needs SCHEDULE=1, Q_REGS=0; at D=128 STAGES=2), 1 = one, refilled after each item's epilogue",
     },
 ];
 
