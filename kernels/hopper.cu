@@ -509,7 +509,6 @@ struct ConsumerItem {
     Tiles tiles;     // the block's key tiles
     elem_t* o_head;  // row 0 of this (sequence, head) in O
     int o_stride;    // elements between rows of O
-    int q_buffer;    // the Q buffer holding the item's Q (consume_item's `smem` and `q_tile`)
 };
 
 // The consumer warpgroups' work on one item: the key tiles its rows see (overlapped and ping-ponged
@@ -574,7 +573,7 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
     // consumer thread has read its fragments, so the producer copies the next item's Q during this
     // item's key loop (the generic-proxy reads ordered before that async-proxy write). The turns
     // run on across items (see turns_open), so no hand-over waits for the Q tile.
-    release_q_tile(bars, item.q_buffer);
+    release_q_tile(bars, 0);  // Q in registers: one Q tile (Q_STAGES 1)
 #endif
 #else
     const u32 q_operand = q_tile + wg_row0 * 128;  // this warpgroup's 64 rows of every Q panel
@@ -951,7 +950,7 @@ __device__ __forceinline__ void schedule_and_produce(Barriers& bars, u32 q_tile,
             if (use > 0) mbar_wait(smem_addr(&bars.q_empty[buffer]), (use - 1) & 1);
             publish_item(bars, buffer, b, h, m0);
             // Its arrive releases the item's words.
-            load_q_tile(bars, q_tile + buffer * Q_TILE_BYTES, map_q, c.q1, c.q2, buffer);
+            load_q_tile(bars, q_tile, map_q, c.q1, c.q2, buffer);
             produce_kv(bars, copied, k_tiles, v_tiles, map_k, map_v, c, tiles.count - lead);
         }
         index = sched.dynamic ? gridDim.x + static_cast<int>(__shfl_sync(0xffffffffu, ticket, 0))
@@ -1081,7 +1080,6 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
         item.tiles = block_tiles(m0, view.seq_q, view.seq_kv, causal, window_left, window_right);
         item.o_head = o + view.q;
         item.o_stride = view.q_stride;
-        item.q_buffer = buffer;
         consume_item(bars, smem + buffer * Q_TILE_BYTES, q_tile + buffer * Q_TILE_BYTES, k_tiles, v_tiles, ring,
                      item, causal, window_left, window_right, scale, warp, lane);
 #if !Q_REGS
@@ -1099,7 +1097,6 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
     item.tiles = tiles;
     item.o_head = o + view.q;
     item.o_stride = view.q_stride;
-    item.q_buffer = 0;
     consume_item(bars, smem, q_tile, k_tiles, v_tiles, ring, item, causal, window_left, window_right, scale, warp,
                  lane);
 #endif

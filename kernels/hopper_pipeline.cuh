@@ -94,11 +94,13 @@ __device__ __forceinline__ void advance_slot(int& slot, u32& phase) {
     }
 }
 
-// The producer thread's copy of the Q tile into Q buffer `buffer` at `q_tile` (box coordinates (row
-// or head, head or row) after the column: hopper.cu's maps), completing on its q_full barrier.
-__device__ __forceinline__ void load_q_tile(Barriers& bars, u32 q_tile, const HopperTensorMap* map_q, int coord1,
+// The producer thread's copy of the Q tile into Q buffer `buffer` of the Q tiles at `q_tiles` (box
+// coordinates (row or head, head or row) after the column: hopper.cu's maps), completing on the
+// buffer's q_full barrier.
+__device__ __forceinline__ void load_q_tile(Barriers& bars, u32 q_tiles, const HopperTensorMap* map_q, int coord1,
                                             int coord2, int buffer = 0) {
     const u32 q_full = smem_addr(&bars.q_full[buffer]);
+    const u32 q_tile = q_tiles + buffer * Q_TILE_BYTES;
     mbar_arrive_expect_tx(q_full, Q_TILE_BYTES);
 #pragma unroll
     for (int p = 0; p < PANELS; ++p) tma_load_3d(q_tile + p * BLOCK_M * 128, map_q, 64 * p, coord1, coord2, q_full);

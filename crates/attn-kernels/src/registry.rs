@@ -582,9 +582,9 @@ fn hopper_shared_on_sm(cfg: &Config, head_dim: u32) -> u32 {
 }
 
 /// hopper's dynamic shared memory: 1 KiB of slack to align the tiles to the 1024-byte swizzle atom,
-/// the Q tile (Q_STAGES of them), then STAGES × (K tile + V tile). Every tile and every 64-column panel of one is a
-/// whole number of 1024-byte swizzle atoms (8 rows of 128 bytes; BLOCK_M and BLOCK_N are multiples
-/// of 8: a 176-key panel is 22 atoms), so no padding. hopper's constraints add the kernel's static
+/// the Q tile (Q_STAGES of them), then STAGES × (K tile + V tile). Every tile and every 64-column
+/// panel of one is a whole number of 1024-byte swizzle atoms (8 rows of 128 bytes; BLOCK_M and
+/// BLOCK_N are multiples of 8: a 176-key panel is 22 atoms), so no padding. hopper's constraints add the kernel's static
 /// shared memory ([`hopper_static_shared`]) against sm_90's 232448-byte limit. Public for the
 /// micro-benchmark of hopper's pipeline (attn-measure's `micro`), which has the same layout.
 /// Reads `BLOCK_M`, `BLOCK_N` and `STAGES` of `cfg`.
@@ -604,8 +604,9 @@ fn q_stages(cfg: &Config) -> u32 {
 
 /// hopper's static shared memory, its `Barriers` (hopper_pipeline.cuh): Q_STAGES q_full and STAGES
 /// × (k_full, v_full, k_empty, v_empty), 8 bytes each, and with SCHEDULE=1 per Q tile a q_empty and
-/// the item's three words (24 or 40 bytes with the struct's 8-byte alignment). Public for the micro-benchmark,
-/// whose kernel declares the same barriers (no SCHEDULE knob there: none of the persistent ones).
+/// the item's three words (24 or 40 bytes with the struct's 8-byte alignment). Public for the
+/// micro-benchmark, whose kernel declares the same barriers (no SCHEDULE knob there: none of the
+/// persistent ones).
 pub fn hopper_static_shared(cfg: &Config) -> u32 {
     let q = q_stages(cfg);
     let persistent = if knob(cfg, "SCHEDULE") == 1 {
