@@ -90,7 +90,7 @@ impl Candidate {
                 overrides,
             } => Candidate::Registered {
                 implementation,
-                overrides: implementation.tuned_for(shape, params).merged(overrides),
+                overrides: implementation.tuned_under(shape, params, overrides),
             },
             Candidate::Revision {
                 of,

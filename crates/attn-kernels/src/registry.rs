@@ -199,7 +199,8 @@ pub struct Implementation {
     /// Knobs whose default gives way to the other knobs: when the defaults under the overrides
     /// break a constraint and the overrides do not name such a knob, it takes this value instead
     /// (hopper's Q_REGS: 1 at D=128 where the tile, overlap and schedule leave it registers, 0
-    /// where a tuning or the user picks one that does not). The resolved config says which.
+    /// where a tuning or the user picks one that does not; its Q_STAGES: 2 where tuned, 1 where
+    /// the user's knobs rule out the persistent loop's two Q tiles). The resolved config says which.
     pub yielding: &'static [(&'static str, i64)],
     defaults: fn(head_dim: usize) -> Config,
     /// Knobs tuned for a problem, its shape and mask (e.g. smaller tiles when the grid would not
@@ -416,7 +417,7 @@ static HOPPER_KNOBS: [Knob; 11] = [
     Knob {
         name: "Q_STAGES",
         domain: &[1, 2],
-        doc: "Q tiles of the persistent loop with Q in shared memory (opt-in; not yet measured): 2 = items alternate between two, so the next item's Q is copied during this one (needs SCHEDULE=1, Q_REGS=0; at D=128 STAGES=2), 1 = one, refilled after each item's epilogue",
+        doc: "Q tiles of the persistent loop with Q in shared memory: 2 = items alternate between two, so the next item's Q is copied during this one (needs SCHEDULE=1, Q_REGS=0; at D=128 STAGES=2; the tuning of full grids at D=64, and at D=128 up to 4096 keys without a mask and 8192 rows under a causal one), 1 = one, refilled after each item's epilogue; yields to 1 where other knobs rule it out",
     },
 ];
 
@@ -429,7 +430,7 @@ static HOPPER_KNOBS: [Knob; 11] = [
 /// registers or ptxas no correct code: the one-warpgroup tuning, 176-key tiles): the gate (batch mode, against Q_REGS=0) measured 1.03× [1.01, 1.06] at 2,16,8192,128 and
 /// 1.03× [1.01, 1.04] at 2,32/8,8192,128 (evidence/gate/2026-11-25T07-02-55Z; the 176-key
 /// tile against the same: 0.96× and 0.97×, 07-06-12Z, before K and V were released apart: see
-/// [`HOPPER_WIDE_TILE_MIN_KEYS`]).
+/// [`hopper_tuned`]).
 fn hopper_defaults(head_dim: usize) -> Config {
     let warps = if head_dim <= 64 { 12 } else { 8 };
     Config::from_pairs(&[
@@ -463,37 +464,44 @@ fn hopper_defaults(head_dim: usize) -> Config {
 /// had found the exact max ahead at 2,16,8192,64: not established.)
 const HOPPER_LAZY_RESCALE_MIN_KEYS: usize = 4096;
 
-/// Rows from which hopper's persistent loop keeps Q in registers under a causal mask at D=128
-/// (below 8192 rows, where the grid takes over). Q in registers frees the Q tile for the next
-/// item's copy during the key loop, and O goes straight from registers to global memory. Once
-/// the ping-pong turns ran on across items (warpgroup 0 starting the next item while the other
-/// finishes this one) the gate (batch mode, against Q from shared memory) measured 1.05× [0.99,
-/// 1.09] and 1.01× [0.97, 1.05] at 2,16,4096,128 causal and 1.04× [1.01, 1.07] at 2,32/8,4096,128
-/// causal, but 0.99× [0.96, 1.00] at 2,16,2048,128 causal (evidence/gate/2026-11-27T12-32-19Z,
-/// 12-33-38Z). Before that change it measured 0.97-1.00× on six causal and GQA shapes
-/// (2026-11-27T09-19-26Z).
-const HOPPER_PERSISTENT_Q_REGS_MIN_ROWS: usize = 4096;
+/// Where hopper's full grids take two Q tiles in the persistent loop (Q_STAGES=2, with SCHEDULE=1,
+/// Q_REGS=0 and at D=128 a 2-stage ring of 128-key tiles): the next item's Q arrives during this
+/// one's key loop instead of after its epilogue. At D=64 everywhere; at D=128 under a causal mask
+/// up to this many rows and under a causal window at any length. Against the tuning it replaced
+/// the gate (batch mode, ten blocks a side; evidence/gate/2026-11-27T16-0*Z to 16-20-19Z)
+/// measured at D=128 causal 1.15× at 4,16,512, 1.09× [1.08, 1.10] at 4,16,1024, 1.14× at
+/// 2,32/8,1024, 1.07× at 2,16,2048, 1.09× at 2,16,4096, 1.12× at 2,32/8,4096, 1.05× [1.01,
+/// 1.06] at 2,16,8192, 1.05× at 2,32/8,8192 and 2,32/1,8192, but 0.96× [0.95, 0.97] at
+/// 2,16,16384 and 1,32/8,16384 (where the grid's 176-key tile with Q in registers stays); causal
+/// windows of 4096 at 16384 rows 1.07× and 1.05×; causal varlen batches 1.10×. At D=64 1.09×
+/// and 1.17× (causal) at 4,16,1024, 1.06× at 2,16,4096, 1.03× at 2,16,8192 and 2,16/1,8192,
+/// 1.07× at 2,16,8192 causal, 1.02× [0.97, 1.04] at 2,16,16384 causal, 1.12× under a causal
+/// window of 1024, 1.05× and 1.11× on the varlen suite's D=64 batches. Against cuDNN in the
+/// same call (16-01-51Z to 16-03-32Z): 1.12× at 4,16,1024,128 causal (the tuning before: 1.03×),
+/// 1.23× at 2,32/8,1024,128 causal, 1.04× [1.03, 1.05] at 4,16,1024,128 (before: 0.93-0.95×).
+const HOPPER_TWO_Q_TILES_MAX_CAUSAL_ROWS: usize = 8192;
 
-/// Keys per row up to which hopper keeps a 2-stage K/V ring at D=128 (non-causal, no window):
-/// key loops of at most 8 tiles. Against the tuned 3 stages the gate (batch mode, ten blocks a
-/// side) measured 1.01× [1.01, 1.02] at 2,16,1024,128 (evidence/gate/2026-11-27T10-51-55Z), and
-/// against cuDNN in one call 1.02× [1.02, 1.04] where 3 stages tied (1.00× [0.99, 1.00]), 0.94×
-/// where 3 stages measured 0.92× at 4,16,1024,128 and 2,32/8,1024,128 (11-03-59Z, 11-04-26Z).
-const HOPPER_SHORT_RING_MAX_KEYS: usize = 1024;
+/// Keys per row up to which hopper's full grids take two Q tiles without a mask at D=128 (see
+/// [`HOPPER_TWO_Q_TILES_MAX_CAUSAL_ROWS`]): against the tuning it replaced 1.13× at 4,16,512,
+/// 1.08× [1.06, 1.11] at 4,16,1024, 1.11× at 4,16,2048, 1.07× at 2,32/8,2048 and 1.06× [1.02,
+/// 1.09] at 2,16,4096 (against the 176-key tile). From 8192 keys the 176-key tile stays: 1.00×
+/// at 2,16,8192 and on the non-causal varlen batch (8192 longest), 0.97× [0.95, 1.00] at
+/// 2,16,16384. A window of 2048 both ways at 16384 measured 1.01× [0.97, 1.06]: not taken.
+const HOPPER_TWO_Q_TILES_MAX_KEYS: usize = 4096;
 
-/// Keys per row from which hopper takes FlashAttention-3's 128×176 tile in a 2-stage ring at D=128
-/// without a mask (Q then from shared memory: a 176-key tile leaves no registers for it). Since K
-/// and V of a ring slot are released apart (d1d660b), the gate (batch mode, ten blocks a side,
-/// intervals over whole blocks) measured it against the tuned 128-key tile 1.07× [1.04, 1.10] at
-/// 2,16,8192,128, 1.07× [1.05, 1.12] at 2,32/8,8192,128, 1.05× [1.02, 1.07] at 2,16,16384,128 and
-/// 1.05× [1.02, 1.07] at 2,32/8,4096,128 (evidence/gate/2026-11-27T09-50-56Z); before the split
-/// it had lost, 0.96× and 0.97× (2026-11-25T07-06-12Z). Under the causal mask from 8192 rows
-/// (the grid schedule, whose Q then leaves registers too): 1.06× [1.02, 1.10] at 2,16,8192,128,
-/// 1.05× [1.02, 1.09] at 2,32/8,8192,128, 1.05× [1.03, 1.07] at 2,16,16384,128 and 1.05× [1.04,
-/// 1.09] at 1,32/8,16384,128 (10-00-13Z). Shorter causal rows (the persistent schedule) and windows
-/// keep 128 keys: not measured with it.
-const HOPPER_WIDE_TILE_MIN_KEYS: usize = 4096;
-
+/// hopper's knobs per problem. A grid of at least one block per SM at the default rows takes two Q
+/// tiles in the persistent loop where they were measured ahead ([`hopper_takes_two_q_tiles`]);
+/// elsewhere (D=128: long rows, windows without the causal mask) the grid, with
+/// FlashAttention-3's 128×176 tile in a 2-stage ring where no window bounds the rows (Q then from
+/// shared memory: a 176-key tile leaves no registers for it); and from
+/// [`HOPPER_LAZY_RESCALE_MIN_KEYS`] keys conditional rescaling. Since K and V of a ring slot are
+/// released apart (d1d660b), the gate (batch mode, ten blocks a side) measured the 176-key tile
+/// against the 128-key one 1.07× [1.04, 1.10] at 2,16,8192,128, 1.07× [1.05, 1.12] at
+/// 2,32/8,8192,128, 1.05× [1.02, 1.07] at 2,16,16384,128 (evidence/gate/2026-11-27T09-50-56Z;
+/// before the split it had lost, 0.96× and 0.97×, 2026-11-25T07-06-12Z); causal, on the grid
+/// with Q in registers, 1.05× [1.03, 1.07] at 2,16,16384,128 and 1.05× [1.04, 1.09] at
+/// 1,32/8,16384,128 (10-00-13Z). Windows keep 128 keys: not measured with it.
+///
 /// Grids under one wave at the default rows per block (the seed suite's shapes): one consumer
 /// warpgroup of 64 rows, so that more blocks share the SMs, with 128-key tiles in 2 stages and
 /// neither overlap nor ping-pong (nothing to overlap with in 4 to 8 tiles). Measured on the H100
@@ -503,8 +511,8 @@ const HOPPER_WIDE_TILE_MIN_KEYS: usize = 4096;
 /// 1.32× [1.32, 1.32] the small-grid tuning's two waves of 256, 1.25× under the causal mask (the
 /// gate, batch mode, in blocks of 3 samples: evidence/gate/2026-11-27T09-20-43Z).
 ///
-/// Larger causal problems (a causal window too) take the persistent scheduler, heaviest row blocks
-/// first: measured on the H100 (bench --mode batch, fp16, grid -> persistent, FlashAttention-3 in
+/// Before two Q tiles, larger causal problems (a causal window too) took the persistent scheduler,
+/// heaviest row blocks first: measured on the H100 (bench --mode batch, fp16, grid -> persistent, FlashAttention-3 in
 /// brackets; evidence/bench/2026-11-24T21-56-*) (2,16,8192,128) causal 990 -> 939 µs (929),
 /// (2,16,8192,64) causal 590 -> 544 (591), (2,16,2048,128) causal 84.7 -> 77.6 (79.1),
 /// (2,32/8,8192,128) causal 1909 -> 1913 (1706: a tie; FA3's figures from benches before b681d13,
@@ -512,8 +520,9 @@ const HOPPER_WIDE_TILE_MIN_KEYS: usize = 4096;
 /// short sequences and 4% at 8192). Without a mask every row block does the
 /// same work and the grid stays: (2,16,8192,128) 1857 -> 1889, (4,16,2048,128) 231 -> 233.
 ///
-/// Except at D=128 from 8192 rows on, where the grid keeps Q in registers (which the persistent
-/// loop has no registers for) and gains more than the persistent order: the gate (batch mode)
+/// Except at D=128 from 8192 rows on (now past [`HOPPER_TWO_Q_TILES_MAX_CAUSAL_ROWS`]), where the
+/// grid keeps Q in registers (which the persistent loop has no registers for) and gained more than
+/// the persistent order with one Q tile: the gate (batch mode)
 /// measured the grid with Q_REGS=1 1.07× [1.06, 1.09] at (2,16,8192,128) causal and 1.05× [1.03,
 /// 1.06] at (2,32/8,8192,128) causal against the persistent schedule with Q in shared memory
 /// (evidence/gate/2026-11-25T07-49-27Z), and against FlashAttention-3 1.04×, 0.97×, 0.97× at
@@ -526,32 +535,17 @@ fn hopper_tuned(shape: &Shape, params: &Params) -> Config {
     let defaults = hopper_defaults(shape.head_dim);
     let rows = knob(&defaults, "BLOCK_M") as usize;
     if grid_blocks(shape, rows) >= H100_SMS {
-        // D=128 from 8192 rows: the grid schedule (chosen with Q in registers; the 176-key tile
-        // below now takes Q from shared memory, and the grid with it was not measured against
-        // the persistent loop).
-        let long_rows = knob(&defaults, "Q_REGS") == 1 && shape.seq_q >= 8192;
         let mut knobs = Vec::new();
-        if params.causal && !long_rows {
-            knobs.push(("SCHEDULE", 1));
-            if shape.head_dim == 128 && shape.seq_q < HOPPER_PERSISTENT_Q_REGS_MIN_ROWS {
-                knobs.push(("Q_REGS", 0));
-            }
-        }
         if shape.seq_kv >= HOPPER_LAZY_RESCALE_MIN_KEYS {
             knobs.push(("LAZY_RESCALE", 1));
         }
-        if shape.head_dim == 128
-            && !params.causal
-            && !params.window.is_bounded()
-            && shape.seq_kv <= HOPPER_SHORT_RING_MAX_KEYS
-        {
-            knobs.push(("STAGES", 2));
-        }
-        if shape.head_dim == 128
-            && (!params.causal || long_rows)
-            && !params.window.is_bounded()
-            && shape.seq_kv >= HOPPER_WIDE_TILE_MIN_KEYS
-        {
+        if hopper_takes_two_q_tiles(shape, params) {
+            knobs.extend([("SCHEDULE", 1), ("Q_REGS", 0), ("Q_STAGES", 2)]);
+            if shape.head_dim == 128 {
+                knobs.push(("STAGES", 2));
+            }
+        } else if !params.window.is_bounded() {
+            // D=128 past the two Q tiles' lengths: the grid, the 176-key tile.
             knobs.extend([("BLOCK_N", 176), ("STAGES", 2)]);
         }
         return Config::from_pairs(&knobs);
@@ -571,6 +565,19 @@ fn hopper_tuned(shape: &Shape, params: &Params) -> Config {
         return Config::default();
     }
     small
+}
+
+/// Whether a full grid of `shape` takes two Q tiles in the persistent loop (see
+/// [`HOPPER_TWO_Q_TILES_MAX_CAUSAL_ROWS`] and [`HOPPER_TWO_Q_TILES_MAX_KEYS`]).
+fn hopper_takes_two_q_tiles(shape: &Shape, params: &Params) -> bool {
+    if shape.head_dim != 128 {
+        return true;
+    }
+    if params.causal {
+        params.window.is_bounded() || shape.seq_q <= HOPPER_TWO_Q_TILES_MAX_CAUSAL_ROWS
+    } else {
+        !params.window.is_bounded() && shape.seq_kv <= HOPPER_TWO_Q_TILES_MAX_KEYS
+    }
 }
 
 /// The shared memory a resident hopper block of `cfg` takes of an H100 SM: the tiles, the
@@ -829,7 +836,7 @@ static REGISTRY: [Implementation; 7] = [
             ("LAZY_RESCALE", 0),
             ("Q_STAGES", 1),
         ],
-        yielding: &[("Q_REGS", 0)],
+        yielding: &[("Q_REGS", 0), ("Q_STAGES", 1)],
         defaults: hopper_defaults,
         tuned: hopper_tuned,
         constraints: |cfg, head_dim| {
@@ -1008,6 +1015,28 @@ impl Implementation {
         (self.tuned)(shape, params)
     }
 
+    /// The knobs for `shape` under `params`' mask with the user's `overrides` on top of its
+    /// tuning. Where the overrides rule out part of the tuning (SCHEDULE=0 where the tuning takes
+    /// the persistent loop's two Q tiles) the tuned values of the [`Implementation::yielding`]
+    /// knobs give way, so that [`Implementation::resolve`] yields them as it yields defaults.
+    pub fn tuned_under(&self, shape: &Shape, params: &Params, overrides: &Config) -> Config {
+        let tuned = self.tuned_for(shape, params);
+        let merged = tuned.merged(overrides);
+        let candidate = self.default_config(shape.head_dim).merged(&merged);
+        if (self.constraints)(&candidate, shape.head_dim).is_ok() {
+            return merged;
+        }
+        let yields = |name: &String| self.yielding.iter().any(|(knob, _)| knob == name);
+        let kept = Config(
+            tuned
+                .0
+                .into_iter()
+                .filter(|(name, _)| !yields(name))
+                .collect(),
+        );
+        kept.merged(overrides)
+    }
+
     /// Checks that this implementation handles `head_dim`.
     pub fn check_head_dim(&self, head_dim: usize) -> Result<()> {
         match self.head_dims {
@@ -1093,8 +1122,8 @@ impl Implementation {
 mod tests {
     use super::*;
 
-    /// The per-shape rules: which knobs a shape gets without a mask (empty: the defaults), and
-    /// that the result is a valid config for the H100.
+    /// The per-shape rules: the values a shape runs some knobs with, without a mask (tuned or the
+    /// defaults; empty: no tuning at all), and that the result is a valid config for the H100.
     fn check(implementation: &str, shape: (usize, usize, usize, usize), expected: &[(&str, i64)]) {
         check_masked(implementation, shape, false, expected);
     }
@@ -1119,11 +1148,13 @@ mod tests {
     ) {
         let imp = find(implementation).unwrap();
         let tuned = tuned_at(implementation, (b, h, s, d), causal);
+        // A knob's value as the shape runs it: tuned, else the default.
+        let effective = imp.default_config(d).merged(&tuned);
         for (name, value) in expected {
             assert_eq!(
-                tuned.get(name),
+                effective.get(name),
                 Some(*value),
-                "{implementation} {b},{h},{s},{d}: {name} in {tuned:?}"
+                "{implementation} {b},{h},{s},{d} causal={causal}: {name} in {tuned:?}"
             );
         }
         if expected.is_empty() {
@@ -1193,54 +1224,52 @@ mod tests {
             let tuned = tuned_at("hopper", (2, 16, 512, 128), causal);
             assert_eq!(tuned.get("BLOCK_M"), None, "{tuned:?}");
         }
-        check("hopper", (4, 16, 2048, 128), &[]);
-        check("hopper", (2, 16, 2048, 64), &[]);
-        // A 2-stage ring for short key loops at D=128.
-        check("hopper", (2, 16, 1024, 128), &[("STAGES", 2)]);
-        check("hopper", (2, 32, 1024, 64), &[]);
-        // Conditional rescaling from 4096 keys at D=64 too, with either mask.
-        check("hopper", (2, 16, 4096, 64), &[("LAZY_RESCALE", 1)]);
-        check("hopper", (2, 16, 8192, 64), &[("LAZY_RESCALE", 1)]);
-        check_masked(
-            "hopper",
-            (2, 16, 8192, 64),
-            true,
-            &[("LAZY_RESCALE", 1), ("SCHEDULE", 1)],
-        );
-        // hopper under a causal mask: the persistent scheduler once the grid fills the GPU, the
-        // small grids' knobs (and the grid) below.
-        check_masked(
-            "hopper",
-            (2, 16, 2048, 128),
-            true,
-            &[("SCHEDULE", 1), ("Q_REGS", 0)],
-        );
-        // With Q in registers from 4096 rows (the default at D=128: no override).
-        let causal_4096 = tuned_at("hopper", (2, 16, 4096, 128), true);
-        assert_eq!(causal_4096.get("SCHEDULE"), Some(1), "{causal_4096:?}");
-        assert_eq!(causal_4096.get("Q_REGS"), None, "{causal_4096:?}");
-        // And conditional rescaling at D=128 from 4096 keys, with either mask.
-        check_masked("hopper", (2, 16, 8192, 128), true, &[("LAZY_RESCALE", 1)]);
-        check_masked("hopper", (2, 16, 8192, 128), false, &[("LAZY_RESCALE", 1)]);
-        // And the 176-key tile from 4096 keys at D=128 without a mask only.
-        check_masked(
-            "hopper",
-            (2, 16, 4096, 128),
-            false,
-            &[("BLOCK_N", 176), ("STAGES", 2)],
-        );
-        check_masked(
-            "hopper",
-            (2, 16, 8192, 128),
-            true,
-            &[("BLOCK_N", 176), ("STAGES", 2)],
-        );
-        for (s, causal) in [(2048, false), (4096, true)] {
-            let tuned = tuned_at("hopper", (2, 16, s, 128), causal);
-            assert_eq!(tuned.get("BLOCK_N"), None, "{s} causal {causal}: {tuned:?}");
+        // Full grids: two Q tiles in the persistent loop (D=128: in a 2-stage ring) at D=64, and
+        // at D=128 up to 4096 keys without a mask and 8192 rows under a causal one; past them
+        // the grid's 176-key tile; conditional rescaling from 4096 keys with either.
+        let two_q = [("SCHEDULE", 1), ("Q_REGS", 0), ("Q_STAGES", 2)];
+        let two_q_128 = [two_q.as_slice(), &[("STAGES", 2)]].concat();
+        let wide = [("SCHEDULE", 0), ("BLOCK_N", 176), ("STAGES", 2)];
+        let lazy = [("LAZY_RESCALE", 1)];
+        for causal in [false, true] {
+            for (b, h, s) in [(2, 32, 1024), (2, 16, 2048), (2, 16, 8192), (2, 16, 16384)] {
+                let lazy: &[_] = if s >= 4096 {
+                    &lazy
+                } else {
+                    &[("LAZY_RESCALE", 0)]
+                };
+                check_masked(
+                    "hopper",
+                    (b, h, s, 64),
+                    causal,
+                    &[two_q.as_slice(), lazy].concat(),
+                );
+            }
         }
-        check_masked("hopper", (2, 16, 4096, 128), false, &[("LAZY_RESCALE", 1)]);
-        check_masked("hopper", (2, 16, 2048, 64), true, &[("SCHEDULE", 1)]);
+        for (s, causal, knobs) in [
+            (1024, false, two_q_128.as_slice()),
+            (2048, false, &two_q_128),
+            (4096, false, &[two_q_128.as_slice(), &lazy].concat()),
+            (8192, false, &[wide.as_slice(), &lazy].concat()),
+            (2048, true, &two_q_128),
+            (8192, true, &[two_q_128.as_slice(), &lazy].concat()),
+            (16384, true, &[wide.as_slice(), &lazy].concat()),
+        ] {
+            check_masked("hopper", (2, 16, s, 128), causal, knobs);
+        }
+        // A causal window takes two Q tiles at any length; a window both ways keeps the grid.
+        let long = Shape::new(2, 16, 16384, 16384, 128).unwrap();
+        let hopper = find("hopper").unwrap();
+        let bounded = |causal, right| {
+            Params::new(128, causal).with_window(attn_oracle::Window {
+                left: Some(4096),
+                right,
+            })
+        };
+        let causal_window = hopper.tuned_for(&long, &bounded(true, None));
+        assert_eq!(causal_window.get("Q_STAGES"), Some(2), "{causal_window:?}");
+        let both_ways = hopper.tuned_for(&long, &bounded(false, Some(2048)));
+        assert_eq!(both_ways, Config::from_pairs(&lazy), "{both_ways:?}");
         check_masked(
             "hopper",
             (1, 8, 512, 64),
@@ -1356,6 +1385,35 @@ mod tests {
     }
 
     #[test]
+    fn a_users_knobs_that_rule_out_two_q_tiles_take_one_where_the_tuning_had_two() {
+        let hopper = find("hopper").unwrap();
+        let shape = Shape::new(4, 16, 2048, 2048, 128).unwrap();
+        let params = Params::new(128, true);
+        let tuned = |user: &str| {
+            let merged = hopper.tuned_under(&shape, &params, &user.parse().unwrap());
+            hopper.resolve(&merged, 128, &Limits::H100)
+        };
+        assert_eq!(tuned("").unwrap().get("Q_STAGES"), Some(2));
+        for (user, knob, value) in [
+            ("SCHEDULE=0", "SCHEDULE", 0),
+            ("Q_REGS=1", "Q_REGS", 1),
+            ("STAGES=3", "STAGES", 3),
+            ("BLOCK_N=176", "Q_REGS", 0),
+        ] {
+            let cfg = tuned(user).unwrap_or_else(|e| panic!("{user}: {e}"));
+            assert_eq!(
+                (cfg.get("Q_STAGES"), cfg.get(knob)),
+                (Some(1), Some(value)),
+                "{user}"
+            );
+        }
+        // Knobs that leave two Q tiles possible keep them; the user's own Q_STAGES=2 never yields.
+        assert_eq!(tuned("LAZY_RESCALE=1").unwrap().get("Q_STAGES"), Some(2));
+        let err = tuned("SCHEDULE=0,Q_STAGES=2").unwrap_err().to_string();
+        assert!(err.contains("SCHEDULE=1"), "{err}");
+    }
+
+    #[test]
     fn hopper_takes_176_key_tiles_only_where_they_fit_and_where_measured() {
         let hopper = find("hopper").unwrap();
         // FlashAttention-3's D=128 tile: 128 x 176, 2 stages; 214016 bytes of dynamic shared memory.
@@ -1372,17 +1430,18 @@ mod tests {
         let err = resolve("BLOCK_N=176", 64).unwrap_err();
         assert!(err.contains("NUM_WARPS <= 8"), "{err}");
         resolve("BLOCK_N=176,NUM_WARPS=8,BLOCK_M=128", 64).unwrap();
-        // Not the defaults; per shape only where measured: D=128, no mask, from 4096 keys.
+        // Not the defaults; per shape only where measured: D=128 past two Q tiles' lengths.
         for d in [64, 128] {
             assert_eq!(hopper.default_config(d).get("BLOCK_N"), Some(128));
             for (shape, causal) in [
                 ((1, 8, 512), false),
                 ((2, 16, 8192), false),
                 ((2, 16, 8192), true),
+                ((2, 16, 16384), true),
             ] {
                 let (b, h, s) = shape;
                 let tuned = tuned_at("hopper", (b, h, s, d), causal);
-                let wide = d == 128 && s == 8192;
+                let wide = d == 128 && s == if causal { 16384 } else { 8192 };
                 assert_eq!(
                     tuned.get("BLOCK_N") == Some(176),
                     wide,

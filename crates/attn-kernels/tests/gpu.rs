@@ -181,7 +181,7 @@ fn schedules(name: &str) -> Vec<Config> {
     }
 }
 
-/// Opt-in configs (neither a default nor any shape's tuning picks them) that the matrices run
+/// Opt-in configs (which the matrices' shapes get from neither the defaults nor their tuning) that the matrices run
 /// too, each at its head dims and with extra lengths ragged at its tile: (implementation, config,
 /// head dims, lengths). hopper's FlashAttention-3 tile (#25): 128 x 176 in 2 stages at D=128, with
 /// two consumer warpgroups (overlap, ping-pong) and with one (neither); the lengths end 1 short
@@ -195,8 +195,9 @@ fn schedules(name: &str) -> Vec<Config> {
 /// (LAZY_RESCALE=1, the tuning at D=128 from 4096 keys: a row keeps its max while a tile raises it
 /// by at most 8 in the log2 domain, and O's rescale is skipped) forced onto every shape at both
 /// head dims; the checks' peaky and large-logit inputs take its rescale path, the others mostly
-/// skip it. And two Q tiles in the persistent loop with Q in shared memory (Q_STAGES=2) at both head
-/// dims (3 × 5 heads of 2048 rows: 240 items, two for most blocks). A config that names SCHEDULE
+/// skip it. And two Q tiles in the persistent loop with Q in shared memory (Q_STAGES=2, the tuning
+/// of grids that fill the GPU, which few of the matrices' shapes do) at both head dims (3 × 5 heads
+/// of 2048 rows: 240 items, two for most blocks). A config that names SCHEDULE
 /// runs with that schedule only.
 const OPT_IN: &[(&str, &str, &[usize], &[usize])] = &[
     ("hopper", "LAZY_RESCALE=1", &[64, 128], &[]),
