@@ -38,14 +38,14 @@
 //   NUM_WARPS ∈ {4, 8, 12}    consumer warps (1, 2 or 3 consumer warpgroups; 12 only at D 64);
 //                             default 12 at D 64, 8 at D 128
 //   BLOCK_M   = 16 · NUM_WARPS = 64 · consumer warpgroups (the only allowed value; defaulted)
-//   BLOCK_N   ∈ {64, 128, 176} keys per tile (the rows of a K/V TMA box); default 128. 176 is
-//                             FlashAttention-3's D 128 tile (128 × 176, 2 stages), opt-in
-//                             (`--config BLOCK_N=176,STAGES=2`): measured slower on the H100
-//                             (bench, batch mode: 2,16,8192,128 565 vs 603 TFLOP/s for the default
-//                             128 × 128 with 3 stages; 2,16,4096,128 529 vs 582), since two
-//                             stages do not hide the loads here. NUM_WARPS ≤ 8 (with
-//                             160 registers the 88 S and 44 P registers per thread spill), and at
-//                             D 128 STAGES 2 only (shared memory)
+//   BLOCK_N   ∈ {64, 128, 160, 176} keys per tile (the rows of a K/V TMA box); default 128. 176 is
+//                             FlashAttention-3's D 128 tile (128 × 176, 2 stages), the tuning at
+//                             D 128 past two Q tiles' lengths (the registry's hopper_tuned says
+//                             where, and what it measured); 160 (opt-in, not yet measured) is the
+//                             widest tile whose 2-stage ring fits beside two Q tiles (Q_STAGES 2)
+//                             at D 128. Both need NUM_WARPS ≤ 8 (with 160 registers the 80-88 S and
+//                             40-44 P registers per thread spill), and at D 128 STAGES 2 (shared
+//                             memory)
 //   STAGES    ∈ {2, 3, 4}     K/V ring depth; default 3
 //   OVERLAP   ∈ {0, 1}        default 1 (any STAGES: a tile's slot is released only after its P·V)
 //   PINGPONG  ∈ {0, 1}        default 1; 1 needs NUM_WARPS ≥ 8 and OVERLAP 1
@@ -290,8 +290,9 @@ static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "hopper.cu: HEAD_DIM must be 64
 static_assert(NUM_WARPS == 4 || NUM_WARPS == 8 || NUM_WARPS == 12, "hopper.cu: NUM_WARPS (consumer warps) must be 4, 8 or 12");
 static_assert(NUM_WARPS != 12 || HEAD_DIM == 64, "hopper.cu: NUM_WARPS 12 (160 registers per consumer thread) needs HEAD_DIM 64");
 static_assert(BLOCK_M == 16 * NUM_WARPS, "hopper.cu: BLOCK_M must equal 64 * (NUM_WARPS / 4)");
-static_assert(BLOCK_N == 64 || BLOCK_N == 128 || BLOCK_N == 176, "hopper.cu: BLOCK_N must be 64, 128 or 176");
-static_assert(BLOCK_N != 176 || NUM_WARPS <= 8, "hopper.cu: BLOCK_N 176 needs NUM_WARPS 4 or 8 (160 registers spill)");
+static_assert(BLOCK_N == 64 || BLOCK_N == 128 || BLOCK_N == 160 || BLOCK_N == 176,
+              "hopper.cu: BLOCK_N must be 64, 128, 160 or 176");
+static_assert(BLOCK_N <= 128 || NUM_WARPS <= 8, "hopper.cu: BLOCK_N 160 and 176 need NUM_WARPS 4 or 8 (160 registers spill)");
 // Every 64-column panel of a K/V tile (BLOCK_N rows of 128 bytes) must be whole 1024-byte swizzle
 // atoms, so that every panel and slot stays 1024-byte aligned: 176 rows = 22 atoms, no padding.
 static_assert(BLOCK_N % 8 == 0, "hopper.cu: BLOCK_N must be a multiple of 8 (whole swizzle atoms)");

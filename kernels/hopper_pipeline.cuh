@@ -149,6 +149,8 @@ __device__ __forceinline__ void qk_wgmma(float (&s_acc)[S_REGS], u32 q_rows, int
     const u64 desc_k = qk_desc_k(k_tile, kk);
 #if BLOCK_N == 176
     wgmma_ss_n176(s_acc, desc_q, desc_k, kk > 0 ? 1 : 0);
+#elif BLOCK_N == 160
+    wgmma_ss_n160(s_acc, desc_q, desc_k, kk > 0 ? 1 : 0);
 #elif BLOCK_N == 128
     wgmma_ss_n128(s_acc, desc_q, desc_k, kk > 0 ? 1 : 0);
 #else

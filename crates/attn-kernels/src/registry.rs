@@ -371,8 +371,8 @@ static HOPPER_KNOBS: [Knob; 11] = [
     },
     Knob {
         name: "BLOCK_N",
-        domain: &[64, 128, 176],
-        doc: "keys per K/V tile (the N of the S = Q·Kᵀ wgmma, the rows of a K/V TMA box); 176 (FlashAttention-3's D=128 tile, opt-in until measured) needs NUM_WARPS <= 8 and, at D=128, STAGES=2",
+        domain: &[64, 128, 160, 176],
+        doc: "keys per K/V tile (the N of the S = Q·Kᵀ wgmma, the rows of a K/V TMA box); 176 (FlashAttention-3's D=128 tile; tuned at D=128 past two Q tiles' lengths) and 160 (opt-in, not yet measured: the widest whose 2-stage ring fits beside two Q tiles at D=128) need NUM_WARPS <= 8 and, at D=128, STAGES=2",
     },
     Knob {
         name: "NUM_WARPS",
@@ -867,13 +867,13 @@ static REGISTRY: [Implementation; 7] = [
             if knob(cfg, "Q_STAGES") == 2 && (knob(cfg, "SCHEDULE") != 1 || knob(cfg, "Q_REGS") != 0) {
                 return Err("Q_STAGES=2 needs SCHEDULE=1 and Q_REGS=0 (a second Q tile serves the persistent loop with Q in shared memory); add SCHEDULE=1,Q_REGS=0".into());
             }
-            if n == 176 && w == 12 {
-                return Err("BLOCK_N=176 needs NUM_WARPS <= 8: with 3 consumer warpgroups (160 registers per thread) its 88 S and 44 P registers per thread spill; use NUM_WARPS=8".into());
+            if n > 128 && w == 12 {
+                return Err(format!("BLOCK_N={n} needs NUM_WARPS <= 8: with 3 consumer warpgroups (160 registers per thread) its {} S and {} P registers per thread spill; use NUM_WARPS=8", n / 2, n / 4));
             }
             let shared = hopper_dynamic_shared(cfg, head_dim as u32) + hopper_static_shared(cfg);
             if shared > Limits::H100.max_shared_per_block {
                 return Err(format!(
-                    "BLOCK_N={n} x STAGES={} K/V ring and {} Q tile(s) at head dim {head_dim}: {shared} bytes of shared memory (mbarriers included) > sm_90's {}; use fewer STAGES (BLOCK_N=176 or Q_STAGES=2 at D=128: STAGES=2)",
+                    "BLOCK_N={n} x STAGES={} K/V ring and {} Q tile(s) at head dim {head_dim}: {shared} bytes of shared memory (mbarriers included) > sm_90's {}; use fewer STAGES (BLOCK_N 160 or 176, or Q_STAGES=2, at D=128: STAGES=2; BLOCK_N=176 with Q_STAGES=2 does not fit)",
                     knob(cfg, "STAGES"),
                     q_stages(cfg),
                     Limits::H100.max_shared_per_block
@@ -1414,7 +1414,7 @@ mod tests {
     }
 
     #[test]
-    fn hopper_takes_176_key_tiles_only_where_they_fit_and_where_measured() {
+    fn hopper_takes_wide_key_tiles_only_where_they_fit_and_where_measured() {
         let hopper = find("hopper").unwrap();
         // FlashAttention-3's D=128 tile: 128 x 176, 2 stages; 214016 bytes of dynamic shared memory.
         let fa3 = resolve("BLOCK_N=176,STAGES=2", 128).unwrap();
@@ -1430,6 +1430,18 @@ mod tests {
         let err = resolve("BLOCK_N=176", 64).unwrap_err();
         assert!(err.contains("NUM_WARPS <= 8"), "{err}");
         resolve("BLOCK_N=176,NUM_WARPS=8,BLOCK_M=128", 64).unwrap();
+        assert!(resolve("BLOCK_N=160", 64)
+            .unwrap_err()
+            .contains("NUM_WARPS <= 8"));
+        // Two Q tiles leave room for a 2-stage ring of 160-key tiles at D=128, not of 176.
+        let two_q = "SCHEDULE=1,Q_REGS=0,Q_STAGES=2,STAGES=2";
+        let n160 = resolve(&format!("{two_q},BLOCK_N=160"), 128).unwrap();
+        assert_eq!(
+            hopper_dynamic_shared(&n160, 128),
+            1024 + 2 * 32_768 + 2 * 2 * 40_960
+        );
+        let err = resolve(&format!("{two_q},BLOCK_N=176"), 128).unwrap_err();
+        assert!(err.contains("shared memory"), "{err}");
         // Not the defaults; per shape only where measured: D=128 past two Q tiles' lengths.
         for d in [64, 128] {
             assert_eq!(hopper.default_config(d).get("BLOCK_N"), Some(128));

@@ -28,8 +28,14 @@ const PATH_KNOBS: [&str; 1] = ["SCHEDULE"];
 /// (PV_N=64, the default before N = 128); Q from shared memory (Q_REGS=0, the default before Q in
 /// registers) at D=128, and Q in registers with two overlapped consumer warpgroups at D=64.
 /// Conditional rescaling (LAZY_RESCALE=1) on the defaults at both head dims. (Two Q tiles in the
-/// persistent loop, Q_STAGES=2, are the suites' full grids' tuning at both head dims.)
-const OPT_IN: [(&str, &str, usize); 7] = [
+/// persistent loop, Q_STAGES=2, are the suites' full grids' tuning at both head dims.) Beside
+/// them at D=128 the widest K/V tile whose 2-stage ring fits, 160 keys.
+const OPT_IN: [(&str, &str, usize); 8] = [
+    (
+        "hopper",
+        "SCHEDULE=1,Q_REGS=0,Q_STAGES=2,STAGES=2,BLOCK_N=160",
+        128,
+    ),
     ("hopper", "LAZY_RESCALE=1", 128),
     ("hopper", "LAZY_RESCALE=1", 64),
     ("hopper", "BLOCK_N=176,STAGES=2", 128),

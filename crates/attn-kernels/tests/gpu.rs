@@ -181,24 +181,24 @@ fn schedules(name: &str) -> Vec<Config> {
     }
 }
 
-/// Opt-in configs (which the matrices' shapes get from neither the defaults nor their tuning) that the matrices run
-/// too, each at its head dims and with extra lengths ragged at its tile: (implementation, config,
-/// head dims, lengths). hopper's FlashAttention-3 tile (#25): 128 x 176 in 2 stages at D=128, with
-/// two consumer warpgroups (overlap, ping-pong) and with one (neither); the lengths end 1 short
-/// of, 1 past and 35 into a 176-key tile (4099 = 23 · 176 + 51). And hopper's N = 64 P·V per panel
-/// at D=128 (PV_N=64, the default before N = 128), on the defaults and per-shape tunings and on
-/// the 176-key tile. And Q from shared memory at D=128 (Q_REGS=0, the default before Q in
-/// registers), on the defaults and tunings; Q in registers on D=128's default tile forced onto
+/// Opt-in configs (which the matrices' shapes get from neither the defaults nor their tuning) that
+/// the matrices run too, each at its head dims and with extra lengths ragged at its tile:
+/// (implementation, config, head dims, lengths). hopper's FlashAttention-3 tile (#25): 128 x 176 in
+/// 2 stages at D=128, with two consumer warpgroups (overlap, ping-pong) and with one (neither); the
+/// lengths end 1 short of, 1 past and 35 into a 176-key tile (4099 = 23 · 176 + 51). And hopper's N
+/// = 64 P·V per panel at D=128 (PV_N=64, the default before N = 128), on the defaults and per-shape
+/// tunings and on the 176-key tile. And Q from shared memory at D=128 (Q_REGS=0, the default before
+/// Q in registers), on the defaults and tunings; Q in registers on D=128's default tile forced onto
 /// every shape with each schedule (the tunings of small grids yield Q_REGS to 0, causal ones under
-/// 8192 rows set it to 0), and at D=64 with two overlapped
-/// consumer warpgroups (its three have no registers for it). And conditional rescaling
-/// (LAZY_RESCALE=1, the tuning at D=128 from 4096 keys: a row keeps its max while a tile raises it
-/// by at most 8 in the log2 domain, and O's rescale is skipped) forced onto every shape at both
-/// head dims; the checks' peaky and large-logit inputs take its rescale path, the others mostly
-/// skip it. And two Q tiles in the persistent loop with Q in shared memory (Q_STAGES=2, the tuning
-/// of grids that fill the GPU, which few of the matrices' shapes do) at both head dims (3 × 5 heads
-/// of 2048 rows: 240 items, two for most blocks). A config that names SCHEDULE
-/// runs with that schedule only.
+/// 8192 rows set it to 0), and at D=64 with two overlapped consumer warpgroups (its three have no
+/// registers for it). And conditional rescaling (LAZY_RESCALE=1, the tuning at D=128 from 4096
+/// keys: a row keeps its max while a tile raises it by at most 8 in the log2 domain, and O's
+/// rescale is skipped) forced onto every shape at both head dims; the checks' peaky and large-logit
+/// inputs take its rescale path, the others mostly skip it. And two Q tiles in the persistent loop
+/// with Q in shared memory (Q_STAGES=2, the tuning of grids that fill the GPU, which few of the
+/// matrices' shapes do) at both head dims (3 × 5 heads of 2048 rows: 240 items, two for most
+/// blocks), and beside them at D=128 160-key tiles (the widest whose 2-stage ring fits; lengths 1
+/// short of, 1 past and 67 into a tile). A config that names SCHEDULE runs with that schedule only.
 const OPT_IN: &[(&str, &str, &[usize], &[usize])] = &[
     ("hopper", "LAZY_RESCALE=1", &[64, 128], &[]),
     (
@@ -206,6 +206,12 @@ const OPT_IN: &[(&str, &str, &[usize], &[usize])] = &[
         "SCHEDULE=1,Q_REGS=0,Q_STAGES=2,STAGES=2",
         &[64, 128],
         &[],
+    ),
+    (
+        "hopper",
+        "SCHEDULE=1,Q_REGS=0,Q_STAGES=2,STAGES=2,BLOCK_N=160",
+        &[128],
+        &[159, 161, 387],
     ),
     ("hopper", "PV_N=64", &[128], &[]),
     ("hopper", "Q_REGS=0", &[128], &[]),
