@@ -186,11 +186,14 @@ mod tests {
         // on top of those with BLOCK_N 64 or 128, 1 or 2 warpgroups and OVERLAP=1: D 64 60 less the
         // 24 unoverlapped, D 128 2 × (50 less 20 unoverlapped). Every one twice: LAZY_RESCALE 0
         // and 1. Q_STAGES=2 on top of those with SCHEDULE=1 and Q_REGS=0 (half of the first four
-        // terms), less the 12 at D 128 that a second Q tile takes over the limit.
+        // terms), less the 12 at D 128 that a second Q tile takes over the limit. BLOCK_N 160 as
+        // 176 (30 + 2 × 10), and every one of those with SCHEDULE=1 and Q_REGS=0 with Q_STAGES=2
+        // too (15 + 10: at D 128 its 2-stage ring fits beside two Q tiles).
         let q_stages_2 = (96 + 30) / 2 + (2 * 50 + 2 * 10) / 2 - 12;
+        let block_n_160 = 30 + 2 * 10 + 15 + 10;
         assert_eq!(
             lines.len(),
-            2 * (96 + 2 * 50 + 30 + 2 * 10 + (60 - 24) + 2 * (50 - 20) + q_stages_2)
+            2 * (96 + 2 * 50 + 30 + 2 * 10 + (60 - 24) + 2 * (50 - 20) + q_stages_2 + block_n_160)
         );
         assert!(!lines
             .iter()
@@ -217,6 +220,9 @@ mod tests {
             &"HEAD_DIM=128 BLOCK_M=128 BLOCK_N=176 NUM_WARPS=8 STAGES=2 OVERLAP=1 PINGPONG=1 SCHEDULE=0 Q_REGS=0 PV_N=64 LAZY_RESCALE=0 Q_STAGES=1 SHARED_BYTES=214016"
                 .to_string()
         ));
+        assert!(lines.iter().any(|l| l.starts_with("HEAD_DIM=128")
+            && l.contains("BLOCK_N=160 NUM_WARPS=8 STAGES=2")
+            && l.contains("Q_STAGES=2 SHARED_BYTES=230400")));
         assert!(!lines.iter().any(|l| l.contains("BLOCK_N=176 NUM_WARPS=12")
             || l.contains("HEAD_DIM=128 BLOCK_M=128 BLOCK_N=176 NUM_WARPS=8 STAGES=3")));
     }
