@@ -472,7 +472,7 @@ const HOPPER_LAZY_RESCALE_MIN_KEYS: usize = 4096;
 /// measured at D=128 causal 1.15× at 4,16,512, 1.09× [1.08, 1.10] at 4,16,1024, 1.14× at
 /// 2,32/8,1024, 1.07× at 2,16,2048, 1.09× at 2,16,4096, 1.12× at 2,32/8,4096, 1.05× [1.01,
 /// 1.06] at 2,16,8192, 1.05× at 2,32/8,8192 and 2,32/1,8192, but 0.96× [0.95, 0.97] at
-/// 2,16,16384 and 1,32/8,16384 (where the grid's 176-key tile with Q in registers stays); causal
+/// 2,16,16384 and 1,32/8,16384 (where the grid's 176-key tile stays); causal
 /// windows of 4096 at 16384 rows 1.07× and 1.05×; causal varlen batches 1.10×. At D=64 1.09×
 /// and 1.17× (causal) at 4,16,1024, 1.06× at 2,16,4096, 1.03× at 2,16,8192 and 2,16/1,8192,
 /// 1.07× at 2,16,8192 causal, 1.02× [0.97, 1.04] at 2,16,16384 causal, 1.12× under a causal
