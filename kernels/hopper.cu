@@ -912,14 +912,24 @@ __device__ __forceinline__ void publish_no_item(Barriers& bars, int buffer) {
 #endif
 }
 
+// The Q buffer of the producer's item `it` (the block's it-th), once the consumers have released it
+// from the item Q_STAGES before (q_empty's phase of the buffer's previous use).
+__device__ __forceinline__ int wait_for_q_buffer(Barriers& bars, u32 it) {
+    const int buffer = it % Q_STAGES;
+    const u32 use = it / Q_STAGES;  // the buffer's earlier items
+    if (use > 0) mbar_wait(smem_addr(&bars.q_empty[buffer]), (use - 1) & 1);
+    return buffer;
+}
+
 // The producer warp of a persistent block: schedules its items and issues their copies (lane 0),
 // then tells the consumers that none is left. Per item: its first K/V tile (which may land while
 // the consumers finish the previous item), then, once the consumers are done with the Q tile, the
-// item and its Q, then its other K/V tiles; with two Q tiles (Q_STAGES 2) the item and its Q first,
-// into the tile the item before the previous one released, then all its K/V tiles. Dynamic schedules take the next ticket at the start of
-// an item (its latency hides behind the copies) and the last block to finish resets the counter to
-// zero for the next launch (every block has taken its last ticket by then; launches on one stream
-// run one after another, CUDA graph replays included).
+// item and its Q, then its other K/V tiles; with two Q tiles (Q_STAGES 2) the item and its Q
+// first, into the tile the item before the previous one released, then all its K/V tiles. Dynamic
+// schedules take the next ticket at the start of an item (its latency hides behind the copies) and
+// the last block to finish resets the counter to zero for the next launch (every block has taken
+// its last ticket by then; launches on one stream run one after another, CUDA graph replays
+// included).
 __device__ __forceinline__ void schedule_and_produce(Barriers& bars, u32 q_tile, u32 k_tiles, u32 v_tiles,
                                                      const HopperTensorMap* map_q, const HopperTensorMap* map_k,
                                                      const HopperTensorMap* map_v, int batch, int heads,
@@ -946,9 +956,7 @@ __device__ __forceinline__ void schedule_and_produce(Barriers& bars, u32 q_tile,
             // buffer was freed by the item before the previous one: its Q goes first.
             const int lead = Q_STAGES == 2 ? 0 : min(tiles.count, 1);
             produce_kv(bars, copied, k_tiles, v_tiles, map_k, map_v, c, lead);
-            const int buffer = it % Q_STAGES;
-            const u32 use = it / Q_STAGES;  // the buffer's earlier items
-            if (use > 0) mbar_wait(smem_addr(&bars.q_empty[buffer]), (use - 1) & 1);
+            const int buffer = wait_for_q_buffer(bars, it);
             publish_item(bars, buffer, b, h, m0);
             // Its arrive releases the item's words.
             load_q_tile(bars, q_tile, map_q, c.q1, c.q2, buffer);
@@ -958,9 +966,7 @@ __device__ __forceinline__ void schedule_and_produce(Barriers& bars, u32 q_tile,
                               : index + static_cast<int>(gridDim.x);
     }
     if (lane == 0) {
-        const int buffer = it % Q_STAGES;
-        const u32 use = it / Q_STAGES;
-        if (use > 0) mbar_wait(smem_addr(&bars.q_empty[buffer]), (use - 1) & 1);
+        const int buffer = wait_for_q_buffer(bars, it);
         publish_no_item(bars, buffer);
         // The phase completes with no transaction: no item left.
         mbar_arrive(smem_addr(&bars.q_full[buffer]));

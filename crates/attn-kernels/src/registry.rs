@@ -512,21 +512,21 @@ const HOPPER_TWO_Q_TILES_MAX_KEYS: usize = 4096;
 /// gate, batch mode, in blocks of 3 samples: evidence/gate/2026-11-27T09-20-43Z).
 ///
 /// Before two Q tiles, larger causal problems (a causal window too) took the persistent scheduler,
-/// heaviest row blocks first: measured on the H100 (bench --mode batch, fp16, grid -> persistent, FlashAttention-3 in
-/// brackets; evidence/bench/2026-11-24T21-56-*) (2,16,8192,128) causal 990 -> 939 µs (929),
-/// (2,16,8192,64) causal 590 -> 544 (591), (2,16,2048,128) causal 84.7 -> 77.6 (79.1),
-/// (2,32/8,8192,128) causal 1909 -> 1913 (1706: a tie; FA3's figures from benches before b681d13,
-/// which timed it on 2 to 8 resident input sets against hopper's 50, in its favour by up to 18% at
-/// short sequences and 4% at 8192). Without a mask every row block does the
-/// same work and the grid stays: (2,16,8192,128) 1857 -> 1889, (4,16,2048,128) 231 -> 233.
+/// heaviest row blocks first: measured on the H100 (bench --mode batch, fp16, grid -> persistent,
+/// FlashAttention-3 in brackets; evidence/bench/2026-11-24T21-56-*) (2,16,8192,128) causal 990 ->
+/// 939 µs (929), (2,16,8192,64) causal 590 -> 544 (591), (2,16,2048,128) causal 84.7 -> 77.6
+/// (79.1), (2,32/8,8192,128) causal 1909 -> 1913 (1706: a tie; FA3's figures from benches before
+/// b681d13, which timed it on 2 to 8 resident input sets against hopper's 50, in its favour by up
+/// to 18% at short sequences and 4% at 8192). Without a mask every row block does the same work and
+/// the grid stays: (2,16,8192,128) 1857 -> 1889, (4,16,2048,128) 231 -> 233.
 ///
 /// Except at D=128 from 8192 rows on (now past [`HOPPER_TWO_Q_TILES_MAX_CAUSAL_ROWS`]), where the
 /// grid keeps Q in registers (which the persistent loop has no registers for) and gained more than
-/// the persistent order with one Q tile: the gate (batch mode)
-/// measured the grid with Q_REGS=1 1.07× [1.06, 1.09] at (2,16,8192,128) causal and 1.05× [1.03,
-/// 1.06] at (2,32/8,8192,128) causal against the persistent schedule with Q in shared memory
-/// (evidence/gate/2026-11-25T07-49-27Z), and against FlashAttention-3 1.04×, 0.97×, 0.97× at
-/// (1,32/8,16384,128) causal (the persistent one 1.02×, 0.96×, 0.93×; 07-54-05Z, 07-28-48Z).
+/// the persistent order with one Q tile: the gate (batch mode) measured the grid with Q_REGS=1
+/// 1.07× [1.06, 1.09] at (2,16,8192,128) causal and 1.05× [1.03, 1.06] at (2,32/8,8192,128) causal
+/// against the persistent schedule with Q in shared memory (evidence/gate/2026-11-25T07-49-27Z),
+/// and against FlashAttention-3 1.04×, 0.97×, 0.97× at (1,32/8,16384,128) causal (the persistent
+/// one 1.02×, 0.96×, 0.93×; 07-54-05Z, 07-28-48Z).
 ///
 /// Gate figures before 2026-11-27T09-30Z were taken in blocks of 10 samples, two a side at
 /// `--samples 20`, where hopper measured against itself read up to 1.11× (the gate's
@@ -591,10 +591,10 @@ fn hopper_shared_on_sm(cfg: &Config, head_dim: u32) -> u32 {
 /// hopper's dynamic shared memory: 1 KiB of slack to align the tiles to the 1024-byte swizzle atom,
 /// the Q tile (Q_STAGES of them), then STAGES × (K tile + V tile). Every tile and every 64-column
 /// panel of one is a whole number of 1024-byte swizzle atoms (8 rows of 128 bytes; BLOCK_M and
-/// BLOCK_N are multiples of 8: a 176-key panel is 22 atoms), so no padding. hopper's constraints add the kernel's static
-/// shared memory ([`hopper_static_shared`]) against sm_90's 232448-byte limit. Public for the
-/// micro-benchmark of hopper's pipeline (attn-measure's `micro`), which has the same layout.
-/// Reads `BLOCK_M`, `BLOCK_N` and `STAGES` of `cfg`.
+/// BLOCK_N are multiples of 8: a 176-key panel is 22 atoms), so no padding. hopper's constraints
+/// add the kernel's static shared memory ([`hopper_static_shared`]) against sm_90's 232448-byte
+/// limit. Public for the micro-benchmark of hopper's pipeline (attn-measure's `micro`), which has
+/// the same layout. Reads `BLOCK_M`, `BLOCK_N`, `STAGES` and `Q_STAGES` of `cfg`.
 pub fn hopper_dynamic_shared(cfg: &Config, head_dim: u32) -> u32 {
     let (m, n, stages) = (
         knob(cfg, "BLOCK_M"),

@@ -186,11 +186,11 @@ fn schedules(name: &str) -> Vec<Config> {
 /// (implementation, config, head dims, lengths). hopper's FlashAttention-3 tile (#25): 128 x 176 in
 /// 2 stages at D=128, with two consumer warpgroups (overlap, ping-pong) and with one (neither); the
 /// lengths end 1 short of, 1 past and 35 into a 176-key tile (4099 = 23 · 176 + 51). And hopper's
-/// N = 64 P·V per panel at D=128 (PV_N=64, the default before N = 128), on the defaults and per-shape
+/// N=64 P·V per panel at D=128 (PV_N=64, the default before N = 128), on the defaults and per-shape
 /// tunings and on the 176-key tile. And Q from shared memory at D=128 (Q_REGS=0, the default before
 /// Q in registers), on the defaults and tunings; Q in registers on D=128's default tile forced onto
-/// every shape with each schedule (the tunings of small grids yield Q_REGS to 0, causal ones under
-/// 8192 rows set it to 0), and at D=64 with two overlapped consumer warpgroups (its three have no
+/// every shape with each schedule (the tunings of small grids yield Q_REGS to 0, those with two Q
+/// tiles set it to 0), and at D=64 with two overlapped consumer warpgroups (its three have no
 /// registers for it). And conditional rescaling (LAZY_RESCALE=1, the tuning at D=128 from 4096
 /// keys: a row keeps its max while a tile raises it by at most 8 in the log2 domain, and O's
 /// rescale is skipped) forced onto every shape at both head dims; the checks' peaky and large-logit
