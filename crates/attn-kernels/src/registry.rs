@@ -486,8 +486,25 @@ const HOPPER_TWO_Q_TILES_MAX_CAUSAL_ROWS: usize = 8192;
 /// 1.08× [1.06, 1.11] at 4,16,1024, 1.11× at 4,16,2048, 1.07× at 2,32/8,2048 and 1.06× [1.02,
 /// 1.09] at 2,16,4096 (against the 176-key tile). From 8192 keys the 176-key tile stays: 1.00×
 /// at 2,16,8192 and on the non-causal varlen batch (8192 longest), 0.97× [0.95, 1.00] at
-/// 2,16,16384. A window of 2048 both ways at 16384 measured 1.01× [0.97, 1.06]: not taken.
+/// 2,16,16384. A window of 2048 both ways at 16384 measured 1.01× [0.97, 1.06] with 128-key tiles: taken
+/// only with 160-key ones ([`HOPPER_160_KEY_TILES_MIN_KEYS`]).
 const HOPPER_TWO_Q_TILES_MAX_KEYS: usize = 4096;
+
+/// Keys a row sees on average under the mask (the varlen batches' longest sequence), from which
+/// hopper's two Q tiles at D=128 take 160-key tiles (230,400 bytes of shared memory with the
+/// 2-stage ring; 176 keys do not fit beside two Q tiles), and from which a window both ways takes
+/// two Q tiles at all. Against the tuning it replaced (two Q tiles of 128 keys, or past them the
+/// grid) the gate (batch mode, ten blocks a side; evidence/gate/2026-11-27T18-4*Z and 18-57-39Z)
+/// measured 1.07× [1.01, 1.11] at 4,16,2048, 1.05× [1.00, 1.13] at 2,32/8,2048, 1.08× [1.05,
+/// 1.10] at 2,16,4096 and 1.05× [1.02, 1.07] at 2,32/8,4096 without a mask; causal 1.04× [0.99,
+/// 1.11] at 2,16,4096, 1.10× at 2,32/8,4096, 1.05× [1.02, 1.08] at 2,16,8192, 1.08× at
+/// 2,32/8,8192, 1.04× [1.02, 1.06] at 2,32/1,8192; causal windows of 4096 at 16384 rows 1.10× and
+/// 1.03× [1.00, 1.07]; the window of 2048 both ways at 16384 (against the grid) 1.04× [1.02, 1.07];
+/// the varlen suite's causal D=128 batches 1.08×, 1.09× and 1.11×. Under it they lose: 0.95×
+/// [0.94, 0.97] at 2,16,2048 causal (1024 keys a row), 1.00× at 2,32/8,2048 causal. Past the two
+/// Q tiles' lengths, against the grid's 176-key tile: 1.03× [0.99, 1.05] at 2,16,8192 without a
+/// mask, 0.97× at 2,16,16384, 0.98× at 2,16,16384 and 1,32/8,16384 causal: not taken.
+const HOPPER_160_KEY_TILES_MIN_KEYS: usize = 2048;
 
 /// hopper's knobs per problem. A grid of at least one block per SM at the default rows takes two Q
 /// tiles in the persistent loop where they were measured ahead ([`hopper_takes_two_q_tiles`]);
@@ -543,6 +560,9 @@ fn hopper_tuned(shape: &Shape, params: &Params) -> Config {
             knobs.extend([("SCHEDULE", 1), ("Q_REGS", 0), ("Q_STAGES", 2)]);
             if shape.head_dim == 128 {
                 knobs.push(("STAGES", 2));
+                if hopper_takes_160_key_tiles(shape, params) {
+                    knobs.push(("BLOCK_N", 160));
+                }
             }
         } else if !params.window.is_bounded() {
             // D=128 past the two Q tiles' lengths: the grid, the 176-key tile.
@@ -573,11 +593,21 @@ fn hopper_takes_two_q_tiles(shape: &Shape, params: &Params) -> bool {
     if shape.head_dim != 128 {
         return true;
     }
-    if params.causal {
-        params.window.is_bounded() || shape.seq_q <= HOPPER_TWO_Q_TILES_MAX_CAUSAL_ROWS
-    } else {
-        !params.window.is_bounded() && shape.seq_kv <= HOPPER_TWO_Q_TILES_MAX_KEYS
+    match (params.causal, params.window.is_bounded()) {
+        (true, true) => true,
+        (true, false) => shape.seq_q <= HOPPER_TWO_Q_TILES_MAX_CAUSAL_ROWS,
+        (false, false) => shape.seq_kv <= HOPPER_TWO_Q_TILES_MAX_KEYS,
+        // A window both ways: only where the 160-key tile comes with them (measured so).
+        (false, true) => hopper_takes_160_key_tiles(shape, params),
     }
+}
+
+/// Whether hopper's two Q tiles at D=128 take 160-key tiles: where a row sees at least
+/// [`HOPPER_160_KEY_TILES_MIN_KEYS`] keys on average under the mask.
+fn hopper_takes_160_key_tiles(shape: &Shape, params: &Params) -> bool {
+    let rows = shape.seq_q.max(1);
+    let keys_per_row = params.visible_pairs(shape.seq_q, shape.seq_kv) / rows as u64;
+    shape.head_dim == 128 && keys_per_row >= HOPPER_160_KEY_TILES_MIN_KEYS as u64
 }
 
 /// The shared memory a resident hopper block of `cfg` takes of an H100 SM: the tiles, the
@@ -1018,12 +1048,14 @@ impl Implementation {
     /// The knobs for `shape` under `params`' mask with the user's `overrides` on top of its
     /// tuning. Where the overrides rule out part of the tuning (SCHEDULE=0 where the tuning takes
     /// the persistent loop's two Q tiles) the tuned values of the [`Implementation::yielding`]
-    /// knobs give way, so that [`Implementation::resolve`] yields them as it yields defaults.
+    /// knobs give way, so that [`Implementation::resolve`] yields them as it yields defaults; where
+    /// the rest of the tuning still rules them out (Q_REGS=1 beside a tuned 160-key tile), the
+    /// whole tuning does.
     pub fn tuned_under(&self, shape: &Shape, params: &Params, overrides: &Config) -> Config {
         let tuned = self.tuned_for(shape, params);
+        let valid = |cfg: &Config| self.constrained(cfg, shape.head_dim).is_ok();
         let merged = tuned.merged(overrides);
-        let candidate = self.default_config(shape.head_dim).merged(&merged);
-        if (self.constraints)(&candidate, shape.head_dim).is_ok() {
+        if valid(&merged) {
             return merged;
         }
         let yields = |name: &String| self.yielding.iter().any(|(knob, _)| knob == name);
@@ -1033,8 +1065,14 @@ impl Implementation {
                 .into_iter()
                 .filter(|(name, _)| !yields(name))
                 .collect(),
-        );
-        kept.merged(overrides)
+        )
+        .merged(overrides);
+        if valid(&kept) {
+            return kept;
+        }
+        // The tuning's tile itself rules the user's knobs out (Q_REGS=1 beside a 160-key tile):
+        // the user's knobs over the defaults, whose error, if any, is the user's own.
+        overrides.clone()
     }
 
     /// Checks that this implementation handles `head_dim`.
@@ -1047,6 +1085,27 @@ impl Implementation {
             _ if head_dim == 0 => Err(KernelError::Shape("head dim must be at least 1".into())),
             _ => Ok(()),
         }
+    }
+
+    /// The defaults with `overrides` applied and checked against the constraints, the
+    /// [`Implementation::yielding`] knobs the overrides leave unset giving way where they break one.
+    fn constrained(
+        &self,
+        overrides: &Config,
+        head_dim: usize,
+    ) -> std::result::Result<Config, String> {
+        let mut cfg = self.default_config(head_dim).merged(overrides);
+        if (self.constraints)(&cfg, head_dim).is_err() {
+            let yielded: Vec<(&str, i64)> = self
+                .yielding
+                .iter()
+                .filter(|(name, _)| overrides.get(name).is_none())
+                .copied()
+                .collect();
+            // With nothing to yield the reason stands as it is; else the reason that remains.
+            cfg = cfg.merged(&Config::from_pairs(&yielded));
+        }
+        (self.constraints)(&cfg, head_dim).map(|()| cfg)
     }
 
     /// The defaults with `overrides` applied, validated against the knobs' domains, the
@@ -1076,18 +1135,7 @@ impl Implementation {
                 )));
             }
         }
-        let mut cfg = self.default_config(head_dim).merged(overrides);
-        if (self.constraints)(&cfg, head_dim).is_err() {
-            let yielded: Vec<(&str, i64)> = self
-                .yielding
-                .iter()
-                .filter(|(name, _)| overrides.get(name).is_none())
-                .copied()
-                .collect();
-            // With nothing to yield the reason stands as it is; else the reason that remains.
-            cfg = cfg.merged(&Config::from_pairs(&yielded));
-        }
-        (self.constraints)(&cfg, head_dim).map_err(invalid)?;
+        let cfg = self.constrained(overrides, head_dim).map_err(invalid)?;
         let probe = Shape::single(head_dim);
         let geometry = (self.geometry)(&cfg, &probe);
         if geometry.block > limits.max_threads_per_block {
@@ -1246,30 +1294,51 @@ mod tests {
                 );
             }
         }
+        // From 2048 keys a row on average (causal: from 4096 rows) with 160-key tiles.
+        let keys = |n| [("BLOCK_N", n)];
         for (s, causal, knobs) in [
-            (1024, false, two_q_128.as_slice()),
-            (2048, false, &two_q_128),
-            (4096, false, &[two_q_128.as_slice(), &lazy].concat()),
-            (8192, false, &[wide.as_slice(), &lazy].concat()),
-            (2048, true, &two_q_128),
-            (8192, true, &[two_q_128.as_slice(), &lazy].concat()),
-            (16384, true, &[wide.as_slice(), &lazy].concat()),
+            (1024, false, [two_q_128.as_slice(), &keys(128)].concat()),
+            (2048, false, [two_q_128.as_slice(), &keys(160)].concat()),
+            (
+                4096,
+                false,
+                [two_q_128.as_slice(), &keys(160), &lazy].concat(),
+            ),
+            (8192, false, [wide.as_slice(), &lazy].concat()),
+            (2048, true, [two_q_128.as_slice(), &keys(128)].concat()),
+            (
+                4096,
+                true,
+                [two_q_128.as_slice(), &keys(160), &lazy].concat(),
+            ),
+            (
+                8192,
+                true,
+                [two_q_128.as_slice(), &keys(160), &lazy].concat(),
+            ),
+            (16384, true, [wide.as_slice(), &lazy].concat()),
         ] {
-            check_masked("hopper", (2, 16, s, 128), causal, knobs);
+            check_masked("hopper", (2, 16, s, 128), causal, &knobs);
         }
-        // A causal window takes two Q tiles at any length; a window both ways keeps the grid.
+        // A causal window takes two Q tiles at any length, with 160-key tiles from 2048 keys a
+        // row; a window both ways takes them only from there, else keeps the grid.
         let long = Shape::new(2, 16, 16384, 16384, 128).unwrap();
         let hopper = find("hopper").unwrap();
-        let bounded = |causal, right| {
+        let bounded = |(left, causal), right| {
             Params::new(128, causal).with_window(attn_oracle::Window {
-                left: Some(4096),
+                left: Some(left),
                 right,
             })
         };
-        let causal_window = hopper.tuned_for(&long, &bounded(true, None));
-        assert_eq!(causal_window.get("Q_STAGES"), Some(2), "{causal_window:?}");
-        let both_ways = hopper.tuned_for(&long, &bounded(false, Some(2048)));
-        assert_eq!(both_ways, Config::from_pairs(&lazy), "{both_ways:?}");
+        let knobs_under = |left, right| {
+            let cfg = hopper.tuned_for(&long, &bounded(left, right));
+            (cfg.get("Q_STAGES"), cfg.get("BLOCK_N"))
+        };
+        assert_eq!(knobs_under((4096, true), None), (Some(2), Some(160)));
+        assert_eq!(knobs_under((1024, true), None), (Some(2), None));
+        assert_eq!(knobs_under((2048, false), Some(2048)), (Some(2), Some(160)));
+        let narrow = hopper.tuned_for(&long, &bounded((512, false), Some(512)));
+        assert_eq!(narrow, Config::from_pairs(&lazy), "{narrow:?}");
         check_masked(
             "hopper",
             (1, 8, 512, 64),
@@ -1411,6 +1480,18 @@ mod tests {
         assert_eq!(tuned("LAZY_RESCALE=1").unwrap().get("Q_STAGES"), Some(2));
         let err = tuned("SCHEDULE=0,Q_STAGES=2").unwrap_err().to_string();
         assert!(err.contains("SCHEDULE=1"), "{err}");
+        // Where the tuning's 160-key tile rules the user's knobs out, the whole tuning yields.
+        let long = Shape::new(2, 16, 4096, 4096, 128).unwrap();
+        let tuned_long = |user: &str| {
+            let merged = hopper.tuned_under(&long, &params, &user.parse().unwrap());
+            let cfg = hopper.resolve(&merged, 128, &Limits::H100);
+            let cfg = cfg.unwrap_or_else(|e| panic!("{user}: {e}"));
+            (cfg.get("BLOCK_N"), cfg.get("Q_STAGES"))
+        };
+        assert_eq!(tuned_long(""), (Some(160), Some(2)));
+        assert_eq!(tuned_long("Q_REGS=1"), (Some(128), Some(1)));
+        assert_eq!(tuned_long("STAGES=3"), (Some(128), Some(1)));
+        assert_eq!(tuned_long("SCHEDULE=0"), (Some(160), Some(1)));
     }
 
     #[test]

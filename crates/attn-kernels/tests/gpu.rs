@@ -394,7 +394,8 @@ fn hopper_matches_the_oracle() {
 /// it by at most 8 in the log2 domain, and a warp whose rows all kept theirs skips O's rescale) on
 /// inputs whose row maxima jump after the first tile, so that both its paths run where normal
 /// inputs almost only skip: peaky rows (one key at logit 20, anywhere in the row) and large logits
-/// (≈ 150 ± 5), ragged lengths, both schedules, both masks, dtypes and head dims.
+/// (≈ 150 ± 5), ragged lengths, both schedules (and at D=128 the two Q tiles of 160-key tiles),
+/// both masks, dtypes and head dims.
 #[test]
 #[ignore = "needs a CUDA GPU (Hopper, sm_90)"]
 fn hopper_lazy_rescale_matches_the_oracle_when_row_maxima_jump() {
@@ -405,10 +406,18 @@ fn hopper_lazy_rescale_matches_the_oracle_when_row_maxima_jump() {
     println!("base seed {seed} (ATTN_TEST_SEED={seed} to replay)");
     let mut failures = Vec::new();
     let mut count = 0u64;
-    for overrides in ["LAZY_RESCALE=1,SCHEDULE=0", "LAZY_RESCALE=1,SCHEDULE=1"] {
+    // The full grids' two Q tiles of 160-key tiles (tuned from 2048 keys a row at D=128) too,
+    // their 128-row blocks named: these small grids would be tuned to 64-row ones.
+    let two_q_160 = "LAZY_RESCALE=1,SCHEDULE=1,Q_REGS=0,Q_STAGES=2,STAGES=2,BLOCK_N=160,\
+                     BLOCK_M=128,NUM_WARPS=8,OVERLAP=1,PINGPONG=1";
+    for (overrides, head_dims) in [
+        ("LAZY_RESCALE=1,SCHEDULE=0", [64, 128].as_slice()),
+        ("LAZY_RESCALE=1,SCHEDULE=1", &[64, 128]),
+        (two_q_160, &[128]),
+    ] {
         let candidate = Candidate::registered("hopper", overrides.parse().unwrap()).unwrap();
         for dtype in [DType::F16, DType::Bf16] {
-            for head_dim in [64, 128] {
+            for &head_dim in head_dims {
                 for causal in [false, true] {
                     for (batch, heads, seq) in [(1, 3, 1000), (2, 2, 4099)] {
                         for distribution in [Distribution::Peaky, Distribution::LargeMagnitude] {
