@@ -372,7 +372,7 @@ static HOPPER_KNOBS: [Knob; 11] = [
     Knob {
         name: "BLOCK_N",
         domain: &[64, 128, 160, 176],
-        doc: "keys per K/V tile (the N of the S = Q·Kᵀ wgmma, the rows of a K/V TMA box); 176 (FlashAttention-3's D=128 tile; tuned at D=128 past two Q tiles' lengths) and 160 (opt-in, not yet measured: the widest whose 2-stage ring fits beside two Q tiles at D=128) need NUM_WARPS <= 8 and, at D=128, STAGES=2",
+        doc: "keys per K/V tile (the N of the S = Q·Kᵀ wgmma, the rows of a K/V TMA box); 176 (FlashAttention-3's D=128 tile; tuned at D=128 past two Q tiles' lengths) and 160 (the widest whose 2-stage ring fits beside two Q tiles at D=128; tuned there from 2048 keys a row) need NUM_WARPS <= 8 and, at D=128, STAGES=2",
     },
     Knob {
         name: "NUM_WARPS",
@@ -605,9 +605,11 @@ fn hopper_takes_two_q_tiles(shape: &Shape, params: &Params) -> bool {
 /// Whether hopper's two Q tiles at D=128 take 160-key tiles: where a row sees at least
 /// [`HOPPER_160_KEY_TILES_MIN_KEYS`] keys on average under the mask.
 fn hopper_takes_160_key_tiles(shape: &Shape, params: &Params) -> bool {
-    let rows = shape.seq_q.max(1);
-    let keys_per_row = params.visible_pairs(shape.seq_q, shape.seq_kv) / rows as u64;
-    shape.head_dim == 128 && keys_per_row >= HOPPER_160_KEY_TILES_MIN_KEYS as u64
+    if shape.head_dim != 128 {
+        return false;
+    }
+    let keys_per_row = params.visible_pairs(shape.seq_q, shape.seq_kv) / shape.seq_q.max(1) as u64;
+    keys_per_row >= HOPPER_160_KEY_TILES_MIN_KEYS as u64
 }
 
 /// The shared memory a resident hopper block of `cfg` takes of an H100 SM: the tiles, the
