@@ -276,6 +276,9 @@
 #ifndef Q_STAGES
 #define Q_STAGES 1
 #endif
+#ifndef CLUSTER
+#define CLUSTER 1
+#endif
 #define LAZY_RESCALE_SLACK 8.f
 #define LAZY_RESCALE_MIN_WINDOW 256
 #ifndef PV_N
@@ -306,6 +309,7 @@ static_assert(Q_REGS == 0 || (Q_REGS == 1 && BLOCK_N <= 128 && NUM_WARPS <= 8 &&
 static_assert(LAZY_RESCALE == 0 || LAZY_RESCALE == 1, "hopper.cu: LAZY_RESCALE must be 0 or 1");
 static_assert(Q_STAGES == 1 || (Q_STAGES == 2 && SCHEDULE == 1 && Q_REGS == 0),
               "hopper.cu: Q_STAGES must be 1, or 2 with SCHEDULE 1 and Q_REGS 0");
+static_assert(CLUSTER == 1 || (CLUSTER == 2 && SCHEDULE == 0), "hopper.cu: CLUSTER must be 1, or 2 with SCHEDULE 0");
 static_assert(sizeof(elem_t) == 2, "hopper.cu: 16-bit elements expected");
 
 namespace hopper_attn {
@@ -425,9 +429,11 @@ struct Tiles {
     int first;  // the block's tile 0 holds keys first · BLOCK_N onward
     int count;
 };
+// `rows`: the rows whose keys count, BLOCK_M, or with CLUSTER 2 the pair's 2 · BLOCK_M from its
+// first row.
 __device__ __forceinline__ Tiles block_tiles(int m0, int len_q, int len_kv, int causal, int window_left,
-                                             int window_right) {
-    const int last_row = min(m0 + BLOCK_M, len_q) - 1;
+                                             int window_right, int rows = BLOCK_M) {
+    const int last_row = min(m0 + rows, len_q) - 1;
     const int first = row_kv_lo(m0, len_q, len_kv, window_left) / BLOCK_N;
     const int end = (row_kv_hi(last_row, len_q, len_kv, causal, window_right) + BLOCK_N - 1) / BLOCK_N;
     Tiles tiles;
@@ -464,6 +470,31 @@ __device__ __forceinline__ Coords box_coords(int b, int h, int m0, int kv_first,
     return c;
 }
 
+#if CLUSTER > 1
+// With CLUSTER 2 the two blocks of a cluster visit the same key tiles (the pair's: see the kernel),
+// and each block's producer copies its share of every K or V tile, KV_SHARE_ROWS keys (the rows of
+// the K/V boxes: BLOCK_N / CLUSTER), to the same slot of both blocks (multicast): block r the keys
+// r · KV_SHARE_ROWS on of the tile, into its rows r · KV_SHARE_ROWS on (whole swizzle atoms:
+// BLOCK_N / 2 is a multiple of 8, so the 1024-byte alignment, and with it the swizzle, holds).
+// Each block's full barrier expects the whole tile: both shares complete on it. The slot's empty
+// barriers, which this producer waited on, count the consumers of both blocks (release_kv), so
+// neither block's slot is overwritten while it is read. A share's bytes may reach the other block's
+// barrier before that block's producer announces the tile: the transaction count runs negative
+// within the phase, which cannot complete before that announcement (its one pending arrival).
+#define KV_SHARE_ROWS (BLOCK_N / CLUSTER)
+__device__ __forceinline__ void load_kv_share(u32 full, int slot, u32 tiles, const HopperTensorMap* map,
+                                              const Coords& c) {
+    const int rank = static_cast<int>(cluster_rank());
+    const u32 dst = tiles + slot * KV_TILE_BYTES + rank * KV_SHARE_ROWS * 128;
+    const int coord1 = c.kv1 + rank * (c.step1 / CLUSTER);  // dense: rows are coordinate 1
+    const int coord2 = c.kv2 + rank * (c.step2 / CLUSTER);  // varlen: coordinate 2
+    mbar_arrive_expect_tx(full, KV_TILE_BYTES);
+#pragma unroll
+    for (int p = 0; p < PANELS; ++p)
+        tma_load_3d_multicast(dst + p * BLOCK_N * 128, map, 64 * p, coord1, coord2, full, (1u << CLUSTER) - 1u);
+}
+#endif
+
 // The producer thread's steps beyond the shared loads (hopper_pipeline.cuh): the next `count` K/V
 // tiles of an item, from c's current tile on, each into the ring's next slot, its K once the
 // consumers are done with the slot's previous K (after that tile's Q·Kᵀ), its V once they are done
@@ -483,9 +514,17 @@ __device__ __forceinline__ void produce_kv(Barriers& bars, int& copied, u32 k_ti
         const u32 released = ((copied / STAGES) & 1) ^ 1;  // parity of the previous round
         // Round r of a slot waits for the consumers' release of round r − 1.
         if (copied >= STAGES) mbar_wait(smem_addr(&bars.k_empty[slot]), released);
+#if CLUSTER > 1
+        load_kv_share(smem_addr(&bars.k_full[slot]), slot, k_tiles, map_k, c);
+#else
         load_kv_tile(smem_addr(&bars.k_full[slot]), slot, k_tiles, map_k, c.kv1, c.kv2);
+#endif
         if (copied >= STAGES) mbar_wait(smem_addr(&bars.v_empty[slot]), released);
+#if CLUSTER > 1
+        load_kv_share(smem_addr(&bars.v_full[slot]), slot, v_tiles, map_v, c);
+#else
         load_kv_tile(smem_addr(&bars.v_full[slot]), slot, v_tiles, map_v, c.kv1, c.kv2);
+#endif
         c.kv1 += c.step1;
         c.kv2 += c.step2;
     }
@@ -604,8 +643,8 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
         for (int j = 0; j < count; ++j) {
             mbar_wait(k_full(slot), phase);
             mbar_wait(v_full(slot), phase);
-            mbar_arrive(k_empty(slot));
-            mbar_arrive(v_empty(slot));
+            release_kv(k_empty(slot));
+            release_kv(v_empty(slot));
             turn_begin(wg);  // the skipped tile's (empty) turn
             turn_end(wg);
             advance_slot(slot, phase);
@@ -630,7 +669,7 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
         issue_qk(s_acc, q_operand, k_slot(slot));
         turn_end(wg);
         wgmma_wait<0>();
-        mbar_arrive(k_empty(slot));
+        release_kv(k_empty(slot));
         const int kv0 = kv_first + wg_first * BLOCK_N;
         softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_hi_min, kv0 < wg_lo_max, lane_lo, lane_hi, t, scale_log2,
                        lazy_slack, row_max, row_sum, rescale);
@@ -658,14 +697,14 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
             issue_pv(o_acc, p_frag, desc_v);
             turn_end(wg);
             wgmma_wait<1>();  // S_{j+1}; P_j·V_j may still run
-            mbar_arrive(k_empty(next_slot));
+            release_kv(k_empty(next_slot));
             const int kv0 = kv_first + (j + 1) * BLOCK_N;
             softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_hi_min, kv0 < wg_lo_max, lane_lo, lane_hi, t,
                            scale_log2, lazy_slack, row_max, row_sum, rescale);
             wgmma_wait<0>();
 #pragma unroll
             for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]);
-            mbar_arrive(v_empty(slot));
+            release_kv(v_empty(slot));
             pack_p(s_acc, p_frag);
         } else {
             mbar_wait(v_full(slot), phase);
@@ -676,7 +715,7 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
             wgmma_wait<0>();
 #pragma unroll
             for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]);
-            mbar_arrive(v_empty(slot));
+            release_kv(v_empty(slot));
         }
         slot = next_slot;
         phase = next_phase;
@@ -986,8 +1025,11 @@ __device__ __forceinline__ void schedule_and_produce(Barriers& bars, u32 q_tile,
 
 // The cap at entry (min blocks 1) gives every thread 65536 / THREADS registers (168 with two consumer
 // warpgroups), which setmaxnreg then moves from the producer to the consumers.
-extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
-    attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_t* __restrict__ v,
+extern "C" __global__ void
+#if CLUSTER > 1
+    __cluster_dims__(CLUSTER, 1, 1)
+#endif
+    __launch_bounds__(hopper_attn::THREADS, 1) attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_t* __restrict__ v,
              elem_t* __restrict__ o, int batch, int heads, int seq_q, int seq_kv, float scale, int causal,
              const __grid_constant__ HopperTensorMap map_q, const __grid_constant__ HopperTensorMap map_k,
              const __grid_constant__ HopperTensorMap map_v, int kv_heads, int window_left, int window_right,
@@ -1014,11 +1056,24 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
     // With a left window the interior blocks are equal (and with a left window only, the first rows
     // see the most keys: top-down already).
     const bool bottom_up = window_left < 0 && (causal || window_right >= 0);
-    const int m0 = (bottom_up ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * BLOCK_M;
+    const int row_block = bottom_up ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int m0 = row_block * BLOCK_M;
+#if CLUSTER > 1
+    // The cluster's two blocks (x = 2i, 2i + 1; the grid is even) take row blocks 2k and 2k + 1
+    // either way (bottom-up too), and visit the key tiles of both: the same tiles, each copied once
+    // for the pair (multicast). A block whose own rows see none of a tile skips it as a warpgroup
+    // does. A pair past the sequence's end leaves, both blocks, before any barrier; a block past the
+    // end beside one that is not stays (its producer copies the pair's tiles) and stores nothing.
+    const int pair_m0 = (row_block & ~1) * BLOCK_M;
+    if (pair_m0 >= view.seq_q) return;
+    const Tiles tiles =
+        block_tiles(pair_m0, view.seq_q, view.seq_kv, causal, window_left, window_right, CLUSTER * BLOCK_M);
+#else
     // Varlen: the grid is sized by the longest sequence; a block past this one's end leaves, whole,
     // before any barrier (never taken for a dense batch: the grid covers seq_q exactly).
     if (m0 >= view.seq_q) return;
     const Tiles tiles = block_tiles(m0, view.seq_q, view.seq_kv, causal, window_left, window_right);
+#endif
 #endif
 
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -1037,7 +1092,11 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
     const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
 
     if (tid == CONSUMER_THREADS) init_pipeline(bars, &map_q, &map_k, &map_v);
+#if CLUSTER > 1
+    cluster_sync();  // both blocks' barriers are initialised before either block's copies or releases
+#else
     __syncthreads();  // the only block-wide barrier: the barriers are initialised
+#endif
 
     if (warp >= NUM_WARPS) {
         // ---- producer warpgroup: one thread issues the copies, the other warps leave ---------------
@@ -1057,6 +1116,9 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
             load_q_tile(bars, q_tile, &map_q, c.q1, c.q2);
             produce_kv(bars, copied, k_tiles, v_tiles, &map_k, &map_v, c, tiles.count);
         }
+#if CLUSTER > 1
+        cluster_arrive();  // the consumers' closing cluster_sync, which then needs no producer's exit
+#endif
 #endif
         return;
     }
@@ -1108,4 +1170,10 @@ extern "C" __global__ void __launch_bounds__(hopper_attn::THREADS, 1)
                  lane);
 #endif
     turns_close(warp >> 2);
+#if CLUSTER > 1
+    // The other block's consumers arrive on this block's empty barriers up to their last tile: this
+    // block's shared memory stays until they are done (its producer warps have left: a cluster
+    // barrier waits only for threads that have not exited).
+    cluster_sync();
+#endif
 }

@@ -63,6 +63,47 @@ __device__ __forceinline__ void tma_load_3d(u32 dst, const HopperTensorMap* map,
         : "memory");
 }
 
+// tma_load_3d into the same offset `dst` of every block of the cluster in `cta_mask` (bit r: the
+// block of cluster rank r), each completing its bytes on the barrier at offset `bar` of that block.
+__device__ __forceinline__ void tma_load_3d_multicast(u32 dst, const HopperTensorMap* map, int c0, int c1, int c2,
+                                                      u32 bar, unsigned short cta_mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(
+            dst),
+        "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "h"(cta_mask)
+        : "memory");
+}
+
+// This block's rank in its cluster.
+__device__ __forceinline__ u32 cluster_rank() {
+    u32 rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+    return rank;
+}
+
+// One arrival on the barrier at this block's shared offset `bar` in the cluster's block `rank`,
+// from the lanes for which `signal` holds: a predicated instruction, not a branch, so that it can
+// sit between a wgmma and its wait (ptxas serialises wgmma across divergent code). Release at
+// cluster scope: this thread's earlier accesses (the wgmma reads its wait covered) come first.
+__device__ __forceinline__ void mbar_arrive_remote(u32 bar, u32 rank, bool signal) {
+    asm volatile(
+        "{\n.reg .pred p;\n.reg .b32 remote;\nsetp.ne.u32 p, %2, 0;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+        "@p mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+        "r"(rank), "r"(static_cast<u32>(signal))
+        : "memory");
+}
+
+// This thread's arrival at the cluster barrier, with no wait (a thread about to exit).
+__device__ __forceinline__ void cluster_arrive() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+}
+
+// Every thread of the cluster's blocks that has not exited meets here: arrive (release: this
+// thread's accesses, barrier inits included, before) and wait (acquire).
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
 // Orders this thread's generic-proxy shared-memory accesses before later async-proxy ones (a TMA
 // load into the same bytes, once a barrier has passed the word on).
 __device__ __forceinline__ void fence_proxy_async_shared() {

@@ -29,6 +29,12 @@
 #ifndef Q_STAGES
 #define Q_STAGES 1
 #endif
+// hopper.cu's CLUSTER (1 unless the kernel defines it): blocks of a cluster share each K/V tile,
+// every block's producer copying its share to all of them (multicast), so that a slot is free only
+// once the consumers of every block of the cluster have released it.
+#ifndef CLUSTER
+#define CLUSTER 1
+#endif
 
 #define HOPPER_NEG_INF __int_as_float(0xff800000u)
 // hopper.cu's PV_N 128 (the micro, which does not define PV_N, keeps N = 64 per panel): one
@@ -52,9 +58,10 @@ struct Barriers {
     u64 k_full[STAGES];     // K of the slot's tile has landed
     u64 v_full[STAGES];     // V of the slot's tile has landed
     u64 k_empty[STAGES];    // every consumer thread is done with the slot's K tile (its Q·Kᵀ has
-                            // completed; CONSUMER_THREADS arrivals)
+                            // completed; CONSUMER_THREADS arrivals, and with CLUSTER 2 one more
+                            // per consumer warp of the other block: EMPTY_ARRIVALS)
     u64 v_empty[STAGES];    // every consumer thread is done with the slot's V tile (its P·V has
-                            // completed; CONSUMER_THREADS arrivals)
+                            // completed; EMPTY_ARRIVALS as k_empty)
 #if SCHEDULE
     u64 q_empty[Q_STAGES];  // every consumer thread is done with Q buffer i's item: past its last
                             // wgmma and its O rows staged there and stored (CONSUMER_THREADS
@@ -62,6 +69,10 @@ struct Barriers {
     int item[Q_STAGES][3];  // the item q_full[i]'s phase brings: (b, h, m0); m0 < 0: no item left
 #endif
 };
+
+// A slot's k_empty and v_empty arrivals: this block's consumer threads, and one per consumer warp of
+// every other block of the cluster (release_kv).
+#define EMPTY_ARRIVALS (CONSUMER_THREADS + (CLUSTER - 1) * (CONSUMER_THREADS / 32))
 
 // One thread of the block (before the block-wide barrier that publishes them): prefetches the
 // tensor maps and initialises every barrier, then makes them visible to the copy engine.
@@ -76,8 +87,8 @@ __device__ __forceinline__ void init_pipeline(Barriers& bars, const HopperTensor
     for (int s = 0; s < STAGES; ++s) {
         mbar_init(smem_addr(&bars.k_full[s]), 1);
         mbar_init(smem_addr(&bars.v_full[s]), 1);
-        mbar_init(smem_addr(&bars.k_empty[s]), CONSUMER_THREADS);
-        mbar_init(smem_addr(&bars.v_empty[s]), CONSUMER_THREADS);
+        mbar_init(smem_addr(&bars.k_empty[s]), EMPTY_ARRIVALS);
+        mbar_init(smem_addr(&bars.v_empty[s]), EMPTY_ARRIVALS);
     }
 #if SCHEDULE
 #pragma unroll
@@ -118,6 +129,17 @@ __device__ __forceinline__ void load_kv_tile(u32 full, int slot, u32 tiles, cons
 }
 
 // ---- the consumers: the steps of a key tile, per warpgroup ----------------------------------------
+
+// A consumer thread's release of a slot's K or V (`empty`: its k_empty or v_empty barrier), once the
+// wgmma that read it have completed. With CLUSTER 2 lane 0 of each warp also arrives on the other
+// block's barrier (the warp's wait_group is warp-wide, so all its lanes are done): its producer
+// multicasts into this block's slot too.
+__device__ __forceinline__ void release_kv(u32 empty) {
+    mbar_arrive(empty);
+#if CLUSTER > 1
+    mbar_arrive_remote(empty, cluster_rank() ^ 1u, (threadIdx.x & 31) == 0);
+#endif
+}
 
 // O = 0, and the running max (scale·log2e domain) and this lane's partial sum of rows g and g + 8:
 // -inf and 0. The sum stays partial over the quad until the end (every rescale factor is uniform in
@@ -355,7 +377,7 @@ __device__ __forceinline__ void rescale_o(float (&o_acc)[PANELS][32], const floa
         mbar_wait(smem_addr(&bars.k_full[slot]), phase);                                                  \
         issue_qk(s_acc, Q, K_TILE);                                                                       \
         wgmma_wait<0>();                                                                                  \
-        mbar_arrive(smem_addr(&bars.k_empty[slot]));                                                      \
+        release_kv(smem_addr(&bars.k_empty[slot]));                                                       \
         softmax_scores(s_acc, KV0, MASK_HI, MASK_LO, LANE_LO, LANE_HI, T, scale_log2, lazy_slack, row_max, \
                        row_sum, rescale);                                                                 \
         pack_p(s_acc, p_frag);                                                                            \
@@ -366,5 +388,5 @@ __device__ __forceinline__ void rescale_o(float (&o_acc)[PANELS][32], const floa
         issue_pv(o_acc, p_frag, desc_v);                                                                  \
         wgmma_wait<0>();                                                                                  \
         _Pragma("unroll") for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]);                          \
-        mbar_arrive(smem_addr(&bars.v_empty[slot]));                                                      \
+        release_kv(smem_addr(&bars.v_empty[slot]));                                                       \
     }

@@ -544,9 +544,12 @@ impl Prepared {
                                     }
                                 })
                             };
+                            // With CLUSTER blocks sharing each K/V tile, a block copies its
+                            // share of the tile: BLOCK_N / CLUSTER rows (kernels/README.md).
+                            let cluster = config.get("CLUSTER").unwrap_or(1).max(1) as u32;
                             Some(BoxRows {
                                 q: rows("BLOCK_M")?,
-                                kv: rows("BLOCK_N")?,
+                                kv: rows("BLOCK_N")? / cluster,
                             })
                         }
                     };

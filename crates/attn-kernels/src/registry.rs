@@ -363,7 +363,7 @@ fn mma_tuned(shape: &Shape, _params: &Params) -> Config {
     }
 }
 
-static HOPPER_KNOBS: [Knob; 11] = [
+static HOPPER_KNOBS: [Knob; 12] = [
     Knob {
         name: "BLOCK_M",
         domain: &[64, 128, 192],
@@ -419,6 +419,11 @@ static HOPPER_KNOBS: [Knob; 11] = [
         domain: &[1, 2],
         doc: "Q tiles of the persistent loop with Q in shared memory: 2 = items alternate between two, so the next item's Q is copied during this one (needs SCHEDULE=1, Q_REGS=0; at D=128 STAGES=2; the tuning of full grids at D=64, and at D=128 up to 4096 keys without a mask and 8192 rows under a causal one), 1 = one, refilled after each item's epilogue; yields to 1 where other knobs rule it out",
     },
+    Knob {
+        name: "CLUSTER",
+        domain: &[1, 2],
+        doc: "blocks per thread-block cluster on the grid: 2 = two blocks of adjacent row blocks visit the same key tiles and each copies half of every K/V tile into both (TMA multicast), halving the K/V traffic from L2 (FlashAttention-3's cluster of two; needs SCHEDULE=0), 1 = each block copies its own",
+    },
 ];
 
 /// hopper's defaults, measured on the H100 with the gate's graph protocol against SDPA (cuDNN):
@@ -445,6 +450,7 @@ fn hopper_defaults(head_dim: usize) -> Config {
         ("Q_REGS", if head_dim == 128 { 1 } else { 0 }),
         ("LAZY_RESCALE", 0),
         ("Q_STAGES", 1),
+        ("CLUSTER", 1),
     ])
 }
 
@@ -867,8 +873,9 @@ static REGISTRY: [Implementation; 7] = [
             ("Q_REGS", 0),
             ("LAZY_RESCALE", 0),
             ("Q_STAGES", 1),
+            ("CLUSTER", 1),
         ],
-        yielding: &[("Q_REGS", 0), ("Q_STAGES", 1)],
+        yielding: &[("Q_REGS", 0), ("Q_STAGES", 1), ("CLUSTER", 1)],
         defaults: hopper_defaults,
         tuned: hopper_tuned,
         constraints: |cfg, head_dim| {
@@ -899,6 +906,9 @@ static REGISTRY: [Implementation; 7] = [
             if knob(cfg, "Q_STAGES") == 2 && (knob(cfg, "SCHEDULE") != 1 || knob(cfg, "Q_REGS") != 0) {
                 return Err("Q_STAGES=2 needs SCHEDULE=1 and Q_REGS=0 (a second Q tile serves the persistent loop with Q in shared memory); add SCHEDULE=1,Q_REGS=0".into());
             }
+            if knob(cfg, "CLUSTER") == 2 && knob(cfg, "SCHEDULE") != 0 {
+                return Err("CLUSTER=2 needs SCHEDULE=0 (the grid's two blocks of a cluster take adjacent row blocks of one head); add SCHEDULE=0".into());
+            }
             if n > 128 && w == 12 {
                 return Err(format!("BLOCK_N={n} needs NUM_WARPS <= 8: with 3 consumer warpgroups (160 registers per thread) its {} S and {} P registers per thread spill; use NUM_WARPS=8", n / 2, n / 4));
             }
@@ -915,8 +925,10 @@ static REGISTRY: [Implementation; 7] = [
         },
         geometry: |cfg, shape| {
             let (m, w) = (knob(cfg, "BLOCK_M"), knob(cfg, "NUM_WARPS"));
+            // CLUSTER=2: an even grid (a cluster's two blocks; one past the rows stores nothing).
+            let rows = row_tiles(shape.seq_q, m).next_multiple_of(knob(cfg, "CLUSTER").max(1));
             Geometry {
-                grid: (row_tiles(shape.seq_q, m), shape.heads as u32, shape.batch as u32),
+                grid: (rows, shape.heads as u32, shape.batch as u32),
                 // The consumer warps, then one producer warpgroup.
                 block: (w + 4) * 32,
                 shared_bytes: hopper_dynamic_shared(cfg, shape.head_dim as u32),

@@ -29,8 +29,10 @@ const PATH_KNOBS: [&str; 1] = ["SCHEDULE"];
 /// registers) at D=128, and Q in registers with two overlapped consumer warpgroups at D=64.
 /// Conditional rescaling (LAZY_RESCALE=1) on the defaults at both head dims. (Two Q tiles in the
 /// persistent loop, Q_STAGES=2, are the suites' full grids' tuning at both head dims.) Beside
-/// them at D=128 the widest K/V tile whose 2-stage ring fits, 160 keys.
-const OPT_IN: [(&str, &str, usize); 8] = [
+/// them at D=128 the widest K/V tile whose 2-stage ring fits, 160 keys. Clusters of two blocks
+/// sharing each K/V tile (CLUSTER=2, the grid only) on the defaults at both head dims and on the
+/// FlashAttention-3 tile.
+const OPT_IN: [(&str, &str, usize); 11] = [
     (
         "hopper",
         "SCHEDULE=1,Q_REGS=0,Q_STAGES=2,STAGES=2,BLOCK_N=160",
@@ -45,6 +47,13 @@ const OPT_IN: [(&str, &str, usize); 8] = [
     (
         "hopper",
         "BLOCK_M=64,NUM_WARPS=4,BLOCK_N=176,STAGES=2,OVERLAP=0,PINGPONG=0",
+        128,
+    ),
+    ("hopper", "CLUSTER=2,SCHEDULE=0", 128),
+    ("hopper", "CLUSTER=2,SCHEDULE=0", 64),
+    (
+        "hopper",
+        "CLUSTER=2,SCHEDULE=0,BLOCK_N=176,STAGES=2,LAZY_RESCALE=1",
         128,
     ),
 ];
@@ -246,6 +255,12 @@ fn invalid_configs_are_rejected_with_their_reason() {
             config: "BLOCK_M=64",
             head_dim: 128,
             reason: "must be 16 x NUM_WARPS",
+        },
+        Case {
+            implementation: "hopper",
+            config: "CLUSTER=2,SCHEDULE=1",
+            head_dim: 128,
+            reason: "CLUSTER=2 needs SCHEDULE=0",
         },
         Case {
             implementation: "naive",
