@@ -482,6 +482,19 @@ __device__ __forceinline__ Coords box_coords(int b, int h, int m0, int kv_first,
 // barrier before that block's producer announces the tile: the transaction count runs negative
 // within the phase, which cannot complete before that announcement (its one pending arrival).
 #define KV_SHARE_ROWS (BLOCK_N / CLUSTER)
+
+// The producer thread's last wait with CLUSTER 2, after its `copied` tiles: the release (k_empty,
+// v_empty) of each tile no later copy waited for, the last STAGES. Those releases count the other
+// block's consumers, who read the tiles' shares this block multicast and arrive remotely on this
+// block's barriers, so that neither is still on its way when the block exits.
+__device__ __forceinline__ void await_last_releases(Barriers& bars, int copied) {
+    for (int n = max(copied - STAGES, 0); n < copied; ++n) {
+        const int slot = n % STAGES;
+        const u32 parity = (n / STAGES) & 1;
+        mbar_wait(smem_addr(&bars.k_empty[slot]), parity);
+        mbar_wait(smem_addr(&bars.v_empty[slot]), parity);
+    }
+}
 __device__ __forceinline__ void load_kv_share(u32 full, int slot, u32 tiles, const HopperTensorMap* map,
                                               const Coords& c) {
     const int rank = static_cast<int>(cluster_rank());
@@ -1115,10 +1128,13 @@ extern "C" __global__ void
             int copied = 0;
             load_q_tile(bars, q_tile, &map_q, c.q1, c.q2);
             produce_kv(bars, copied, k_tiles, v_tiles, &map_k, &map_v, c, tiles.count);
-        }
 #if CLUSTER > 1
-        cluster_arrive();  // the consumers' closing cluster_sync, which then needs no producer's exit
+            // The block stays until the other block's consumers have released the last tiles
+            // (CUTLASS's producer tail): then every copy this block multicast has landed there, and
+            // every arrival of theirs on this block's barriers has been counted.
+            await_last_releases(bars, copied);
 #endif
+        }
 #endif
         return;
     }
@@ -1169,11 +1185,7 @@ extern "C" __global__ void
     consume_item(bars, smem, q_tile, k_tiles, v_tiles, ring, item, causal, window_left, window_right, scale, warp,
                  lane);
 #endif
+    // With CLUSTER 2 no closing cluster barrier: the producer thread keeps the block (see
+    // await_last_releases).
     turns_close(warp >> 2);
-#if CLUSTER > 1
-    // The other block's consumers arrive on this block's empty barriers up to their last tile: this
-    // block's shared memory stays until they are done (its producer warps have left: a cluster
-    // barrier waits only for threads that have not exited).
-    cluster_sync();
-#endif
 }

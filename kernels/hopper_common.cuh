@@ -95,11 +95,6 @@ __device__ __forceinline__ void mbar_arrive_remote(u32 bar, u32 rank, bool signa
         : "memory");
 }
 
-// This thread's arrival at the cluster barrier, with no wait (a thread about to exit).
-__device__ __forceinline__ void cluster_arrive() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-}
-
 // Every thread of the cluster's blocks that has not exited meets here: arrive (release: this
 // thread's accesses, barrier inits included, before) and wait (acquire).
 __device__ __forceinline__ void cluster_sync() {
