@@ -98,6 +98,14 @@
 //                             found hopper's SMs 27% more cycles active than cuDNN's for the same
 //                             tensor work, and cuDNN's persistent kernel double-buffers Q. At D 128
 //                             only with STAGES 2 (shared memory)
+//   CLUSTER   ∈ {1, 2}        blocks per thread-block cluster (__cluster_dims__), the grid only
+//                             (SCHEDULE 0); default 1. With 2 the blocks of a cluster take adjacent
+//                             row blocks of one head (the grid's x rounded up to even), visit the
+//                             key tiles of both, and each copies half of every K/V tile into both
+//                             (TMA multicast; "Clusters" below): half the K/V bytes from L2. Why:
+//                             the long rows run power-limited, and FlashAttention-3 pairs blocks
+//                             so. The registry's tuning of the grid's 176-key tiles at D 128, where
+//                             the gate measured 1.02-1.08x over 1
 //   A caution on the clock gap to FA3 that PV_N, Q_REGS and LAZY_RESCALE cite: those clocks were
 //   50 µs probes at the edges of each block, which swung ±5% between blocks whose times agreed
 //   within 1% (attn-measure's timing::round_order); the gap is not established. Each knob was
@@ -123,6 +131,8 @@
 //   Defaults: D 64 → 123904, D 128 → 230400; D 128, BLOCK_N 176, STAGES 2 → 214016.
 //   Parameters: the ten plain ones, three `const __grid_constant__` CUtensorMaps (Q, K, V), then
 //   the five of the variants: kv_heads, window_left, window_right, cu_seqlens_q, cu_seqlens_kv.
+//   CLUSTER 2: grid x = ceil(S_q / BLOCK_M) rounded up to even, clusters of (2, 1, 1) blocks (compiled
+//   in), and K/V boxes of BLOCK_N / 2 rows (each block copies half of a tile).
 //   SCHEDULE 1 (persistent): grid = (min(items, SMs × resident blocks per SM), 1, 1), where the items
 //   are the ceil(S_q / BLOCK_M) · H · B row blocks of the grid above, and one more parameter last:
 //   `unsigned int* sched_counter`, two words that are zero at launch and that the kernel leaves zero
@@ -204,6 +214,21 @@
 //   this item's key loop, and its first Q·Kᵀ follows this item's epilogue with no wait for Q. The
 //   ping-pong turns run on across items (an item with no key tile takes none): warpgroup 0 starts
 //   the next item while the others finish this one.
+//
+// Clusters (CLUSTER 2)
+//   The cluster's blocks x = 2i, 2i + 1 take row blocks 2k and 2k + 1 (bottom-up too) and visit the
+//   tiles of both row blocks' keys (block_tiles over the pair's 2 · BLOCK_M rows); a block skips
+//   those its own rows do not see as a warpgroup does, and a block whose rows all lie past the
+//   sequence's end (the padding block of an odd count, or varlen) stays to copy and stores nothing.
+//   Every block's producer copies its half of each K or V tile (keys rank · BLOCK_N / 2 on) into the
+//   same slot of both blocks with one multicast TMA per panel; each block's full barrier expects
+//   the whole tile. A slot's empty barriers count this block's consumer threads and one arrival
+//   per consumer warp of the other block (release_kv: lane 0's remote mbarrier arrive, predicated
+//   rather than branched), so a producer overwrites a slot only once both blocks are done with it.
+//   One cluster barrier after the barriers' initialisation (no copy or remote arrival before the
+//   other block's barriers exist); none at the end: the producer thread waits for the last STAGES
+//   tiles' releases (await_last_releases), after which no copy into the other block and no
+//   arrival on this one is outstanding.
 //
 // Ordering
 //   Barriers: q_full (1 arrival + Q's bytes), k_full[s] and v_full[s] (1 arrival + a tile's bytes),

@@ -308,7 +308,9 @@ pub struct Variant<'a> {
 
 /// The geometry and ABI of a user's kernel, from its defines `BLOCK_M` (default 64), `NUM_WARPS`
 /// (default 4), `PRODUCER_WARPS` (default 0: a warp-specialised kernel's extra warps),
-/// `SHARED_BYTES` (default 0), and `TENSOR_MAPS` (0 or 1, default 0) with `BLOCK_N`.
+/// `SHARED_BYTES` (default 0), `TENSOR_MAPS` (0 or 1, default 0) with `BLOCK_N`, and `CLUSTER`
+/// (default 1: blocks per cluster along x, which the kernel declares with `__cluster_dims__`; the
+/// grid's x is rounded up to a multiple, and K/V boxes are `BLOCK_N / CLUSTER` rows).
 #[derive(Debug, Clone, Copy)]
 struct SourceGeometry {
     block_m: i64,
@@ -317,6 +319,7 @@ struct SourceGeometry {
     shared_bytes: i64,
     tensor_maps: i64,
     block_n: Option<i64>,
+    cluster: i64,
 }
 
 fn source_geometry(defines: &Config) -> SourceGeometry {
@@ -327,6 +330,7 @@ fn source_geometry(defines: &Config) -> SourceGeometry {
         shared_bytes: defines.get("SHARED_BYTES").unwrap_or(0),
         tensor_maps: defines.get("TENSOR_MAPS").unwrap_or(0),
         block_n: defines.get("BLOCK_N"),
+        cluster: defines.get("CLUSTER").unwrap_or(1),
     }
 }
 
@@ -343,6 +347,7 @@ impl SourceGeometry {
             shared_bytes,
             tensor_maps,
             block_n,
+            cluster,
         } = *self;
         let invalid = |reason: String| KernelError::InvalidConfig {
             implementation: label.to_string(),
@@ -356,6 +361,13 @@ impl SourceGeometry {
             || shared_bytes > i64::from(limits.max_shared_per_block)
         {
             return Err(invalid(format!("BLOCK_M={block_m}, NUM_WARPS={warps}, PRODUCER_WARPS={producer_warps}, SHARED_BYTES={shared_bytes} do not fit the device")));
+        }
+        // Clusters of up to 8 blocks (the portable limit) whose K/V boxes split BLOCK_N evenly.
+        if !(1..=8).contains(&cluster) || block_n.is_some_and(|n| n % cluster != 0) {
+            return Err(invalid(format!(
+                "CLUSTER={cluster} must be 1 to 8 blocks and divide BLOCK_N={}",
+                block_n.unwrap_or(0)
+            )));
         }
         match (tensor_maps, block_n) {
             (0, _) | (1, Some(1..)) => Ok(()),
@@ -373,7 +385,7 @@ impl SourceGeometry {
         match (self.tensor_maps, self.block_n) {
             (1, Some(kv)) => Some(BoxRows {
                 q: self.block_m as u32,
-                kv: kv as u32,
+                kv: (kv / self.cluster) as u32,
             }),
             _ => None,
         }
@@ -382,7 +394,10 @@ impl SourceGeometry {
     fn for_shape(&self, shape: &Shape) -> Geometry {
         Geometry {
             grid: (
-                shape.seq_q.div_ceil(self.block_m as usize) as u32,
+                shape
+                    .seq_q
+                    .div_ceil(self.block_m as usize)
+                    .next_multiple_of(self.cluster as usize) as u32,
                 shape.heads as u32,
                 shape.batch as u32,
             ),

@@ -422,7 +422,7 @@ static HOPPER_KNOBS: [Knob; 12] = [
     Knob {
         name: "CLUSTER",
         domain: &[1, 2],
-        doc: "blocks per thread-block cluster on the grid: 2 = two blocks of adjacent row blocks visit the same key tiles and each copies half of every K/V tile into both (TMA multicast), halving the K/V traffic from L2 (FlashAttention-3's cluster of two; needs SCHEDULE=0), 1 = each block copies its own",
+        doc: "blocks per thread-block cluster on the grid: 2 = two blocks of adjacent row blocks visit the same key tiles and each copies half of every K/V tile into both (TMA multicast), halving the K/V traffic from L2 (FlashAttention-3's cluster of two; needs SCHEDULE=0; the tuning of the grid's 176-key tiles at D=128), 1 = each block copies its own; yields to 1 where other knobs rule it out",
     },
 ];
 
@@ -512,11 +512,24 @@ const HOPPER_TWO_Q_TILES_MAX_KEYS: usize = 4096;
 /// mask, 0.97× at 2,16,16384, 0.98× at 2,16,16384 and 1,32/8,16384 causal: not taken.
 const HOPPER_160_KEY_TILES_MIN_KEYS: usize = 2048;
 
+/// Blocks per cluster of hopper's grid of 176-key tiles (D=128 past two Q tiles' lengths, no
+/// window): two (CLUSTER=2): adjacent row blocks of one head visit the same key tiles and
+/// each block copies half of every K/V tile into both (TMA multicast), halving the K/V traffic from
+/// L2 (ncu at 2,16,8192,128: L2 throughput 54% -> 32% of peak) and with it power: the blocks run at
+/// a higher clock for about 3% more cycles. Against the same tuning without clusters the gate
+/// (batch mode, ten blocks a side; evidence/gate/2026-11-27T22-08-08Z) measured 1.02× [0.98, 1.04]
+/// at 2,16,16384,128, 1.08× [1.01, 1.13] at 2,32/8,8192,128, 1.04× [1.01, 1.08] at 2,16,8192,128,
+/// and causal 1.04× [1.02, 1.06] at 2,16,16384,128 and 1.02× [0.99, 1.06] at 1,32/8,16384,128
+/// (a first run, 21-59-46Z: 1.01×, 1.02×, 1.02×, 0.99×, 1.01×). Before the remote releases
+/// dropped their cluster-scope fence (a MEMBAR.ALL.GPU each), clusters were 0.79-0.88× (21-47-52Z).
+const HOPPER_GRID_CLUSTER: i64 = 2;
+
 /// hopper's knobs per problem. A grid of at least one block per SM at the default rows takes two Q
 /// tiles in the persistent loop where they were measured ahead ([`hopper_takes_two_q_tiles`]);
 /// elsewhere (D=128: long rows, windows without the causal mask) the grid, with
 /// FlashAttention-3's 128×176 tile in a 2-stage ring where no window bounds the rows (Q then from
-/// shared memory: a 176-key tile leaves no registers for it); and from
+/// shared memory: a 176-key tile leaves no registers for it), in clusters of two blocks sharing
+/// each K/V tile ([`HOPPER_GRID_CLUSTER`]); and from
 /// [`HOPPER_LAZY_RESCALE_MIN_KEYS`] keys conditional rescaling. Since K and V of a ring slot are
 /// released apart (d1d660b), the gate (batch mode, ten blocks a side) measured the 176-key tile
 /// against the 128-key one 1.07× [1.04, 1.10] at 2,16,8192,128, 1.07× [1.05, 1.12] at
@@ -571,8 +584,13 @@ fn hopper_tuned(shape: &Shape, params: &Params) -> Config {
                 }
             }
         } else if !params.window.is_bounded() {
-            // D=128 past the two Q tiles' lengths: the grid, the 176-key tile.
-            knobs.extend([("BLOCK_N", 176), ("STAGES", 2)]);
+            // D=128 past the two Q tiles' lengths: the grid, the 176-key tile, in clusters of two
+            // blocks that share each K/V tile.
+            knobs.extend([
+                ("BLOCK_N", 176),
+                ("STAGES", 2),
+                ("CLUSTER", HOPPER_GRID_CLUSTER),
+            ]);
         }
         return Config::from_pairs(&knobs);
     }
@@ -1291,7 +1309,12 @@ mod tests {
         // the grid's 176-key tile; conditional rescaling from 4096 keys with either.
         let two_q = [("SCHEDULE", 1), ("Q_REGS", 0), ("Q_STAGES", 2)];
         let two_q_128 = [two_q.as_slice(), &[("STAGES", 2)]].concat();
-        let wide = [("SCHEDULE", 0), ("BLOCK_N", 176), ("STAGES", 2)];
+        let wide = [
+            ("SCHEDULE", 0),
+            ("BLOCK_N", 176),
+            ("STAGES", 2),
+            ("CLUSTER", 2),
+        ];
         let lazy = [("LAZY_RESCALE", 1)];
         for causal in [false, true] {
             for (b, h, s) in [(2, 32, 1024), (2, 16, 2048), (2, 16, 8192), (2, 16, 16384)] {
@@ -1554,10 +1577,22 @@ mod tests {
                     wide,
                     "{shape:?} D={d} {causal}"
                 );
+                assert_eq!(
+                    tuned.get("CLUSTER") == Some(2),
+                    wide,
+                    "{shape:?} D={d} {causal}"
+                );
                 if wide {
                     // The tuned config resolves: Q yields to shared memory.
                     let resolved = hopper.resolve(&tuned, 128, &Limits::H100).unwrap();
                     assert_eq!(resolved.get("Q_REGS"), Some(0));
+                    // A user's persistent schedule takes the clusters out (they need the grid).
+                    let shape = Shape::new(b, h, s, s, d).unwrap();
+                    let params = Params::new(d, causal);
+                    let persistent =
+                        hopper.tuned_under(&shape, &params, &"SCHEDULE=1".parse().unwrap());
+                    assert_ne!(persistent.get("CLUSTER"), Some(2), "{persistent:?}");
+                    assert_eq!(persistent.get("BLOCK_N"), Some(176), "{persistent:?}");
                 }
             }
         }

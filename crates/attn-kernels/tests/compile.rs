@@ -427,6 +427,12 @@ fn source_kernels_declare_tensor_maps_and_producer_warps_validly() {
             Some("do not fit the device"),
         ),
         ("PRODUCER_WARPS=-1", Some("do not fit the device")),
+        ("TENSOR_MAPS=1,BLOCK_N=176,CLUSTER=2", None),
+        (
+            "TENSOR_MAPS=1,BLOCK_N=176,CLUSTER=3",
+            Some("must be 1 to 8 blocks and divide BLOCK_N=176"),
+        ),
+        ("CLUSTER=0", Some("must be 1 to 8 blocks")),
     ];
     for (defines, reason) in cases {
         let candidate = source(defines);
