@@ -304,6 +304,9 @@
 #ifndef CLUSTER
 #define CLUSTER 1
 #endif
+// The query rows a cluster's blocks take together (one row block each): the rows whose keys they
+// visit, and with SCHEDULE 1 a work item's. A macro: a namespace constant adds a PTX symbol.
+#define ITEM_ROWS (CLUSTER * BLOCK_M)
 #define LAZY_RESCALE_SLACK 8.f
 #define LAZY_RESCALE_MIN_WINDOW 256
 #ifndef PV_N
@@ -334,7 +337,7 @@ static_assert(Q_REGS == 0 || (Q_REGS == 1 && BLOCK_N <= 128 && NUM_WARPS <= 8 &&
 static_assert(LAZY_RESCALE == 0 || LAZY_RESCALE == 1, "hopper.cu: LAZY_RESCALE must be 0 or 1");
 static_assert(Q_STAGES == 1 || (Q_STAGES == 2 && SCHEDULE == 1 && Q_REGS == 0),
               "hopper.cu: Q_STAGES must be 1, or 2 with SCHEDULE 1 and Q_REGS 0");
-static_assert(CLUSTER == 1 || (CLUSTER == 2 && SCHEDULE == 0), "hopper.cu: CLUSTER must be 1, or 2 with SCHEDULE 0");
+static_assert(CLUSTER == 1 || CLUSTER == 2, "hopper.cu: CLUSTER must be 1 or 2");
 static_assert(sizeof(elem_t) == 2, "hopper.cu: 16-bit elements expected");
 
 namespace hopper_attn {
@@ -876,10 +879,12 @@ __device__ __forceinline__ Schedule make_schedule(int batch, int heads, int kv_h
     s.heads = heads;
     s.varlen = cu_seqlens_q != nullptr;
     const bool masked = causal || window_left >= 0 || window_right >= 0;
-    s.dynamic = s.varlen || masked;
+    // With CLUSTER 2 both blocks must take the same items: a static order (cluster_item) rather
+    // than tickets of the device counter, which each block would draw apart.
+    s.dynamic = (s.varlen || masked) && CLUSTER == 1;
     s.bottom_up = window_left < 0 && (causal || window_right >= 0);
     s.heads_fastest = masked;
-    s.blocks = (seq_q + BLOCK_M - 1) / BLOCK_M;
+    s.blocks = (seq_q + ITEM_ROWS - 1) / ITEM_ROWS;
     s.bh = batch * heads;
     s.total = s.blocks * s.bh;
     // K/V heads whose K and V (seq_kv · D · 2 bytes each) fit in 32 MB, rounded down to a power of
@@ -905,7 +910,7 @@ __device__ __forceinline__ bool schedule_item(Schedule& s, int index, int batch,
             const int pair = index / s.blocks;
             b = pair / s.heads;
             h = pair - b * s.heads;
-            m0 = (index - pair * s.blocks) * BLOCK_M;
+            m0 = (index - pair * s.blocks) * ITEM_ROWS;
             return true;
         }
         const int per_section = s.section * s.blocks;
@@ -920,7 +925,7 @@ __device__ __forceinline__ bool schedule_item(Schedule& s, int index, int batch,
         for (;;) {
             const int seq = s.seq_base + lane;
             const int len = seq < batch ? cu_seqlens_q[seq + 1] - cu_seqlens_q[seq] : 0;
-            const int items = (len + BLOCK_M - 1) / BLOCK_M * s.heads;
+            const int items = (len + ITEM_ROWS - 1) / ITEM_ROWS * s.heads;
             int incl = items;
 #pragma unroll
             for (int d = 1; d < 32; d <<= 1) {
@@ -932,7 +937,7 @@ __device__ __forceinline__ bool schedule_item(Schedule& s, int index, int batch,
                 const int l = __ffs(hit) - 1;
                 s.seq_base += l;
                 s.item_base += __shfl_sync(0xffffffffu, incl - items, l);
-                blocks = (__shfl_sync(0xffffffffu, len, l) + BLOCK_M - 1) / BLOCK_M;
+                blocks = (__shfl_sync(0xffffffffu, len, l) + ITEM_ROWS - 1) / ITEM_ROWS;
                 break;
             }
             if (s.seq_base + 32 >= batch) return false;
@@ -943,7 +948,7 @@ __device__ __forceinline__ bool schedule_item(Schedule& s, int index, int batch,
         r = index - s.item_base;
         if (!s.heads_fastest) {
             h = r / blocks;
-            m0 = (r - h * blocks) * BLOCK_M;
+            m0 = (r - h * blocks) * ITEM_ROWS;
             return true;
         }
         base = 0;
@@ -957,7 +962,7 @@ __device__ __forceinline__ bool schedule_item(Schedule& s, int index, int batch,
     } else {
         h = pair;
     }
-    m0 = (s.bottom_up ? blocks - 1 - rank : rank) * BLOCK_M;
+    m0 = (s.bottom_up ? blocks - 1 - rank : rank) * ITEM_ROWS;
     return true;
 }
 
@@ -998,6 +1003,18 @@ __device__ __forceinline__ int wait_for_q_buffer(Barriers& bars, u32 it) {
     return buffer;
 }
 
+#if CLUSTER > 1
+// Item index k of this block's cluster (CLUSTER 2, both blocks alike: no device counter): round k of
+// the clusters, in a snake order (cluster c takes k · C + c on even rounds, k · C + C − 1 − c on odd
+// ones), so that over the rounds of a heaviest-first order every cluster gets as much work; and
+// increasing in k, as the varlen scan needs.
+__device__ __forceinline__ int cluster_item(int k) {
+    const int c = static_cast<int>(blockIdx.x) / CLUSTER;
+    const int clusters = static_cast<int>(gridDim.x) / CLUSTER;
+    return k * clusters + ((k & 1) ? clusters - 1 - c : c);
+}
+#endif
+
 // The producer warp of a persistent block: schedules its items and issues their copies (lane 0),
 // then tells the consumers that none is left. Per item: its first K/V tile (which may land while
 // the consumers finish the previous item), then, once the consumers are done with the Q tile, the
@@ -1016,17 +1033,31 @@ __device__ __forceinline__ void schedule_and_produce(Barriers& bars, u32 q_tile,
     Schedule sched = make_schedule(batch, heads, kv_heads, seq_q, seq_kv, causal, window_left, window_right,
                                    cu_seqlens_q);
     int copied = 0;
+#if CLUSTER > 1
+    int index = cluster_item(0);
+#else
     int index = blockIdx.x;
+#endif
     u32 it = 0;
     for (;; ++it) {
         int b, h, m0;
         if (!schedule_item(sched, index, batch, cu_seqlens_q, lane, b, h, m0)) break;
+#if CLUSTER == 1
         unsigned int ticket = 0;
         if (sched.dynamic && lane == 0) ticket = atomicAdd(&counter[0], 1u);
+#endif
         if (lane == 0) {
             const attn::HeadView view =
                 attn::head_view(b, h, heads, kv_heads, seq_q, seq_kv, cu_seqlens_q, cu_seqlens_kv);
+#if CLUSTER > 1
+            // The item is the cluster's pair of row blocks from m0: this block's is its rank's, and
+            // the key tiles are the pair's.
+            const Tiles tiles =
+                block_tiles(m0, view.seq_q, view.seq_kv, causal, window_left, window_right, ITEM_ROWS);
+            m0 += static_cast<int>(cluster_rank()) * BLOCK_M;
+#else
             const Tiles tiles = block_tiles(m0, view.seq_q, view.seq_kv, causal, window_left, window_right);
+#endif
             Coords c = box_coords(b, h, m0, tiles.first * BLOCK_N, heads, kv_heads, cu_seqlens_q, cu_seqlens_kv);
             // With one Q buffer the item's first K/V tile goes first: it lands while the consumers
             // finish the previous item, whose epilogue frees the buffer. With two, this item's
@@ -1039,14 +1070,21 @@ __device__ __forceinline__ void schedule_and_produce(Barriers& bars, u32 q_tile,
             load_q_tile(bars, q_tile, map_q, c.q1, c.q2, buffer);
             produce_kv(bars, copied, k_tiles, v_tiles, map_k, map_v, c, tiles.count - lead);
         }
+#if CLUSTER > 1
+        index = cluster_item(static_cast<int>(it) + 1);
+#else
         index = sched.dynamic ? gridDim.x + static_cast<int>(__shfl_sync(0xffffffffu, ticket, 0))
                               : index + static_cast<int>(gridDim.x);
+#endif
     }
     if (lane == 0) {
         const int buffer = wait_for_q_buffer(bars, it);
         publish_no_item(bars, buffer);
         // The phase completes with no transaction: no item left.
         mbar_arrive(smem_addr(&bars.q_full[buffer]));
+#if CLUSTER > 1
+        await_last_releases(bars, copied);
+#endif
         if (sched.dynamic) {
             __threadfence();  // this block's tickets before its count
             if (atomicAdd(&counter[1], 1u) == gridDim.x - 1) {
@@ -1187,7 +1225,13 @@ extern "C" __global__ void
         item.m0 = m0;
         item.len_q = view.seq_q;
         item.len_kv = view.seq_kv;
+#if CLUSTER > 1
+        // The cluster's pair of row blocks starts at m0 rounded down to ITEM_ROWS; its key tiles.
+        item.tiles = block_tiles(m0 / ITEM_ROWS * ITEM_ROWS, view.seq_q, view.seq_kv, causal, window_left,
+                                 window_right, ITEM_ROWS);
+#else
         item.tiles = block_tiles(m0, view.seq_q, view.seq_kv, causal, window_left, window_right);
+#endif
         item.o_head = o + view.q;
         item.o_stride = view.q_stride;
         consume_item(bars, smem + buffer * Q_TILE_BYTES, q_tile + buffer * Q_TILE_BYTES, k_tiles, v_tiles, ring,

@@ -422,7 +422,7 @@ static HOPPER_KNOBS: [Knob; 12] = [
     Knob {
         name: "CLUSTER",
         domain: &[1, 2],
-        doc: "blocks per thread-block cluster on the grid: 2 = two blocks of adjacent row blocks visit the same key tiles and each copies half of every K/V tile into both (TMA multicast), halving the K/V traffic from L2 (FlashAttention-3's cluster of two; needs SCHEDULE=0; the tuning of the grid's 176-key tiles at D=128), 1 = each block copies its own; yields to 1 where other knobs rule it out",
+        doc: "blocks per thread-block cluster on the grid: 2 = two blocks of adjacent row blocks visit the same key tiles and each copies half of every K/V tile into both (TMA multicast), halving the K/V traffic from L2 (FlashAttention-3's cluster of two; with SCHEDULE=1 the pair is the work item, taken in a static order; the tuning of the grid's 176-key tiles at D=128), 1 = each block copies its own; yields to 1 where other knobs rule it out",
     },
 ];
 
@@ -924,9 +924,6 @@ static REGISTRY: [Implementation; 7] = [
             if knob(cfg, "Q_STAGES") == 2 && (knob(cfg, "SCHEDULE") != 1 || knob(cfg, "Q_REGS") != 0) {
                 return Err("Q_STAGES=2 needs SCHEDULE=1 and Q_REGS=0 (a second Q tile serves the persistent loop with Q in shared memory); add SCHEDULE=1,Q_REGS=0".into());
             }
-            if knob(cfg, "CLUSTER") == 2 && knob(cfg, "SCHEDULE") != 0 {
-                return Err("CLUSTER=2 needs SCHEDULE=0 (the grid's two blocks of a cluster take adjacent row blocks of one head); add SCHEDULE=0".into());
-            }
             if n > 128 && w == 12 {
                 return Err(format!("BLOCK_N={n} needs NUM_WARPS <= 8: with 3 consumer warpgroups (160 registers per thread) its {} S and {} P registers per thread spill; use NUM_WARPS=8", n / 2, n / 4));
             }
@@ -943,7 +940,8 @@ static REGISTRY: [Implementation; 7] = [
         },
         geometry: |cfg, shape| {
             let (m, w) = (knob(cfg, "BLOCK_M"), knob(cfg, "NUM_WARPS"));
-            // CLUSTER=2: an even grid (a cluster's two blocks; one past the rows stores nothing).
+            // CLUSTER=2: an even count of row blocks per head (a cluster's two blocks, or a
+            // persistent pair item; one past the rows stores nothing).
             let rows = row_tiles(shape.seq_q, m).next_multiple_of(knob(cfg, "CLUSTER").max(1));
             Geometry {
                 grid: (rows, shape.heads as u32, shape.batch as u32),
@@ -1586,12 +1584,12 @@ mod tests {
                     // The tuned config resolves: Q yields to shared memory.
                     let resolved = hopper.resolve(&tuned, 128, &Limits::H100).unwrap();
                     assert_eq!(resolved.get("Q_REGS"), Some(0));
-                    // A user's persistent schedule takes the clusters out (they need the grid).
+                    // A user's persistent schedule keeps the clusters (pairs as work items).
                     let shape = Shape::new(b, h, s, s, d).unwrap();
                     let params = Params::new(d, causal);
                     let persistent =
                         hopper.tuned_under(&shape, &params, &"SCHEDULE=1".parse().unwrap());
-                    assert_ne!(persistent.get("CLUSTER"), Some(2), "{persistent:?}");
+                    assert_eq!(persistent.get("CLUSTER"), Some(2), "{persistent:?}");
                     assert_eq!(persistent.get("BLOCK_N"), Some(176), "{persistent:?}");
                 }
             }
