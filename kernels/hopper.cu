@@ -98,11 +98,12 @@
 //                             found hopper's SMs 27% more cycles active than cuDNN's for the same
 //                             tensor work, and cuDNN's persistent kernel double-buffers Q. At D 128
 //                             only with STAGES 2 (shared memory)
-//   CLUSTER   ∈ {1, 2}        blocks per thread-block cluster (__cluster_dims__), the grid only
-//                             (SCHEDULE 0); default 1. With 2 the blocks of a cluster take adjacent
-//                             row blocks of one head (the grid's x rounded up to even), visit the
-//                             key tiles of both, and each copies half of every K/V tile into both
-//                             (TMA multicast; "Clusters" below): half the K/V bytes from L2. Why:
+//   CLUSTER   ∈ {1, 2}        blocks per thread-block cluster (__cluster_dims__); default 1. With 2
+//                             the blocks of a cluster take adjacent row blocks of one head (the
+//                             rows' count rounded up to even), visit the key tiles of both, and
+//                             each copies half of every K/V tile into both (TMA multicast;
+//                             "Clusters" below): half the K/V bytes from L2. With SCHEDULE 1 only
+//                             with Q_STAGES 2 (the producer's 24 registers spill otherwise). Why:
 //                             the long rows run power-limited, and FlashAttention-3 pairs blocks
 //                             so. The registry's tuning of the grid's 176-key tiles at D 128, where
 //                             the gate measured 1.02-1.08x over 1
@@ -229,6 +230,12 @@
 //   other block's barriers exist); none at the end: the producer thread waits for the last STAGES
 //   tiles' releases (await_last_releases), after which no copy into the other block and no
 //   arrival on this one is outstanding.
+//   Persistent (SCHEDULE 1): a work item is the cluster's pair of row blocks (ITEM_ROWS rows; the
+//   schedule's order over pairs as it is over row blocks), cluster c first takes item c; a static
+//   order strides by the clusters, a dynamic one takes one ticket of the device counter per
+//   cluster: rank 0's producer draws it and sends it to rank 1 (share_ticket: st.async into rank
+//   1's ticket word, ticket_full and ticket_empty barriers), so both blocks take the same items,
+//   and rank 0 alone counts the cluster as finished for the counter's reset.
 //
 // Ordering
 //   Barriers: q_full (1 arrival + Q's bytes), k_full[s] and v_full[s] (1 arrival + a tile's bytes),
@@ -337,7 +344,9 @@ static_assert(Q_REGS == 0 || (Q_REGS == 1 && BLOCK_N <= 128 && NUM_WARPS <= 8 &&
 static_assert(LAZY_RESCALE == 0 || LAZY_RESCALE == 1, "hopper.cu: LAZY_RESCALE must be 0 or 1");
 static_assert(Q_STAGES == 1 || (Q_STAGES == 2 && SCHEDULE == 1 && Q_REGS == 0),
               "hopper.cu: Q_STAGES must be 1, or 2 with SCHEDULE 1 and Q_REGS 0");
-static_assert(CLUSTER == 1 || CLUSTER == 2, "hopper.cu: CLUSTER must be 1 or 2");
+// With one Q tile the persistent producer (24 registers) spills with clusters.
+static_assert(CLUSTER == 1 || (CLUSTER == 2 && (SCHEDULE == 0 || Q_STAGES == 2)),
+              "hopper.cu: CLUSTER must be 1, or 2 with SCHEDULE 0 or Q_STAGES 2");
 static_assert(sizeof(elem_t) == 2, "hopper.cu: 16-bit elements expected");
 
 namespace hopper_attn {
@@ -879,9 +888,7 @@ __device__ __forceinline__ Schedule make_schedule(int batch, int heads, int kv_h
     s.heads = heads;
     s.varlen = cu_seqlens_q != nullptr;
     const bool masked = causal || window_left >= 0 || window_right >= 0;
-    // With CLUSTER 2 both blocks must take the same items: a static order (cluster_item) rather
-    // than tickets of the device counter, which each block would draw apart.
-    s.dynamic = (s.varlen || masked) && CLUSTER == 1;
+    s.dynamic = s.varlen || masked;
     s.bottom_up = window_left < 0 && (causal || window_right >= 0);
     s.heads_fastest = masked;
     s.blocks = (seq_q + ITEM_ROWS - 1) / ITEM_ROWS;
@@ -1004,14 +1011,26 @@ __device__ __forceinline__ int wait_for_q_buffer(Barriers& bars, u32 it) {
 }
 
 #if CLUSTER > 1
-// Item index k of this block's cluster (CLUSTER 2, both blocks alike: no device counter): round k of
-// the clusters, in a snake order (cluster c takes k · C + c on even rounds, k · C + C − 1 − c on odd
-// ones), so that over the rounds of a heaviest-first order every cluster gets as much work; and
-// increasing in k, as the varlen scan needs.
-__device__ __forceinline__ int cluster_item(int k) {
-    const int c = static_cast<int>(blockIdx.x) / CLUSTER;
-    const int clusters = static_cast<int>(gridDim.x) / CLUSTER;
-    return k * clusters + ((k & 1) ? clusters - 1 - c : c);
+
+// The cluster's ticket for the item after the block's `it`-th (lane 0 of the producer warp, dynamic
+// schedules, CLUSTER 2): rank 0 draws it from the device counter and stores it into rank 1's ticket
+// word (st.async, completing on rank 1's ticket_full) once rank 1 has read the one before
+// (ticket_empty); rank 1 waits for it, reads it and releases the word. Both blocks thus take the
+// same items in the same heaviest-first order, one draw per cluster.
+__device__ __forceinline__ unsigned int share_ticket(Barriers& bars, unsigned int* counter, u32 it) {
+    if (cluster_rank() == 0u) {
+        const unsigned int ticket = atomicAdd(&counter[0], 1u);
+        if (it > 0) mbar_wait(smem_addr(&bars.ticket_empty), (it - 1) & 1);
+        st_async_remote(smem_addr(&bars.ticket), smem_addr(&bars.ticket_full), 1u, ticket);
+        return ticket;
+    }
+    const u32 full = smem_addr(&bars.ticket_full);
+    mbar_arrive_expect_tx(full, 4);
+    mbar_wait(full, it & 1);
+    const unsigned int ticket = bars.ticket;
+    // Release semantics (CTA scope): the read above is performed before the word is given back.
+    mbar_arrive_remote(smem_addr(&bars.ticket_empty), 0u, true);
+    return ticket;
 }
 #endif
 
@@ -1033,17 +1052,18 @@ __device__ __forceinline__ void schedule_and_produce(Barriers& bars, u32 q_tile,
     Schedule sched = make_schedule(batch, heads, kv_heads, seq_q, seq_kv, causal, window_left, window_right,
                                    cu_seqlens_q);
     int copied = 0;
-#if CLUSTER > 1
-    int index = cluster_item(0);
-#else
-    int index = blockIdx.x;
-#endif
+    // With CLUSTER 2 the items are the clusters' (both blocks take the same ones): the cluster's
+    // index first.
+    int index = blockIdx.x / CLUSTER;
     u32 it = 0;
     for (;; ++it) {
         int b, h, m0;
         if (!schedule_item(sched, index, batch, cu_seqlens_q, lane, b, h, m0)) break;
-#if CLUSTER == 1
         unsigned int ticket = 0;
+#if CLUSTER > 1
+        // Both blocks of the cluster take the same items: rank 0 draws the ticket and sends it.
+        if (sched.dynamic && lane == 0) ticket = share_ticket(bars, counter, it);
+#else
         if (sched.dynamic && lane == 0) ticket = atomicAdd(&counter[0], 1u);
 #endif
         if (lane == 0) {
@@ -1070,12 +1090,8 @@ __device__ __forceinline__ void schedule_and_produce(Barriers& bars, u32 q_tile,
             load_q_tile(bars, q_tile, map_q, c.q1, c.q2, buffer);
             produce_kv(bars, copied, k_tiles, v_tiles, map_k, map_v, c, tiles.count - lead);
         }
-#if CLUSTER > 1
-        index = cluster_item(static_cast<int>(it) + 1);
-#else
-        index = sched.dynamic ? gridDim.x + static_cast<int>(__shfl_sync(0xffffffffu, ticket, 0))
-                              : index + static_cast<int>(gridDim.x);
-#endif
+        index = sched.dynamic ? gridDim.x / CLUSTER + static_cast<int>(__shfl_sync(0xffffffffu, ticket, 0))
+                              : index + static_cast<int>(gridDim.x / CLUSTER);
     }
     if (lane == 0) {
         const int buffer = wait_for_q_buffer(bars, it);
@@ -1084,7 +1100,19 @@ __device__ __forceinline__ void schedule_and_produce(Barriers& bars, u32 q_tile,
         mbar_arrive(smem_addr(&bars.q_full[buffer]));
 #if CLUSTER > 1
         await_last_releases(bars, copied);
-#endif
+        // Rank 0 stays until rank 1 has read the last ticket (its remote arrival), and alone
+        // counts the cluster as finished.
+        if (sched.dynamic && cluster_rank() == 0u && it > 0)
+            mbar_wait(smem_addr(&bars.ticket_empty), (it - 1) & 1);
+        if (sched.dynamic && cluster_rank() == 0u) {
+            __threadfence();  // this cluster's tickets before its count
+            if (atomicAdd(&counter[1], 1u) == gridDim.x / CLUSTER - 1) {
+                __threadfence();
+                atomicExch(&counter[0], 0u);
+                atomicExch(&counter[1], 0u);
+            }
+        }
+#else
         if (sched.dynamic) {
             __threadfence();  // this block's tickets before its count
             if (atomicAdd(&counter[1], 1u) == gridDim.x - 1) {
@@ -1093,6 +1121,7 @@ __device__ __forceinline__ void schedule_and_produce(Barriers& bars, u32 q_tile,
                 atomicExch(&counter[1], 0u);
             }
         }
+#endif
     }
 }
 #endif

@@ -95,6 +95,16 @@ __device__ __forceinline__ void mbar_arrive_remote(u32 bar, u32 rank, bool signa
         : "memory");
 }
 
+// A 4-byte store of `value` to the word at this block's shared offset `word` in the cluster's block
+// `rank`, completing its 4 bytes of transactions on that block's barrier at offset `bar`.
+__device__ __forceinline__ void st_async_remote(u32 word, u32 bar, u32 rank, u32 value) {
+    asm volatile(
+        "{\n.reg .b32 rw, rb;\nmapa.shared::cluster.u32 rw, %0, %2;\nmapa.shared::cluster.u32 rb, %1, %2;\n"
+        "st.async.shared::cluster.mbarrier::complete_tx::bytes.u32 [rw], %3, [rb];\n}\n" ::"r"(word),
+        "r"(bar), "r"(rank), "r"(value)
+        : "memory");
+}
+
 // Every thread of the cluster's blocks that has not exited meets here: arrive (release: this
 // thread's accesses, barrier inits included, before) and wait (acquire).
 __device__ __forceinline__ void cluster_sync() {

@@ -66,7 +66,15 @@ struct Barriers {
     u64 q_empty[Q_STAGES];  // every consumer thread is done with Q buffer i's item: past its last
                             // wgmma and its O rows staged there and stored (CONSUMER_THREADS
                             // arrivals); with Q_REGS 1, once it has read its Q fragments
+#if CLUSTER > 1
+    u64 ticket_full;        // rank 1: the cluster's next ticket has landed in `ticket` (4 bytes of
+                            // transactions, st.async from rank 0's producer)
+    u64 ticket_empty;       // rank 0: rank 1 has read the last ticket sent (1 remote arrival)
+#endif
     int item[Q_STAGES][3];  // the item q_full[i]'s phase brings: (b, h, m0); m0 < 0: no item left
+#if CLUSTER > 1
+    unsigned int ticket;    // rank 1: the ticket of the device counter that rank 0 drew for both
+#endif
 #endif
 };
 
@@ -93,6 +101,10 @@ __device__ __forceinline__ void init_pipeline(Barriers& bars, const HopperTensor
 #if SCHEDULE
 #pragma unroll
     for (int i = 0; i < Q_STAGES; ++i) mbar_init(smem_addr(&bars.q_empty[i]), CONSUMER_THREADS);
+#if CLUSTER > 1
+    mbar_init(smem_addr(&bars.ticket_full), 1);
+    mbar_init(smem_addr(&bars.ticket_empty), 1);
+#endif
 #endif
     fence_barrier_init();
 }

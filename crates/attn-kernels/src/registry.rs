@@ -422,7 +422,7 @@ static HOPPER_KNOBS: [Knob; 12] = [
     Knob {
         name: "CLUSTER",
         domain: &[1, 2],
-        doc: "blocks per thread-block cluster on the grid: 2 = two blocks of adjacent row blocks visit the same key tiles and each copies half of every K/V tile into both (TMA multicast), halving the K/V traffic from L2 (FlashAttention-3's cluster of two; with SCHEDULE=1 the pair is the work item, taken in a static order; the tuning of the grid's 176-key tiles at D=128), 1 = each block copies its own; yields to 1 where other knobs rule it out",
+        doc: "blocks per thread-block cluster on the grid: 2 = two blocks of adjacent row blocks visit the same key tiles and each copies half of every K/V tile into both (TMA multicast), halving the K/V traffic from L2 (FlashAttention-3's cluster of two; with SCHEDULE=1, and then Q_STAGES=2, the pair is the work item, one ticket per cluster; the tuning of the grid's 176-key tiles at D=128), 1 = each block copies its own; yields to 1 where other knobs rule it out",
     },
 ];
 
@@ -667,13 +667,15 @@ fn q_stages(cfg: &Config) -> u32 {
 
 /// hopper's static shared memory, its `Barriers` (hopper_pipeline.cuh): Q_STAGES q_full and STAGES
 /// × (k_full, v_full, k_empty, v_empty), 8 bytes each, and with SCHEDULE=1 per Q tile a q_empty and
-/// the item's three words (24 or 40 bytes with the struct's 8-byte alignment). Public for the
+/// the item's three words (24 or 40 bytes with the struct's 8-byte alignment), with CLUSTER=2 also
+/// the ticket's two barriers and word (20 bytes more, before the rounding). Public for the
 /// micro-benchmark, whose kernel declares the same barriers (no SCHEDULE knob there: none of the
 /// persistent ones).
 pub fn hopper_static_shared(cfg: &Config) -> u32 {
     let q = q_stages(cfg);
+    let ticket = if knob(cfg, "CLUSTER") == 2 { 20 } else { 0 };
     let persistent = if knob(cfg, "SCHEDULE") == 1 {
-        (20 * q).next_multiple_of(8)
+        (20 * q + ticket).next_multiple_of(8)
     } else {
         0
     };
@@ -923,6 +925,9 @@ static REGISTRY: [Implementation; 7] = [
             }
             if knob(cfg, "Q_STAGES") == 2 && (knob(cfg, "SCHEDULE") != 1 || knob(cfg, "Q_REGS") != 0) {
                 return Err("Q_STAGES=2 needs SCHEDULE=1 and Q_REGS=0 (a second Q tile serves the persistent loop with Q in shared memory); add SCHEDULE=1,Q_REGS=0".into());
+            }
+            if knob(cfg, "CLUSTER") == 2 && knob(cfg, "SCHEDULE") == 1 && q_stages(cfg) != 2 {
+                return Err("CLUSTER=2 in the persistent loop needs Q_STAGES=2 (with one Q tile its producer's 24 registers spill); add Q_STAGES=2,Q_REGS=0 or SCHEDULE=0".into());
             }
             if n > 128 && w == 12 {
                 return Err(format!("BLOCK_N={n} needs NUM_WARPS <= 8: with 3 consumer warpgroups (160 registers per thread) its {} S and {} P registers per thread spill; use NUM_WARPS=8", n / 2, n / 4));
@@ -1584,12 +1589,13 @@ mod tests {
                     // The tuned config resolves: Q yields to shared memory.
                     let resolved = hopper.resolve(&tuned, 128, &Limits::H100).unwrap();
                     assert_eq!(resolved.get("Q_REGS"), Some(0));
-                    // A user's persistent schedule keeps the clusters (pairs as work items).
+                    // A user's persistent schedule with one Q tile takes the clusters out (its
+                    // producer spills with them), the tile stays.
                     let shape = Shape::new(b, h, s, s, d).unwrap();
                     let params = Params::new(d, causal);
                     let persistent =
                         hopper.tuned_under(&shape, &params, &"SCHEDULE=1".parse().unwrap());
-                    assert_eq!(persistent.get("CLUSTER"), Some(2), "{persistent:?}");
+                    assert_ne!(persistent.get("CLUSTER"), Some(2), "{persistent:?}");
                     assert_eq!(persistent.get("BLOCK_N"), Some(176), "{persistent:?}");
                 }
             }

@@ -30,9 +30,9 @@ const PATH_KNOBS: [&str; 1] = ["SCHEDULE"];
 /// Conditional rescaling (LAZY_RESCALE=1) on the defaults at both head dims. (Two Q tiles in the
 /// persistent loop, Q_STAGES=2, are the suites' full grids' tuning at both head dims.) Beside
 /// them at D=128 the widest K/V tile whose 2-stage ring fits, 160 keys. Clusters of two blocks
-/// sharing each K/V tile (CLUSTER=2; with each schedule) on the defaults at both head dims, on the
-/// FlashAttention-3 tile, and with two Q tiles of 160-key tiles in the persistent loop.
-const OPT_IN: [(&str, &str, usize); 12] = [
+/// sharing each K/V tile (CLUSTER=2): on the grid's defaults at both head dims and its
+/// FlashAttention-3 tile, and in the persistent loop with two Q tiles (at D=128 of 160 keys).
+const OPT_IN: [(&str, &str, usize); 13] = [
     (
         "hopper",
         "SCHEDULE=1,Q_REGS=0,Q_STAGES=2,STAGES=2,BLOCK_N=160",
@@ -49,11 +49,12 @@ const OPT_IN: [(&str, &str, usize); 12] = [
         "BLOCK_M=64,NUM_WARPS=4,BLOCK_N=176,STAGES=2,OVERLAP=0,PINGPONG=0",
         128,
     ),
-    ("hopper", "CLUSTER=2", 128),
-    ("hopper", "CLUSTER=2", 64),
+    ("hopper", "CLUSTER=2,SCHEDULE=0", 128),
+    ("hopper", "CLUSTER=2,SCHEDULE=0", 64),
+    ("hopper", "CLUSTER=2,SCHEDULE=1,Q_REGS=0,Q_STAGES=2", 64),
     (
         "hopper",
-        "CLUSTER=2,BLOCK_N=176,STAGES=2,LAZY_RESCALE=1",
+        "CLUSTER=2,SCHEDULE=0,BLOCK_N=176,STAGES=2,LAZY_RESCALE=1",
         128,
     ),
     (
@@ -263,9 +264,9 @@ fn invalid_configs_are_rejected_with_their_reason() {
         },
         Case {
             implementation: "hopper",
-            config: "CLUSTER=3",
+            config: "CLUSTER=2,SCHEDULE=1",
             head_dim: 128,
-            reason: "outside its domain",
+            reason: "CLUSTER=2 in the persistent loop needs Q_STAGES=2",
         },
         Case {
             implementation: "naive",

@@ -199,13 +199,19 @@ fn schedules(name: &str) -> Vec<Config> {
 /// matrices' shapes do) at both head dims (3 × 5 heads of 2048 rows: 240 items, two for most
 /// blocks), and beside them at D=128 160-key tiles (the widest whose 2-stage ring fits; lengths 1
 /// short of, 1 past and 67 into a tile). And clusters of two blocks sharing each K/V tile
-/// (CLUSTER=2) on the defaults at both head dims with each schedule (the persistent loop's work
-/// items are then pairs of row blocks), on the 176-key tile with conditional rescaling (D=128's
-/// tuning past two Q tiles), where 4099 rows make an odd count of row blocks (the padding block
-/// stores nothing), and with two Q tiles of 160-key tiles. A config that names SCHEDULE runs with
-/// that schedule only.
+/// (CLUSTER=2): on the grid's defaults at both head dims and its 176-key tile with conditional
+/// rescaling (D=128's tuning past two Q tiles), where 4099 rows make an odd count of row blocks
+/// (the padding block stores nothing); in the persistent loop (work items are then pairs of row
+/// blocks, one ticket per cluster) with two Q tiles at both head dims, at D=128 of 160 keys. A
+/// config that names SCHEDULE runs with that schedule only.
 const OPT_IN: &[(&str, &str, &[usize], &[usize])] = &[
-    ("hopper", "CLUSTER=2", &[64, 128], &[]),
+    ("hopper", "CLUSTER=2,SCHEDULE=0", &[64, 128], &[]),
+    (
+        "hopper",
+        "CLUSTER=2,SCHEDULE=1,Q_REGS=0,Q_STAGES=2,STAGES=2",
+        &[64],
+        &[],
+    ),
     (
         "hopper",
         "CLUSTER=2,SCHEDULE=1,Q_REGS=0,Q_STAGES=2,STAGES=2,BLOCK_N=160,LAZY_RESCALE=1",
