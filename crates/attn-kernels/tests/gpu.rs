@@ -773,9 +773,10 @@ fn hopper_varlen_matches_the_oracle() {
 }
 
 /// hopper's persistent scheduler keeps its work counter in device memory and resets it itself: one
-/// prepared kernel launched again and again (dynamic and static orders, dense and varlen, plain
-/// launches and replays of one captured CUDA graph, the output poisoned before each) must write
-/// every row each time, the same bits as its first launch.
+/// prepared kernel (with one Q tile, and in clusters of two that share each ticket) launched again
+/// and again (dynamic and static orders, dense and varlen, plain launches and replays of one
+/// captured CUDA graph, the output poisoned before each) must write every row each time, the same
+/// bits as its first launch.
 #[test]
 #[ignore = "needs a CUDA GPU (Hopper, sm_90)"]
 fn hopper_persistent_relaunches_and_graph_replays_write_every_row() {
@@ -785,9 +786,6 @@ fn hopper_persistent_relaunches_and_graph_replays_write_every_row() {
     let gpu = Gpu::open(0).expect("a CUDA GPU");
     let seed = base_seed();
     println!("hopper persistent relaunches: base seed {seed}");
-    let candidate =
-        Candidate::registered("hopper", "SCHEDULE=persistent".parse().unwrap()).unwrap();
-    let prepared = Prepared::new(&gpu, &candidate, DType::F16, 128).unwrap();
     let spec = |shape: Shape| CaseSpec {
         shape,
         dtype: DType::F16,
@@ -799,54 +797,62 @@ fn hopper_persistent_relaunches_and_graph_replays_write_every_row() {
     let packed = generate_varlen(&spec("1,4/2,1,128".parse().unwrap()), &varlen);
     let offsets = gpu.upload_offsets(&varlen).unwrap();
     let mut checked = 0;
-    for (inputs, offsets) in [(&dense, None), (&packed, Some(&offsets))] {
-        let (q, k, v) = (
-            gpu.upload(&inputs.q).unwrap(),
-            gpu.upload(&inputs.k).unwrap(),
-            gpu.upload(&inputs.v).unwrap(),
-        );
-        // Causal (dynamic order), plain (static for a dense batch), a window (dynamic).
-        for params in [
-            Params::new(128, true),
-            Params::new(128, false),
-            Params::new(128, false).with_window("64,64".parse().unwrap()),
-        ] {
-            let mut o = gpu.alloc_poisoned(q.dims, DType::F16).unwrap();
-            let launch = |o: &mut attn_kernels::DeviceTensor| {
-                prepared
-                    .launch_batch(&gpu, &q, &k, &v, o, &params, offsets)
-                    .unwrap()
-            };
-            launch(&mut o);
-            let first = gpu.download(&o).unwrap();
-            for _ in 0..5 {
-                gpu.poison(&mut o).unwrap();
+    // One Q tile, and clusters of two (one ticket per cluster, a counter the clusters count off).
+    for config in [
+        "SCHEDULE=persistent",
+        "SCHEDULE=persistent,CLUSTER=2,Q_REGS=0,Q_STAGES=2,STAGES=2",
+    ] {
+        let candidate = Candidate::registered("hopper", config.parse().unwrap()).unwrap();
+        let prepared = Prepared::new(&gpu, &candidate, DType::F16, 128).unwrap();
+        for (inputs, offsets) in [(&dense, None), (&packed, Some(&offsets))] {
+            let (q, k, v) = (
+                gpu.upload(&inputs.q).unwrap(),
+                gpu.upload(&inputs.k).unwrap(),
+                gpu.upload(&inputs.v).unwrap(),
+            );
+            // Causal (dynamic order), plain (static for a dense batch), a window (dynamic).
+            for params in [
+                Params::new(128, true),
+                Params::new(128, false),
+                Params::new(128, false).with_window("64,64".parse().unwrap()),
+            ] {
+                let mut o = gpu.alloc_poisoned(q.dims, DType::F16).unwrap();
+                let launch = |o: &mut attn_kernels::DeviceTensor| {
+                    prepared
+                        .launch_batch(&gpu, &q, &k, &v, o, &params, offsets)
+                        .unwrap()
+                };
                 launch(&mut o);
-                assert_eq!(
-                    gpu.download(&o).unwrap().as_bytes(),
-                    first.as_bytes(),
-                    "relaunch"
-                );
-                checked += 1;
-            }
-            let stream = gpu.stream().clone();
-            stream
-                .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-                .unwrap();
-            launch(&mut o);
-            let graph = stream
-                .end_capture(CUgraphInstantiate_flags(0))
-                .unwrap()
-                .expect("a captured launch");
-            for _ in 0..5 {
-                gpu.poison(&mut o).unwrap();
-                graph.launch().unwrap();
-                assert_eq!(
-                    gpu.download(&o).unwrap().as_bytes(),
-                    first.as_bytes(),
-                    "graph replay"
-                );
-                checked += 1;
+                let first = gpu.download(&o).unwrap();
+                for _ in 0..5 {
+                    gpu.poison(&mut o).unwrap();
+                    launch(&mut o);
+                    assert_eq!(
+                        gpu.download(&o).unwrap().as_bytes(),
+                        first.as_bytes(),
+                        "relaunch"
+                    );
+                    checked += 1;
+                }
+                let stream = gpu.stream().clone();
+                stream
+                    .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+                    .unwrap();
+                launch(&mut o);
+                let graph = stream
+                    .end_capture(CUgraphInstantiate_flags(0))
+                    .unwrap()
+                    .expect("a captured launch");
+                for _ in 0..5 {
+                    gpu.poison(&mut o).unwrap();
+                    graph.launch().unwrap();
+                    assert_eq!(
+                        gpu.download(&o).unwrap().as_bytes(),
+                        first.as_bytes(),
+                        "graph replay"
+                    );
+                    checked += 1;
+                }
             }
         }
     }
