@@ -105,8 +105,9 @@
 //                             "Clusters" below): half the K/V bytes from L2. With SCHEDULE 1 only
 //                             with Q_STAGES 2 (the producer's 24 registers spill otherwise). Why:
 //                             the long rows run power-limited, and FlashAttention-3 pairs blocks
-//                             so. The registry's tuning of the grid's 176-key tiles at D 128, where
-//                             the gate measured 1.02-1.08x over 1
+//                             so. The registry's tuning of every full grid (the persistent loop's
+//                             two Q tiles, the grid's 176-key tiles at D 128), where the gate
+//                             measured 1.01-1.08x over 1
 //   A caution on the clock gap to FA3 that PV_N, Q_REGS and LAZY_RESCALE cite: those clocks were
 //   50 µs probes at the edges of each block, which swung ±5% between blocks whose times agreed
 //   within 1% (attn-measure's timing::round_order); the gap is not established. Each knob was

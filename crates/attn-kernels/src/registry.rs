@@ -422,7 +422,7 @@ static HOPPER_KNOBS: [Knob; 12] = [
     Knob {
         name: "CLUSTER",
         domain: &[1, 2],
-        doc: "blocks per thread-block cluster on the grid: 2 = two blocks of adjacent row blocks visit the same key tiles and each copies half of every K/V tile into both (TMA multicast), halving the K/V traffic from L2 (FlashAttention-3's cluster of two; with SCHEDULE=1, and then Q_STAGES=2, the pair is the work item, one ticket per cluster; the tuning of the grid's 176-key tiles at D=128), 1 = each block copies its own; yields to 1 where other knobs rule it out",
+        doc: "blocks per thread-block cluster on the grid: 2 = two blocks of adjacent row blocks visit the same key tiles and each copies half of every K/V tile into both (TMA multicast), halving the K/V traffic from L2 (FlashAttention-3's cluster of two; with SCHEDULE=1, and then Q_STAGES=2, the pair is the work item, one ticket per cluster; the tuning of every full grid), 1 = each block copies its own; yields to 1 where other knobs rule it out",
     },
 ];
 
@@ -523,13 +523,13 @@ const HOPPER_160_KEY_TILES_MIN_KEYS: usize = 2048;
 /// (a first run, 21-59-46Z: 1.01×, 1.02×, 1.02×, 0.99×, 1.01×). Before the remote releases
 /// dropped their cluster-scope fence (a MEMBAR.ALL.GPU each), clusters were 0.79-0.88× (21-47-52Z).
 /// In the persistent loop with two Q tiles, where a work item is the cluster's pair of row blocks
-/// and rank 0 draws one ticket for both (22-5*Z): 1.06× [1.00, 1.09] at 2,16,8192,128 causal,
+/// and rank 0 draws one ticket for both (23-04-48Z): 1.06× [1.00, 1.09] at 2,16,8192,128 causal,
 /// 1.05× [1.02, 1.09] at 2,32/8,8192,128 causal, 1.04× at 2,32/1,8192,128 causal, 1.08× [1.03,
 /// 1.11] and 1.06× [1.00, 1.10] under causal windows of 4096 at 2,16 and 2,32/8,16384,128, 1.03×
 /// at 2,16,4096,128, 4,16,2048,128 and 2,32/8,4096,128, 1.01-1.02× at 4,16,1024,128 causal and
 /// at D=64 2,16,8192 with either mask. (Taking the items in a static order instead, both blocks
 /// alike without a ticket, lost on causal problems of 16 heads: 0.89× at 2,16,8192,128, 0.93×
-/// under the window, 0.96× at D=64, 22-4*Z.)
+/// under the window, 0.96× at D=64, 22-53-29Z.)
 const HOPPER_GRID_CLUSTER: i64 = 2;
 
 /// hopper's knobs per problem. A grid of at least one block per SM at the default rows takes two Q
