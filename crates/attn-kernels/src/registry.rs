@@ -513,9 +513,9 @@ const HOPPER_TWO_Q_TILES_MAX_KEYS: usize = 4096;
 const HOPPER_160_KEY_TILES_MIN_KEYS: usize = 2048;
 
 /// Blocks per cluster of hopper's full grids, persistent with two Q tiles or the grid of 176-key
-/// tiles (D=128 past two Q tiles' lengths, no window): two (CLUSTER=2): adjacent row blocks of one head visit the same key tiles and
-/// each block copies half of every K/V tile into both (TMA multicast), halving the K/V traffic from
-/// L2 (ncu at 2,16,8192,128: L2 throughput 54% -> 32% of peak) and with it power: the blocks run at
+/// tiles (D=128 past two Q tiles' lengths, no window): two (CLUSTER=2). Adjacent row blocks of one
+/// head visit the same key tiles and each block copies half of every K/V tile into both (TMA
+/// multicast), halving the K/V traffic from L2 (ncu at 2,16,8192,128: L2 throughput 54% -> 32% of peak) and with it power: the blocks run at
 /// a higher clock for about 3% more cycles. Against the same tuning without clusters the gate
 /// (batch mode, ten blocks a side; evidence/gate/2026-11-27T22-08-08Z) measured 1.02× [0.98, 1.04]
 /// at 2,16,16384,128, 1.08× [1.01, 1.13] at 2,32/8,8192,128, 1.04× [1.01, 1.08] at 2,16,8192,128,
@@ -530,14 +530,14 @@ const HOPPER_160_KEY_TILES_MIN_KEYS: usize = 2048;
 /// at D=64 2,16,8192 with either mask. (Taking the items in a static order instead, both blocks
 /// alike without a ticket, lost on causal problems of 16 heads: 0.89× at 2,16,8192,128, 0.93×
 /// under the window, 0.96× at D=64, 22-53-29Z.)
-const HOPPER_GRID_CLUSTER: i64 = 2;
+const HOPPER_CLUSTER: i64 = 2;
 
 /// hopper's knobs per problem. A grid of at least one block per SM at the default rows takes two Q
 /// tiles in the persistent loop where they were measured ahead ([`hopper_takes_two_q_tiles`]);
 /// elsewhere (D=128: long rows, windows without the causal mask) the grid, with
 /// FlashAttention-3's 128×176 tile in a 2-stage ring where no window bounds the rows (Q then from
 /// shared memory: a 176-key tile leaves no registers for it), in clusters of two blocks sharing
-/// each K/V tile ([`HOPPER_GRID_CLUSTER`]); and from
+/// each K/V tile ([`HOPPER_CLUSTER`]); and from
 /// [`HOPPER_LAZY_RESCALE_MIN_KEYS`] keys conditional rescaling. Since K and V of a ring slot are
 /// released apart (d1d660b), the gate (batch mode, ten blocks a side) measured the 176-key tile
 /// against the 128-key one 1.07× [1.04, 1.10] at 2,16,8192,128, 1.07× [1.05, 1.12] at
@@ -588,7 +588,7 @@ fn hopper_tuned(shape: &Shape, params: &Params) -> Config {
                 ("SCHEDULE", 1),
                 ("Q_REGS", 0),
                 ("Q_STAGES", 2),
-                ("CLUSTER", HOPPER_GRID_CLUSTER),
+                ("CLUSTER", HOPPER_CLUSTER),
             ]);
             if shape.head_dim == 128 {
                 knobs.push(("STAGES", 2));
@@ -599,11 +599,7 @@ fn hopper_tuned(shape: &Shape, params: &Params) -> Config {
         } else if !params.window.is_bounded() {
             // D=128 past the two Q tiles' lengths: the grid, the 176-key tile, in clusters of two
             // blocks that share each K/V tile.
-            knobs.extend([
-                ("BLOCK_N", 176),
-                ("STAGES", 2),
-                ("CLUSTER", HOPPER_GRID_CLUSTER),
-            ]);
+            knobs.extend([("BLOCK_N", 176), ("STAGES", 2), ("CLUSTER", HOPPER_CLUSTER)]);
         }
         return Config::from_pairs(&knobs);
     }
