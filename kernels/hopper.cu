@@ -134,7 +134,9 @@
 //   Parameters: the ten plain ones, three `const __grid_constant__` CUtensorMaps (Q, K, V), then
 //   the five of the variants: kv_heads, window_left, window_right, cu_seqlens_q, cu_seqlens_kv.
 //   CLUSTER 2: grid x = ceil(S_q / BLOCK_M) rounded up to even, clusters of (2, 1, 1) blocks (compiled
-//   in), and K/V boxes of BLOCK_N / 2 rows (each block copies half of a tile).
+//   in), and K/V boxes of BLOCK_N / 2 rows (each block copies half of a tile). With SCHEDULE 1 the
+//   items counted below are those even counts of row blocks (so the grid is even too), and the
+//   kernel's own work items are their pairs.
 //   SCHEDULE 1 (persistent): grid = (min(items, SMs × resident blocks per SM), 1, 1), where the items
 //   are the ceil(S_q / BLOCK_M) · H · B row blocks of the grid above, and one more parameter last:
 //   `unsigned int* sched_counter`, two words that are zero at launch and that the kernel leaves zero
