@@ -482,6 +482,16 @@ __device__ __forceinline__ Tiles block_tiles(int m0, int len_q, int len_kv, int 
     return tiles;
 }
 
+// The first row of the work item whose row block starts at m0: the cluster's pair of row blocks
+// (ITEM_ROWS rows) with CLUSTER 2, the row block itself otherwise. Its key tiles are both blocks'.
+__device__ __forceinline__ int item_first_row(int m0) {
+#if CLUSTER > 1
+    return static_cast<int>(static_cast<unsigned>(m0) / ITEM_ROWS * ITEM_ROWS);  // m0 ≥ 0
+#else
+    return m0;
+#endif
+}
+
 // TMA box coordinates after the column (header: the maps). Dense: (row, batch·head) over [B·H, S, D],
 // K/V head b·H_kv + h / (H / H_kv). Varlen: (head, packed row) over [total, H, D], the sequence's
 // rows starting at cu_seqlens[b]. The K/V coordinates are those of the block's first tile; each
@@ -1072,14 +1082,11 @@ __device__ __forceinline__ void schedule_and_produce(Barriers& bars, u32 q_tile,
         if (lane == 0) {
             const attn::HeadView view =
                 attn::head_view(b, h, heads, kv_heads, seq_q, seq_kv, cu_seqlens_q, cu_seqlens_kv);
-#if CLUSTER > 1
-            // The item is the cluster's pair of row blocks from m0: this block's is its rank's, and
-            // the key tiles are the pair's.
             const Tiles tiles =
                 block_tiles(m0, view.seq_q, view.seq_kv, causal, window_left, window_right, ITEM_ROWS);
+#if CLUSTER > 1
+            // The item is the cluster's pair of row blocks from m0: this block's is its rank's.
             m0 += static_cast<int>(cluster_rank()) * BLOCK_M;
-#else
-            const Tiles tiles = block_tiles(m0, view.seq_q, view.seq_kv, causal, window_left, window_right);
 #endif
             Coords c = box_coords(b, h, m0, tiles.first * BLOCK_N, heads, kv_heads, cu_seqlens_q, cu_seqlens_kv);
             // With one Q buffer the item's first K/V tile goes first: it lands while the consumers
@@ -1101,30 +1108,22 @@ __device__ __forceinline__ void schedule_and_produce(Barriers& bars, u32 q_tile,
         publish_no_item(bars, buffer);
         // The phase completes with no transaction: no item left.
         mbar_arrive(smem_addr(&bars.q_full[buffer]));
+        // With CLUSTER 2 rank 0 drew the cluster's tickets: it alone counts the cluster finished,
+        // once rank 1 has read the last one (its remote arrival).
+        bool counts = true;
 #if CLUSTER > 1
         await_last_releases(bars, copied);
-        // Rank 0 stays until rank 1 has read the last ticket (its remote arrival), and alone
-        // counts the cluster as finished.
-        if (sched.dynamic && cluster_rank() == 0u && it > 0)
-            mbar_wait(smem_addr(&bars.ticket_empty), (it - 1) & 1);
-        if (sched.dynamic && cluster_rank() == 0u) {
-            __threadfence();  // this cluster's tickets before its count
+        counts = cluster_rank() == 0u;
+        if (sched.dynamic && counts && it > 0) mbar_wait(smem_addr(&bars.ticket_empty), (it - 1) & 1);
+#endif
+        if (sched.dynamic && counts) {
+            __threadfence();  // this block's (cluster's) tickets before its count
             if (atomicAdd(&counter[1], 1u) == gridDim.x / CLUSTER - 1) {
                 __threadfence();
                 atomicExch(&counter[0], 0u);
                 atomicExch(&counter[1], 0u);
             }
         }
-#else
-        if (sched.dynamic) {
-            __threadfence();  // this block's tickets before its count
-            if (atomicAdd(&counter[1], 1u) == gridDim.x - 1) {
-                __threadfence();
-                atomicExch(&counter[0], 0u);
-                atomicExch(&counter[1], 0u);
-            }
-        }
-#endif
     }
 }
 #endif
@@ -1137,7 +1136,8 @@ extern "C" __global__ void
 #if CLUSTER > 1
     __cluster_dims__(CLUSTER, 1, 1)
 #endif
-    __launch_bounds__(hopper_attn::THREADS, 1) attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_t* __restrict__ v,
+    __launch_bounds__(hopper_attn::THREADS, 1)
+    attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_t* __restrict__ v,
              elem_t* __restrict__ o, int batch, int heads, int seq_q, int seq_kv, float scale, int causal,
              const __grid_constant__ HopperTensorMap map_q, const __grid_constant__ HopperTensorMap map_k,
              const __grid_constant__ HopperTensorMap map_v, int kv_heads, int window_left, int window_right,
@@ -1164,24 +1164,18 @@ extern "C" __global__ void
     // With a left window the interior blocks are equal (and with a left window only, the first rows
     // see the most keys: top-down already).
     const bool bottom_up = window_left < 0 && (causal || window_right >= 0);
-    const int row_block = bottom_up ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-    const int m0 = row_block * BLOCK_M;
-#if CLUSTER > 1
-    // The cluster's two blocks (x = 2i, 2i + 1; the grid is even) take row blocks 2k and 2k + 1
-    // either way (bottom-up too), and visit the key tiles of both: the same tiles, each copied once
-    // for the pair (multicast). A block whose own rows see none of a tile skips it as a warpgroup
-    // does. A pair past the sequence's end leaves, both blocks, before any barrier; a block past the
-    // end beside one that is not stays (its producer copies the pair's tiles) and stores nothing.
-    const int pair_m0 = (row_block & ~1) * BLOCK_M;
-    if (pair_m0 >= view.seq_q) return;
+    const int m0 = (bottom_up ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * BLOCK_M;
+    // With CLUSTER 2 the cluster's two blocks (x = 2i, 2i + 1; the grid is even) take row blocks 2k
+    // and 2k + 1 either way (bottom-up too), and visit the key tiles of both: the same tiles, each
+    // copied once for the pair (multicast); a block whose own rows see none of a tile skips it as a
+    // warpgroup does. Varlen: the grid is sized by the longest sequence; a block (a pair) past this
+    // one's end leaves, whole, before any barrier (never taken for a dense batch: the grid covers
+    // seq_q); a block past the end beside one that is not stays (its producer copies the pair's
+    // tiles) and stores nothing.
+    const int first_row = item_first_row(m0);
+    if (first_row >= view.seq_q) return;
     const Tiles tiles =
-        block_tiles(pair_m0, view.seq_q, view.seq_kv, causal, window_left, window_right, CLUSTER * BLOCK_M);
-#else
-    // Varlen: the grid is sized by the longest sequence; a block past this one's end leaves, whole,
-    // before any barrier (never taken for a dense batch: the grid covers seq_q exactly).
-    if (m0 >= view.seq_q) return;
-    const Tiles tiles = block_tiles(m0, view.seq_q, view.seq_kv, causal, window_left, window_right);
-#endif
+        block_tiles(first_row, view.seq_q, view.seq_kv, causal, window_left, window_right, ITEM_ROWS);
 #endif
 
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -1257,13 +1251,8 @@ extern "C" __global__ void
         item.m0 = m0;
         item.len_q = view.seq_q;
         item.len_kv = view.seq_kv;
-#if CLUSTER > 1
-        // The cluster's pair of row blocks starts at m0 rounded down to ITEM_ROWS; its key tiles.
-        item.tiles = block_tiles(m0 / ITEM_ROWS * ITEM_ROWS, view.seq_q, view.seq_kv, causal, window_left,
-                                 window_right, ITEM_ROWS);
-#else
-        item.tiles = block_tiles(m0, view.seq_q, view.seq_kv, causal, window_left, window_right);
-#endif
+        item.tiles = block_tiles(item_first_row(m0), view.seq_q, view.seq_kv, causal, window_left, window_right,
+                                 ITEM_ROWS);
         item.o_head = o + view.q;
         item.o_stride = view.q_stride;
         consume_item(bars, smem + buffer * Q_TILE_BYTES, q_tile + buffer * Q_TILE_BYTES, k_tiles, v_tiles, ring,

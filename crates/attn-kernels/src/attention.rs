@@ -383,10 +383,11 @@ impl SourceGeometry {
     /// The boxes of the TensorMaps ABI when the kernel asks for it (`TENSOR_MAPS=1`).
     fn box_rows(&self) -> Option<BoxRows> {
         match (self.tensor_maps, self.block_n) {
-            (1, Some(kv)) => Some(BoxRows {
-                q: self.block_m as u32,
-                kv: (kv / self.cluster) as u32,
-            }),
+            (1, Some(kv)) => Some(BoxRows::new(
+                self.block_m as u32,
+                kv as u32,
+                self.cluster as u32,
+            )),
             _ => None,
         }
     }
@@ -474,6 +475,17 @@ struct BoxRows {
     kv: u32,
 }
 
+impl BoxRows {
+    /// Q boxes of `block_m` rows; K/V boxes of a block's share of a `block_n`-key tile when
+    /// `cluster` blocks share each K/V tile (kernels/README.md): `block_n / cluster` rows.
+    fn new(block_m: u32, block_n: u32, cluster: u32) -> BoxRows {
+        BoxRows {
+            q: block_m,
+            kv: block_n / cluster.max(1),
+        }
+    }
+}
+
 /// A library plan's intermediates, grown on demand: S in f32 and P in the input dtype (each only
 /// when cuBLAS reads or writes it).
 #[derive(Default)]
@@ -559,13 +571,8 @@ impl Prepared {
                                     }
                                 })
                             };
-                            // With CLUSTER blocks sharing each K/V tile, a block copies its
-                            // share of the tile: BLOCK_N / CLUSTER rows (kernels/README.md).
-                            let cluster = config.get("CLUSTER").unwrap_or(1).max(1) as u32;
-                            Some(BoxRows {
-                                q: rows("BLOCK_M")?,
-                                kv: rows("BLOCK_N")? / cluster,
-                            })
+                            let cluster = config.get("CLUSTER").unwrap_or(1) as u32;
+                            Some(BoxRows::new(rows("BLOCK_M")?, rows("BLOCK_N")?, cluster))
                         }
                     };
                     let probe = imp_geometry(implementation, &config, head_dim)?;

@@ -422,7 +422,7 @@ static HOPPER_KNOBS: [Knob; 12] = [
     Knob {
         name: "CLUSTER",
         domain: &[1, 2],
-        doc: "blocks per thread-block cluster on the grid: 2 = two blocks of adjacent row blocks visit the same key tiles and each copies half of every K/V tile into both (TMA multicast), halving the K/V traffic from L2 (FlashAttention-3's cluster of two; with SCHEDULE=1, and then Q_STAGES=2, the pair is the work item, one ticket per cluster; the tuning of every full grid), 1 = each block copies its own; yields to 1 where other knobs rule it out",
+        doc: "blocks per thread-block cluster: 2 = two blocks of adjacent row blocks visit the same key tiles and each copies half of every K/V tile into both (TMA multicast), halving the K/V traffic from L2 (FlashAttention-3's cluster of two; with SCHEDULE=1, and then Q_STAGES=2, the pair is the work item, one ticket per cluster; the tuning of every full grid), 1 = each block copies its own; yields to 1 where other knobs rule it out",
     },
 ];
 
@@ -515,8 +515,8 @@ const HOPPER_160_KEY_TILES_MIN_KEYS: usize = 2048;
 /// Blocks per cluster of hopper's full grids, persistent with two Q tiles or the grid of 176-key
 /// tiles (D=128 past two Q tiles' lengths, no window): two (CLUSTER=2). Adjacent row blocks of one
 /// head visit the same key tiles and each block copies half of every K/V tile into both (TMA
-/// multicast), halving the K/V traffic from L2 (ncu at 2,16,8192,128: L2 throughput 54% -> 32% of peak) and with it power: the blocks run at
-/// a higher clock for about 3% more cycles. Against the same tuning without clusters the gate
+/// multicast), halving the K/V traffic from L2 (ncu at 2,16,8192,128: L2 throughput 54% -> 32% of
+/// peak) and with it power: the blocks run at a higher clock for about 3% more cycles. Against the same tuning without clusters the gate
 /// (batch mode, ten blocks a side; evidence/gate/2026-11-27T22-08-08Z) measured 1.02× [0.98, 1.04]
 /// at 2,16,16384,128, 1.08× [1.01, 1.13] at 2,32/8,8192,128, 1.04× [1.01, 1.08] at 2,16,8192,128,
 /// and causal 1.04× [1.02, 1.06] at 2,16,16384,128 and 1.02× [0.99, 1.06] at 1,32/8,16384,128
