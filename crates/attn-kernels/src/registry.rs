@@ -493,7 +493,10 @@ const HOPPER_TWO_Q_TILES_MAX_CAUSAL_ROWS: usize = 8192;
 /// 1.09] at 2,16,4096 (against the 176-key tile). From 8192 keys the 176-key tile stays: 1.00×
 /// at 2,16,8192 and on the non-causal varlen batch (8192 longest), 0.97× [0.95, 1.00] at
 /// 2,16,16384. A window of 2048 both ways at 16384 measured 1.01× [0.97, 1.06] with 128-key tiles: taken
-/// only with 160-key ones ([`HOPPER_160_KEY_TILES_MIN_KEYS`]).
+/// only with 160-key ones ([`HOPPER_160_KEY_TILES_MIN_KEYS`]). With clusters on both sides (two Q
+/// tiles of 160 keys against the 176-key grid, evidence/gate/2026-11-28T00-54-29Z) the grid still
+/// holds: 0.98× [0.96, 1.00] at 2,16,16384, 1.00× [0.97, 1.04] at 2,16,8192, and causal 0.99×
+/// [0.97, 1.02] at 2,16,16384 and 0.98× [0.95, 1.00] at 1,32/8,16384.
 const HOPPER_TWO_Q_TILES_MAX_KEYS: usize = 4096;
 
 /// Keys a row sees on average under the mask (the varlen batches' longest sequence), from which
