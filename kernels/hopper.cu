@@ -103,11 +103,24 @@
 //                             rows' count rounded up to even), visit the key tiles of both, and
 //                             each copies half of every K/V tile into both (TMA multicast;
 //                             "Clusters" below): half the K/V bytes from L2. With SCHEDULE 1 only
-//                             with Q_STAGES 2 (the producer's 24 registers spill otherwise). Why:
-//                             the long rows run power-limited, and FlashAttention-3 pairs blocks
-//                             so. The registry's tuning of every full grid (the persistent loop's
-//                             two Q tiles, the grid's 176-key tiles at D 128), where the gate
-//                             measured 1.01-1.08x over 1
+//                             with Q_STAGES 2 or Q_RELEASE 1 (otherwise the producer, which then
+//                             copies an item's first K/V tile before its Q, spills its 24
+//                             registers). Why: the long rows run power-limited, and
+//                             FlashAttention-3 pairs blocks so. The registry's tuning of every
+//                             full grid (the persistent loop's two Q tiles, the grid's 176-key
+//                             tiles at D 128), where the gate measured 1.01-1.08x over 1
+//   Q_RELEASE ∈ {0, 1}        when the persistent loop's one Q tile (SCHEDULE 1, Q_REGS 0,
+//                             Q_STAGES 1) goes back to the producer; default 0: after the
+//                             epilogue, which stages O in the tile's rows. 1: after the item's last
+//                             Q·Kᵀ (a warpgroup arrives on q_empty as its last tile begins, where
+//                             every Q·Kᵀ has completed; one that computes no tile, or every tile
+//                             unoverlapped, after its key loop), and O goes from registers to
+//                             global memory as with Q_REGS 1; the producer copies the next item's
+//                             Q first, then its K/V tiles. Why try it: where a second Q tile does
+//                             not fit (the 176-key tile of long rows at D 128) the grid's blocks
+//                             pay their start (barriers, Q, the first K/V tile) and their epilogue
+//                             unhidden, about 1% of a 16384-key row block; FA3 runs that tile
+//                             persistent with the next item's Q copied during this one's
 //   A caution on the clock gap to FA3 that PV_N, Q_REGS and LAZY_RESCALE cite: those clocks were
 //   50 µs probes at the edges of each block, which swung ±5% between blocks whose times agreed
 //   within 1% (attn-measure's timing::round_order); the gap is not established. Each knob was
@@ -211,7 +224,8 @@
 //   item's first K/V tile while the consumers finish the current one), and a q_empty barrier (one
 //   arrival per consumer thread, after its O rows are stored and a fence.proxy.async orders those
 //   generic-proxy accesses before the next Q's TMA write) lets the producer overwrite the Q tile,
-//   whose rows also stage O; with Q_STAGES 2 items alternate between two Q tiles, item i waiting for
+//   whose rows also stage O (with Q_RELEASE 1 the arrival follows the item's last Q·Kᵀ, and O is
+//   stored from registers: see the knob); with Q_STAGES 2 items alternate between two Q tiles, item i waiting for
 //   q_full[i % 2]'s phase (i / 2) & 1, and the producer copies item i's Q first, once item i − 2
 //   has released its tile. With Q in registers (Q_REGS 1) a thread arrives as soon as it has read
 //   its Q fragments, and O goes from registers to global memory: the next item's Q is copied during
@@ -314,6 +328,9 @@
 #ifndef CLUSTER
 #define CLUSTER 1
 #endif
+#ifndef Q_RELEASE
+#define Q_RELEASE 0
+#endif
 // The query rows a cluster's blocks take together (one row block each): the rows whose keys they
 // visit, and with SCHEDULE 1 a work item's. A macro: a namespace constant adds a PTX symbol.
 #define ITEM_ROWS (CLUSTER * BLOCK_M)
@@ -348,8 +365,10 @@ static_assert(LAZY_RESCALE == 0 || LAZY_RESCALE == 1, "hopper.cu: LAZY_RESCALE m
 static_assert(Q_STAGES == 1 || (Q_STAGES == 2 && SCHEDULE == 1 && Q_REGS == 0),
               "hopper.cu: Q_STAGES must be 1, or 2 with SCHEDULE 1 and Q_REGS 0");
 // With one Q tile the persistent producer (24 registers) spills with clusters.
-static_assert(CLUSTER == 1 || (CLUSTER == 2 && (SCHEDULE == 0 || Q_STAGES == 2)),
-              "hopper.cu: CLUSTER must be 1, or 2 with SCHEDULE 0 or Q_STAGES 2");
+static_assert(CLUSTER == 1 || (CLUSTER == 2 && (SCHEDULE == 0 || Q_STAGES == 2 || Q_RELEASE == 1)),
+              "hopper.cu: CLUSTER must be 1, or 2 with SCHEDULE 0, Q_STAGES 2 or Q_RELEASE 1");
+static_assert(Q_RELEASE == 0 || (Q_RELEASE == 1 && SCHEDULE == 1 && Q_REGS == 0 && Q_STAGES == 1),
+              "hopper.cu: Q_RELEASE must be 0, or 1 with SCHEDULE 1, Q_REGS 0 and Q_STAGES 1");
 static_assert(sizeof(elem_t) == 2, "hopper.cu: 16-bit elements expected");
 
 namespace hopper_attn {
@@ -770,6 +789,12 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
             release_kv(v_empty(slot));
             pack_p(s_acc, p_frag);
         } else {
+#if Q_RELEASE
+            // Every Q·Kᵀ of the item has completed (the wait above, or the prologue's): the Q tile
+            // goes back to the producer, which copies the next item's Q behind this tile and the
+            // epilogue (O from registers).
+            mbar_arrive(smem_addr(&bars.q_empty[0]));
+#endif
             mbar_wait(v_full(slot), phase);
             turn_begin(wg);
             rescale_o(o_acc, rescale);
@@ -796,6 +821,10 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
     skip_tiles(num_tiles - wg_end);
     ring.slot = slot;
     ring.phase = phase;
+#if Q_RELEASE
+    // A warpgroup that computed no tile (or, unoverlapped, every one) is done with Q only now.
+    if (!OVERLAP || wg_end == wg_first) mbar_arrive(smem_addr(&bars.q_empty[0]));
+#endif
 
     float inv_l[2];
 #pragma unroll
@@ -805,9 +834,9 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
         l += __shfl_xor_sync(0xffffffffu, l, 2);
         inv_l[h] = l > 0.f ? 1.f / l : 0.f;  // a row that saw no key writes zeros
     }
-#if Q_REGS && SCHEDULE
+#if (Q_REGS || Q_RELEASE) && SCHEDULE
     // ---- epilogue: full row sums, guarded 1/l, 4-byte stores straight from the accumulators --------
-    // (the Q tile already holds the next item's Q). A quad's four lanes write 16 contiguous bytes of
+    // (the Q tile may already hold the next item's Q). A quad's four lanes write 16 contiguous bytes of
     // a row per chunk.
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -1091,8 +1120,9 @@ __device__ __forceinline__ void schedule_and_produce(Barriers& bars, u32 q_tile,
             Coords c = box_coords(b, h, m0, tiles.first * BLOCK_N, heads, kv_heads, cu_seqlens_q, cu_seqlens_kv);
             // With one Q buffer the item's first K/V tile goes first: it lands while the consumers
             // finish the previous item, whose epilogue frees the buffer. With two, this item's
-            // buffer was freed by the item before the previous one: its Q goes first.
-            const int lead = Q_STAGES == 2 ? 0 : min(tiles.count, 1);
+            // buffer was freed by the item before the previous one, and with Q_RELEASE the buffer
+            // is freed at the previous item's last tile: its Q goes first.
+            const int lead = Q_STAGES == 2 || Q_RELEASE ? 0 : min(tiles.count, 1);
             produce_kv(bars, copied, k_tiles, v_tiles, map_k, map_v, c, lead);
             const int buffer = wait_for_q_buffer(bars, it);
             publish_item(bars, buffer, b, h, m0);
@@ -1257,9 +1287,9 @@ extern "C" __global__ void
         item.o_stride = view.q_stride;
         consume_item(bars, smem + buffer * Q_TILE_BYTES, q_tile + buffer * Q_TILE_BYTES, k_tiles, v_tiles, ring,
                      item, causal, window_left, window_right, scale, warp, lane);
-#if !Q_REGS
+#if !Q_REGS && !Q_RELEASE
         // After the staged O's reads and writes (with Q in registers consume_item released the tile
-        // once it had read Q).
+        // once it had read Q, with Q_RELEASE after its last Q·Kᵀ).
         release_q_tile(bars, buffer);
 #endif
     }

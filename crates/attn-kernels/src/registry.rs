@@ -363,7 +363,7 @@ fn mma_tuned(shape: &Shape, _params: &Params) -> Config {
     }
 }
 
-static HOPPER_KNOBS: [Knob; 12] = [
+static HOPPER_KNOBS: [Knob; 13] = [
     Knob {
         name: "BLOCK_M",
         domain: &[64, 128, 192],
@@ -422,7 +422,12 @@ static HOPPER_KNOBS: [Knob; 12] = [
     Knob {
         name: "CLUSTER",
         domain: &[1, 2],
-        doc: "blocks per thread-block cluster: 2 = two blocks of adjacent row blocks visit the same key tiles and each copies half of every K/V tile into both (TMA multicast), halving the K/V traffic from L2 (FlashAttention-3's cluster of two; with SCHEDULE=1, and then Q_STAGES=2, the pair is the work item, one ticket per cluster; the tuning of every full grid), 1 = each block copies its own; yields to 1 where other knobs rule it out",
+        doc: "blocks per thread-block cluster: 2 = two blocks of adjacent row blocks visit the same key tiles and each copies half of every K/V tile into both (TMA multicast), halving the K/V traffic from L2 (FlashAttention-3's cluster of two; with SCHEDULE=1, and then Q_STAGES=2 or Q_RELEASE=1, the pair is the work item, one ticket per cluster; the tuning of every full grid), 1 = each block copies its own; yields to 1 where other knobs rule it out",
+    },
+    Knob {
+        name: "Q_RELEASE",
+        domain: &[0, 1],
+        doc: "when the persistent loop's one Q tile goes back to the producer: 1 = after the item's last Q·Kᵀ, O then stored from registers, so the next item's Q is copied during the item's last tile and epilogue (the overlap two Q tiles give, where a second tile does not fit: the 176-key tile; needs SCHEDULE=1, Q_REGS=0, Q_STAGES=1), 0 = after the epilogue, which stages O in the Q tile for 16-byte stores; yields to 0 where other knobs rule it out",
     },
 ];
 
@@ -451,6 +456,7 @@ fn hopper_defaults(head_dim: usize) -> Config {
         ("LAZY_RESCALE", 0),
         ("Q_STAGES", 1),
         ("CLUSTER", 1),
+        ("Q_RELEASE", 0),
     ])
 }
 
@@ -906,8 +912,9 @@ static REGISTRY: [Implementation; 7] = [
             ("LAZY_RESCALE", 0),
             ("Q_STAGES", 1),
             ("CLUSTER", 1),
+            ("Q_RELEASE", 0),
         ],
-        yielding: &[("Q_REGS", 0), ("Q_STAGES", 1), ("CLUSTER", 1)],
+        yielding: &[("Q_REGS", 0), ("Q_STAGES", 1), ("CLUSTER", 1), ("Q_RELEASE", 0)],
         defaults: hopper_defaults,
         tuned: hopper_tuned,
         constraints: |cfg, head_dim| {
@@ -938,8 +945,17 @@ static REGISTRY: [Implementation; 7] = [
             if knob(cfg, "Q_STAGES") == 2 && (knob(cfg, "SCHEDULE") != 1 || knob(cfg, "Q_REGS") != 0) {
                 return Err("Q_STAGES=2 needs SCHEDULE=1 and Q_REGS=0 (a second Q tile serves the persistent loop with Q in shared memory); add SCHEDULE=1,Q_REGS=0".into());
             }
-            if knob(cfg, "CLUSTER") == 2 && knob(cfg, "SCHEDULE") == 1 && q_stages(cfg) != 2 {
-                return Err("CLUSTER=2 in the persistent loop needs Q_STAGES=2 (with one Q tile its producer's 24 registers spill); add Q_STAGES=2,Q_REGS=0 or SCHEDULE=0".into());
+            if knob(cfg, "Q_RELEASE") == 1
+                && (knob(cfg, "SCHEDULE") != 1 || knob(cfg, "Q_REGS") != 0 || q_stages(cfg) != 1)
+            {
+                return Err("Q_RELEASE=1 needs SCHEDULE=1, Q_REGS=0 and Q_STAGES=1 (it releases the persistent loop's one Q tile early); add SCHEDULE=1,Q_REGS=0".into());
+            }
+            if knob(cfg, "CLUSTER") == 2
+                && knob(cfg, "SCHEDULE") == 1
+                && q_stages(cfg) != 2
+                && knob(cfg, "Q_RELEASE") != 1
+            {
+                return Err("CLUSTER=2 in the persistent loop needs Q_STAGES=2 or Q_RELEASE=1 (with one Q tile released after the epilogue its producer's 24 registers spill); add Q_STAGES=2,Q_REGS=0, Q_RELEASE=1,Q_REGS=0 or SCHEDULE=0".into());
             }
             if n > 128 && w == 12 {
                 return Err(format!("BLOCK_N={n} needs NUM_WARPS <= 8: with 3 consumer warpgroups (160 registers per thread) its {} S and {} P registers per thread spill; use NUM_WARPS=8", n / 2, n / 4));

@@ -31,8 +31,21 @@ const PATH_KNOBS: [&str; 1] = ["SCHEDULE"];
 /// persistent loop, Q_STAGES=2, are the suites' full grids' tuning at both head dims.) Beside
 /// them at D=128 the widest K/V tile whose 2-stage ring fits, 160 keys. Clusters of two blocks
 /// sharing each K/V tile (CLUSTER=2): on the grid's defaults at both head dims and its
-/// FlashAttention-3 tile, and in the persistent loop with two Q tiles (at D=128 of 160 keys).
-const OPT_IN: [(&str, &str, usize); 13] = [
+/// FlashAttention-3 tile, and in the persistent loop with two Q tiles (at D=128 of 160 keys). The
+/// persistent loop's one Q tile released after an item's last Q·Kᵀ (Q_RELEASE=1): at D=64, and at
+/// D=128 on the 176-key tile with and without clusters.
+const OPT_IN: [(&str, &str, usize); 16] = [
+    ("hopper", "SCHEDULE=1,Q_REGS=0,Q_RELEASE=1", 64),
+    (
+        "hopper",
+        "SCHEDULE=1,Q_REGS=0,Q_RELEASE=1,BLOCK_N=176,STAGES=2,LAZY_RESCALE=1",
+        128,
+    ),
+    (
+        "hopper",
+        "CLUSTER=2,SCHEDULE=1,Q_REGS=0,Q_RELEASE=1,BLOCK_N=176,STAGES=2,LAZY_RESCALE=1",
+        128,
+    ),
     (
         "hopper",
         "SCHEDULE=1,Q_REGS=0,Q_STAGES=2,STAGES=2,BLOCK_N=160",
@@ -269,7 +282,13 @@ fn invalid_configs_are_rejected_with_their_reason() {
             implementation: "hopper",
             config: "CLUSTER=2,SCHEDULE=1",
             head_dim: 128,
-            reason: "CLUSTER=2 in the persistent loop needs Q_STAGES=2",
+            reason: "CLUSTER=2 in the persistent loop needs Q_STAGES=2 or Q_RELEASE=1",
+        },
+        Case {
+            implementation: "hopper",
+            config: "Q_RELEASE=1,SCHEDULE=0",
+            head_dim: 128,
+            reason: "Q_RELEASE=1 needs SCHEDULE=1",
         },
         Case {
             implementation: "naive",

@@ -202,9 +202,24 @@ fn schedules(name: &str) -> Vec<Config> {
 /// (CLUSTER=2): on the grid's defaults at both head dims and its 176-key tile with conditional
 /// rescaling (D=128's tuning past two Q tiles), where 4099 rows make an odd count of row blocks
 /// (the padding block stores nothing); in the persistent loop (work items are then pairs of row
-/// blocks, one ticket per cluster) with two Q tiles at both head dims, at D=128 of 160 keys. A
-/// config that names SCHEDULE runs with that schedule only.
+/// blocks, one ticket per cluster) with two Q tiles at both head dims, at D=128 of 160 keys. And
+/// the persistent loop's one Q tile released after an item's last Q·Kᵀ (Q_RELEASE=1, O stored from
+/// registers) at D=64, and at D=128 on the 176-key tile with and without clusters. A config that
+/// names SCHEDULE runs with that schedule only.
 const OPT_IN: &[(&str, &str, &[usize], &[usize])] = &[
+    ("hopper", "SCHEDULE=1,Q_REGS=0,Q_RELEASE=1", &[64], &[]),
+    (
+        "hopper",
+        "SCHEDULE=1,Q_REGS=0,Q_RELEASE=1,BLOCK_N=176,STAGES=2,LAZY_RESCALE=1",
+        &[128],
+        &[175, 177, 387],
+    ),
+    (
+        "hopper",
+        "CLUSTER=2,SCHEDULE=1,Q_REGS=0,Q_RELEASE=1,BLOCK_N=176,STAGES=2,LAZY_RESCALE=1",
+        &[128],
+        &[175, 177, 387, 4099],
+    ),
     ("hopper", "CLUSTER=2,SCHEDULE=0", &[64, 128], &[]),
     (
         "hopper",
@@ -797,10 +812,12 @@ fn hopper_persistent_relaunches_and_graph_replays_write_every_row() {
     let packed = generate_varlen(&spec("1,4/2,1,128".parse().unwrap()), &varlen);
     let offsets = gpu.upload_offsets(&varlen).unwrap();
     let mut checked = 0;
-    // One Q tile, and clusters of two (one ticket per cluster, a counter the clusters count off).
+    // One Q tile, clusters of two (one ticket per cluster, a counter the clusters count off), and
+    // one Q tile released after an item's last Q·Kᵀ in clusters.
     for config in [
         "SCHEDULE=persistent",
         "SCHEDULE=persistent,CLUSTER=2,Q_REGS=0,Q_STAGES=2,STAGES=2",
+        "SCHEDULE=persistent,CLUSTER=2,Q_REGS=0,Q_RELEASE=1,BLOCK_N=176,STAGES=2",
     ] {
         let candidate = Candidate::registered("hopper", config.parse().unwrap()).unwrap();
         let prepared = Prepared::new(&gpu, &candidate, DType::F16, 128).unwrap();
