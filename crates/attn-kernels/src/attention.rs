@@ -405,6 +405,7 @@ impl SourceGeometry {
             block: self.threads() as u32,
             shared_bytes: self.shared_bytes as u32,
             persistent: false,
+            heads_together: 1,
         }
     }
 }
@@ -711,6 +712,13 @@ impl Prepared {
                 persistent,
             } => {
                 let g = geometry(&shape)?;
+                let group = shape.heads / shape.kv_heads.max(1);
+                if group % g.heads_together as usize != 0 {
+                    return Err(KernelError::Shape(format!(
+                        "{} takes {} query heads of one K/V head together: {} query heads per K/V head ({} / {}) are not a multiple",
+                        self.label, g.heads_together, group, shape.heads, shape.kv_heads
+                    )));
+                }
                 // Encoded per launch (a host call of a few µs): the driver copies the parameters,
                 // so a captured graph keeps the maps of its capture.
                 let maps = match tensor_maps {

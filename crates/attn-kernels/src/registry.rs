@@ -153,6 +153,9 @@ pub struct Geometry {
     /// that loop over the `grid.0 · grid.1 · grid.2` items, with one more parameter after the ABI's:
     /// a pointer to two zeroed `u32` words the kernel owns (its work counter; it leaves them zero).
     pub persistent: bool,
+    /// Query heads one work item (a cluster's blocks) takes together, sharing their K/V head: a
+    /// launch refuses a problem whose query heads per K/V head are not a multiple (1: any).
+    pub heads_together: u32,
 }
 
 /// What the device allows; configs beyond it are rejected before compiling.
@@ -363,7 +366,7 @@ fn mma_tuned(shape: &Shape, _params: &Params) -> Config {
     }
 }
 
-static HOPPER_KNOBS: [Knob; 13] = [
+static HOPPER_KNOBS: [Knob; 14] = [
     Knob {
         name: "BLOCK_M",
         domain: &[64, 128, 192],
@@ -429,6 +432,11 @@ static HOPPER_KNOBS: [Knob; 13] = [
         domain: &[0, 1],
         doc: "when the persistent loop's one Q tile goes back to the producer: 1 = after the item's last Q·Kᵀ, O then stored from registers, so the next item's Q is copied during the item's last tile and epilogue (the overlap two Q tiles give, where a second tile does not fit: the 176-key tile; needs SCHEDULE=1, Q_REGS=0, Q_STAGES=1), 0 = after the epilogue, which stages O in the Q tile for 16-byte stores; yields to 0 where other knobs rule it out",
     },
+    Knob {
+        name: "CLUSTER_HEADS",
+        domain: &[0, 1],
+        doc: "what a persistent cluster's two blocks take together: 1 = one row block of two query heads of one K/V head (the same key tiles for both, the causal diagonal's too; needs CLUSTER=2, SCHEDULE=1 and an even number of query heads per K/V head, which the launch checks), 0 = two adjacent row blocks of one head",
+    },
 ];
 
 /// hopper's defaults, measured on the H100 with the gate's graph protocol against SDPA (cuDNN):
@@ -457,6 +465,7 @@ fn hopper_defaults(head_dim: usize) -> Config {
         ("Q_STAGES", 1),
         ("CLUSTER", 1),
         ("Q_RELEASE", 0),
+        ("CLUSTER_HEADS", 0),
     ])
 }
 
@@ -760,6 +769,7 @@ fn hybrid_geometry(cfg: &Config, shape: &Shape, shared: u32) -> Geometry {
         block: w * 32,
         shared_bytes: shared,
         persistent: false,
+        heads_together: 1,
     }
 }
 
@@ -805,6 +815,7 @@ static REGISTRY: [Implementation; 7] = [
                 block: rows * 32,
                 shared_bytes: 0,
                 persistent: false,
+                heads_together: 1,
             }
         },
     },
@@ -843,6 +854,7 @@ static REGISTRY: [Implementation; 7] = [
                 block: w * 32,
                 shared_bytes: m * d * 4 + stages * 2 * n * (d + 8) * elem_bytes(),
                 persistent: false,
+                heads_together: 1,
             }
         },
     },
@@ -904,6 +916,7 @@ static REGISTRY: [Implementation; 7] = [
                 block: w * 32,
                 shared_bytes: m * d * elem_bytes() + ring.max(merge),
                 persistent: false,
+                heads_together: 1,
             }
         },
     },
@@ -924,6 +937,7 @@ static REGISTRY: [Implementation; 7] = [
             ("Q_STAGES", 1),
             ("CLUSTER", 1),
             ("Q_RELEASE", 0),
+            ("CLUSTER_HEADS", 0),
         ],
         yielding: &[("Q_REGS", 0), ("Q_STAGES", 1), ("CLUSTER", 1), ("Q_RELEASE", 0)],
         defaults: hopper_defaults,
@@ -968,6 +982,11 @@ static REGISTRY: [Implementation; 7] = [
             {
                 return Err("CLUSTER=2 in the persistent loop needs Q_STAGES=2 or Q_RELEASE=1 (with one Q tile released after the epilogue its producer's 24 registers spill); add Q_STAGES=2,Q_REGS=0, Q_RELEASE=1,Q_REGS=0 or SCHEDULE=0".into());
             }
+            if knob(cfg, "CLUSTER_HEADS") == 1
+                && (knob(cfg, "CLUSTER") != 2 || knob(cfg, "SCHEDULE") != 1)
+            {
+                return Err("CLUSTER_HEADS=1 needs CLUSTER=2 and SCHEDULE=1 (a persistent cluster's blocks take two heads' row block); add CLUSTER=2,SCHEDULE=1 and what those need (Q_STAGES=2,Q_REGS=0 or Q_RELEASE=1,Q_REGS=0)".into());
+            }
             if n > 128 && w == 12 {
                 return Err(format!("BLOCK_N={n} needs NUM_WARPS <= 8: with 3 consumer warpgroups (160 registers per thread) its {} S and {} P registers per thread spill; use NUM_WARPS=8", n / 2, n / 4));
             }
@@ -985,10 +1004,14 @@ static REGISTRY: [Implementation; 7] = [
         geometry: |cfg, shape| {
             let (m, w) = (knob(cfg, "BLOCK_M"), knob(cfg, "NUM_WARPS"));
             // CLUSTER=2: an even count of row blocks per head (a cluster's two blocks, or a
-            // persistent pair item; one past the rows stores nothing).
-            let rows = row_tiles(shape.seq_q, m).next_multiple_of(knob(cfg, "CLUSTER").max(1));
+            // persistent pair item; one past the rows stores nothing); with CLUSTER_HEADS=1 the
+            // pairs are of heads.
+            let heads_together = knob(cfg, "CLUSTER_HEADS") == 1;
+            let pair_rows = if heads_together { 1 } else { knob(cfg, "CLUSTER").max(1) };
+            let rows = row_tiles(shape.seq_q, m).next_multiple_of(pair_rows);
             Geometry {
                 grid: (rows, shape.heads as u32, shape.batch as u32),
+                heads_together: if heads_together { 2 } else { 1 },
                 // The consumer warps, then one producer warpgroup.
                 block: (w + 4) * 32,
                 shared_bytes: hopper_dynamic_shared(cfg, shape.head_dim as u32),
@@ -1021,6 +1044,7 @@ static REGISTRY: [Implementation; 7] = [
             block: 256,
             shared_bytes: 0,
             persistent: false,
+            heads_together: 1,
         },
     },
     Implementation {

@@ -33,8 +33,19 @@ const PATH_KNOBS: [&str; 1] = ["SCHEDULE"];
 /// sharing each K/V tile (CLUSTER=2): on the grid's defaults at both head dims and its
 /// FlashAttention-3 tile, and in the persistent loop with two Q tiles (at D=128 of 160 keys). The
 /// persistent loop's one Q tile released after an item's last Q·Kᵀ (Q_RELEASE=1): at D=64, and at
-/// D=128 on the 176-key tile with and without clusters.
-const OPT_IN: [(&str, &str, usize); 16] = [
+/// D=128 on the 176-key tile with and without clusters. Persistent clusters over two query heads
+/// of one K/V head (CLUSTER_HEADS=1) with two Q tiles: at D=64, and at D=128 of 160 keys.
+const OPT_IN: [(&str, &str, usize); 18] = [
+    (
+        "hopper",
+        "CLUSTER=2,CLUSTER_HEADS=1,SCHEDULE=1,Q_REGS=0,Q_STAGES=2,STAGES=2",
+        64,
+    ),
+    (
+        "hopper",
+        "CLUSTER=2,CLUSTER_HEADS=1,SCHEDULE=1,Q_REGS=0,Q_STAGES=2,STAGES=2,BLOCK_N=160,LAZY_RESCALE=1",
+        128,
+    ),
     ("hopper", "SCHEDULE=1,Q_REGS=0,Q_RELEASE=1", 64),
     (
         "hopper",
@@ -289,6 +300,12 @@ fn invalid_configs_are_rejected_with_their_reason() {
             config: "Q_RELEASE=1,SCHEDULE=0",
             head_dim: 128,
             reason: "Q_RELEASE=1 needs SCHEDULE=1",
+        },
+        Case {
+            implementation: "hopper",
+            config: "CLUSTER_HEADS=1,SCHEDULE=1",
+            head_dim: 128,
+            reason: "CLUSTER_HEADS=1 needs CLUSTER=2 and SCHEDULE=1",
         },
         Case {
             implementation: "naive",
