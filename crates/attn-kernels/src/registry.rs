@@ -1539,6 +1539,34 @@ mod tests {
     }
 
     #[test]
+    fn hopper_clusters_over_heads_pair_heads_not_row_blocks() {
+        let hopper = find("hopper").unwrap();
+        let shape = Shape {
+            kv_heads: 4,
+            ..Shape::new(2, 8, 300, 300, 128).unwrap()
+        };
+        let geometry = |config: &str| {
+            let cfg = resolve(config, 128).unwrap();
+            hopper.geometry(&cfg, &shape).unwrap()
+        };
+        let two_q = "CLUSTER=2,SCHEDULE=1,Q_REGS=0,Q_STAGES=2,STAGES=2";
+        // Row pairs: 3 row blocks of 128 rounded up to 4; head pairs: 3, two heads together.
+        let rows = geometry(two_q);
+        assert_eq!((rows.grid, rows.heads_together), ((4, 8, 2), 1));
+        let heads = geometry(&format!("{two_q},CLUSTER_HEADS=1"));
+        assert_eq!((heads.grid, heads.heads_together), ((3, 8, 2), 2));
+        assert!(heads.persistent);
+        // Only in the persistent loop's clusters.
+        for config in ["CLUSTER_HEADS=1,CLUSTER=2", "CLUSTER_HEADS=1,SCHEDULE=1"] {
+            let err = resolve(config, 128).unwrap_err();
+            assert!(
+                err.contains("CLUSTER_HEADS=1 needs CLUSTER=2 and SCHEDULE=1"),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
     fn hopper_takes_a_second_q_tile_only_in_the_persistent_loop_with_q_in_shared_memory() {
         // Q in registers yields to it; at D=128 its 32 KiB need the 2-stage ring.
         let two = resolve("SCHEDULE=1,Q_STAGES=2,STAGES=2", 128).unwrap();
