@@ -435,7 +435,7 @@ static HOPPER_KNOBS: [Knob; 14] = [
     Knob {
         name: "CLUSTER_HEADS",
         domain: &[0, 1],
-        doc: "what a persistent cluster's two blocks take together: 1 = one row block of two query heads of one K/V head (the same key tiles for both, the causal diagonal's too; needs CLUSTER=2, SCHEDULE=1 and an even number of query heads per K/V head, which the launch checks), 0 = two adjacent row blocks of one head",
+        doc: "what a persistent cluster's two blocks take together: 1 = one row block of two query heads of one K/V head (the same key tiles for both, the causal diagonal's too; needs CLUSTER=2, SCHEDULE=1 and an even number of query heads per K/V head, which the launch checks; the tuning of persistent clusters where that number is even), 0 = two adjacent row blocks of one head; yields to 0 where other knobs rule it out",
     },
 ];
 
@@ -550,6 +550,21 @@ const HOPPER_160_KEY_TILES_MIN_KEYS: usize = 2048;
 /// under the window, 0.96× at D=64, 22-53-29Z.)
 const HOPPER_CLUSTER: i64 = 2;
 
+/// Whether hopper's persistent clusters (two Q tiles) take one row block of two query heads that
+/// share a K/V head (CLUSTER_HEADS=1) rather than two row blocks of one head: where the query heads
+/// per K/V head are even (grouped-query and multi-query problems; multi-head ones have no pair).
+/// Both blocks then visit the same key tiles, the causal diagonal's and a window's edges too, so
+/// neither waits on a multicast tile only the other's rows need. Against the tuning before it the
+/// gate (batch mode, ten blocks a side, on an H200: evidence/gate/2026-11-28T12-30-31Z) measured
+/// causal 1.07× [1.02, 1.11] at 2,32/8,4096,128, 1.02× [0.99, 1.05] at 2,32/8,8192,128, 1.03×
+/// [1.00, 1.05] at 2,32/1,8192,128, 1.07× [1.06, 1.09] at 2,16/1,8192,64 and 1.06× [1.04, 1.08]
+/// on a causal varlen batch of 32/8 heads; the persistent loop with it stays behind the grid's
+/// 176-key tile past the two Q tiles' lengths: 1.00× [0.98, 1.02] at 1,32/8,16384,128 causal,
+/// 1.01× [0.99, 1.02] at 2,32/8,8192,128 (12-33-25Z).
+fn hopper_clusters_over_heads(shape: &Shape) -> bool {
+    (shape.heads / shape.kv_heads.max(1)) % 2 == 0
+}
+
 /// hopper's knobs per problem. A grid of at least one block per SM at the default rows takes two Q
 /// tiles in the persistent loop where they were measured ahead ([`hopper_takes_two_q_tiles`]);
 /// elsewhere (D=128: long rows, windows without the causal mask) the grid, with
@@ -624,6 +639,9 @@ fn hopper_tuned(shape: &Shape, params: &Params) -> Config {
                 if hopper_takes_160_key_tiles(shape, params) {
                     knobs.push(("BLOCK_N", 160));
                 }
+            }
+            if hopper_clusters_over_heads(shape) {
+                knobs.push(("CLUSTER_HEADS", 1));
             }
         } else if !params.window.is_bounded() {
             // D=128 past the two Q tiles' lengths: the grid, the 176-key tile, in clusters of two
@@ -939,7 +957,7 @@ static REGISTRY: [Implementation; 7] = [
             ("Q_RELEASE", 0),
             ("CLUSTER_HEADS", 0),
         ],
-        yielding: &[("Q_REGS", 0), ("Q_STAGES", 1), ("CLUSTER", 1), ("Q_RELEASE", 0)],
+        yielding: &[("Q_REGS", 0), ("Q_STAGES", 1), ("CLUSTER", 1), ("Q_RELEASE", 0), ("CLUSTER_HEADS", 0)],
         defaults: hopper_defaults,
         tuned: hopper_tuned,
         constraints: |cfg, head_dim| {
@@ -1564,6 +1582,31 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    #[test]
+    fn hopper_tunes_head_pairs_where_the_query_heads_per_kv_head_are_even() {
+        let hopper = find("hopper").unwrap();
+        let causal = Params::new(128, true);
+        let tuned = |heads: usize, kv_heads: usize, user: &str| {
+            let shape = Shape {
+                kv_heads,
+                ..Shape::new(2, heads, 4096, 4096, 128).unwrap()
+            };
+            let merged = hopper.tuned_under(&shape, &causal, &user.parse().unwrap());
+            let cfg = hopper.resolve(&merged, 128, &Limits::H100);
+            let cfg = cfg.unwrap_or_else(|e| panic!("{heads}/{kv_heads} {user}: {e}"));
+            (cfg.get("CLUSTER_HEADS"), cfg.get("CLUSTER"))
+        };
+        for (heads, kv_heads, pairs) in [(32, 8, 1), (32, 1, 1), (16, 16, 0), (24, 8, 0)] {
+            assert_eq!(
+                tuned(heads, kv_heads, ""),
+                (Some(pairs), Some(2)),
+                "{heads}/{kv_heads}"
+            );
+        }
+        // A user's knobs that rule the pairs out (no clusters) take the rest of the tuning.
+        assert_eq!(tuned(32, 8, "CLUSTER=1"), (Some(0), Some(1)));
     }
 
     #[test]
