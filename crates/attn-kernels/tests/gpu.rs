@@ -2,6 +2,7 @@
 //! matrix of shapes, both dtypes, causal on and off; unwritten outputs detected; two runs on the
 //! same inputs bit-identical (no races). Run on a GPU machine with `--include-ignored`.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use attn_kernels::{Candidate, Config, Gpu, Prepared};
@@ -382,12 +383,35 @@ fn labelled(name: &str, overrides: &Config) -> String {
 }
 
 /// Runs `matrix` (returning its failures) for `name` in each of its [`runs`] (every schedule, and
-/// its opt-in configs); fails listing every failing case.
+/// its opt-in configs); fails listing every failing case. With `ATTN_TEST_JOBS=N`, N runs at a
+/// time, each on its own thread and stream: the runs' NVRTC compiles, most of a matrix's time,
+/// then overlap (no timing is taken here). A kernel fault ends every run's context: replay with
+/// the default, one at a time, to see whose it was.
 fn check_every_schedule(name: &str, matrix: fn(&str, &Run) -> Vec<String>) {
-    let failures: Vec<String> = runs(name)
-        .iter()
-        .flat_map(|run| matrix(name, run))
-        .collect();
+    let runs = runs(name);
+    let jobs = std::env::var("ATTN_TEST_JOBS")
+        .ok()
+        .and_then(|n| n.parse::<usize>().ok())
+        .unwrap_or(1)
+        .clamp(1, runs.len().max(1));
+    let next = AtomicUsize::new(0);
+    let failures: Vec<String> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..jobs)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut failures = Vec::new();
+                    while let Some(run) = runs.get(next.fetch_add(1, Ordering::Relaxed)) {
+                        failures.extend(matrix(name, run));
+                    }
+                    failures
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    });
     assert!(
         failures.is_empty(),
         "{} cases failed:\n{}",
