@@ -712,7 +712,7 @@ impl Prepared {
                 persistent,
             } => {
                 let g = geometry(&shape)?;
-                let group = shape.heads / shape.kv_heads.max(1);
+                let group = shape.group();
                 if group % g.heads_together as usize != 0 {
                     return Err(KernelError::Shape(format!(
                         "{} takes {} query heads of one K/V head together: {} query heads per K/V head ({} / {}) are not a multiple",

@@ -562,7 +562,7 @@ const HOPPER_CLUSTER: i64 = 2;
 /// 176-key tile past the two Q tiles' lengths: 1.00× [0.98, 1.02] at 1,32/8,16384,128 causal,
 /// 1.01× [0.99, 1.02] at 2,32/8,8192,128 (12-33-25Z).
 fn hopper_clusters_over_heads(shape: &Shape) -> bool {
-    (shape.heads / shape.kv_heads.max(1)) % 2 == 0
+    shape.group() % 2 == 0
 }
 
 /// hopper's knobs per problem. A grid of at least one block per SM at the default rows takes two Q

@@ -333,16 +333,6 @@ struct Run {
 /// [`OPT_IN`] configs with each schedule on top; with `ATTN_TEST_RUNS=TEXT`, only the runs whose
 /// knobs (as `K=V,...`) contain TEXT, to check one config's matrices in less device time.
 fn runs(name: &str) -> Vec<Run> {
-    let only = std::env::var("ATTN_TEST_RUNS").ok();
-    let mut runs = all_runs(name);
-    if let Some(text) = only {
-        runs.retain(|run| run.overrides.to_string().contains(&text));
-        println!("ATTN_TEST_RUNS={text}: {} runs of {name}", runs.len());
-    }
-    runs
-}
-
-fn all_runs(name: &str) -> Vec<Run> {
     let implementation = attn_kernels::registry::find(name).unwrap();
     let head_dims = implementation.head_dims.unwrap_or(&[64, 128]).to_vec();
     let mut runs: Vec<Run> = schedules(name)
@@ -369,6 +359,10 @@ fn all_runs(name: &str) -> Vec<Run> {
                 ragged,
             });
         }
+    }
+    if let Ok(text) = std::env::var("ATTN_TEST_RUNS") {
+        runs.retain(|run| run.overrides.to_string().contains(&text));
+        println!("ATTN_TEST_RUNS={text}: {} runs of {name}", runs.len());
     }
     runs
 }

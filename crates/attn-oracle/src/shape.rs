@@ -111,9 +111,10 @@ impl Shape {
         Ok(Shape { kv_heads, ..self })
     }
 
-    /// Query heads per key/value head: 1 for multi-head attention.
+    /// Query heads per key/value head: 1 for multi-head attention (and for a hand-built shape
+    /// with no key/value heads, which the checks refuse elsewhere, rather than a division by 0).
     pub fn group(&self) -> usize {
-        self.heads / self.kv_heads
+        self.heads / self.kv_heads.max(1)
     }
 
     /// The dims of Q and of the output: `[B, H, S_q, D]`.
