@@ -70,7 +70,7 @@ pub struct ProblemArgs {
     /// causal window=4096,-1" or "varlen=512,3072,0,8192 H=32/8 D=128 causal".
     #[arg(long = "shape")]
     pub shapes: Vec<String>,
-    /// Causal mask for --shape (bench: for a suite's shapes too).
+    /// Causal mask, for --shape or a suite's shapes.
     #[arg(long)]
     pub causal: bool,
     /// fp16 or bf16.
@@ -86,7 +86,14 @@ impl ProblemArgs {
     pub fn problems(&self, default_suite: &str) -> anyhow::Result<Vec<Problem>> {
         if self.shapes.is_empty() {
             let name = self.suite.as_deref().unwrap_or(default_suite);
-            return Ok(suites::suite(name, self.dtype)?);
+            return suites::suite(name, self.dtype)?
+                .into_iter()
+                .map(|p| {
+                    let causal = p.spec.causal || self.causal;
+                    Problem::new(attn_evidence::ShapeSpec { causal, ..p.spec })
+                        .with_context(|| format!("suite {name} with --causal"))
+                })
+                .collect();
         }
         if self.suite.is_some() {
             bail!("give --shape or --suite, not both");
@@ -160,4 +167,38 @@ pub fn validate(candidate: &Candidate, problems: &[Problem]) -> anyhow::Result<(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn suite_args(suite: &str, causal: bool) -> ProblemArgs {
+        ProblemArgs {
+            shapes: Vec::new(),
+            causal,
+            dtype: Dtype::Fp16,
+            suite: Some(suite.into()),
+        }
+    }
+
+    #[test]
+    fn causal_applies_to_a_suites_shapes_and_keeps_their_own_masks() {
+        let causal = suite_args("sweep", true).problems("seed").unwrap();
+        assert!(!causal.is_empty() && causal.iter().all(|p| p.spec.causal));
+        let plain = suite_args("sweep", false).problems("seed").unwrap();
+        assert!(plain.iter().all(|p| !p.spec.causal));
+        // A suite's own causal shapes stay causal, its windows stay, without --causal.
+        let window = suite_args("window", false).problems("seed").unwrap();
+        assert!(window.iter().any(|p| p.spec.causal) && window.iter().any(|p| !p.spec.causal));
+        let window_causal = suite_args("window", true).problems("seed").unwrap();
+        assert!(window_causal.iter().all(|p| p.spec.causal));
+        assert_eq!(
+            window.iter().map(|p| p.spec.window).collect::<Vec<_>>(),
+            window_causal
+                .iter()
+                .map(|p| p.spec.window)
+                .collect::<Vec<_>>()
+        );
+    }
 }

@@ -59,19 +59,8 @@ pub struct Args {
 
 /// Runs the subcommand; returns the process exit code.
 pub fn run(args: Args) -> anyhow::Result<u8> {
-    let mut problems = args.problems.problems("large")?;
+    let problems = args.problems.problems("large")?;
     let mut budget = crate::budget::TimeBudget::new(args.time_budget)?;
-    if args.problems.causal {
-        problems = problems
-            .into_iter()
-            .map(|p| {
-                Problem::new(attn_evidence::ShapeSpec {
-                    causal: true,
-                    ..p.spec
-                })
-            })
-            .collect::<Result<_, _>>()?;
-    }
     let overrides: Config = args
         .config
         .parse()
