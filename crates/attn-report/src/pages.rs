@@ -54,8 +54,8 @@ fn blocks<'a>(sections: &'a Sections, charts: &'a [RenderedChart]) -> Vec<Block<
              sets each. FlashAttention-3 is its prebuilt library through JAX, host clock around \
              many back-to-back calls, in batch mode (inputs resident, rotating over one input set \
              per call of a sample on both sides). A gate row's cuDNN columns come from the latest \
-             batch-mode gate run of hopper against SDPA's default on that shape, its own \
-             interleaved ratio (both runs named). Ratios are speed (the other's median time over \
+             batch-mode gate run of hopper against SDPA's default on that shape on the same GPU \
+             model, its own interleaved ratio (both runs named; none from another GPU). Ratios are speed (the other's median time over \
              hopper's; above 1× hopper is faster). SM MHz: the mean clock of each side's kept \
              blocks in a gate run, or over each entry's samples in a bench run. From \
              2026-11-27 it is measured over the block (every SM's cycle counter stamped before \

@@ -528,10 +528,11 @@ fn varlen_table(evidence: &EvidenceSet) -> Option<Table> {
 /// every side records as many input sets as hopper's (older bench runs timed FA3 and SDPA on 2 to 8
 /// resident sets against the kernel's one per launch, which favoured them by up to 18%). A row
 /// without cuDNN from its own run takes it from the latest batch-mode gate run of hopper against
-/// SDPA's default on the shape (its own interleaved ratio, named in the run column).
+/// SDPA's default on the shape and on the same GPU model (its own interleaved ratio, named in the
+/// run column): one row never puts figures of two GPUs side by side.
 fn against_fa3_table(evidence: &EvidenceSet) -> Option<Table> {
-    // shape → (cuDNN TFLOP/s, hopper vs cuDNN, run), the latest batch-mode gate run against it.
-    let mut cudnn_gates: HashMap<String, [String; 3]> = HashMap::new();
+    // (GPU, shape) → (cuDNN TFLOP/s, hopper vs cuDNN, run), the latest batch-mode gate run against it.
+    let mut cudnn_gates: HashMap<(String, String), [String; 3]> = HashMap::new();
     for run in &evidence.runs {
         let attn_evidence::Evidence::Gate(gate) = &run.evidence else {
             continue;
@@ -552,7 +553,10 @@ fn against_fa3_table(evidence: &EvidenceSet) -> Option<Table> {
                 continue;
             };
             cudnn_gates.insert(
-                case.shape.to_string(),
+                (
+                    run.evidence.provenance().gpu.clone(),
+                    case.shape.to_string(),
+                ),
                 [
                     tflops(base),
                     speedup_ci(c.speedup.point, c.speedup.lower, c.speedup.upper),
@@ -561,15 +565,15 @@ fn against_fa3_table(evidence: &EvidenceSet) -> Option<Table> {
             );
         }
     }
-    // (shape, from a gate run, row)
-    let mut rows: Vec<(String, bool, Vec<String>)> = Vec::new();
-    let mut put = |shape: String, gated: bool, row: Vec<String>| match rows
+    // (shape, from a gate run, GPU, row)
+    let mut rows: Vec<(String, bool, String, Vec<String>)> = Vec::new();
+    let mut put = |shape: String, gated: bool, gpu: &str, row: Vec<String>| match rows
         .iter_mut()
-        .find(|(s, _, _)| *s == shape)
+        .find(|(s, ..)| *s == shape)
     {
         Some(existing) if existing.1 && !gated => {}
-        Some(existing) => *existing = (shape, gated, row),
-        None => rows.push((shape, gated, row)),
+        Some(existing) => *existing = (shape, gated, gpu.to_string(), row),
+        None => rows.push((shape, gated, gpu.to_string(), row)),
     };
     let verdict = |vs_fa3: f64| if vs_fa3 >= 1.0 { "meets" } else { "misses" }.to_string();
     for run in &evidence.runs {
@@ -605,6 +609,7 @@ fn against_fa3_table(evidence: &EvidenceSet) -> Option<Table> {
                     put(
                         case.shape.to_string(),
                         true,
+                        &run.evidence.provenance().gpu,
                         vec![
                             case.shape.to_string(),
                             tflops(cand),
@@ -649,6 +654,7 @@ fn against_fa3_table(evidence: &EvidenceSet) -> Option<Table> {
                     put(
                         hopper.shape.to_string(),
                         false,
+                        &run.evidence.provenance().gpu,
                         vec![
                             hopper.shape.to_string(),
                             tflops(hopper.tflops),
@@ -674,8 +680,9 @@ fn against_fa3_table(evidence: &EvidenceSet) -> Option<Table> {
     if rows.is_empty() {
         return None;
     }
-    for (shape, _, row) in &mut rows {
-        if let (true, Some([tflops, speedup, run])) = (row[3] == "–", cudnn_gates.get(shape)) {
+    for (shape, _, gpu, row) in &mut rows {
+        let cudnn = cudnn_gates.get(&(gpu.clone(), shape.clone()));
+        if let (true, Some([tflops, speedup, run])) = (row[3] == "–", cudnn) {
             row[3] = tflops.clone();
             row[5] = speedup.clone();
             row[9] = format!("{}; {run}", row[9]);
@@ -694,7 +701,7 @@ fn against_fa3_table(evidence: &EvidenceSet) -> Option<Table> {
         "run",
     ])
     .numeric(&[1, 2, 3, 4, 5, 7]);
-    for (_, _, row) in rows {
+    for (.., row) in rows {
         table.push(row);
     }
     Some(table)

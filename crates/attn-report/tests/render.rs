@@ -654,6 +654,16 @@ fn hopper_against_fa3_comes_from_one_fair_run_a_gate_before_a_bench() {
         "{rows:?}"
     );
     mode(&mut cudnn, attn_evidence::TimingMode::Batch);
+    // On another GPU model: not beside this GPU's FA3 row.
+    let gpu = cudnn.provenance.gpu.clone();
+    cudnn.provenance.gpu = "NVIDIA H200".into();
+    attn_evidence::write_json_atomic(&cudnn_path("2025-11-20T12-30-00Z"), &cudnn).unwrap();
+    let rows = against_fa3_rows(dir.path()).expect("rows");
+    assert!(
+        cudnn_cell(&rows[0]) == "–" && !rows[0].contains("cuDNN: gate"),
+        "{rows:?}"
+    );
+    cudnn.provenance.gpu = gpu;
     attn_evidence::write_json_atomic(&cudnn_path("2025-11-20T12-30-00Z"), &cudnn).unwrap();
     let rows = against_fa3_rows(dir.path()).expect("rows");
     assert!(
