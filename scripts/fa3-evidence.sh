@@ -4,8 +4,9 @@
 # timed in the same run), and benches that time hopper, FA3 and SDPA's default (cuDNN) side by
 # side for the report's "hopper against FlashAttention-3 and cuDNN" table. Logs go to $LOGS
 # (default /tmp/attn-logs), evidence to evidence/ (or $EVIDENCE).
-# Usage: ATTN_FA3_LIB=/path/libfa3.so scripts/fa3-evidence.sh [gate] [bench] [SUITE ...]
-#   (default: gate and bench on large, sweep, gqa, mqa and window)
+# Usage: ATTN_FA3_LIB=/path/libfa3.so scripts/fa3-evidence.sh [gate] [bench] [SUITE[:causal] ...]
+#   (default: gate and bench on large, sweep, gqa, mqa and window; `sweep:causal` is the sweep
+#   with the causal mask on every shape)
 set -u
 cd "$(dirname "$0")/.."
 X=target/bundle/xtask
@@ -18,19 +19,22 @@ for a in "$@"; do case $a in gate|bench) steps+=("$a") ;; *) suites+=("$a") ;; e
 [ ${#steps[@]} -eq 0 ] && steps=(gate bench)
 [ ${#suites[@]} -eq 0 ] && suites=(large sweep gqa mqa window)
 for s in "${steps[@]}"; do
-  for suite in "${suites[@]}"; do
-    echo "== $s $suite: $(date -u +%H:%M:%S)"
+  for name in "${suites[@]}"; do
+    suite=${name%:causal} mask=()
+    [ "$suite" != "$name" ] && mask=(--causal)
+    log=${name/:/-}
+    echo "== $s $name: $(date -u +%H:%M:%S)"
     case $s in
       gate)
-        timeout 580 $X gate --impl hopper --baseline fa3 --mode batch --suite "$suite" --samples 30 --checks 2 \
-          --evidence "$EVIDENCE" > "$LOGS/gate-fa3-$suite.log" 2>&1; echo "gate $suite rc=$?"
-        grep -E '^\| [0-9v]|PASSED|FAILED|^error' "$LOGS/gate-fa3-$suite.log" ;;
+        timeout 580 $X gate --impl hopper --baseline fa3 --mode batch --suite "$suite" "${mask[@]}" --samples 30 \
+          --checks 2 --evidence "$EVIDENCE" > "$LOGS/gate-fa3-$log.log" 2>&1; echo "gate $name rc=$?"
+        grep -E '^\| [0-9v]|PASSED|FAILED|^error' "$LOGS/gate-fa3-$log.log" ;;
       bench)
         # SDPA has no window kernel: FA3 alone beside hopper there.
         backends=fa3,default; [ "$suite" = window ] && backends=fa3
-        timeout 580 $X bench --impl hopper --suite "$suite" --sdpa-backends $backends --mode batch --samples 20 \
-          --evidence "$EVIDENCE" > "$LOGS/bench-fa3-$suite.log" 2>&1; echo "bench $suite rc=$?"
-        grep -E '^\| (hopper|fa3|sdpa)' "$LOGS/bench-fa3-$suite.log" ;;
+        timeout 580 $X bench --impl hopper --suite "$suite" "${mask[@]}" --sdpa-backends $backends --mode batch \
+          --samples 20 --evidence "$EVIDENCE" > "$LOGS/bench-fa3-$log.log" 2>&1; echo "bench $name rc=$?"
+        grep -E '^\| (hopper|fa3|sdpa)' "$LOGS/bench-fa3-$log.log" ;;
     esac
   done
 done
