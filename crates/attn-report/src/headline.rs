@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use attn_evidence::{BenchEntry, BenchRun, Evidence, GateRun};
+use attn_evidence::{BenchEntry, BenchRun, Dtype, Evidence, GateRun, ShapeSpec};
 
 use crate::format::{short_date, short_rev, speedup, tflops};
 use crate::model::{EvidenceSet, Role, Run};
@@ -43,13 +43,12 @@ pub fn headlines(evidence: &EvidenceSet) -> Vec<SuiteHeadline> {
     for run in &evidence.runs {
         match &run.evidence {
             Evidence::Bench(bench) => {
-                let causal =
-                    !bench.entries.is_empty() && bench.entries.iter().all(|e| e.shape.causal);
-                benches.insert(suite_key(&bench.suite, causal), (run, bench));
+                let shapes: Vec<&ShapeSpec> = bench.entries.iter().map(|e| &e.shape).collect();
+                benches.insert(suite_key(&bench.suite, &shapes), (run, bench));
             }
             Evidence::Gate(gate) => {
-                let causal = !gate.cases.is_empty() && gate.cases.iter().all(|c| c.shape.causal);
-                gates.insert(suite_key(&gate.suite, causal), (run, gate));
+                let shapes: Vec<&ShapeSpec> = gate.cases.iter().map(|c| &c.shape).collect();
+                gates.insert(suite_key(&gate.suite, &shapes), (run, gate));
             }
         }
     }
@@ -80,14 +79,22 @@ pub fn headlines(evidence: &EvidenceSet) -> Vec<SuiteHeadline> {
         .collect()
 }
 
-/// A suite's headline key: its name, with " causal" when every shape of the run is causal (a
-/// suite benched with `--causal` is a family of its own, not a newer run of the same one).
-fn suite_key(suite: &Option<String>, all_causal: bool) -> String {
-    match suite {
-        Some(name) if all_causal && !name.contains("causal") => format!("{name} causal"),
-        Some(name) => name.clone(),
-        None => NO_SUITE.into(),
+/// A suite's headline key: its name, with " causal" when every shape of the run is causal and
+/// " bf16" when every shape is in bf16 (a suite run with `--causal` or `--dtype bf16` is a family
+/// of its own, not a newer run of the same one).
+fn suite_key(suite: &Option<String>, shapes: &[&ShapeSpec]) -> String {
+    let Some(name) = suite else {
+        return NO_SUITE.into();
+    };
+    let all = |f: fn(&ShapeSpec) -> bool| !shapes.is_empty() && shapes.iter().all(|s| f(s));
+    let mut key = name.clone();
+    if all(|s| s.causal) && !name.contains("causal") {
+        key.push_str(" causal");
     }
+    if all(|s| s.dtype == Dtype::Bf16) {
+        key.push_str(" bf16");
+    }
+    key
 }
 
 /// One shape of a bench run: the fastest of ours and every comparator's entry.
@@ -334,15 +341,30 @@ fn gate_line(run: &Run, gate: &GateRun) -> String {
 #[cfg(test)]
 mod tests {
     use super::{suite_key, NO_SUITE};
+    use attn_evidence::{Dtype, ShapeSpec};
+
+    fn shape(text: &str, dtype: Dtype) -> ShapeSpec {
+        ShapeSpec {
+            dtype,
+            ..text.parse().unwrap()
+        }
+    }
 
     #[test]
-    fn a_causal_run_of_a_suite_has_its_own_headline() {
-        assert_eq!(suite_key(&Some("sweep".into()), false), "sweep");
-        assert_eq!(suite_key(&Some("sweep".into()), true), "sweep causal");
+    fn a_causal_or_bf16_run_of_a_suite_has_its_own_headline() {
+        let plain = shape("2,16,512,128", Dtype::Fp16);
+        let causal = shape("2,16,512,128 causal", Dtype::Fp16);
+        let causal_bf16 = shape("2,16,512,128 causal", Dtype::Bf16);
+        let sweep = Some("sweep".to_string());
+        assert_eq!(suite_key(&sweep, &[&plain, &causal]), "sweep");
+        assert_eq!(suite_key(&sweep, &[&causal]), "sweep causal");
+        assert_eq!(suite_key(&sweep, &[&causal_bf16]), "sweep causal bf16");
+        assert_eq!(suite_key(&sweep, &[&causal, &causal_bf16]), "sweep causal");
         assert_eq!(
-            suite_key(&Some("large causal".into()), true),
+            suite_key(&Some("large causal".into()), &[&causal]),
             "large causal"
         );
-        assert_eq!(suite_key(&None, true), NO_SUITE);
+        assert_eq!(suite_key(&sweep, &[]), "sweep");
+        assert_eq!(suite_key(&None, &[&causal]), NO_SUITE);
     }
 }
