@@ -643,6 +643,11 @@ fn hopper_tuned(shape: &Shape, params: &Params) -> Config {
             if hopper_clusters_over_heads(shape) {
                 knobs.push(("CLUSTER_HEADS", 1));
             }
+            if hopper_d64_takes_128_rows(shape) {
+                // Two consumer warpgroups, each block alone (CLUSTER=1 replaces the pair).
+                knobs.retain(|(name, _)| *name != "CLUSTER");
+                knobs.extend([("NUM_WARPS", 8), ("BLOCK_M", 128), ("CLUSTER", 1)]);
+            }
         } else if !params.window.is_bounded() {
             // D=128 past the two Q tiles' lengths: the grid, the 176-key tile, in clusters of two
             // blocks that share each K/V tile.
@@ -680,6 +685,28 @@ fn hopper_takes_two_q_tiles(shape: &Shape, params: &Params) -> bool {
         // A window both ways: only where the 160-key tile comes with them (measured so).
         (false, true) => hopper_takes_160_key_tiles(shape, params),
     }
+}
+
+/// Cost of one query row in hopper's 192-row blocks (D=64's default: three consumer warpgroups)
+/// against one in 128-row blocks, as 17/20: the gate (batch mode, on an H200, grid schedule)
+/// measured 87.8 µs for 2,16,2048,64 in 192-row blocks (3 waves of 192 rows) against 92.3 µs in
+/// 128-row ones (4 waves of 128; evidence/gate/2026-11-29T03-50-21Z and 03-50-49Z).
+const HOPPER_D64_WIDE_ROW_COST: (usize, usize) = (17, 20);
+
+/// Whether a full grid at D=64 takes 128-row blocks (NUM_WARPS=8, each block alone: CLUSTER=1)
+/// rather than the default 192: where the 192-row blocks' waves, counted in rows and weighed by
+/// [`HOPPER_D64_WIDE_ROW_COST`], come to more than the 128-row blocks' (short rows whose last
+/// 192-row block is mostly empty and whose grid ends in a thin wave). At 2,16,1024,64 (six 192-row
+/// blocks a head, the last of 64 rows; 1.45 waves) the gate against cuDNN measured the 192-row
+/// tuning 0.83× [0.81, 0.84] (bf16 0.81×; evidence/gate/2026-11-29T03-45-30Z, 03-47-13Z) and
+/// 128-row blocks 0.99-1.01× in four runs (03-49-53Z, 03-56-10Z, 03-56-36Z, 03-57-01Z); causal
+/// 1.05× before, 1.14× [1.13, 1.16] with CLUSTER=1 (1.06-1.09× in clusters of two). Where the
+/// rows fill their blocks the 192-row blocks stay: 2,16,2048,64 and 4,16,1024,64 (0.94-0.96× against
+/// cuDNN either way).
+fn hopper_d64_takes_128_rows(shape: &Shape) -> bool {
+    let rows_in_waves = |rows: usize| grid_blocks(shape, rows).div_ceil(H100_SMS) * rows;
+    let (cost, of) = HOPPER_D64_WIDE_ROW_COST;
+    shape.head_dim == 64 && rows_in_waves(128) * of < rows_in_waves(192) * cost
 }
 
 /// Whether hopper's two Q tiles at D=128 take 160-key tiles: where a row sees at least
@@ -1740,5 +1767,33 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn hopper_takes_128_row_blocks_at_d64_only_where_192_row_blocks_end_in_a_thin_wave() {
+        let hopper = find("hopper").unwrap();
+        for ((b, h, s), rows) in [
+            ((2, 16, 1024), 128),
+            ((1, 32, 1024), 128),
+            ((4, 16, 1024), 192),
+            ((2, 16, 2048), 192),
+            ((2, 16, 8192), 192),
+        ] {
+            for causal in [false, true] {
+                let tuned = tuned_at("hopper", (b, h, s, 64), causal);
+                let cfg = hopper.resolve(&tuned, 64, &Limits::H100).unwrap();
+                let got = (cfg.get("BLOCK_M"), cfg.get("NUM_WARPS"), cfg.get("CLUSTER"));
+                let want = if rows == 128 {
+                    (128, 8, 1)
+                } else {
+                    (192, 12, 2)
+                };
+                let want = (Some(want.0), Some(want.1), Some(want.2));
+                assert_eq!(got, want, "{b},{h},{s},64 causal={causal}");
+            }
+        }
+        // Never at D=128, whose blocks have 128 rows anyway (in clusters).
+        let d128 = tuned_at("hopper", (2, 16, 1024, 128), false);
+        assert_eq!(d128.get("CLUSTER"), Some(2));
     }
 }
