@@ -225,8 +225,9 @@ fn schedules(name: &str) -> Vec<Config> {
 /// registers) at D=64, and at D=128 on the 176-key tile with and without clusters. And persistent
 /// clusters over two query heads of one K/V head (CLUSTER_HEADS=1) with two Q tiles at both head
 /// dims, at D=128 of 160 keys: grouped shapes run, those of odd query heads per K/V head (every
-/// multi-head one) must be refused at launch. A config that names SCHEDULE runs with that schedule
-/// only.
+/// multi-head one) must be refused at launch. And D=64's two Q tiles in 128-row blocks without
+/// clusters (the tuning of D=64 grids whose 192-row blocks end in a thin wave). A config that
+/// names SCHEDULE runs with that schedule only.
 const OPT_IN: &[(&str, &str, &[usize], &[usize])] = &[
     ("hopper", "SCHEDULE=1,Q_REGS=0,Q_RELEASE=1", &[64], &[]),
     (
@@ -271,6 +272,12 @@ const OPT_IN: &[(&str, &str, &[usize], &[usize])] = &[
         "CLUSTER=2,SCHEDULE=0,BLOCK_M=128,NUM_WARPS=8,BLOCK_N=176,STAGES=2,Q_REGS=0,LAZY_RESCALE=1",
         &[128],
         &[175, 177, 387, 4099],
+    ),
+    (
+        "hopper",
+        "BLOCK_M=128,NUM_WARPS=8,SCHEDULE=1,Q_REGS=0,Q_STAGES=2,CLUSTER=1",
+        &[64],
+        &[],
     ),
     ("hopper", "LAZY_RESCALE=1", &[64, 128], &[]),
     (
