@@ -86,14 +86,17 @@ impl ProblemArgs {
     pub fn problems(&self, default_suite: &str) -> anyhow::Result<Vec<Problem>> {
         if self.shapes.is_empty() {
             let name = self.suite.as_deref().unwrap_or(default_suite);
-            return suites::suite(name, self.dtype)?
-                .into_iter()
-                .map(|p| {
-                    let causal = p.spec.causal || self.causal;
-                    Problem::new(attn_evidence::ShapeSpec { causal, ..p.spec })
-                        .with_context(|| format!("suite {name} with --causal"))
-                })
-                .collect();
+            let mut problems: Vec<Problem> = Vec::new();
+            for p in suites::suite(name, self.dtype)? {
+                let causal = p.spec.causal || self.causal;
+                let problem = Problem::new(attn_evidence::ShapeSpec { causal, ..p.spec })
+                    .with_context(|| format!("suite {name} with --causal"))?;
+                // Under --causal a suite's shape with and without the mask become one: run it once.
+                if !problems.iter().any(|q| q.spec == problem.spec) {
+                    problems.push(problem);
+                }
+            }
+            return Ok(problems);
         }
         if self.suite.is_some() {
             bail!("give --shape or --suite, not both");
@@ -191,6 +194,17 @@ mod tests {
         // A suite's own causal shapes stay causal, its windows stay, without --causal.
         let window = suite_args("window", false).problems("seed").unwrap();
         assert!(window.iter().any(|p| p.spec.causal) && window.iter().any(|p| !p.spec.causal));
+        // The large suite has 2,16,8192,128 with and without the mask: under --causal, once.
+        let large = suite_args("large", true).problems("seed").unwrap();
+        let shapes: Vec<String> = large.iter().map(|p| p.spec.to_string()).collect();
+        assert_eq!(
+            shapes,
+            [
+                "4,16,2048,128 causal",
+                "2,16,8192,128 causal",
+                "2,16,8192,64 causal"
+            ]
+        );
         let window_causal = suite_args("window", true).problems("seed").unwrap();
         assert!(window_causal.iter().all(|p| p.spec.causal));
         assert_eq!(

@@ -88,7 +88,7 @@ pub fn markdown(run: &GateRun) -> String {
     let mut out = format!(
         "**attn gate: {}** — `{}` vs `{}` on {} ({})\n\n",
         if run.passed { "PASSED" } else { "FAILED" },
-        run.candidate.label(),
+        crate::model::gate_candidate_label(run),
         run.baseline.label(),
         run.provenance.gpu,
         format::short_rev(&run.provenance.git_rev)

@@ -44,17 +44,7 @@ impl Run {
     /// Whether the run's command overrode the candidate's knobs (`--config K=V`, not empty): an
     /// experiment, not the implementation as its registry tunes it.
     pub fn config_overridden(&self) -> bool {
-        let command = &self.evidence.provenance().command;
-        command
-            .iter()
-            .enumerate()
-            .any(|(i, arg)| match arg.strip_prefix("--config") {
-                Some("") => command
-                    .get(i + 1)
-                    .is_some_and(|value| !value.trim().is_empty()),
-                Some(rest) => rest.strip_prefix('=').is_some_and(|v| !v.trim().is_empty()),
-                None => false,
-            })
+        config_overrides(&self.evidence.provenance().command).is_some()
     }
 
     /// What this run's provenance says about its GPU.
@@ -67,6 +57,33 @@ impl Run {
             max_sm_mhz: p.max_sm_mhz.map(f64::from),
             compute_capability: None,
         }
+    }
+}
+
+/// The knobs a command overrode (`--config K=V,...` or `--config=K=V,...`), when not empty.
+pub fn config_overrides(command: &[String]) -> Option<String> {
+    let value =
+        command
+            .iter()
+            .enumerate()
+            .find_map(|(i, arg)| match arg.strip_prefix("--config") {
+                Some("") => command.get(i + 1).map(String::as_str),
+                Some(rest) => rest.strip_prefix('='),
+                None => None,
+            })?;
+    Some(value.trim())
+        .filter(|v| !v.is_empty())
+        .map(str::to_string)
+}
+
+/// A gate run's candidate as the report names it: its label, then the knobs the run's command
+/// overrode in brackets (`hopper [LAZY_RESCALE=1]`), so that an experiment never reads as the
+/// implementation as its registry tunes it, nor takes the tuned runs' place as a latest verdict.
+pub fn gate_candidate_label(gate: &GateRun) -> String {
+    let label = gate.candidate.label();
+    match config_overrides(&gate.provenance.command) {
+        Some(knobs) => format!("{label} [{knobs}]"),
+        None => label,
     }
 }
 
@@ -217,7 +234,7 @@ impl EvidenceSet {
             // Runs are in time order, so later inserts win.
             latest.insert(
                 (
-                    gate.candidate.label(),
+                    gate_candidate_label(gate),
                     gate.baseline.label(),
                     gate_scope(gate),
                 ),
@@ -271,7 +288,11 @@ impl EvidenceSet {
                             };
                             out.push(Measurement {
                                 run,
-                                label: implementation.label(),
+                                label: if is_candidate {
+                                    gate_candidate_label(gate)
+                                } else {
+                                    implementation.label()
+                                },
                                 role: Role::of(implementation),
                                 shape: case.shape.clone(),
                                 median_us,

@@ -13,7 +13,7 @@ use crate::format::{
     micros, percent, short_date, short_rev, significant, speedup, speedup_ci, tflops,
 };
 use crate::headline::{headlines, SuiteHeadline};
-use crate::model::{EvidenceSet, Run, MEDIAN_CI_RESAMPLES, MEDIAN_CI_SEED};
+use crate::model::{gate_candidate_label, EvidenceSet, Run, MEDIAN_CI_RESAMPLES, MEDIAN_CI_SEED};
 use crate::progress::{progressions, ShapeProgress};
 use crate::sweep::{sweep_charts, SweepChart};
 use crate::table::Table;
@@ -155,12 +155,13 @@ fn summary(evidence: &EvidenceSet) -> String {
 fn gate_section(run: &Run, gate: &GateRun) -> GateSection {
     let p = &gate.provenance;
     let passed_count = gate.cases.iter().filter(|c| c.passed).count();
-    let title = format!("{} vs {}", gate.candidate.label(), gate.baseline.label());
+    let candidate = gate_candidate_label(gate);
+    let title = format!("{candidate} vs {}", gate.baseline.label());
     let verdict = format!(
         "{} **{}**: `{}` vs `{}`, {passed_count}/{} shapes passed, on {} at `{}`{} ({} UTC)",
         if gate.passed { "✅" } else { "❌" },
         if gate.passed { "PASS" } else { "FAIL" },
-        gate.candidate.label(),
+        candidate,
         gate.baseline.label(),
         gate.cases.len(),
         p.gpu,
@@ -175,7 +176,7 @@ fn gate_section(run: &Run, gate: &GateRun) -> GateSection {
     let mut table = Table::new(&[
         "shape",
         &format!("{} median (µs)", gate.baseline.label()),
-        &format!("{} median (µs)", gate.candidate.label()),
+        &format!("{candidate} median (µs)"),
         "speedup [CI]",
         "TFLOP/s",
         "verdict",
@@ -196,8 +197,19 @@ fn gate_section(run: &Run, gate: &GateRun) -> GateSection {
             ));
         }
         if let Some(c) = &case.comparison {
+            // A shape a run timed twice (older suites under --causal) gets its own tick: `(2)`.
+            let mut shape = case.shape.to_string();
+            let earlier = bars
+                .iter()
+                .filter(|b: &&SpeedupBar| {
+                    b.shape == shape || b.shape.starts_with(&format!("{shape} ("))
+                })
+                .count();
+            if earlier > 0 {
+                shape = format!("{shape} ({})", earlier + 1);
+            }
             bars.push(SpeedupBar {
-                shape: case.shape.to_string(),
+                shape,
                 point: c.speedup.point,
                 lower: c.speedup.lower,
                 upper: c.speedup.upper,
@@ -221,7 +233,7 @@ fn gate_section(run: &Run, gate: &GateRun) -> GateSection {
     // suites keep separate charts, and so do two runs over different shapes given one by one.
     let shape_slug = format!(
         "{}-vs-{}-{}",
-        slug(&gate.candidate.label()),
+        slug(&candidate),
         slug(&gate.baseline.label()),
         slug(&crate::model::gate_scope(gate))
     );

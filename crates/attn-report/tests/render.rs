@@ -788,3 +788,52 @@ fn a_varlen_batch_is_shown_per_token_per_work_and_against_varlen_attn_from_one_r
     let shown = rows(&bench);
     assert!(shown[0].ends_with("| 62.50 | 2.00× |"), "{shown:?}");
 }
+
+#[test]
+fn a_gate_run_with_overridden_knobs_is_named_by_them_and_never_stands_for_the_tuning() {
+    let evidence = tempfile::tempdir().unwrap();
+    copy_dir(&fixtures(), evidence.path());
+    let tuned = "gate/2025-11-22T14-19-00Z-nvidia-h100-80gb-hbm3-bbbbbbb.json";
+    let text = fs::read_to_string(fixtures().join(tuned)).unwrap();
+    // A later run of the same suite with knobs set over the tuning, in each spelling of --config.
+    for (command, knobs) in [
+        (&["--config", "BLOCK_N=64"][..], "BLOCK_N=64"),
+        (&["--config=BLOCK_N=64,STAGES=2"][..], "BLOCK_N=64,STAGES=2"),
+    ] {
+        let mut gate: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let mut argv = vec!["cargo", "xtask", "gate"];
+        argv.extend(command);
+        gate["provenance"]["command"] = serde_json::json!(argv);
+        let later = evidence
+            .path()
+            .join("gate/2025-11-23T08-00-00Z-nvidia-h100-80gb-hbm3-ddddddd.json");
+        fs::write(&later, gate.to_string()).unwrap();
+        let md = build(evidence.path(), None).files()["report.md"].clone();
+        let experiment = format!("mma [{knobs}] vs sdpa:flash");
+        assert!(
+            md.contains("Latest gate: mma vs sdpa:flash"),
+            "{command:?}: the suite's headline must keep the tuned run"
+        );
+        assert!(
+            !md.contains(&format!("Latest gate: {experiment}")),
+            "{command:?}"
+        );
+        assert!(
+            md.contains(&experiment),
+            "{command:?}: the experiment keeps a verdict of its own, named by its knobs"
+        );
+    }
+    // Where the suite has no run of the tuning, the experiment stands for it, named so.
+    fs::remove_file(evidence.path().join(tuned)).unwrap();
+    fs::remove_file(
+        evidence
+            .path()
+            .join("gate/2025-11-20T09-00-00Z-nvidia-h100-80gb-hbm3-aaaaaaa.json"),
+    )
+    .unwrap();
+    let md = build(evidence.path(), None).files()["report.md"].clone();
+    assert!(
+        md.contains("Latest gate: mma [BLOCK_N=64,STAGES=2] vs sdpa:flash"),
+        "{md}"
+    );
+}
