@@ -8,7 +8,8 @@ use crate::group::short_name;
 use crate::metrics::{
     DRAM_BYTES_READ, DRAM_BYTES_WRITE, DURATION, LOCAL_BYTES_LD, LOCAL_BYTES_ST,
     REGISTERS_PER_THREAD, SHARED_BANK_CONFLICTS_LD, SHARED_BANK_CONFLICTS_ST, SM_BUSY_PCT,
-    SM_CLOCK_KHZ, SM_COUNT, TENSOR_PIPE_PCT, WARPS_ACTIVE_PCT, WAVES_PER_SM, WGMMA_INSTRUCTIONS,
+    SM_CLOCK_HZ, SM_CLOCK_KHZ, SM_COUNT, TENSOR_PIPE_PCT, WARPS_ACTIVE_PCT, WARP_INSTRUCTIONS,
+    WAVES_PER_SM, WGMMA_INSTRUCTIONS,
 };
 use crate::KernelSummary;
 
@@ -81,6 +82,12 @@ pub struct Explanation {
     /// Warpgroup (wgmma) instructions executed: > 0 on Hopper kernels that use them.
     #[serde(default)]
     pub wgmma_instructions: Option<f64>,
+    /// SM clock over the kernel, MHz (a reading): compare kernels' speeds beside it.
+    #[serde(default)]
+    pub sm_clock_mhz: Option<f64>,
+    /// Warp instructions executed, all pipes.
+    #[serde(default)]
+    pub warp_instructions: Option<f64>,
     /// SM throughput, %.
     pub sm_busy_pct: Option<f64>,
     /// Achieved occupancy, %.
@@ -156,6 +163,8 @@ pub fn explain(summary: &KernelSummary, flops: Option<f64>, ceilings: &Ceilings)
         dram_fraction,
         tensor_pipe_pct,
         wgmma_instructions: v(WGMMA_INSTRUCTIONS),
+        sm_clock_mhz: v(SM_CLOCK_HZ).map(|hz| hz / 1e6),
+        warp_instructions: v(WARP_INSTRUCTIONS),
         sm_busy_pct: v(SM_BUSY_PCT),
         warps_active_pct: v(WARPS_ACTIVE_PCT),
         waves_per_sm: v(WAVES_PER_SM),
@@ -187,7 +196,8 @@ impl Explanation {
     /// let e = Explanation {
     ///     kernel: "attn_fwd".into(), launches: 1, duration_ns: Some(1e6), tflops: Some(290.0),
     ///     tflops_fraction: Some(0.33), dram_bytes: None, dram_bytes_per_s: None, dram_fraction: None,
-    ///     tensor_pipe_pct: Some(47.0), wgmma_instructions: Some(0.0), sm_busy_pct: Some(45.0), warps_active_pct: Some(12.5),
+    ///     tensor_pipe_pct: Some(47.0), wgmma_instructions: Some(0.0), sm_clock_mhz: Some(1755.0),
+    ///     warp_instructions: Some(3.1e8), sm_busy_pct: Some(45.0), warps_active_pct: Some(12.5),
     ///     waves_per_sm: Some(2.0), registers_per_thread: Some(255.0), spill_bytes: Some(0.0),
     ///     bank_conflicts: Some(0.0), bank_conflict_cycles_pct: Some(0.0),
     ///     bound: Bound::LatencyOrOccupancy,
@@ -292,6 +302,14 @@ impl fmt::Display for Explanation {
             show(self.sm_busy_pct, 1),
             show(self.warps_active_pct, 1)
         )?;
+        if self.sm_clock_mhz.is_some() || self.warp_instructions.is_some() {
+            writeln!(
+                f,
+                "  clock       {} MHz SM clock, {} M warp instructions",
+                show(self.sm_clock_mhz, 0),
+                show(self.warp_instructions.map(|n| n / 1e6), 1)
+            )?;
+        }
         writeln!(
             f,
             "  resources   {} registers/thread, spills {}, bank conflicts {}",

@@ -19,6 +19,12 @@ pub const DRAM_BYTES_READ: &str = "dram__bytes_read.sum";
 pub const DRAM_BYTES_WRITE: &str = "dram__bytes_write.sum";
 /// Kernel duration on the GPU.
 pub const DURATION: &str = "gpu__time_duration.sum";
+/// The SM clock over the kernel, in cycles per second: a reading, unlike [`SM_CLOCK_KHZ`]. Long
+/// attention rows run power-limited (an H200 held cuDNN's kernel at 1676 MHz of 1980), so two
+/// kernels' speeds compare fairly only beside their clocks.
+pub const SM_CLOCK_HZ: &str = "sm__cycles_elapsed.avg.per_second";
+/// Warp instructions executed, all pipes: with a power-limited clock, fewer is faster.
+pub const WARP_INSTRUCTIONS: &str = "sm__inst_executed.sum";
 /// Registers per thread as compiled.
 pub const REGISTERS_PER_THREAD: &str = "launch__registers_per_thread";
 /// Dynamic shared memory per block.
@@ -106,6 +112,8 @@ pub fn hopper(purpose: Purpose) -> MetricSet {
     let metrics: Vec<&'static str> = match purpose {
         Purpose::Overview => vec![
             DURATION,
+            SM_CLOCK_HZ,
+            WARP_INSTRUCTIONS,
             TENSOR_PIPE_PCT,
             WGMMA_INSTRUCTIONS,
             SM_BUSY_PCT,

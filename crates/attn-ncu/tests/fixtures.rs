@@ -238,3 +238,31 @@ fn cudnn_explanation() {
     );
     insta::assert_snapshot!("cudnn_explanation", e.to_string());
 }
+
+/// cuDNN's kernel under SDPA's GQA path at (2, 32/8, 4096, 128), fp16, on an H200 (ncu 2025,
+/// `--page raw --clock-control none`, four calls after three random-input kernels): the clock it
+/// ran at and its instruction count, beside its tensor-pipe share.
+const H200_GQA: &str = include_str!("fixtures/h200_sdpa_gqa_cudnn_raw.csv");
+
+#[test]
+fn the_sm_clock_and_instruction_count_are_read_and_shown() {
+    let filter = KernelFilter::parse("cudnn").unwrap();
+    let kernels = group(&parse_raw(H200_GQA).unwrap(), Some(&filter));
+    assert_eq!(kernels.len(), 1, "one cuDNN kernel");
+    let flops = 4.0 * 2.0 * 32.0 * 4096.0 * 4096.0 * 128.0;
+    let e = explain(&kernels[0], Some(flops), &Ceilings::H100_MEASURED);
+    assert_eq!(e.launches, 4);
+    // The median of four launches, the mean of the middle two: 1676.16 and 1676.59 MHz,
+    // 310,860,768 and 310,863,648 instructions.
+    let mhz = e.sm_clock_mhz.unwrap();
+    assert!((mhz - 1676.37).abs() < 0.1, "{mhz}");
+    let instructions = e.warp_instructions.unwrap();
+    assert!((instructions - 310_862_208.0).abs() < 1.0, "{instructions}");
+    assert_eq!(e.tensor_pipe_pct, Some(75.94));
+    assert_eq!(e.bound, attn_ncu::Bound::TensorPipe);
+    let text = e.to_string();
+    assert!(
+        text.contains("clock       1676 MHz SM clock, 310.9 M warp instructions"),
+        "{text}"
+    );
+}
