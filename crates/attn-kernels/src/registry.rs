@@ -690,7 +690,7 @@ fn hopper_takes_two_q_tiles(shape: &Shape, params: &Params) -> bool {
 /// Cost of one query row in hopper's 192-row blocks (D=64's default: three consumer warpgroups)
 /// against one in 128-row blocks, as 17/20: the gate (batch mode, on an H200, grid schedule)
 /// measured 87.8 µs for 2,16,2048,64 in 192-row blocks (3 waves of 192 rows) against 92.3 µs in
-/// 128-row ones (4 waves of 128; evidence/gate/2026-11-29T03-50-21Z and 03-50-49Z).
+/// 128-row ones (4 waves of 128; evidence/gate/2026-11-29T03-50-49Z and 03-50-21Z).
 const HOPPER_D64_WIDE_ROW_COST: (usize, usize) = (17, 20);
 
 /// Whether a full grid at D=64 takes 128-row blocks (NUM_WARPS=8, each block alone: CLUSTER=1)
@@ -1792,6 +1792,12 @@ mod tests {
                 assert_eq!(got, want, "{b},{h},{s},64 causal={causal}");
             }
         }
+        // A user's warps win over the tuning's rows (it yields rather than clash).
+        let shape = Shape::new(2, 16, 1024, 1024, 64).unwrap();
+        let params = Params::new(64, false);
+        let user = hopper.tuned_under(&shape, &params, &"NUM_WARPS=12".parse().unwrap());
+        let cfg = hopper.resolve(&user, 64, &Limits::H100).unwrap();
+        assert_eq!(cfg.get("BLOCK_M"), Some(192));
         // Never at D=128, whose blocks have 128 rows anyway (in clusters).
         let d128 = tuned_at("hopper", (2, 16, 1024, 128), false);
         assert_eq!(d128.get("CLUSTER"), Some(2));
