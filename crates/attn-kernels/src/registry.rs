@@ -628,25 +628,21 @@ fn hopper_tuned(shape: &Shape, params: &Params) -> Config {
             knobs.push(("LAZY_RESCALE", 1));
         }
         if hopper_takes_two_q_tiles(shape, params) {
-            knobs.extend([
-                ("SCHEDULE", 1),
-                ("Q_REGS", 0),
-                ("Q_STAGES", 2),
-                ("CLUSTER", HOPPER_CLUSTER),
-            ]);
+            knobs.extend([("SCHEDULE", 1), ("Q_REGS", 0), ("Q_STAGES", 2)]);
+            if hopper_d64_takes_128_rows(shape) {
+                // Two consumer warpgroups, each block alone (no cluster, so no head pairs).
+                knobs.extend([("NUM_WARPS", 8), ("BLOCK_M", 128)]);
+            } else {
+                knobs.push(("CLUSTER", HOPPER_CLUSTER));
+                if hopper_clusters_over_heads(shape) {
+                    knobs.push(("CLUSTER_HEADS", 1));
+                }
+            }
             if shape.head_dim == 128 {
                 knobs.push(("STAGES", 2));
                 if hopper_takes_160_key_tiles(shape, params) {
                     knobs.push(("BLOCK_N", 160));
                 }
-            }
-            if hopper_clusters_over_heads(shape) {
-                knobs.push(("CLUSTER_HEADS", 1));
-            }
-            if hopper_d64_takes_128_rows(shape) {
-                // Two consumer warpgroups, each block alone (CLUSTER=1 replaces the pair).
-                knobs.retain(|(name, _)| *name != "CLUSTER");
-                knobs.extend([("NUM_WARPS", 8), ("BLOCK_M", 128), ("CLUSTER", 1)]);
             }
         } else if !params.window.is_bounded() {
             // D=128 past the two Q tiles' lengths: the grid, the 176-key tile, in clusters of two
@@ -1792,6 +1788,19 @@ mod tests {
                 assert_eq!(got, want, "{b},{h},{s},64 causal={causal}");
             }
         }
+        // Grouped heads too: blocks alone take no head pairs (CLUSTER_HEADS needs CLUSTER=2).
+        let grouped = Shape {
+            kv_heads: 8,
+            ..Shape::new(1, 32, 1024, 1024, 64).unwrap()
+        };
+        let tuned = hopper.tuned_for(&grouped, &Params::new(64, false));
+        let cfg = hopper.resolve(&tuned, 64, &Limits::H100).unwrap();
+        let got = (
+            cfg.get("BLOCK_M"),
+            cfg.get("CLUSTER"),
+            cfg.get("CLUSTER_HEADS"),
+        );
+        assert_eq!(got, (Some(128), Some(1), Some(0)));
         // A user's warps win over the tuning's rows (it yields rather than clash).
         let shape = Shape::new(2, 16, 1024, 1024, 64).unwrap();
         let params = Params::new(64, false);
