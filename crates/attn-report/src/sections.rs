@@ -187,7 +187,7 @@ fn gate_section(run: &Run, gate: &GateRun) -> GateSection {
     .numeric(&[1, 2, 3, 4]);
     let mut flags = Vec::new();
     let mut bars = Vec::new();
-    for case in &gate.cases {
+    for (i, case) in gate.cases.iter().enumerate() {
         table.push(gate_row(case));
         flags.extend(case.flags.iter().map(|f| format!("{}: {f}", case.shape)));
         if let Some(guard) = case.clock_guard.as_ref().filter(|g| g.too_few_blocks()) {
@@ -198,16 +198,14 @@ fn gate_section(run: &Run, gate: &GateRun) -> GateSection {
         }
         if let Some(c) = &case.comparison {
             // A shape a run timed twice (older suites under --causal) gets its own tick: `(2)`.
-            let mut shape = case.shape.to_string();
-            let earlier = bars
+            let earlier = gate.cases[..i]
                 .iter()
-                .filter(|b: &&SpeedupBar| {
-                    b.shape == shape || b.shape.starts_with(&format!("{shape} ("))
-                })
+                .filter(|e| e.comparison.is_some() && e.shape == case.shape)
                 .count();
-            if earlier > 0 {
-                shape = format!("{shape} ({})", earlier + 1);
-            }
+            let shape = match earlier {
+                0 => case.shape.to_string(),
+                n => format!("{} ({})", case.shape, n + 1),
+            };
             bars.push(SpeedupBar {
                 shape,
                 point: c.speedup.point,
@@ -549,10 +547,8 @@ fn against_fa3_table(evidence: &EvidenceSet) -> Option<Table> {
         let attn_evidence::Evidence::Gate(gate) = &run.evidence else {
             continue;
         };
-        if gate.candidate.label() != "hopper"
-            || gate.baseline.label() != "sdpa:default"
-            || run.config_overridden()
-        {
+        // The tuned hopper only: a run with overridden knobs is labelled with them.
+        if gate_candidate_label(gate) != "hopper" || gate.baseline.label() != "sdpa:default" {
             continue;
         }
         for case in &gate.cases {
@@ -591,9 +587,7 @@ fn against_fa3_table(evidence: &EvidenceSet) -> Option<Table> {
     for run in &evidence.runs {
         match &run.evidence {
             attn_evidence::Evidence::Gate(gate)
-                if gate.candidate.label() == "hopper"
-                    && gate.baseline.label() == "fa3"
-                    && !run.config_overridden() =>
+                if gate_candidate_label(gate) == "hopper" && gate.baseline.label() == "fa3" =>
             {
                 for case in &gate.cases {
                     let (Some(c), Some(cand), Some(base)) = (
