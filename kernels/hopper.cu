@@ -348,6 +348,11 @@
 #ifndef CLUSTER_HEADS
 #define CLUSTER_HEADS 0
 #endif
+#ifndef STREAM_K
+#define STREAM_K 0
+#endif
+// Words of a published work item (Barriers::item): (b, h, m0), and with STREAM_K its key segment.
+#define ITEM_WORDS (3 + STREAM_K)
 // The query rows a cluster's blocks take together (one row block each, of one head; with
 // CLUSTER_HEADS one row block of two heads): the rows whose keys they visit, and with SCHEDULE 1 a
 // work item's; and the query heads of a work item. Macros: a namespace constant adds a PTX symbol.
@@ -395,6 +400,9 @@ static_assert(Q_RELEASE == 0 || (Q_RELEASE == 1 && SCHEDULE == 1 && Q_REGS == 0 
               "hopper.cu: Q_RELEASE must be 0, or 1 with SCHEDULE 1, Q_REGS 0 and Q_STAGES 1");
 static_assert(CLUSTER_HEADS == 0 || (CLUSTER_HEADS == 1 && CLUSTER == 2 && SCHEDULE == 1),
               "hopper.cu: CLUSTER_HEADS must be 0, or 1 with CLUSTER 2 and SCHEDULE 1");
+// With one Q tile the persistent producer (24 registers) spills the tail's arithmetic.
+static_assert(STREAM_K == 0 || (STREAM_K == 1 && SCHEDULE == 1 && Q_STAGES == 2),
+              "hopper.cu: STREAM_K must be 0, or 1 with SCHEDULE 1 and Q_STAGES 2");
 static_assert(sizeof(elem_t) == 2, "hopper.cu: 16-bit elements expected");
 
 namespace hopper_attn {
@@ -649,14 +657,141 @@ __device__ __forceinline__ void release_q_tile(Barriers& bars, int buffer) {
 }
 #endif
 
+#if STREAM_K
+// ---- the stream-K tail (STREAM_K 1, static schedules) ---------------------------------------------
+//
+// A static schedule's items all cost the same, so a grid of N items on P clusters ends in a thin
+// last wave (N mod P items, the other clusters idle). With STREAM_K the last N mod P + P items are
+// cut into P equal runs of key tiles, one per cluster (each run longer than one item, so an item is
+// cut at most once): cluster c computes the key tiles [c·U/P, (c+1)·U/P) of those items' tiles laid
+// end to end (U tiles). A cut item's two segments, the head (its first tiles, the end of cluster
+// c's run) and the tail (the rest, the start of cluster c + 1's), each end with a partial O (not
+// normalised), row max and row sum; per consumer warp, the first to finish writes its partial to
+// the workspace and the other waits for it (it is being written: no deadlock), merges it into its
+// own and stores the rows. Workspace (after the two counter words, the host's, zeroed once): one
+// flag word per block and consumer warp, left zero, then one partial per block (the tail's block
+// names the cut): per consumer thread its PARTIAL_WORDS floats, thread-fastest (coalesced).
+constexpr int SPLIT_WHOLE = 0;  // the item's every key tile
+constexpr int SPLIT_HEAD = 1;   // tiles [0, x): the cluster's run ends inside the item
+constexpr int SPLIT_TAIL = 2;   // tiles [x, T): the cluster's run starts inside the item
+constexpr int PARTIAL_WORDS = PANELS * 32 + 4;  // O's accumulators, then row max and sum (2 each)
+
+// A segment as one word: the kind in the low two bits, x above: the tail's first tile, the head's
+// tile count.
+__device__ __forceinline__ int split_word(int kind, int x) { return kind | (x << 2); }
+__device__ __forceinline__ void cut_tiles(Tiles& tiles, int split) {
+    const int x = split >> 2;
+    if ((split & 3) == SPLIT_TAIL) {
+        tiles.first += x;
+        tiles.count -= x;
+    } else if ((split & 3) == SPLIT_HEAD) {
+        tiles.count = x;
+    }
+}
+
+// Whether a static schedule of `total` items over the grid's clusters cuts its tail: a thin last
+// wave, more than one wave, more than one key tile per item, and tile counts split_word can hold.
+__device__ __forceinline__ bool stream_k_cut(int total, int seq_kv) {
+    const int clusters = static_cast<int>(gridDim.x / CLUSTER);
+    const int thin = total % clusters;
+    const long long tiles = static_cast<long long>(thin + clusters) * ((seq_kv + BLOCK_N - 1) / BLOCK_N);
+    return thin != 0 && total > clusters && seq_kv > BLOCK_N && tiles < (1ll << 29);
+}
+// The first tile of cluster c's run: c / clusters of the tail's tiles (c = clusters: their count).
+// In 32 bits (a 64-bit division is a call, whose frame spilled the producer's 24 registers): the
+// tail's tiles (below 2^29: stream_k_cut) are q · clusters + r, and c · r < clusters².
+__device__ __forceinline__ int stream_k_run(int total, int seq_kv, int c) {
+    const int clusters = static_cast<int>(gridDim.x / CLUSTER);
+    const int tiles = (total % clusters + clusters) * ((seq_kv + BLOCK_N - 1) / BLOCK_N);
+    const int q = tiles / clusters;
+    return c * q + c * (tiles - q * clusters) / clusters;
+}
+
+// The workspace's flags and partials (kernels/README.md: the persistent kernel's words).
+__device__ __forceinline__ unsigned int* split_flags(unsigned int* words) { return words + 2; }
+__device__ __forceinline__ float* split_partials(unsigned int* words) {
+    const unsigned int flags_end = 2u + gridDim.x * NUM_WARPS;
+    return reinterpret_cast<float*>(words + ((flags_end + 63u) & ~63u));  // 256-byte aligned
+}
+
+// a · x + b · y rounded the same whichever segment is a (no FMA contraction): the two segments
+// finish in either order, and the output must not depend on which.
+__device__ __forceinline__ float merged(float a, float x, float b, float y) {
+    return __fadd_rn(__fmul_rn(a, x), __fmul_rn(b, y));
+}
+
+// A cut item's segment, at the end of its key loop: merges this warp's partial with the other
+// segment's. Returns whether this warp stores the rows (false: it left its partial to the other).
+__device__ __forceinline__ bool merge_split(float (&o_acc)[PANELS][32], float (&row_max)[2], float (&row_sum)[2],
+                                            int kind, unsigned int* words, int warp, int lane) {
+    // The cut between clusters c and c + 1 is named by the tail's block (the same rank).
+    const unsigned int cut = kind == SPLIT_HEAD ? blockIdx.x + CLUSTER : blockIdx.x;
+    unsigned int* flag = split_flags(words) + cut * NUM_WARPS + warp;
+    float* partial = split_partials(words) + static_cast<size_t>(cut) * CONSUMER_THREADS * PARTIAL_WORDS +
+                     warp * 32 + lane;
+    unsigned int arrived = 0;
+    if (lane == 0) arrived = atomicAdd(flag, 1u);
+    arrived = __shfl_sync(0xffffffffu, arrived, 0);
+    if (arrived == 0) {
+        // First: leave the partial (0 -> 1 on arrival, 2 once written; the other's arrival adds 1).
+#pragma unroll
+        for (int p = 0; p < PANELS; ++p)
+#pragma unroll
+            for (int i = 0; i < 32; ++i) __stcg(partial + (p * 32 + i) * CONSUMER_THREADS, o_acc[p][i]);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            __stcg(partial + (PANELS * 32 + h) * CONSUMER_THREADS, row_max[h]);
+            __stcg(partial + (PANELS * 32 + 2 + h) * CONSUMER_THREADS, row_sum[h]);
+        }
+        __threadfence();
+        __syncwarp();
+        if (lane == 0) atomicAdd(flag, 1u);
+        return false;
+    }
+    // Second: the first warp is writing (or has written) its partial; wait for the flag's 3.
+    if (lane == 0) {
+        while (atomicAdd(flag, 0u) != 3u) __nanosleep(64);
+        atomicExch(flag, 0u);  // left zero for the next launch
+    }
+    __syncwarp();
+    __threadfence();
+    float scale_mine[2];
+    float scale_theirs[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const float m_theirs = __ldcg(partial + (PANELS * 32 + h) * CONSUMER_THREADS);
+        const float l_theirs = __ldcg(partial + (PANELS * 32 + 2 + h) * CONSUMER_THREADS);
+        const float m = fmaxf(row_max[h], m_theirs);
+        const float used = m == HOPPER_NEG_INF ? 0.f : m;  // no key on either side: keep NaN out
+        scale_mine[h] = exp2_ftz(row_max[h] - used);
+        scale_theirs[h] = exp2_ftz(m_theirs - used);
+        row_max[h] = m;
+        row_sum[h] = merged(row_sum[h], scale_mine[h], l_theirs, scale_theirs[h]);
+    }
+#pragma unroll
+    for (int p = 0; p < PANELS; ++p)
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+            const int h = (i >> 1) & 1;  // registers 4c, 4c + 1: row g; 4c + 2, 4c + 3: row g + 8
+            o_acc[p][i] = merged(o_acc[p][i], scale_mine[h], __ldcg(partial + (p * 32 + i) * CONSUMER_THREADS),
+                                 scale_theirs[h]);
+        }
+    return true;
+}
+#endif
+
 // Everything about the item and this thread that the consumer steps need.
 struct ConsumerItem {
     int m0;          // the item's first query row in its sequence
     int len_q;       // the sequence's query rows and keys
     int len_kv;
-    Tiles tiles;     // the block's key tiles
+    Tiles tiles;     // the block's key tiles (with STREAM_K, of the item's segment)
     elem_t* o_head;  // row 0 of this (sequence, head) in O
     int o_stride;    // elements between rows of O
+#if STREAM_K
+    int split;              // SPLIT_WHOLE, SPLIT_HEAD or SPLIT_TAIL
+    unsigned int* words;    // the persistent kernel's words (the workspace after the counter)
+#endif
 };
 
 // The consumer warpgroups' work on one item: the key tiles its rows see (overlapped and ping-ponged
@@ -691,7 +826,9 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
     int wg_first = 0;
     int wg_end = 0;
     if (wg_row_first < len_q) {
-        wg_first = min(row_kv_lo(wg_row_first, len_q, len_kv, window_left) / BLOCK_N - first_tile, num_tiles);
+        // At least 0: a stream-K tail segment starts past the rows' first key.
+        wg_first = min(max(row_kv_lo(wg_row_first, len_q, len_kv, window_left) / BLOCK_N - first_tile, 0),
+                       num_tiles);
         const int hi = row_kv_hi(wg_row_last, len_q, len_kv, causal, window_right);
         wg_end = max(min((hi + BLOCK_N - 1) / BLOCK_N - first_tile, num_tiles), wg_first);
     }
@@ -852,6 +989,14 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
     if (!OVERLAP || wg_end == wg_first) mbar_arrive(smem_addr(&bars.q_empty[0]));
 #endif
 
+#if STREAM_K
+    // A cut item: one warp's segment merges the other's partial and stores; the other stores nothing.
+    const bool store = item.split == SPLIT_WHOLE ||
+                       merge_split(o_acc, row_max, row_sum, item.split, item.words, warp, lane);
+#else
+    constexpr bool store = true;
+#endif
+
     float inv_l[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -867,7 +1012,7 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int row = m0 + warp_row0 + g + 8 * h;
-        if (row < len_q) {  // never a row past the sequence (varlen: the next sequence's)
+        if (store && row < len_q) {  // never a row past the sequence (varlen: the next sequence's)
             elem_t* out = item.o_head + static_cast<long long>(row) * item.o_stride + 2 * t;
 #pragma unroll
             for (int p = 0; p < PANELS; ++p)
@@ -908,7 +1053,7 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
         const int idx = lane + i * 32;
         const int row = stage_row0 + idx / CHUNKS;
         const int col = (idx % CHUNKS) * 8;
-        if (m0 + row < len_q) {  // never a row past the sequence (varlen: the next sequence's)
+        if (store && m0 + row < len_q) {  // never a row past the sequence (varlen: the next sequence's)
             const uint4 value = *reinterpret_cast<const uint4*>(smem + tile_offset(BLOCK_M, row, col));
             *reinterpret_cast<uint4*>(item.o_head + static_cast<long long>(m0 + row) * item.o_stride + col) = value;
         }
@@ -1045,18 +1190,26 @@ __device__ __forceinline__ bool schedule_item(Schedule& s, int index, int batch,
 // through a 32-bit shared address: a generic pointer with a run-time index took two more of the
 // producer's 24 registers (setmaxnreg) and spilled.
 // With one Q tile the words are plain stores (the kernel's code as it was before two tiles).
-__device__ __forceinline__ void publish_item(Barriers& bars, int buffer, int b, int h, int m0) {
+// With STREAM_K a fourth word: the item's key segment (split_word).
+__device__ __forceinline__ void publish_item(Barriers& bars, int buffer, int b, int h, int m0, int split = 0) {
 #if Q_STAGES == 1
     (void)buffer;
     bars.item[0][0] = b;
     bars.item[0][1] = h;
     bars.item[0][2] = m0;
+#if STREAM_K
+    bars.item[0][3] = split;
+#endif
 #else
-    const u32 words = smem_addr(&bars.item[0][0]) + 12u * static_cast<u32>(buffer);
+    const u32 words = smem_addr(&bars.item[0][0]) + 4u * ITEM_WORDS * static_cast<u32>(buffer);
     asm volatile("st.shared.u32 [%0], %1;\n\tst.shared.u32 [%0+4], %2;\n\tst.shared.u32 [%0+8], %3;\n" ::"r"(words),
                  "r"(b), "r"(h), "r"(m0)
                  : "memory");
+#if STREAM_K
+    asm volatile("st.shared.u32 [%0+12], %1;\n" ::"r"(words), "r"(split) : "memory");
 #endif
+#endif
+    (void)split;
 }
 
 // The end of a block's items: m0 < 0 in Q buffer `buffer`'s item words.
@@ -1126,6 +1279,30 @@ __device__ __forceinline__ void schedule_and_produce(Barriers& bars, u32 q_tile,
     u32 it = 0;
     for (;; ++it) {
         int b, h, m0;
+#if STREAM_K
+        // This item's segment: every tile before the tail, else the run's part of item `index`.
+        int split = split_word(SPLIT_WHOLE, 0);
+        // The stream-K tail (see SPLIT_WHOLE): a static schedule's items from `cut_from` on are
+        // shared out as runs of key tiles, this cluster's [run, run_end) of their tiles laid end to
+        // end, after its `whole` items before them. Computed again from `it` for every item: the
+        // producer's 24 registers hold no more loop-carried state.
+        if (!sched.dynamic && stream_k_cut(sched.total, seq_kv)) {
+            const int clusters = static_cast<int>(gridDim.x / CLUSTER);
+            const int c = static_cast<int>(blockIdx.x / CLUSTER);
+            const int cut_from = sched.total - sched.total % clusters - clusters;
+            const int whole = cut_from > c ? (cut_from - c + clusters - 1) / clusters : 0;
+            if (static_cast<int>(it) >= whole) {
+                const int item_tiles = (seq_kv + BLOCK_N - 1) / BLOCK_N;
+                const int run = stream_k_run(sched.total, seq_kv, c);
+                const int run_end = stream_k_run(sched.total, seq_kv, c + 1);
+                const int j = run / item_tiles + (static_cast<int>(it) - whole);
+                if (j * item_tiles >= run_end) break;
+                index = cut_from + j;
+                if (run > j * item_tiles) split = split_word(SPLIT_TAIL, run - j * item_tiles);
+                else if (run_end < (j + 1) * item_tiles) split = split_word(SPLIT_HEAD, run_end - j * item_tiles);
+            }
+        }
+#endif
         if (!schedule_item(sched, index, batch, cu_seqlens_q, lane, b, h, m0)) break;
         unsigned int ticket = 0;
 #if CLUSTER > 1
@@ -1142,8 +1319,13 @@ __device__ __forceinline__ void schedule_and_produce(Barriers& bars, u32 q_tile,
 #endif
             const attn::HeadView view =
                 attn::head_view(b, h, heads, kv_heads, seq_q, seq_kv, cu_seqlens_q, cu_seqlens_kv);
+#if STREAM_K
+            Tiles tiles = block_tiles(m0, view.seq_q, view.seq_kv, causal, window_left, window_right, ITEM_ROWS);
+            cut_tiles(tiles, split);
+#else
             const Tiles tiles =
                 block_tiles(m0, view.seq_q, view.seq_kv, causal, window_left, window_right, ITEM_ROWS);
+#endif
 #if CLUSTER > 1 && !CLUSTER_HEADS
             // The item is the cluster's pair of row blocks from m0: this block's is its rank's.
             m0 += static_cast<int>(cluster_rank()) * BLOCK_M;
@@ -1156,7 +1338,11 @@ __device__ __forceinline__ void schedule_and_produce(Barriers& bars, u32 q_tile,
             const int lead = Q_STAGES == 2 || Q_RELEASE ? 0 : min(tiles.count, 1);
             produce_kv(bars, copied, k_tiles, v_tiles, map_k, map_v, c, lead);
             const int buffer = wait_for_q_buffer(bars, it);
+#if STREAM_K
+            publish_item(bars, buffer, b, h, m0, split);
+#else
             publish_item(bars, buffer, b, h, m0);
+#endif
             // Its arrive releases the item's words.
             load_q_tile(bars, q_tile, map_q, c.q1, c.q2, buffer);
             produce_kv(bars, copied, k_tiles, v_tiles, map_k, map_v, c, tiles.count - lead);
@@ -1316,6 +1502,13 @@ extern "C" __global__ void
                                  ITEM_ROWS);
         item.o_head = o + view.q;
         item.o_stride = view.q_stride;
+#if STREAM_K
+        // The item's key segment (schedule_and_produce): x is the tail's first tile or the head's count.
+        const int split = __shfl_sync(0xffffffffu, bars.item[buffer][3], 0);
+        item.split = split & 3;
+        item.words = sched_counter;
+        cut_tiles(item.tiles, split);
+#endif
         consume_item(bars, smem + buffer * Q_TILE_BYTES, q_tile + buffer * Q_TILE_BYTES, k_tiles, v_tiles, ring,
                      item, causal, window_left, window_right, scale, warp, lane);
 #if !Q_REGS && !Q_RELEASE

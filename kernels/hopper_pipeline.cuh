@@ -71,7 +71,8 @@ struct Barriers {
                             // transactions, st.async from rank 0's producer)
     u64 ticket_empty;       // rank 0: rank 1 has read the last ticket sent (1 remote arrival)
 #endif
-    int item[Q_STAGES][3];  // the item q_full[i]'s phase brings: (b, h, m0); m0 < 0: no item left
+    int item[Q_STAGES][ITEM_WORDS];  // the item q_full[i]'s phase brings: (b, h, m0), with STREAM_K
+                                     // its key segment (split_word); m0 < 0: no item left
 #if CLUSTER > 1
     unsigned int ticket;    // rank 1: the ticket of the device counter that rank 0 drew for both
 #endif

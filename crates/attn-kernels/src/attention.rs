@@ -406,6 +406,7 @@ impl SourceGeometry {
             shared_bytes: self.shared_bytes as u32,
             persistent: false,
             heads_together: 1,
+            workspace_per_block: 0,
         }
     }
 }
@@ -433,14 +434,16 @@ enum Launcher {
 }
 
 /// What a persistent kernel's launches need beyond the ABI: how many blocks run at once, and the
-/// kernel's work counter, a per-kernel scratch buffer.
+/// kernel's work counter and workspace, a per-kernel scratch buffer.
 struct Persistent {
     /// SMs × the blocks of this kernel one SM holds: the grid, unless there are fewer work items.
     blocks: u32,
-    /// Two `u32` words, zeroed once here. The kernel takes tickets from the first and counts its
+    /// Two `u32` words, zeroed once here, then the geometry's workspace for every block
+    /// ([`Geometry::workspace_per_block`]). The kernel takes tickets from the first and counts its
     /// finished blocks in the second; the last block resets both to zero, so every launch (plain or
-    /// replayed from a CUDA graph) starts from zero with no host work. All launches of a `Prepared`
-    /// go to the GPU's one stream, one after another, so no two share the words at once.
+    /// replayed from a CUDA graph) starts from zero with no host work; the workspace's words it
+    /// must find zero it leaves zero likewise. All launches of a `Prepared` go to the GPU's one
+    /// stream, one after another, so no two share the words at once.
     counter: CudaSlice<u32>,
 }
 
@@ -453,14 +456,14 @@ impl Persistent {
                 None,
             )
             .during("cuOccupancyMaxActiveBlocksPerMultiprocessor")?;
+        let blocks = gpu.info().sm_count.max(1) * per_sm.max(1);
+        let workspace_words =
+            (blocks as usize) * (geometry.workspace_per_block as usize).div_ceil(4);
         let counter = gpu
             .stream()
-            .alloc_zeros::<u32>(2)
-            .during("cuMemAlloc (work counter)")?;
-        Ok(Persistent {
-            blocks: gpu.info().sm_count.max(1) * per_sm.max(1),
-            counter,
-        })
+            .alloc_zeros::<u32>(2 + workspace_words)
+            .during("cuMemAlloc (work counter and workspace)")?;
+        Ok(Persistent { blocks, counter })
     }
 
     /// The grid for `items` work items: one block per SM slot, no more blocks than items.
@@ -781,8 +784,10 @@ impl Prepared {
                 // batch, else live int32 arrays of sequences + 1 offsets that match the packed
                 // tensors, checked above); the grid covers every output row, or for a persistent
                 // kernel its blocks loop over every row block, and its one extra parameter is its
-                // own live, zeroed pair of u32 counter words, used by no other launch at once
-                // (this stream runs launches one after another).
+                // own live pair of u32 counter words, zeroed at allocation and left zero by every
+                // launch, followed by the workspace its geometry asked for for as many blocks as
+                // the grid has at most, used by no other launch at once (this stream runs launches
+                // one after another).
                 unsafe { launch.launch(cfg) }.during("cuLaunchKernel")?;
             }
             Launcher::Library {

@@ -156,6 +156,9 @@ pub struct Geometry {
     /// Query heads one work item (a cluster's blocks) takes together, sharing their K/V head: a
     /// launch refuses a problem whose query heads per K/V head are not a multiple (1: any).
     pub heads_together: u32,
+    /// Bytes of workspace per block a persistent kernel takes after its two counter words (in the
+    /// same zeroed allocation; 0: none).
+    pub workspace_per_block: u32,
 }
 
 /// What the device allows; configs beyond it are rejected before compiling.
@@ -366,7 +369,7 @@ fn mma_tuned(shape: &Shape, _params: &Params) -> Config {
     }
 }
 
-static HOPPER_KNOBS: [Knob; 14] = [
+static HOPPER_KNOBS: [Knob; 15] = [
     Knob {
         name: "BLOCK_M",
         domain: &[64, 128, 192],
@@ -433,6 +436,11 @@ static HOPPER_KNOBS: [Knob; 14] = [
         doc: "when the persistent loop's one Q tile goes back to the producer: 1 = after the item's last Q·Kᵀ, O then stored from registers, so the next item's Q is copied during the item's last tile and epilogue (the overlap two Q tiles give, where a second tile does not fit: the 176-key tile; needs SCHEDULE=1, Q_REGS=0, Q_STAGES=1), 0 = after the epilogue, which stages O in the Q tile for 16-byte stores; yields to 0 where other knobs rule it out",
     },
     Knob {
+        name: "STREAM_K",
+        domain: &[0, 1],
+        doc: "1 = a static persistent schedule (no mask, dense batch) shares its last items' key tiles out evenly over the clusters (stream-K: an item cut between two runs merges the two partial results), so the grid ends with no thin last wave; needs SCHEDULE=1 and Q_STAGES=2; 0 = whole items to the end",
+    },
+    Knob {
         name: "CLUSTER_HEADS",
         domain: &[0, 1],
         doc: "what a persistent cluster's two blocks take together: 1 = one row block of two query heads of one K/V head (the same key tiles for both, the causal diagonal's too; needs CLUSTER=2, SCHEDULE=1 and an even number of query heads per K/V head, which the launch checks; the tuning of persistent clusters where that number is even), 0 = two adjacent row blocks of one head; yields to 0 where other knobs rule it out",
@@ -466,6 +474,7 @@ fn hopper_defaults(head_dim: usize) -> Config {
         ("CLUSTER", 1),
         ("Q_RELEASE", 0),
         ("CLUSTER_HEADS", 0),
+        ("STREAM_K", 0),
     ])
 }
 
@@ -746,7 +755,7 @@ fn q_stages(cfg: &Config) -> u32 {
 
 /// hopper's static shared memory, its `Barriers` (hopper_pipeline.cuh): Q_STAGES q_full and STAGES
 /// × (k_full, v_full, k_empty, v_empty), 8 bytes each, and with SCHEDULE=1 per Q tile a q_empty and
-/// the item's three words (24 or 40 bytes with the struct's 8-byte alignment), with CLUSTER=2 also
+/// the item's three words (four with STREAM_K=1; 24 or 40 bytes with the struct's 8-byte alignment, 24 or 48 with four), with CLUSTER=2 also
 /// the ticket's two barriers and word (20 bytes more, before the rounding). Public for the
 /// micro-benchmark, whose kernel declares the same barriers (no SCHEDULE knob there: none of the
 /// persistent ones).
@@ -754,11 +763,25 @@ pub fn hopper_static_shared(cfg: &Config) -> u32 {
     let q = q_stages(cfg);
     let ticket = if knob(cfg, "CLUSTER") == 2 { 20 } else { 0 };
     let persistent = if knob(cfg, "SCHEDULE") == 1 {
-        (20 * q + ticket).next_multiple_of(8)
+        // Per Q tile its q_empty and the item's words (a fourth with STREAM_K=1: its key segment).
+        let item_words = 3 + knob(cfg, "STREAM_K");
+        ((8 + 4 * item_words) * q + ticket).next_multiple_of(8)
     } else {
         0
     };
     8 * (q + 4 * knob(cfg, "STAGES")) + persistent
+}
+
+/// The workspace each block of hopper's persistent loop takes with STREAM_K=1 (kernels/hopper.cu,
+/// "the stream-K tail"): a flag word per consumer warp and one partial result (per consumer thread
+/// O's D/2 accumulators, two row maxima and two sums, f32), plus 256 bytes for the partials'
+/// alignment; none otherwise.
+fn hopper_stream_k_workspace(cfg: &Config, head_dim: u32) -> u32 {
+    if knob(cfg, "STREAM_K") != 1 {
+        return 0;
+    }
+    let warps = knob(cfg, "NUM_WARPS");
+    4 * (warps + 32 * warps * (head_dim / 2 + 4)) + 256
 }
 
 /// The knobs of both hybrid kernels (`kernels/softmax_pv.cu`, `kernels/qk_softmax.cu`).
@@ -810,6 +833,7 @@ fn hybrid_geometry(cfg: &Config, shape: &Shape, shared: u32) -> Geometry {
         block: w * 32,
         shared_bytes: shared,
         persistent: false,
+        workspace_per_block: 0,
         heads_together: 1,
     }
 }
@@ -856,6 +880,7 @@ static REGISTRY: [Implementation; 7] = [
                 block: rows * 32,
                 shared_bytes: 0,
                 persistent: false,
+                workspace_per_block: 0,
                 heads_together: 1,
             }
         },
@@ -895,6 +920,7 @@ static REGISTRY: [Implementation; 7] = [
                 block: w * 32,
                 shared_bytes: m * d * 4 + stages * 2 * n * (d + 8) * elem_bytes(),
                 persistent: false,
+                workspace_per_block: 0,
                 heads_together: 1,
             }
         },
@@ -957,6 +983,7 @@ static REGISTRY: [Implementation; 7] = [
                 block: w * 32,
                 shared_bytes: m * d * elem_bytes() + ring.max(merge),
                 persistent: false,
+                workspace_per_block: 0,
                 heads_together: 1,
             }
         },
@@ -979,8 +1006,16 @@ static REGISTRY: [Implementation; 7] = [
             ("CLUSTER", 1),
             ("Q_RELEASE", 0),
             ("CLUSTER_HEADS", 0),
+            ("STREAM_K", 0),
         ],
-        yielding: &[("Q_REGS", 0), ("Q_STAGES", 1), ("CLUSTER", 1), ("Q_RELEASE", 0), ("CLUSTER_HEADS", 0)],
+        yielding: &[
+            ("Q_REGS", 0),
+            ("Q_STAGES", 1),
+            ("CLUSTER", 1),
+            ("Q_RELEASE", 0),
+            ("CLUSTER_HEADS", 0),
+            ("STREAM_K", 0),
+        ],
         defaults: hopper_defaults,
         tuned: hopper_tuned,
         constraints: |cfg, head_dim| {
@@ -1028,6 +1063,9 @@ static REGISTRY: [Implementation; 7] = [
             {
                 return Err("CLUSTER_HEADS=1 needs CLUSTER=2 and SCHEDULE=1 (a persistent cluster's blocks take two heads' row block); add CLUSTER=2,SCHEDULE=1 and what those need (Q_STAGES=2,Q_REGS=0 or Q_RELEASE=1,Q_REGS=0)".into());
             }
+            if knob(cfg, "STREAM_K") == 1 && (knob(cfg, "SCHEDULE") != 1 || q_stages(cfg) != 2) {
+                return Err("STREAM_K=1 needs SCHEDULE=1 and Q_STAGES=2 (the persistent loop shares its last items' key tiles out; with one Q tile its producer's 24 registers spill); add SCHEDULE=1,Q_STAGES=2,Q_REGS=0 (at D=128 STAGES=2)".into());
+            }
             if n > 128 && w == 12 {
                 return Err(format!("BLOCK_N={n} needs NUM_WARPS <= 8: with 3 consumer warpgroups (160 registers per thread) its {} S and {} P registers per thread spill; use NUM_WARPS=8", n / 2, n / 4));
             }
@@ -1058,6 +1096,7 @@ static REGISTRY: [Implementation; 7] = [
                 shared_bytes: hopper_dynamic_shared(cfg, shape.head_dim as u32),
                 // SCHEDULE=1: the row blocks of every (batch, head) are the work items.
                 persistent: knob(cfg, "SCHEDULE") == 1,
+                workspace_per_block: hopper_stream_k_workspace(cfg, shape.head_dim as u32),
             }
         },
     },
@@ -1085,6 +1124,7 @@ static REGISTRY: [Implementation; 7] = [
             block: 256,
             shared_bytes: 0,
             persistent: false,
+            workspace_per_block: 0,
             heads_together: 1,
         },
     },
@@ -1603,6 +1643,40 @@ mod tests {
             assert!(
                 err.contains("CLUSTER_HEADS=1 needs CLUSTER=2 and SCHEDULE=1"),
                 "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn hopper_stream_k_takes_a_workspace_and_two_q_tiles() {
+        let hopper = find("hopper").unwrap();
+        let shape = Shape::new(2, 8, 300, 300, 128).unwrap();
+        let workspace = |config: &str, head_dim: usize| {
+            let cfg = resolve(config, head_dim).unwrap();
+            let shape = Shape { head_dim, ..shape };
+            hopper.geometry(&cfg, &shape).unwrap().workspace_per_block
+        };
+        let two_q = "SCHEDULE=1,Q_REGS=0,Q_STAGES=2,STAGES=2";
+        assert_eq!(workspace(two_q, 128), 0);
+        // Per block: a flag per consumer warp, a partial per consumer thread (D/2 accumulators,
+        // two maxima, two sums), 256 bytes of alignment.
+        assert_eq!(
+            workspace(&format!("{two_q},STREAM_K=1"), 128),
+            4 * (8 + 256 * 68) + 256
+        );
+        assert_eq!(
+            workspace(&format!("{two_q},STREAM_K=1"), 64),
+            4 * (12 + 384 * 36) + 256
+        );
+        for config in [
+            "STREAM_K=1",
+            "STREAM_K=1,SCHEDULE=1",
+            "STREAM_K=1,SCHEDULE=1,Q_REGS=0",
+        ] {
+            let err = resolve(config, 128).unwrap_err();
+            assert!(
+                err.contains("STREAM_K=1 needs SCHEDULE=1 and Q_STAGES=2"),
+                "{config}: {err}"
             );
         }
     }

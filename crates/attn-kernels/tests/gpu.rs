@@ -880,8 +880,9 @@ fn hopper_varlen_matches_the_oracle() {
     check_every_schedule("hopper", check_varlen_with);
 }
 
-/// hopper's persistent scheduler keeps its work counter in device memory and resets it itself: one
-/// prepared kernel (with one Q tile, and in clusters of two that share each ticket) launched again
+/// hopper's persistent scheduler keeps its work counter in device memory and resets it itself (and
+/// the stream-K tail its flags): one prepared kernel (with one Q tile, in clusters of two that share
+/// each ticket, and with STREAM_K=1 where the static order cuts its last items) launched again
 /// and again (dynamic and static orders, dense and varlen, plain launches and replays of one
 /// captured CUDA graph, the output poisoned before each) must write every row each time, the same
 /// bits as its first launch.
@@ -900,7 +901,9 @@ fn hopper_persistent_relaunches_and_graph_replays_write_every_row() {
         distribution: Distribution::Normal,
         seed,
     };
-    let dense = generate(&spec("2,4/2,700,128".parse().unwrap()));
+    // Enough row blocks that the static order cuts its last items with STREAM_K=1 (2 · 16 pairs of
+    // heads × 9 row blocks on 66 clusters of an H100 or H200).
+    let dense = generate(&spec("2,32/8,1100,128".parse().unwrap()));
     let varlen = Varlen::new(vec![300, 0, 129, 1000], vec![300, 0, 129, 1000]).unwrap();
     let packed = generate_varlen(&spec("1,4/2,1,128".parse().unwrap()), &varlen);
     let offsets = gpu.upload_offsets(&varlen).unwrap();
@@ -912,6 +915,7 @@ fn hopper_persistent_relaunches_and_graph_replays_write_every_row() {
         "SCHEDULE=persistent,CLUSTER=2,Q_REGS=0,Q_STAGES=2,STAGES=2",
         "SCHEDULE=persistent,CLUSTER=2,CLUSTER_HEADS=1,Q_REGS=0,Q_STAGES=2,STAGES=2",
         "SCHEDULE=persistent,CLUSTER=2,Q_REGS=0,Q_RELEASE=1,BLOCK_N=176,STAGES=2",
+        "SCHEDULE=persistent,CLUSTER=2,CLUSTER_HEADS=1,Q_REGS=0,Q_STAGES=2,STAGES=2,STREAM_K=1",
     ] {
         let candidate = Candidate::registered("hopper", config.parse().unwrap()).unwrap();
         let prepared = Prepared::new(&gpu, &candidate, DType::F16, 128).unwrap();
@@ -968,6 +972,96 @@ fn hopper_persistent_relaunches_and_graph_replays_write_every_row() {
         }
     }
     println!("hopper persistent relaunches: {checked} relaunches and replays, all equal");
+}
+
+/// hopper's stream-K tail (STREAM_K=1): shapes whose static persistent schedule (no mask) has more
+/// work items than clusters and a thin last wave, so that the last items are cut between two
+/// clusters' runs of key tiles and each cut item's two partial results are merged (whichever
+/// finishes first leaves its partial in the workspace): with clusters over two heads (the tuning of
+/// grouped shapes), over two row blocks (an odd count: the padding block), alone, at D=64 with two
+/// and with three consumer warpgroups, key lengths ragged at the tile and S_q ≠ S_kv. Every case is
+/// checked to cut on this GPU; two runs must give the same bits (the merge must not depend on which
+/// segment finishes first), and a causal case (a dynamic order, which the knob leaves whole) too.
+#[test]
+#[ignore = "needs a CUDA GPU (Hopper, sm_90)"]
+fn hopper_stream_k_cuts_the_last_items_and_matches_the_oracle() {
+    let _device = attn_kernels::device_lock(0);
+    let gpu = Gpu::open(0).expect("a CUDA GPU");
+    let seed = base_seed();
+    println!("hopper stream-K: base seed {seed} (ATTN_TEST_SEED={seed} to replay)");
+    let two_q = "SCHEDULE=1,Q_REGS=0,Q_STAGES=2,STAGES=2,STREAM_K=1";
+    // (config on top of two_q, head dim, shapes)
+    let cases: [(&str, usize, &[&str]); 5] = [
+        (
+            "CLUSTER=2,CLUSTER_HEADS=1,BLOCK_N=160,LAZY_RESCALE=1",
+            128,
+            &["1,32/8,1024,128", "2,16/2,1100,128", "1,32/8,700,1300,128"],
+        ),
+        (
+            "CLUSTER=2,BLOCK_N=160",
+            128,
+            &["3,5,2048,128", "3,5,1100,128"],
+        ),
+        ("CLUSTER=1", 128, &["3,5,2048,128", "2,9,1000,1500,128"]),
+        ("BLOCK_M=128,NUM_WARPS=8,CLUSTER=1", 64, &["3,5,2048,64"]),
+        ("CLUSTER=2,CLUSTER_HEADS=1", 64, &["2,16/4,1500,64"]),
+    ];
+    let sms = gpu.info().sm_count as usize;
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for (config, head_dim, shapes) in cases {
+        let overrides: Config = format!("{two_q},{config}").parse().unwrap();
+        let candidate = Candidate::registered("hopper", overrides.clone()).unwrap();
+        for shape in shapes {
+            let shape: Shape = shape.parse().unwrap();
+            for (dtype, causal) in [
+                (DType::F16, false),
+                (DType::Bf16, false),
+                (DType::F16, true),
+            ] {
+                let params = Params::new(head_dim, causal);
+                let tuned = candidate.for_problem(&shape, &params);
+                let prepared = Prepared::new(&gpu, &tuned, dtype, head_dim).unwrap();
+                // The items of the static order against the clusters (one block per SM).
+                let cfg = prepared.config();
+                let rows = cfg.get("BLOCK_M").unwrap() as usize;
+                let cluster = cfg.get("CLUSTER").unwrap() as usize;
+                // Clusters over row blocks take pairs of them (an even count); over heads, pairs
+                // of heads.
+                let row_blocks = match cfg.get("CLUSTER_HEADS") {
+                    Some(1) => shape.seq_q.div_ceil(rows),
+                    _ => shape.seq_q.div_ceil(rows).next_multiple_of(cluster),
+                };
+                let items = shape.batch * shape.heads * row_blocks / cluster;
+                let clusters = sms / cluster;
+                assert!(
+                    items > clusters && items % clusters != 0 && cfg.get("STREAM_K") == Some(1),
+                    "{shape} [{cfg}]: {items} items on {clusters} clusters do not cut"
+                );
+                let label = format!("hopper [{cfg}] {shape} causal={causal} {dtype} seed={seed}");
+                let normal = Distribution::Normal;
+                let outcome = run_with_params(
+                    &gpu,
+                    &prepared,
+                    shape,
+                    dtype,
+                    &params,
+                    normal,
+                    seed,
+                    Some(48),
+                );
+                checked += 1;
+                if let Err(e) = judged(&label, outcome) {
+                    failures.push(e);
+                }
+            }
+        }
+    }
+    println!(
+        "hopper stream-K: {checked} cases, {} failed",
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]
