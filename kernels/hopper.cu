@@ -130,6 +130,16 @@
 //                             it: under the causal mask a row pair's lower block skips the upper
 //                             one's diagonal tiles yet holds the shared ring, and FA3 finishes
 //                             GQA/MQA causal 8192 in the same time in 6-19% fewer SM cycles
+//   STREAM_K  ∈ {0, 1}        1: a static persistent order (SCHEDULE 1, no mask, dense batch) cuts
+//                             its last items into equal runs of key tiles, one per cluster, and
+//                             merges each cut item's two partial results ("The stream-K tail"
+//                             below); 0: whole items to the end. Why: a grid of N equal items on P
+//                             clusters ends in a thin wave of N mod P (2,32/8,S,128 at 7.76, 15.5
+//                             and 31.03 waves: 3% of the SMs' time idle) that halving items does
+//                             not remove. Needs Q_STAGES 2 (with one Q tile the producer's 24
+//                             registers spill). The registry's tuning of every unmasked full grid;
+//                             the gate measured 1.03-1.06x over whole items at 2,32/8,2048-4096,128
+//                             and 1.02-1.04x over the 176-key grid from 8192 keys (H200)
 //   A caution on the clock gap to FA3 that PV_N, Q_REGS and LAZY_RESCALE cite: those clocks were
 //   50 µs probes at the edges of each block, which swung ±5% between blocks whose times agreed
 //   within 1% (attn-measure's timing::round_order); the gap is not established. Each knob was
@@ -155,6 +165,9 @@
 //   Defaults: D 64 → 123904, D 128 → 230400; D 128, BLOCK_N 176, STAGES 2 → 214016.
 //   Parameters: the ten plain ones, three `const __grid_constant__` CUtensorMaps (Q, K, V), then
 //   the five of the variants: kv_heads, window_left, window_right, cu_seqlens_q, cu_seqlens_kv.
+//   With STREAM_K 1 the persistent counter words are followed by the workspace (a flag word per
+//   block and consumer warp, zero at launch and left zero, then one partial per block: see the
+//   stream-K tail), which the host allocates with them (Geometry::workspace_per_block).
 //   CLUSTER 2: grid x = ceil(S_q / BLOCK_M) rounded up to even, clusters of (2, 1, 1) blocks (compiled
 //   in), and K/V boxes of BLOCK_N / 2 rows (each block copies half of a tile). With SCHEDULE 1 the
 //   items counted below are those even counts of row blocks (so the grid is even too), and the

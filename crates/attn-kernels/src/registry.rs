@@ -511,17 +511,25 @@ const HOPPER_LAZY_RESCALE_MIN_KEYS: usize = 4096;
 /// 1.23× at 2,32/8,1024,128 causal, 1.04× [1.03, 1.05] at 4,16,1024,128 (before: 0.93-0.95×).
 const HOPPER_TWO_Q_TILES_MAX_CAUSAL_ROWS: usize = 8192;
 
-/// Keys per row up to which hopper's full grids take two Q tiles without a mask at D=128 (see
-/// [`HOPPER_TWO_Q_TILES_MAX_CAUSAL_ROWS`]): against the tuning it replaced 1.13× at 4,16,512,
-/// 1.08× [1.06, 1.11] at 4,16,1024, 1.11× at 4,16,2048, 1.07× at 2,32/8,2048 and 1.06× [1.02,
-/// 1.09] at 2,16,4096 (against the 176-key tile). From 8192 keys the 176-key tile stays: 1.00×
-/// at 2,16,8192 and on the non-causal varlen batch (8192 longest), 0.97× [0.95, 1.00] at
-/// 2,16,16384. A window of 2048 both ways at 16384 measured 1.01× [0.97, 1.06] with 128-key tiles: taken
-/// only with 160-key ones ([`HOPPER_160_KEY_TILES_MIN_KEYS`]). With clusters on both sides (two Q
-/// tiles of 160 keys against the 176-key grid, evidence/gate/2026-11-28T00-54-29Z) the grid still
-/// holds: 0.98× [0.96, 1.00] at 2,16,16384, 1.00× [0.97, 1.04] at 2,16,8192, and causal 0.99×
-/// [0.97, 1.02] at 2,16,16384 and 0.98× [0.95, 1.00] at 1,32/8,16384.
-const HOPPER_TWO_Q_TILES_MAX_KEYS: usize = 4096;
+/// Whether hopper's two Q tiles (at D=128 without a mask: at every length) take the stream-K tail
+/// (STREAM_K=1): the static order of an unmasked problem cuts its last items into equal runs of
+/// key tiles, one per cluster, so that no thin last wave leaves clusters idle (causal and windowed
+/// problems take items heaviest first from a counter: whole). Before it, two Q tiles ended at 4096
+/// keys without a mask at D=128: against the tuning they replaced 1.13× at 4,16,512, 1.08× [1.06,
+/// 1.11] at 4,16,1024, 1.11× at 4,16,2048, 1.07× at 2,32/8,2048 and 1.06× [1.02, 1.09] at
+/// 2,16,4096 (against the 176-key tile), while from 8192 keys the grid's 176-key tile (in clusters)
+/// held: 1.00× [0.97, 1.04] at 2,16,8192 and 0.98× [0.96, 1.00] at 2,16,16384
+/// (evidence/gate/2026-11-28T00-54-29Z). With the tail cut, on an H200 (batch mode, 30 samples a
+/// side; 2026-11-29T05-18-42Z to 05-26-38Z) against the tuning before it: 1.03× [0.98, 1.06] at
+/// 2,32/8,2048,128 and 1.06× [1.03, 1.09] at 2,32/8,4096,128; against the 176-key grid 1.04× [1.03,
+/// 1.06] at 2,16,8192,128, 1.03× [1.01, 1.07] at 2,16,16384,128, 1.02× [1.00, 1.05] at
+/// 2,32/8,8192,128 and 1.02× [1.00, 1.04] at 2,32/8,16384,128; at D=64 1.08× [1.07, 1.09] at
+/// 2,16,8192,64, 1.16× [1.15, 1.19] at 2,16,4096,64, 1.04× [1.03, 1.06] at 4,16,2048,64. Against
+/// cuDNN: 1.07× [1.04, 1.11] at 2,32/8,4096,128 (bf16 1.05× [1.03, 1.07]), 1.08× [1.05, 1.12] at
+/// 2,32/8,8192,128, 1.07× [1.05, 1.10] at 2,32/1,4096,128, 0.96-1.05× at 2,32/8,2048,128.
+fn hopper_cuts_the_tail(params: &Params) -> bool {
+    !params.causal && !params.window.is_bounded()
+}
 
 /// Keys a row sees on average under the mask (the varlen batches' longest sequence), from which
 /// hopper's two Q tiles at D=128 take 160-key tiles (230,400 bytes of shared memory with the
@@ -638,6 +646,9 @@ fn hopper_tuned(shape: &Shape, params: &Params) -> Config {
         }
         if hopper_takes_two_q_tiles(shape, params) {
             knobs.extend([("SCHEDULE", 1), ("Q_REGS", 0), ("Q_STAGES", 2)]);
+            if hopper_cuts_the_tail(params) {
+                knobs.push(("STREAM_K", 1));
+            }
             if hopper_d64_takes_128_rows(shape) {
                 // Two consumer warpgroups, each block alone (no cluster, so no head pairs).
                 knobs.extend([("NUM_WARPS", 8), ("BLOCK_M", 128)]);
@@ -678,7 +689,7 @@ fn hopper_tuned(shape: &Shape, params: &Params) -> Config {
 }
 
 /// Whether a full grid of `shape` takes two Q tiles in the persistent loop (see
-/// [`HOPPER_TWO_Q_TILES_MAX_CAUSAL_ROWS`] and [`HOPPER_TWO_Q_TILES_MAX_KEYS`]).
+/// [`HOPPER_TWO_Q_TILES_MAX_CAUSAL_ROWS`] and [`hopper_cuts_the_tail`]).
 fn hopper_takes_two_q_tiles(shape: &Shape, params: &Params) -> bool {
     if shape.head_dim != 128 {
         return true;
@@ -686,7 +697,8 @@ fn hopper_takes_two_q_tiles(shape: &Shape, params: &Params) -> bool {
     match (params.causal, params.window.is_bounded()) {
         (true, true) => true,
         (true, false) => shape.seq_q <= HOPPER_TWO_Q_TILES_MAX_CAUSAL_ROWS,
-        (false, false) => shape.seq_kv <= HOPPER_TWO_Q_TILES_MAX_KEYS,
+        // With the stream-K tail at any length (hopper_cuts_the_tail).
+        (false, false) => true,
         // A window both ways: only where the 160-key tile comes with them (measured so).
         (false, true) => hopper_takes_160_key_tiles(shape, params),
     }
@@ -1452,8 +1464,9 @@ mod tests {
             assert_eq!(tuned.get("BLOCK_M"), None, "{tuned:?}");
         }
         // Full grids: two Q tiles in the persistent loop (D=128: in a 2-stage ring) at D=64, and
-        // at D=128 up to 4096 keys without a mask and 8192 rows under a causal one; past them
-        // the grid's 176-key tile; conditional rescaling from 4096 keys with either.
+        // at D=128 at every length without a mask (the stream-K tail cut) and up to 8192 rows
+        // under a causal one; past them the grid's 176-key tile; conditional rescaling from 4096
+        // keys with either.
         let two_q = [
             ("SCHEDULE", 1),
             ("Q_REGS", 0),
@@ -1468,6 +1481,8 @@ mod tests {
             ("CLUSTER", 2),
         ];
         let lazy = [("LAZY_RESCALE", 1)];
+        // The stream-K tail: the static order of an unmasked problem only.
+        let cut = |causal: bool| [("STREAM_K", i64::from(!causal))];
         for causal in [false, true] {
             for (b, h, s) in [(2, 32, 1024), (2, 16, 2048), (2, 16, 8192), (2, 16, 16384)] {
                 let lazy: &[_] = if s >= 4096 {
@@ -1479,22 +1494,43 @@ mod tests {
                     "hopper",
                     (b, h, s, 64),
                     causal,
-                    &[two_q.as_slice(), lazy].concat(),
+                    &[two_q.as_slice(), lazy, &cut(causal)].concat(),
                 );
             }
         }
         // From 2048 keys a row on average (causal: from 4096 rows) with 160-key tiles.
         let keys = |n| [("BLOCK_N", n)];
         for (s, causal, knobs) in [
-            (1024, false, [two_q_128.as_slice(), &keys(128)].concat()),
-            (2048, false, [two_q_128.as_slice(), &keys(160)].concat()),
+            (
+                1024,
+                false,
+                [two_q_128.as_slice(), &keys(128), &cut(false)].concat(),
+            ),
+            (
+                2048,
+                false,
+                [two_q_128.as_slice(), &keys(160), &cut(false)].concat(),
+            ),
             (
                 4096,
                 false,
-                [two_q_128.as_slice(), &keys(160), &lazy].concat(),
+                [two_q_128.as_slice(), &keys(160), &lazy, &cut(false)].concat(),
             ),
-            (8192, false, [wide.as_slice(), &lazy].concat()),
-            (2048, true, [two_q_128.as_slice(), &keys(128)].concat()),
+            (
+                8192,
+                false,
+                [two_q_128.as_slice(), &keys(160), &lazy, &cut(false)].concat(),
+            ),
+            (
+                16384,
+                false,
+                [two_q_128.as_slice(), &keys(160), &lazy, &cut(false)].concat(),
+            ),
+            (
+                2048,
+                true,
+                [two_q_128.as_slice(), &keys(128), &cut(true)].concat(),
+            ),
             (
                 4096,
                 true,
@@ -1505,7 +1541,7 @@ mod tests {
                 true,
                 [two_q_128.as_slice(), &keys(160), &lazy].concat(),
             ),
-            (16384, true, [wide.as_slice(), &lazy].concat()),
+            (16384, true, [wide.as_slice(), &lazy, &cut(true)].concat()),
         ] {
             check_masked("hopper", (2, 16, s, 128), causal, &knobs);
         }
@@ -1810,7 +1846,8 @@ mod tests {
             ] {
                 let (b, h, s) = shape;
                 let tuned = tuned_at("hopper", (b, h, s, d), causal);
-                let wide = d == 128 && s == if causal { 16384 } else { 8192 };
+                // Without a mask two Q tiles (and the stream-K tail) at every length.
+                let wide = d == 128 && causal && s == 16384;
                 assert_eq!(
                     tuned.get("BLOCK_N") == Some(176),
                     wide,
