@@ -436,14 +436,14 @@ static HOPPER_KNOBS: [Knob; 15] = [
         doc: "when the persistent loop's one Q tile goes back to the producer: 1 = after the item's last Q·Kᵀ, O then stored from registers, so the next item's Q is copied during the item's last tile and epilogue (the overlap two Q tiles give, where a second tile does not fit: the 176-key tile; needs SCHEDULE=1, Q_REGS=0, Q_STAGES=1), 0 = after the epilogue, which stages O in the Q tile for 16-byte stores; yields to 0 where other knobs rule it out",
     },
     Knob {
-        name: "STREAM_K",
-        domain: &[0, 1],
-        doc: "1 = a static persistent schedule (no mask, dense batch) shares its last items' key tiles out evenly over the clusters (stream-K: an item cut between two runs merges the two partial results), so the grid ends with no thin last wave; needs SCHEDULE=1 and Q_STAGES=2; 0 = whole items to the end",
-    },
-    Knob {
         name: "CLUSTER_HEADS",
         domain: &[0, 1],
         doc: "what a persistent cluster's two blocks take together: 1 = one row block of two query heads of one K/V head (the same key tiles for both, the causal diagonal's too; needs CLUSTER=2, SCHEDULE=1 and an even number of query heads per K/V head, which the launch checks; the tuning of persistent clusters where that number is even), 0 = two adjacent row blocks of one head; yields to 0 where other knobs rule it out",
+    },
+    Knob {
+        name: "STREAM_K",
+        domain: &[0, 1],
+        doc: "1 = a static persistent schedule (no mask, dense batch) shares its last items' key tiles out evenly over the clusters (stream-K: an item cut between two runs merges the two partial results), so the grid ends with no thin last wave (the tuning of every unmasked full grid); needs SCHEDULE=1 and Q_STAGES=2; 0 = whole items to the end",
     },
 ];
 
