@@ -137,9 +137,11 @@
 //                             clusters ends in a thin wave of N mod P (2,32/8,S,128 at 7.76, 15.5
 //                             and 31.03 waves: 3% of the SMs' time idle) that halving items does
 //                             not remove. Needs Q_STAGES 2 (with one Q tile the producer's 24
-//                             registers spill). The registry's tuning of every unmasked full grid;
-//                             the gate measured 1.03-1.06x over whole items at 2,32/8,2048-4096,128
-//                             and 1.02-1.04x over the 176-key grid from 8192 keys (H200)
+//                             registers spill). The registry's tuning of unmasked full grids from
+//                             4096 keys at D 128 and 2048 at D 64; the gate measured 1.06x over
+//                             whole items at 2,32/8,4096,128 and 1.02-1.04x over the 176-key grid
+//                             from 8192 keys (H200); each cut adds an item's start and end and a
+//                             merge, which shorter rows do not earn back
 //   A caution on the clock gap to FA3 that PV_N, Q_REGS and LAZY_RESCALE cite: those clocks were
 //   50 µs probes at the edges of each block, which swung ±5% between blocks whose times agreed
 //   within 1% (attn-measure's timing::round_order); the gap is not established. Each knob was

@@ -443,7 +443,7 @@ static HOPPER_KNOBS: [Knob; 15] = [
     Knob {
         name: "STREAM_K",
         domain: &[0, 1],
-        doc: "1 = a static persistent schedule (no mask, dense batch) shares its last items' key tiles out evenly over the clusters (stream-K: an item cut between two runs merges the two partial results), so the grid ends with no thin last wave (the tuning of every unmasked full grid); needs SCHEDULE=1 and Q_STAGES=2; 0 = whole items to the end",
+        doc: "1 = a static persistent schedule (no mask, dense batch) shares its last items' key tiles out evenly over the clusters (stream-K: an item cut between two runs merges the two partial results), so the grid ends with no thin last wave (the tuning of unmasked full grids from 4096 keys at D=128, 2048 at D=64); needs SCHEDULE=1 and Q_STAGES=2; 0 = whole items to the end",
     },
 ];
 
@@ -514,7 +514,8 @@ const HOPPER_TWO_Q_TILES_MAX_CAUSAL_ROWS: usize = 8192;
 /// Whether hopper's two Q tiles (at D=128 without a mask: at every length) take the stream-K tail
 /// (STREAM_K=1): the static order of an unmasked problem cuts its last items into equal runs of
 /// key tiles, one per cluster, so that no thin last wave leaves clusters idle (causal and windowed
-/// problems take items heaviest first from a counter: whole). Before it, two Q tiles ended at 4096
+/// problems take items heaviest first from a counter: whole); from [`HOPPER_STREAM_K_MIN_KEYS`]
+/// keys, where it was measured ahead. Before it, two Q tiles ended at 4096
 /// keys without a mask at D=128: against the tuning they replaced 1.13× at 4,16,512, 1.08× [1.06,
 /// 1.11] at 4,16,1024, 1.11× at 4,16,2048, 1.07× at 2,32/8,2048 and 1.06× [1.02, 1.09] at
 /// 2,16,4096 (against the 176-key tile), while from 8192 keys the grid's 176-key tile (in clusters)
@@ -527,9 +528,22 @@ const HOPPER_TWO_Q_TILES_MAX_CAUSAL_ROWS: usize = 8192;
 /// 2,16,8192,64, 1.16× [1.15, 1.19] at 2,16,4096,64, 1.04× [1.03, 1.06] at 4,16,2048,64. Against
 /// cuDNN: 1.07× [1.04, 1.11] at 2,32/8,4096,128 (bf16 1.05× [1.03, 1.07]), 1.08× [1.05, 1.12] at
 /// 2,32/8,8192,128, 1.07× [1.05, 1.10] at 2,32/1,4096,128, 0.96-1.05× at 2,32/8,2048,128.
-fn hopper_cuts_the_tail(params: &Params) -> bool {
-    !params.causal && !params.window.is_bounded()
+fn hopper_cuts_the_tail(shape: &Shape, params: &Params) -> bool {
+    let min_keys = HOPPER_STREAM_K_MIN_KEYS
+        .iter()
+        .find(|(d, _)| *d == shape.head_dim)
+        .map_or(usize::MAX, |(_, keys)| *keys);
+    !params.causal && !params.window.is_bounded() && shape.seq_kv >= min_keys
 }
+
+/// Keys per row from which hopper cuts the tail ([`hopper_cuts_the_tail`]), per head dim. At D=128
+/// short rows lose what the cut gains: each cut adds an item's start and end and a merge, and at
+/// 2,32/8,2048,128 (13 key tiles an item) the gate measured 1.03× [0.98, 1.06] over whole items
+/// (evidence/gate/2026-11-29T05-18-42Z) while ncu, one launch at a time with L2 flushed, timed the
+/// cut 123.4 against 117.3 µs at 1,32/8,2048, 228.6 against 224.9 at 2,32/8, 441.8 against 440.9 at
+/// 4,32/8 and 865.2 against 870.2 at 8,32/8 (evidence/ncu/captures/2026-11-29-gqa-2048): not taken
+/// there. At D=64 the gate measured 1.04× [1.03, 1.06] at 4,16,2048,64 (05-25-45Z).
+const HOPPER_STREAM_K_MIN_KEYS: [(usize, usize); 2] = [(64, 2048), (128, 4096)];
 
 /// Keys a row sees on average under the mask (the varlen batches' longest sequence), from which
 /// hopper's two Q tiles at D=128 take 160-key tiles (230,400 bytes of shared memory with the
@@ -646,7 +660,7 @@ fn hopper_tuned(shape: &Shape, params: &Params) -> Config {
         }
         if hopper_takes_two_q_tiles(shape, params) {
             knobs.extend([("SCHEDULE", 1), ("Q_REGS", 0), ("Q_STAGES", 2)]);
-            if hopper_cuts_the_tail(params) {
+            if hopper_cuts_the_tail(shape, params) {
                 knobs.push(("STREAM_K", 1));
             }
             if hopper_d64_takes_128_rows(shape) {
@@ -697,7 +711,7 @@ fn hopper_takes_two_q_tiles(shape: &Shape, params: &Params) -> bool {
     match (params.causal, params.window.is_bounded()) {
         (true, true) => true,
         (true, false) => shape.seq_q <= HOPPER_TWO_Q_TILES_MAX_CAUSAL_ROWS,
-        // With the stream-K tail at any length (hopper_cuts_the_tail).
+        // With the stream-K tail from 4096 keys (hopper_cuts_the_tail).
         (false, false) => true,
         // A window both ways: only where the 160-key tile comes with them (measured so).
         (false, true) => hopper_takes_160_key_tiles(shape, params),
@@ -1481,8 +1495,10 @@ mod tests {
             ("CLUSTER", 2),
         ];
         let lazy = [("LAZY_RESCALE", 1)];
-        // The stream-K tail: the static order of an unmasked problem only.
+        // The stream-K tail: the static order of an unmasked problem only, from 2048 keys at D=64
+        // and 4096 at D=128.
         let cut = |causal: bool| [("STREAM_K", i64::from(!causal))];
+        let whole = [("STREAM_K", 0)];
         for causal in [false, true] {
             for (b, h, s) in [(2, 32, 1024), (2, 16, 2048), (2, 16, 8192), (2, 16, 16384)] {
                 let lazy: &[_] = if s >= 4096 {
@@ -1490,11 +1506,12 @@ mod tests {
                 } else {
                     &[("LAZY_RESCALE", 0)]
                 };
+                let tail: &[_] = if s >= 2048 { &cut(causal) } else { &whole };
                 check_masked(
                     "hopper",
                     (b, h, s, 64),
                     causal,
-                    &[two_q.as_slice(), lazy, &cut(causal)].concat(),
+                    &[two_q.as_slice(), lazy, tail].concat(),
                 );
             }
         }
@@ -1504,12 +1521,12 @@ mod tests {
             (
                 1024,
                 false,
-                [two_q_128.as_slice(), &keys(128), &cut(false)].concat(),
+                [two_q_128.as_slice(), &keys(128), &whole].concat(),
             ),
             (
                 2048,
                 false,
-                [two_q_128.as_slice(), &keys(160), &cut(false)].concat(),
+                [two_q_128.as_slice(), &keys(160), &whole].concat(),
             ),
             (
                 4096,
