@@ -8,8 +8,8 @@ use crate::group::short_name;
 use crate::metrics::{
     DRAM_BYTES_READ, DRAM_BYTES_WRITE, DURATION, LOCAL_BYTES_LD, LOCAL_BYTES_ST,
     REGISTERS_PER_THREAD, SHARED_BANK_CONFLICTS_LD, SHARED_BANK_CONFLICTS_ST, SM_BUSY_PCT,
-    SM_CLOCK_HZ, SM_CLOCK_KHZ, SM_COUNT, TENSOR_PIPE_PCT, WARPS_ACTIVE_PCT, WARP_INSTRUCTIONS,
-    WAVES_PER_SM, WGMMA_INSTRUCTIONS,
+    SM_CLOCK_HZ, SM_CLOCK_KHZ, SM_COUNT, STALL_PREFIX, STALL_SUFFIX, TENSOR_PIPE_PCT,
+    WARPS_ACTIVE_PCT, WARP_INSTRUCTIONS, WAVES_PER_SM, WGMMA_INSTRUCTIONS,
 };
 use crate::KernelSummary;
 
@@ -104,8 +104,44 @@ pub struct Explanation {
     /// shared-memory pipe): the size of the problem, where the raw count depends on the run's length.
     #[serde(default)]
     pub bank_conflict_cycles_pct: Option<f64>,
+    /// Where the warps wait: each stall reason collected (`stalls` purpose) with its warp cycles
+    /// per issued instruction, largest first (`selected`, the issuing cycle itself, left out).
+    #[serde(default)]
+    pub stalls: Vec<Stall>,
     /// The verdict.
     pub bound: Bound,
+}
+
+/// One stall reason and how many warp cycles per issued instruction were spent in it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Stall {
+    /// ncu's reason, e.g. `long_scoreboard`, `barrier`, `wait`.
+    pub reason: String,
+    /// Warp cycles stalled for it per issued instruction (the median over launches).
+    pub cycles_per_issue: f64,
+}
+
+/// How many stall reasons the summary prints.
+const STALLS_SHOWN: usize = 5;
+
+/// The stall reasons among `summary`'s metrics, largest first.
+fn stalls(summary: &KernelSummary) -> Vec<Stall> {
+    let mut stalls: Vec<Stall> = summary
+        .metrics
+        .keys()
+        .filter_map(|name| {
+            let reason = name
+                .strip_prefix(STALL_PREFIX)?
+                .strip_suffix(STALL_SUFFIX)?;
+            let cycles = summary.value(name)?;
+            (reason != "selected").then(|| Stall {
+                reason: reason.to_owned(),
+                cycles_per_issue: cycles,
+            })
+        })
+        .collect();
+    stalls.sort_by(|a, b| b.cycles_per_issue.total_cmp(&a.cycles_per_issue));
+    stalls
 }
 
 /// Reads a kernel's counters against the device's ceilings. `flops` is the work one launch does
@@ -176,6 +212,7 @@ pub fn explain(summary: &KernelSummary, flops: Option<f64>, ceilings: &Ceilings)
             .zip(v(SM_COUNT).zip(v(SM_CLOCK_KHZ)))
             .map(|((conflicts, s), (sms, khz))| 100.0 * conflicts / (sms * s * khz * 1e3))
             .filter(|pct| pct.is_finite()),
+        stalls: stalls(summary),
         bound,
     }
 }
@@ -199,7 +236,7 @@ impl Explanation {
     ///     tensor_pipe_pct: Some(47.0), wgmma_instructions: Some(0.0), sm_clock_mhz: Some(1755.0),
     ///     warp_instructions: Some(3.1e8), sm_busy_pct: Some(45.0), warps_active_pct: Some(12.5),
     ///     waves_per_sm: Some(2.0), registers_per_thread: Some(255.0), spill_bytes: Some(0.0),
-    ///     bank_conflicts: Some(0.0), bank_conflict_cycles_pct: Some(0.0),
+    ///     bank_conflicts: Some(0.0), bank_conflict_cycles_pct: Some(0.0), stalls: vec![],
     ///     bound: Bound::LatencyOrOccupancy,
     /// };
     /// assert!(e.next_step().starts_with("occupancy is register-limited"));
@@ -322,6 +359,19 @@ impl fmt::Display for Explanation {
                 (Some(c), Some(pct)) => format!("{c:.0} ({pct:.2}% of SM cycles)"),
             }
         )?;
+        if !self.stalls.is_empty() {
+            let top: Vec<String> = self
+                .stalls
+                .iter()
+                .take(STALLS_SHOWN)
+                .map(|s| format!("{} {:.2}", s.reason, s.cycles_per_issue))
+                .collect();
+            writeln!(
+                f,
+                "  stalls      {} (warp cycles per issued instruction)",
+                top.join(", ")
+            )?;
+        }
         write!(f, "  bound by    {}", self.bound)?;
         if self.bound == Bound::LatencyOrOccupancy {
             if let Some(waves) = self.waves_per_sm.filter(|w| *w < 1.0) {

@@ -45,7 +45,7 @@ pub mod value;
 pub use assess::{assess, fitness_line, kernel_options, matching_kernels, Assessed};
 pub use error::NcuError;
 pub use evidence::{NcuEvidence, Provenance};
-pub use explain::{explain, Bound, Ceilings, Explanation};
+pub use explain::{explain, Bound, Ceilings, Explanation, Stall};
 pub use fitness::{fitness, formula, Fitness, FitnessInputs, FitnessWeights};
 pub use group::{group, Aggregate, KernelFilter, KernelSummary};
 pub use parse::{detect_page, parse, parse_details, parse_raw, Launch, Page};

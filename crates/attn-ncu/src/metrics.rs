@@ -46,6 +46,16 @@ pub const SM_COUNT: &str = "device__attribute_multiprocessor_count";
 /// The device's SM clock in kHz (its nominal maximum, not a reading).
 pub const SM_CLOCK_KHZ: &str = "device__attribute_clock_rate";
 
+/// Every stall reason's warp cycles per issued instruction (one ncu metric per reason, named
+/// [`STALL_PREFIX`] reason [`STALL_SUFFIX`]): a regular expression for `--metrics`, which ncu
+/// expands; [`crate::explain`] lists the largest.
+pub const STALL_REASONS: &str =
+    r"regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio";
+/// The name of a stall-reason metric before its reason.
+pub const STALL_PREFIX: &str = "smsp__average_warps_issue_stalled_";
+/// The name of a stall-reason metric after its reason.
+pub const STALL_SUFFIX: &str = "_per_issue_active.ratio";
+
 /// What a profile is for; each purpose is a small metric set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Purpose {
@@ -62,6 +72,9 @@ pub enum Purpose {
     BankConflicts,
     /// Register spills (local-memory traffic).
     Spills,
+    /// Where warps wait: every stall reason per issued instruction, beside time, clock and the
+    /// tensor pipe.
+    Stalls,
     /// Everything above.
     All,
 }
@@ -69,7 +82,7 @@ pub enum Purpose {
 impl std::str::FromStr for Purpose {
     type Err = crate::NcuError;
 
-    /// `overview`, `tensor`, `memory`, `occupancy`, `bank-conflicts`, `spills` or `all`.
+    /// `overview`, `tensor`, `memory`, `occupancy`, `bank-conflicts`, `spills`, `stalls` or `all`.
     fn from_str(name: &str) -> Result<Purpose, crate::NcuError> {
         Ok(match name {
             "overview" => Purpose::Overview,
@@ -78,6 +91,7 @@ impl std::str::FromStr for Purpose {
             "occupancy" => Purpose::Occupancy,
             "bank-conflicts" => Purpose::BankConflicts,
             "spills" => Purpose::Spills,
+            "stalls" => Purpose::Stalls,
             "all" => Purpose::All,
             other => return Err(crate::NcuError::UnknownPurpose(other.to_string())),
         })
@@ -137,6 +151,13 @@ pub fn hopper(purpose: Purpose) -> MetricSet {
         ],
         Purpose::BankConflicts => vec![SHARED_BANK_CONFLICTS_LD, SHARED_BANK_CONFLICTS_ST],
         Purpose::Spills => vec![REGISTERS_PER_THREAD, LOCAL_BYTES_LD, LOCAL_BYTES_ST],
+        Purpose::Stalls => vec![
+            DURATION,
+            SM_CLOCK_HZ,
+            WARP_INSTRUCTIONS,
+            TENSOR_PIPE_PCT,
+            STALL_REASONS,
+        ],
         Purpose::All => {
             let mut all = Vec::new();
             for p in [
@@ -144,6 +165,7 @@ pub fn hopper(purpose: Purpose) -> MetricSet {
                 Purpose::Occupancy,
                 Purpose::BankConflicts,
                 Purpose::Spills,
+                Purpose::Stalls,
             ] {
                 for m in hopper(p).metrics {
                     if !all.contains(&m) {
@@ -227,6 +249,7 @@ fn purpose_name(purpose: Purpose) -> &'static str {
         Purpose::Occupancy => "occupancy",
         Purpose::BankConflicts => "bank-conflicts",
         Purpose::Spills => "spills",
+        Purpose::Stalls => "stalls",
         Purpose::All => "all",
     }
 }
@@ -248,6 +271,7 @@ mod tests {
             Purpose::Memory,
             Purpose::BankConflicts,
             Purpose::Spills,
+            Purpose::Stalls,
         ] {
             assert!(hopper(p).metrics.iter().all(|m| all.contains(m)), "{p:?}");
         }

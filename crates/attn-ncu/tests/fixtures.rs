@@ -266,3 +266,46 @@ fn the_sm_clock_and_instruction_count_are_read_and_shown() {
         "{text}"
     );
 }
+
+/// hopper at (2, 16, 8192, 128) on an H100 with `--metrics regex:smsp__average_warps_issue_stalled_
+/// .*_per_issue_active\.ratio` beside time, clock and the tensor pipe (ncu 2025.3, details page;
+/// evidence/ncu/captures/2026-11-27-s1024/hopper-2-16-8192.stall.csv): every stall reason's warp
+/// cycles per issued instruction, what `--purpose stalls` collects.
+const H100_STALLS: &str = include_str!("fixtures/h100_hopper_stalls_details.csv");
+
+#[test]
+fn stall_reasons_are_read_largest_first_and_the_top_ones_shown() {
+    let kernels = group(&parse_details(H100_STALLS).unwrap(), None);
+    assert_eq!(kernels.len(), 1, "one hopper kernel");
+    let e = explain(&kernels[0], None, &Ceilings::H100_MEASURED);
+    let reasons: Vec<(&str, f64)> = e
+        .stalls
+        .iter()
+        .map(|s| (s.reason.as_str(), s.cycles_per_issue))
+        .collect();
+    // Every reason of the capture but `selected` (the issuing cycle, 1.00), largest first.
+    assert_eq!(reasons.len(), 18, "{reasons:?}");
+    assert_eq!(
+        reasons[..4],
+        [
+            ("wait", 1.67),
+            ("barrier", 1.35),
+            ("long_scoreboard", 0.77),
+            ("dispatch_stall", 0.44)
+        ]
+    );
+    assert!(reasons.windows(2).all(|w| w[0].1 >= w[1].1));
+    assert!(reasons.iter().all(|(r, _)| *r != "selected"));
+    let text = e.to_string();
+    assert!(
+        text.contains(
+            "stalls      wait 1.67, barrier 1.35, long_scoreboard 0.77, dispatch_stall 0.44, not_selected 0.29 (warp cycles per issued instruction)"
+        ),
+        "{text}"
+    );
+    // A purpose that collects them, by name.
+    let stalls: attn_ncu::metrics::Purpose = "stalls".parse().unwrap();
+    assert!(attn_ncu::metrics::hopper(stalls)
+        .metrics
+        .contains(&attn_ncu::metrics::STALL_REASONS));
+}
