@@ -35,8 +35,8 @@ pub struct Args {
     /// Profiled launches (after one unprofiled warm-up launch).
     #[arg(long, default_value_t = 3)]
     pub launches: u32,
-    /// Metric set: overview, tensor, memory, occupancy, bank-conflicts, spills, stalls (where warps
-    /// wait: every stall reason per issued instruction), all.
+    /// Metric set: overview, tensor, memory, occupancy, bank-conflicts, spills, all (those six), or
+    /// stalls (where warps wait: every stall reason per issued instruction).
     #[arg(long, default_value = "all")]
     pub purpose: attn_ncu::metrics::Purpose,
     /// Speedup against the baseline (from a gate run), an input of the fitness score.

@@ -75,7 +75,8 @@ pub enum Purpose {
     /// Where warps wait: every stall reason per issued instruction, beside time, clock and the
     /// tensor pipe.
     Stalls,
-    /// Everything above.
+    /// Everything above but the stall reasons (a score of metrics, through a regular expression:
+    /// ask for them by name).
     All,
 }
 
@@ -165,7 +166,6 @@ pub fn hopper(purpose: Purpose) -> MetricSet {
                 Purpose::Occupancy,
                 Purpose::BankConflicts,
                 Purpose::Spills,
-                Purpose::Stalls,
             ] {
                 for m in hopper(p).metrics {
                     if !all.contains(&m) {
@@ -208,9 +208,9 @@ pub fn ampere_equivalent(hopper_metric: &str) -> Option<&'static str> {
 
 /// Looks a metric name up among the ones this module knows, to hand out a `'static` str.
 fn static_name(metric: &str) -> Option<&'static str> {
-    hopper(Purpose::All)
-        .metrics
+    [Purpose::All, Purpose::Stalls]
         .into_iter()
+        .flat_map(|p| hopper(p).metrics)
         .find(|m| *m == metric)
 }
 
@@ -271,9 +271,16 @@ mod tests {
             Purpose::Memory,
             Purpose::BankConflicts,
             Purpose::Spills,
-            Purpose::Stalls,
         ] {
             assert!(hopper(p).metrics.iter().all(|m| all.contains(m)), "{p:?}");
+        }
+    }
+
+    #[test]
+    fn stall_reasons_are_asked_for_by_name_on_either_architecture() {
+        assert!(!hopper(Purpose::All).metrics.contains(&STALL_REASONS));
+        for set in [hopper(Purpose::Stalls), ampere(Purpose::Stalls)] {
+            assert!(set.metrics.contains(&STALL_REASONS), "{}", set.name);
         }
     }
 
