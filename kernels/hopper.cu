@@ -672,6 +672,25 @@ __device__ __forceinline__ void release_q_tile(Barriers& bars, int buffer) {
 }
 #endif
 
+// An item's key segment (all of it unless STREAM_K cuts it: see the stream-K tail) as one word: the
+// kind in the low two bits, x above: the tail's first tile, the head's tile count.
+// (An enum: a namespace constant adds a PTX symbol to every variant.)
+enum SplitKind : int {
+    SPLIT_WHOLE = 0,  // the item's every key tile
+    SPLIT_HEAD = 1,   // tiles [0, x): the cluster's run ends inside the item
+    SPLIT_TAIL = 2,   // tiles [x, T): the cluster's run starts inside the item
+};
+__device__ __forceinline__ int split_word(int kind, int x) { return kind | (x << 2); }
+__device__ __forceinline__ void cut_tiles(Tiles& tiles, int split) {
+    const int x = split >> 2;
+    if ((split & 3) == SPLIT_TAIL) {
+        tiles.first += x;
+        tiles.count -= x;
+    } else if ((split & 3) == SPLIT_HEAD) {
+        tiles.count = x;
+    }
+}
+
 #if STREAM_K
 // ---- the stream-K tail (STREAM_K 1, static schedules) ---------------------------------------------
 //
@@ -686,40 +705,37 @@ __device__ __forceinline__ void release_q_tile(Barriers& bars, int buffer) {
 // own and stores the rows. Workspace (after the two counter words, the host's, zeroed once): one
 // flag word per block and consumer warp, left zero, then one partial per block (the tail's block
 // names the cut): per consumer thread its PARTIAL_WORDS floats, thread-fastest (coalesced).
-constexpr int SPLIT_WHOLE = 0;  // the item's every key tile
-constexpr int SPLIT_HEAD = 1;   // tiles [0, x): the cluster's run ends inside the item
-constexpr int SPLIT_TAIL = 2;   // tiles [x, T): the cluster's run starts inside the item
 constexpr int PARTIAL_WORDS = PANELS * 32 + 4;  // O's accumulators, then row max and sum (2 each)
 
-// A segment as one word: the kind in the low two bits, x above: the tail's first tile, the head's
-// tile count.
-__device__ __forceinline__ int split_word(int kind, int x) { return kind | (x << 2); }
-__device__ __forceinline__ void cut_tiles(Tiles& tiles, int split) {
-    const int x = split >> 2;
-    if ((split & 3) == SPLIT_TAIL) {
-        tiles.first += x;
-        tiles.count -= x;
-    } else if ((split & 3) == SPLIT_HEAD) {
-        tiles.count = x;
-    }
-}
-
-// Whether a static schedule of `total` items over the grid's clusters cuts its tail: a thin last
-// wave, more than one wave, more than one key tile per item, and tile counts split_word can hold.
-__device__ __forceinline__ bool stream_k_cut(int total, int seq_kv) {
+// This cluster's `it`-th item of a static order of `total` items whose tail is cut: its index
+// (left as it is before the tail) and its segment; false when the cluster's run is done. Computed
+// again from `it` for every item: the producer's 24 registers hold no more loop-carried state. The
+// tail is cut where the last wave is thin, there is more than one wave, an item has more than one
+// key tile, and the tail's tiles fit split_word (below 2^29).
+__device__ __forceinline__ bool stream_k_item(int total, int seq_kv, u32 it, int& index, int& split) {
     const int clusters = static_cast<int>(gridDim.x / CLUSTER);
+    const int c = static_cast<int>(blockIdx.x / CLUSTER);
     const int thin = total % clusters;
-    const long long tiles = static_cast<long long>(thin + clusters) * ((seq_kv + BLOCK_N - 1) / BLOCK_N);
-    return thin != 0 && total > clusters && seq_kv > BLOCK_N && tiles < (1ll << 29);
-}
-// The first tile of cluster c's run: c / clusters of the tail's tiles (c = clusters: their count).
-// In 32 bits (a 64-bit division is a call, whose frame spilled the producer's 24 registers): the
-// tail's tiles (below 2^29: stream_k_cut) are q · clusters + r, and c · r < clusters².
-__device__ __forceinline__ int stream_k_run(int total, int seq_kv, int c) {
-    const int clusters = static_cast<int>(gridDim.x / CLUSTER);
-    const int tiles = (total % clusters + clusters) * ((seq_kv + BLOCK_N - 1) / BLOCK_N);
+    const int item_tiles = (seq_kv + BLOCK_N - 1) / BLOCK_N;
+    const long long tail_tiles = static_cast<long long>(thin + clusters) * item_tiles;
+    if (thin == 0 || total <= clusters || item_tiles < 2 || tail_tiles >= (1ll << 29)) return true;
+    const int cut_from = total - thin - clusters;
+    const int whole = cut_from > c ? (cut_from - c + clusters - 1) / clusters : 0;
+    if (static_cast<int>(it) < whole) return true;
+    // The first tile of cluster k's run: k / clusters of the tail's tiles, in 32 bits (a 64-bit
+    // division is a call, whose frame spilled the producer): tiles = q · clusters + r, k · r <
+    // clusters².
+    const int tiles = static_cast<int>(tail_tiles);
     const int q = tiles / clusters;
-    return c * q + c * (tiles - q * clusters) / clusters;
+    const int r = tiles - q * clusters;
+    const int run = c * q + c * r / clusters;
+    const int run_end = (c + 1) * q + (c + 1) * r / clusters;
+    const int j = run / item_tiles + (static_cast<int>(it) - whole);
+    if (j * item_tiles >= run_end) return false;
+    index = cut_from + j;
+    if (run > j * item_tiles) split = split_word(SPLIT_TAIL, run - j * item_tiles);
+    else if (run_end < (j + 1) * item_tiles) split = split_word(SPLIT_HEAD, run_end - j * item_tiles);
+    return true;
 }
 
 // The workspace's flags and partials (kernels/README.md: the persistent kernel's words).
@@ -1206,7 +1222,7 @@ __device__ __forceinline__ bool schedule_item(Schedule& s, int index, int batch,
 // producer's 24 registers (setmaxnreg) and spilled.
 // With one Q tile the words are plain stores (the kernel's code as it was before two tiles).
 // With STREAM_K a fourth word: the item's key segment (split_word).
-__device__ __forceinline__ void publish_item(Barriers& bars, int buffer, int b, int h, int m0, int split = 0) {
+__device__ __forceinline__ void publish_item(Barriers& bars, int buffer, int b, int h, int m0, int split) {
 #if Q_STAGES == 1
     (void)buffer;
     bars.item[0][0] = b;
@@ -1233,7 +1249,7 @@ __device__ __forceinline__ void publish_no_item(Barriers& bars, int buffer) {
     (void)buffer;
     bars.item[0][2] = -1;
 #else
-    publish_item(bars, buffer, 0, 0, -1);
+    publish_item(bars, buffer, 0, 0, -1, split_word(SPLIT_WHOLE, 0));
 #endif
 }
 
@@ -1294,29 +1310,10 @@ __device__ __forceinline__ void schedule_and_produce(Barriers& bars, u32 q_tile,
     u32 it = 0;
     for (;; ++it) {
         int b, h, m0;
-#if STREAM_K
-        // This item's segment: every tile before the tail, else the run's part of item `index`.
+        // This item's key segment: all of it, unless the stream-K tail cuts a static order's.
         int split = split_word(SPLIT_WHOLE, 0);
-        // The stream-K tail (see SPLIT_WHOLE): a static schedule's items from `cut_from` on are
-        // shared out as runs of key tiles, this cluster's [run, run_end) of their tiles laid end to
-        // end, after its `whole` items before them. Computed again from `it` for every item: the
-        // producer's 24 registers hold no more loop-carried state.
-        if (!sched.dynamic && stream_k_cut(sched.total, seq_kv)) {
-            const int clusters = static_cast<int>(gridDim.x / CLUSTER);
-            const int c = static_cast<int>(blockIdx.x / CLUSTER);
-            const int cut_from = sched.total - sched.total % clusters - clusters;
-            const int whole = cut_from > c ? (cut_from - c + clusters - 1) / clusters : 0;
-            if (static_cast<int>(it) >= whole) {
-                const int item_tiles = (seq_kv + BLOCK_N - 1) / BLOCK_N;
-                const int run = stream_k_run(sched.total, seq_kv, c);
-                const int run_end = stream_k_run(sched.total, seq_kv, c + 1);
-                const int j = run / item_tiles + (static_cast<int>(it) - whole);
-                if (j * item_tiles >= run_end) break;
-                index = cut_from + j;
-                if (run > j * item_tiles) split = split_word(SPLIT_TAIL, run - j * item_tiles);
-                else if (run_end < (j + 1) * item_tiles) split = split_word(SPLIT_HEAD, run_end - j * item_tiles);
-            }
-        }
+#if STREAM_K
+        if (!sched.dynamic && !stream_k_item(sched.total, seq_kv, it, index, split)) break;
 #endif
         if (!schedule_item(sched, index, batch, cu_seqlens_q, lane, b, h, m0)) break;
         unsigned int ticket = 0;
@@ -1334,13 +1331,8 @@ __device__ __forceinline__ void schedule_and_produce(Barriers& bars, u32 q_tile,
 #endif
             const attn::HeadView view =
                 attn::head_view(b, h, heads, kv_heads, seq_q, seq_kv, cu_seqlens_q, cu_seqlens_kv);
-#if STREAM_K
             Tiles tiles = block_tiles(m0, view.seq_q, view.seq_kv, causal, window_left, window_right, ITEM_ROWS);
             cut_tiles(tiles, split);
-#else
-            const Tiles tiles =
-                block_tiles(m0, view.seq_q, view.seq_kv, causal, window_left, window_right, ITEM_ROWS);
-#endif
 #if CLUSTER > 1 && !CLUSTER_HEADS
             // The item is the cluster's pair of row blocks from m0: this block's is its rank's.
             m0 += static_cast<int>(cluster_rank()) * BLOCK_M;
@@ -1353,11 +1345,7 @@ __device__ __forceinline__ void schedule_and_produce(Barriers& bars, u32 q_tile,
             const int lead = Q_STAGES == 2 || Q_RELEASE ? 0 : min(tiles.count, 1);
             produce_kv(bars, copied, k_tiles, v_tiles, map_k, map_v, c, lead);
             const int buffer = wait_for_q_buffer(bars, it);
-#if STREAM_K
             publish_item(bars, buffer, b, h, m0, split);
-#else
-            publish_item(bars, buffer, b, h, m0);
-#endif
             // Its arrive releases the item's words.
             load_q_tile(bars, q_tile, map_q, c.q1, c.q2, buffer);
             produce_kv(bars, copied, k_tiles, v_tiles, map_k, map_v, c, tiles.count - lead);

@@ -529,21 +529,19 @@ const HOPPER_TWO_Q_TILES_MAX_CAUSAL_ROWS: usize = 8192;
 /// cuDNN: 1.07× [1.04, 1.11] at 2,32/8,4096,128 (bf16 1.05× [1.03, 1.07]), 1.08× [1.05, 1.12] at
 /// 2,32/8,8192,128, 1.07× [1.05, 1.10] at 2,32/1,4096,128, 0.96-1.05× at 2,32/8,2048,128.
 fn hopper_cuts_the_tail(shape: &Shape, params: &Params) -> bool {
-    let min_keys = HOPPER_STREAM_K_MIN_KEYS
-        .iter()
-        .find(|(d, _)| *d == shape.head_dim)
-        .map_or(usize::MAX, |(_, keys)| *keys);
+    let (d64, d128) = HOPPER_STREAM_K_MIN_KEYS;
+    let min_keys = if shape.head_dim == 64 { d64 } else { d128 };
     !params.causal && !params.window.is_bounded() && shape.seq_kv >= min_keys
 }
 
-/// Keys per row from which hopper cuts the tail ([`hopper_cuts_the_tail`]), per head dim. At D=128
+/// Keys per row from which hopper cuts the tail ([`hopper_cuts_the_tail`]), at D=64 and D=128. At D=128
 /// short rows lose what the cut gains: each cut adds an item's start and end and a merge, and at
 /// 2,32/8,2048,128 (13 key tiles an item) the gate measured 1.03× [0.98, 1.06] over whole items
 /// (evidence/gate/2026-11-29T05-18-42Z) while ncu, one launch at a time with L2 flushed, timed the
 /// cut 123.4 against 117.3 µs at 1,32/8,2048, 228.6 against 224.9 at 2,32/8, 441.8 against 440.9 at
 /// 4,32/8 and 865.2 against 870.2 at 8,32/8 (evidence/ncu/captures/2026-11-29-gqa-2048): not taken
 /// there. At D=64 the gate measured 1.04× [1.03, 1.06] at 4,16,2048,64 (05-25-45Z).
-const HOPPER_STREAM_K_MIN_KEYS: [(usize, usize); 2] = [(64, 2048), (128, 4096)];
+const HOPPER_STREAM_K_MIN_KEYS: (usize, usize) = (2048, 4096);
 
 /// Keys a row sees on average under the mask (the varlen batches' longest sequence), from which
 /// hopper's two Q tiles at D=128 take 160-key tiles (230,400 bytes of shared memory with the

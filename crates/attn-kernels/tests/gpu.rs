@@ -1007,6 +1007,7 @@ fn hopper_stream_k_cuts_the_last_items_and_matches_the_oracle() {
         ("CLUSTER=2,CLUSTER_HEADS=1", 64, &["2,16/4,1500,64"]),
     ];
     let sms = gpu.info().sm_count as usize;
+    let hopper = attn_kernels::registry::find("hopper").unwrap();
     let mut failures = Vec::new();
     let mut checked = 0;
     for (config, head_dim, shapes) in cases {
@@ -1022,17 +1023,12 @@ fn hopper_stream_k_cuts_the_last_items_and_matches_the_oracle() {
                 let params = Params::new(head_dim, causal);
                 let tuned = candidate.for_problem(&shape, &params);
                 let prepared = Prepared::new(&gpu, &tuned, dtype, head_dim).unwrap();
-                // The items of the static order against the clusters (one block per SM).
+                // The items of the static order (the geometry's row blocks, a cluster's pair of
+                // them or of heads being one) against the clusters (one block per SM).
                 let cfg = prepared.config();
-                let rows = cfg.get("BLOCK_M").unwrap() as usize;
+                let (x, y, z) = hopper.geometry(cfg, &shape).unwrap().grid;
                 let cluster = cfg.get("CLUSTER").unwrap() as usize;
-                // Clusters over row blocks take pairs of them (an even count); over heads, pairs
-                // of heads.
-                let row_blocks = match cfg.get("CLUSTER_HEADS") {
-                    Some(1) => shape.seq_q.div_ceil(rows),
-                    _ => shape.seq_q.div_ceil(rows).next_multiple_of(cluster),
-                };
-                let items = shape.batch * shape.heads * row_blocks / cluster;
+                let items = (x * y * z) as usize / cluster;
                 let clusters = sms / cluster;
                 assert!(
                     items > clusters && items % clusters != 0 && cfg.get("STREAM_K") == Some(1),
