@@ -107,8 +107,13 @@ fn profile_impl(args: &Args) -> anyhow::Result<u8> {
     print!("{}", attn_ncu::render_text(&kernels));
     let (git_rev, _) = crate::provenance::git_revision();
     for kernel in &kernels {
+        // Another purpose's profile of the same problem is another file, not a replacement.
+        let label = match purpose {
+            attn_ncu::metrics::Purpose::Overview => format!("{} {spec}", candidate.label()),
+            other => format!("{} {spec} {}", candidate.label(), other.name()),
+        };
         let provenance = attn_ncu::Provenance {
-            label: format!("{} {spec}", candidate.label()),
+            label,
             created: Some(attn_evidence::utc_now_rfc3339()),
             git_rev: Some(git_rev.clone()),
             device: None,

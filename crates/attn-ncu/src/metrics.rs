@@ -177,7 +177,7 @@ pub fn hopper(purpose: Purpose) -> MetricSet {
         }
     };
     MetricSet {
-        name: format!("hopper/{}", purpose_name(purpose)),
+        name: format!("hopper/{}", purpose.name()),
         purpose,
         metrics,
     }
@@ -192,7 +192,7 @@ pub fn ampere(purpose: Purpose) -> MetricSet {
         .filter_map(ampere_equivalent)
         .collect();
     MetricSet {
-        name: format!("ampere/{}", purpose_name(purpose)),
+        name: format!("ampere/{}", purpose.name()),
         purpose,
         metrics,
     }
@@ -241,16 +241,19 @@ pub const AMPERE_EQUIVALENTS: &[Equivalent] = &[
     },
 ];
 
-fn purpose_name(purpose: Purpose) -> &'static str {
-    match purpose {
-        Purpose::Overview => "overview",
-        Purpose::Tensor => "tensor",
-        Purpose::Memory => "memory",
-        Purpose::Occupancy => "occupancy",
-        Purpose::BankConflicts => "bank-conflicts",
-        Purpose::Spills => "spills",
-        Purpose::Stalls => "stalls",
-        Purpose::All => "all",
+impl Purpose {
+    /// The name [`Purpose::from_str`](std::str::FromStr) reads: `overview`, `stalls`, ...
+    pub fn name(self) -> &'static str {
+        match self {
+            Purpose::Overview => "overview",
+            Purpose::Tensor => "tensor",
+            Purpose::Memory => "memory",
+            Purpose::Occupancy => "occupancy",
+            Purpose::BankConflicts => "bank-conflicts",
+            Purpose::Spills => "spills",
+            Purpose::Stalls => "stalls",
+            Purpose::All => "all",
+        }
     }
 }
 
@@ -291,5 +294,23 @@ mod tests {
         assert!(!ampere_set.metrics.contains(&WGMMA_INSTRUCTIONS));
         assert_eq!(ampere_set.metrics.len(), hopper_set.metrics.len() - 1);
         assert_eq!(ampere_set.name, "ampere/overview");
+    }
+
+    #[test]
+    fn purposes_read_back_their_names() {
+        use std::str::FromStr;
+        let purposes = [
+            Purpose::Overview,
+            Purpose::Tensor,
+            Purpose::Memory,
+            Purpose::Occupancy,
+            Purpose::BankConflicts,
+            Purpose::Spills,
+            Purpose::Stalls,
+            Purpose::All,
+        ];
+        for p in purposes {
+            assert_eq!(Purpose::from_str(p.name()).ok(), Some(p));
+        }
     }
 }
