@@ -366,6 +366,9 @@
 #ifndef STREAM_K
 #define STREAM_K 0
 #endif
+#ifndef CHAIN
+#define CHAIN 0
+#endif
 // Words of a published work item (Barriers::item): (b, h, m0), and with STREAM_K its key segment.
 #define ITEM_WORDS (3 + STREAM_K)
 // The query rows a cluster's blocks take together (one row block each, of one head; with
@@ -418,6 +421,9 @@ static_assert(CLUSTER_HEADS == 0 || (CLUSTER_HEADS == 1 && CLUSTER == 2 && SCHED
 // With one Q tile the persistent producer (24 registers) spills the tail's arithmetic.
 static_assert(STREAM_K == 0 || (STREAM_K == 1 && SCHEDULE == 1 && Q_STAGES == 2),
               "hopper.cu: STREAM_K must be 0, or 1 with SCHEDULE 1 and Q_STAGES 2");
+// The next item's Q must be in its own tile during this item's last turn, and that turn overlaps.
+static_assert(CHAIN == 0 || (CHAIN == 1 && SCHEDULE == 1 && Q_STAGES == 2 && OVERLAP == 1),
+              "hopper.cu: CHAIN must be 0, or 1 with SCHEDULE 1, Q_STAGES 2 and OVERLAP 1");
 static_assert(sizeof(elem_t) == 2, "hopper.cu: 16-bit elements expected");
 
 namespace hopper_attn {
@@ -813,6 +819,8 @@ __device__ __forceinline__ bool merge_split(float (&o_acc)[PANELS][32], float (&
 
 // Everything about the item and this thread that the consumer steps need.
 struct ConsumerItem {
+    unsigned char* q_smem;  // the item's Q tile (where its O is staged), generic and shared addresses
+    u32 q_tile;
     int m0;          // the item's first query row in its sequence
     int len_q;       // the sequence's query rows and keys
     int len_kv;
@@ -825,13 +833,47 @@ struct ConsumerItem {
 #endif
 };
 
+// A consumer thread's softmax state between its turns: P of the tile whose P·V comes next, the
+// running max and sum of rows g and g + 8, and the factor O takes before that P·V. With CHAIN it
+// carries over from an item's last turn to the next item (which that turn began).
+struct RowState {
+    u32 p_frag[PV_K_STEPS][4];
+    float row_max[2];
+    float row_sum[2];
+    float rescale[2];
+};
+
+// The reciprocals of rows g and g + 8's full sums (a quad's four partial sums), 0 for a row that
+// saw no key (it writes zeros).
+__device__ __forceinline__ void row_reciprocals(const float (&row_sum)[2], float (&inv_l)[2]) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float l = row_sum[h];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        inv_l[h] = l > 0.f ? 1.f / l : 0.f;
+    }
+}
+
 // The consumer warpgroups' work on one item: the key tiles its rows see (overlapped and ping-ponged
 // as the knobs say), the others released, then the epilogue (O staged in the warpgroup's Q rows,
 // 16-byte stores). Starts at `ring`'s slot and leaves `ring` past the item's tiles. The caller has
 // waited for q_full.
-__device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem, u32 q_tile, u32 k_tiles,
-                                             u32 v_tiles, Ring& ring, const ConsumerItem& item, int causal,
-                                             int window_left, int window_right, float scale, int warp, int lane) {
+// Chained items (CHAIN 1): before its last turn the item asks `chain_next(q, kv0)` whether the next
+// item chains (false: none, or not one to chain; true: q is its Q tile, kv0 its first key); if so,
+// that turn issues the next item's first Q·Kᵀ
+// beside this item's last P·V and runs its softmax while the P·V completes, leaving `rows` to the
+// next item, which is then consumed with `chained_in` (its first S done). Returns whether it chained.
+// Why: unchained, an item's first turn issues a Q·Kᵀ alone and its last a P·V alone, and the
+// epilogue waits for the last; a 13-tile item took about two tiles' time more than its tiles
+// (ncu at 2,32/8,2048,128 against 4096 keys).
+template <class ChainNext>
+__device__ __forceinline__ bool consume_item(Barriers& bars, u32 k_tiles, u32 v_tiles, Ring& ring,
+                                             const ConsumerItem& item, RowState& rows, bool chained_in,
+                                             ChainNext&& chain_next, int causal, int window_left,
+                                             int window_right, float scale, int warp, int lane) {
+    unsigned char* const smem = item.q_smem;
+    const u32 q_tile = item.q_tile;
     const int wg = warp >> 2;
     const int g = lane >> 2;
     const int t = lane & 3;
@@ -902,11 +944,23 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
     auto v_empty = [&](int s) { return smem_addr(&bars.v_empty[s]); };
 
     float o_acc[PANELS][32];
-    float row_max[2];  // running max (scale·log2e domain) of rows g and g + 8
-    float row_sum[2];  // this lane's partial sums of rows g and g + 8
-    clear_accumulators(o_acc, row_max, row_sum);
-    u32 p_frag[PV_K_STEPS][4];
-    float rescale[2];
+    float(&row_max)[2] = rows.row_max;  // running max (scale·log2e domain) of rows g and g + 8
+    float(&row_sum)[2] = rows.row_sum;  // this lane's partial sums of rows g and g + 8
+    u32(&p_frag)[PV_K_STEPS][4] = rows.p_frag;
+    float(&rescale)[2] = rows.rescale;
+    if (chained_in) {
+#pragma unroll
+        for (int p = 0; p < PANELS; ++p)
+#pragma unroll
+            for (int i = 0; i < 32; ++i) o_acc[p][i] = 0.f;
+    } else {
+        clear_accumulators(o_acc, row_max, row_sum);
+    }
+    bool chained = false;
+    // This item's final row max and sum: with CHAIN kept aside in the chained turn, where the next
+    // item's softmax takes over row_max and row_sum.
+    float item_max[2];
+    float item_sum[2];
 
     // Block tile j lives in the ring's slot j places on from its position at the item's start.
     int slot = ring.slot;
@@ -935,27 +989,31 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
     // tile of the suffix. Turn k of every warpgroup needs at most tile k landed, and before it the
     // warpgroup has released every tile up to k − 2: the producer (STAGES ≥ 2) can always proceed.
     // The turns run on from the previous item (turns_open, turns_close).
+    // A chained item's prologue ran in the previous item's last turn (every warpgroup computes
+    // every tile of a chained item: no prefix to skip).
     skip_tiles(wg_first);
-    if (wg_end > wg_first) mbar_wait(k_full(slot), phase);
+    if (!chained_in) {
+        if (wg_end > wg_first) mbar_wait(k_full(slot), phase);
 #if PINGPONG
-    if (num_tiles > 0) turn_begin(wg);
+        if (num_tiles > 0) turn_begin(wg);
 #endif
-    if (wg_end > wg_first) {
-        float s_acc[S_REGS];
-        issue_qk(s_acc, q_operand, k_slot(slot));
-        turn_end(wg);
-        wgmma_wait<0>();
-        release_kv(k_empty(slot));
-        const int kv0 = kv_first + wg_first * BLOCK_N;
-        softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_hi_min, kv0 < wg_lo_max, lane_lo, lane_hi, t, scale_log2,
-                       lazy_slack, row_max, row_sum, rescale);
-        pack_p(s_acc, p_frag);
-    }
+        if (wg_end > wg_first) {
+            float s_acc[S_REGS];
+            issue_qk(s_acc, q_operand, k_slot(slot));
+            turn_end(wg);
+            wgmma_wait<0>();
+            release_kv(k_empty(slot));
+            const int kv0 = kv_first + wg_first * BLOCK_N;
+            softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_hi_min, kv0 < wg_lo_max, lane_lo, lane_hi, t,
+                           scale_log2, lazy_slack, row_max, row_sum, rescale);
+            pack_p(s_acc, p_frag);
+        }
 #if PINGPONG
-    else if (num_tiles > 0) {
-        turn_end(wg);
-    }
+        else if (num_tiles > 0) {
+            turn_end(wg);
+        }
 #endif
+    }
     for (int j = wg_first; j < wg_end; ++j) {
         const int next_slot = slot + 1 == STAGES ? 0 : slot + 1;
         const u32 next_phase = next_slot == 0 ? phase ^ 1 : phase;
@@ -983,21 +1041,65 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
             release_kv(v_empty(slot));
             pack_p(s_acc, p_frag);
         } else {
-#if Q_RELEASE
-            // Every Q·Kᵀ of the item has completed (the wait above, or the prologue's): the Q tile
-            // goes back to the producer, which copies the next item's Q behind this tile and the
-            // epilogue (O from registers).
-            mbar_arrive(smem_addr(&bars.q_empty[0]));
+#if CHAIN
+            // Block-uniform (the items' words): every warpgroup of the block chains, or none.
+            u32 next_q_tile = 0;
+            int next_kv0 = 0;
+            const bool chain = chain_next(next_q_tile, next_kv0);
+#else
+            constexpr bool chain = false;
+            (void)chain_next;
 #endif
-            mbar_wait(v_full(slot), phase);
-            turn_begin(wg);
-            rescale_o(o_acc, rescale);
-            issue_pv(o_acc, p_frag, desc_v);
-            turn_end(wg);
-            wgmma_wait<0>();
+            if (!chain) {
+#if Q_RELEASE
+                // Every Q·Kᵀ of the item has completed (the wait above, or the prologue's): the Q
+                // tile goes back to the producer, which copies the next item's Q behind this tile
+                // and the epilogue (O from registers).
+                mbar_arrive(smem_addr(&bars.q_empty[0]));
+#endif
+                mbar_wait(v_full(slot), phase);
+                turn_begin(wg);
+                rescale_o(o_acc, rescale);
+                issue_pv(o_acc, p_frag, desc_v);
+                turn_end(wg);
+                wgmma_wait<0>();
 #pragma unroll
-            for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]);
-            release_kv(v_empty(slot));
+                for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]);
+                release_kv(v_empty(slot));
+            }
+#if CHAIN
+            else {
+                // The next item's first tile is the ring's next tile, as tile j + 1 would be; its Q
+                // is in the other Q tile. Chained items share their keys' range (unmasked, dense:
+                // every row sees [0, S_kv)), so this item's masks serve for that tile.
+                mbar_wait(k_full(next_slot), next_phase);
+                mbar_wait(v_full(slot), phase);
+                float s_acc[S_REGS];
+                turn_begin(wg);
+                issue_qk(s_acc, next_q_tile + wg_row0 * 128, k_slot(next_slot));
+                rescale_o(o_acc, rescale);
+                issue_pv(o_acc, p_frag, desc_v);
+                turn_end(wg);
+                // This item's max and sums took their last tile in the softmax before this turn.
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    item_max[h] = row_max[h];
+                    item_sum[h] = row_sum[h];
+                    row_max[h] = HOPPER_NEG_INF;
+                    row_sum[h] = 0.f;
+                }
+                wgmma_wait<1>();  // the next item's first S; this item's last P·V may still run
+                release_kv(k_empty(next_slot));
+                softmax_scores(s_acc, next_kv0, next_kv0 + BLOCK_N > wg_hi_min, next_kv0 < wg_lo_max, lane_lo,
+                               lane_hi, t, scale_log2, lazy_slack, row_max, row_sum, rescale);
+                wgmma_wait<0>();
+#pragma unroll
+                for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]);
+                release_kv(v_empty(slot));
+                pack_p(s_acc, p_frag);
+                chained = true;
+            }
+#endif
         }
         slot = next_slot;
         phase = next_phase;
@@ -1020,22 +1122,22 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
     if (!OVERLAP || wg_end == wg_first) mbar_arrive(smem_addr(&bars.q_empty[0]));
 #endif
 
+    if (!chained) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            item_max[h] = row_max[h];
+            item_sum[h] = row_sum[h];
+        }
+    }
 #if STREAM_K
     // A cut item: one warp's segment merges the other's partial and stores; the other stores nothing.
     const bool store = item.split == SPLIT_WHOLE ||
-                       merge_split(o_acc, row_max, row_sum, item.split, item.words, warp, lane);
+                       merge_split(o_acc, item_max, item_sum, item.split, item.words, warp, lane);
 #else
     constexpr bool store = true;
 #endif
-
     float inv_l[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        float l = row_sum[h];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        inv_l[h] = l > 0.f ? 1.f / l : 0.f;  // a row that saw no key writes zeros
-    }
+    row_reciprocals(item_sum, inv_l);
 #if (Q_REGS || Q_RELEASE) && SCHEDULE
     // ---- epilogue: full row sums, guarded 1/l, 4-byte stores straight from the accumulators --------
     // (the Q tile may already hold the next item's Q). A quad's four lanes write 16 contiguous bytes of
@@ -1060,20 +1162,27 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
     named_barrier_sync(1 + wg, 128);
     // The staging addresses are those load_q_frag read Q's fragments from: computed from an opaque
     // copy of the warp's first row, they are computed again here rather than held across the key
-    // loop (with Q in registers the persistent loop spilled them: 48 bytes).
+    // loop (with Q in registers the persistent loop spilled them: 48 bytes). A multiple of 16 (the
+    // mask says so to the compiler: a row's swizzle is then its offset in the warp's rows).
     int stage_row0 = warp_row0;
     asm volatile("" : "+r"(stage_row0));
+    stage_row0 &= ~15;
+    // stmatrix: per instruction four 8×8 matrices, O's rows g and g + 8 (h) of 8-column chunks i
+    // and i + 1 of a panel; lane l addresses row l % 8 of matrix l / 8 = (h, i + ...) = (m & 1, m >> 1),
+    // a 16-byte chunk of the swizzled tile (tile_offset). A quarter of the stores 4-byte ones took.
+    const int stage_row = stage_row0 + 8 * ((lane >> 3) & 1) + (lane & 7);
+    const u32 stage_addr = smem_addr(smem) + static_cast<u32>(stage_row) * 128u;
 #pragma unroll
     for (int p = 0; p < PANELS; ++p) {
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int row = stage_row0 + g + 8 * h;
-                const int col = 64 * p + 8 * i + 2 * t;
-                *reinterpret_cast<elem2_t*>(smem + tile_offset(BLOCK_M, row, col)) =
-                    from_float2(o_acc[p][4 * i + 2 * h] * inv_l[h], o_acc[p][4 * i + 2 * h + 1] * inv_l[h]);
-            }
+        for (int i = 0; i < 8; i += 2) {
+            const int chunk = i + (lane >> 4);
+            const u32 addr = stage_addr + static_cast<u32>(p * BLOCK_M * 128 + ((chunk ^ (stage_row & 7)) << 4));
+            const float* lo = &o_acc[p][4 * i];      // chunk i: rows g (0, 1) and g + 8 (2, 3)
+            const float* hi = &o_acc[p][4 * i + 4];  // chunk i + 1
+            stmatrix_x4(addr, pack_elem2(lo[0] * inv_l[0], lo[1] * inv_l[0]),
+                        pack_elem2(lo[2] * inv_l[1], lo[3] * inv_l[1]), pack_elem2(hi[0] * inv_l[0], hi[1] * inv_l[0]),
+                        pack_elem2(hi[2] * inv_l[1], hi[3] * inv_l[1]));
         }
     }
     __syncwarp();  // each warp reads back only its own 16 staged rows
@@ -1090,6 +1199,7 @@ __device__ __forceinline__ void consume_item(Barriers& bars, unsigned char* smem
         }
     }
 #endif
+    return chained;
 }
 
 #if SCHEDULE
@@ -1483,21 +1593,24 @@ extern "C" __global__ void
     setmaxnreg_inc<CONSUMER_REGS>();
 #endif
     Ring ring = {0, 0u};
+    RowState rows;
     turns_open(warp >> 2);
 #if SCHEDULE
     // Item after item, as the producer announces them with their Q; each thread releases the Q tile
     // once the item is stored (with Q in registers, once it has read its fragments).
-    for (u32 it = 0;; ++it) {
+    // Item `it`'s words, once its Q has landed (q_full); false when none is left.
+    auto read_item = [&](u32 it, ConsumerItem& item) {
         const int buffer = it % Q_STAGES;
         mbar_wait(smem_addr(&bars.q_full[buffer]), (it / Q_STAGES) & 1);
         // Uniform for the compiler (shuffles), like the warp index: the wgmma paths branch on them.
         const int m0 = __shfl_sync(0xffffffffu, bars.item[buffer][2], 0);
-        if (m0 < 0) break;
+        if (m0 < 0) return false;
         const int b = __shfl_sync(0xffffffffu, bars.item[buffer][0], 0);
         const int h = __shfl_sync(0xffffffffu, bars.item[buffer][1], 0);
         const attn::HeadView view =
             attn::head_view(b, h, heads, kv_heads, seq_q, seq_kv, cu_seqlens_q, cu_seqlens_kv);
-        ConsumerItem item;
+        item.q_smem = smem + buffer * Q_TILE_BYTES;
+        item.q_tile = q_tile + buffer * Q_TILE_BYTES;
         item.m0 = m0;
         item.len_q = view.seq_q;
         item.len_kv = view.seq_kv;
@@ -1512,25 +1625,55 @@ extern "C" __global__ void
         item.words = sched_counter;
         cut_tiles(item.tiles, split);
 #endif
-        consume_item(bars, smem + buffer * Q_TILE_BYTES, q_tile + buffer * Q_TILE_BYTES, k_tiles, v_tiles, ring,
-                     item, causal, window_left, window_right, scale, warp, lane);
+        return true;
+    };
+    // Items that chain (CHAIN): those of an unmasked dense batch (whole, or a stream-K segment) whose
+    // rows all lie in the sequence, so that every warpgroup computes every one of their tiles.
+    const bool unmasked_dense = !causal && window_left < 0 && window_right < 0 && cu_seqlens_q == nullptr;
+    auto chainable = [&](const ConsumerItem& item) {
+        return unmasked_dense && item.tiles.count > 0 && item.m0 + BLOCK_M <= item.len_q;
+    };
+    ConsumerItem item;
+    ConsumerItem next;
+    int next_read = -1;  // whether the previous item read this one (CHAIN, its last turn): 1 found, 0 none
+    bool chained_in = false;
+    for (u32 it = 0;; ++it) {
+        if (next_read < 0) {
+            if (!read_item(it, item)) break;
+        } else if (next_read == 0) {
+            break;
+        } else {
+            item = next;
+        }
+        next_read = -1;
+        auto chain_next = [&](u32& next_q_tile, int& next_kv0) {
+            if (!chainable(item)) return false;
+            next_read = read_item(it + 1, next) ? 1 : 0;
+            next_q_tile = next.q_tile;
+            next_kv0 = next.tiles.first * BLOCK_N;
+            return next_read == 1 && chainable(next);
+        };
+        chained_in = consume_item(bars, k_tiles, v_tiles, ring, item, rows, chained_in, chain_next, causal,
+                                  window_left, window_right, scale, warp, lane);
 #if !Q_REGS && !Q_RELEASE
         // After the staged O's reads and writes (with Q in registers consume_item released the tile
         // once it had read Q, with Q_RELEASE after its last Q·Kᵀ).
-        release_q_tile(bars, buffer);
+        release_q_tile(bars, it % Q_STAGES);
 #endif
     }
 #else
     mbar_wait(smem_addr(&bars.q_full[0]), 0);
     ConsumerItem item;
+    item.q_smem = smem;
+    item.q_tile = q_tile;
     item.m0 = m0;
     item.len_q = view.seq_q;
     item.len_kv = view.seq_kv;
     item.tiles = tiles;
     item.o_head = o + view.q;
     item.o_stride = view.q_stride;
-    consume_item(bars, smem, q_tile, k_tiles, v_tiles, ring, item, causal, window_left, window_right, scale, warp,
-                 lane);
+    consume_item(bars, k_tiles, v_tiles, ring, item, rows, false, [](u32&, int&) { return false; },
+                 causal, window_left, window_right, scale, warp, lane);
 #endif
     // With CLUSTER 2 no closing cluster barrier: the producer thread keeps the block (see
     // await_last_releases).

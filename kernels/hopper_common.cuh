@@ -130,6 +130,15 @@ __device__ __forceinline__ void named_barrier_arrive(u32 id, u32 threads) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// Stores four 8×8 matrices of 16-bit elements (stmatrix .x4, sm_90): lane l gives the shared
+// address of row l % 8 of matrix l / 8 (16 contiguous bytes); r_k holds this lane's two elements of
+// matrix k in the mma accumulator layout (row lane / 4, columns 2 · (lane % 4) and + 1).
+__device__ __forceinline__ void stmatrix_x4(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+                 "r"(r2), "r"(r3)
+                 : "memory");
+}
+
 template <int Regs>
 __device__ __forceinline__ void setmaxnreg_dec() {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Regs));

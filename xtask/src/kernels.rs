@@ -194,7 +194,8 @@ mod tests {
         // Q tile in shared memory (SCHEDULE=1, Q_REGS=0, Q_STAGES=1: half of the Q_REGS=0 terms),
         // with either CLUSTER (the persistent loop takes clusters with two Q tiles or with it).
         // And CLUSTER_HEADS=1 on top of every persistent one with CLUSTER=2. And STREAM_K=1 on top
-        // of every one with two Q tiles (alone, in clusters over row blocks and over heads).
+        // of every one with two Q tiles (alone, in clusters over row blocks and over heads). And
+        // CHAIN=1 on top of every one of all those with two Q tiles and OVERLAP=1.
         let q_stages_2 = (96 + 30) / 2 + (2 * 50 + 2 * 10) / 2 - 12;
         let block_n_160 = 30 + 2 * 10 + 15 + 10;
         let one_cluster =
@@ -204,8 +205,15 @@ mod tests {
         let q_release = 2 * (96 + 2 * 50 + 30 + 2 * 10 + 30 + 2 * 10) / 2 * 2;
         let cluster_heads = two_q_tiles + q_release / 2;
         let stream_k = 3 * two_q_tiles;
+        let chains = |l: &&String| l.contains("OVERLAP=1") && l.contains("Q_STAGES=2");
+        let chain = lines.iter().filter(chains).count() / 2;
         assert_eq!(
-            lines.len(),
+            lines.iter().filter(|l| l.contains("CHAIN=1")).count(),
+            chain
+        );
+        assert!(lines.iter().filter(|l| l.contains("CHAIN=1")).all(|l| chains(&l)));
+        assert_eq!(
+            lines.len() - chain,
             one_cluster
                 + (one_cluster - two_q_tiles) / 2
                 + two_q_tiles
@@ -236,7 +244,7 @@ mod tests {
             .any(|l| l.contains("OVERLAP=0") && l.contains("Q_REGS=1")));
         for pv_n in [64, 128] {
             assert!(lines.contains(&format!(
-                "HEAD_DIM=128 BLOCK_M=128 BLOCK_N=128 NUM_WARPS=8 STAGES=3 OVERLAP=1 PINGPONG=1 SCHEDULE=0 Q_REGS=0 PV_N={pv_n} LAZY_RESCALE=0 Q_STAGES=1 CLUSTER=1 Q_RELEASE=0 CLUSTER_HEADS=0 STREAM_K=0 SHARED_BYTES=230400"
+                "HEAD_DIM=128 BLOCK_M=128 BLOCK_N=128 NUM_WARPS=8 STAGES=3 OVERLAP=1 PINGPONG=1 SCHEDULE=0 Q_REGS=0 PV_N={pv_n} LAZY_RESCALE=0 Q_STAGES=1 CLUSTER=1 Q_RELEASE=0 CLUSTER_HEADS=0 STREAM_K=0 CHAIN=0 SHARED_BYTES=230400"
             )));
         }
         assert!(!lines
@@ -247,13 +255,13 @@ mod tests {
             .any(|l| l.contains("NUM_WARPS=4 STAGES=2 OVERLAP=1 PINGPONG=1")));
         // FlashAttention-3's D=128 tile (tuned past two Q tiles' lengths); 160 keys beside two Q tiles.
         assert!(lines.contains(
-            &"HEAD_DIM=128 BLOCK_M=128 BLOCK_N=176 NUM_WARPS=8 STAGES=2 OVERLAP=1 PINGPONG=1 SCHEDULE=0 Q_REGS=0 PV_N=64 LAZY_RESCALE=0 Q_STAGES=1 CLUSTER=1 Q_RELEASE=0 CLUSTER_HEADS=0 STREAM_K=0 SHARED_BYTES=214016"
+            &"HEAD_DIM=128 BLOCK_M=128 BLOCK_N=176 NUM_WARPS=8 STAGES=2 OVERLAP=1 PINGPONG=1 SCHEDULE=0 Q_REGS=0 PV_N=64 LAZY_RESCALE=0 Q_STAGES=1 CLUSTER=1 Q_RELEASE=0 CLUSTER_HEADS=0 STREAM_K=0 CHAIN=0 SHARED_BYTES=214016"
                 .to_string()
         ));
         assert!(lines.iter().any(|l| l.starts_with("HEAD_DIM=128")
             && l.contains("BLOCK_N=160 NUM_WARPS=8 STAGES=2")
             && l.contains(
-                "Q_STAGES=2 CLUSTER=2 Q_RELEASE=0 CLUSTER_HEADS=0 STREAM_K=0 SHARED_BYTES=230400"
+                "Q_STAGES=2 CLUSTER=2 Q_RELEASE=0 CLUSTER_HEADS=0 STREAM_K=0 CHAIN=0 SHARED_BYTES=230400"
             )));
         assert!(!lines.iter().any(|l| l.contains("BLOCK_N=176 NUM_WARPS=12")
             || l.contains("HEAD_DIM=128 BLOCK_M=128 BLOCK_N=176 NUM_WARPS=8 STAGES=3")));

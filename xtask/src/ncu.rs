@@ -12,6 +12,8 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
+use attn_kernels::Candidate;
+use attn_ncu::metrics::Purpose;
 
 /// Arguments of `cargo xtask ncu`.
 #[derive(Debug, clap::Args)]
@@ -85,6 +87,21 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     }
 }
 
+/// The evidence's label, whose slug names its file: the candidate, its knobs, the problem, and the
+/// purpose unless the overview, so that other knobs or another purpose's profile of the same
+/// problem are another file, not a replacement.
+fn evidence_label(candidate: &Candidate, spec: &str, purpose: Purpose) -> String {
+    let knobs = candidate.knobs();
+    let mut label = match knobs.0.is_empty() {
+        true => format!("{} {spec}", candidate.label()),
+        false => format!("{} [{knobs}] {spec}", candidate.label()),
+    };
+    if purpose != Purpose::Overview {
+        label = format!("{label} {}", purpose.name());
+    }
+    label
+}
+
 fn profile_impl(args: &Args) -> anyhow::Result<u8> {
     let spec = args.problem.spec()?;
     let candidate = args.candidate.candidate()?;
@@ -107,13 +124,8 @@ fn profile_impl(args: &Args) -> anyhow::Result<u8> {
     print!("{}", attn_ncu::render_text(&kernels));
     let (git_rev, _) = crate::provenance::git_revision();
     for kernel in &kernels {
-        // Another purpose's profile of the same problem is another file, not a replacement.
-        let label = match purpose {
-            attn_ncu::metrics::Purpose::Overview => format!("{} {spec}", candidate.label()),
-            other => format!("{} {spec} {}", candidate.label(), other.name()),
-        };
         let provenance = attn_ncu::Provenance {
-            label,
+            label: evidence_label(&candidate, &spec.to_string(), purpose),
             created: Some(attn_evidence::utc_now_rfc3339()),
             git_rev: Some(git_rev.clone()),
             device: None,
@@ -136,4 +148,39 @@ fn profile_impl(args: &Args) -> anyhow::Result<u8> {
         }
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn evidence_of_other_knobs_or_purposes_is_another_file() {
+        let file = |config: &str, purpose: Purpose| {
+            let candidate = Candidate::registered("hopper", config.parse().unwrap()).unwrap();
+            let label = evidence_label(&candidate, "2,32/8,2048,128", purpose);
+            let provenance = attn_ncu::Provenance {
+                label,
+                ..Default::default()
+            };
+            let evidence = attn_ncu::NcuEvidence {
+                schema: 1,
+                provenance,
+                kernel: "attn_fwd".into(),
+                launches: 0,
+                launch_ids: Vec::new(),
+                metrics: Default::default(),
+                explanation: None,
+                summary: None,
+                fitness: None,
+            };
+            evidence.file_name()
+        };
+        assert_eq!(file("", Purpose::Overview), "hopper-2-32-8-2048-128.json");
+        assert_eq!(file("", Purpose::Stalls), "hopper-2-32-8-2048-128-stalls.json");
+        assert_eq!(
+            file("CHAIN=1", Purpose::Overview),
+            "hopper-chain-1-2-32-8-2048-128.json"
+        );
+    }
 }

@@ -369,7 +369,7 @@ fn mma_tuned(shape: &Shape, _params: &Params) -> Config {
     }
 }
 
-static HOPPER_KNOBS: [Knob; 15] = [
+static HOPPER_KNOBS: [Knob; 16] = [
     Knob {
         name: "BLOCK_M",
         domain: &[64, 128, 192],
@@ -445,6 +445,11 @@ static HOPPER_KNOBS: [Knob; 15] = [
         domain: &[0, 1],
         doc: "1 = a static persistent schedule (no mask, dense batch) shares its last items' key tiles out evenly over the clusters (stream-K: an item cut between two runs merges the two partial results), so the grid ends with no thin last wave (the tuning of unmasked full grids from 4096 keys at D=128, 2048 at D=64); needs SCHEDULE=1 and Q_STAGES=2; 0 = whole items to the end",
     },
+    Knob {
+        name: "CHAIN",
+        domain: &[0, 1],
+        doc: "1 = in an unmasked dense batch a persistent block chains its whole items: an item's last turn issues the next item's first Q·Kᵀ beside its own last P·V and runs that softmax while the P·V completes, then stores (no turn with a Q·Kᵀ or a P·V alone at an item's start and end); needs SCHEDULE=1, Q_STAGES=2 and OVERLAP=1; 0 = each item begins after the previous one's last P·V",
+    },
 ];
 
 /// hopper's defaults, measured on the H100 with the gate's graph protocol against SDPA (cuDNN):
@@ -475,6 +480,7 @@ fn hopper_defaults(head_dim: usize) -> Config {
         ("Q_RELEASE", 0),
         ("CLUSTER_HEADS", 0),
         ("STREAM_K", 0),
+        ("CHAIN", 0),
     ])
 }
 
@@ -1031,6 +1037,7 @@ static REGISTRY: [Implementation; 7] = [
             ("Q_RELEASE", 0),
             ("CLUSTER_HEADS", 0),
             ("STREAM_K", 0),
+            ("CHAIN", 0),
         ],
         yielding: &[
             ("Q_REGS", 0),
@@ -1039,6 +1046,7 @@ static REGISTRY: [Implementation; 7] = [
             ("Q_RELEASE", 0),
             ("CLUSTER_HEADS", 0),
             ("STREAM_K", 0),
+            ("CHAIN", 0),
         ],
         defaults: hopper_defaults,
         tuned: hopper_tuned,
@@ -1089,6 +1097,11 @@ static REGISTRY: [Implementation; 7] = [
             }
             if knob(cfg, "STREAM_K") == 1 && (knob(cfg, "SCHEDULE") != 1 || q_stages(cfg) != 2) {
                 return Err("STREAM_K=1 needs SCHEDULE=1 and Q_STAGES=2 (the persistent loop shares its last items' key tiles out; with one Q tile its producer's 24 registers spill); add SCHEDULE=1,Q_STAGES=2,Q_REGS=0 (at D=128 STAGES=2)".into());
+            }
+            if knob(cfg, "CHAIN") == 1
+                && (knob(cfg, "SCHEDULE") != 1 || q_stages(cfg) != 2 || knob(cfg, "OVERLAP") != 1)
+            {
+                return Err("CHAIN=1 needs SCHEDULE=1, Q_STAGES=2 and OVERLAP=1 (an item's last turn begins the next item, whose Q is in the other Q tile); add SCHEDULE=1,Q_STAGES=2,Q_REGS=0 (at D=128 STAGES=2)".into());
             }
             if n > 128 && w == 12 {
                 return Err(format!("BLOCK_N={n} needs NUM_WARPS <= 8: with 3 consumer warpgroups (160 registers per thread) its {} S and {} P registers per thread spill; use NUM_WARPS=8", n / 2, n / 4));
@@ -1727,6 +1740,24 @@ mod tests {
             let err = resolve(config, 128).unwrap_err();
             assert!(
                 err.contains("STREAM_K=1 needs SCHEDULE=1 and Q_STAGES=2"),
+                "{config}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn hopper_chains_items_only_with_two_q_tiles_and_overlap() {
+        let two_q = "SCHEDULE=1,Q_REGS=0,Q_STAGES=2,STAGES=2";
+        assert!(resolve(&format!("{two_q},CHAIN=1"), 128).is_ok());
+        assert!(resolve(&format!("{two_q},CHAIN=1,STREAM_K=1,PINGPONG=0"), 128).is_ok());
+        for config in [
+            "CHAIN=1".to_string(),
+            "CHAIN=1,SCHEDULE=1,Q_REGS=0".to_string(),
+            format!("{two_q},CHAIN=1,OVERLAP=0,PINGPONG=0"),
+        ] {
+            let err = resolve(&config, 128).unwrap_err();
+            assert!(
+                err.contains("CHAIN=1 needs SCHEDULE=1, Q_STAGES=2 and OVERLAP=1"),
                 "{config}: {err}"
             );
         }
