@@ -29,7 +29,8 @@
 //   another's GEMMs hold the tensor cores.
 //   Variants (kernels/README.md, "Variants"): GQA/MQA, sliding window (causal included) and varlen
 //   are all supported; see "Variants and tile skipping" below. Rows that see no key write zeros.
-//   The output is staged in the warpgroup's own rows of the Q tile and written with 16-byte stores;
+//   The output is staged in the warpgroup's own rows of the Q tile (stmatrix: four 8×8 blocks of the
+//   accumulator layout per instruction) and written with 16-byte stores;
 //   the persistent loop with Q in registers stores it straight from the accumulators instead, so
 //   that the next item's Q can land in the tile during this item's key loop.
 //
@@ -142,6 +143,17 @@
 //                             whole items at 2,32/8,4096,128 and 1.02-1.04x over the 176-key grid
 //                             from 8192 keys (H200); each cut adds an item's start and end and a
 //                             merge, which shorter rows do not earn back
+//   CHAIN     ∈ {0, 1}        1: in an unmasked dense batch (SCHEDULE 1, Q_STAGES 2, OVERLAP 1) an
+//                             item whose rows all lie in the sequence ends with a turn that issues
+//                             the next item's first Q·Kᵀ (its Q in the other Q tile) beside its own
+//                             last P·V and runs that softmax while the P·V completes, then its
+//                             epilogue: no turn with a Q·Kᵀ alone at an item's start or a P·V alone
+//                             at its end (stream-K segments too; consume_item). Why try it: ncu's
+//                             warp-state samples at 2,32/8,2048,128 put 14.5% of the consumers' time
+//                             in each item's own code (first softmax, last P·V, epilogue) against
+//                             71% in the steady key tile. Opt-in: ncu measured 225.9 µs tuned and
+//                             228.3 µs with CHAIN there (the consumers then wait for the next item's
+//                             Q before the chained turn: evidence/ncu/captures/2026-11-29-chain)
 //   A caution on the clock gap to FA3 that PV_N, Q_REGS and LAZY_RESCALE cite: those clocks were
 //   50 µs probes at the edges of each block, which swung ±5% between blocks whose times agreed
 //   within 1% (attn-measure's timing::round_order); the gap is not established. Each knob was
@@ -299,14 +311,18 @@
 //   Ping-pong turns: warpgroup w bar.syncs on barrier 4 + w (256 = its 128 threads + the previous
 //   warpgroup's 128 arrivals) before a batch and bar.arrives on the next warpgroup's barrier after
 //   it. The last warpgroup arrives once on warpgroup 0's barrier before the block's first item;
-//   every warpgroup takes exactly 1 + num_tiles turns per item (an empty one per skipped tile of
+//   every warpgroup takes exactly 1 + num_tiles turns per item (num_tiles for an item chained in,
+//   whose first turn was the previous item's last: CHAIN; an empty one per skipped tile of
 //   its prefix, the prologue's S of its first tile, one per computed tile, an empty one per skipped
 //   tile of its suffix; none for an item without tiles), so the counts match item by item, the
 //   turns run on from one item to the next, and warpgroup 0 consumes the block's last hand-over
 //   with one more bar.sync before it exits. Turn k of any warpgroup waits for at most tile k, and
 //   before it the warpgroup has released every K up to tile k − 1 and every V up to k − 2, so the
 //   producer (STAGES ≥ 2) is never blocked by a turn that waits for it.
-//   A warpgroup waits on its full barriers before its turn, never inside it.
+//   A warpgroup waits on its full barriers before its turn, never inside it. With CHAIN the
+//   chained turn also waits for the next item's q_full (its words and Q) and for its first K tile,
+//   the ring's next as any tile j + 1: the producer publishes that item once it has copied this
+//   item's last tile, for which it needs only releases of tiles two before, made before that turn.
 //   Accumulators are fenced (an empty asm on each register) around the async section so that the
 //   compiler does not move their reads or writes across it; wgmma.fence precedes each batch of
 //   wgmma. ptxas serialises wgmma (notes C7513/C7520) when a register a pending wgmma reads or
