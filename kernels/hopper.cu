@@ -152,8 +152,8 @@
 //                             warp-state samples at 2,32/8,2048,128 put 14.5% of the consumers' time
 //                             in each item's own code (first softmax, last P·V, epilogue) against
 //                             71% in the steady key tile. Opt-in: ncu measured 225.9 µs tuned and
-//                             228.3 µs with CHAIN there (the consumers then wait for the next item's
-//                             Q before the chained turn: evidence/ncu/captures/2026-11-29-chain)
+//                             228.3 µs with CHAIN there: the chained turn's softmax, the epilogue and
+//                             the item's other code remain (evidence/ncu/captures/2026-11-29-chain)
 //   A caution on the clock gap to FA3 that PV_N, Q_REGS and LAZY_RESCALE cite: those clocks were
 //   50 µs probes at the edges of each block, which swung ±5% between blocks whose times agreed
 //   within 1% (attn-measure's timing::round_order); the gap is not established. Each knob was

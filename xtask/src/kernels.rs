@@ -211,7 +211,10 @@ mod tests {
             lines.iter().filter(|l| l.contains("CHAIN=1")).count(),
             chain
         );
-        assert!(lines.iter().filter(|l| l.contains("CHAIN=1")).all(|l| chains(&l)));
+        assert!(lines
+            .iter()
+            .filter(|l| l.contains("CHAIN=1"))
+            .all(|l| chains(&l)));
         assert_eq!(
             lines.len() - chain,
             one_cluster

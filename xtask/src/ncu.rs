@@ -1,7 +1,9 @@
 //! `cargo xtask ncu`: Nsight Compute on our kernels, or on a CSV captured elsewhere.
 //!
 //! - `--from-csv FILE`: summarise either ncu page (`details` or `raw`), no GPU needed: each kernel's
-//!   launches and metrics in base units.
+//!   launches and metrics in base units; or a source page (`--page source --print-source sass`
+//!   with the WarpStateStats and SourceCounters sections): where the warps' samples fall by how
+//!   often the code runs (per tile, per item, per block) and the hottest instructions.
 //! - `--impl NAME --shape B,H,S,D`: profile one of our kernels. ncu runs this same binary in its
 //!   hidden target mode (`target`) that launches only the candidate; ncu is filtered to its
 //!   entry point, skips the first (warm-up) launch, leaves the clocks alone and flushes caches. The
@@ -19,7 +21,8 @@ use attn_ncu::metrics::Purpose;
 #[derive(Debug, clap::Args)]
 #[command(mut_arg("shape", |a| a.required(false).default_value("2,16,4096,128")))]
 pub struct Args {
-    /// An `ncu --csv` capture (`--page details` or `--page raw`); messy output is fine.
+    /// An `ncu --csv` capture (`--page details`, `--page raw` or `--page source --print-source
+    /// sass`); messy output is fine.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["implementation", "src"])]
     pub from_csv: Option<PathBuf>,
     /// Keep only kernels whose name contains PATTERN (or matches it, as `regex:PATTERN`).
@@ -68,6 +71,9 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     };
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    if attn_ncu::source::is_source_page(&text) {
+        return print_source_page(&text, &path, args.kernel.as_deref());
+    }
     let launches = attn_ncu::parse(&text).with_context(|| format!("parsing {}", path.display()))?;
     let source = path.display().to_string();
     let kernels = attn_ncu::matching_kernels(&launches, args.kernel.as_deref(), &source)?;
@@ -85,6 +91,35 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e).context("writing to stdout"),
         _ => Ok(0),
     }
+}
+
+/// A source page's kernels (those whose name contains `kernel`, or matches `regex:...`): samples by
+/// execution count, then the hottest instructions.
+fn print_source_page(
+    text: &str,
+    path: &std::path::Path,
+    kernel: Option<&str>,
+) -> anyhow::Result<u8> {
+    let profiles = attn_ncu::source::parse_source(text)
+        .with_context(|| format!("parsing {}", path.display()))?;
+    let filter = kernel.map(attn_ncu::KernelFilter::parse).transpose()?;
+    let chosen: Vec<_> = profiles
+        .iter()
+        .filter(|p| filter.as_ref().is_none_or(|f| f.matches(&p.kernel)))
+        .collect();
+    if chosen.is_empty() {
+        let names: Vec<&str> = profiles.iter().map(|p| p.kernel.as_str()).collect();
+        anyhow::bail!(
+            "no kernel in {} matches {:?}; kernels there: {}",
+            path.display(),
+            kernel.unwrap_or(""),
+            names.join(" | ")
+        );
+    }
+    for profile in chosen {
+        print!("{}", attn_ncu::source::render_source(profile, 8, 15));
+    }
+    Ok(0)
 }
 
 /// The evidence's label, whose slug names its file: the candidate, its knobs, the problem, and the
@@ -177,7 +212,10 @@ mod tests {
             evidence.file_name()
         };
         assert_eq!(file("", Purpose::Overview), "hopper-2-32-8-2048-128.json");
-        assert_eq!(file("", Purpose::Stalls), "hopper-2-32-8-2048-128-stalls.json");
+        assert_eq!(
+            file("", Purpose::Stalls),
+            "hopper-2-32-8-2048-128-stalls.json"
+        );
         assert_eq!(
             file("CHAIN=1", Purpose::Overview),
             "hopper-chain-1-2-32-8-2048-128.json"

@@ -1012,13 +1012,29 @@ fn hopper_static_order_cuts_and_chains_items_and_matches_the_oracle() {
             128,
             &["3,5,2048,128", "3,5,1100,128"],
         ),
-        ("STREAM_K=1,CLUSTER=1", 128, &["3,5,2048,128", "2,9,1000,1500,128"]),
-        ("STREAM_K=1,BLOCK_M=128,NUM_WARPS=8,CLUSTER=1", 64, &["3,5,2048,64"]),
-        ("STREAM_K=1,CLUSTER=2,CLUSTER_HEADS=1", 64, &["2,16/4,1500,64"]),
+        (
+            "STREAM_K=1,CLUSTER=1",
+            128,
+            &["3,5,2048,128", "2,9,1000,1500,128"],
+        ),
+        (
+            "STREAM_K=1,BLOCK_M=128,NUM_WARPS=8,CLUSTER=1",
+            64,
+            &["3,5,2048,64"],
+        ),
+        (
+            "STREAM_K=1,CLUSTER=2,CLUSTER_HEADS=1",
+            64,
+            &["2,16/4,1500,64"],
+        ),
         (
             "CHAIN=1,CLUSTER=2,CLUSTER_HEADS=1,BLOCK_N=160,LAZY_RESCALE=1",
             128,
-            &["2,32/8,2048,128", "1,32/8,700,1300,128", "2,16/2,1024,100,128"],
+            &[
+                "2,32/8,2048,128",
+                "1,32/8,700,1300,128",
+                "2,16/2,1024,100,128",
+            ],
         ),
         (
             "CHAIN=1,STREAM_K=1,CLUSTER=2,CLUSTER_HEADS=1,BLOCK_N=160",
@@ -1026,10 +1042,22 @@ fn hopper_static_order_cuts_and_chains_items_and_matches_the_oracle() {
             &["2,32/8,2048,128", "1,32/8,1024,128"],
         ),
         ("CHAIN=1,CLUSTER=2,BLOCK_N=160", 128, &["3,5,1212,128"]),
-        ("CHAIN=1,CLUSTER=1", 128, &["3,5,2048,128", "2,9,1000,1500,128"]),
+        (
+            "CHAIN=1,CLUSTER=1",
+            128,
+            &["3,5,2048,128", "2,9,1000,1500,128"],
+        ),
         ("CHAIN=1,CLUSTER=1,PINGPONG=0", 128, &["3,5,2048,128"]),
-        ("CHAIN=1,BLOCK_M=128,NUM_WARPS=8,CLUSTER=1", 64, &["3,5,2048,64"]),
-        ("CHAIN=1,STREAM_K=1,CLUSTER=2,CLUSTER_HEADS=1", 64, &["2,16/4,1500,64"]),
+        (
+            "CHAIN=1,BLOCK_M=128,NUM_WARPS=8,CLUSTER=1",
+            64,
+            &["3,5,2048,64"],
+        ),
+        (
+            "CHAIN=1,STREAM_K=1,CLUSTER=2,CLUSTER_HEADS=1",
+            64,
+            &["2,16/4,1500,64"],
+        ),
     ];
     let sms = gpu.info().sm_count as usize;
     let hopper = attn_kernels::registry::find("hopper").unwrap();
@@ -1063,9 +1091,15 @@ fn hopper_static_order_cuts_and_chains_items_and_matches_the_oracle() {
                     }
                 }
                 if overrides.get("STREAM_K") == Some(1) {
-                    assert!(cuts, "{shape} [{cfg}]: {items} items on {clusters} clusters do not cut");
+                    assert!(
+                        cuts,
+                        "{shape} [{cfg}]: {items} items on {clusters} clusters do not cut"
+                    );
                 } else {
-                    assert!(items > clusters, "{shape} [{cfg}]: {items} items on {clusters} clusters do not chain");
+                    assert!(
+                        items > clusters,
+                        "{shape} [{cfg}]: {items} items on {clusters} clusters do not chain"
+                    );
                 }
                 let label = format!("hopper [{cfg}] {shape} causal={causal} {dtype} seed={seed}");
                 let normal = Distribution::Normal;

@@ -71,7 +71,7 @@ pub enum NcuError {
 
     /// A metric-set name that is not a [`crate::metrics::Purpose`].
     #[error(
-        "unknown purpose {0:?} (overview, tensor, memory, occupancy, bank-conflicts, spills, all)"
+        "unknown purpose {0:?} (overview, tensor, memory, occupancy, bank-conflicts, spills, stalls, all)"
     )]
     UnknownPurpose(String),
 

@@ -11,6 +11,8 @@
 //!  KernelSummary ──explain(flops, Ceilings)──▶ Explanation (Display)      (explain)
 //!  KernelSummary + speedup ──FitnessInputs──fitness(weights)──▶ Fitness   (fitness)
 //!  all of it ──NcuEvidence::write_in("evidence/ncu")──▶ JSON              (evidence)
+//!  source-page CSV ──parse_source──▶ SourceProfile (samples per SASS line,
+//!                   by execution count, hottest)                        (source)
 //! ```
 //!
 //! * [`value`]: every number is normalised to a base unit (ns, byte, byte/s, %, count) with
@@ -40,6 +42,7 @@ pub mod metrics;
 pub mod parse;
 pub mod render;
 pub mod runner;
+pub mod source;
 pub mod value;
 
 pub use assess::{assess, fitness_line, kernel_options, matching_kernels, Assessed};
