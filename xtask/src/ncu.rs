@@ -4,6 +4,8 @@
 //!   launches and metrics in base units; or a source page (`--page source --print-source sass`
 //!   with the WarpStateStats and SourceCounters sections): where the warps' samples fall by how
 //!   often the code runs (per tile, per item, per block) and the hottest instructions.
+//! - `--impl NAME --shape B,H,S,D --source [--save-csv FILE]`: the source page of one of our
+//!   kernels, summarised as `--from-csv` does (no evidence file: a page is a listing, not metrics).
 //! - `--impl NAME --shape B,H,S,D`: profile one of our kernels. ncu runs this same binary in its
 //!   hidden target mode (`target`) that launches only the candidate; ncu is filtered to its
 //!   entry point, skips the first (warm-up) launch, leaves the clocks alone and flushes caches. The
@@ -59,6 +61,13 @@ pub struct Args {
     /// Write no evidence file.
     #[arg(long)]
     pub no_evidence: bool,
+    /// With --impl: ncu's source page instead of metrics (one launch after a warm-up): the warps'
+    /// samples by how often the code runs, and the hottest SASS instructions.
+    #[arg(long)]
+    pub source: bool,
+    /// With --source: also write the page as ncu printed it (`--from-csv` reads it back).
+    #[arg(long, value_name = "FILE", requires = "source")]
+    pub save_csv: Option<PathBuf>,
 }
 
 /// Runs the subcommand; returns the process exit code.
@@ -145,10 +154,28 @@ fn profile_impl(args: &Args) -> anyhow::Result<u8> {
     let entry = attn_measure::profile::profiled_entry(&candidate);
     let ncu = attn_measure::profile::find_ncu(&args.ncu)?;
     let program = std::env::current_exe().context("locating this program for ncu to run")?;
-    let (label, n) = (candidate.label(), args.launches);
-    println!("profiling {label} on {spec} with ncu ({n} launches after a warm-up)");
     // A bound for a hung target; a full metric set on a large shape takes a minute or two.
     let bound = std::time::Duration::from_secs(600);
+    if args.source {
+        println!(
+            "source page of {} on {spec} with ncu (one launch after a warm-up)",
+            candidate.label()
+        );
+        let (command_line, profiles, page) =
+            attn_measure::profile::ncu_source(&ncu, &program, &candidate, spec.clone(), bound)?;
+        println!("{}", command_line.join(" "));
+        if let Some(path) = &args.save_csv {
+            attn_oracle::npy::write_bytes_atomic(path, page.as_bytes())
+                .with_context(|| format!("writing {}", path.display()))?;
+            println!("page: {}", path.display());
+        }
+        for profile in &profiles {
+            print!("{}", attn_ncu::source::render_source(profile, 8, 15));
+        }
+        return Ok(0);
+    }
+    let (label, n) = (candidate.label(), args.launches);
+    println!("profiling {label} on {spec} with ncu ({n} launches after a warm-up)");
     let (purpose, shape) = (args.purpose, spec.clone());
     let profile = attn_measure::profile::ncu(&ncu, &program, &candidate, shape, purpose, n, bound)?;
     println!("{}", profile.clock_note);

@@ -60,11 +60,81 @@ pub fn ncu(
     launches: u32,
     timeout: Duration,
 ) -> Result<attn_ncu::Profile> {
-    let entry = profiled_entry(candidate);
-    let opts = attn_ncu::kernel_options(entry, purpose, ncu.to_path_buf(), launches);
+    let opts = attn_ncu::kernel_options(
+        profiled_entry(candidate),
+        purpose,
+        ncu.to_path_buf(),
+        launches,
+    );
+    let (args, ended) = run_ncu(&opts, program, candidate, shape, launches, timeout)?;
+    Ok(attn_ncu::Profile::from_output(
+        &opts,
+        program,
+        &args,
+        &ended.as_ended(),
+    )?)
+}
+
+/// ncu's source page of `candidate` on `shape` (its launch after one warm-up: SASS instructions
+/// with their executions and warp-stall samples, [`attn_ncu::source`]), run as [`ncu`] runs; with
+/// the command line, for provenance, and the page's text as ncu printed it.
+pub fn ncu_source(
+    ncu: &Path,
+    program: &Path,
+    candidate: &Candidate,
+    shape: ShapeSpec,
+    timeout: Duration,
+) -> Result<(Vec<String>, Vec<attn_ncu::source::SourceProfile>, String)> {
+    let mut opts = attn_ncu::kernel_options(
+        profiled_entry(candidate),
+        Purpose::Overview,
+        ncu.to_path_buf(),
+        1,
+    );
+    opts.page = attn_ncu::Page::Source;
+    let (args, ended) = run_ncu(&opts, program, candidate, shape, 1, timeout)?;
+    let profiles = attn_ncu::interpret_source(&opts, &ended.as_ended())?;
+    let mut command_line = vec![opts.ncu.to_string_lossy().into_owned()];
+    command_line.extend(
+        attn_ncu::arguments(&opts, program, &args)
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned()),
+    );
+    Ok((command_line, profiles, ended.stdout))
+}
+
+/// How a supervised ncu run ended.
+struct NcuRun {
+    success: bool,
+    status: String,
+    stdout: String,
+    stderr: String,
+}
+
+impl NcuRun {
+    fn as_ended(&self) -> attn_ncu::Ended<'_> {
+        attn_ncu::Ended {
+            success: self.success,
+            status: &self.status,
+            stdout: &self.stdout,
+            stderr: &self.stderr,
+        }
+    }
+}
+
+/// ncu with `opts` on this program's target mode for `candidate` on `shape`, supervised: the
+/// target's arguments and how it ended.
+fn run_ncu(
+    opts: &attn_ncu::ProfileOptions,
+    program: &Path,
+    candidate: &Candidate,
+    shape: ShapeSpec,
+    launches: u32,
+    timeout: Duration,
+) -> Result<([String; 2], NcuRun)> {
     let target = Target::new(candidate, vec![shape], launches)?;
     let args = ["target".to_string(), target.to_json()];
-    let command = attn_ncu::command(&opts, program, &args);
+    let command = attn_ncu::command(opts, program, &args);
     match run_supervised(command, timeout)? {
         Supervised::TimedOut => Err(MeasureError::Invalid(format!(
             "ncu: timeout after {} s",
@@ -74,17 +144,15 @@ pub fn ncu(
             status,
             stdout,
             stderr,
-        } => {
-            let ended = attn_ncu::Ended {
+        } => Ok((
+            args,
+            NcuRun {
                 success: status.success(),
-                status: &status.to_string(),
-                stdout: &stdout,
-                stderr: &stderr,
-            };
-            Ok(attn_ncu::Profile::from_output(
-                &opts, program, &args, &ended,
-            )?)
-        }
+                status: status.to_string(),
+                stdout,
+                stderr,
+            },
+        )),
     }
 }
 

@@ -53,5 +53,7 @@ pub use fitness::{fitness, formula, Fitness, FitnessInputs, FitnessWeights};
 pub use group::{group, Aggregate, KernelFilter, KernelSummary};
 pub use parse::{detect_page, parse, parse_details, parse_raw, Launch, Page};
 pub use render::render_text;
-pub use runner::{arguments, command, interpret, profile, Ended, Profile, ProfileOptions};
+pub use runner::{
+    arguments, command, interpret, interpret_source, profile, Ended, Profile, ProfileOptions,
+};
 pub use value::{Unit, Value};

@@ -46,6 +46,9 @@ pub enum Page {
     Details,
     /// `--page raw`: a names row, a units row, then one row per launch.
     Raw,
+    /// `--page source --print-source sass`: one row per SASS instruction of one launch
+    /// ([`crate::source`]; not a page of launches: [`parse`] never finds it).
+    Source,
 }
 
 impl Page {
@@ -54,6 +57,7 @@ impl Page {
         match self {
             Page::Details => "details",
             Page::Raw => "raw",
+            Page::Source => "source",
         }
     }
 }
@@ -90,7 +94,7 @@ pub fn parse(text: &str) -> Result<Vec<Launch>, NcuError> {
     let table = Table::read(text)?;
     match table.page()? {
         Page::Details => details(&table),
-        Page::Raw => raw(&table),
+        Page::Raw | Page::Source => raw(&table),
     }
 }
 

@@ -81,6 +81,19 @@ pub fn arguments(opts: &ProfileOptions, program: &Path, args: &[String]) -> Vec<
     push("--csv");
     push("--page");
     push(opts.page.as_arg());
+    if opts.page == Page::Source {
+        // Per SASS instruction: executions (SourceCounters) and warp-stall samples (WarpStateStats).
+        for arg in [
+            "--print-source",
+            "sass",
+            "--section",
+            "WarpStateStats",
+            "--section",
+            "SourceCounters",
+        ] {
+            push(arg);
+        }
+    }
     // Base units make the numbers exact (no "1.59 Mbyte" rounding).
     push("--print-units");
     push("base");
@@ -102,7 +115,7 @@ pub fn arguments(opts: &ProfileOptions, program: &Path, args: &[String]) -> Vec<
     } else {
         "none"
     });
-    if !opts.metrics.is_empty() {
+    if !opts.metrics.is_empty() && opts.page != Page::Source {
         push("--metrics");
         push(&opts.metrics.join(","));
     }
@@ -216,6 +229,39 @@ pub fn interpret(
     stdout: &str,
     stderr: &str,
 ) -> Result<Vec<Launch>, NcuError> {
+    check_ended(success, status, stdout, stderr)?;
+    let all = || stdout.lines().chain(stderr.lines());
+    if all().any(|l| l.starts_with("==WARNING== No kernels were profiled"))
+        || !stdout.contains("\"ID\",")
+    {
+        return Err(NcuError::NoKernelsProfiled {
+            kernel_filter: opts.kernel_name_arg(),
+            launch_skip: opts.launch_skip,
+        });
+    }
+    parse(stdout)
+}
+
+/// The source page of an ncu run with `opts.page` [`Page::Source`], or a classified error as
+/// [`interpret`] gives.
+pub fn interpret_source(
+    opts: &ProfileOptions,
+    ended: &Ended<'_>,
+) -> Result<Vec<crate::source::SourceProfile>, NcuError> {
+    let (stdout, stderr) = (ended.stdout, ended.stderr);
+    check_ended(ended.success, ended.status, stdout, stderr)?;
+    if !crate::source::is_source_page(stdout) {
+        return Err(NcuError::NoKernelsProfiled {
+            kernel_filter: opts.kernel_name_arg(),
+            launch_skip: opts.launch_skip,
+        });
+    }
+    crate::source::parse_source(stdout)
+}
+
+/// ncu's failures (counter permission, an unknown metric, the target's own failure, ncu's
+/// errors, a non-zero exit) as [`NcuError`]s.
+fn check_ended(success: bool, status: &str, stdout: &str, stderr: &str) -> Result<(), NcuError> {
     let all = || stdout.lines().chain(stderr.lines());
     let errors: Vec<&str> = all().filter(|l| l.starts_with("==ERROR==")).collect();
     if all().any(|l| l.contains("ERR_NVGPUCTRPERM")) {
@@ -248,15 +294,7 @@ pub fn interpret(
             detail,
         });
     }
-    if all().any(|l| l.starts_with("==WARNING== No kernels were profiled"))
-        || !stdout.contains("\"ID\",")
-    {
-        return Err(NcuError::NoKernelsProfiled {
-            kernel_filter: opts.kernel_name_arg(),
-            launch_skip: opts.launch_skip,
-        });
-    }
-    parse(stdout)
+    Ok(())
 }
 
 /// `==ERROR== Failed to find metric foo` and its variants across ncu versions.

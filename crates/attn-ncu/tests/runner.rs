@@ -144,3 +144,41 @@ fn missing_ncu_says_how_to_install_it() {
     assert!(matches!(err, NcuError::NcuNotFound { .. }), "{err:?}");
     assert!(err.to_string().contains("install Nsight Compute"));
 }
+
+#[test]
+fn a_source_page_asks_for_sass_and_the_warp_state_sections_and_reads_back() {
+    let opts = ProfileOptions {
+        page: Page::Source,
+        ..options(PathBuf::from("ncu"))
+    };
+    let args = attn_ncu::arguments(&opts, Path::new("xtask"), &["target".into()]);
+    let args: Vec<&str> = args.iter().map(|a| a.to_str().unwrap()).collect();
+    let joined = args.join(" ");
+    assert!(joined.starts_with("--csv --page source --print-source sass --section WarpStateStats --section SourceCounters"), "{joined}");
+    // A source page takes no metric list (its sections say what it holds).
+    assert!(!args.contains(&"--metrics"), "{joined}");
+    let ended = |stdout: &'static str| attn_ncu::Ended {
+        success: true,
+        status: "exit status: 0",
+        stdout,
+        stderr: "",
+    };
+    let page = include_str!("fixtures/h200_hopper_source_sass.csv");
+    let profiles = attn_ncu::interpret_source(&opts, &ended(page)).unwrap();
+    assert_eq!(profiles[0].kernel, "attn_fwd");
+    let none = attn_ncu::interpret_source(&opts, &ended("==PROF== Disconnected from process 1\n"));
+    assert!(
+        matches!(none, Err(NcuError::NoKernelsProfiled { .. })),
+        "{none:?}"
+    );
+    let failed = attn_ncu::interpret_source(
+        &opts,
+        &attn_ncu::Ended {
+            success: false,
+            status: "exit status: 1",
+            stdout: "",
+            stderr: "==ERROR== The application returned an error code (11).\n",
+        },
+    );
+    assert!(failed.is_err());
+}
