@@ -200,7 +200,7 @@ const RULE_COLUMNS: &[&str] = &[
 ];
 
 /// Splits one CSV line into fields (quotes, embedded commas and doubled quotes handled).
-fn split_row(line: &str, line_number: usize) -> Result<Vec<String>, NcuError> {
+pub(crate) fn split_row(line: &str, line_number: usize) -> Result<Vec<String>, NcuError> {
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(false)
         .flexible(true)

@@ -19,6 +19,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
+use crate::parse::split_row as fields;
 use crate::NcuError;
 
 /// The columns a source page must have.
@@ -236,22 +237,6 @@ impl Columns {
             executed: count(self.executed)?,
             stalls,
         })
-    }
-}
-
-fn fields(line: &str, number: usize) -> Result<Vec<String>, NcuError> {
-    let mut reader = csv::ReaderBuilder::new()
-        .has_headers(false)
-        .flexible(true)
-        .from_reader(line.as_bytes());
-    let mut record = csv::StringRecord::new();
-    match reader.read_record(&mut record) {
-        Ok(true) => Ok(record.iter().map(str::to_string).collect()),
-        Ok(false) => Ok(Vec::new()),
-        Err(e) => Err(NcuError::MalformedRow {
-            line: number,
-            message: e.to_string(),
-        }),
     }
 }
 
