@@ -164,7 +164,8 @@
 //   Constraint: SHARED_BYTES ≤ 232448 (the sm_90 opt-in limit, static barriers included); only
 //   D 128 / BLOCK_N 128 / STAGES 4 and D 128 / BLOCK_N 176 / STAGES 3 or 4 exceed it. Every valid
 //   combination compiles with no spill, no stack frame and no wgmma serialisation
-//   (kernels/tools/hopper_check.py).
+//   (kernels/tools/hopper_check.py), except the opt-in CHAIN 1 with STREAM_K 1 and LAZY_RESCALE 1 at
+//   D 128 (4 bytes spilled, 8-byte frame: 11 of the 84 ping-pong configs of that combination).
 //
 // Launch geometry and ABI (kernels/README.md, the TensorMaps ABI and "Variants")
 //   grid = (ceil(S_q / BLOCK_M), H, B) (block x computes row block x, or gridDim.x − 1 − x when the
@@ -889,7 +890,6 @@ __device__ __forceinline__ bool consume_item(Barriers& bars, u32 k_tiles, u32 v_
                                              ChainNext&& chain_next, int causal, int window_left,
                                              int window_right, float scale, int warp, int lane) {
     unsigned char* const smem = item.q_smem;
-    const u32 q_tile = item.q_tile;
     const int wg = warp >> 2;
     const int g = lane >> 2;
     const int t = lane & 3;
@@ -950,7 +950,7 @@ __device__ __forceinline__ bool consume_item(Barriers& bars, u32 k_tiles, u32 v_
     release_q_tile(bars, 0);  // Q in registers: one Q tile (Q_STAGES 1)
 #endif
 #else
-    const u32 q_operand = q_tile + wg_row0 * 128;  // this warpgroup's 64 rows of every Q panel
+    const u32 q_operand = item.q_tile + wg_row0 * 128;  // this warpgroup's 64 rows of every Q panel
 #endif
     auto k_slot = [&](int s) { return k_tiles + s * KV_TILE_BYTES; };
     auto v_slot = [&](int s) { return v_tiles + s * KV_TILE_BYTES; };
@@ -964,14 +964,9 @@ __device__ __forceinline__ bool consume_item(Barriers& bars, u32 k_tiles, u32 v_
     float(&row_sum)[2] = rows.row_sum;  // this lane's partial sums of rows g and g + 8
     u32(&p_frag)[PV_K_STEPS][4] = rows.p_frag;
     float(&rescale)[2] = rows.rescale;
-    if (chained_in) {
-#pragma unroll
-        for (int p = 0; p < PANELS; ++p)
-#pragma unroll
-            for (int i = 0; i < 32; ++i) o_acc[p][i] = 0.f;
-    } else {
-        clear_accumulators(o_acc, row_max, row_sum);
-    }
+    // A chained item's rows took its first tile in the previous item's last turn.
+    clear_o(o_acc);
+    if (!chained_in) clear_rows(row_max, row_sum);
     bool chained = false;
     // This item's final row max and sum: with CHAIN kept aside in the chained turn, where the next
     // item's softmax takes over row_max and row_sum.
@@ -1101,9 +1096,8 @@ __device__ __forceinline__ bool consume_item(Barriers& bars, u32 k_tiles, u32 v_
                 for (int h = 0; h < 2; ++h) {
                     item_max[h] = row_max[h];
                     item_sum[h] = row_sum[h];
-                    row_max[h] = HOPPER_NEG_INF;
-                    row_sum[h] = 0.f;
                 }
+                clear_rows(row_max, row_sum);
                 wgmma_wait<1>();  // the next item's first S; this item's last P·V may still run
                 release_kv(k_empty(next_slot));
                 softmax_scores(s_acc, next_kv0, next_kv0 + BLOCK_N > wg_hi_min, next_kv0 < wg_lo_max, lane_lo,
@@ -1185,15 +1179,15 @@ __device__ __forceinline__ bool consume_item(Barriers& bars, u32 k_tiles, u32 v_
     stage_row0 &= ~15;
     // stmatrix: per instruction four 8×8 matrices, O's rows g and g + 8 (h) of 8-column chunks i
     // and i + 1 of a panel; lane l addresses row l % 8 of matrix l / 8 = (h, i + ...) = (m & 1, m >> 1),
-    // a 16-byte chunk of the swizzled tile (tile_offset). A quarter of the stores 4-byte ones took.
+    // a 16-byte chunk of the swizzled tile. A quarter of the stores 4-byte ones took.
     const int stage_row = stage_row0 + 8 * ((lane >> 3) & 1) + (lane & 7);
-    const u32 stage_addr = smem_addr(smem) + static_cast<u32>(stage_row) * 128u;
+    const u32 stage_base = smem_addr(smem);
 #pragma unroll
     for (int p = 0; p < PANELS; ++p) {
 #pragma unroll
         for (int i = 0; i < 8; i += 2) {
-            const int chunk = i + (lane >> 4);
-            const u32 addr = stage_addr + static_cast<u32>(p * BLOCK_M * 128 + ((chunk ^ (stage_row & 7)) << 4));
+            const int col = 64 * p + 8 * (i + (lane >> 4));
+            const u32 addr = stage_base + tile_offset(BLOCK_M, stage_row, col);
             const float* lo = &o_acc[p][4 * i];      // chunk i: rows g (0, 1) and g + 8 (2, 3)
             const float* hi = &o_acc[p][4 * i + 4];  // chunk i + 1
             stmatrix_x4(addr, pack_elem2(lo[0] * inv_l[0], lo[1] * inv_l[0]),

@@ -154,19 +154,28 @@ __device__ __forceinline__ void release_kv(u32 empty) {
 #endif
 }
 
-// O = 0, and the running max (scale·log2e domain) and this lane's partial sum of rows g and g + 8:
-// -inf and 0. The sum stays partial over the quad until the end (every rescale factor is uniform in
-// a quad).
-__device__ __forceinline__ void clear_accumulators(float (&o_acc)[PANELS][32], float (&row_max)[2],
-                                                   float (&row_sum)[2]) {
+// O = 0.
+__device__ __forceinline__ void clear_o(float (&o_acc)[PANELS][32]) {
 #pragma unroll
     for (int p = 0; p < PANELS; ++p)
 #pragma unroll
         for (int i = 0; i < 32; ++i) o_acc[p][i] = 0.f;
+}
+
+// The running max (scale·log2e domain) and this lane's partial sum of rows g and g + 8: -inf and 0.
+// The sum stays partial over the quad until the end (every rescale factor is uniform in a quad).
+__device__ __forceinline__ void clear_rows(float (&row_max)[2], float (&row_sum)[2]) {
     row_max[0] = HOPPER_NEG_INF;
     row_max[1] = HOPPER_NEG_INF;
     row_sum[0] = 0.f;
     row_sum[1] = 0.f;
+}
+
+// O, the running max and the sums of a row block's start.
+__device__ __forceinline__ void clear_accumulators(float (&o_acc)[PANELS][32], float (&row_max)[2],
+                                                   float (&row_sum)[2]) {
+    clear_o(o_acc);
+    clear_rows(row_max, row_sum);
 }
 
 // The bytes from a tile's start to k-step kk's 16 columns: a 64-column panel (rows × 128 bytes)

@@ -136,9 +136,10 @@ fn print_source_page(
 /// problem are another file, not a replacement.
 fn evidence_label(candidate: &Candidate, spec: &str, purpose: Purpose) -> String {
     let knobs = candidate.knobs();
-    let mut label = match knobs.0.is_empty() {
-        true => format!("{} {spec}", candidate.label()),
-        false => format!("{} [{knobs}] {spec}", candidate.label()),
+    let mut label = if knobs.0.is_empty() {
+        format!("{} {spec}", candidate.label())
+    } else {
+        format!("{} [{knobs}] {spec}", candidate.label())
     };
     if purpose != Purpose::Overview {
         label = format!("{label} {}", purpose.name());

@@ -448,7 +448,7 @@ static HOPPER_KNOBS: [Knob; 16] = [
     Knob {
         name: "CHAIN",
         domain: &[0, 1],
-        doc: "1 = in an unmasked dense batch a persistent block chains its whole items: an item's last turn issues the next item's first Q·Kᵀ beside its own last P·V and runs that softmax while the P·V completes, then stores (no turn with a Q·Kᵀ or a P·V alone at an item's start and end); needs SCHEDULE=1, Q_STAGES=2 and OVERLAP=1; opt-in: ncu measured 228.3 µs with it against 225.9 µs at 2,32/8,2048,128; 0 = each item begins after the previous one's last P·V",
+        doc: "1 = in an unmasked dense batch a persistent block chains its items (stream-K segments too): an item's last turn issues the next item's first Q·Kᵀ beside its own last P·V and runs that softmax while the P·V completes, then stores (no turn with a Q·Kᵀ or a P·V alone at an item's start and end); needs SCHEDULE=1, Q_STAGES=2 and OVERLAP=1; opt-in: ncu measured 228.3 µs with it against 225.9 µs at 2,32/8,2048,128; 0 = each item begins after the previous one's last P·V",
     },
 ];
 

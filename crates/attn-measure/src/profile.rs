@@ -94,12 +94,7 @@ pub fn ncu_source(
     opts.page = attn_ncu::Page::Source;
     let (args, ended) = run_ncu(&opts, program, candidate, shape, 1, timeout)?;
     let profiles = attn_ncu::interpret_source(&opts, &ended.as_ended())?;
-    let mut command_line = vec![opts.ncu.to_string_lossy().into_owned()];
-    command_line.extend(
-        attn_ncu::arguments(&opts, program, &args)
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned()),
-    );
+    let command_line = attn_ncu::command_line(&opts, program, &args);
     Ok((command_line, profiles, ended.stdout))
 }
 

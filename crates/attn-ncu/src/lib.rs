@@ -54,6 +54,7 @@ pub use group::{group, Aggregate, KernelFilter, KernelSummary};
 pub use parse::{detect_page, parse, parse_details, parse_raw, Launch, Page};
 pub use render::render_text;
 pub use runner::{
-    arguments, command, interpret, interpret_source, profile, Ended, Profile, ProfileOptions,
+    arguments, command, command_line, interpret, interpret_source, profile, Ended, Profile,
+    ProfileOptions,
 };
 pub use value::{Unit, Value};

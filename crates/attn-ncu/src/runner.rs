@@ -124,6 +124,17 @@ pub fn arguments(opts: &ProfileOptions, program: &Path, args: &[String]) -> Vec<
     out
 }
 
+/// The ncu program and [`arguments`] as text, for provenance.
+pub fn command_line(opts: &ProfileOptions, program: &Path, args: &[String]) -> Vec<String> {
+    let mut line = vec![opts.ncu.to_string_lossy().into_owned()];
+    line.extend(
+        arguments(opts, program, args)
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned()),
+    );
+    line
+}
+
 /// The ncu command, ready to run (stdout and stderr are left for the caller to configure).
 pub fn command(opts: &ProfileOptions, program: &Path, args: &[String]) -> Command {
     let mut cmd = Command::new(&opts.ncu);
@@ -198,14 +209,8 @@ impl Profile {
     ) -> Result<Profile, NcuError> {
         let (stdout, stderr) = (ended.stdout, ended.stderr);
         let launches = interpret(opts, ended.success, ended.status, stdout, stderr)?;
-        let mut command_line = vec![opts.ncu.to_string_lossy().into_owned()];
-        command_line.extend(
-            arguments(opts, program, args)
-                .iter()
-                .map(|a| a.to_string_lossy().into_owned()),
-        );
         Ok(Profile {
-            command_line,
+            command_line: command_line(opts, program, args),
             clock_note: opts.clock_note().to_owned(),
             warnings: stdout
                 .lines()
