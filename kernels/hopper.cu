@@ -153,7 +153,8 @@
 //                             in each item's own code (first softmax, last P·V, epilogue) against
 //                             71% in the steady key tile. Opt-in: ncu measured 225.9 µs tuned and
 //                             228.3 µs with CHAIN there: the chained turn's softmax, the epilogue and
-//                             the item's other code remain (evidence/ncu/captures/2026-11-29-chain)
+//                             the item's other code remain (evidence/ncu/captures/2026-11-29-chain).
+//                             At D 128 not with STREAM_K 1 (registers: see Constraint)
 //   A caution on the clock gap to FA3 that PV_N, Q_REGS and LAZY_RESCALE cite: those clocks were
 //   50 µs probes at the edges of each block, which swung ±5% between blocks whose times agreed
 //   within 1% (attn-measure's timing::round_order); the gap is not established. Each knob was
@@ -164,8 +165,9 @@
 //   Constraint: SHARED_BYTES ≤ 232448 (the sm_90 opt-in limit, static barriers included); only
 //   D 128 / BLOCK_N 128 / STAGES 4 and D 128 / BLOCK_N 176 / STAGES 3 or 4 exceed it. Every valid
 //   combination compiles with no spill, no stack frame and no wgmma serialisation
-//   (kernels/tools/hopper_check.py), except the opt-in CHAIN 1 with STREAM_K 1 and LAZY_RESCALE 1 at
-//   D 128 (4 bytes spilled, 8-byte frame: 11 of the 84 ping-pong configs of that combination).
+//   (kernels/tools/hopper_check.py). CHAIN 1 with STREAM_K 1 at D 128 spills 4-8 bytes in a fifth of
+//   its configs (a cut item's chained turn keeps its max and sums for the merge): the registry refuses
+//   the pair at D 128.
 //
 // Launch geometry and ABI (kernels/README.md, the TensorMaps ABI and "Variants")
 //   grid = (ceil(S_q / BLOCK_M), H, B) (block x computes row block x, or gridDim.x − 1 − x when the
@@ -223,7 +225,12 @@
 //     a suffix of the block's tiles. A computed tile is masked per element only where needed: keys
 //     ≥ the row's hi when the tile ends past the warpgroup's first row's hi, keys < the row's lo
 //     when it starts before the warpgroup's last row's lo (two separate passes, so a dense causal
-//     problem runs exactly its old diagonal mask).
+//     problem runs exactly its old diagonal mask). The narrow tail (OVERLAP 1, BLOCK_N 160 or 176):
+//     where no row of the warpgroup sees a key past the first 128 of its last tile (a ragged S_kv,
+//     a causal diagonal), that tile's softmax scores those 128 keys only and masks them only where a
+//     row's limit falls among them (2048 keys in 160-key tiles: no mask at all); the gate measured
+//     it 1.03x [1.02, 1.05] at 2,32/8,4096,128 (a 96-key tail) and 0.99x [0.93, 1.05] at 2048
+//     against the kernel before it (evidence/gate/2026-11-29T11-50-20Z).
 //     Block order: bottom-up (heaviest first) only when the last rows see the most keys: no left
 //     window and a right bound (causal or window_right ≥ 0). With a left window the interior blocks
 //     are all equal (with a left window only, the first rows are the heaviest: top-down already).
@@ -912,14 +919,14 @@ __device__ __forceinline__ bool consume_item(Barriers& bars, u32 k_tiles, u32 v_
     const int wg_row_last = wg_row_first + 63;  // may lie past len_q: its limits only widen the masks
     const int wg_lo_max = row_kv_lo(wg_row_last, len_q, len_kv, window_left);
     const int wg_hi_min = row_kv_hi(wg_row_first, len_q, len_kv, causal, window_right);
+    const int wg_hi_max = row_kv_hi(wg_row_last, len_q, len_kv, causal, window_right);
     int wg_first = 0;
     int wg_end = 0;
     if (wg_row_first < len_q) {
         // At least 0: a stream-K tail segment starts past the rows' first key.
         wg_first = min(max(row_kv_lo(wg_row_first, len_q, len_kv, window_left) / BLOCK_N - first_tile, 0),
                        num_tiles);
-        const int hi = row_kv_hi(wg_row_last, len_q, len_kv, causal, window_right);
-        wg_end = max(min((hi + BLOCK_N - 1) / BLOCK_N - first_tile, num_tiles), wg_first);
+        wg_end = max(min((wg_hi_max + BLOCK_N - 1) / BLOCK_N - first_tile, num_tiles), wg_first);
     }
     // Keys [lane_lo, lane_hi) of this lane's rows g and g + 8.
     int lane_lo[2];
@@ -973,6 +980,27 @@ __device__ __forceinline__ bool consume_item(Barriers& bars, u32 k_tiles, u32 v_
     float item_max[2];
     float item_sum[2];
 
+#if OVERLAP
+    // The narrow tail: where no row of the warpgroup sees a key past the first 128 of its last tile
+    // (a sequence's ragged end: 2048 keys are 12 tiles of 160 and one of 128), that tile's softmax
+    // takes its first 128 keys only (the others' probabilities are 0), with no per-key mask where
+    // every row sees all 128 (ncu at 2,32/8,2048,128: the 13th tile's mask took 1.7% of the warps'
+    // stall samples). The Q·Kᵀ stays the tile's wgmma: an N = 128 one beside it left ptxas short of
+    // registers for the wgmma pipeline (it serialised them).
+    // The softmax of the block's tile that starts at key kv0, `last` if it is the warpgroup's last.
+    auto tile_scores = [&](float(&s_acc)[S_REGS], int kv0, bool last) {
+#if BLOCK_N > 128
+        if (last && kv_first + (wg_end - 1) * BLOCK_N + 128 >= wg_hi_max) {
+            softmax_scores<128>(s_acc, kv0, kv0 + 128 > wg_hi_min, kv0 < wg_lo_max, lane_lo, lane_hi, t, scale_log2,
+                                lazy_slack, row_max, row_sum, rescale);
+            return;
+        }
+#endif
+        softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_hi_min, kv0 < wg_lo_max, lane_lo, lane_hi, t, scale_log2,
+                       lazy_slack, row_max, row_sum, rescale);
+    };
+#endif
+
     // Block tile j lives in the ring's slot j places on from its position at the item's start.
     int slot = ring.slot;
     u32 phase = ring.phase;
@@ -1014,9 +1042,7 @@ __device__ __forceinline__ bool consume_item(Barriers& bars, u32 k_tiles, u32 v_
             turn_end(wg);
             wgmma_wait<0>();
             release_kv(k_empty(slot));
-            const int kv0 = kv_first + wg_first * BLOCK_N;
-            softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_hi_min, kv0 < wg_lo_max, lane_lo, lane_hi, t,
-                           scale_log2, lazy_slack, row_max, row_sum, rescale);
+            tile_scores(s_acc, kv_first + wg_first * BLOCK_N, wg_end == wg_first + 1);
             pack_p(s_acc, p_frag);
         }
 #if PINGPONG
@@ -1032,7 +1058,11 @@ __device__ __forceinline__ bool consume_item(Barriers& bars, u32 k_tiles, u32 v_
         pv_descs(v_slot(slot), desc_v);
         // Each branch is one straight wgmma pipeline (ptxas serialises wgmma across divergent paths);
         // the barrier waits come before it.
-        if (j + 1 < wg_end) {
+        // S_{j+1} beside P_j·V_j; `last`: tile j + 1 is the warpgroup's last. With a narrow tail two
+        // copies (the loop's and the last tile's, each with its softmax; tile_scores is inlined with
+        // a constant): with one copy branching between the two softmaxes ptxas left P's packing
+        // behind the branch's join, after the wait for P_j·V_j (ncu: 1.8% slower at 2,32/8,2048,128).
+        auto steady_tile = [&](bool last) {
             mbar_wait(k_full(next_slot), next_phase);
             mbar_wait(v_full(slot), phase);
             float s_acc[S_REGS];
@@ -1043,14 +1073,22 @@ __device__ __forceinline__ bool consume_item(Barriers& bars, u32 k_tiles, u32 v_
             turn_end(wg);
             wgmma_wait<1>();  // S_{j+1}; P_j·V_j may still run
             release_kv(k_empty(next_slot));
-            const int kv0 = kv_first + (j + 1) * BLOCK_N;
-            softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_hi_min, kv0 < wg_lo_max, lane_lo, lane_hi, t,
-                           scale_log2, lazy_slack, row_max, row_sum, rescale);
+            tile_scores(s_acc, kv_first + (j + 1) * BLOCK_N, last);
             wgmma_wait<0>();
 #pragma unroll
             for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]);
             release_kv(v_empty(slot));
             pack_p(s_acc, p_frag);
+        };
+#if BLOCK_N > 128
+        if (j + 2 < wg_end) {
+            steady_tile(false);
+        } else if (j + 1 < wg_end) {
+            steady_tile(true);
+#else
+        if (j + 1 < wg_end) {
+            steady_tile(false);
+#endif
         } else {
 #if CHAIN
             // Block-uniform (the items' words): every warpgroup of the block chains, or none.

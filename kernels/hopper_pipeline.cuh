@@ -274,16 +274,21 @@ __device__ __forceinline__ void issue_pv(float (&o_acc)[PANELS][32], u32 (&p_fra
 // probabilities exp2(s·scale·log2e − m) in s_acc (one FFMA and one MUFU.EX2 per score); returns in
 // `rescale` the factor O must be multiplied by before this tile's P·V is added (rows g and g + 8).
 // kv0: the tile's first key; t: lane % 4. Writes no register that a pending P·V reads.
+// KEYS < BLOCK_N (hopper.cu's narrow tail): every row's limit lies within the tile's first KEYS
+// keys, so only those are scored (and masked where a row's limit says so); the others' probabilities
+// are 0.
+template <int KEYS = BLOCK_N>
 __device__ __forceinline__ void softmax_scores(float (&s_acc)[S_REGS], int kv0, bool mask_hi, bool mask_lo,
                                                const int (&lane_lo)[2], const int (&lane_hi)[2], int t,
                                                float scale_log2, float lazy_slack, float (&row_max)[2],
                                                float (&row_sum)[2], float (&rescale)[2]) {
+    constexpr int LIVE = KEYS / 8;  // chunks computed
     fence_regs(s_acc);
     // Two separate passes: a dense problem only ever takes the first (the causal diagonal, ragged
     // S_kv), exactly as before windows existed; a window's left edge takes the second.
     if (mask_hi) {
 #pragma unroll
-        for (int n = 0; n < S_CHUNKS; ++n) {
+        for (int n = 0; n < LIVE; ++n) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int col = kv0 + 8 * n + 2 * t + (e & 1);
@@ -293,7 +298,7 @@ __device__ __forceinline__ void softmax_scores(float (&s_acc)[S_REGS], int kv0, 
     }
     if (mask_lo) {
 #pragma unroll
-        for (int n = 0; n < S_CHUNKS; ++n) {
+        for (int n = 0; n < LIVE; ++n) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int col = kv0 + 8 * n + 2 * t + (e & 1);
@@ -306,7 +311,7 @@ __device__ __forceinline__ void softmax_scores(float (&s_acc)[S_REGS], int kv0, 
     for (int h = 0; h < 2; ++h) {
         float m = HOPPER_NEG_INF;
 #pragma unroll
-        for (int n = 0; n < S_CHUNKS; ++n) m = fmaxf(m, fmaxf(s_acc[4 * n + 2 * h], s_acc[4 * n + 2 * h + 1]));
+        for (int n = 0; n < LIVE; ++n) m = fmaxf(m, fmaxf(s_acc[4 * n + 2 * h], s_acc[4 * n + 2 * h + 1]));
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
         m = fmaxf(row_max[h], m * scale_log2);
@@ -333,7 +338,7 @@ __device__ __forceinline__ void softmax_scores(float (&s_acc)[S_REGS], int kv0, 
     // Four partial sums per row: short dependency chains.
     float sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
 #pragma unroll
-    for (int n = 0; n < S_CHUNKS; ++n) {
+    for (int n = 0; n < LIVE; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             float& s = s_acc[4 * n + e];
@@ -341,6 +346,10 @@ __device__ __forceinline__ void softmax_scores(float (&s_acc)[S_REGS], int kv0, 
             sum[e >> 1][e & 1] += s;
         }
     }
+#pragma unroll
+    for (int n = LIVE; n < S_CHUNKS; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s_acc[4 * n + e] = 0.f;
 #pragma unroll
     for (int h = 0; h < 2; ++h) row_sum[h] = row_sum[h] * rescale[h] + (sum[h][0] + sum[h][1]);
 }

@@ -82,7 +82,6 @@ def nvrtc_options(include_dir, arch, defines):
         "-std=c++17",
         f"-I{KERNELS_DIR}",
         f"-I{include_dir}",
-        "-default-device",
     ]
     opts += [f"-D{k}" if v is None else f"-D{k}={v}" for k, v in defines.items()]
     return opts

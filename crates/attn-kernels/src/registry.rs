@@ -448,7 +448,7 @@ static HOPPER_KNOBS: [Knob; 16] = [
     Knob {
         name: "CHAIN",
         domain: &[0, 1],
-        doc: "1 = in an unmasked dense batch a persistent block chains its items (stream-K segments too): an item's last turn issues the next item's first Q·Kᵀ beside its own last P·V and runs that softmax while the P·V completes, then stores (no turn with a Q·Kᵀ or a P·V alone at an item's start and end); needs SCHEDULE=1, Q_STAGES=2 and OVERLAP=1; opt-in: ncu measured 228.3 µs with it against 225.9 µs at 2,32/8,2048,128; 0 = each item begins after the previous one's last P·V",
+        doc: "1 = in an unmasked dense batch a persistent block chains its items (stream-K segments too, at D=64; at D=128 CHAIN=1 with STREAM_K=1 spills): an item's last turn issues the next item's first Q·Kᵀ beside its own last P·V and runs that softmax while the P·V completes, then stores (no turn with a Q·Kᵀ or a P·V alone at an item's start and end); needs SCHEDULE=1, Q_STAGES=2 and OVERLAP=1; opt-in: ncu measured 228.3 µs with it against 225.9 µs at 2,32/8,2048,128; 0 = each item begins after the previous one's last P·V",
     },
 ];
 
@@ -1103,6 +1103,12 @@ static REGISTRY: [Implementation; 7] = [
             {
                 return Err("CHAIN=1 needs SCHEDULE=1, Q_STAGES=2 and OVERLAP=1 (an item's last turn begins the next item, whose Q is in the other Q tile); add SCHEDULE=1,Q_STAGES=2,Q_REGS=0 (at D=128 STAGES=2)".into());
             }
+            // Found by kernels/tools/hopper_check.py: at D=128 the chained turn of a cut item keeps
+            // its max and sums across the next item's softmax (the merge reads them), and ptxas
+            // 13.0 spills 4-8 bytes in a fifth of those configs.
+            if knob(cfg, "CHAIN") == 1 && knob(cfg, "STREAM_K") == 1 && head_dim == 128 {
+                return Err("CHAIN=1 with STREAM_K=1 spills registers at head dim 128 (a cut item's chained turn keeps its max and sums across the next item's softmax); use one of them".into());
+            }
             if n > 128 && w == 12 {
                 return Err(format!("BLOCK_N={n} needs NUM_WARPS <= 8: with 3 consumer warpgroups (160 registers per thread) its {} S and {} P registers per thread spill; use NUM_WARPS=8", n / 2, n / 4));
             }
@@ -1749,7 +1755,9 @@ mod tests {
     fn hopper_chains_items_only_with_two_q_tiles_and_overlap() {
         let two_q = "SCHEDULE=1,Q_REGS=0,Q_STAGES=2,STAGES=2";
         assert!(resolve(&format!("{two_q},CHAIN=1"), 128).is_ok());
-        assert!(resolve(&format!("{two_q},CHAIN=1,STREAM_K=1,PINGPONG=0"), 128).is_ok());
+        assert!(resolve(&format!("{two_q},CHAIN=1,STREAM_K=1,PINGPONG=0"), 64).is_ok());
+        let err = resolve(&format!("{two_q},CHAIN=1,STREAM_K=1"), 128).unwrap_err();
+        assert!(err.contains("CHAIN=1 with STREAM_K=1 spills"), "{err}");
         for config in [
             "CHAIN=1".to_string(),
             "CHAIN=1,SCHEDULE=1,Q_REGS=0".to_string(),
