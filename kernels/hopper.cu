@@ -1061,7 +1061,8 @@ __device__ __forceinline__ bool consume_item(Barriers& bars, u32 k_tiles, u32 v_
         // S_{j+1} beside P_j·V_j; `last`: tile j + 1 is the warpgroup's last. With a narrow tail two
         // copies (the loop's and the last tile's, each with its softmax; tile_scores is inlined with
         // a constant): with one copy branching between the two softmaxes ptxas left P's packing
-        // behind the branch's join, after the wait for P_j·V_j (ncu: 1.8% slower at 2,32/8,2048,128).
+        // behind the branch's join, after the wait for P_j·V_j (nvdisasm: the steady softmax block
+        // lost its 36 F2FP).
         auto steady_tile = [&](bool last) {
             mbar_wait(k_full(next_slot), next_phase);
             mbar_wait(v_full(slot), phase);
