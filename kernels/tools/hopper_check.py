@@ -75,14 +75,24 @@ class Nvrtc:
         return buf.value.decode(errors="replace").strip()
 
 
-def nvrtc_options(include_dir, arch, defines):
-    """The NVRTC options the host uses: virtual arch, C++17, kernels/ and CUDA headers, -D defines."""
-    opts = [
-        f"--gpu-architecture=compute_{arch}",
-        "-std=c++17",
-        f"-I{KERNELS_DIR}",
-        f"-I{include_dir}",
-    ]
+def host_flags():
+    """NVRTC's flags for every kernel as the host passes them (`cargo xtask kernels --nvrtc-flags`:
+    the language standard and the like), so that a kernel this accepts is one the host accepts."""
+    res = subprocess.run(
+        ["cargo", "xtask", "kernels", "--nvrtc-flags"],
+        cwd=os.path.dirname(KERNELS_DIR),
+        capture_output=True,
+        text=True,
+    )
+    if res.returncode != 0:
+        raise SystemExit(f"cargo xtask kernels --nvrtc-flags failed:\n{res.stderr}")
+    return res.stdout.split()
+
+
+def nvrtc_options(include_dir, arch, defines, flags):
+    """The NVRTC options the host uses: virtual arch, its flags (host_flags), kernels/ and CUDA
+    headers, -D defines."""
+    opts = [f"--gpu-architecture=compute_{arch}", *flags, f"-I{KERNELS_DIR}", f"-I{include_dir}"]
     opts += [f"-D{k}" if v is None else f"-D{k}={v}" for k, v in defines.items()]
     return opts
 
@@ -178,6 +188,7 @@ def main():
     with open(SRC) as f:
         source = f.read()
     configs = registry_configs()
+    flags = host_flags()
     if args.config:
         wanted = [parse_config(c) for c in args.config]
         configs = [c for c in configs if any(all(c.get(k) == v for k, v in w.items()) for w in wanted)]
@@ -194,7 +205,7 @@ def main():
         tag = f"hopper_{dtype}_" + "_".join(f"{k}{v}" for k, v in cfg.items())
         defines = {DTYPE_DEFINES[dtype]: None, **cfg}
         try:
-            opts = nvrtc_options(os.path.join(args.cuda, "include"), ARCH, defines)
+            opts = nvrtc_options(os.path.join(args.cuda, "include"), ARCH, defines, flags)
             ptx, log = lib.compile_to_ptx(source, "hopper.cu", opts)
             rep = ptxas_report(args.cuda, ptx, args.keep, tag)
         except RuntimeError as e:

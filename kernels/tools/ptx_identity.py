@@ -2,9 +2,9 @@
 """Proves that a refactor of hopper's kernels changed no instruction: compiles every variant of
 `hopper.cu` (the registry's knob domains and constraints, both dtypes, D 64 and 128) and every
 config of `micro_hopper.cu` (`xtask micro`'s, crates/attn-measure/src/micro.rs) with NVRTC, as the
-registry does (compute_90a, -std=c++17, the kernels' folder then the CUDA headers on the include
-path, the ABI's and the knobs' defines), from the kernels of two git revisions, and compares the
-PTX byte for byte.
+registry does (compute_90a, the host's flags from `cargo xtask kernels --nvrtc-flags`, the kernels'
+folder then the CUDA headers on the include path, the ABI's and the knobs' defines), from the
+kernels of two git revisions, and compares the PTX byte for byte.
 
     export LD_LIBRARY_PATH=$PWD/target/cuda-wheels/nvidia/cu13/lib
     python3 kernels/tools/ptx_identity.py BEFORE [AFTER]   # AFTER: the working tree
@@ -22,6 +22,8 @@ import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+
+from hopper_check import host_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CUDA = os.path.join(ROOT, "target/cuda-wheels/nvidia/cu13")
@@ -95,11 +97,11 @@ def kernels_at(revision: str | None, into: str) -> str:
     return os.path.join(into, "kernels")
 
 
-def ptx_of(kernels: str, variant) -> str:
+def ptx_of(kernels: str, variant, flags) -> str:
     file, dtype, d, knobs = variant
     with open(os.path.join(kernels, file)) as f:
         source = f.read()
-    options = ["--gpu-architecture=compute_90a", "-std=c++17", f"-I{kernels}", f"-I{CUDA}/include",
+    options = ["--gpu-architecture=compute_90a", *flags, f"-I{kernels}", f"-I{CUDA}/include",
                f"-D{dtype}", f"-DHEAD_DIM={d}"] + [f"-D{k}={v}" for k, v in sorted(knobs.items())]
     return compile_ptx(source, options)
 
@@ -111,6 +113,7 @@ def main() -> int:
     before_rev = sys.argv[1]
     after_rev = sys.argv[2] if len(sys.argv) == 3 else None
     variants = list(hopper_variants()) + list(micro_variants())
+    flags = host_flags()  # today's host flags for both revisions: the comparison is of the sources
     with tempfile.TemporaryDirectory() as tmp:
         os.makedirs(os.path.join(tmp, "before"))
         os.makedirs(os.path.join(tmp, "after"))
@@ -119,9 +122,9 @@ def main() -> int:
         jobs = int(os.environ.get("JOBS", "2"))
 
         def compare(variant):
-            after_ptx = ptx_of(after, variant)
+            after_ptx = ptx_of(after, variant, flags)
             try:
-                before_ptx = ptx_of(before, variant)
+                before_ptx = ptx_of(before, variant, flags)
             except RuntimeError as e:
                 # A knob value BEFORE's source refuses (its static_assert): a new variant.
                 if "static assertion failed" in str(e):

@@ -1,7 +1,8 @@
 //! `cargo xtask kernels`: the registered implementations, their knobs, domains and default configs;
 //! with `--ptxas`, registers / shared memory / stack / spills of every default variant (CPU only);
 //! with `--configs IMPL`, every valid config of one implementation and its dynamic shared memory
-//! (what `kernels/tools/hopper_check.py` sweeps, so that it re-derives neither).
+//! (what `kernels/tools/hopper_check.py` sweeps, so that it re-derives neither); with
+//! `--nvrtc-flags`, the flags NVRTC compiles every kernel with (what those scripts pass too).
 
 use attn_kernels::compile::{self, Arch};
 use attn_kernels::registry::{registry, Limits};
@@ -22,10 +23,20 @@ pub struct Args {
     /// valid = the knobs' domains, the implementation's constraints and the H100's limits.
     #[arg(long, value_name = "IMPL", conflicts_with = "ptxas")]
     pub configs: Option<String>,
+    /// Print NVRTC's flags for every kernel instead, one per line (beside the target
+    /// architecture, the include path and the defines): what kernels/tools' scripts compile with.
+    #[arg(long, conflicts_with_all = ["ptxas", "configs"])]
+    pub nvrtc_flags: bool,
 }
 
 /// Runs the subcommand; returns the process exit code (1 when a default variant spills).
 pub fn run(args: Args) -> anyhow::Result<u8> {
+    if args.nvrtc_flags {
+        for flag in compile::LANGUAGE_FLAGS {
+            println!("{flag}");
+        }
+        return Ok(0);
+    }
     if let Some(name) = &args.configs {
         for line in valid_configs(attn_kernels::registry::find(name)?)? {
             println!("{line}");

@@ -682,3 +682,25 @@ fn a_reader_that_closes_the_pipe_early_ends_xtask_quietly() {
     );
     assert!(!out.status.success(), "xtask cannot have written its lines");
 }
+
+#[test]
+fn kernels_prints_the_nvrtc_flags_the_host_compiles_with() {
+    // What kernels/tools' scripts compile with: exactly the host's list, one per line.
+    let (code, stdout, stderr) = xtask(Path::new("."), &["kernels", "--nvrtc-flags"]);
+    assert_eq!(code, 0, "{stderr}");
+    let printed: Vec<&str> = stdout.lines().collect();
+    assert_eq!(printed, attn_kernels::compile::LANGUAGE_FLAGS, "{stdout}");
+    // clap's own usage error: its first line names both.
+    let (code, _, stderr) = xtask(
+        Path::new("."),
+        &["kernels", "--nvrtc-flags", "--configs", "hopper"],
+    );
+    assert_eq!(code, 2, "{stderr}");
+    let first = stderr.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("error: ")
+            && first.contains("--nvrtc-flags")
+            && first.contains("--configs"),
+        "{stderr}"
+    );
+}

@@ -103,12 +103,15 @@ fn embedded_include_dir() -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// NVRTC's flags for every kernel beside its target, include path and defines: what `cargo xtask
+/// kernels --nvrtc-flags` prints, so that the checking scripts in kernels/tools compile exactly as
+/// the host does (one that added `-default-device` accepted a kernel the host rejects).
+pub const LANGUAGE_FLAGS: &[&str] = &["-std=c++17"];
+
 fn options(req: &CompileRequest<'_>) -> Result<Vec<String>> {
     let include = toolkit::cuda_include_dir()?;
-    let mut opts = vec![
-        format!("--gpu-architecture={}", req.arch.0),
-        "-std=c++17".to_string(),
-    ];
+    let mut opts = vec![format!("--gpu-architecture={}", req.arch.0)];
+    opts.extend(LANGUAGE_FLAGS.iter().map(|f| f.to_string()));
     // The kernel's own folder first: its headers (a revision's `attn_common.cuh`, say) win over
     // the embedded ones of the same name.
     if let Some(dir) = req.include_dir {
