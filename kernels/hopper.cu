@@ -225,7 +225,8 @@
 //     a suffix of the block's tiles. A computed tile is masked per element only where needed: keys
 //     ≥ the row's hi when the tile ends past the warpgroup's first row's hi, keys < the row's lo
 //     when it starts before the warpgroup's last row's lo (two separate passes, so a dense causal
-//     problem runs exactly its old diagonal mask). The narrow tail (OVERLAP 1, BLOCK_N 160 or 176):
+//     problem runs exactly its old diagonal mask). The narrow tail (OVERLAP 1, BLOCK_N 160 or 176;
+//     not with CHAIN 1, nor at D 128 with PV_N 64: HOPPER_NARROW_TAIL):
 //     where no row of the warpgroup sees a key past the first 128 of its last tile (a ragged S_kv,
 //     a causal diagonal), that tile's softmax scores those 128 keys only and masks them only where a
 //     row's limit falls among them (2048 keys in 160-key tiles: no mask at all); the gate measured
@@ -449,6 +450,10 @@ static_assert(STREAM_K == 0 || (STREAM_K == 1 && SCHEDULE == 1 && Q_STAGES == 2)
 static_assert(CHAIN == 0 || (CHAIN == 1 && SCHEDULE == 1 && Q_STAGES == 2 && OVERLAP == 1),
               "hopper.cu: CHAIN must be 0, or 1 with SCHEDULE 1, Q_STAGES 2 and OVERLAP 1");
 static_assert(sizeof(elem_t) == 2, "hopper.cu: 16-bit elements expected");
+// The narrow tail ("Variants and tile skipping"): its second copy of the steady key tile costs
+// registers, and ptxas 13.0 spills with it (8-28 bytes, hopper_check.py) where CHAIN is 1 or, at
+// D 128, where PV_N is 64; those keep the one copy (no tuning takes them).
+#define HOPPER_NARROW_TAIL (OVERLAP && BLOCK_N > 128 && !CHAIN && (HEAD_DIM == 64 || PV_N == 128))
 
 namespace hopper_attn {
 using attn::exp2_ftz;
@@ -989,7 +994,7 @@ __device__ __forceinline__ bool consume_item(Barriers& bars, u32 k_tiles, u32 v_
     // registers for the wgmma pipeline (it serialised them).
     // The softmax of the block's tile that starts at key kv0, `last` if it is the warpgroup's last.
     auto tile_scores = [&](float(&s_acc)[S_REGS], int kv0, bool last) {
-#if BLOCK_N > 128
+#if HOPPER_NARROW_TAIL
         if (last && kv_first + (wg_end - 1) * BLOCK_N + 128 >= wg_hi_max) {
             softmax_scores<128>(s_acc, kv0, kv0 + 128 > wg_hi_min, kv0 < wg_lo_max, lane_lo, lane_hi, t, scale_log2,
                                 lazy_slack, row_max, row_sum, rescale);
@@ -1081,7 +1086,7 @@ __device__ __forceinline__ bool consume_item(Barriers& bars, u32 k_tiles, u32 v_
             release_kv(v_empty(slot));
             pack_p(s_acc, p_frag);
         };
-#if BLOCK_N > 128
+#if HOPPER_NARROW_TAIL
         if (j + 2 < wg_end) {
             steady_tile(false);
         } else if (j + 1 < wg_end) {

@@ -985,10 +985,11 @@ fn hopper_persistent_relaunches_and_graph_replays_write_every_row() {
 /// - Chained: shapes with more items than clusters, so that blocks take several items in a row and
 ///   each item's last turn begins the next; with row blocks past the sequence's end (an item that
 ///   does not chain, between ones that do; in clusters over row blocks, one block of a cluster
-///   chaining and the other not), keys shorter than a tile (the next item's tile 0 masked), the
-///   160-key tiles' narrow tail (2048 and 1024 keys: 128 and 64 keys in the last tile), and with
-///   the stream-K tail at D=64 (chaining stops where the cut items begin; at D=128 the registry
-///   refuses the pair: it spills).
+///   chaining and the other not), keys shorter than a tile (the next item's tile 0 masked), and
+///   with the stream-K tail at D=64 (chaining stops where the cut items begin; at D=128 the
+///   registry refuses the pair: it spills).
+/// - Whole items in 160-key tiles (neither knob): the narrow tail (2048 and 1024 keys: 128 and 64
+///   keys in the last tile), which CHAIN=1 does not take.
 ///
 /// Clusters over two heads (the tuning of grouped shapes), over two row blocks, alone, at D=64 with
 /// two and three consumer warpgroups, key lengths ragged at the tile and S_q ≠ S_kv, fp16 and bf16,
@@ -1039,7 +1040,7 @@ fn hopper_static_order_cuts_and_chains_items_and_matches_the_oracle() {
             ],
         ),
         (
-            "CHAIN=1,CLUSTER=2,CLUSTER_HEADS=1,BLOCK_N=160",
+            "CLUSTER=2,CLUSTER_HEADS=1,BLOCK_N=160",
             128,
             &["2,32/8,2048,128", "1,32/8,1024,128"],
         ),
