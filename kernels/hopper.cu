@@ -924,14 +924,21 @@ __device__ __forceinline__ bool consume_item(Barriers& bars, u32 k_tiles, u32 v_
     const int wg_row_last = wg_row_first + 63;  // may lie past len_q: its limits only widen the masks
     const int wg_lo_max = row_kv_lo(wg_row_last, len_q, len_kv, window_left);
     const int wg_hi_min = row_kv_hi(wg_row_first, len_q, len_kv, causal, window_right);
-    const int wg_hi_max = row_kv_hi(wg_row_last, len_q, len_kv, causal, window_right);
+#if HOPPER_NARROW_TAIL
+    const int wg_hi_max = row_kv_hi(wg_row_last, len_q, len_kv, causal, window_right);  // the rows' key limit
+#endif
     int wg_first = 0;
     int wg_end = 0;
     if (wg_row_first < len_q) {
         // At least 0: a stream-K tail segment starts past the rows' first key.
         wg_first = min(max(row_kv_lo(wg_row_first, len_q, len_kv, window_left) / BLOCK_N - first_tile, 0),
                        num_tiles);
-        wg_end = max(min((wg_hi_max + BLOCK_N - 1) / BLOCK_N - first_tile, num_tiles), wg_first);
+#if HOPPER_NARROW_TAIL
+        const int hi = wg_hi_max;
+#else
+        const int hi = row_kv_hi(wg_row_last, len_q, len_kv, causal, window_right);
+#endif
+        wg_end = max(min((hi + BLOCK_N - 1) / BLOCK_N - first_tile, num_tiles), wg_first);
     }
     // Keys [lane_lo, lane_hi) of this lane's rows g and g + 8.
     int lane_lo[2];
@@ -985,7 +992,7 @@ __device__ __forceinline__ bool consume_item(Barriers& bars, u32 k_tiles, u32 v_
     float item_max[2];
     float item_sum[2];
 
-#if OVERLAP
+#if OVERLAP && HOPPER_NARROW_TAIL
     // The narrow tail: where no row of the warpgroup sees a key past the first 128 of its last tile
     // (a sequence's ragged end: 2048 keys are 12 tiles of 160 and one of 128), that tile's softmax
     // takes its first 128 keys only (the others' probabilities are 0), with no per-key mask where
@@ -994,13 +1001,11 @@ __device__ __forceinline__ bool consume_item(Barriers& bars, u32 k_tiles, u32 v_
     // registers for the wgmma pipeline (it serialised them).
     // The softmax of the block's tile that starts at key kv0, `last` if it is the warpgroup's last.
     auto tile_scores = [&](float(&s_acc)[S_REGS], int kv0, bool last) {
-#if HOPPER_NARROW_TAIL
         if (last && kv_first + (wg_end - 1) * BLOCK_N + 128 >= wg_hi_max) {
             softmax_scores<128>(s_acc, kv0, kv0 + 128 > wg_hi_min, kv0 < wg_lo_max, lane_lo, lane_hi, t, scale_log2,
                                 lazy_slack, row_max, row_sum, rescale);
             return;
         }
-#endif
         softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_hi_min, kv0 < wg_lo_max, lane_lo, lane_hi, t, scale_log2,
                        lazy_slack, row_max, row_sum, rescale);
     };
@@ -1047,7 +1052,13 @@ __device__ __forceinline__ bool consume_item(Barriers& bars, u32 k_tiles, u32 v_
             turn_end(wg);
             wgmma_wait<0>();
             release_kv(k_empty(slot));
+#if HOPPER_NARROW_TAIL
             tile_scores(s_acc, kv_first + wg_first * BLOCK_N, wg_end == wg_first + 1);
+#else
+            const int kv0 = kv_first + wg_first * BLOCK_N;
+            softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_hi_min, kv0 < wg_lo_max, lane_lo, lane_hi, t,
+                           scale_log2, lazy_slack, row_max, row_sum, rescale);
+#endif
             pack_p(s_acc, p_frag);
         }
 #if PINGPONG
@@ -1063,6 +1074,7 @@ __device__ __forceinline__ bool consume_item(Barriers& bars, u32 k_tiles, u32 v_
         pv_descs(v_slot(slot), desc_v);
         // Each branch is one straight wgmma pipeline (ptxas serialises wgmma across divergent paths);
         // the barrier waits come before it.
+#if HOPPER_NARROW_TAIL
         // S_{j+1} beside P_j·V_j; `last`: tile j + 1 is the warpgroup's last. With a narrow tail two
         // copies (the loop's and the last tile's, each with its softmax; tile_scores is inlined with
         // a constant): with one copy branching between the two softmaxes ptxas left P's packing
@@ -1086,14 +1098,32 @@ __device__ __forceinline__ bool consume_item(Barriers& bars, u32 k_tiles, u32 v_
             release_kv(v_empty(slot));
             pack_p(s_acc, p_frag);
         };
-#if HOPPER_NARROW_TAIL
         if (j + 2 < wg_end) {
             steady_tile(false);
         } else if (j + 1 < wg_end) {
             steady_tile(true);
 #else
+        // Without the narrow tail: one copy, written out (through the lambdas above, CHAIN's configs
+        // spilled where they had compiled clean).
         if (j + 1 < wg_end) {
-            steady_tile(false);
+            mbar_wait(k_full(next_slot), next_phase);
+            mbar_wait(v_full(slot), phase);
+            float s_acc[S_REGS];
+            turn_begin(wg);
+            issue_qk(s_acc, q_operand, k_slot(next_slot));
+            rescale_o(o_acc, rescale);
+            issue_pv(o_acc, p_frag, desc_v);
+            turn_end(wg);
+            wgmma_wait<1>();  // S_{j+1}; P_j·V_j may still run
+            release_kv(k_empty(next_slot));
+            const int kv0 = kv_first + (j + 1) * BLOCK_N;
+            softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_hi_min, kv0 < wg_lo_max, lane_lo, lane_hi, t,
+                           scale_log2, lazy_slack, row_max, row_sum, rescale);
+            wgmma_wait<0>();
+#pragma unroll
+            for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]);
+            release_kv(v_empty(slot));
+            pack_p(s_acc, p_frag);
 #endif
         } else {
 #if CHAIN
