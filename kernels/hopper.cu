@@ -1074,57 +1074,47 @@ __device__ __forceinline__ bool consume_item(Barriers& bars, u32 k_tiles, u32 v_
         pv_descs(v_slot(slot), desc_v);
         // Each branch is one straight wgmma pipeline (ptxas serialises wgmma across divergent paths);
         // the barrier waits come before it.
+// The steady key tile, S_{j+1} beside P_j·V_j, around its softmax SCORES (a statement on s_acc): one
+// text for the narrow tail's two copies and for the one copy without it.
+#define HOPPER_STEADY_TILE(SCORES)                                             \
+    {                                                                          \
+        mbar_wait(k_full(next_slot), next_phase);                              \
+        mbar_wait(v_full(slot), phase);                                        \
+        float s_acc[S_REGS];                                                   \
+        turn_begin(wg);                                                        \
+        issue_qk(s_acc, q_operand, k_slot(next_slot));                         \
+        rescale_o(o_acc, rescale);                                             \
+        issue_pv(o_acc, p_frag, desc_v);                                       \
+        turn_end(wg);                                                          \
+        wgmma_wait<1>(); /* S_{j+1}; P_j·V_j may still run */                  \
+        release_kv(k_empty(next_slot));                                        \
+        SCORES;                                                                \
+        wgmma_wait<0>();                                                       \
+        _Pragma("unroll") for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]); \
+        release_kv(v_empty(slot));                                             \
+        pack_p(s_acc, p_frag);                                                 \
+    }
 #if HOPPER_NARROW_TAIL
-        // S_{j+1} beside P_j·V_j; `last`: tile j + 1 is the warpgroup's last. With a narrow tail two
-        // copies (the loop's and the last tile's, each with its softmax; tile_scores is inlined with
-        // a constant): with one copy branching between the two softmaxes ptxas left P's packing
-        // behind the branch's join, after the wait for P_j·V_j (nvdisasm: the steady softmax block
-        // lost its 36 F2FP).
-        auto steady_tile = [&](bool last) {
-            mbar_wait(k_full(next_slot), next_phase);
-            mbar_wait(v_full(slot), phase);
-            float s_acc[S_REGS];
-            turn_begin(wg);
-            issue_qk(s_acc, q_operand, k_slot(next_slot));
-            rescale_o(o_acc, rescale);
-            issue_pv(o_acc, p_frag, desc_v);
-            turn_end(wg);
-            wgmma_wait<1>();  // S_{j+1}; P_j·V_j may still run
-            release_kv(k_empty(next_slot));
-            tile_scores(s_acc, kv_first + (j + 1) * BLOCK_N, last);
-            wgmma_wait<0>();
-#pragma unroll
-            for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]);
-            release_kv(v_empty(slot));
-            pack_p(s_acc, p_frag);
-        };
+        // `last`: tile j + 1 is the warpgroup's last. With a narrow tail two copies (the loop's and
+        // the last tile's, each with its softmax; tile_scores is inlined with a constant): with one
+        // copy branching between the two softmaxes ptxas left P's packing behind the branch's join,
+        // after the wait for P_j·V_j (nvdisasm: the steady softmax block lost its 36 F2FP).
+        auto steady_tile = [&](bool last) HOPPER_STEADY_TILE(tile_scores(s_acc, kv_first + (j + 1) * BLOCK_N, last));
         if (j + 2 < wg_end) {
             steady_tile(false);
         } else if (j + 1 < wg_end) {
             steady_tile(true);
 #else
-        // Without the narrow tail: one copy, written out (through the lambdas above, CHAIN's configs
-        // spilled where they had compiled clean).
+        // Without the narrow tail: one copy in place (through lambdas, CHAIN's configs spilled where
+        // they had compiled clean).
         if (j + 1 < wg_end) {
-            mbar_wait(k_full(next_slot), next_phase);
-            mbar_wait(v_full(slot), phase);
-            float s_acc[S_REGS];
-            turn_begin(wg);
-            issue_qk(s_acc, q_operand, k_slot(next_slot));
-            rescale_o(o_acc, rescale);
-            issue_pv(o_acc, p_frag, desc_v);
-            turn_end(wg);
-            wgmma_wait<1>();  // S_{j+1}; P_j·V_j may still run
-            release_kv(k_empty(next_slot));
-            const int kv0 = kv_first + (j + 1) * BLOCK_N;
-            softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_hi_min, kv0 < wg_lo_max, lane_lo, lane_hi, t,
-                           scale_log2, lazy_slack, row_max, row_sum, rescale);
-            wgmma_wait<0>();
-#pragma unroll
-            for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]);
-            release_kv(v_empty(slot));
-            pack_p(s_acc, p_frag);
+            HOPPER_STEADY_TILE({
+                const int kv0 = kv_first + (j + 1) * BLOCK_N;
+                softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_hi_min, kv0 < wg_lo_max, lane_lo, lane_hi, t,
+                               scale_log2, lazy_slack, row_max, row_sum, rescale);
+            })
 #endif
+#undef HOPPER_STEADY_TILE
         } else {
 #if CHAIN
             // Block-uniform (the items' words): every warpgroup of the block chains, or none.
