@@ -992,7 +992,7 @@ __device__ __forceinline__ bool consume_item(Barriers& bars, u32 k_tiles, u32 v_
     float item_max[2];
     float item_sum[2];
 
-#if OVERLAP && HOPPER_NARROW_TAIL
+#if HOPPER_NARROW_TAIL  // (OVERLAP 1 only)
     // The narrow tail: where no row of the warpgroup sees a key past the first 128 of its last tile
     // (a sequence's ragged end: 2048 keys are 12 tiles of 160 and one of 128), that tile's softmax
     // takes its first 128 keys only (the others' probabilities are 0), with no per-key mask where

@@ -75,18 +75,23 @@ class Nvrtc:
         return buf.value.decode(errors="replace").strip()
 
 
-def host_flags():
-    """NVRTC's flags for every kernel as the host passes them (`cargo xtask kernels --nvrtc-flags`:
-    the language standard and the like), so that a kernel this accepts is one the host accepts."""
+def xtask_lines(*args):
+    """What `cargo xtask ARGS...` prints, line by line (the registry's answers: configs, flags)."""
     res = subprocess.run(
-        ["cargo", "xtask", "kernels", "--nvrtc-flags"],
+        ["cargo", "xtask", *args],
         cwd=os.path.dirname(KERNELS_DIR),
         capture_output=True,
         text=True,
     )
     if res.returncode != 0:
-        raise SystemExit(f"cargo xtask kernels --nvrtc-flags failed:\n{res.stderr}")
-    return res.stdout.split()
+        raise SystemExit(f"cargo xtask {' '.join(args)} failed:\n{res.stderr}")
+    return res.stdout.splitlines()
+
+
+def host_flags():
+    """NVRTC's flags for every kernel as the host passes them (`cargo xtask kernels --nvrtc-flags`:
+    the language standard and the like), so that a kernel this accepts is one the host accepts."""
+    return xtask_lines("kernels", "--nvrtc-flags")
 
 
 def nvrtc_options(include_dir, arch, defines, flags):
@@ -140,15 +145,7 @@ def parse_config(text):
 
 def registry_configs():
     """Every valid hopper config (HEAD_DIM and the knobs) with its SHARED_BYTES, from the registry."""
-    res = subprocess.run(
-        ["cargo", "xtask", "kernels", "--configs", "hopper"],
-        cwd=os.path.dirname(KERNELS_DIR),
-        capture_output=True,
-        text=True,
-    )
-    if res.returncode != 0:
-        raise SystemExit(f"cargo xtask kernels --configs hopper failed:\n{res.stderr}")
-    return [parse_config(line) for line in res.stdout.splitlines() if line.startswith("HEAD_DIM=")]
+    return [parse_config(line) for line in xtask_lines("kernels", "--configs", "hopper") if line.startswith("HEAD_DIM=")]
 
 
 def ptxas_report(cuda_dir, ptx, keep_dir, tag):

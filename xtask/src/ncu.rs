@@ -125,10 +125,23 @@ fn print_source_page(
             names.join(" | ")
         );
     }
-    for profile in chosen {
-        print!("{}", attn_ncu::source::render_source(profile, 8, 15));
-    }
+    print_source_profiles(chosen);
     Ok(0)
+}
+
+/// Each source profile as `--from-csv` and `--source` print it: its execution-count classes, then
+/// its hottest instructions.
+fn print_source_profiles<'a>(
+    profiles: impl IntoIterator<Item = &'a attn_ncu::source::SourceProfile>,
+) {
+    const CLASSES: usize = 8;
+    const HOTTEST: usize = 15;
+    for profile in profiles {
+        print!(
+            "{}",
+            attn_ncu::source::render_source(profile, CLASSES, HOTTEST)
+        );
+    }
 }
 
 /// The evidence's label, whose slug names its file: the candidate, its knobs, the problem, and the
@@ -170,9 +183,7 @@ fn profile_impl(args: &Args) -> anyhow::Result<u8> {
                 .with_context(|| format!("writing {}", path.display()))?;
             println!("page: {}", path.display());
         }
-        for profile in &profiles {
-            print!("{}", attn_ncu::source::render_source(profile, 8, 15));
-        }
+        print_source_profiles(&profiles);
         return Ok(0);
     }
     let (label, n) = (candidate.label(), args.launches);
