@@ -178,7 +178,8 @@
 //   STAGES K tiles, then STAGES V tiles; no padding: BLOCK_M and BLOCK_N are multiples of 8, so each
 //   tile's 64-column panels are whole 1024-byte atoms, e.g. 176 rows × 128 bytes = 22 atoms), plus
 //   8 · (Q_STAGES + 4 · STAGES) bytes of static shared memory for the mbarriers (with SCHEDULE 1,
-//   20 · Q_STAGES more for q_empty and the item words, rounded up to 8: 24 or 40).
+//   20 · Q_STAGES more for q_empty and the item words, with Q_STAGES 2 12 · Q_STAGES more for the
+//   copy warp's o_full and o_whole, rounded up to 8: 24 or 64).
 //   Defaults: D 64 → 123904, D 128 → 230400; D 128, BLOCK_N 176, STAGES 2 → 214016.
 //   Parameters: the ten plain ones, three `const __grid_constant__` CUtensorMaps (Q, K, V), then
 //   the five of the variants: kv_heads, window_left, window_right, cu_seqlens_q, cu_seqlens_kv.
@@ -194,7 +195,8 @@
 //   SCHEDULE 1 (persistent): grid = (min(items, SMs × resident blocks per SM), 1, 1), where the items
 //   are the ceil(S_q / BLOCK_M) · H · B row blocks of the grid above, and one more parameter last:
 //   `unsigned int* sched_counter`, two words that are zero at launch and that the kernel leaves zero
-//   (the host allocates them zeroed, once per prepared kernel, and launches on one stream).
+//   (the host allocates them zeroed, once per prepared kernel, and launches on one stream). With
+//   Q_STAGES 2 (O_TMA_STORE) a last parameter after it: O's map (Q's boxes; the copy warp's).
 //   Every map: 16-bit elements as compiled, 128-byte swizzle, no interleave, 256-byte L2 promotion,
 //   zero out-of-bounds fill, 3-D; box = 64 columns × BLOCK_M (Q) or BLOCK_N (K, V) rows; a box is
 //   one 64-column panel of a tile (a D = 128 row takes two boxes). The maps the host must encode:
@@ -454,6 +456,9 @@ static_assert(sizeof(elem_t) == 2, "hopper.cu: 16-bit elements expected");
 // registers, and ptxas 13.0 spills with it (8-28 bytes, hopper_check.py) where CHAIN is 1 or, at
 // D 128, where PV_N is 64; those keep the one copy (no tuning takes them).
 #define HOPPER_NARROW_TAIL (OVERLAP && BLOCK_N > 128 && !CHAIN && (HEAD_DIM == 64 || PV_N == 128))
+// The persistent loop's two Q tiles (Q_STAGES 2) hand each item's staged O to a copy warp, which
+// stores it with TMA ("The copy warp"), rather than storing it themselves.
+#define O_TMA_STORE (SCHEDULE && Q_STAGES == 2)
 
 namespace hopper_attn {
 using attn::exp2_ftz;
@@ -705,6 +710,17 @@ __device__ __forceinline__ void release_q_tile(Barriers& bars, int buffer) {
     fence_proxy_async_shared();
     mbar_arrive(smem_addr(&bars.q_empty[buffer]));
 }
+
+#if O_TMA_STORE
+// A consumer thread's hand-over of Q buffer `buffer`, its O rows staged there, to the copy warp
+// (o_full): this thread's generic-proxy writes ordered before the copy's async-proxy reads; the
+// `writer` thread first says whether the copy warp stores the tile (o_whole).
+__device__ __forceinline__ void hand_o_tile(Barriers& bars, int buffer, bool copied, bool writer) {
+    if (writer) bars.o_whole[buffer] = copied ? 1 : 0;
+    fence_proxy_async_shared();
+    mbar_arrive(smem_addr(&bars.o_full[buffer]));
+}
+#endif
 #endif
 
 // An item's key segment (all of it unless STREAM_K cuts it: see the stream-K tail) as one word: the
@@ -861,6 +877,18 @@ struct ConsumerItem {
     unsigned int* words;    // the persistent kernel's words (the workspace after the counter)
 #endif
 };
+
+#if O_TMA_STORE
+// Whether the copy warp stores the item's O tile (every row of it in the sequence; with STREAM_K the
+// item whole, as a cut item's rows are stored by whichever of its two runs ends last). Uniform per
+// block and item: both warpgroups stage their rows either way.
+__device__ __forceinline__ bool o_tile_copied(const ConsumerItem& item) {
+#if STREAM_K
+    if (item.split != SPLIT_WHOLE) return false;
+#endif
+    return item.m0 + BLOCK_M <= item.len_q;
+}
+#endif
 
 // A consumer thread's softmax state between its turns: P of the tile whose P·V comes next, the
 // running max and sum of rows g and g + 8, and the factor O takes before that P·V. With CHAIN it
@@ -1259,6 +1287,10 @@ __device__ __forceinline__ bool consume_item(Barriers& bars, u32 k_tiles, u32 v_
                         pack_elem2(hi[2] * inv_l[1], hi[3] * inv_l[1]));
         }
     }
+#if O_TMA_STORE
+    // The copy warp stores a whole item's tile (o_tile_copied); the consumers store the rest.
+    if (o_tile_copied(item)) return chained;
+#endif
     __syncwarp();  // each warp reads back only its own 16 staged rows
     constexpr int CHUNKS = D / 8;                          // 16-byte chunks per row
     constexpr int OUT_CHUNKS_PER_LANE = 16 * CHUNKS / 32;  // 16-byte chunks of the warp's rows per lane
@@ -1562,6 +1594,42 @@ __device__ __forceinline__ void schedule_and_produce(Barriers& bars, u32 q_tile,
 }
 #endif
 
+#if O_TMA_STORE
+// ---- the copy warp (O_TMA_STORE) ------------------------------------------------------------------
+//
+// One thread of the producer warpgroup's second warp follows the consumers item by item: once they
+// have staged an item's O in its Q buffer (o_full), it stores the tile with TMA (one box per
+// 64-column panel, through the O map: Q's boxes of the O tensor) where the consumers say the tile is
+// whole (o_whole), waits until the copy has read the buffer, and gives the buffer back to the
+// producer (q_empty, its one arrival). The consumers thus go on to their next item without O's
+// read-back, its 16-byte stores and their addresses, and the stores run beside that item. Its last
+// wait covers the global writes too, before the block exits.
+__device__ __forceinline__ void copy_o_tiles(Barriers& bars, u32 q_tile, const HopperTensorMap* map_o, int heads,
+                                             int kv_heads, const int* cu_seqlens_q, const int* cu_seqlens_kv) {
+    prefetch_tensor_map(map_o);
+    for (u32 it = 0;; ++it) {
+        const int buffer = it % Q_STAGES;
+        const u32 parity = (it / Q_STAGES) & 1;
+        // The item's words come with its Q (q_full), the end too (m0 < 0).
+        mbar_wait(smem_addr(&bars.q_full[buffer]), parity);
+        const int m0 = bars.item[buffer][2];
+        if (m0 < 0) break;
+        mbar_wait(smem_addr(&bars.o_full[buffer]), parity);
+        if (bars.o_whole[buffer]) {
+            const Coords c =
+                box_coords(bars.item[buffer][0], bars.item[buffer][1], m0, 0, heads, kv_heads, cu_seqlens_q, cu_seqlens_kv);
+            const u32 tile = q_tile + buffer * Q_TILE_BYTES;
+#pragma unroll
+            for (int p = 0; p < PANELS; ++p) tma_store_3d(map_o, tile + p * BLOCK_M * 128, 64 * p, c.q1, c.q2);
+            bulk_commit_group();
+            bulk_wait_read_all();
+        }
+        mbar_arrive(smem_addr(&bars.q_empty[buffer]));
+    }
+    bulk_wait_all();
+}
+#endif
+
 }  // namespace hopper_attn
 
 // The cap at entry (min blocks 1) gives every thread 65536 / THREADS registers (168 with two consumer
@@ -1578,6 +1646,9 @@ extern "C" __global__ void
              const int* cu_seqlens_q, const int* cu_seqlens_kv
 #if SCHEDULE
              , unsigned int* sched_counter
+#endif
+#if O_TMA_STORE
+             , const __grid_constant__ HopperTensorMap map_o
 #endif
     ) {
     using namespace hopper_attn;
@@ -1645,6 +1716,11 @@ extern "C" __global__ void
             schedule_and_produce(bars, q_tile, k_tiles, v_tiles, &map_q, &map_k, &map_v, batch, heads, kv_heads,
                                  seq_q, seq_kv, causal, window_left, window_right, cu_seqlens_q, cu_seqlens_kv,
                                  sched_counter, lane);
+#if O_TMA_STORE
+        // Its second warp's lane 0 stores the items' O tiles.
+        if (warp == NUM_WARPS + 1 && lane == 0)
+            copy_o_tiles(bars, q_tile, &map_o, heads, kv_heads, cu_seqlens_q, cu_seqlens_kv);
+#endif
 #else
         if (warp == NUM_WARPS && lane == 0) {
             Coords c = box_coords(b, h, m0, tiles.first * BLOCK_N, heads, kv_heads, cu_seqlens_q, cu_seqlens_kv);
@@ -1729,7 +1805,11 @@ extern "C" __global__ void
         };
         chained_in = consume_item(bars, k_tiles, v_tiles, ring, item, rows, chained_in, chain_next, causal,
                                   window_left, window_right, scale, warp, lane);
-#if !Q_REGS && !Q_RELEASE
+#if O_TMA_STORE
+        // O staged (and, where the copy warp does not store it, stored): to the copy warp, which
+        // releases the tile once its copy has read it.
+        hand_o_tile(bars, it % Q_STAGES, o_tile_copied(item), warp == 0 && lane == 0);
+#elif !Q_REGS && !Q_RELEASE
         // After the staged O's reads and writes (with Q in registers consume_item released the tile
         // once it had read Q, with Q_RELEASE after its last Q·Kᵀ).
         release_q_tile(bars, it % Q_STAGES);

@@ -63,6 +63,28 @@ __device__ __forceinline__ void tma_load_3d(u32 dst, const HopperTensorMap* map,
         : "memory");
 }
 
+// One box of a 3-D tensor map from shared memory at `src` (the box's image, swizzled as loaded) to
+// global memory, in this thread's current bulk-async group (bulk_commit_group). The box must lie in
+// the tensor: rows past it are not written, but rows of another sequence inside it are.
+__device__ __forceinline__ void tma_store_3d(const HopperTensorMap* map, u32 src, int c0, int c1, int c2) {
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
+                     reinterpret_cast<u64>(map)),
+                 "r"(src), "r"(c0), "r"(c1), "r"(c2)
+                 : "memory");
+}
+
+// Closes this thread's bulk-async group of stores (tma_store_3d).
+__device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+
+// Waits until this thread's committed bulk stores have read their shared memory (which may then be
+// overwritten); their global writes may still be on their way.
+__device__ __forceinline__ void bulk_wait_read_all() {
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+
+// Waits until this thread's committed bulk stores have completed, global writes included.
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
 // tma_load_3d into the same offset `dst` of every block of the cluster in `cta_mask` (bit r: the
 // block of cluster rank r), each completing its bytes on the barrier at offset `bar` of that block.
 __device__ __forceinline__ void tma_load_3d_multicast(u32 dst, const HopperTensorMap* map, int c0, int c1, int c2,

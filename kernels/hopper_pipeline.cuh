@@ -35,6 +35,11 @@
 #ifndef CLUSTER
 #define CLUSTER 1
 #endif
+// hopper.cu's O_TMA_STORE (0 unless the kernel defines it): a copy warp stores each persistent
+// item's O from its Q tile (o_full, o_whole below), and releases the tile alone.
+#ifndef O_TMA_STORE
+#define O_TMA_STORE 0
+#endif
 
 #define HOPPER_NEG_INF __int_as_float(0xff800000u)
 // hopper.cu's PV_N 128 (the micro, which does not define PV_N, keeps N = 64 per panel): one
@@ -65,7 +70,16 @@ struct Barriers {
 #if SCHEDULE
     u64 q_empty[Q_STAGES];  // every consumer thread is done with Q buffer i's item: past its last
                             // wgmma and its O rows staged there and stored (CONSUMER_THREADS
-                            // arrivals); with Q_REGS 1, once it has read its Q fragments
+                            // arrivals); with Q_REGS 1, once it has read its Q fragments; with
+                            // O_TMA_STORE the copy warp's one arrival, once its copy of O has read
+                            // the buffer
+#if O_TMA_STORE
+    u64 o_full[Q_STAGES];   // every consumer thread has staged its O rows in Q buffer i (and, for
+                            // an item the copy warp does not store, stored them: CONSUMER_THREADS
+                            // arrivals)
+    int o_whole[Q_STAGES];  // with o_full's phase: 1 = the copy warp stores buffer i's tile (every
+                            // row in the sequence, the item whole), 0 = the consumers stored it
+#endif
 #if CLUSTER > 1
     u64 ticket_full;        // rank 1: the cluster's next ticket has landed in `ticket` (4 bytes of
                             // transactions, st.async from rank 0's producer)
@@ -101,7 +115,12 @@ __device__ __forceinline__ void init_pipeline(Barriers& bars, const HopperTensor
     }
 #if SCHEDULE
 #pragma unroll
-    for (int i = 0; i < Q_STAGES; ++i) mbar_init(smem_addr(&bars.q_empty[i]), CONSUMER_THREADS);
+    for (int i = 0; i < Q_STAGES; ++i) {
+        mbar_init(smem_addr(&bars.q_empty[i]), O_TMA_STORE ? 1 : CONSUMER_THREADS);
+#if O_TMA_STORE
+        mbar_init(smem_addr(&bars.o_full[i]), CONSUMER_THREADS);
+#endif
+    }
 #if CLUSTER > 1
     mbar_init(smem_addr(&bars.ticket_full), 1);
     mbar_init(smem_addr(&bars.ticket_empty), 1);

@@ -730,6 +730,7 @@ impl Prepared {
                         let (qp, _gq) = q.buf.device_ptr(stream);
                         let (kp, _gk) = k.buf.device_ptr(stream);
                         let (vp, _gv) = v.buf.device_ptr(stream);
+                        let (op, _go) = o.buf.device_ptr(stream);
                         // Packed varlen tensors get maps over [total, H, D] (kernels/hopper.cu).
                         let encode = if offsets.is_some() {
                             tensormap::encode_packed
@@ -740,6 +741,8 @@ impl Prepared {
                             encode("Q", qp, self.dtype, q.dims, rows.q)?,
                             encode("K", kp, self.dtype, k.dims, rows.kv)?,
                             encode("V", vp, self.dtype, v.dims, rows.kv)?,
+                            // O has Q's shape: its map has Q's boxes.
+                            encode("O", op, self.dtype, o.dims, rows.q)?,
                         ])
                     }
                     None => None,
@@ -777,9 +780,14 @@ impl Prepared {
                 if let Some(p) = persistent {
                     launch.arg(&p.counter);
                 }
+                // The O map last: only a kernel that stores through it declares it.
+                if let Some(maps) = &maps {
+                    launch.arg(&maps[3]);
+                }
                 // SAFETY: the arguments match the ABI of kernels/README.md (checked shapes, 16-bit
                 // elements of the compiled dtype; for the TensorMaps ABI, maps of these very
-                // buffers with the boxes of the compiled config; the variant parameters last,
+                // buffers with the boxes of the compiled config, O's (Q's boxes) after everything
+                // else, inside O's buffer like every write; the variant parameters next,
                 // which a kernel declaring fewer parameters never reads, null offsets for a dense
                 // batch, else live int32 arrays of sequences + 1 offsets that match the packed
                 // tensors, checked above); the grid covers every output row, or for a persistent

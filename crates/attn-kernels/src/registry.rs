@@ -785,7 +785,8 @@ fn q_stages(cfg: &Config) -> u32 {
 
 /// hopper's static shared memory, its `Barriers` (hopper_pipeline.cuh): Q_STAGES q_full and STAGES
 /// × (k_full, v_full, k_empty, v_empty), 8 bytes each, and with SCHEDULE=1 per Q tile a q_empty and
-/// the item's three words (four with STREAM_K=1; 24 or 40 bytes with the struct's 8-byte alignment, 24 or 48 with four), with CLUSTER=2 also
+/// the item's three words (four with STREAM_K=1; 24 or 40 bytes with the struct's 8-byte alignment, 24 or 48 with four), with two Q tiles
+/// (Q_STAGES=2: the copy warp's) per Q tile an o_full barrier and an o_whole word, with CLUSTER=2 also
 /// the ticket's two barriers and word (20 bytes more, before the rounding). Public for the
 /// micro-benchmark, whose kernel declares the same barriers (no SCHEDULE knob there: none of the
 /// persistent ones).
@@ -795,7 +796,8 @@ pub fn hopper_static_shared(cfg: &Config) -> u32 {
     let persistent = if knob(cfg, "SCHEDULE") == 1 {
         // Per Q tile its q_empty and the item's words (a fourth with STREAM_K=1: its key segment).
         let item_words = 3 + knob(cfg, "STREAM_K");
-        ((8 + 4 * item_words) * q + ticket).next_multiple_of(8)
+        let copy_warp = if q == 2 { 8 + 4 } else { 0 };
+        ((8 + copy_warp + 4 * item_words) * q + ticket).next_multiple_of(8)
     } else {
         0
     };
@@ -1805,8 +1807,9 @@ mod tests {
             hopper_dynamic_shared(&two, 128),
             1024 + 2 * 32_768 + 2 * 2 * 32_768
         );
-        // q_full and q_empty per Q tile, the ring's four per stage, the item words per Q tile.
-        assert_eq!(hopper_static_shared(&two), 8 * (2 + 4 * 2) + 40);
+        // q_full and q_empty per Q tile, the ring's four per stage, the item words per Q tile, the
+        // copy warp's o_full and o_whole per Q tile.
+        assert_eq!(hopper_static_shared(&two), 8 * (2 + 4 * 2) + 40 + 24);
         for (config, reason) in [
             ("Q_STAGES=2", "SCHEDULE=1"),
             ("SCHEDULE=1,Q_REGS=1,Q_STAGES=2,STAGES=2", "Q_REGS=0"),
