@@ -378,7 +378,7 @@ static HOPPER_KNOBS: [Knob; 16] = [
     Knob {
         name: "BLOCK_N",
         domain: &[64, 128, 160, 176],
-        doc: "keys per K/V tile (the N of the S = Q·Kᵀ wgmma, the rows of a K/V TMA box); 176 (FlashAttention-3's D=128 tile; tuned at D=128 past two Q tiles' lengths) and 160 (the widest whose 2-stage ring fits beside two Q tiles at D=128; tuned there from 2048 keys a row) need NUM_WARPS <= 8 and, at D=128, STAGES=2",
+        doc: "keys per K/V tile (the N of the S = Q·Kᵀ wgmma, the rows of a K/V TMA box); 176 (FlashAttention-3's D=128 tile; opt-in) and 160 (the widest whose 2-stage ring fits beside two Q tiles at D=128; tuned there from 2048 keys a row) need NUM_WARPS <= 8 and, at D=128, STAGES=2",
     },
     Knob {
         name: "NUM_WARPS",
@@ -500,23 +500,6 @@ fn hopper_defaults(head_dim: usize) -> Config {
 /// had found the exact max ahead at 2,16,8192,64: not established.)
 const HOPPER_LAZY_RESCALE_MIN_KEYS: usize = 4096;
 
-/// Where hopper's full grids take two Q tiles in the persistent loop (Q_STAGES=2, with SCHEDULE=1,
-/// Q_REGS=0 and at D=128 a 2-stage ring of 128-key tiles): the next item's Q arrives during this
-/// one's key loop instead of after its epilogue. At D=64 everywhere; at D=128 under a causal mask
-/// up to this many rows and under a causal window at any length. Against the tuning it replaced
-/// the gate (batch mode, ten blocks a side; evidence/gate/2026-11-27T16-0*Z to 16-20-19Z)
-/// measured at D=128 causal 1.15× at 4,16,512, 1.09× [1.08, 1.10] at 4,16,1024, 1.14× at
-/// 2,32/8,1024, 1.07× at 2,16,2048, 1.09× at 2,16,4096, 1.12× at 2,32/8,4096, 1.05× [1.01,
-/// 1.06] at 2,16,8192, 1.05× at 2,32/8,8192 and 2,32/1,8192, but 0.96× [0.95, 0.97] at
-/// 2,16,16384 and 1,32/8,16384 (where the grid's 176-key tile stays); causal
-/// windows of 4096 at 16384 rows 1.07× and 1.05×; causal varlen batches 1.10×. At D=64 1.09×
-/// and 1.17× (causal) at 4,16,1024, 1.06× at 2,16,4096, 1.03× at 2,16,8192 and 2,16/1,8192,
-/// 1.07× at 2,16,8192 causal, 1.02× [0.97, 1.04] at 2,16,16384 causal, 1.12× under a causal
-/// window of 1024, 1.05× and 1.11× on the varlen suite's D=64 batches. Against cuDNN in the
-/// same call (16-01-51Z to 16-03-32Z): 1.12× at 4,16,1024,128 causal (the tuning before: 1.03×),
-/// 1.23× at 2,32/8,1024,128 causal, 1.04× [1.03, 1.05] at 4,16,1024,128 (before: 0.93-0.95×).
-const HOPPER_TWO_Q_TILES_MAX_CAUSAL_ROWS: usize = 8192;
-
 /// Whether hopper's two Q tiles (at D=128 without a mask: at every length) take the stream-K tail
 /// (STREAM_K=1): the static order of an unmasked problem cuts its last items into equal runs of
 /// key tiles, one per cluster, so that no thin last wave leaves clusters idle (causal and windowed
@@ -602,11 +585,12 @@ fn hopper_clusters_over_heads(shape: &Shape) -> bool {
 
 /// hopper's knobs per problem. A grid of at least one block per SM at the default rows takes two Q
 /// tiles in the persistent loop where they were measured ahead ([`hopper_takes_two_q_tiles`]);
-/// elsewhere (D=128: long rows, windows without the causal mask) the grid, with
-/// FlashAttention-3's 128×176 tile in a 2-stage ring where no window bounds the rows (Q then from
-/// shared memory: a 176-key tile leaves no registers for it), in clusters of two blocks sharing
-/// each K/V tile ([`HOPPER_CLUSTER`]); and from
-/// [`HOPPER_LAZY_RESCALE_MIN_KEYS`] keys conditional rescaling. Since K and V of a ring slot are
+/// elsewhere (D=128: windows both ways with few keys a row) the defaults' grid; and from
+/// [`HOPPER_LAZY_RESCALE_MIN_KEYS`] keys conditional rescaling. Until the copy warp (see
+/// [`hopper_takes_two_q_tiles`]) D=128 past two Q tiles' lengths took the grid with
+/// FlashAttention-3's 128×176 tile in a 2-stage ring (Q then from shared memory: a 176-key tile
+/// leaves no registers for it), in clusters of two blocks sharing each K/V tile
+/// ([`HOPPER_CLUSTER`]), now opt-in. Since K and V of a ring slot are
 /// released apart (d1d660b), the gate (batch mode, ten blocks a side) measured the 176-key tile
 /// against the 128-key one 1.07× [1.04, 1.10] at 2,16,8192,128, 1.07× [1.05, 1.12] at
 /// 2,32/8,8192,128, 1.05× [1.02, 1.07] at 2,16,16384,128 (evidence/gate/2026-11-27T09-50-56Z;
@@ -632,8 +616,8 @@ fn hopper_clusters_over_heads(shape: &Shape) -> bool {
 /// to 18% at short sequences and 4% at 8192). Without a mask every row block does the same work and
 /// the grid stays: (2,16,8192,128) 1857 -> 1889, (4,16,2048,128) 231 -> 233.
 ///
-/// Except at D=128 from 8192 rows on (now past [`HOPPER_TWO_Q_TILES_MAX_CAUSAL_ROWS`]), where the
-/// grid keeps Q in registers (which the persistent loop has no registers for) and gained more than
+/// Except at D=128 from 8192 rows on (until the copy warp: see [`hopper_takes_two_q_tiles`]), where the
+/// grid kept Q in registers (which the persistent loop has no registers for) and gained more than
 /// the persistent order with one Q tile: the gate (batch mode) measured the grid with Q_REGS=1
 /// 1.07× [1.06, 1.09] at (2,16,8192,128) causal and 1.05× [1.03, 1.06] at (2,32/8,8192,128) causal
 /// against the persistent schedule with Q in shared memory (evidence/gate/2026-11-25T07-49-27Z),
@@ -682,11 +666,8 @@ fn hopper_tuned(shape: &Shape, params: &Params) -> Config {
                     knobs.push(("BLOCK_N", 160));
                 }
             }
-        } else if !params.window.is_bounded() {
-            // D=128 past the two Q tiles' lengths: the grid, the 176-key tile, in clusters of two
-            // blocks that share each K/V tile.
-            knobs.extend([("BLOCK_N", 176), ("STAGES", 2), ("CLUSTER", HOPPER_CLUSTER)]);
         }
+        // Else (D=128 under a window both ways with few keys a row) the defaults' grid.
         return Config::from_pairs(&knobs);
     }
     let small = Config::from_pairs(&[
@@ -706,20 +687,42 @@ fn hopper_tuned(shape: &Shape, params: &Params) -> Config {
     small
 }
 
-/// Whether a full grid of `shape` takes two Q tiles in the persistent loop (see
-/// [`HOPPER_TWO_Q_TILES_MAX_CAUSAL_ROWS`] and [`hopper_cuts_the_tail`]).
+/// Whether a full grid of `shape` takes two Q tiles in the persistent loop (Q_STAGES=2, with
+/// SCHEDULE=1, Q_REGS=0 and at D=128 a 2-stage ring): the next item's Q arrives during this one's
+/// key loop instead of after its epilogue, and a copy warp stores each item's O (a12fe1a). At D=64
+/// everywhere; at D=128 without a mask (with the stream-K tail from 4096 keys:
+/// [`hopper_cuts_the_tail`]), under a causal mask or a causal window, and under a window both ways
+/// where the 160-key tile comes with them (measured so).
+///
+/// Up to 8192 rows under a causal mask first (before the copy warp), against the tuning it
+/// replaced the gate (batch mode, ten blocks a side; evidence/gate/2026-11-27T16-0*Z to 16-20-19Z)
+/// measured at D=128 causal 1.15× at 4,16,512, 1.09× [1.08, 1.10] at 4,16,1024, 1.14× at
+/// 2,32/8,1024, 1.07× at 2,16,2048, 1.09× at 2,16,4096, 1.12× at 2,32/8,4096, 1.05× [1.01,
+/// 1.06] at 2,16,8192, 1.05× at 2,32/8,8192 and 2,32/1,8192, but 0.96× [0.95, 0.97] at
+/// 2,16,16384 and 1,32/8,16384 (where the grid's 176-key tile stayed); causal
+/// windows of 4096 at 16384 rows 1.07× and 1.05×; causal varlen batches 1.10×. At D=64 1.09×
+/// and 1.17× (causal) at 4,16,1024, 1.06× at 2,16,4096, 1.03× at 2,16,8192 and 2,16/1,8192,
+/// 1.07× at 2,16,8192 causal, 1.02× [0.97, 1.04] at 2,16,16384 causal, 1.12× under a causal
+/// window of 1024, 1.05× and 1.11× on the varlen suite's D=64 batches. Against cuDNN in the
+/// same call (16-01-51Z to 16-03-32Z): 1.12× at 4,16,1024,128 causal (the tuning before: 1.03×),
+/// 1.23× at 2,32/8,1024,128 causal, 1.04× [1.03, 1.05] at 4,16,1024,128 (before: 0.93-0.95×).
+///
+/// With the copy warp, causal at every length: against the grid's 176-key tile the gate (batch
+/// mode, 30 samples a side, on an H200) measured 1.06× [1.05, 1.07] at 1,32/8,16384,128 causal and
+/// 1.05× [1.04, 1.06] at 2,16,16384,128 causal, and against FlashAttention-3 1.02× [0.99, 1.04] at
+/// 1,32/8,16384,128 causal, where the grid had measured 0.98× [0.95, 1.00] an hour before
+/// (evidence/gate/2026-11-29T14-39-05Z to 14-40-04Z, 14-37-41Z). The copy warp itself against the
+/// kernel before it (919ffc8, same calls): 1.04× [1.00, 1.09] at 2,32/8,2048,128, 1.04× [1.01,
+/// 1.07] at 2,32/8,4096,128, 1.02× [0.99, 1.06] at 2,16,4096,64 (14-28-45Z to 14-29-32Z), 1.05×
+/// on the window suite's three D=128 shapes, 1.02× at 2,16,8192,64 under a causal window of 1024
+/// (14-41-58Z) and 1.01-1.08× on the varlen suite's first five batches (14-44-55Z).
 fn hopper_takes_two_q_tiles(shape: &Shape, params: &Params) -> bool {
     if shape.head_dim != 128 {
         return true;
     }
-    match (params.causal, params.window.is_bounded()) {
-        (true, true) => true,
-        (true, false) => shape.seq_q <= HOPPER_TWO_Q_TILES_MAX_CAUSAL_ROWS,
-        // With the stream-K tail from 4096 keys (hopper_cuts_the_tail).
-        (false, false) => true,
-        // A window both ways: only where the 160-key tile comes with them (measured so).
-        (false, true) => hopper_takes_160_key_tiles(shape, params),
-    }
+    // A window both ways: only where the 160-key tile comes with them (measured so). Without a
+    // mask with the stream-K tail from 4096 keys (hopper_cuts_the_tail).
+    params.causal || !params.window.is_bounded() || hopper_takes_160_key_tiles(shape, params)
 }
 
 /// Cost of one query row in hopper's 192-row blocks (D=64's default: three consumer warpgroups)
@@ -1497,9 +1500,8 @@ mod tests {
             assert_eq!(tuned.get("BLOCK_M"), None, "{tuned:?}");
         }
         // Full grids: two Q tiles in the persistent loop (D=128: in a 2-stage ring) at D=64, and
-        // at D=128 at every length without a mask (the stream-K tail cut) and up to 8192 rows
-        // under a causal one; past them the grid's 176-key tile; conditional rescaling from 4096
-        // keys with either.
+        // at D=128 at every length, without a mask (the stream-K tail cut) and under a causal one;
+        // conditional rescaling from 4096 keys.
         let two_q = [
             ("SCHEDULE", 1),
             ("Q_REGS", 0),
@@ -1507,12 +1509,6 @@ mod tests {
             ("CLUSTER", 2),
         ];
         let two_q_128 = [two_q.as_slice(), &[("STAGES", 2)]].concat();
-        let wide = [
-            ("SCHEDULE", 0),
-            ("BLOCK_N", 176),
-            ("STAGES", 2),
-            ("CLUSTER", 2),
-        ];
         let lazy = [("LAZY_RESCALE", 1)];
         // The stream-K tail: the static order of an unmasked problem only, from 2048 keys at D=64
         // and 4096 at D=128.
@@ -1577,7 +1573,11 @@ mod tests {
                 true,
                 [two_q_128.as_slice(), &keys(160), &lazy].concat(),
             ),
-            (16384, true, [wide.as_slice(), &lazy, &cut(true)].concat()),
+            (
+                16384,
+                true,
+                [two_q_128.as_slice(), &keys(160), &lazy].concat(),
+            ),
         ] {
             check_masked("hopper", (2, 16, s, 128), causal, &knobs);
         }
@@ -1869,6 +1869,8 @@ mod tests {
         // FlashAttention-3's D=128 tile: 128 x 176, 2 stages; 214016 bytes of dynamic shared memory.
         let fa3 = resolve("BLOCK_N=176,STAGES=2", 128).unwrap();
         assert_eq!(fa3.get("NUM_WARPS"), Some(8));
+        // Q yields to shared memory: the 176-key tile leaves no registers for it.
+        assert_eq!(fa3.get("Q_REGS"), Some(0));
         assert_eq!(hopper_dynamic_shared(&fa3, 128), 214_016);
         // The default 3 stages do not fit at D=128; the reason says what to do.
         let err = resolve("BLOCK_N=176", 128).unwrap_err();
@@ -1892,7 +1894,8 @@ mod tests {
         );
         let err = resolve(&format!("{two_q},BLOCK_N=176"), 128).unwrap_err();
         assert!(err.contains("shared memory"), "{err}");
-        // Not the defaults; per shape only where measured: D=128 past two Q tiles' lengths.
+        // Neither the defaults nor any shape's tuning (since two Q tiles take every length at D=128):
+        // opt-in.
         for d in [64, 128] {
             assert_eq!(hopper.default_config(d).get("BLOCK_N"), Some(128));
             for (shape, causal) in [
@@ -1903,32 +1906,13 @@ mod tests {
             ] {
                 let (b, h, s) = shape;
                 let tuned = tuned_at("hopper", (b, h, s, d), causal);
-                // Without a mask two Q tiles (and the stream-K tail) at every length.
-                let wide = d == 128 && causal && s == 16384;
-                assert_eq!(
-                    tuned.get("BLOCK_N") == Some(176),
-                    wide,
-                    "{shape:?} D={d} {causal}"
-                );
+                assert_ne!(tuned.get("BLOCK_N"), Some(176), "{shape:?} D={d} {causal}");
                 // Clusters on every full grid; the seed suite's (1,8,512) is none.
                 assert_eq!(
                     tuned.get("CLUSTER") == Some(2),
                     shape != (1, 8, 512),
                     "{shape:?} D={d} {causal}"
                 );
-                if wide {
-                    // The tuned config resolves: Q yields to shared memory.
-                    let resolved = hopper.resolve(&tuned, 128, &Limits::H100).unwrap();
-                    assert_eq!(resolved.get("Q_REGS"), Some(0));
-                    // A user's persistent schedule with one Q tile takes the clusters out (its
-                    // producer spills with them), the tile stays.
-                    let shape = Shape::new(b, h, s, s, d).unwrap();
-                    let params = Params::new(d, causal);
-                    let persistent =
-                        hopper.tuned_under(&shape, &params, &"SCHEDULE=1".parse().unwrap());
-                    assert_ne!(persistent.get("CLUSTER"), Some(2), "{persistent:?}");
-                    assert_eq!(persistent.get("BLOCK_N"), Some(176), "{persistent:?}");
-                }
             }
         }
     }
