@@ -276,7 +276,13 @@
 //   whose rows also stage O (with Q_RELEASE 1 the arrival follows the item's last Q·Kᵀ, and O is
 //   stored from registers: see the knob); with Q_STAGES 2 items alternate between two Q tiles, item i waiting for
 //   q_full[i % 2]'s phase (i / 2) & 1, and the producer copies item i's Q first, once item i − 2
-//   has released its tile. With Q in registers (Q_REGS 1) a thread arrives as soon as it has read
+//   has released its tile. With Q_STAGES 2 (O_TMA_STORE) the consumers hand the tile, O staged
+//   in it, to the copy warp instead (o_full: each thread's fence.proxy.async, then its arrival,
+//   which also publishes o_whole), and stores O themselves only where the copy warp does not (a
+//   row past the sequence, a cut stream-K item); the copy warp (copy_o_tiles) waits for the
+//   item's q_full and o_full phases, stores a whole tile with one TMA store per panel through O's
+//   map, waits for the store to have read the tile (cp.async.bulk.wait_group.read) and only then
+//   arrives on q_empty, its one arrival. With Q in registers (Q_REGS 1) a thread arrives as soon as it has read
 //   its Q fragments, and O goes from registers to global memory: the next item's Q is copied during
 //   this item's key loop, and its first Q·Kᵀ follows this item's epilogue with no wait for Q. The
 //   ping-pong turns run on across items (an item with no key tile takes none): warpgroup 0 starts

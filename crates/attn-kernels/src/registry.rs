@@ -70,7 +70,7 @@ pub enum Abi {
     Plain,
     /// The plain parameters, then `__grid_constant__` TMA tensor maps of Q, K and V: 3-D maps over
     /// `[B·H, S, D]`, 128-byte swizzle, boxes of 64 columns × `BLOCK_M` (Q) or `BLOCK_N` (K, V)
-    /// rows × 1.
+    /// rows × 1; and O's map (Q's boxes) last of all parameters, for a kernel that stores with TMA.
     TensorMaps,
 }
 

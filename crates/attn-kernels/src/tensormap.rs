@@ -1,5 +1,6 @@
 //! TMA tensor maps for kernels of the `TensorMaps` ABI (`kernels/README.md`): one 3-D map per
-//! input over `[B·H, S, D]`, encoded on the host and passed to the kernel by value.
+//! input and one for the output over `[B·H, S, D]`, encoded on the host and passed to the kernel
+//! by value.
 
 use attn_oracle::DType;
 use cudarc::driver::sys;
