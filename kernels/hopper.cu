@@ -30,7 +30,8 @@
 //   Variants (kernels/README.md, "Variants"): GQA/MQA, sliding window (causal included) and varlen
 //   are all supported; see "Variants and tile skipping" below. Rows that see no key write zeros.
 //   The output is staged in the warpgroup's own rows of the Q tile (stmatrix: four 8×8 blocks of the
-//   accumulator layout per instruction) and written with 16-byte stores;
+//   accumulator layout per instruction) and written with 16-byte stores, or with two Q tiles
+//   (Q_STAGES 2, not with CHAIN) by a copy warp with TMA while the consumers go on to their next item;
 //   the persistent loop with Q in registers stores it straight from the accumulators instead, so
 //   that the next item's Q can land in the tile during this item's key loop.
 //
@@ -40,11 +41,11 @@
 //                             default 12 at D 64, 8 at D 128
 //   BLOCK_M   = 16 · NUM_WARPS = 64 · consumer warpgroups (the only allowed value; defaulted)
 //   BLOCK_N   ∈ {64, 128, 160, 176} keys per tile (the rows of a K/V TMA box); default 128. 176 is
-//                             FlashAttention-3's D 128 tile (128 × 176, 2 stages), the tuning at
-//                             D 128 past two Q tiles' lengths (the registry's hopper_tuned says
-//                             where, and what it measured); 160 (opt-in, not yet measured) is the
-//                             widest tile whose 2-stage ring fits beside two Q tiles (Q_STAGES 2)
-//                             at D 128. Both need NUM_WARPS ≤ 8 (with 160 registers the 80-88 S and
+//                             FlashAttention-3's D 128 tile (128 × 176, 2 stages), opt-in since
+//                             two Q tiles take every length (the registry's hopper_tuned says
+//                             what it measured); 160 is the widest tile whose 2-stage ring fits
+//                             beside two Q tiles (Q_STAGES 2) at D 128, the tuning there from 2048
+//                             keys a row. Both need NUM_WARPS ≤ 8 (with 160 registers the 80-88 S and
 //                             40-44 P registers per thread spill), and at D 128 STAGES 2 (shared
 //                             memory)
 //   STAGES    ∈ {2, 3, 4}     K/V ring depth; default 3
@@ -178,7 +179,7 @@
 //   STAGES K tiles, then STAGES V tiles; no padding: BLOCK_M and BLOCK_N are multiples of 8, so each
 //   tile's 64-column panels are whole 1024-byte atoms, e.g. 176 rows × 128 bytes = 22 atoms), plus
 //   8 · (Q_STAGES + 4 · STAGES) bytes of static shared memory for the mbarriers (with SCHEDULE 1,
-//   20 · Q_STAGES more for q_empty and the item words, with Q_STAGES 2 12 · Q_STAGES more for the
+//   20 · Q_STAGES more for q_empty and the item words, with Q_STAGES 2 and CHAIN 0 12 · Q_STAGES more for the
 //   copy warp's o_full and o_whole, rounded up to 8: 24 or 64).
 //   Defaults: D 64 → 123904, D 128 → 230400; D 128, BLOCK_N 176, STAGES 2 → 214016.
 //   Parameters: the ten plain ones, three `const __grid_constant__` CUtensorMaps (Q, K, V), then
@@ -196,7 +197,7 @@
 //   are the ceil(S_q / BLOCK_M) · H · B row blocks of the grid above, and one more parameter last:
 //   `unsigned int* sched_counter`, two words that are zero at launch and that the kernel leaves zero
 //   (the host allocates them zeroed, once per prepared kernel, and launches on one stream). With
-//   Q_STAGES 2 (O_TMA_STORE) a last parameter after it: O's map (Q's boxes; the copy warp's).
+//   Q_STAGES 2 and CHAIN 0 (O_TMA_STORE) a last parameter after it: O's map (Q's boxes; the copy warp's).
 //   Every map: 16-bit elements as compiled, 128-byte swizzle, no interleave, 256-byte L2 promotion,
 //   zero out-of-bounds fill, 3-D; box = 64 columns × BLOCK_M (Q) or BLOCK_N (K, V) rows; a box is
 //   one 64-column panel of a tile (a D = 128 row takes two boxes). The maps the host must encode:
@@ -276,7 +277,7 @@
 //   whose rows also stage O (with Q_RELEASE 1 the arrival follows the item's last Q·Kᵀ, and O is
 //   stored from registers: see the knob); with Q_STAGES 2 items alternate between two Q tiles, item i waiting for
 //   q_full[i % 2]'s phase (i / 2) & 1, and the producer copies item i's Q first, once item i − 2
-//   has released its tile. With Q_STAGES 2 (O_TMA_STORE) the consumers hand the tile, O staged
+//   has released its tile. With Q_STAGES 2 and CHAIN 0 (O_TMA_STORE) the consumers hand the tile, O staged
 //   in it, to the copy warp instead (o_full: each thread's fence.proxy.async, then its arrival,
 //   which also publishes o_whole), and stores O themselves only where the copy warp does not (a
 //   row past the sequence, a cut stream-K item); the copy warp (copy_o_tiles) waits for the
@@ -463,8 +464,10 @@ static_assert(sizeof(elem_t) == 2, "hopper.cu: 16-bit elements expected");
 // D 128, where PV_N is 64; those keep the one copy (no tuning takes them).
 #define HOPPER_NARROW_TAIL (OVERLAP && BLOCK_N > 128 && !CHAIN && (HEAD_DIM == 64 || PV_N == 128))
 // The persistent loop's two Q tiles (Q_STAGES 2) hand each item's staged O to a copy warp, which
-// stores it with TMA ("The copy warp"), rather than storing it themselves.
-#define O_TMA_STORE (SCHEDULE && Q_STAGES == 2)
+// stores it with TMA (copy_o_tiles), rather than storing it themselves. Not with CHAIN (opt-in),
+// whose D 128 160-key configs without ping-pong in clusters then spilled 4-16 bytes (ptxas 13.0,
+// hopper_check.py); they keep the consumers' stores.
+#define O_TMA_STORE (SCHEDULE && Q_STAGES == 2 && !CHAIN)
 
 namespace hopper_attn {
 using attn::exp2_ftz;

@@ -423,7 +423,7 @@ static HOPPER_KNOBS: [Knob; 16] = [
     Knob {
         name: "Q_STAGES",
         domain: &[1, 2],
-        doc: "Q tiles of the persistent loop with Q in shared memory: 2 = items alternate between two, so the next item's Q is copied during this one (needs SCHEDULE=1, Q_REGS=0; at D=128 STAGES=2; the tuning of full grids at D=64, and at D=128 up to 4096 keys without a mask and 8192 rows under a causal one), 1 = one, refilled after each item's epilogue; yields to 1 where other knobs rule it out",
+        doc: "Q tiles of the persistent loop with Q in shared memory: 2 = items alternate between two, so the next item's Q is copied during this one (needs SCHEDULE=1, Q_REGS=0; at D=128 STAGES=2; with it, unless CHAIN=1, a copy warp stores each item's O with TMA; the tuning of full grids but, at D=128, windows both ways with few keys a row), 1 = one, refilled after each item's epilogue; yields to 1 where other knobs rule it out",
     },
     Knob {
         name: "CLUSTER",
@@ -448,7 +448,7 @@ static HOPPER_KNOBS: [Knob; 16] = [
     Knob {
         name: "CHAIN",
         domain: &[0, 1],
-        doc: "1 = in an unmasked dense batch a persistent block chains its items (stream-K segments too, at D=64; at D=128 CHAIN=1 with STREAM_K=1 spills): an item's last turn issues the next item's first Q·Kᵀ beside its own last P·V and runs that softmax while the P·V completes, then stores (no turn with a Q·Kᵀ or a P·V alone at an item's start and end); needs SCHEDULE=1, Q_STAGES=2 and OVERLAP=1; opt-in: ncu measured 228.3 µs with it against 225.9 µs at 2,32/8,2048,128; 0 = each item begins after the previous one's last P·V",
+        doc: "1 = in an unmasked dense batch a persistent block chains its items (stream-K segments too, at D=64; at D=128 CHAIN=1 with STREAM_K=1 spills): an item's last turn issues the next item's first Q·Kᵀ beside its own last P·V and runs that softmax while the P·V completes, then stores (no turn with a Q·Kᵀ or a P·V alone at an item's start and end); needs SCHEDULE=1, Q_STAGES=2 and OVERLAP=1; the consumers store O themselves (no copy warp: with it some D=128 configs spilled); opt-in: ncu measured 228.3 µs with it against 225.9 µs at 2,32/8,2048,128; 0 = each item begins after the previous one's last P·V",
     },
 ];
 
@@ -548,8 +548,8 @@ const HOPPER_STREAM_K_MIN_KEYS: (usize, usize) = (2048, 4096);
 /// mask, 0.97× at 2,16,16384, 0.98× at 2,16,16384 and 1,32/8,16384 causal: not taken.
 const HOPPER_160_KEY_TILES_MIN_KEYS: usize = 2048;
 
-/// Blocks per cluster of hopper's full grids, persistent with two Q tiles or the grid of 176-key
-/// tiles (D=128 past two Q tiles' lengths, no window): two (CLUSTER=2). Adjacent row blocks of one
+/// Blocks per cluster of hopper's full grids persistent with two Q tiles (and, until the copy warp, the
+/// grid of 176-key tiles at D=128 past two Q tiles' lengths): two (CLUSTER=2). Adjacent row blocks of one
 /// head visit the same key tiles and each block copies half of every K/V tile into both (TMA
 /// multicast), halving the K/V traffic from L2 (ncu at 2,16,8192,128: L2 throughput 54% -> 32% of
 /// peak) and with it power: the blocks run at a higher clock for about 3% more cycles. Against the same tuning without clusters the gate
@@ -789,7 +789,7 @@ fn q_stages(cfg: &Config) -> u32 {
 /// hopper's static shared memory, its `Barriers` (hopper_pipeline.cuh): Q_STAGES q_full and STAGES
 /// × (k_full, v_full, k_empty, v_empty), 8 bytes each, and with SCHEDULE=1 per Q tile a q_empty and
 /// the item's three words (four with STREAM_K=1; 24 or 40 bytes with the struct's 8-byte alignment, 24 or 48 with four), with two Q tiles
-/// (Q_STAGES=2: the copy warp's) per Q tile an o_full barrier and an o_whole word, with CLUSTER=2 also
+/// (Q_STAGES=2) without CHAIN=1 (the copy warp's) per Q tile an o_full barrier and an o_whole word, with CLUSTER=2 also
 /// the ticket's two barriers and word (20 bytes more, before the rounding). Public for the
 /// micro-benchmark, whose kernel declares the same barriers (no SCHEDULE knob there: none of the
 /// persistent ones).
@@ -799,7 +799,11 @@ pub fn hopper_static_shared(cfg: &Config) -> u32 {
     let persistent = if knob(cfg, "SCHEDULE") == 1 {
         // Per Q tile its q_empty and the item's words (a fourth with STREAM_K=1: its key segment).
         let item_words = 3 + knob(cfg, "STREAM_K");
-        let copy_warp = if q == 2 { 8 + 4 } else { 0 };
+        let copy_warp = if q == 2 && knob(cfg, "CHAIN") != 1 {
+            8 + 4
+        } else {
+            0
+        };
         ((8 + copy_warp + 4 * item_words) * q + ticket).next_multiple_of(8)
     } else {
         0
@@ -1677,7 +1681,7 @@ mod tests {
             err.contains("OVERLAP=1") && err.contains("Q_REGS=0"),
             "{err}"
         );
-        // Causal tunings below 8192 rows keep what was measured: the persistent loop, Q in shared memory.
+        // Causal tunings keep what was measured: the persistent loop, Q in shared memory.
         let causal = hopper.tuned_for(
             &Shape::new(2, 16, 2048, 2048, 128).unwrap(),
             &Params::new(128, true),
