@@ -31,7 +31,8 @@
 //   are all supported; see "Variants and tile skipping" below. Rows that see no key write zeros.
 //   The output is staged in the warpgroup's own rows of the Q tile (stmatrix: four 8×8 blocks of the
 //   accumulator layout per instruction) and written with 16-byte stores, or with two Q tiles
-//   (Q_STAGES 2, not with CHAIN) by a copy warp with TMA while the consumers go on to their next item;
+//   (Q_STAGES 2, not with CHAIN) by a copy warp with TMA while the consumers go on to their next
+//   item;
 //   the persistent loop with Q in registers stores it straight from the accumulators instead, so
 //   that the next item's Q can land in the tile during this item's key loop.
 //
@@ -179,8 +180,8 @@
 //   STAGES K tiles, then STAGES V tiles; no padding: BLOCK_M and BLOCK_N are multiples of 8, so each
 //   tile's 64-column panels are whole 1024-byte atoms, e.g. 176 rows × 128 bytes = 22 atoms), plus
 //   8 · (Q_STAGES + 4 · STAGES) bytes of static shared memory for the mbarriers (with SCHEDULE 1,
-//   20 · Q_STAGES more for q_empty and the item words, with Q_STAGES 2 and CHAIN 0 12 · Q_STAGES more for the
-//   copy warp's o_full and o_whole, rounded up to 8: 24 or 64).
+//   20 · Q_STAGES more for q_empty and the item words, with Q_STAGES 2 and CHAIN 0 12 · Q_STAGES
+//   more for the copy warp's o_full and o_whole, rounded up to 8: 24 or 64).
 //   Defaults: D 64 → 123904, D 128 → 230400; D 128, BLOCK_N 176, STAGES 2 → 214016.
 //   Parameters: the ten plain ones, three `const __grid_constant__` CUtensorMaps (Q, K, V), then
 //   the five of the variants: kv_heads, window_left, window_right, cu_seqlens_q, cu_seqlens_kv.
@@ -197,7 +198,8 @@
 //   are the ceil(S_q / BLOCK_M) · H · B row blocks of the grid above, and one more parameter last:
 //   `unsigned int* sched_counter`, two words that are zero at launch and that the kernel leaves zero
 //   (the host allocates them zeroed, once per prepared kernel, and launches on one stream). With
-//   Q_STAGES 2 and CHAIN 0 (O_TMA_STORE) a last parameter after it: O's map (Q's boxes; the copy warp's).
+//   Q_STAGES 2 and CHAIN 0 (O_TMA_STORE) a last parameter after it: O's map (Q's boxes), the copy
+//   warp's.
 //   Every map: 16-bit elements as compiled, 128-byte swizzle, no interleave, 256-byte L2 promotion,
 //   zero out-of-bounds fill, 3-D; box = 64 columns × BLOCK_M (Q) or BLOCK_N (K, V) rows; a box is
 //   one 64-column panel of a tile (a D = 128 row takes two boxes). The maps the host must encode:
@@ -277,17 +279,17 @@
 //   whose rows also stage O (with Q_RELEASE 1 the arrival follows the item's last Q·Kᵀ, and O is
 //   stored from registers: see the knob); with Q_STAGES 2 items alternate between two Q tiles, item i waiting for
 //   q_full[i % 2]'s phase (i / 2) & 1, and the producer copies item i's Q first, once item i − 2
-//   has released its tile. With Q_STAGES 2 and CHAIN 0 (O_TMA_STORE) the consumers hand the tile, O staged
-//   in it, to the copy warp instead (o_full: each thread's fence.proxy.async, then its arrival,
-//   which also publishes o_whole), and stores O themselves only where the copy warp does not (a
-//   row past the sequence, a cut stream-K item); the copy warp (copy_o_tiles) waits for the
-//   item's q_full and o_full phases, stores a whole tile with one TMA store per panel through O's
-//   map, waits for the store to have read the tile (cp.async.bulk.wait_group.read) and only then
-//   arrives on q_empty, its one arrival. With Q in registers (Q_REGS 1) a thread arrives as soon as it has read
-//   its Q fragments, and O goes from registers to global memory: the next item's Q is copied during
-//   this item's key loop, and its first Q·Kᵀ follows this item's epilogue with no wait for Q. The
-//   ping-pong turns run on across items (an item with no key tile takes none): warpgroup 0 starts
-//   the next item while the others finish this one.
+//   has released its tile. With Q_STAGES 2 and CHAIN 0 (O_TMA_STORE) the consumers hand the
+//   tile, O staged in it, to the copy warp instead (o_full: each thread's fence.proxy.async, then
+//   its arrival, which also publishes o_whole), and store O themselves only where the copy warp
+//   does not (a row past the sequence, a cut stream-K item); the copy warp (copy_o_tiles) waits
+//   for the item's q_full and o_full phases, stores a whole tile with one TMA store per panel
+//   through O's map, waits for the store to have read the tile (cp.async.bulk.wait_group.read)
+//   and only then arrives on q_empty, its one arrival. With Q in registers (Q_REGS 1) a thread
+//   arrives as soon as it has read its Q fragments, and O goes from registers to global memory:
+//   the next item's Q is copied during this item's key loop, and its first Q·Kᵀ follows this
+//   item's epilogue with no wait for Q. The ping-pong turns run on across items (an item with no
+//   key tile takes none): warpgroup 0 starts the next item while the others finish this one.
 //
 // Clusters (CLUSTER 2)
 //   The cluster's blocks x = 2i, 2i + 1 take row blocks 2k and 2k + 1 (bottom-up too) and visit the

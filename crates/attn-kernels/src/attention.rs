@@ -786,9 +786,9 @@ impl Prepared {
                 }
                 // SAFETY: the arguments match the ABI of kernels/README.md (checked shapes, 16-bit
                 // elements of the compiled dtype; for the TensorMaps ABI, maps of these very
-                // buffers with the boxes of the compiled config, O's (Q's boxes) after everything
-                // else, inside O's buffer like every write; the variant parameters next,
-                // which a kernel declaring fewer parameters never reads, null offsets for a dense
+                // buffers with the boxes of the compiled config, O's last, with Q's boxes over O's
+                // buffer alone; the variant parameters after the plain ones and Q's, K's and V's
+                // maps, which a kernel declaring fewer parameters never reads, null offsets for a dense
                 // batch, else live int32 arrays of sequences + 1 offsets that match the packed
                 // tensors, checked above); the grid covers every output row, or for a persistent
                 // kernel its blocks loop over every row block, and its one extra parameter is its
