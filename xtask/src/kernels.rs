@@ -272,7 +272,7 @@ mod tests {
         assert!(!lines
             .iter()
             .any(|l| l.contains("NUM_WARPS=4 STAGES=2 OVERLAP=1 PINGPONG=1")));
-        // FlashAttention-3's D=128 tile (tuned past two Q tiles' lengths); 160 keys beside two Q tiles.
+        // FlashAttention-3's D=128 tile (opt-in); 160 keys beside two Q tiles.
         assert!(lines.contains(
             &"HEAD_DIM=128 BLOCK_M=128 BLOCK_N=176 NUM_WARPS=8 STAGES=2 OVERLAP=1 PINGPONG=1 SCHEDULE=0 Q_REGS=0 PV_N=64 LAZY_RESCALE=0 Q_STAGES=1 CLUSTER=1 Q_RELEASE=0 CLUSTER_HEADS=0 STREAM_K=0 CHAIN=0 SHARED_BYTES=214016"
                 .to_string()
