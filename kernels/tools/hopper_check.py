@@ -10,9 +10,11 @@ Prints one line per (config, dtype): registers, stack frame, spill bytes, and th
 memory; exits 1 if a config fails to compile, spills, uses a stack frame, or ptxas warns (e.g.
 wgmma serialisation).
 
-Usage: hopper_check.py [--cuda DIR (default $CUDA_HOME, else target/cuda-wheels/nvidia/cu13)] [--keep DIR] [--config "HEAD_DIM=128 NUM_WARPS=8 ..."] ...
+Usage: hopper_check.py [--cuda DIR (default $CUDA_HOME, else target/cuda-wheels/nvidia/cu13)] [--keep DIR] [--config "HEAD_DIM=128 NUM_WARPS=8 ..."] ... [--rev REV]
 Without --config it checks every valid config of both head dims; each --config keeps those whose
-knobs match all of its KEY=VALUE pairs.
+knobs match all of its KEY=VALUE pairs. --rev REV compiles the kernels folder of git revision REV
+(git archive) instead of this checkout's, with this checkout's configs and NVRTC flags: its kept
+PTX and cubins beside this checkout's show what a change did to a config (`cmp`, nvdisasm).
 """
 
 import argparse
@@ -29,7 +31,6 @@ KERNELS_DIR = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__fi
 # $CUDA_HOME, else the wheels `cargo xtask test` installs into this checkout's target/.
 DEFAULT_CUDA = os.environ.get("CUDA_HOME") or os.path.join(KERNELS_DIR, "..", "target", "cuda-wheels", "nvidia", "cu13")
 DTYPE_DEFINES = {"f16": "ATTN_DTYPE_F16", "bf16": "ATTN_DTYPE_BF16"}
-SRC = os.path.join(KERNELS_DIR, "hopper.cu")
 ARCH = "90a"
 
 
@@ -94,10 +95,10 @@ def host_flags():
     return xtask_lines("kernels", "--nvrtc-flags")
 
 
-def nvrtc_options(include_dir, arch, defines, flags):
+def nvrtc_options(include_dir, arch, defines, flags, kernels_dir=KERNELS_DIR):
     """The NVRTC options the host uses: virtual arch, its flags (host_flags), kernels/ and CUDA
     headers, -D defines."""
-    opts = [f"--gpu-architecture=compute_{arch}", *flags, f"-I{KERNELS_DIR}", f"-I{include_dir}"]
+    opts = [f"--gpu-architecture=compute_{arch}", *flags, f"-I{kernels_dir}", f"-I{include_dir}"]
     opts += [f"-D{k}" if v is None else f"-D{k}={v}" for k, v in defines.items()]
     return opts
 
@@ -172,7 +173,25 @@ def main():
     ap.add_argument("--config", action="append", default=[])
     ap.add_argument("--dtypes", default="f16,bf16")
     ap.add_argument("--allow-serialised", action="store_true", help="do not fail on ptxas's wgmma serialisation notes")
+    ap.add_argument("--rev", default=None, help="compile the kernels of this git revision instead of the checkout's")
     args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        kernels_dir = kernels_at(args.rev, tmp) if args.rev else KERNELS_DIR
+        return check_configs(args, kernels_dir)
+
+
+def kernels_at(rev, into):
+    """The kernels folder of git revision `rev`, extracted under `into`."""
+    root = os.path.dirname(KERNELS_DIR)
+    archive = subprocess.run(["git", "archive", rev, "kernels"], cwd=root, capture_output=True)
+    if archive.returncode != 0:
+        raise SystemExit(f"git archive {rev} kernels failed: {archive.stderr.decode().strip()}")
+    subprocess.run(["tar", "-x", "-C", into], input=archive.stdout, check=True)
+    return os.path.join(into, "kernels")
+
+
+def check_configs(args, kernels_dir):
+    """Compiles and checks every config `args` selects from the kernels in `kernels_dir`."""
 
     # NVRTC dlopens its builtins by name: load them first so that no LD_LIBRARY_PATH is needed.
     for builtins in glob.glob(os.path.join(args.cuda, "lib*", "libnvrtc-builtins.so.*")):
@@ -182,7 +201,7 @@ def main():
     if not found:
         raise SystemExit(f"no libnvrtc.so under {args.cuda}/lib*: pass --cuda DIR or set CUDA_HOME")
     lib = Nvrtc(found[0])
-    with open(SRC) as f:
+    with open(os.path.join(kernels_dir, "hopper.cu")) as f:
         source = f.read()
     configs = registry_configs()
     flags = host_flags()
@@ -202,7 +221,7 @@ def main():
         tag = f"hopper_{dtype}_" + "_".join(f"{k}{v}" for k, v in cfg.items())
         defines = {DTYPE_DEFINES[dtype]: None, **cfg}
         try:
-            opts = nvrtc_options(os.path.join(args.cuda, "include"), ARCH, defines, flags)
+            opts = nvrtc_options(os.path.join(args.cuda, "include"), ARCH, defines, flags, kernels_dir)
             ptx, log = lib.compile_to_ptx(source, "hopper.cu", opts)
             rep = ptxas_report(args.cuda, ptx, args.keep, tag)
         except RuntimeError as e:
@@ -219,8 +238,8 @@ def main():
         for w in rep["warnings"] + rep["serialised"] + ([log] if log else []):
             print(f"      {w}")
         failures += bool(bad)
-    sys.exit(1 if failures else 0)
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
