@@ -377,3 +377,34 @@ fn every_registered_implementation_is_clean_under_memcheck_and_racecheck() {
     }
     assert!(dirty.is_empty(), "not clean:\n{}", dirty.join("\n"));
 }
+
+/// hopper's persistent loop with two Q tiles (the tuning of every full grid), whose copy warp stores
+/// each whole item's O with TMA from the Q tile while the consumers store a partial item's
+/// themselves: at 197 rows a head's first row block is whole (the copy warp's) and its second is
+/// not (the consumers'), and a packed batch's whole and partial tiles meet the next sequence's
+/// rows. Under memcheck and racecheck at both head dims, causal and grouped too.
+#[test]
+#[ignore = "needs a CUDA GPU (Hopper, sm_90)"]
+fn hopper_copy_warp_is_clean_under_memcheck_and_racecheck() {
+    // One GPU test at a time on the device (tests of other executables too).
+    let _device = attn_kernels::device_lock(0);
+    let two_q_tiles: Config = "SCHEDULE=1,Q_REGS=0,Q_STAGES=2,STAGES=2".parse().unwrap();
+    let candidate = Candidate::registered("hopper", two_q_tiles).unwrap();
+    let mut texts = Vec::new();
+    for head_dim in [64, 128] {
+        texts.push(format!("2,2,197,{head_dim}"));
+        texts.push(format!("1,4/2,197,{head_dim} causal bf16"));
+        texts.push(format!("varlen=197,0,128,77 H=4/2 D={head_dim}"));
+    }
+    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let target = Target::new(&candidate, shapes(&texts), 0).unwrap();
+    for tool in [Tool::Memcheck, Tool::Racecheck] {
+        let report = sanitized(&target, tool);
+        assert!(
+            report.clean(),
+            "hopper with two Q tiles under {tool:?}: {}\n{:?}",
+            report.verdict(),
+            report.findings
+        );
+    }
+}
