@@ -167,7 +167,7 @@
 //   Constraint: SHARED_BYTES ≤ 232448 (the sm_90 opt-in limit, static barriers included); only
 //   D 128 / BLOCK_N 128 / STAGES 4 and D 128 / BLOCK_N 176 / STAGES 3 or 4 exceed it. Every valid
 //   combination compiles with no spill, no stack frame and no wgmma serialisation
-//   (kernels/tools/hopper_check.py). CHAIN 1 with STREAM_K 1 at D 128 spills 4-8 bytes in a fifth of
+//   (kernels/tools/hopper_check.py; with the copy warp all 1632 of its configs in f16). CHAIN 1 with STREAM_K 1 at D 128 spills 4-8 bytes in a fifth of
 //   its configs (a cut item's chained turn keeps its max and sums for the merge): the registry refuses
 //   the pair at D 128.
 //
