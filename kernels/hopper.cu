@@ -167,9 +167,9 @@
 //   Constraint: SHARED_BYTES ≤ 232448 (the sm_90 opt-in limit, static barriers included); only
 //   D 128 / BLOCK_N 128 / STAGES 4 and D 128 / BLOCK_N 176 / STAGES 3 or 4 exceed it. Every valid
 //   combination compiles with no spill, no stack frame and no wgmma serialisation
-//   (kernels/tools/hopper_check.py; with the copy warp all 1632 of its configs in f16). CHAIN 1 with STREAM_K 1 at D 128 spills 4-8 bytes in a fifth of
-//   its configs (a cut item's chained turn keeps its max and sums for the merge): the registry refuses
-//   the pair at D 128.
+//   (kernels/tools/hopper_check.py; with the copy warp all 1632 of its configs in f16). CHAIN 1
+//   with STREAM_K 1 at D 128 spills 4-8 bytes in a fifth of its configs (a cut item's chained turn
+//   keeps its max and sums for the merge): the registry refuses the pair at D 128.
 //
 // Launch geometry and ABI (kernels/README.md, the TensorMaps ABI and "Variants")
 //   grid = (ceil(S_q / BLOCK_M), H, B) (block x computes row block x, or gridDim.x − 1 − x when the
@@ -724,8 +724,9 @@ __device__ __forceinline__ void release_q_tile(Barriers& bars, int buffer) {
 
 #if O_TMA_STORE
 // A consumer thread's hand-over of Q buffer `buffer`, its O rows staged there, to the copy warp
-// (o_full): this thread's generic-proxy writes ordered before the copy's async-proxy reads; the
-// `writer` thread first says whether the copy warp stores the tile (o_whole).
+// (o_full): release_q_tile's fence and arrival on the copy warp's barrier (written out: through a
+// shared helper NVVM reordered the tuned kernel's PTX), after the `writer` thread has said whether
+// the copy warp stores the tile (o_whole).
 __device__ __forceinline__ void hand_o_tile(Barriers& bars, int buffer, bool copied, bool writer) {
     if (writer) bars.o_whole[buffer] = copied ? 1 : 0;
     fence_proxy_async_shared();

@@ -176,12 +176,13 @@ def main():
     ap.add_argument("--rev", default=None, help="compile the kernels of this git revision instead of the checkout's")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        kernels_dir = kernels_at(args.rev, tmp) if args.rev else KERNELS_DIR
-        return check_configs(args, kernels_dir)
+        return check_configs(args, kernels_at(args.rev, tmp))
 
 
 def kernels_at(rev, into):
-    """The kernels folder of git revision `rev`, extracted under `into`."""
+    """The kernels folder of git revision `rev`, extracted under `into` (None: this checkout's)."""
+    if rev is None:
+        return KERNELS_DIR
     root = os.path.dirname(KERNELS_DIR)
     archive = subprocess.run(["git", "archive", rev, "kernels"], cwd=root, capture_output=True)
     if archive.returncode != 0:

@@ -18,12 +18,11 @@ since, e.g. BLOCK_N 176) is counted as new, not compared.
 import ctypes
 import itertools
 import os
-import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
-from hopper_check import host_flags
+from hopper_check import host_flags, kernels_at
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CUDA = os.path.join(ROOT, "target/cuda-wheels/nvidia/cu13")
@@ -87,14 +86,6 @@ def micro_variants():
             knobs = dict(BLOCK_M=16 * warps, BLOCK_N=block_n, NUM_WARPS=warps, STAGES=stages,
                          PRODUCER_WARPS=4, TENSOR_MAPS=1, SHARED_BYTES=shared, TILES=64)
             yield "micro_hopper.cu", dtype, d, knobs
-
-
-def kernels_at(revision: str | None, into: str) -> str:
-    """The kernels folder of `revision` (None: the working tree's)."""
-    if revision is None:
-        return os.path.join(ROOT, "kernels")
-    subprocess.run(f"git archive {revision} kernels | tar -x -C {into}", shell=True, cwd=ROOT, check=True)
-    return os.path.join(into, "kernels")
 
 
 def ptx_of(kernels: str, variant, flags) -> str:

@@ -218,8 +218,8 @@ fn schedules(name: &str) -> Vec<Config> {
 /// blocks), and beside them at D=128 160-key tiles (the widest whose 2-stage ring fits; lengths 1
 /// short of, 1 past and 67 into a tile). And clusters of two blocks sharing each K/V tile
 /// (CLUSTER=2): on the grid's defaults at both head dims and its 176-key tile with conditional
-/// rescaling (D=128's tuning past two Q tiles until the copy warp), where 4099 rows make an odd count of row blocks
-/// (the padding block stores nothing); in the persistent loop (work items are then pairs of row
+/// rescaling (D=128's tuning past two Q tiles until the copy warp), where 4099 rows make an odd
+/// count of row blocks (the padding block stores nothing); in the persistent loop (work items are then pairs of row
 /// blocks, one ticket per cluster) with two Q tiles at both head dims, at D=128 of 160 keys. And
 /// the persistent loop's one Q tile released after an item's last Q·Kᵀ (Q_RELEASE=1, O stored from
 /// registers) at D=64, and at D=128 on the 176-key tile with and without clusters. And persistent
