@@ -16,6 +16,17 @@ fn main() {
         git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
     println!("cargo:rustc-env=ATTN_BUILD_GIT_REV={rev}");
     println!("cargo:rustc-env=ATTN_BUILD_GIT_DIRTY={dirty}");
+    // `cargo xtask --version`: the crate's version and the revision it was built from.
+    let version = std::env::var("CARGO_PKG_VERSION").unwrap_or_default();
+    let built_from = match (rev.as_str(), dirty) {
+        ("unknown", _) => "git revision unknown".to_string(),
+        (rev, true) => format!(
+            "git {}, with uncommitted changes",
+            &rev[..rev.len().min(12)]
+        ),
+        (rev, false) => format!("git {}", &rev[..rev.len().min(12)]),
+    };
+    println!("cargo:rustc-env=ATTN_BUILD_VERSION={version} ({built_from})");
     // The dirty flag changes with the working tree, not only with HEAD or the index: rerun on any
     // edit of the sources a binary embeds (the kernels) or is built from.
     if let Some(root) = git(&["rev-parse", "--show-toplevel"]) {

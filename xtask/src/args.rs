@@ -1,11 +1,127 @@
 //! Arguments several commands share, flattened into each: what to run, and on which problems.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use attn_evidence::Dtype;
-use attn_kernels::{Candidate, Config};
+use attn_kernels::{Candidate, Config, TimingMode};
+use attn_measure::sdpa::{self, Backend};
 use attn_measure::{suites, Problem};
+
+/// The most seconds a duration argument may be (a day): no run of this tool waits longer for one
+/// thing, and every such number then fits a `Duration`.
+pub const MAX_SECONDS: f64 = 86_400.0;
+
+/// clap value parser of a number of seconds (`--timeout`, `--hang-bound`, `--time-budget`):
+/// finite, positive, at most [`MAX_SECONDS`].
+pub fn seconds(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(s) if s.is_finite() && s > 0.0 && s <= MAX_SECONDS => Ok(s),
+        _ => Err(format!(
+            "must be a positive number of seconds up to {MAX_SECONDS} (a day)"
+        )),
+    }
+}
+
+/// clap value parser of a finite number at least zero (`--syncs-per-tile`).
+pub fn non_negative(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+        _ => Err("must be a finite number, at least 0".into()),
+    }
+}
+
+/// clap value parser of a finite number above zero (`--speedup`).
+pub fn positive(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        _ => Err("must be a finite number above 0".into()),
+    }
+}
+
+/// A user's kernel file (`--src`), refused on one line when it is empty or names no `entry`
+/// anywhere (in it, or in a header beside it that it includes), since no compile could find
+/// that kernel.
+pub fn source_candidate(
+    path: &Path,
+    entry: Option<&str>,
+    defines: Config,
+) -> anyhow::Result<Candidate> {
+    let candidate = Candidate::from_file(path, entry, defines)?;
+    if let Candidate::Source { source, entry, .. } = &candidate {
+        if source.trim().is_empty() {
+            bail!("--src {}: the file is empty", path.display());
+        }
+        let beside = path.parent().unwrap_or(Path::new("."));
+        let headers = local_includes(source)
+            .filter_map(|name| std::fs::read_to_string(beside.join(name)).ok());
+        if !names_identifier(source, entry)
+            && !headers.into_iter().any(|h| names_identifier(&h, entry))
+        {
+            bail!(
+                "--src {}: no kernel `{entry}` in the file (kernels/README.md's ABI defines `extern \"C\" __global__ void attn_fwd(...)`; --entry names another)",
+                path.display()
+            );
+        }
+    }
+    Ok(candidate)
+}
+
+/// The files a source includes with quotes (`#include "x.cuh"`), looked for beside it.
+fn local_includes(source: &str) -> impl Iterator<Item = &str> {
+    source.lines().filter_map(|line| {
+        let rest = line.trim_start().strip_prefix('#')?.trim_start();
+        let rest = rest
+            .strip_prefix("include")?
+            .trim_start()
+            .strip_prefix('"')?;
+        rest.split('"').next()
+    })
+}
+
+/// Whether `text` holds `name` as a whole C identifier.
+fn names_identifier(text: &str, name: &str) -> bool {
+    let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    text.match_indices(name).any(|(at, _)| {
+        let before = text[..at].chars().next_back();
+        let after = text[at + name.len()..].chars().next();
+        !before.is_some_and(is_ident) && !after.is_some_and(is_ident)
+    })
+}
+
+/// Refuses, before PyTorch or a GPU is probed, what `--baseline NAME` could never time. An SDPA
+/// baseline (`sdpa` with `backend`, or `fa3`): a problem it has no kernel for ([`sdpa::refusal`]:
+/// a window for SDPA's own backends, a varlen batch), or FA3 outside batch mode; without PyTorch
+/// `sdpa` would fall back to cuBLAS, whose own refusal would not name the baselines that work. A
+/// registered implementation: a problem outside its variants. (`rev:REF` is read later, from git.)
+pub fn check_baseline(
+    name: &str,
+    backend: Backend,
+    problems: &[Problem],
+    mode: Option<TimingMode>,
+) -> anyhow::Result<()> {
+    let backend = match name {
+        "fa3" => Backend::Fa3,
+        "sdpa" => backend,
+        _ if name.starts_with("rev:") => return Ok(()),
+        _ => {
+            let baseline = Candidate::registered(name, Config::default())?;
+            for problem in problems {
+                problem.check_supported_by(&baseline)?;
+            }
+            return Ok(());
+        }
+    };
+    for problem in problems {
+        if let Some(why) = sdpa::refusal(problem, backend) {
+            bail!("{why}");
+        }
+    }
+    if let Some(mode) = mode {
+        backend.check_mode(mode)?;
+    }
+    Ok(())
+}
 
 /// What to run: a registered implementation with knob overrides, or your own kernel file.
 #[derive(Debug, Clone, clap::Args)]
@@ -37,13 +153,7 @@ impl CandidateArgs {
                     .join(",")
                     .parse()
                     .map_err(|e: String| anyhow::anyhow!("--define: {e}"))?;
-                let candidate = Candidate::from_file(path, self.entry.as_deref(), defines)?;
-                if let Candidate::Source { source, .. } = &candidate {
-                    if source.trim().is_empty() {
-                        bail!("--src {}: the file is empty", path.display());
-                    }
-                }
-                Ok(candidate)
+                source_candidate(path, self.entry.as_deref(), defines)
             }
             None => {
                 let implementation =

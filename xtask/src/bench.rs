@@ -49,7 +49,7 @@ pub struct Args {
     pub mode: attn_kernels::TimingMode,
     /// Start no shape that would not finish within this many seconds of the run's start (judged
     /// by the longest shape so far): the evidence of the shapes timed is written.
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", value_parser = crate::args::seconds)]
     pub time_budget: Option<f64>,
     /// Batch mode: launches per sample at most, each on its own input set; fewer where fewer
     /// make 10 TFLOP of work (large problems: fewer sets to generate).

@@ -73,7 +73,7 @@ pub struct Args {
     #[arg(long)]
     pub seed: Option<u64>,
     /// Seconds a candidate's worker may take (compile, checks and timing) before it is killed.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS", value_parser = crate::args::seconds)]
     pub timeout: f64,
     /// Timed samples per candidate.
     #[arg(long, default_value_t = 50)]
@@ -114,7 +114,7 @@ pub struct Args {
     pub finalists: usize,
     /// Barriers per K/V tile in the kernel's main loop (from its source), an input of the
     /// composite fitness, as `xtask ncu` takes it.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = crate::args::non_negative)]
     pub syncs_per_tile: f64,
     /// The ncu executable (--fitness composite).
     #[arg(long, default_value = "ncu")]
@@ -127,8 +127,8 @@ pub struct Args {
 
 /// Runs `cargo xtask evo`; returns the exit code.
 pub fn run(args: Args) -> anyhow::Result<u8> {
-    if args.timeout <= 0.0 || args.samples < 2 || args.checks == 0 || args.budget == 0 {
-        bail!("--timeout must be positive, --samples at least 2, --checks and --budget at least 1");
+    if args.samples < 2 || args.checks == 0 || args.budget == 0 {
+        bail!("--samples must be at least 2, --checks and --budget at least 1");
     }
     let request = request(&args)?;
     let bar = OnceLock::new();
@@ -172,6 +172,9 @@ fn request(args: &Args) -> anyhow::Result<SearchRequest> {
 /// A new search: its target, declared knobs and problem.
 fn new_search(args: &Args) -> anyhow::Result<NewSearch> {
     let shape = args.problem.spec()?;
+    let problem = attn_measure::Problem::new(shape.clone())?;
+    let (baseline, backend) = (&args.baseline, args.sdpa_backend);
+    crate::args::check_baseline(baseline, backend, std::slice::from_ref(&problem), None)?;
     let knobs = args
         .knobs
         .iter()
@@ -180,13 +183,17 @@ fn new_search(args: &Args) -> anyhow::Result<NewSearch> {
         .context("--knob")?;
     let target = match (&args.implementation, &args.src) {
         (None, _) if args.synthetic => Target::Synthetic,
-        (_, Some(src)) => Target::Source {
-            src: src.clone(),
-            entry: args.entry.clone(),
-            defines: (args.defines.join(",").parse::<Config>())
-                .map_err(|e| anyhow::anyhow!("--define: {e}"))?
-                .0,
-        },
+        (_, Some(src)) => {
+            let defines = (args.defines.join(",").parse::<Config>())
+                .map_err(|e| anyhow::anyhow!("--define: {e}"))?;
+            // The file is read and checked now; each worker reads it again.
+            crate::args::source_candidate(src, args.entry.as_deref(), defines.clone())?;
+            Target::Source {
+                src: src.clone(),
+                entry: args.entry.clone(),
+                defines: defines.0,
+            }
+        }
         (names, None) => {
             let names = names.as_deref().unwrap_or("tiled").split(',');
             Target::Implementations(names.map(|n| n.trim().to_string()).collect())

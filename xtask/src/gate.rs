@@ -79,12 +79,12 @@ pub struct Args {
     pub resamples: usize,
     /// A candidate launch running longer than max(this many seconds, 100× the baseline's median)
     /// is a hang: the gate reports it and ends (exit 1).
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS", value_parser = crate::args::seconds)]
     pub hang_bound: f64,
     /// Start no shape that would not finish within this many seconds of the run's start (judged
     /// by the longest shape so far): the rest are "could not run", and the evidence of the shapes
     /// run is written, where a run killed from outside writes none.
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", value_parser = crate::args::seconds)]
     pub time_budget: Option<f64>,
     /// Let a result faster than the device's peak, or over 10× the baseline, pass: a person has
     /// looked at it.
@@ -132,9 +132,6 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             attn_evidence::MIN_BLOCKS_A_SIDE
         );
     }
-    if args.hang_bound.is_nan() || args.hang_bound <= 0.0 {
-        bail!("--hang-bound must be a positive number of seconds");
-    }
     let mut budget = crate::budget::TimeBudget::new(args.time_budget)?;
     let side_stream = match args.plant.as_deref() {
         None => false,
@@ -144,7 +141,8 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let problems = args.problems.problems("seed")?;
     let candidate = args.candidate.candidate()?;
     crate::args::validate(&candidate, &problems)?;
-    let sanitizer = args.sanitize.as_deref().map(sanitize::find).transpose()?;
+    let (name, backend) = (&args.baseline, args.sdpa_backend);
+    crate::args::check_baseline(name, backend, &problems, Some(args.mode))?;
     let seed = args.seed.unwrap_or_else(fresh_seed);
     let compare = CompareOptions {
         bootstrap: BootstrapOptions {
@@ -156,6 +154,8 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         ..CompareOptions::default()
     };
     compare.validate()?;
+    // The request is whole: now the tools and the GPU.
+    let sanitizer = args.sanitize.as_deref().map(sanitize::find).transpose()?;
 
     let evidence = (!args.no_evidence).then_some(args.evidence.as_path());
     if let Some(sanitizer) = &sanitizer {

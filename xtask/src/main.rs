@@ -34,6 +34,7 @@ pub const EXIT_CANNOT_RUN: u8 = 2;
 #[command(
     name = "cargo xtask",
     bin_name = "cargo xtask",
+    version = env!("ATTN_BUILD_VERSION"),
     about = "attn: write, prove and measure attention kernels"
 )]
 struct Cli {
@@ -99,7 +100,10 @@ impl Command {
 
 fn main() -> ExitCode {
     quiet_on_closed_pipe();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => return parse_error(&err),
+    };
     if cli.command.compiles_kernels() {
         // Before any thread: it may set an environment variable.
         attn_kernels::toolkit::preload(&workspace_root());
@@ -132,6 +136,18 @@ fn main() -> ExitCode {
             ExitCode::from(EXIT_CANNOT_RUN)
         }
     }
+}
+
+/// Prints clap's answer to arguments it refused, or to `--help` and `--version`. A value that a
+/// value parser refused (`--timeout nan`) is one line, as the commands' own errors are; clap's
+/// usage errors keep its usage text.
+fn parse_error(err: &clap::Error) -> ExitCode {
+    if err.kind() != clap::error::ErrorKind::ValueValidation {
+        err.exit();
+    }
+    let text = err.render().to_string();
+    eprintln!("{}", text.lines().next().unwrap_or_default());
+    ExitCode::from(EXIT_CANNOT_RUN)
 }
 
 /// A reader that closes the pipe early (`cargo xtask kernels --configs hopper | head`) ends the

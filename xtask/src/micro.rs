@@ -53,6 +53,8 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         return Ok(0);
     }
     let target = args.target.unwrap_or(MicroTarget::Hopper);
+    // The head dim is checked before the GPU is opened; its limits then choose the configs.
+    attn_measure::micro::micro_configs(target, args.head_dim, &attn_kernels::Limits::H100)?;
     let gpu = Gpu::open(0)?;
     if target == MicroTarget::Hopper && gpu.arch().0 != "compute_90a" {
         bail!(

@@ -47,10 +47,10 @@ pub struct Args {
     #[arg(long, default_value = "all")]
     pub purpose: attn_ncu::metrics::Purpose,
     /// Speedup against the baseline (from a gate run), an input of the fitness score.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = crate::args::positive)]
     pub speedup: f64,
     /// Barriers per K/V tile in the kernel's main loop, an input of the fitness score.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = crate::args::non_negative)]
     pub syncs_per_tile: f64,
     /// The ncu executable.
     #[arg(long, default_value = "ncu")]

@@ -8,7 +8,7 @@
 //! unless `--allow-nan` (`attn_oracle::npy::read_inputs` reads and refuses; this module parses and
 //! prints).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use attn_kernels::{Candidate, Config, Gpu, Prepared};
@@ -89,6 +89,15 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         }
     }
     npy::check_output_path("--out", &args.out)?;
+    for (flag, input) in [("--q", &args.q), ("--k", &args.k), ("--v", &args.v)] {
+        if same_file(&args.out, input) {
+            bail!(
+                "--out {} is {flag} {}: writing O would overwrite an input; give another --out",
+                args.out.display(),
+                input.display()
+            );
+        }
+    }
     let options = npy::ReadOptions {
         bf16: args.bf16,
         allow_nan: args.allow_nan,
@@ -203,4 +212,22 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     } else {
         crate::EXIT_FAILED
     })
+}
+
+/// Whether `out` is the file `input` (the same path spelled otherwise, a link to it, or a hard
+/// link): an `out` that does not exist yet is no input.
+fn same_file(out: &Path, input: &Path) -> bool {
+    let (Ok(a), Ok(b)) = (std::fs::metadata(out), std::fs::metadata(input)) else {
+        return false;
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        a.dev() == b.dev() && a.ino() == b.ino()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (a, b);
+        out.canonicalize().ok() == input.canonicalize().ok()
+    }
 }

@@ -1,9 +1,10 @@
 //! `cargo xtask test`: makes sure NVRTC, ptxas and the CUDA headers are available (installing NVIDIA's
-//! pinned wheels when no toolkit is found), a headless Chromium for the report's browser test
-//! (installing Debian's `chromium` with apt-get when none is found) and numpy for the SDPA helper's
-//! row check (installing a pinned wheel into `target/` when python3 has none), then runs the whole workspace
-//! test suite, kernel compile checks included. No GPU needed: GPU tests are `#[ignore]`d and run
-//! from the bundle.
+//! pinned wheels into `target/` when no toolkit is found) and numpy for the SDPA helper's row check
+//! (a pinned wheel into `target/` when python3 has none), then runs the whole workspace test suite,
+//! kernel compile checks included. The report's browser test runs when a headless Chromium is
+//! found; only when asked (`--install-browser`, or `CI=true`) is Debian's `chromium` installed
+//! with apt-get, the one step that changes the system. No GPU needed: GPU tests are `#[ignore]`d
+//! and run from the bundle.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -14,6 +15,11 @@ use attn_kernels::toolkit::{Toolkit, PINNED_WHEELS, WHEELS_DIR};
 /// Arguments of `cargo xtask test`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// Install Debian's chromium with apt-get (as root, or through `sudo -n`) when no browser is
+    /// found, so that the report's headless-browser test runs: this changes the system (about
+    /// 120 packages). Implied by `CI=true`. Without it and without a browser the test is skipped.
+    #[arg(long)]
+    pub install_browser: bool,
     /// Extra arguments for `cargo test` (e.g. `-- --include-ignored` on a GPU machine).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     pub cargo_args: Vec<String>,
@@ -70,7 +76,8 @@ fn steps(args: &Args) -> anyhow::Result<Option<&'static str>> {
         .arg("--")
         .args(for_harness)
         .args(["--skip", COMPILE_TEST]);
-    if ensure_chromium() {
+    let ci = std::env::var("CI").ok();
+    if ensure_chromium(may_install_browser(args.install_browser, ci.as_deref())) {
         // The browser test then fails (one line) instead of skipping if the browser is missing.
         tests.env("ATTN_BROWSER_TEST", "required");
     }
@@ -164,27 +171,61 @@ fn browser_on_path() -> bool {
     std::env::split_paths(&path).any(|dir| BROWSERS.iter().any(|name| dir.join(name).is_file()))
 }
 
-/// Makes sure a headless Chromium is there for the report's browser test, installing Debian's
-/// `chromium` with apt-get when it is missing. Returns whether the test must run: a browser was
-/// found, or apt-get was there to install one (if that install failed, the test fails on one line
-/// rather than skipping). Without a browser or apt-get, the test skips and says so.
-fn ensure_chromium() -> bool {
-    if browser_on_path() {
-        return true;
+/// What `cargo xtask test` does about the report's browser test.
+#[derive(Debug, PartialEq, Eq)]
+enum BrowserStep {
+    /// A browser is there: the test must run.
+    Found,
+    /// None, and installing one was asked for: apt-get installs Debian's `chromium`.
+    Install,
+    /// None, and none is installed: the test skips, for this reason (said on one line).
+    Skip(&'static str),
+}
+
+/// The step for a browser `found` or not, `install` asked for (`--install-browser`, or CI) or
+/// not, and apt-get there or not.
+fn browser_step(found: bool, install: bool, apt_get: bool) -> BrowserStep {
+    match (found, install, apt_get) {
+        (true, _, _) => BrowserStep::Found,
+        (false, false, _) => BrowserStep::Skip(
+            "no chromium found: the report's headless-browser test will be skipped (set ATTN_CHROMIUM=/path/to/chromium, or pass --install-browser to install Debian's chromium with apt-get, which changes the system)",
+        ),
+        (false, true, false) => BrowserStep::Skip(
+            "no chromium and no apt-get: the report's headless-browser test will be skipped",
+        ),
+        (false, true, true) => BrowserStep::Install,
     }
-    if !Path::new("/usr/bin/apt-get").is_file() {
-        println!("no chromium and no apt-get: the report's headless-browser test will be skipped");
-        return false;
+}
+
+/// Whether the system may be changed to install a browser: `--install-browser`, or `CI=true` (a
+/// CI runner's machine is there to be set up).
+fn may_install_browser(flag: bool, ci: Option<&str>) -> bool {
+    flag || ci == Some("true")
+}
+
+/// Whether the report's browser test must run (it then fails on one line, rather than skipping,
+/// if the browser is missing): a browser was found, or `install` asked for Debian's `chromium`
+/// and apt-get was there to install it ([`browser_step`]).
+fn ensure_chromium(install: bool) -> bool {
+    let apt = Path::new("/usr/bin/apt-get").is_file();
+    match browser_step(browser_on_path(), install, apt) {
+        BrowserStep::Found => true,
+        BrowserStep::Skip(why) => {
+            println!("{why}");
+            false
+        }
+        BrowserStep::Install => {
+            println!("installing chromium with apt-get (for the report's headless-browser test)");
+            let installed = apt_get(&["install", "-y", "-q", "chromium"])
+                || (apt_get(&["update", "-q"]) && apt_get(&["install", "-y", "-q", "chromium"]));
+            if !installed || !browser_on_path() {
+                println!(
+                    "could not install chromium with apt-get: the report's headless-browser test will fail"
+                );
+            }
+            true
+        }
     }
-    println!("installing chromium with apt-get (for the report's headless-browser test)");
-    let installed = apt_get(&["install", "-y", "-q", "chromium"])
-        || (apt_get(&["update", "-q"]) && apt_get(&["install", "-y", "-q", "chromium"]));
-    if !installed || !browser_on_path() {
-        println!(
-            "could not install chromium with apt-get: the report's headless-browser test will fail"
-        );
-    }
-    true
 }
 
 /// Runs `apt-get ARGS` quietly (through `sudo -n` when not root); whether it succeeded.
@@ -232,18 +273,8 @@ fn ensure_numpy(workspace: &Path) -> Option<std::path::PathBuf> {
             "installing {PINNED_NUMPY} into {} (for the SDPA helper's row-check test)",
             target.display()
         );
-        let installed = Command::new("python3")
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "--upgrade",
-            ])
-            .arg("--target")
-            .arg(&target)
-            .arg(PINNED_NUMPY)
+        let installed = pinned_install("python3", &target, &[PINNED_NUMPY])
+            .arg("--quiet")
             .status()
             .is_ok_and(|status| status.success());
         if !installed {
@@ -251,6 +282,18 @@ fn ensure_numpy(workspace: &Path) -> Option<std::path::PathBuf> {
         }
     }
     Some(target)
+}
+
+/// `python -m pip install` of exactly `wheels` (each pinned to a version) into `target`, a folder
+/// of the project: `--no-deps`, so that pip picks no dependency's version itself (the lists name
+/// every wheel needed).
+fn pinned_install(python: &str, target: &Path, wheels: &[&str]) -> Command {
+    let mut pip = Command::new(python);
+    pip.args(["-m", "pip", "install", "--disable-pip-version-check"])
+        .args(["--upgrade", "--no-deps", "--target"])
+        .arg(target)
+        .args(wheels);
+    pip
 }
 
 /// The numpy the helper's row-check test installs when python3 has none, and where.
@@ -274,11 +317,8 @@ fn find_or_install(workspace: &Path) -> anyhow::Result<Toolkit> {
         .find(|p| Command::new(p).arg("-m").arg("pip").arg("--version").output().is_ok_and(|o| o.status.success()))
         .context("no CUDA toolkit and no python3 with pip to install NVIDIA's NVRTC wheels (install pip, or set CUDA_HOME)")?;
     // pip's own download progress (drawn when stderr is a terminal): the wheels are large.
-    let status = Command::new(python)
-        .args(["-m", "pip", "install", "--progress-bar", "on"])
-        .args(["--disable-pip-version-check", "--upgrade", "--target"])
-        .arg(&target)
-        .args(PINNED_WHEELS)
+    let status = pinned_install(python, &target, &PINNED_WHEELS)
+        .args(["--progress-bar", "on"])
         .status()
         .with_context(|| format!("running {python} -m pip"))?;
     if !status.success() {
@@ -291,4 +331,71 @@ fn find_or_install(workspace: &Path) -> anyhow::Result<Toolkit> {
             root.display()
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_browser_is_installed_only_when_asked() {
+        assert_eq!(browser_step(true, false, true), BrowserStep::Found);
+        assert_eq!(browser_step(true, true, false), BrowserStep::Found);
+        assert_eq!(browser_step(false, true, true), BrowserStep::Install);
+        let BrowserStep::Skip(why) = browser_step(false, false, true) else {
+            panic!("not asked: no install");
+        };
+        assert!(
+            why.contains("--install-browser") && why.contains("ATTN_CHROMIUM"),
+            "{why}"
+        );
+        assert!(matches!(
+            browser_step(false, true, false),
+            BrowserStep::Skip(_)
+        ));
+        // CI=true asks, as --install-browser does; anything else does not.
+        assert!(may_install_browser(true, None));
+        assert!(may_install_browser(false, Some("true")));
+        assert!(!may_install_browser(false, None));
+        assert!(!may_install_browser(false, Some("false")));
+    }
+
+    #[test]
+    fn every_wheel_is_pinned_exactly_and_pip_adds_none() {
+        let names: Vec<&str> = PINNED_WHEELS
+            .iter()
+            .chain([&PINNED_NUMPY])
+            .map(|w| {
+                let (name, version) = w
+                    .split_once("==")
+                    .unwrap_or_else(|| panic!("{w} is not pinned"));
+                let exact = version.split('.').count() == 3
+                    && version
+                        .split('.')
+                        .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+                assert!(exact, "{w}: not an exact version");
+                name
+            })
+            .collect();
+        // nvcc's own dependencies are in the list, so that --no-deps leaves none out.
+        for needed in [
+            "nvidia-cuda-nvcc",
+            "nvidia-nvvm",
+            "nvidia-cuda-runtime",
+            "nvidia-cuda-crt",
+        ] {
+            assert!(names.contains(&needed), "{needed} missing from {names:?}");
+        }
+        let pip = pinned_install("python3", Path::new("target/x"), &PINNED_WHEELS);
+        let args: Vec<_> = pip
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert!(args.iter().any(|a| a == "--no-deps"), "{args:?}");
+        assert!(
+            args.windows(2)
+                .any(|w| w[0] == "--target" && w[1] == "target/x"),
+            "{args:?}"
+        );
+    }
 }

@@ -640,7 +640,7 @@ fn a_missing_compute_sanitizer_is_one_line_before_anything_runs() {
         ],
         &["compute-sanitizer not found at /no/such/compute-sanitizer"],
     );
-    // The sanitizer is looked for first of all, even before the request is checked.
+    // The request is checked first, the sanitizer looked for after.
     one_error_line(
         d,
         &[
@@ -651,8 +651,240 @@ fn a_missing_compute_sanitizer_is_one_line_before_anything_runs() {
             "1,8,512,96",
             missing,
         ],
-        &["compute-sanitizer not found"],
+        &["hopper", "head dim 96"],
     );
+    one_error_line(
+        d,
+        &[
+            "gate",
+            "--impl",
+            "hopper",
+            "--shape",
+            "1,8,512,96",
+            "--sanitize=/no/such/compute-sanitizer",
+        ],
+        &["hopper", "head dim 96"],
+    );
+}
+
+#[test]
+fn numbers_of_seconds_are_checked_when_parsed() {
+    // Each would reach Duration::from_secs_f64 (a panic, exit 101) or a GPU probe.
+    let dir = inputs();
+    let d = dir.path();
+    for bad in ["nan", "inf", "1e300", "0", "-1", "86401", "ten"] {
+        let timeout = format!("--timeout={bad}");
+        let line = one_error_line(d, &["evo", "--synthetic", &timeout], &["--timeout", bad]);
+        assert!(line.contains("positive number of seconds"), "{line}");
+        let hang = format!("--hang-bound={bad}");
+        one_error_line(d, &["gate", "--impl", "naive", &hang], &["--hang-bound"]);
+        let budget = format!("--time-budget={bad}");
+        one_error_line(d, &["gate", "--impl", "naive", &budget], &["--time-budget"]);
+        one_error_line(
+            d,
+            &["bench", "--impl", "naive", &budget],
+            &["--time-budget"],
+        );
+    }
+    for bad in ["nan", "inf", "-1"] {
+        let syncs = format!("--syncs-per-tile={bad}");
+        one_error_line(d, &["evo", "--synthetic", &syncs], &["--syncs-per-tile"]);
+        one_error_line(
+            d,
+            &["ncu", "--impl", "naive", &syncs],
+            &["--syncs-per-tile"],
+        );
+    }
+    for bad in ["nan", "inf", "0", "-1"] {
+        let speedup = format!("--speedup={bad}");
+        one_error_line(d, &["ncu", "--impl", "naive", &speedup], &["--speedup"]);
+    }
+    // A day is allowed (the search then fails on its own missing --knob, not the number).
+    one_error_line(
+        d,
+        &["evo", "--synthetic", "--timeout", "86400"],
+        &["--synthetic needs --knob"],
+    );
+}
+
+#[test]
+fn every_argument_is_checked_before_a_tool_or_the_gpu_is_probed() {
+    let dir = inputs();
+    let d = dir.path();
+    one_error_line(
+        d,
+        &["micro", "--head-dim", "96"],
+        &["hopper micro-benchmark needs head dim 64 or 128"],
+    );
+    one_error_line(
+        d,
+        &["micro", "--target", "cp-async", "--head-dim", "12"],
+        &["multiple of 8"],
+    );
+    // A file that is no kernel, or names no entry point.
+    std::fs::write(d.join("garbage.cu"), "this is not a kernel\n").unwrap();
+    let line = one_error_line(
+        d,
+        &["gate", "--src", "garbage.cu", "--shape", "1,8,512,64"],
+        &["--src garbage.cu", "no kernel `attn_fwd`", "--entry"],
+    );
+    assert!(!line.contains("cublas"), "{line}");
+    one_error_line(
+        d,
+        &[
+            "gate",
+            "--src",
+            "garbage.cu",
+            "--entry",
+            "my_fwd",
+            "--shape",
+            "1,8,512,64",
+        ],
+        &["no kernel `my_fwd`"],
+    );
+    one_error_line(
+        d,
+        &[
+            "evo",
+            "--src",
+            "garbage.cu",
+            "--knob",
+            "BLOCK_M=64,128",
+            "--evidence",
+            "ev",
+        ],
+        &["--src garbage.cu", "no kernel `attn_fwd`"],
+    );
+    one_error_line(
+        d,
+        &[
+            "evo",
+            "--src",
+            "missing.cu",
+            "--knob",
+            "BLOCK_M=64",
+            "--evidence",
+            "ev",
+        ],
+        &["missing.cu"],
+    );
+    // An entry point in a header beside the file, or spelled as a longer name, is not refused
+    // for that: the first is a kernel, the second is not.
+    std::fs::write(
+        d.join("fwd.cuh"),
+        "extern \"C\" __global__ void attn_fwd() {}\n",
+    )
+    .unwrap();
+    std::fs::write(d.join("via_header.cu"), "#include \"fwd.cuh\"\n").unwrap();
+    std::fs::write(d.join("longer.cu"), "__global__ void attn_fwd_v2() {}\n").unwrap();
+    let (_, stdout, stderr) = xtask(
+        d,
+        &["gate", "--src", "via_header.cu", "--shape", "1,8,512,64"],
+    );
+    assert!(!stderr.contains("no kernel"), "{stdout}{stderr}");
+    one_error_line(
+        d,
+        &["gate", "--src", "longer.cu", "--shape", "1,8,512,64"],
+        &["no kernel `attn_fwd`"],
+    );
+    assert!(!d.join("ev").exists(), "nothing was searched");
+}
+
+#[test]
+fn a_window_against_sdpa_says_which_baselines_have_a_window_kernel() {
+    // With or without PyTorch (these machines have none): the same refusal, before any probe,
+    // not the cuBLAS fallback's.
+    let dir = inputs();
+    let d = dir.path();
+    let window = ["--shape", "1,8,512,64 window=64,64"];
+    for extra in [
+        &[][..],
+        &["--baseline", "sdpa"][..],
+        &["--sdpa-backend", "flash"][..],
+    ] {
+        let args = [&["gate", "--impl", "mma"][..], &window, extra].concat();
+        let line = one_error_line(
+            d,
+            &args,
+            &[
+                "SDPA has no sliding-window kernel",
+                "--sdpa-backend varlen",
+                "fa3",
+            ],
+        );
+        assert!(!line.contains("cublas"), "{line}");
+    }
+    one_error_line(
+        d,
+        &[&["evo", "--impl", "mma"][..], &window].concat(),
+        &["SDPA has no sliding-window kernel"],
+    );
+    // FA3 is timed in batch mode only: said before its library is looked for.
+    one_error_line(
+        d,
+        &[&["gate", "--impl", "mma", "--baseline", "fa3"][..], &window].concat(),
+        &["--mode batch"],
+    );
+    // A registered baseline outside its variants, before a sanitizer is looked for.
+    one_error_line(
+        d,
+        &[
+            &["gate", "--impl", "mma", "--baseline", "cublas"][..],
+            &window,
+            &["--sanitize=/no/such/compute-sanitizer"],
+        ]
+        .concat(),
+        &["cublas", "sliding windows"],
+    );
+}
+
+#[test]
+fn run_refuses_an_output_that_is_one_of_its_inputs() {
+    let dir = inputs();
+    let d = dir.path();
+    let before = std::fs::read(d.join("k.npy")).unwrap();
+    let spellings = ["q.npy", "./q.npy", "../{dir}/v.npy", "k.npy"];
+    let name = d.file_name().unwrap().to_string_lossy().into_owned();
+    for out in spellings.map(|s| s.replace("{dir}", &name)) {
+        let args = [&["run", "--impl", "reference"][..], &QKV, &["--out", &out]].concat();
+        one_error_line(d, &args, &["--out", "would overwrite an input"]);
+    }
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::symlink(d.join("k.npy"), d.join("link.npy")).unwrap();
+        std::fs::hard_link(d.join("v.npy"), d.join("hard.npy")).unwrap();
+        for out in ["link.npy", "hard.npy"] {
+            let args = [&["run", "--impl", "reference"][..], &QKV, &["--out", out]].concat();
+            one_error_line(d, &args, &["would overwrite an input"]);
+        }
+    }
+    assert_eq!(
+        std::fs::read(d.join("k.npy")).unwrap(),
+        before,
+        "k.npy untouched"
+    );
+    // Another file is fine.
+    let args = [
+        &["run", "--impl", "reference"][..],
+        &QKV,
+        &["--out", "o.npy"],
+    ]
+    .concat();
+    let (code, stdout, stderr) = xtask(d, &args);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+}
+
+#[test]
+fn version_says_the_crate_version_and_the_revision() {
+    for flag in ["--version", "-V"] {
+        let (code, stdout, stderr) = xtask(Path::new("."), &[flag]);
+        assert_eq!(code, 0, "{stderr}");
+        let line = stdout.trim_end();
+        let want = format!("cargo xtask {} (", env!("CARGO_PKG_VERSION"));
+        assert!(line.starts_with(&want), "{line}");
+        assert!(line.contains("git "), "{line}");
+        assert_eq!(line.lines().count(), 1, "{line}");
+    }
 }
 
 #[test]

@@ -11,13 +11,16 @@ use crate::error::{KernelError, Result};
 /// ptxas) in its process and its children; see [`Toolkit::apply`] for why not `CUDA_HOME`.
 pub const ATTN_CUDA_HOME: &str = "ATTN_CUDA_HOME";
 
-/// The wheels `cargo xtask test` installs (into [`WHEELS_DIR`]) when no toolkit is found, pinned
-/// to CUDA 13.0; their `nvidia/cu13/` folder has a CUDA install's `include/`, `lib/` and `bin/`.
-pub const PINNED_WHEELS: [&str; 4] = [
-    "nvidia-cuda-nvrtc==13.0.*",
-    "nvidia-cuda-nvcc==13.0.*",
-    "nvidia-cuda-runtime==13.0.*",
-    "nvidia-cuda-crt==13.0.*",
+/// The wheels `cargo xtask test` installs (into [`WHEELS_DIR`], with `--no-deps`) when no toolkit
+/// is found: CUDA 13.0, every one at an exact version, nvcc's dependencies included, since an
+/// unpinned `nvidia-nvvm` brings a newer NVVM than nvcc's. Their `nvidia/cu13/` folder has a
+/// CUDA install's `include/`, `lib/` and `bin/`.
+pub const PINNED_WHEELS: [&str; 5] = [
+    "nvidia-cuda-nvrtc==13.0.88",
+    "nvidia-cuda-nvcc==13.0.88",
+    "nvidia-cuda-runtime==13.0.96",
+    "nvidia-cuda-crt==13.0.88",
+    "nvidia-nvvm==13.0.88",
 ];
 
 /// Where [`PINNED_WHEELS`] are installed, under a workspace.
