@@ -26,9 +26,14 @@ pub struct Args {
 }
 
 /// The NVRTC compile test (crates/attn-kernels/tests/compile.rs): every kernel variant through
-/// NVRTC and ptxas, silent for its ~20 s under libtest's capture, so it runs as its own step with
-/// a spinner.
+/// NVRTC and ptxas one after another, silent for minutes under libtest's capture, so it runs as its
+/// own step with a spinner that shows the time taken.
 const COMPILE_TEST: &str = "every_default_variant_compiles_without_spills";
+
+/// What the compile step says while it runs: its order of time, not a promise (one core's work,
+/// longer on a busy machine).
+const COMPILE_STEP: &str =
+    "compile test: every kernel variant through NVRTC and ptxas, one after another (a few minutes)";
 
 /// Runs the subcommand; returns the process exit code. The last line printed is the verdict.
 pub fn run(args: Args) -> anyhow::Result<u8> {
@@ -110,13 +115,11 @@ fn steps(args: &Args) -> anyhow::Result<Option<&'static str>> {
         indicatif::ProgressStyle::with_template("{spinner} {msg} {elapsed}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
     );
-    spinner.set_message(
-        "compile test: every kernel variant through NVRTC and ptxas (tens of seconds)",
-    );
+    spinner.set_message(COMPILE_STEP);
     spinner.enable_steady_tick(std::time::Duration::from_millis(200));
     if spinner.is_hidden() {
         // No terminal for the spinner: say once what runs.
-        println!("compile test: every kernel variant through NVRTC and ptxas (tens of seconds)");
+        println!("{COMPILE_STEP}");
     }
     let output = compile.output().context("running the compile test")?;
     spinner.finish_and_clear();

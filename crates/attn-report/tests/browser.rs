@@ -7,8 +7,8 @@
 //! `target/tmp/report-browser/<case>/` for a person to look at.
 //!
 //! Needs `chromium` (or `ATTN_CHROMIUM=/path/to/browser`). Without one the test says so on one line
-//! and passes, unless `ATTN_BROWSER_TEST=required` (set by `cargo xtask test`, which installs
-//! Chromium first): then a missing browser fails it.
+//! and passes, unless `ATTN_BROWSER_TEST=required` (set by `cargo xtask test` when it found a
+//! browser, or installed one: `--install-browser`, or `CI=true`): then a missing browser fails it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -263,7 +263,7 @@ fn report_fits_a_1400px_window_and_shows_curves_with_physical_lines() {
             "no headless browser: install chromium (`apt-get install -y chromium`) or set ATTN_CHROMIUM"
         );
         eprintln!(
-            "SKIPPED: no chromium on PATH (`cargo xtask test` installs it and requires this test)"
+            "SKIPPED: no chromium on PATH (`cargo xtask test --install-browser` installs it and requires this test)"
         );
         return;
     };
