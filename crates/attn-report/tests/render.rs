@@ -18,6 +18,7 @@ fn build(dir: &Path, ceiling: Option<f64>) -> Report {
         dir,
         &ReportOptions {
             matmul_tflops: ceiling,
+            gate_charts: true,
         },
     )
     .unwrap_or_else(|e| panic!("{e}"))
