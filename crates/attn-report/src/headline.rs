@@ -308,13 +308,15 @@ impl<'a> SuiteComparison<'a> {
             label: format!("fastest of ours ({})", ours.join(", ")),
             values: self.rows.iter().map(|r| r.best.map(|e| e.tflops)).collect(),
         }];
-        series.extend(shown.iter().map(|(i, label)| VersusSeries {
-            label: (*label).clone(),
-            values: self
-                .rows
-                .iter()
-                .map(|r| r.comparators[*i].map(|e| e.tflops))
-                .collect(),
+        series.extend(shown.iter().map(|(i, label)| {
+            VersusSeries {
+                label: (*label).clone(),
+                values: self
+                    .rows
+                    .iter()
+                    .map(|r| r.comparators[*i].map(|e| e.tflops))
+                    .collect(),
+            }
         }));
         let against: Vec<&str> = shown.iter().map(|(_, l)| l.as_str()).collect();
         let against = match against.as_slice() {

@@ -48,11 +48,13 @@ fn every_chart_is_well_formed_svg_with_labelled_axes() {
             "charts/bootstrap-tiled-vs-sdpa-flash-h100-small.svg",
             "charts/convergence-evo-run1.svg",
             "charts/convergence-micro-cp-async.svg",
+            "charts/glance-seq-sweep-causal-nvidia-h100-80gb-hbm3-batch.svg",
+            "charts/glance-seq-sweep-nvidia-h100-80gb-hbm3-batch.svg",
             "charts/progression-4-16-1024-64-causal.svg",
             "charts/roofline.svg",
             "charts/speedup-mma-vs-sdpa-flash-h100-small.svg",
             "charts/speedup-tiled-vs-sdpa-flash-h100-small.svg",
-            "charts/throughput-nvidia-h100-80gb-hbm3-b-4-h-16-d-64-causal-fp16.svg",
+            "charts/throughput-nvidia-h100-80gb-hbm3-b-4-h-16-d-64-causal-fp16-batch.svg",
         ]
     );
     for (name, svg) in charts {
@@ -71,7 +73,8 @@ fn every_chart_is_well_formed_svg_with_labelled_axes() {
     }
 }
 
-const THROUGHPUT: &str = "charts/throughput-nvidia-h100-80gb-hbm3-b-4-h-16-d-64-causal-fp16.svg";
+const THROUGHPUT: &str =
+    "charts/throughput-nvidia-h100-80gb-hbm3-b-4-h-16-d-64-causal-fp16-batch.svg";
 
 /// The text of an SVG's `<text>` elements, joined by spaces (legend lines wrap).
 fn svg_text(svg: &str) -> String {
@@ -141,8 +144,8 @@ fn a_sweep_gives_one_curve_per_implementation_and_family() {
     assert_eq!(
         charts,
         [
-            "charts/throughput-nvidia-h100-80gb-hbm3-b-2-h-16-d-128-causal-fp16.svg",
-            "charts/throughput-nvidia-h100-80gb-hbm3-b-2-h-16-d-128-fp16.svg",
+            "charts/throughput-nvidia-h100-80gb-hbm3-b-2-h-16-d-128-causal-fp16-graph.svg",
+            "charts/throughput-nvidia-h100-80gb-hbm3-b-2-h-16-d-128-fp16-graph.svg",
         ]
     );
     let svg = &report.files()[charts[1].as_str()];
@@ -274,37 +277,71 @@ fn gate_tables_show_the_evidence_numbers() {
 }
 
 #[test]
-fn html_is_one_self_contained_page() {
+fn html_is_one_page_that_links_its_charts() {
     let report = build(&fixtures(), None);
     let html = &report.files()["index.html"];
     assert!(html.starts_with("<!DOCTYPE html>") && html.trim_end().ends_with("</html>"));
-    assert!(!html.contains("<script") && !html.contains("<link") && !html.contains("<img"));
-    assert!(
-        !html.contains("http://")
-            || html.matches("http://").count()
-                == html.matches("xmlns=\"http://www.w3.org/2000/svg\"").count()
-    );
-    assert!(!html.contains("https://"));
-    let charts = report
+    assert!(!html.contains("<script") && !html.contains("<link"));
+    assert!(!html.contains("http://") && !html.contains("https://"));
+    assert!(!html.contains("<svg"), "charts are linked, not inlined");
+    let charts: Vec<&String> = report
         .files()
         .keys()
         .filter(|n| n.starts_with("charts/"))
-        .count();
-    assert_eq!(
-        html.matches("<svg ").count(),
-        charts,
-        "every chart is inlined once"
-    );
+        .collect();
+    for chart in &charts {
+        assert_eq!(
+            html.matches(&format!("<img src=\"{chart}\"")).count(),
+            1,
+            "{chart} is shown once"
+        );
+    }
+    assert_eq!(html.matches("<img ").count(), charts.len());
     assert_eq!(
         html.matches("<table>").count(),
         html.matches("</table>").count()
     );
+    assert_eq!(
+        html.matches("<details").count(),
+        html.matches("</details>").count()
+    );
     let markdown = &report.files()["report.md"];
     assert_eq!(
         markdown.matches("](charts/").count(),
-        charts,
+        charts.len(),
         "every chart is linked from report.md"
     );
+    // A table of contents links every section's anchor, in both outputs.
+    for (text, id) in [
+        ("At a glance", "at-a-glance"),
+        ("Latest gate verdicts", "latest-gate-verdicts"),
+        ("Evidence files", "evidence-files"),
+    ] {
+        assert!(
+            html.contains(&format!("<a href=\"#{id}\">{text}</a>")),
+            "{id}"
+        );
+        assert!(
+            html.contains(&format!("<h2 id=\"{id}\">{text}</h2>")),
+            "{id}"
+        );
+        assert!(markdown.contains(&format!("- [{text}](#{id})")), "{id}");
+    }
+    // The first picture comes before any gate verdict, and every verdict is folded.
+    let first_chart = html.find("<img ").expect("a chart");
+    let verdicts = html.find("id=\"latest-gate-verdicts\"").expect("verdicts");
+    assert!(first_chart < verdicts);
+    let folded = html[verdicts..]
+        .matches("<details class=\"fold\">\n<summary>✅ PASS")
+        .count()
+        + html[verdicts..]
+            .matches("<details class=\"fold\">\n<summary>❌ FAIL")
+            .count();
+    assert_eq!(
+        folded,
+        html[verdicts..].matches("<p class=\"verdict ").count()
+    );
+    assert!(folded >= 2, "{folded}");
     // Headings in the same order in both outputs.
     let md_headings: Vec<&str> = markdown
         .lines()
@@ -312,7 +349,12 @@ fn html_is_one_self_contained_page() {
         .collect();
     let html_headings: Vec<&str> = html
         .lines()
-        .filter_map(|l| l.strip_prefix("<h2>")?.strip_suffix("</h2>"))
+        .filter_map(|l| {
+            l.strip_prefix("<h2 id=\"")?
+                .split_once("\">")?
+                .1
+                .strip_suffix("</h2>")
+        })
         .collect();
     assert_eq!(md_headings, html_headings);
     assert_eq!(
@@ -354,7 +396,8 @@ fn progression_reads_each_run_against_its_own_baseline_in_time_order() {
     // Each row names the baseline of its own run: the bench of 11-21 had sdpa:cudnn, the gates
     // sdpa:flash.
     assert!(
-        markdown.contains("| 2025-11-21 10:30 | ccccccc | mma |"),
+        markdown
+            .contains("| 2025-11-21 10:30 | ccccccc | NVIDIA H100 80GB HBM3, batch timing | mma |"),
         "{markdown}"
     );
     let svg = svg_text(&report.files()["charts/progression-4-16-1024-64-causal.svg"]);
@@ -421,19 +464,25 @@ fn output_is_deterministic_and_check_detects_staleness() {
 }
 
 #[test]
-fn empty_or_missing_evidence_says_so() {
+fn empty_or_missing_evidence_is_refused_and_nothing_is_written() {
     let empty = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let report = build(&fixtures(), None);
+    report.write(out.path()).unwrap();
     for dir in [empty.path().to_path_buf(), empty.path().join("missing")] {
-        let report = build(&dir, None);
-        for file in ["report.md", "index.html", "pr-comment.md"] {
-            assert!(
-                report.files()[file].contains("No evidence yet"),
-                "{}: {file}",
-                dir.display()
-            );
-        }
-        assert!(!report.files().keys().any(|k| k.starts_with("charts/")));
+        let err = Report::build(&dir, &ReportOptions::default()).unwrap_err();
+        assert!(
+            matches!(err, attn_report::ReportError::NoEvidence { .. }),
+            "{err}"
+        );
+        let line = err.to_string();
+        assert!(
+            line.contains(&dir.display().to_string()) && !line.contains('\n'),
+            "{line}"
+        );
     }
+    // The report written before is still whole.
+    assert_eq!(report.stale_files(out.path()).unwrap(), []);
 }
 
 #[test]
@@ -559,6 +608,11 @@ fn hopper_against_fa3_comes_from_one_fair_run_a_gate_before_a_bench() {
     gate.baseline.backend = None;
     gate.cases.truncate(1);
     gate.cases[0].shape = bench.entries[0].shape.clone();
+    // Timed as the bench run was (the fixture gate is flushed): rows of one setup share a table.
+    let case = &mut gate.cases[0];
+    for timing in [&mut case.candidate, &mut case.baseline] {
+        timing.as_mut().expect("fixture case was timed").mode = bench.entries[0].timing.mode;
+    }
     // Each side's clock is the mean of its kept blocks; a dropped block does not count.
     let block = |side, mhz, kept| attn_evidence::BlockClock {
         side,
@@ -720,13 +774,13 @@ fn gate_runs_over_different_shapes_given_one_by_one_keep_their_own_charts() {
     assert_eq!(speedups.len(), 3, "{speedups:?}");
     let html = &report.files()["index.html"];
     assert_eq!(
-        html.matches("<svg").count(),
+        html.matches("<img src=\"charts/").count(),
         report
             .files()
             .keys()
             .filter(|name| name.starts_with("charts/"))
             .count(),
-        "every chart drawn in the page has its own file"
+        "every chart shown in the page has its own file"
     );
 }
 
@@ -812,11 +866,11 @@ fn a_gate_run_with_overridden_knobs_is_named_by_them_and_never_stands_for_the_tu
         let md = build(evidence.path(), None).files()["report.md"].clone();
         let experiment = format!("mma [{knobs}] vs sdpa:flash");
         assert!(
-            md.contains("Latest gate: mma vs sdpa:flash"),
+            md.contains("flushed timing: mma vs sdpa:flash"),
             "{command:?}: the suite's headline must keep the tuned run"
         );
         assert!(
-            !md.contains(&format!("Latest gate: {experiment}")),
+            !md.contains(&format!("flushed timing: {experiment}")),
             "{command:?}"
         );
         assert!(
@@ -834,7 +888,7 @@ fn a_gate_run_with_overridden_knobs_is_named_by_them_and_never_stands_for_the_tu
     .unwrap();
     let md = build(evidence.path(), None).files()["report.md"].clone();
     assert!(
-        md.contains("Latest gate: mma [BLOCK_N=64,STAGES=2] vs sdpa:flash"),
+        md.contains("flushed timing: mma [BLOCK_N=64,STAGES=2] vs sdpa:flash"),
         "{md}"
     );
 }

@@ -40,13 +40,35 @@ fn height(chart: &VersusChart) -> u32 {
     CHART_SIZE.1.max(bars + 140)
 }
 
-/// `text`, cut to [`LABEL_CHARS`] characters with `…`.
+/// `text` cut to [`LABEL_CHARS`] characters, its middle replaced by `…` (the start names the
+/// batch, the end its heads, mask and dtype).
 fn cut(text: &str) -> String {
-    if text.chars().count() <= LABEL_CHARS {
+    let chars: Vec<char> = text.chars().collect();
+    if chars.len() <= LABEL_CHARS {
         return text.to_owned();
     }
-    let kept: String = text.chars().take(LABEL_CHARS - 1).collect();
-    format!("{kept}…")
+    let tail = LABEL_CHARS / 2;
+    let head = LABEL_CHARS - 1 - tail;
+    let (start, end) = (&chars[..head], &chars[chars.len() - tail..]);
+    format!(
+        "{}…{}",
+        start.iter().collect::<String>(),
+        end.iter().collect::<String>()
+    )
+}
+
+/// The shapes cut to fit, numbered ` (2)`, ` (3)` … where two would read the same.
+fn labels(shapes: &[String]) -> Vec<String> {
+    let cut: Vec<String> = shapes.iter().map(|s| cut(s)).collect();
+    cut.iter()
+        .enumerate()
+        .map(
+            |(i, label)| match cut[..i].iter().filter(|l| *l == label).count() {
+                0 => label.clone(),
+                n => format!("{label} ({})", n + 1),
+            },
+        )
+        .collect()
 }
 
 /// Draws one versus chart as SVG; `file` names it in errors.
@@ -60,7 +82,7 @@ pub fn versus(file: &str, chart: &VersusChart) -> Result<String, ReportError> {
         // Group i spans [n-1-i, n-i] so that the first shape is on top; its label sits mid-group.
         let n = groups as f64;
         let ticks: Vec<f64> = (0..groups).map(|i| n - 0.5 - i as f64).collect();
-        let shapes: Vec<String> = chart.shapes.iter().map(|s| cut(s)).collect();
+        let shapes = labels(&chart.shapes);
         let mut plot = ChartBuilder::on(&area)
             .margin(12)
             .x_label_area_size(50)
@@ -112,9 +134,15 @@ mod tests {
 
     #[test]
     fn long_shapes_are_cut_and_many_shapes_make_a_taller_chart() {
-        assert_eq!(cut("2,32/8,8192,128 causal bf16"), "2,32/8,8192,128 causal bf16");
+        assert_eq!(
+            cut("2,32/8,8192,128 causal bf16"),
+            "2,32/8,8192,128 causal bf16"
+        );
         let long = "varlen=512,3072,1024,2048,4096,8192 H=16 D=128";
         assert_eq!(cut(long).chars().count(), LABEL_CHARS);
+        assert!(cut(long).ends_with("H=16 D=128"), "{}", cut(long));
+        let twins = [format!("{long} x"), format!("{long} x"), "s".into()];
+        assert_eq!(labels(&twins)[1], format!("{} (2)", cut(&twins[0])));
         let chart = |shapes: usize| VersusChart {
             title: String::new(),
             shapes: vec!["s".into(); shapes],

@@ -136,4 +136,3 @@ fn inline_markdown(text: &str) -> String {
     }
     out
 }
-

@@ -163,11 +163,7 @@ fn glance_blocks<'a>(
     }
 }
 
-fn sweep_blocks<'a>(
-    sections: &'a Sections,
-    charts: &'a [RenderedChart],
-    out: &mut Vec<Block<'a>>,
-) {
+fn sweep_blocks<'a>(sections: &'a Sections, charts: &'a [RenderedChart], out: &mut Vec<Block<'a>>) {
     if sections.glance.is_empty() {
         return;
     }
@@ -217,11 +213,7 @@ fn progression_blocks<'a>(
     }
 }
 
-fn gate_blocks<'a>(
-    sections: &'a Sections,
-    charts: &'a [RenderedChart],
-    out: &mut Vec<Block<'a>>,
-) {
+fn gate_blocks<'a>(sections: &'a Sections, charts: &'a [RenderedChart], out: &mut Vec<Block<'a>>) {
     if sections.gates.is_empty() {
         return;
     }
@@ -340,14 +332,23 @@ mod tests {
     fn anchors_are_githubs() {
         let mut seen = HashMap::new();
         assert_eq!(
-            anchor("hopper against FlashAttention-3 and cuDNN, one run each", &mut seen),
+            anchor(
+                "hopper against FlashAttention-3 and cuDNN, one run each",
+                &mut seen
+            ),
             "hopper-against-flashattention-3-and-cudnn-one-run-each"
         );
         assert_eq!(
             anchor("Implementations against SDPA's backends", &mut seen),
             "implementations-against-sdpas-backends"
         );
-        assert_eq!(anchor("NVIDIA H200, batch timing", &mut seen), "nvidia-h200-batch-timing");
-        assert_eq!(anchor("NVIDIA H200, batch timing", &mut seen), "nvidia-h200-batch-timing-1");
+        assert_eq!(
+            anchor("NVIDIA H200, batch timing", &mut seen),
+            "nvidia-h200-batch-timing"
+        );
+        assert_eq!(
+            anchor("NVIDIA H200, batch timing", &mut seen),
+            "nvidia-h200-batch-timing-1"
+        );
     }
 }

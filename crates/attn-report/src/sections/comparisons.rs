@@ -398,7 +398,11 @@ fn against_fa3_header() -> Table {
 /// The latest bench run's entries, with its file and the setups its entries were timed in.
 pub(super) fn bench_table(evidence: &EvidenceSet) -> Option<(String, Vec<Setup>, Table)> {
     let (run, bench) = latest_bench(evidence)?;
-    let mut setups: Vec<Setup> = bench.entries.iter().map(|e| Setup::of_entry(run, e)).collect();
+    let mut setups: Vec<Setup> = bench
+        .entries
+        .iter()
+        .map(|e| Setup::of_entry(run, e))
+        .collect();
     setups.sort();
     setups.dedup();
     let mut table = Table::new(&[

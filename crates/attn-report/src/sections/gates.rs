@@ -240,4 +240,3 @@ fn bootstrap_chart(gate: &GateRun, title: &str) -> Option<BootstrapChart> {
         })
     })
 }
-
