@@ -39,8 +39,12 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         matmul_tflops: args.matmul_tflops,
         gate_charts: args.gate_charts,
     };
-    let report = attn_report::Report::build(&args.evidence, &options)
-        .with_context(|| format!("building the report from {}", args.evidence.display()))?;
+    let report = match attn_report::Report::build(&args.evidence, &options) {
+        // Names the directory itself: no context to add.
+        Err(refused @ attn_report::ReportError::NoEvidence { .. }) => return Err(refused.into()),
+        built => built
+            .with_context(|| format!("building the report from {}", args.evidence.display()))?,
+    };
     if args.check {
         let stale = report.stale_files(&args.out)?;
         if stale.is_empty() {
