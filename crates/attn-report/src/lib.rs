@@ -131,7 +131,7 @@ impl Report {
     /// charts first and the pages that link them last; then removes chart files the evidence no
     /// longer produces (so `charts/` never shows a stale picture).
     pub fn write(&self, out_dir: &Path) -> Result<(), ReportError> {
-        // `charts/…` sorts before the pages, so no page links a chart not yet written.
+        // Charts first, so that no page ever links a chart not yet written.
         let (charts, pages): (Vec<_>, Vec<_>) = self
             .files
             .iter()

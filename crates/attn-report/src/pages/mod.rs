@@ -65,17 +65,20 @@ fn anchor(text: &str, seen: &mut HashMap<String, usize>) -> String {
     id
 }
 
+/// A heading's text and anchor.
+type Link = (String, String);
+
 /// Every heading's anchor in page order, and the table of contents: each section with the
 /// subsections listed under it.
 struct Outline {
     anchors: Vec<String>,
-    toc: Vec<(String, String, Vec<(String, String)>)>,
+    toc: Vec<(String, String, Vec<Link>)>,
 }
 
 fn outline(blocks: &[Block<'_>]) -> Outline {
     let mut seen = HashMap::new();
     let mut anchors = Vec::new();
-    let mut toc: Vec<(String, String, Vec<(String, String)>)> = Vec::new();
+    let mut toc: Vec<(String, String, Vec<Link>)> = Vec::new();
     for block in blocks {
         match block {
             Block::Heading(text) => {

@@ -137,7 +137,7 @@ pub(super) fn gate_section(run: &Run, gate: &GateRun) -> GateSection {
             bars,
             threshold,
         },
-        bootstrap: bootstrap_chart(gate, &title),
+        bootstrap: bootstrap_chart(gate, &format!("{title} ({})", setup.short())),
         title,
         slug: shape_slug,
         summary,

@@ -111,7 +111,7 @@ pub(super) fn roofline(evidence: &EvidenceSet) -> Option<RooflineChart> {
         .find(|name| !name.is_empty())
         .unwrap_or("GPU not recorded");
     Some(RooflineChart {
-        title: format!("Roofline of the Nsight Compute profiles ({gpu})"),
+        title: format!("Roofline of the Nsight Compute profiles ({gpu}, L2 flushed per launch)"),
         points,
         dram_roof,
         lines: matmul.into_iter().chain(peak).collect(),
