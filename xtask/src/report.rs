@@ -8,7 +8,7 @@ use anyhow::Context;
 /// Arguments of `cargo xtask report`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Directory of evidence to read (missing or empty: the report says "No evidence yet").
+    /// Directory of evidence to read (missing or empty: refused, and nothing is written).
     #[arg(long, default_value = "evidence")]
     evidence: PathBuf,
     /// Directory to write index.html, report.md, pr-comment.md and charts/*.svg into.
@@ -21,6 +21,10 @@ pub struct Args {
     /// Write nothing; exit 1 if the report in --out is stale with respect to the evidence.
     #[arg(long)]
     check: bool,
+    /// Also draw every gate verdict's speedup bars and bootstrap histogram (two charts per gate
+    /// run, not part of the committed report: use with e.g. `--out target/report`).
+    #[arg(long)]
+    gate_charts: bool,
 }
 
 /// Runs the subcommand; returns the process exit code.
@@ -33,9 +37,14 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     }
     let options = attn_report::ReportOptions {
         matmul_tflops: args.matmul_tflops,
+        gate_charts: args.gate_charts,
     };
-    let report = attn_report::Report::build(&args.evidence, &options)
-        .with_context(|| format!("building the report from {}", args.evidence.display()))?;
+    let report = match attn_report::Report::build(&args.evidence, &options) {
+        // Names the directory itself: no context to add.
+        Err(refused @ attn_report::ReportError::NoEvidence { .. }) => return Err(refused.into()),
+        built => built
+            .with_context(|| format!("building the report from {}", args.evidence.display()))?,
+    };
     if args.check {
         let stale = report.stale_files(&args.out)?;
         if stale.is_empty() {

@@ -59,7 +59,7 @@ pub struct KnownGpu {
 }
 
 /// GPUs whose facts were measured for this project (`shared/NOTES-cuda.md`): the development H100
-/// SXM (132 SMs, 1980 MHz max SM clock, cuBLAS fp16 GEMM 8192³ at 891 TFLOP/s).
+/// SXM.
 pub const KNOWN_GPUS: [KnownGpu; 1] = [KnownGpu {
     name: "NVIDIA H100 80GB HBM3",
     sm_count: 132,

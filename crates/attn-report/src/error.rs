@@ -11,6 +11,15 @@ pub enum ReportError {
     /// An Nsight Compute evidence file could not be read (the message names it).
     #[error(transparent)]
     Ncu(#[from] attn_ncu::NcuError),
+    /// The evidence directory is missing or holds no evidence: a report from it would replace a
+    /// real one with an empty page, so none is built.
+    #[error("no evidence in {}: {reason}; nothing was written", path.display())]
+    NoEvidence {
+        /// The directory given.
+        path: PathBuf,
+        /// `the directory does not exist` or what it lacks.
+        reason: &'static str,
+    },
     /// A chart could not be drawn.
     #[error("drawing chart {chart}: {message}")]
     Chart {

@@ -1,14 +1,16 @@
-//! "At a glance": for each suite, the fastest of our implementations against SDPA's backends and the
-//! FlashAttention-3 anchor (when the evidence has it), as speedups and TFLOP/s, from the suite's
-//! latest bench run (every implementation timed in one call, so the ratios are from one call), and
-//! the suite's latest gate decision in one neutral line.
+//! "At a glance": for each suite, a picture of the fastest of our implementations against the
+//! FlashAttention-3 anchor and cuDNN (or SDPA's first backend measured), all timed in the suite's
+//! latest bench run on one GPU, one chart per timing mode that GPU has a run of; and the suite's
+//! latest gate decision on that GPU in one neutral line. Numbers of two GPUs never meet here.
 
 use std::collections::BTreeMap;
 
-use attn_evidence::{BenchEntry, BenchRun, Dtype, Evidence, GateRun, ShapeSpec};
+use attn_evidence::{slug, BenchEntry, Dtype, Evidence, GateRun, ShapeSpec};
 
+use crate::charts::{VersusChart, VersusSeries};
 use crate::format::{short_date, short_rev, speedup, tflops};
 use crate::model::{gate_candidate_label, EvidenceSet, Role, Run};
+use crate::setup::{short_gpu, Setup};
 use crate::table::Table;
 
 /// What the report says first about one suite.
@@ -16,10 +18,29 @@ use crate::table::Table;
 pub struct SuiteHeadline {
     /// The suite's name (`large`, `seed`, `sweep`, or `ad-hoc shapes`).
     pub suite: String,
-    /// Sentences, most important first (markdown with `**bold**`).
-    pub lines: Vec<String>,
-    /// Per shape: the fastest of ours and its speedup over each comparator, when a bench run exists.
-    pub table: Option<Table>,
+    /// The GPU every number of this headline was measured on.
+    pub gpu: String,
+    /// One view per timing mode of the suite's latest bench runs on [`SuiteHeadline::gpu`].
+    pub views: Vec<SuiteView>,
+    /// The suite's latest gate decision on the same GPU, in one line.
+    pub gate: Option<String>,
+}
+
+/// One bench run of a suite: its picture, its sentence and its numbers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SuiteView {
+    /// The GPU and timing mode of every number in the view.
+    pub setup: Setup,
+    /// `glance-<suite>-<gpu>-<mode>.svg`.
+    pub file: String,
+    /// Ours against the anchor and cuDNN, shape by shape.
+    pub chart: VersusChart,
+    /// The comparison in one sentence (markdown with `**bold**`).
+    pub sentence: String,
+    /// Where the numbers come from.
+    pub source: String,
+    /// Per shape: the fastest of ours and its speedup over each comparator.
+    pub table: Table,
 }
 
 /// Name given to runs without a suite.
@@ -35,54 +56,94 @@ pub(crate) const SDPA_ORDER: [&str; 5] = [
     "sdpa:math",
 ];
 
+/// The latest bench run of a suite on one setup, with its entries of that setup.
+type BenchOf<'a> = (&'a Run, Vec<&'a BenchEntry>);
+
 /// One headline per suite with a bench or gate run, suites in name order.
 pub fn headlines(evidence: &EvidenceSet) -> Vec<SuiteHeadline> {
-    let mut benches: BTreeMap<String, (&Run, &BenchRun)> = BTreeMap::new();
-    let mut gates: BTreeMap<String, (&Run, &GateRun)> = BTreeMap::new();
+    let mut benches: BTreeMap<String, BTreeMap<Setup, BenchOf<'_>>> = BTreeMap::new();
+    // The GPU of each suite's latest bench run.
+    let mut bench_gpu: BTreeMap<String, String> = BTreeMap::new();
+    let mut gates: BTreeMap<(String, String), (&Run, &GateRun)> = BTreeMap::new();
+    let mut gate_gpu: BTreeMap<String, String> = BTreeMap::new();
     // Runs are in time order: later inserts win.
     for run in &evidence.runs {
+        let gpu = run.evidence.provenance().gpu.clone();
         match &run.evidence {
             Evidence::Bench(bench) => {
                 let shapes: Vec<&ShapeSpec> = bench.entries.iter().map(|e| &e.shape).collect();
-                benches.insert(suite_key(&bench.suite, &shapes), (run, bench));
+                let key = suite_key(&bench.suite, &shapes);
+                let mut by_setup: BTreeMap<Setup, Vec<&BenchEntry>> = BTreeMap::new();
+                for entry in &bench.entries {
+                    by_setup
+                        .entry(Setup::of_entry(run, entry))
+                        .or_default()
+                        .push(entry);
+                }
+                let suite = benches.entry(key.clone()).or_default();
+                for (setup, entries) in by_setup {
+                    suite.insert(setup, (run, entries));
+                }
+                bench_gpu.insert(key, gpu);
             }
             Evidence::Gate(gate) => {
                 let shapes: Vec<&ShapeSpec> = gate.cases.iter().map(|c| &c.shape).collect();
-                let key = suite_key(&gate.suite, &shapes);
+                let key = (suite_key(&gate.suite, &shapes), gpu.clone());
                 // An experiment with overridden knobs stands for the suite only until a run of the
                 // tuning itself exists.
                 let tuned_before = gates.get(&key).is_some_and(|(r, _)| !r.config_overridden());
                 if !(run.config_overridden() && tuned_before) {
+                    gate_gpu.insert(key.0.clone(), gpu);
                     gates.insert(key, (run, gate));
                 }
             }
         }
     }
-    let mut suites: Vec<&String> = benches.keys().chain(gates.keys()).collect();
+    let mut suites: Vec<&String> = benches.keys().chain(gate_gpu.keys()).collect();
     // Named suites first, by name; ad-hoc shapes last.
     suites.sort_by_key(|s| (s.as_str() == NO_SUITE, s.as_str()));
     suites.dedup();
     suites
         .into_iter()
         .map(|suite| {
-            let mut lines = Vec::new();
-            let mut table = None;
-            if let Some((run, bench)) = benches.get(suite) {
-                let comparison = SuiteComparison::of(bench);
-                lines.push(comparison.sentence());
-                lines.push(source_line(run));
-                table = Some(comparison.table());
-            }
-            if let Some((run, gate)) = gates.get(suite) {
-                lines.push(gate_line(run, gate));
-            }
+            let gpu = bench_gpu
+                .get(suite)
+                .or_else(|| gate_gpu.get(suite))
+                .cloned()
+                .unwrap_or_default();
+            let views = benches
+                .get(suite)
+                .into_iter()
+                .flatten()
+                .filter(|(setup, _)| setup.gpu == gpu)
+                .map(|(setup, (run, entries))| view(suite, setup, run, entries))
+                .collect();
+            let gate = gates
+                .get(&(suite.clone(), gpu.clone()))
+                .map(|(run, gate)| gate_line(run, gate));
             SuiteHeadline {
                 suite: suite.clone(),
-                lines,
-                table,
+                gpu,
+                views,
+                gate,
             }
         })
         .collect()
+}
+
+fn view(suite: &str, setup: &Setup, run: &Run, entries: &[&BenchEntry]) -> SuiteView {
+    let comparison = SuiteComparison::of(entries);
+    SuiteView {
+        setup: setup.clone(),
+        file: format!(
+            "glance-{}.svg",
+            slug(&format!("{suite} {} {}", setup.gpu, setup.mode))
+        ),
+        chart: comparison.chart(suite, setup),
+        sentence: comparison.sentence(),
+        source: source_line(run, setup),
+        table: comparison.table(),
+    }
 }
 
 /// A suite's headline key: its name, with " causal" when every shape of the run is causal and
@@ -117,10 +178,10 @@ struct SuiteComparison<'a> {
 }
 
 impl<'a> SuiteComparison<'a> {
-    fn of(bench: &'a BenchRun) -> Self {
+    fn of(bench: &[&'a BenchEntry]) -> Self {
         let comparators = comparator_labels(bench);
         let mut shapes: Vec<String> = Vec::new();
-        for entry in &bench.entries {
+        for entry in bench {
             let shape = entry.shape.to_string();
             if !shapes.contains(&shape) {
                 shapes.push(shape);
@@ -130,8 +191,8 @@ impl<'a> SuiteComparison<'a> {
             .into_iter()
             .map(|shape| {
                 let entries: Vec<&BenchEntry> = bench
-                    .entries
                     .iter()
+                    .copied()
                     .filter(|e| e.shape.to_string() == shape)
                     .collect();
                 let best = entries
@@ -223,6 +284,56 @@ impl<'a> SuiteComparison<'a> {
             .join(", ")
     }
 
+    /// The picture: the fastest of ours, the FA3 anchors and cuDNN (else SDPA's first backend).
+    fn chart(&self, suite: &str, setup: &Setup) -> VersusChart {
+        let anchors = self
+            .comparators
+            .iter()
+            .enumerate()
+            .filter(|(_, label)| label.starts_with("fa3"));
+        let sdpa = ["sdpa:cudnn"]
+            .iter()
+            .chain(&SDPA_ORDER)
+            .find_map(|want| self.comparators.iter().position(|c| c == want))
+            .map(|i| (i, &self.comparators[i]));
+        let shown: Vec<(usize, &String)> = anchors.chain(sdpa).collect();
+        let mut ours: Vec<String> = Vec::new();
+        for best in self.rows.iter().filter_map(|r| r.best) {
+            let label = best.implementation.label();
+            if !ours.contains(&label) {
+                ours.push(label);
+            }
+        }
+        let mut series = vec![VersusSeries {
+            label: format!("fastest of ours ({})", ours.join(", ")),
+            values: self.rows.iter().map(|r| r.best.map(|e| e.tflops)).collect(),
+        }];
+        series.extend(shown.iter().map(|(i, label)| {
+            VersusSeries {
+                label: (*label).clone(),
+                values: self
+                    .rows
+                    .iter()
+                    .map(|r| r.comparators[*i].map(|e| e.tflops))
+                    .collect(),
+            }
+        }));
+        let against: Vec<&str> = shown.iter().map(|(_, l)| l.as_str()).collect();
+        let against = match against.as_slice() {
+            [] => "no reference timed".to_owned(),
+            labels => format!("vs {}", labels.join(" and ")),
+        };
+        VersusChart {
+            title: format!(
+                "{suite}: fastest of ours {against} ({}, {} timing)",
+                short_gpu(&setup.gpu),
+                setup.mode
+            ),
+            shapes: self.rows.iter().map(|r| r.shape.clone()).collect(),
+            series,
+        }
+    }
+
     fn table(&self) -> Table {
         let mut headers = vec![
             "shape".to_string(),
@@ -265,9 +376,9 @@ impl<'a> SuiteComparison<'a> {
 }
 
 /// SDPA backends (in [`SDPA_ORDER`], then any other) and FA3 anchors present in the run.
-fn comparator_labels(bench: &BenchRun) -> Vec<String> {
+fn comparator_labels(bench: &[&BenchEntry]) -> Vec<String> {
     let mut labels: Vec<(usize, String)> = Vec::new();
-    for entry in &bench.entries {
+    for entry in bench {
         let role = Role::of(&entry.implementation);
         if !matches!(role, Role::Sdpa | Role::Anchor) {
             continue;
@@ -320,22 +431,23 @@ fn range(values: &[f64], show: fn(f64) -> String) -> String {
 }
 
 /// Where the numbers come from, in one line.
-fn source_line(run: &Run) -> String {
+fn source_line(run: &Run, setup: &Setup) -> String {
     let p = run.evidence.provenance();
     format!(
-        "From `{}` ({} UTC, {} on {}): every implementation timed in the same call; speedup = their median time / ours, above 1× is faster.",
+        "From `{}` ({} UTC, {}; {setup}): every implementation timed in the same call; speedup = their median time / ours, above 1× is faster.",
         run.path,
         short_date(&p.date),
         short_rev(&p.git_rev),
-        p.gpu
     )
 }
 
-/// `Latest gate: hopper vs sdpa:default, 2/4 shapes passed (2026-11-22 17:14 UTC).`
+/// `Latest gate on NVIDIA H100, batch timing: hopper vs sdpa:default, 2/4 shapes passed (…).`
 fn gate_line(run: &Run, gate: &GateRun) -> String {
     let passed = gate.cases.iter().filter(|c| c.passed).count();
+    let setup = gate.cases.first().map(|case| Setup::of_case(run, case));
     format!(
-        "Latest gate: {} vs {}, {passed}/{} shapes passed the gate ({} UTC at {}; details under Gate verdicts).",
+        "Latest gate on {}: {} vs {}, {passed}/{} shapes passed the gate ({} UTC at {}; details under Gate verdicts).",
+        setup.map_or_else(|| gate.provenance.gpu.clone(), |s| s.to_string()),
         gate_candidate_label(gate),
         gate.baseline.label(),
         gate.cases.len(),

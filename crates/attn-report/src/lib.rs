@@ -11,22 +11,23 @@
 //!    ([`progress`]), verdict lines, [`Table`]s and the data of each chart. Both outputs render these
 //!    same sections, so markdown and HTML cannot disagree.
 //! 3. [`charts`] (plotters → SVG strings, text kept as `<text>`) and [`pages`] (markdown, PR comment,
-//!    self-contained HTML with the SVGs inlined).
+//!    an HTML page that links its charts from `charts/`).
 //!
 //! The result is a map of file name → content, written with [`Report::write`] or compared with
 //! what is on disk by [`Report::stale_files`] (`--check`). Output depends only on the evidence:
 //! stable ordering, fixed bootstrap seeds, no clock reads.
 //!
-//! An empty or missing evidence directory is not an error: the report says "No evidence yet".
+//! Numbers are only divided, joined by a line or set side by side within one [`setup::Setup`]
+//! (GPU model and timing mode), and every chart and table names its setup.
+//!
+//! A missing or empty evidence directory is an error ([`ReportError::NoEvidence`]): a report
+//! from it would only replace a real one.
 //!
 //! ```
-//! use attn_report::{Report, ReportOptions};
+//! use attn_report::{Report, ReportError, ReportOptions};
 //! let evidence = tempfile::tempdir()?; // empty
-//! let out = tempfile::tempdir()?;
-//! let report = Report::build(evidence.path(), &ReportOptions::default())?;
-//! assert!(report.files()["report.md"].contains("No evidence yet"));
-//! report.write(out.path())?;
-//! assert!(report.stale_files(out.path())?.is_empty());
+//! let refused = Report::build(evidence.path(), &ReportOptions::default());
+//! assert!(matches!(refused, Err(ReportError::NoEvidence { .. })));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
@@ -40,6 +41,7 @@ pub mod model;
 pub mod pages;
 pub mod progress;
 pub mod sections;
+pub mod setup;
 pub mod sweep;
 pub mod table;
 
@@ -61,6 +63,9 @@ pub struct ReportOptions {
     /// cuBLAS 8192³ measured on an H100). `None`: the measured value of a known GPU
     /// ([`ceilings::KNOWN_GPUS`]), else no matmul line. Never an attention implementation's rate.
     pub matmul_tflops: Option<f64>,
+    /// Also draw each gate verdict's speedup bars and bootstrap histogram (two charts per gate
+    /// run: many, and read rarely, so not part of the committed report).
+    pub gate_charts: bool,
 }
 
 /// A rendered report: relative file name (`index.html`, `report.md`, `pr-comment.md`,
@@ -95,8 +100,18 @@ impl Report {
     /// Reads `evidence_dir` and renders every output in memory.
     pub fn build(evidence_dir: &Path, options: &ReportOptions) -> Result<Report, ReportError> {
         let evidence = EvidenceSet::load(evidence_dir)?;
+        let refuse = |reason| ReportError::NoEvidence {
+            path: evidence_dir.to_owned(),
+            reason,
+        };
+        if !evidence.dir_exists {
+            return Err(refuse("the directory does not exist"));
+        }
+        if evidence.is_empty() {
+            return Err(refuse("no gate, bench, ncu or search results in it"));
+        }
         let sections = Sections::build(&evidence, options);
-        let charts = render_charts(&sections)?;
+        let charts = render_charts(&sections, options)?;
         let mut files = BTreeMap::new();
         files.insert("report.md".to_owned(), pages::markdown(&sections, &charts));
         files.insert("pr-comment.md".to_owned(), pages::pr_comment(&sections));
@@ -112,10 +127,16 @@ impl Report {
         &self.files
     }
 
-    /// Writes every file under `out_dir` atomically, and removes chart files the evidence no longer
-    /// produces (so `charts/` never shows a stale picture).
+    /// Writes every file under `out_dir` atomically (a temporary file renamed over the old one),
+    /// charts first and the pages that link them last; then removes chart files the evidence no
+    /// longer produces (so `charts/` never shows a stale picture).
     pub fn write(&self, out_dir: &Path) -> Result<(), ReportError> {
-        for (name, content) in &self.files {
+        // Charts first, so that no page ever links a chart not yet written.
+        let (charts, pages): (Vec<_>, Vec<_>) = self
+            .files
+            .iter()
+            .partition(|(name, _)| name.starts_with("charts/"));
+        for (name, content) in charts.into_iter().chain(pages) {
             attn_evidence::write_bytes_atomic(&out_dir.join(name), content.as_bytes())?;
         }
         for extra in self.extra_charts(out_dir)? {
@@ -164,12 +185,22 @@ impl Report {
     }
 }
 
-fn render_charts(sections: &Sections) -> Result<Vec<RenderedChart>, ReportError> {
+fn render_charts(
+    sections: &Sections,
+    options: &ReportOptions,
+) -> Result<Vec<RenderedChart>, ReportError> {
     let mut charts = Vec::new();
     let mut add = |file: String, caption: String, svg: String| {
         charts.push(RenderedChart { file, caption, svg });
     };
-    for gate in &sections.gates {
+    for view in sections.glance.iter().flat_map(|suite| &suite.views) {
+        add(
+            view.file.clone(),
+            view.chart.title.clone(),
+            charts::versus(&view.file, &view.chart)?,
+        );
+    }
+    for gate in sections.gates.iter().filter(|_| options.gate_charts) {
         if !gate.speedup.bars.is_empty() {
             add(
                 format!("speedup-{}.svg", gate.slug),

@@ -10,6 +10,7 @@ use attn_evidence::{
 
 use crate::ceilings::GpuFacts;
 use crate::format::short_rev;
+use crate::setup::Setup;
 use crate::ReportError;
 
 /// Seed and resample count of the bootstrap CIs of medians drawn in the progression chart. Fixed,
@@ -173,6 +174,8 @@ pub struct Measurement {
     pub role: Role,
     /// The problem size.
     pub shape: ShapeSpec,
+    /// The GPU model and timing mode: only measurements of one setup are compared.
+    pub setup: Setup,
     /// Median time per launch, µs.
     pub median_us: f64,
     /// Raw samples, µs.
@@ -256,6 +259,7 @@ impl EvidenceSet {
                             label: entry.implementation.label(),
                             role: Role::of(&entry.implementation),
                             shape: entry.shape.clone(),
+                            setup: Setup::of_entry(file, entry),
                             median_us: entry.summary.median,
                             samples: entry.timing.samples.clone(),
                             tflops: entry.tflops,
@@ -295,6 +299,7 @@ impl EvidenceSet {
                                 },
                                 role: Role::of(implementation),
                                 shape: case.shape.clone(),
+                                setup: Setup::new(&gate.provenance.gpu, timing.mode),
                                 median_us,
                                 samples: timing.samples.clone(),
                                 tflops: tflops.unwrap_or_else(|| case.shape.tflops(median_us)),

@@ -10,7 +10,9 @@ use attn_evidence::{slug, Evidence, ShapeSpec};
 use crate::charts::{ProgressionChart, ProgressionPoint, ProgressionSeries};
 use crate::format::{micros, short_date, short_rev, speedup, tflops};
 use crate::headline::SDPA_ORDER;
-use crate::model::{median_ci, EvidenceSet, Measurement, Role};
+use crate::model::{
+    median_ci, EvidenceSet, Measurement, Role, MEDIAN_CI_RESAMPLES, MEDIAN_CI_SEED,
+};
 use crate::table::Table;
 
 /// The progression of one shape.
@@ -69,8 +71,9 @@ fn baseline_of<'a>(
     measurements: &'a [Measurement],
     ours: &Measurement,
 ) -> Option<&'a Measurement> {
-    let same_case =
-        |m: &&Measurement| m.run == ours.run && m.shape == ours.shape && m.role != Role::Ours;
+    let same_case = |m: &&Measurement| {
+        m.run == ours.run && m.shape == ours.shape && m.setup == ours.setup && m.role != Role::Ours
+    };
     match &evidence.runs[ours.run].evidence {
         Evidence::Gate(gate) => {
             let label = gate.baseline.label();
@@ -99,7 +102,13 @@ fn progress(evidence: &EvidenceSet, shape: ShapeSpec, points: &[Point<'_>]) -> S
     let (labels, x_desc) = run_labels(evidence, &runs);
     let mut series: BTreeMap<String, ProgressionSeries> = BTreeMap::new();
     for p in points {
-        let label = format!("{} vs {}", p.ours.label, p.baseline.label);
+        // One line per GPU and timing mode: a speedup on one never continues one on another.
+        let label = format!(
+            "{} vs {} ({})",
+            p.ours.label,
+            p.baseline.label,
+            p.ours.setup.short()
+        );
         series
             .entry(label.clone())
             .or_insert_with(|| ProgressionSeries {
@@ -119,13 +128,20 @@ fn progress(evidence: &EvidenceSet, shape: ShapeSpec, points: &[Point<'_>]) -> S
         file: format!("progression-{}.svg", slug(&shape.to_string())),
         table: table(evidence, points),
         chart: ProgressionChart {
-            title: format!("{shape}: speedup over each run's own baseline"),
+            title: format!("{shape}: speedup over each run's own baseline, per GPU and timing"),
             runs: labels,
             x_desc,
             series,
         },
         shape,
     }
+}
+
+/// Text under the progression table saying how its CIs were computed.
+pub fn progression_note() -> String {
+    format!(
+        "Each point is one run: the run's baseline median / our median on the same shape in the same run (the gate's baseline; in a bench run sdpa:default, else the first SDPA backend measured), so a baseline that moved between runs does not read as progress; above 1× is faster. One line per GPU and timing mode. CIs of medians: percentile bootstrap over the raw samples, {MEDIAN_CI_RESAMPLES} resamples, seed {MEDIAN_CI_SEED}; CIs of speedups: the gate's BCa bootstrap."
+    )
 }
 
 fn first_run(series: &ProgressionSeries) -> usize {
@@ -182,6 +198,7 @@ fn table(evidence: &EvidenceSet, points: &[Point<'_>]) -> Table {
     let mut table = Table::new(&[
         "run (UTC)",
         "commit",
+        "GPU, timing",
         "implementation",
         "median (µs) [95% CI]",
         "TFLOP/s",
@@ -189,7 +206,7 @@ fn table(evidence: &EvidenceSet, points: &[Point<'_>]) -> Table {
         "baseline median (µs)",
         "speedup [95% CI]",
     ])
-    .numeric(&[3, 4, 6, 7]);
+    .numeric(&[4, 5, 7, 8]);
     for p in points {
         let provenance = evidence.runs[p.ours.run].evidence.provenance();
         let median = match median_ci(&p.ours.samples) {
@@ -209,6 +226,7 @@ fn table(evidence: &EvidenceSet, points: &[Point<'_>]) -> Table {
         table.push(vec![
             short_date(&provenance.date),
             short_rev(&provenance.git_rev),
+            p.ours.setup.to_string(),
             p.ours.label.clone(),
             median,
             tflops(p.ours.tflops),

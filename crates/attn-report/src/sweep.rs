@@ -1,6 +1,7 @@
-//! Throughput against sequence length: every family of shapes (same GPU, B, H, D, causality and
-//! dtype, self-attention) that the bench runs cover at two or more sequence lengths gets a chart
-//! with a curve per implementation and SDPA backend, and the GPU's physical lines.
+//! Throughput against sequence length: every family of shapes (same GPU and timing mode, same B,
+//! H, K/V heads, D, mask, window and dtype, self-attention: one problem varying only S) that the
+//! bench runs cover at two or more sequence lengths gets a chart with a curve per implementation
+//! and SDPA backend, and the GPU's physical lines.
 //!
 //! Points are the latest bench entry of each (implementation, sequence length) in the family, so a
 //! `sweep` suite run draws whole curves and later runs update their points.
@@ -12,6 +13,7 @@ use attn_evidence::{slug, Evidence, ShapeSpec};
 use crate::ceilings::{device_peak, matmul_rate};
 use crate::charts::{ThroughputChart, ThroughputSeries};
 use crate::model::{EvidenceSet, Role};
+use crate::setup::{short_gpu, Setup};
 use crate::ReportOptions;
 
 /// One family's chart with its file name and the evidence files it draws from.
@@ -19,6 +21,8 @@ use crate::ReportOptions;
 pub struct SweepChart {
     /// `throughput-<family>.svg`.
     pub file: String,
+    /// The GPU and timing mode of every point.
+    pub setup: Setup,
     /// The chart's data.
     pub chart: ThroughputChart,
     /// Evidence files whose entries are on the chart, oldest first.
@@ -28,33 +32,43 @@ pub struct SweepChart {
 /// The fixed dimensions of a family of shapes.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct Family {
-    gpu: String,
+    setup: Setup,
     batch: usize,
     heads: usize,
+    kv_heads: Option<usize>,
     head_dim: usize,
     causal: bool,
+    window: Option<String>,
     dtype: String,
 }
 
 impl Family {
-    fn of(gpu: &str, shape: &ShapeSpec) -> Self {
+    fn of(setup: Setup, shape: &ShapeSpec) -> Self {
         Family {
-            gpu: gpu.to_owned(),
+            setup,
             batch: shape.batch,
             heads: shape.heads,
+            kv_heads: shape.kv_heads,
             head_dim: shape.head_dim,
             causal: shape.causal,
+            window: shape.window.as_ref().map(ToString::to_string),
             dtype: shape.dtype.to_string(),
         }
     }
 
     fn describe(&self) -> String {
+        let heads = match self.kv_heads {
+            Some(kv) => format!("{}/{kv}", self.heads),
+            None => self.heads.to_string(),
+        };
         format!(
-            "B={}, H={}, D={}{}, {}",
+            "B={}, H={heads}, D={}{}{}, {}",
             self.batch,
-            self.heads,
             self.head_dim,
             if self.causal { ", causal" } else { "" },
+            self.window
+                .as_ref()
+                .map_or(String::new(), |w| format!(", window={w}")),
             self.dtype
         )
     }
@@ -84,7 +98,7 @@ pub fn sweep_charts(evidence: &EvidenceSet, options: &ReportOptions) -> Vec<Swee
                 continue;
             }
             let family = families
-                .entry(Family::of(&bench.provenance.gpu, &entry.shape))
+                .entry(Family::of(Setup::of_entry(run, entry), &entry.shape))
                 .or_default();
             let key = (
                 Role::of(&entry.implementation),
@@ -126,7 +140,7 @@ fn chart(
 ) -> SweepChart {
     let latest = points.runs.last().map(|i| &evidence.runs[*i]);
     let peak = latest.and_then(|run| device_peak(&run.gpu_facts()));
-    let lines = matmul_rate(&family.gpu, options.matmul_tflops)
+    let lines = matmul_rate(&family.setup.gpu, options.matmul_tflops)
         .into_iter()
         .chain(peak)
         .collect();
@@ -139,14 +153,21 @@ fn chart(
             points: by_length.into_iter().collect(),
         })
         .collect();
-    let name = format!("{} {}", family.gpu, family.describe());
+    let name = format!(
+        "{} {} {}",
+        family.setup.gpu,
+        family.describe(),
+        family.setup.mode
+    );
     SweepChart {
         file: format!("throughput-{}.svg", slug(&name)),
+        setup: family.setup.clone(),
         chart: ThroughputChart {
             title: format!(
-                "Throughput vs sequence length: {} ({})",
+                "Throughput vs sequence length: {} ({}, {} timing)",
                 family.describe(),
-                family.gpu
+                short_gpu(&family.setup.gpu),
+                family.setup.mode
             ),
             series,
             lines,

@@ -13,6 +13,7 @@ mod progression;
 mod roofline;
 mod speedup;
 mod throughput;
+mod versus;
 
 pub use bootstrap::{bootstrap_histogram, BootstrapChart};
 pub use convergence::{convergence, ConvergenceChart};
@@ -21,6 +22,7 @@ pub use progression::{progression, ProgressionChart, ProgressionPoint, Progressi
 pub use roofline::{roofline, RooflineChart, RooflinePoint};
 pub use speedup::{speedup_bars, SpeedupBar, SpeedupChart};
 pub use throughput::{throughput, ThroughputChart, ThroughputSeries};
+pub use versus::{versus, VersusChart, VersusSeries};
 
 pub(crate) use axis::TickedAxis;
 pub(crate) use legend::{draw_legend_panel, frame};
@@ -68,13 +70,22 @@ pub(crate) fn render_svg(
     name: &str,
     draw: impl FnOnce(&Area<'_>) -> DrawResult,
 ) -> Result<String, ReportError> {
+    render_svg_sized(name, CHART_SIZE, draw)
+}
+
+/// [`render_svg`] on a canvas of `size` px.
+pub(crate) fn render_svg_sized(
+    name: &str,
+    size: (u32, u32),
+    draw: impl FnOnce(&Area<'_>) -> DrawResult,
+) -> Result<String, ReportError> {
     let fail = |message: String| ReportError::Chart {
         chart: name.to_owned(),
         message,
     };
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, CHART_SIZE).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
         root.fill(&WHITE).map_err(|e| fail(e.to_string()))?;
         draw(&root).map_err(|e| fail(e.to_string()))?;
         root.present().map_err(|e| fail(e.to_string()))?;
