@@ -1,6 +1,6 @@
 //! Arguments several commands share, flattened into each: what to run, and on which problems.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use attn_evidence::Dtype;
@@ -31,20 +31,7 @@ impl CandidateArgs {
     /// The candidate, validated as far as can be without a GPU.
     pub fn candidate(&self) -> anyhow::Result<Candidate> {
         match &self.src {
-            Some(path) => {
-                let defines: Config = self
-                    .defines
-                    .join(",")
-                    .parse()
-                    .map_err(|e: String| anyhow::anyhow!("--define: {e}"))?;
-                let candidate = Candidate::from_file(path, self.entry.as_deref(), defines)?;
-                if let Candidate::Source { source, .. } = &candidate {
-                    if source.trim().is_empty() {
-                        bail!("--src {}: the file is empty", path.display());
-                    }
-                }
-                Ok(candidate)
-            }
+            Some(path) => source_candidate(path, self.entry.as_deref(), &self.defines),
             None => {
                 let implementation =
                     attn_kernels::registry::select(self.implementation.as_deref())?;
@@ -59,6 +46,26 @@ impl CandidateArgs {
             }
         }
     }
+}
+
+/// The candidate of `--src PATH [--entry NAME] [--define K=V ...]`: the file read, the defines
+/// parsed, an empty file refused.
+pub fn source_candidate(
+    path: &Path,
+    entry: Option<&str>,
+    defines: &[String],
+) -> anyhow::Result<Candidate> {
+    let defines: Config = defines
+        .join(",")
+        .parse()
+        .map_err(|e: String| anyhow::anyhow!("--define: {e}"))?;
+    let candidate = Candidate::from_file(path, entry, defines)?;
+    if let Candidate::Source { source, .. } = &candidate {
+        if source.trim().is_empty() {
+            bail!("--src {}: the file is empty", path.display());
+        }
+    }
+    Ok(candidate)
 }
 
 /// Which problems: shapes, or a named suite.
