@@ -46,6 +46,9 @@
 
 static_assert(BLOCK_M % NUM_WARPS == 0, "BLOCK_M must be a multiple of NUM_WARPS");
 static_assert(HEAD_DIM % 32 == 0, "HEAD_DIM must be a multiple of 32");
+// Q and one K/V tile are static shared memory, 48 KB at most (BLOCK_M 128 at HEAD_DIM 128 is over).
+static_assert(sizeof(elem_t) * (BLOCK_M * HEAD_DIM + 2 * TILE_KEYS * KV_STRIDE) <= 48 * 1024,
+              "Q and a K/V tile exceed 48 KB of static shared memory: lower BLOCK_M");
 
 __device__ __forceinline__ float warp_max(float x) {
 #pragma unroll
