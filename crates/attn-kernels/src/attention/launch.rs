@@ -187,7 +187,7 @@ impl Prepared {
                         self.label, g.heads_together, group, shape.heads, shape.kv_heads
                     )));
                 }
-                // Encoded per launch (a host call of a few µs): the driver copies the parameters,
+                // Encoded per launch (a short host call): the driver copies the parameters,
                 // so a captured graph keeps the maps of its capture.
                 let maps = match tensor_maps {
                     Some(rows) => {
