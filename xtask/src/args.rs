@@ -45,8 +45,12 @@ pub fn positive(text: &str) -> Result<f64, String> {
 pub fn source_candidate(
     path: &Path,
     entry: Option<&str>,
-    defines: Config,
+    defines: &[String],
 ) -> anyhow::Result<Candidate> {
+    let defines: Config = defines
+        .join(",")
+        .parse()
+        .map_err(|e: String| anyhow::anyhow!("--define: {e}"))?;
     let candidate = Candidate::from_file(path, entry, defines)?;
     if let Candidate::Source { source, entry, .. } = &candidate {
         if source.trim().is_empty() {
@@ -147,14 +151,7 @@ impl CandidateArgs {
     /// The candidate, validated as far as can be without a GPU.
     pub fn candidate(&self) -> anyhow::Result<Candidate> {
         match &self.src {
-            Some(path) => {
-                let defines: Config = self
-                    .defines
-                    .join(",")
-                    .parse()
-                    .map_err(|e: String| anyhow::anyhow!("--define: {e}"))?;
-                source_candidate(path, self.entry.as_deref(), defines)
-            }
+            Some(path) => source_candidate(path, self.entry.as_deref(), &self.defines),
             None => {
                 let implementation =
                     attn_kernels::registry::select(self.implementation.as_deref())?;

@@ -190,7 +190,7 @@ fn new_search(args: &Args) -> anyhow::Result<NewSearch> {
             let defines = (args.defines.join(",").parse::<Config>())
                 .map_err(|e| anyhow::anyhow!("--define: {e}"))?;
             // The file is read and checked now; each worker reads it again.
-            crate::args::source_candidate(src, args.entry.as_deref(), defines.clone())?;
+            crate::args::source_candidate(src, args.entry.as_deref(), &args.defines)?;
             Target::Source {
                 src: src.clone(),
                 entry: args.entry.clone(),

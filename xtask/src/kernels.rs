@@ -1,13 +1,23 @@
 //! `cargo xtask kernels`: the registered implementations, their knobs, domains and default configs;
-//! with `--ptxas`, registers / shared memory / stack / spills of every default variant (CPU only);
-//! with `--configs IMPL`, every valid config of one implementation and its dynamic shared memory
-//! (what `kernels/tools/hopper_check.py` sweeps, so that it re-derives neither); with
-//! `--nvrtc-flags`, the flags NVRTC compiles every kernel with (what those scripts pass too).
+//! with `--ptxas`, registers / shared memory / stack / spills of every default variant (CPU only),
+//! or with `--ptxas --src FILE` of a user's kernel at each dtype and head dim; with `--configs
+//! IMPL`, every valid config of one implementation and its dynamic shared memory (what
+//! `kernels/tools/hopper_check.py` sweeps, so that it re-derives neither); with `--nvrtc-flags`,
+//! the flags NVRTC compiles every kernel with (what those scripts pass too).
 
+use std::path::PathBuf;
+
+use anyhow::Context;
 use attn_kernels::compile::{self, Arch};
 use attn_kernels::registry::{registry, Limits};
 use attn_kernels::{Candidate, Config};
 use attn_oracle::DType;
+
+/// The virtual architecture of `--ptxas` for the registry's kernels.
+const REGISTRY_ARCH: &str = "compute_90";
+/// The virtual architecture of `--ptxas --src`: Hopper's, with its architecture-specific
+/// instructions (wgmma, setmaxnreg), which a user's Hopper kernel may use.
+const SOURCE_ARCH: &str = "compute_90a";
 
 /// Arguments of `cargo xtask kernels`.
 #[derive(Debug, clap::Args)]
@@ -15,9 +25,28 @@ pub struct Args {
     /// Compile every default variant with NVRTC and report ptxas's resource usage.
     #[arg(long)]
     pub ptxas: bool,
-    /// Virtual architecture for --ptxas (implementations bound to one architecture use theirs).
-    #[arg(long, default_value = "compute_90")]
-    pub arch: String,
+    /// Virtual architecture for --ptxas (default compute_90; compute_90a with --src;
+    /// implementations bound to one architecture use theirs).
+    #[arg(long)]
+    pub arch: Option<String>,
+    /// With --ptxas: your own kernel file (kernels/README.md's ABI) instead of the registry's,
+    /// compiled in fp16 and bf16 at each --head-dim.
+    #[arg(long, requires = "ptxas")]
+    pub src: Option<PathBuf>,
+    /// Entry point of --src.
+    #[arg(long, requires = "src")]
+    pub entry: Option<String>,
+    /// Defines for --src, `K=V` (repeatable), as `gate --src` takes them.
+    #[arg(long = "define", requires = "src")]
+    pub defines: Vec<String>,
+    /// Head dims to compile --src at, comma-separated.
+    #[arg(
+        long,
+        requires = "src",
+        value_delimiter = ',',
+        default_value = "64,128"
+    )]
+    pub head_dim: Vec<usize>,
     /// Print every valid config of this implementation instead, one per line: `HEAD_DIM=D` and
     /// its knobs (space-separated `NAME=VALUE`), then `SHARED_BYTES=` its dynamic shared memory;
     /// valid = the knobs' domains, the implementation's constraints and the H100's limits.
@@ -29,7 +58,7 @@ pub struct Args {
     pub nvrtc_flags: bool,
 }
 
-/// Runs the subcommand; returns the process exit code (1 when a default variant spills).
+/// Runs the subcommand; returns the process exit code (1 when a reported variant spills).
 pub fn run(args: Args) -> anyhow::Result<u8> {
     if args.nvrtc_flags {
         for flag in compile::LANGUAGE_FLAGS {
@@ -42,6 +71,9 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             println!("{line}");
         }
         return Ok(0);
+    }
+    if let Some(path) = &args.src {
+        return source_report(&args, path);
     }
     for imp in registry() {
         println!("{:<8} {}", imp.name, imp.summary);
@@ -70,17 +102,66 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     if !args.ptxas {
         return Ok(0);
     }
-    let arch = Arch(args.arch.clone());
+    let arch = Arch(args.arch.clone().unwrap_or_else(|| REGISTRY_ARCH.into()));
     let mut jobs = Vec::new();
     for imp in registry() {
         for dtype in [DType::F16, DType::Bf16] {
             for d in [64usize, 128] {
                 if imp.check_head_dim(d).is_ok() {
-                    jobs.push((imp, dtype, d));
+                    let candidate = Candidate::Registered {
+                        implementation: imp,
+                        overrides: Config::default(),
+                    };
+                    jobs.push((candidate, dtype, d));
                 }
             }
         }
     }
+    let (table, spills) = ptxas_table(&jobs, &arch)?;
+    println!(
+        "\nptxas -arch={} (an implementation bound to one architecture uses its own) on the NVRTC output of every default variant.\n\
+         static smem: shared memory declared in the kernel (ptxas); dyn smem: dynamic shared memory the launch requests (not in ptxas's count); bytes per block.",
+        arch.sm()
+    );
+    print!("{table}");
+    finish(spills, "default variant(s)")
+}
+
+/// `--ptxas --src FILE`: the user's kernel in fp16 and bf16 at each `--head-dim`, through the
+/// same variant, compile and ptxas calls as the gate's (so a define or geometry the gate would
+/// refuse is refused here too).
+fn source_report(args: &Args, path: &std::path::Path) -> anyhow::Result<u8> {
+    let candidate = crate::args::source_candidate(path, args.entry.as_deref(), &args.defines)?;
+    let arch = Arch(args.arch.clone().unwrap_or_else(|| SOURCE_ARCH.into()));
+    let mut jobs = Vec::new();
+    for dtype in [DType::F16, DType::Bf16] {
+        for &d in &args.head_dim {
+            jobs.push((candidate.clone(), dtype, d));
+        }
+    }
+    let (table, spills) = ptxas_table(&jobs, &arch)?;
+    println!(
+        "\nptxas -arch={} on the NVRTC output of {} in each dtype and head dim.\n\
+         static smem: shared memory declared in the kernel (ptxas); dyn smem: the launch's SHARED_BYTES (not in ptxas's count); bytes per block.",
+        arch.sm(),
+        path.display()
+    );
+    print!("{table}");
+    finish(spills, "variant(s)")
+}
+
+/// Exit 1, saying so, when `spills` reported variants use local memory.
+fn finish(spills: usize, what: &str) -> anyhow::Result<u8> {
+    if spills > 0 {
+        eprintln!("{spills} {what} use local memory (spills or a stack frame)");
+        return Ok(crate::EXIT_FAILED);
+    }
+    Ok(0)
+}
+
+/// Compiles each `(candidate, dtype, head dim)` for `arch`: ptxas's resource table, as text, and
+/// how many variants use local memory.
+fn ptxas_table(jobs: &[(Candidate, DType, usize)], arch: &Arch) -> anyhow::Result<(String, usize)> {
     let bar = crate::progress::bar(jobs.len() as u64, "NVRTC + ptxas");
     let mut table = attn_report::table::Table::new(&[
         "impl",
@@ -95,16 +176,21 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     ])
     .numeric(&[2, 3, 4, 5, 6, 7]);
     let mut spills = 0;
-    for (imp, dtype, d) in jobs {
-        bar.set_message(format!("{} {dtype} D={d}", imp.name));
-        let candidate = Candidate::Registered {
-            implementation: imp,
-            overrides: Config::default(),
-        };
-        let variant = candidate.variant(dtype, d, &arch, &Limits::H100)?;
+    for (candidate, dtype, d) in jobs {
+        let (dtype, d) = (*dtype, *d);
+        let label = candidate.label();
+        bar.set_message(format!("{label} {dtype} D={d}"));
+        let variant = candidate.variant(dtype, d, arch, &Limits::H100)?;
         let (req, cfg, entry) = (&variant.request, &variant.config, variant.entry);
         let compiled = compile::compile(req)?;
-        let res = compile::ptxas_resources(&compiled.ptx, &req.arch, entry)?;
+        if !compile::ptx_has_entry(&compiled.ptx, entry) {
+            anyhow::bail!(
+                "{}: no kernel `{entry}` in its PTX (declare it `extern \"C\" __global__`, or name it with --entry)",
+                req.name
+            );
+        }
+        let res = compile::ptxas_resources(&compiled.ptx, &req.arch, entry)
+            .with_context(|| format!("ptxas on {} ({dtype}, D={d})", req.name))?;
         if res.uses_local_memory() {
             spills += 1;
         }
@@ -114,7 +200,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             cfg.to_string()
         };
         table.push(vec![
-            imp.name.to_string(),
+            label,
             dtype.to_string(),
             d.to_string(),
             res.registers.to_string(),
@@ -127,17 +213,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         bar.inc(1);
     }
     bar.finish_and_clear();
-    println!(
-        "\nptxas -arch={} (an implementation bound to one architecture uses its own) on the NVRTC output of every default variant.\n\
-         static smem: shared memory declared in the kernel (ptxas); dyn smem: dynamic shared memory the launch requests (not in ptxas's count); bytes per block.",
-        arch.sm()
-    );
-    print!("{}", table.to_text());
-    if spills > 0 {
-        eprintln!("{spills} default variant(s) use local memory (spills or a stack frame)");
-        return Ok(crate::EXIT_FAILED);
-    }
-    Ok(0)
+    Ok((table.to_text(), spills))
 }
 
 /// Every config of `imp` that resolves for the H100 at head dims 64 and 128 (those it supports),

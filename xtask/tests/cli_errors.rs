@@ -962,3 +962,34 @@ fn a_report_from_no_evidence_is_refused_and_leaves_the_report_alone() {
         );
     }
 }
+
+#[test]
+fn kernels_ptxas_src_refuses_a_file_it_cannot_compile_before_compiling() {
+    let dir = inputs();
+    let d = dir.path();
+    one_error_line(
+        d,
+        &["kernels", "--ptxas", "--src", "missing.cu"],
+        &["missing.cu", "No such file"],
+    );
+    one_error_line(
+        d,
+        &["kernels", "--ptxas", "--src", "empty.cu"],
+        &["--src empty.cu: the file is empty"],
+    );
+    one_error_line(
+        d,
+        &[
+            "kernels", "--ptxas", "--src", "empty.cu", "--define", "BLOCK_M",
+        ],
+        &["--define"],
+    );
+    // --src is a --ptxas report; clap's usage error names what is missing.
+    let (code, _, stderr) = xtask(d, &["kernels", "--src", "empty.cu"]);
+    assert_eq!(code, 2, "{stderr}");
+    let first = stderr.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("error: ") && stderr.contains("--ptxas"),
+        "{stderr}"
+    );
+}

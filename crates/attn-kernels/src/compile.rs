@@ -295,6 +295,15 @@ pub fn parse_ptxas(log: &str, entry: &str) -> Option<Resources> {
     Some(res)
 }
 
+/// Whether `ptx` defines the kernel `entry` (a `.entry NAME(` line), so that a misnamed entry
+/// point is one clear error rather than a ptxas report without it.
+pub fn ptx_has_entry(ptx: &str, entry: &str) -> bool {
+    ptx.lines().any(|line| {
+        let mut words = line.split_whitespace().skip_while(|w| *w != ".entry");
+        words.next().is_some() && words.next().and_then(|w| w.split('(').next()) == Some(entry)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -328,6 +337,15 @@ mod tests {
         );
         assert!(res.uses_local_memory());
         assert!(parse_ptxas(log, "missing").is_none());
+    }
+
+    #[test]
+    fn finds_entry_points_in_ptx() {
+        let ptx = "//\n.visible .entry attn_fwd(\n\t.param .u64 a\n)\n.entry other()\n";
+        assert!(ptx_has_entry(ptx, "attn_fwd"));
+        assert!(ptx_has_entry(ptx, "other"));
+        assert!(!ptx_has_entry(ptx, "attn"));
+        assert!(!ptx_has_entry(ptx, "missing"));
     }
 
     #[test]
