@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use attn_evidence::Dtype;
+use attn_evidence::DType;
 use attn_kernels::{Candidate, Config, TimingMode};
 use attn_measure::sdpa::{self, Backend};
 use attn_measure::{suites, Problem};
@@ -181,8 +181,8 @@ pub struct ProblemArgs {
     #[arg(long)]
     pub causal: bool,
     /// fp16 or bf16.
-    #[arg(long, default_value = "fp16")]
-    pub dtype: Dtype,
+    #[arg(long, default_value = "fp16", value_parser = DType::parse_input)]
+    pub dtype: DType,
     /// A named suite: seed, large, sweep, gqa, mqa, window, varlen.
     #[arg(long)]
     pub suite: Option<String>,
@@ -239,8 +239,8 @@ pub struct ShapeArgs {
     #[arg(long)]
     pub causal: bool,
     /// fp16 or bf16.
-    #[arg(long, default_value = "fp16")]
-    pub dtype: Dtype,
+    #[arg(long, default_value = "fp16", value_parser = DType::parse_input)]
+    pub dtype: DType,
 }
 
 impl ShapeArgs {
@@ -287,7 +287,7 @@ mod tests {
         ProblemArgs {
             shapes: Vec::new(),
             causal,
-            dtype: Dtype::Fp16,
+            dtype: DType::F16,
             suite: Some(suite.into()),
         }
     }

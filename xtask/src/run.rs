@@ -62,7 +62,7 @@ pub struct Args {
     /// A packed varlen batch's lengths (`Q:KV` where a sequence's differ): Q is then `[1,
     /// total_q, H, D]`, K and V `[1, total_kv, H_kv, D]`, O like Q.
     #[arg(long, value_name = "L1,L2,...")]
-    pub varlen: Option<attn_evidence::VarlenSpec>,
+    pub varlen: Option<attn_evidence::Varlen>,
 }
 
 /// Runs the subcommand; returns the process exit code (1 when the output fails the oracle check).

@@ -75,17 +75,9 @@ pub enum EvidenceError {
         /// What went wrong, with the line number when known.
         message: String,
     },
-    /// A shape string such as `"4,16,1024,64 causal"` that could not be parsed.
-    #[error("bad shape {text:?}: {reason}")]
-    Shape {
-        /// The text given.
-        text: String,
-        /// What was wrong with it.
-        reason: String,
-    },
-    /// A dtype other than fp16 or bf16.
-    #[error("unsupported dtype {0:?} (fp16 or bf16)")]
-    Dtype(String),
+    /// Problem text such as `"4,16,1024,64 causal"` that could not be parsed, or a bad dtype.
+    #[error(transparent)]
+    Problem(#[from] attn_problem::ProblemError),
     /// A micro-benchmark target that does not exist.
     #[error("unknown micro target {0:?} (hopper or cp-async)")]
     MicroTarget(String),

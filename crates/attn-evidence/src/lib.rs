@@ -9,8 +9,9 @@
 //!
 //! - [`Provenance`]: which GPU, driver, libraries, commit and command produced a file, and the SM
 //!   clock around the run. Two files are comparable only if their provenance says so.
-//! - [`ShapeSpec`], [`Implementation`], [`Timing`]: what ran, on what, and the *raw* samples in µs
-//!   (statistics are recomputed from them; nothing is lost to pre-aggregation).
+//! - [`ShapeSpec`] (attn-problem's, re-exported with its [`DType`], [`Window`], [`Varlen`]),
+//!   [`Implementation`], [`Timing`]: what ran, on what, and the *raw* samples in µs (statistics
+//!   are recomputed from them; nothing is lost to pre-aggregation).
 //! - [`GateRun`] (`evidence/gate/*.json`): correctness checks plus an
 //!   [`attn_stats::Comparison`] per shape and a verdict. [`BenchRun`] (`evidence/bench/*.json` and a
 //!   same-name `.csv`): timings with summaries. Both are an [`Evidence`], told apart by `"kind"`.
@@ -61,10 +62,10 @@ mod micro;
 mod provenance;
 mod sanitize;
 mod search;
-mod shape;
 mod store;
 mod timing;
 
+pub use attn_problem::{DType, ProblemError, ProblemKind, ShapeSpec, Varlen, Window};
 pub use bench::{BenchEntry, BenchRun, DenseAtMean, BENCH_CSV_HEADER};
 pub use error::EvidenceError;
 pub use evo::{read_evo_log, write_evo_log, CandidateStatus, EvoCandidate, EvoLogAppender};
@@ -85,7 +86,6 @@ pub use search::{
     EvoBest, EvoFinalist, EvoFinalists, EvoFitness, ImplConfig, SearchImplementation, SearchSpec,
     IMPL_KNOB,
 };
-pub use shape::{Dtype, ShapeSpec, VarlenSpec, WindowSpec};
 pub use store::{
     evidence_file_name, evidence_path, json_files, load_dir, read, read_json, slug,
     write_bytes_atomic, write_json_atomic, Evidence,

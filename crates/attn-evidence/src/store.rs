@@ -39,11 +39,11 @@ impl Evidence {
     }
 }
 
-/// Writes `value` as pretty JSON (with a final newline) to `path` atomically: a temporary file in
-/// the same directory is written, synced and renamed over `path`, so a reader never sees half a
-/// file. Creates missing parent directories.
+/// Writes `value` as compact JSON (one line, with a final newline) to `path` atomically: a
+/// temporary file in the same directory is written, synced and renamed over `path`, so a reader
+/// never sees half a file. Creates missing parent directories.
 pub fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> Result<(), EvidenceError> {
-    let mut bytes = serde_json::to_vec_pretty(value).map_err(|source| EvidenceError::Encode {
+    let mut bytes = serde_json::to_vec(value).map_err(|source| EvidenceError::Encode {
         what: path.display().to_string(),
         source,
     })?;

@@ -5,8 +5,8 @@ use std::path::Path;
 
 use attn_evidence::{
     evidence_file_name, load_dir, read, read_evo_log, write_bytes_atomic, write_evo_log,
-    write_json_atomic, Evidence, EvidenceError, EvoCandidate, ImplConfig, ShapeSpec, TimingMode,
-    BENCH_CSV_HEADER,
+    write_json_atomic, Evidence, EvidenceError, EvoCandidate, ImplConfig, ProblemError, ShapeSpec,
+    TimingMode, BENCH_CSV_HEADER,
 };
 
 fn provenance_json(date: &str) -> String {
@@ -233,7 +233,7 @@ fn shapes_parse_display_and_count_flops() {
     for bad in ["", "1,2,3", "1,2,0,4", "a,b,c,d", "1,2,3,4 sliding"] {
         let err = bad.parse::<ShapeSpec>().unwrap_err();
         assert!(
-            matches!(err, EvidenceError::Shape { .. }),
+            matches!(err, ProblemError::Shape { .. }),
             "{bad:?}: {err:?}"
         );
     }
@@ -339,7 +339,7 @@ fn bad_varlen_text_is_one_line_naming_the_problem() {
     ] {
         let err = text.parse::<ShapeSpec>().unwrap_err();
         assert!(
-            matches!(err, EvidenceError::Shape { .. }),
+            matches!(err, ProblemError::Shape { .. }),
             "{text:?}: {err:?}"
         );
         let line = err.to_string();
@@ -369,13 +369,15 @@ fn varlen_flops_are_the_visible_pairs_of_every_sequence() {
                     .collect::<Vec<_>>()
                     .join(",")
             );
-            if causal {
-                text.push_str(" causal");
-            }
             if let Some((l, r)) = window {
                 text.push_str(&format!(" window={l},{r}"));
             }
-            let shape: ShapeSpec = text.parse().unwrap();
+            // Set, not written: text refuses causal with a window's right side past 0, which
+            // evidence may still hold (causal wins).
+            let shape = ShapeSpec {
+                causal,
+                ..text.parse().unwrap()
+            };
             let pairs: u64 = lens
                 .iter()
                 .map(|&(q, kv)| brute_force_pairs(q, kv, causal, window))
@@ -444,7 +446,7 @@ fn atomic_writes_leave_no_temporaries_and_names_sort_by_time() {
     let path = dir.path().join("deep/er/x.json");
     write_json_atomic(&path, &serde_json::json!({"a": 1})).unwrap();
     write_json_atomic(&path, &serde_json::json!({"a": 2})).unwrap();
-    assert_eq!(fs::read_to_string(&path).unwrap(), "{\n  \"a\": 2\n}\n");
+    assert_eq!(fs::read_to_string(&path).unwrap(), "{\"a\":2}\n");
     let names: Vec<_> = fs::read_dir(path.parent().unwrap())
         .unwrap()
         .map(|e| e.unwrap().file_name())
@@ -498,10 +500,26 @@ fn config_knobs_unquoted(text: &str) -> String {
     out
 }
 
+/// `text` (JSON) with the whitespace between tokens removed and one final newline: a pretty file
+/// as the compact writer writes it.
+fn minified(text: &str) -> String {
+    let (mut out, mut in_string, mut escaped) = (String::new(), false, false);
+    for c in text.chars() {
+        if in_string {
+            out.push(c);
+            (in_string, escaped) = (escaped || c != '"', !escaped && c == '\\');
+        } else if !c.is_whitespace() {
+            out.push(c);
+            in_string = c == '"';
+        }
+    }
+    out + "\n"
+}
+
 /// The committed search files (`evidence/evo/*/`) read into their types and write back byte for
-/// byte: the typed schema is the one they were written with, but for the knobs of `best.json`
-/// and `finalists.json`, which files from before knobs were typed hold as strings (`"64"`) and
-/// which are written as integers.
+/// byte but for whitespace (written compact, committed pretty): the typed schema is the one they
+/// were written with, but for the knobs of `best.json` and `finalists.json`, which files from
+/// before knobs were typed hold as strings (`"64"`) and which are written as integers.
 #[test]
 fn committed_search_files_read_and_write_back_unchanged() {
     use attn_evidence::{EvoBest, EvoFinalists, SearchSpec};
@@ -534,7 +552,9 @@ fn committed_search_files_read_and_write_back_unchanged() {
         for name in names {
             assert_eq!(
                 fs::read_to_string(dir.path().join(name)).unwrap(),
-                config_knobs_unquoted(&fs::read_to_string(run.join(name)).unwrap()),
+                minified(&config_knobs_unquoted(
+                    &fs::read_to_string(run.join(name)).unwrap()
+                )),
                 "{}",
                 run.join(name).display()
             );

@@ -288,7 +288,7 @@ pub fn gate_command(spec: &SearchSpec, implementation: Option<&str>, knobs: &Kno
     // dtype, which have their own options below; quoted when it is several words.
     let text = attn_evidence::ShapeSpec {
         causal: false,
-        dtype: attn_evidence::Dtype::Fp16,
+        dtype: attn_evidence::DType::F16,
         ..s.clone()
     }
     .to_string();

@@ -132,7 +132,7 @@ pub fn battery_problems(problem: &Problem, tiles: &[usize]) -> Result<Vec<Proble
         .enumerate()
         .filter(|_| problem.varlen.is_some())
         .map(|(i, lens)| {
-            let lengths = attn_evidence::VarlenSpec {
+            let lengths = attn_evidence::Varlen {
                 seqlens_q: lens.iter().map(|l| l.0).collect(),
                 seqlens_kv: lens.iter().map(|l| l.1).collect(),
             };

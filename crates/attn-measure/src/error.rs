@@ -11,6 +11,9 @@ pub enum MeasureError {
     /// A bad problem or an oracle failure.
     #[error(transparent)]
     Oracle(#[from] attn_oracle::OracleError),
+    /// A problem that is not one (bad shape text, a zero extent, unrunnable lengths).
+    #[error(transparent)]
+    Problem(#[from] attn_oracle::ProblemError),
     /// A statistics failure (too few samples, bad options).
     #[error(transparent)]
     Stats(#[from] attn_stats::StatsError),

@@ -1,6 +1,6 @@
 //! The attention problem of one gate or bench case, built once from its [`ShapeSpec`].
 
-use attn_evidence::{Dtype, ShapeSpec, WindowSpec};
+use attn_evidence::ShapeSpec;
 use attn_kernels::Candidate;
 use attn_oracle::{
     compare, compare_packed, generate, generate_varlen, reference, reference_varlen_rows, CaseSpec,
@@ -211,20 +211,14 @@ impl std::fmt::Display for Problem {
     }
 }
 
-/// The oracle's window of an evidence window.
-pub fn oracle_window(window: WindowSpec) -> Window {
-    Window {
-        left: window.left,
-        right: window.right,
-    }
+/// The oracle's window of an evidence window: one type since attn-problem (kept for callers).
+pub fn oracle_window(window: Window) -> Window {
+    window
 }
 
-/// The oracle's element type of an evidence dtype.
-pub fn oracle_dtype(dtype: Dtype) -> DType {
-    match dtype {
-        Dtype::Fp16 => DType::F16,
-        Dtype::Bf16 => DType::Bf16,
-    }
+/// The oracle's element type of an evidence dtype: one type since attn-problem (kept for callers).
+pub fn oracle_dtype(dtype: DType) -> DType {
+    dtype
 }
 
 #[cfg(test)]

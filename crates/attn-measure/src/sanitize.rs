@@ -485,7 +485,7 @@ pub fn small_shapes<'a>(specs: impl IntoIterator<Item = &'a ShapeSpec>) -> Vec<S
         // window stays narrower than the sequences, so the small shape takes the same paths.
         let kv_heads = spec.kv_heads().min(2);
         let group = (spec.heads / spec.kv_heads()).min(2);
-        let window = spec.window.map(|w| attn_evidence::WindowSpec {
+        let window = spec.window.map(|w| attn_evidence::Window {
             left: w.left.map(|l| l.min(48)),
             right: w.right.map(|r| r.min(48)),
         });
@@ -504,7 +504,7 @@ pub fn small_shapes<'a>(specs: impl IntoIterator<Item = &'a ShapeSpec>) -> Vec<S
             // most 197 rows each.
             Some(varlen) => {
                 let cap = |lens: &[usize]| lens.iter().take(4).map(|&n| n.min(197)).collect();
-                let lengths = attn_evidence::VarlenSpec {
+                let lengths = attn_evidence::Varlen {
                     seqlens_q: cap(&varlen.seqlens_q),
                     seqlens_kv: cap(&varlen.seqlens_kv),
                 };

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Mutex;
 
-use attn_evidence::Dtype;
+use attn_evidence::DType;
 use attn_kernels::{TimingMode, TimingOptions, Timings};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
@@ -205,7 +205,7 @@ struct RunRequest<'a> {
     k: &'a Path,
     v: &'a Path,
     out: &'a Path,
-    dtype: Dtype,
+    dtype: DType,
     causal: bool,
     window: (i32, i32),
     scale: f64,
@@ -220,7 +220,7 @@ struct TimeRequest<'a> {
     /// `[B, H, S_q, S_kv, D]`: a varlen batch's bounding dense shape.
     shape: [usize; 5],
     kv_heads: usize,
-    dtype: Dtype,
+    dtype: DType,
     causal: bool,
     window: (i32, i32),
     scale: f64,
@@ -456,7 +456,7 @@ mod tests {
         let time = Request::Time(TimeRequest {
             shape: [1, 2, 3, 3, 64],
             kv_heads: 1,
-            dtype: Dtype::Bf16,
+            dtype: DType::Bf16,
             causal: true,
             window: (16, -1),
             scale: 0.125,
@@ -486,7 +486,7 @@ mod tests {
             k: Path::new("k.npy"),
             v: Path::new("v.npy"),
             out: Path::new("o.npy"),
-            dtype: Dtype::Fp16,
+            dtype: DType::F16,
             causal: true,
             window: (-1, -1),
             scale: 0.125,

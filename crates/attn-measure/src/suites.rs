@@ -1,6 +1,6 @@
 //! The named shape suites, in one place.
 
-use attn_evidence::{Dtype, ShapeSpec};
+use attn_evidence::{DType, ShapeSpec};
 
 use crate::{MeasureError, Problem, Result};
 
@@ -90,7 +90,7 @@ pub const SUITES: [Suite; 7] = [
 ];
 
 /// The problems of suite `name` in `dtype`.
-pub fn suite(name: &str, dtype: Dtype) -> Result<Vec<Problem>> {
+pub fn suite(name: &str, dtype: DType) -> Result<Vec<Problem>> {
     let found = SUITES.iter().find(|s| s.name == name).ok_or_else(|| {
         let known: Vec<&str> = SUITES.iter().map(|s| s.name).collect();
         MeasureError::Invalid(format!(
@@ -116,10 +116,10 @@ mod tests {
     #[test]
     fn suites_parse_and_unknown_names_fail() {
         for s in SUITES {
-            assert_eq!(suite(s.name, Dtype::Bf16).unwrap().len(), s.shapes.len());
+            assert_eq!(suite(s.name, DType::Bf16).unwrap().len(), s.shapes.len());
         }
         // Varlen: Llama-style prefill batches, within the kernels' limits, every kind asked for.
-        let varlen = suite("varlen", Dtype::Bf16).unwrap();
+        let varlen = suite("varlen", DType::Bf16).unwrap();
         for p in &varlen {
             let lengths = p.varlen.as_ref().unwrap();
             assert_eq!(lengths.sequences(), 8, "{p}");
@@ -152,9 +152,9 @@ mod tests {
             let mean = lens.iter().sum::<usize>() as f64 / lens.len() as f64;
             lens.iter().all(|&n| (n as f64 - mean).abs() <= 0.1 * mean)
         }));
-        let large = suite("large", Dtype::Fp16).unwrap();
+        let large = suite("large", DType::F16).unwrap();
         assert!(large[2].params.causal && !large[1].params.causal);
-        assert!(suite("huge", Dtype::Fp16)
+        assert!(suite("huge", DType::F16)
             .unwrap_err()
             .to_string()
             .contains("known: seed, large, sweep, gqa"));

@@ -2,56 +2,15 @@
 
 use std::path::PathBuf;
 
-use crate::shape::DType;
+use attn_problem::{DType, ProblemError};
 
 /// Everything that can go wrong in this crate; each variant carries the context needed to act on it.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OracleError {
-    /// A shape with a zero extent, or one whose element count overflows `usize`.
-    #[error("invalid shape B={batch} H={heads} S_q={seq_q} S_kv={seq_kv} D={head_dim}: {reason}")]
-    InvalidShape {
-        /// Batch size as given.
-        batch: usize,
-        /// Head count as given.
-        heads: usize,
-        /// Query sequence length as given.
-        seq_q: usize,
-        /// Key/value sequence length as given.
-        seq_kv: usize,
-        /// Head dimension as given.
-        head_dim: usize,
-        /// What is wrong with it.
-        reason: &'static str,
-    },
-    /// Text that is not a shape.
-    #[error("cannot parse shape {input:?}: {reason} (expected \"B,H,S,D\" or \"B,H,SQ,SKV,D\")")]
-    ParseShape {
-        /// The text given.
-        input: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// A varlen batch that cannot be run.
-    #[error("invalid varlen batch: {reason}")]
-    InvalidVarlen {
-        /// Why.
-        reason: String,
-    },
-    /// Text that is not a sliding window.
-    #[error("cannot parse window {input:?}: {reason}")]
-    ParseWindow {
-        /// The text given.
-        input: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// Text that is not a dtype.
-    #[error("unknown dtype {input:?} (expected fp16|f16|half, bf16, f32|fp32)")]
-    ParseDType {
-        /// The text given.
-        input: String,
-    },
+    /// A problem that is not one: bad shape or dtype text, a zero extent, unrunnable lengths.
+    #[error(transparent)]
+    Problem(#[from] ProblemError),
     /// Text that is not a distribution name.
     #[error("unknown distribution {input:?} (expected one of: {expected})")]
     ParseDistribution {

@@ -3,9 +3,10 @@
 //! The primary reference depends on nothing but arithmetic: attention in f64 on the CPU, never a
 //! particular PyTorch release. Bird's-eye view:
 //!
-//! * [`Shape`], [`DType`], [`Params`] — the problem: `O = softmax(scale · Q·Kᵀ + mask) · V`,
-//!   layout `[B, H, S, D]`, causal mask aligned bottom-right (query `i` sees keys
-//!   `j ≤ i + S_kv − S_q`, as FlashAttention ≥ 2.1 and PyTorch document).
+//! * [`Shape`], [`DType`], [`Params`], [`Varlen`] — the problem, attn-problem's types re-exported:
+//!   `O = softmax(scale · Q·Kᵀ + mask) · V`, layout `[B, H, S, D]`, causal mask aligned
+//!   bottom-right (query `i` sees keys `j ≤ i + S_kv − S_q`, as FlashAttention ≥ 2.1 and PyTorch
+//!   document).
 //! * [`HostTensor`] — host buffers in fp16/bf16/f32 (and f64 for references), raw bytes for device
 //!   transfers, and [`HostTensor::poisoned`] outputs whose unwritten elements [`compare`] detects.
 //! * [`generate`] — seeded inputs from a [`CaseSpec`] (shape, dtype, [`Distribution`], seed).
@@ -47,19 +48,20 @@ mod error;
 mod generate;
 pub mod npy;
 mod reference;
-mod shape;
 mod tensor;
 mod tiled;
 mod varlen;
 
+pub use attn_problem::{DType, Packed, Params, ProblemError, RowId, Shape, Varlen, Window};
 pub use compare::{compare, tolerance, Tolerance, Verdict};
 pub use error::OracleError;
 pub use generate::{generate, CaseSpec, Distribution, Inputs, SMALL_SIGMA};
-pub use reference::{reference, Reference, RowId, RowSelection, ALL_ROWS_LIMIT, TILE_HEIGHTS};
-pub use shape::{DType, Params, Shape, Window};
+pub use reference::{
+    reference, shape_from_dims, Reference, RowSelection, ALL_ROWS_LIMIT, TILE_HEIGHTS,
+};
 pub use tensor::{HostData, HostTensor, POISON_BF16_BITS, POISON_F16_BITS, POISON_F32_BITS};
 pub use tiled::{tiled_f32, tiled_f32_with, TiledConfig};
 pub use varlen::{
     compare_packed, compare_varlen, generate_varlen, reference_varlen, reference_varlen_rows,
-    Packed, Varlen,
+    VarlenTensors,
 };

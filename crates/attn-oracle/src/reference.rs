@@ -14,7 +14,7 @@ use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::{HostData, HostTensor, OracleError, Params, Shape};
+use crate::{HostData, HostTensor, OracleError, Params, RowId, Shape};
 
 /// Which query rows [`reference()`] computes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,17 +73,6 @@ impl RowSelection {
             ),
         }
     }
-}
-
-/// One computed query row.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct RowId {
-    /// Batch index.
-    pub batch: usize,
-    /// Head index.
-    pub head: usize,
-    /// Query row index within the head.
-    pub row: usize,
 }
 
 /// The output of [`reference()`]: f64 output rows and logsumexps for the selected query rows.
@@ -224,6 +213,21 @@ pub fn reference(
     Ok(reference)
 }
 
+/// The shape described by Q's and K's dims, which must agree on B and D, K's heads dividing Q's.
+pub fn shape_from_dims(q: [usize; 4], kv: [usize; 4]) -> Result<Shape, OracleError> {
+    if q[0] != kv[0] || q[3] != kv[3] || kv[1] == 0 || q[1] % kv[1] != 0 {
+        return Err(OracleError::DimsMismatch {
+            tensor: "k",
+            expected: format!(
+                "[{}, H_kv, S_kv, {}] with H_kv dividing {} to match q",
+                q[0], q[3], q[1]
+            ),
+            found: kv,
+        });
+    }
+    Ok(Shape::new(q[0], q[1], q[2], kv[2], q[3])?.with_kv_heads(kv[1])?)
+}
+
 /// Validates Q, K, V and the parameters; returns the problem's shape.
 pub(crate) fn check_inputs(
     q: &HostTensor,
@@ -234,7 +238,7 @@ pub(crate) fn check_inputs(
     q.check_len()?;
     k.check_len()?;
     v.check_len()?;
-    let shape = Shape::from_q_kv_dims(q.dims, k.dims)?;
+    let shape = shape_from_dims(q.dims, k.dims)?;
     if v.dims != k.dims {
         return Err(OracleError::DimsMismatch {
             tensor: "v",

@@ -4,120 +4,40 @@
 //!
 //! A packed tensor is held in a [`HostTensor`] with dims `[1, total, H, D]`. Every mask aligns
 //! bottom-right within its own sequence. The oracle of a varlen batch is the oracle of each
-//! sequence as its own dense problem ([`Varlen::unpack`]), so it is exact by construction.
+//! sequence as its own dense problem ([`VarlenTensors::unpack`]), so it is exact by construction.
 
 use rayon::prelude::*;
-use serde::{Deserialize, Serialize};
 
 use crate::compare::{compare_in, OutputLayout};
 use crate::{
-    compare, generate, reference, CaseSpec, DType, HostData, HostTensor, Inputs, OracleError,
-    Params, Reference, RowId, RowSelection, Shape, Tolerance, Verdict,
+    compare, generate, reference, shape_from_dims, CaseSpec, DType, HostData, HostTensor, Inputs,
+    OracleError, Packed, Params, ProblemError, Reference, RowId, RowSelection, Shape, Tolerance,
+    Varlen, Verdict,
 };
 
-/// The lengths of a varlen batch's sequences: `seqlens_q[b]` queries over `seqlens_kv[b]` keys.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Varlen {
-    /// Query rows per sequence.
-    pub seqlens_q: Vec<usize>,
-    /// Keys per sequence.
-    pub seqlens_kv: Vec<usize>,
-}
-
-/// Which side of the problem a packed tensor belongs to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Packed {
-    /// Q or O: `[total_q, H, D]`.
-    Queries,
-    /// K or V: `[total_kv, H_kv, D]`.
-    Keys,
-}
-
-impl Varlen {
-    /// A batch of at least one sequence (lengths may be 0) whose totals fit the ABI's int32
-    /// offsets.
-    pub fn new(seqlens_q: Vec<usize>, seqlens_kv: Vec<usize>) -> Result<Varlen, OracleError> {
-        let fail = |reason: String| OracleError::InvalidVarlen { reason };
-        if seqlens_q.is_empty() || seqlens_q.len() != seqlens_kv.len() {
-            return Err(fail(format!(
-                "{} query lengths and {} key lengths: need the same number, at least one",
-                seqlens_q.len(),
-                seqlens_kv.len()
-            )));
-        }
-        for lens in [&seqlens_q, &seqlens_kv] {
-            if lens.iter().sum::<usize>() > i32::MAX as usize {
-                return Err(fail("a total length overflows the int32 offsets".into()));
-            }
-        }
-        if seqlens_q.iter().all(|&n| n == 0) {
-            return Err(fail("every sequence is empty".into()));
-        }
-        Ok(Varlen {
-            seqlens_q,
-            seqlens_kv,
-        })
-    }
-
-    /// Self-attention: each sequence's keys are its queries.
-    pub fn same(lengths: Vec<usize>) -> Result<Varlen, OracleError> {
-        Varlen::new(lengths.clone(), lengths)
-    }
-
-    /// Number of sequences (the ABI's `batch`).
-    pub fn sequences(&self) -> usize {
-        self.seqlens_q.len()
-    }
-
-    /// Query rows of all sequences.
-    pub fn total_q(&self) -> usize {
-        self.seqlens_q.iter().sum()
-    }
-
-    /// Keys of all sequences.
-    pub fn total_kv(&self) -> usize {
-        self.seqlens_kv.iter().sum()
-    }
-
-    /// `cu_seqlens_q`: `sequences() + 1` offsets from 0 to `total_q()`.
-    pub fn cu_seqlens_q(&self) -> Vec<i32> {
-        cumulative(&self.seqlens_q)
-    }
-
-    /// `cu_seqlens_kv`, likewise.
-    pub fn cu_seqlens_kv(&self) -> Vec<i32> {
-        cumulative(&self.seqlens_kv)
-    }
-
-    /// The dense shape that bounds the batch: `B` sequences of the longest lengths (at least 1):
-    /// the kernels' grid, and the heads and head dim of `heads_and_dim`.
-    pub fn bounding_shape(&self, heads_and_dim: &Shape) -> Result<Shape, OracleError> {
-        let longest = |lens: &[usize]| lens.iter().copied().max().unwrap_or(0).max(1);
-        Shape::new(
-            self.sequences(),
-            heads_and_dim.heads,
-            longest(&self.seqlens_q),
-            longest(&self.seqlens_kv),
-            heads_and_dim.head_dim,
-        )?
-        .with_kv_heads(heads_and_dim.kv_heads)
-    }
-
-    /// Dims of a packed tensor: `[1, total, heads, D]` (`Queries` with the query heads, `Keys`
-    /// with the K/V heads of `shape`).
-    pub fn dims(&self, side: Packed, shape: &Shape) -> [usize; 4] {
-        match side {
-            Packed::Queries => [1, self.total_q(), shape.heads, shape.head_dim],
-            Packed::Keys => [1, self.total_kv(), shape.kv_heads, shape.head_dim],
-        }
-    }
-
+/// [`Varlen`]'s work on host tensors: a packed tensor's sequences as dense tensors and back.
+pub trait VarlenTensors {
     /// Sequence `b` of a packed tensor as a dense `[1, heads, S_b, D]` tensor of the packed
     /// tensor's own element type (exact: a copy), or `None` when that sequence has no rows on
     /// this side.
-    pub fn unpack(&self, packed: &HostTensor, side: Packed, b: usize) -> Option<HostTensor> {
+    fn unpack(&self, packed: &HostTensor, side: Packed, b: usize) -> Option<HostTensor>;
+
+    /// Dense `[1, heads, S_b, D]` parts (`None` for an empty sequence) packed into
+    /// `[1, total, heads, D]`, exactly: a copy in the parts' own element type (f64 when their
+    /// types differ or there is no part), in parallel over tokens.
+    fn pack(
+        &self,
+        parts: &[Option<HostTensor>],
+        side: Packed,
+        heads: usize,
+        d: usize,
+    ) -> HostTensor;
+}
+
+impl VarlenTensors for Varlen {
+    fn unpack(&self, packed: &HostTensor, side: Packed, b: usize) -> Option<HostTensor> {
         let [_, _, heads, d] = packed.dims;
-        let lens = self.lens(side);
+        let lens = self.lengths(side);
         let (start, len) = (lens[..b].iter().sum::<usize>(), lens[b]);
         if len == 0 {
             return None;
@@ -134,19 +54,17 @@ impl Varlen {
         })
     }
 
-    /// Dense `[1, heads, S_b, D]` parts (`None` for an empty sequence) packed into
-    /// `[1, total, heads, D]`, exactly: a copy in the parts' own element type (f64 when their
-    /// types differ or there is no part), in parallel over tokens. A (B = 8, 16 k tokens, 32 heads,
-    /// D = 128) batch is 68 M elements a tensor: widened to f64 and copied on one thread, as this
-    /// once did, it took seconds a set, and a batch-mode bench draws dozens of sets.
-    pub fn pack(
+    // In parallel and in the parts' own type: a batch-mode bench packs dozens of large sets, which
+    // widening to f64 on one thread made take seconds each.
+    fn pack(
         &self,
         parts: &[Option<HostTensor>],
         side: Packed,
         heads: usize,
         d: usize,
     ) -> HostTensor {
-        let lens = self.lens(side);
+        let lens = self.lengths(side);
+        let offsets = self.cu_seqlens(side);
         let total: usize = lens.iter().sum();
         let first = parts.iter().flatten().next().map(|p| &p.data);
         let kind = |data: &HostData| std::mem::discriminant(data);
@@ -163,7 +81,7 @@ impl Varlen {
                         })
                     })
                     .collect();
-                HostData::$variant(scatter_sequences(&slices, lens, heads, d))
+                HostData::$variant(scatter_sequences(&slices, lens, &offsets, heads, d))
             }};
         }
         let data = match first {
@@ -177,20 +95,12 @@ impl Varlen {
                     .map(|p| p.as_ref().map(HostTensor::to_f64))
                     .collect();
                 let slices: Vec<Option<&[f64]>> = wide.iter().map(|p| p.as_deref()).collect();
-                HostData::F64(scatter_sequences(&slices, lens, heads, d))
+                HostData::F64(scatter_sequences(&slices, lens, &offsets, heads, d))
             }
         };
         HostTensor {
             dims: [1, total, heads, d],
             data,
-        }
-    }
-
-    /// The sequence lengths of one side.
-    fn lens(&self, side: Packed) -> &[usize] {
-        match side {
-            Packed::Queries => &self.seqlens_q,
-            Packed::Keys => &self.seqlens_kv,
         }
     }
 }
@@ -218,10 +128,10 @@ fn gather_sequence<T: Copy>(
 fn scatter_sequences<T: Copy + Default + Send + Sync>(
     parts: &[Option<&[T]>],
     lens: &[usize],
+    offsets: &[i32],
     heads: usize,
     d: usize,
 ) -> Vec<T> {
-    let offsets = cumulative(lens);
     let starts = &offsets[..lens.len()];
     let total = offsets[lens.len()] as usize;
     let mut packed = vec![T::default(); total * heads * d];
@@ -240,47 +150,6 @@ fn scatter_sequences<T: Copy + Default + Send + Sync>(
             }
         });
     packed
-}
-
-impl Varlen {
-    /// The row of (sequence, head, query row) in a packed `[1, total_q, heads, D]` tensor viewed
-    /// as `total_q · heads` rows of `D` (`t·heads + h`, `t` the query's token); `None` outside
-    /// the batch.
-    pub fn packed_row(&self, id: &RowId, heads: usize) -> Option<usize> {
-        let len = *self.seqlens_q.get(id.batch)?;
-        (id.head < heads && id.row < len).then(|| {
-            let token = self.seqlens_q[..id.batch].iter().sum::<usize>() + id.row;
-            token * heads + id.head
-        })
-    }
-
-    /// The inverse of [`Varlen::packed_row`]: (sequence, head, row within the sequence) of a
-    /// packed row; `None` past the batch.
-    pub fn row_id(&self, packed_row: usize, heads: usize) -> Option<RowId> {
-        let (mut token, head) = (packed_row / heads.max(1), packed_row % heads.max(1));
-        for (sequence, &len) in self.seqlens_q.iter().enumerate() {
-            if token < len {
-                return Some(RowId {
-                    batch: sequence,
-                    head,
-                    row: token,
-                });
-            }
-            token -= len;
-        }
-        None
-    }
-}
-
-fn cumulative(lens: &[usize]) -> Vec<i32> {
-    let mut offsets = Vec::with_capacity(lens.len() + 1);
-    let mut total = 0i32;
-    offsets.push(0);
-    for &n in lens {
-        total += n as i32; // Varlen::new checked the totals fit
-        offsets.push(total);
-    }
-    offsets
 }
 
 /// Generates a packed varlen case: each sequence is the dense case of `spec` (its heads, head dim,
@@ -411,8 +280,11 @@ pub fn compare_varlen(
             Some(m) => merge(m, verdict, b),
         });
     }
-    merged.ok_or_else(|| OracleError::InvalidVarlen {
-        reason: "every sequence is empty".into(),
+    merged.ok_or_else(|| {
+        ProblemError::InvalidVarlen {
+            reason: "every sequence is empty".into(),
+        }
+        .into()
     })
 }
 
@@ -485,7 +357,7 @@ pub fn reference_varlen_rows(
                 .extend(std::iter::repeat_n(f64::NEG_INFINITY, rows));
             continue;
         };
-        let dense = Shape::from_q_kv_dims(qb.dims, kb.dims)?;
+        let dense = shape_from_dims(qb.dims, kb.dims)?;
         let one = reference(&qb, &kb, &vb, params, &select(&dense, b))?;
         merged
             .rows
@@ -529,7 +401,7 @@ fn check_packed_dims(
     varlen: &Varlen,
 ) -> Result<(), OracleError> {
     if q.dims[1] != varlen.total_q() || k.dims[1] != varlen.total_kv() || k.dims != v.dims {
-        return Err(OracleError::InvalidVarlen {
+        return Err(ProblemError::InvalidVarlen {
             reason: format!(
                 "packed Q {:?}, K {:?}, V {:?} do not hold the batch's {} queries and {} keys",
                 q.dims,
@@ -538,7 +410,8 @@ fn check_packed_dims(
                 varlen.total_q(),
                 varlen.total_kv()
             ),
-        });
+        }
+        .into());
     }
     Ok(())
 }

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use attn_evidence::{slug, BenchEntry, Dtype, Evidence, GateRun, ShapeSpec};
+use attn_evidence::{slug, BenchEntry, DType, Evidence, GateRun, ShapeSpec};
 
 use crate::charts::{VersusChart, VersusSeries};
 use crate::format::{short_date, short_rev, speedup, tflops};
@@ -158,7 +158,7 @@ fn suite_key(suite: &Option<String>, shapes: &[&ShapeSpec]) -> String {
     if all(|s| s.causal) && !name.contains("causal") {
         key.push_str(" causal");
     }
-    if all(|s| s.dtype == Dtype::Bf16) {
+    if all(|s| s.dtype == DType::Bf16) {
         key.push_str(" bf16");
     }
     key
@@ -459,9 +459,9 @@ fn gate_line(run: &Run, gate: &GateRun) -> String {
 #[cfg(test)]
 mod tests {
     use super::{suite_key, NO_SUITE};
-    use attn_evidence::{Dtype, ShapeSpec};
+    use attn_evidence::{DType, ShapeSpec};
 
-    fn shape(text: &str, dtype: Dtype) -> ShapeSpec {
+    fn shape(text: &str, dtype: DType) -> ShapeSpec {
         ShapeSpec {
             dtype,
             ..text.parse().unwrap()
@@ -470,9 +470,9 @@ mod tests {
 
     #[test]
     fn a_causal_or_bf16_run_of_a_suite_has_its_own_headline() {
-        let plain = shape("2,16,512,128", Dtype::Fp16);
-        let causal = shape("2,16,512,128 causal", Dtype::Fp16);
-        let causal_bf16 = shape("2,16,512,128 causal", Dtype::Bf16);
+        let plain = shape("2,16,512,128", DType::F16);
+        let causal = shape("2,16,512,128 causal", DType::F16);
+        let causal_bf16 = shape("2,16,512,128 causal", DType::Bf16);
         let sweep = Some("sweep".to_string());
         assert_eq!(suite_key(&sweep, &[&plain, &causal]), "sweep");
         assert_eq!(suite_key(&sweep, &[&causal]), "sweep causal");

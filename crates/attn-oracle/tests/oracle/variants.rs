@@ -141,7 +141,7 @@ fn shapes_and_windows_parse_print_and_refuse() {
 #[test]
 fn a_varlen_batch_is_each_sequence_s_own_dense_problem() {
     use attn_oracle::{
-        compare_varlen, generate_varlen, reference_varlen, CaseSpec, Packed, Varlen,
+        compare_varlen, generate_varlen, reference_varlen, CaseSpec, Packed, Varlen, VarlenTensors,
     };
     // Empty sequences on either side, a single row, S_q ≠ S_kv, grouped heads.
     let varlen = Varlen::new(vec![5, 0, 1, 9, 3], vec![7, 4, 1, 9, 0]).unwrap();
@@ -173,7 +173,7 @@ fn a_varlen_batch_is_each_sequence_s_own_dense_problem() {
                 varlen.unpack(&inputs.v, Packed::Keys, b),
             ) {
                 (Some(kb), Some(vb)) => {
-                    let shape = Shape::from_q_kv_dims(qb.dims, kb.dims).unwrap();
+                    let shape = attn_oracle::shape_from_dims(qb.dims, kb.dims).unwrap();
                     direct(&shape, &params, &qb.to_f64(), &kb.to_f64(), &vb.to_f64())
                 }
                 _ => vec![0.0; qb.len()],
@@ -206,7 +206,7 @@ fn a_varlen_batch_is_each_sequence_s_own_dense_problem() {
 
 #[test]
 fn packing_keeps_the_element_type_and_inverts_unpacking() {
-    use attn_oracle::{generate_varlen, CaseSpec, HostData, Packed, Varlen};
+    use attn_oracle::{generate_varlen, CaseSpec, HostData, Packed, Varlen, VarlenTensors};
     // Empty sequences on both sides, grouped heads.
     let varlen = Varlen::new(vec![5, 0, 1, 9, 3], vec![7, 4, 1, 9, 0]).unwrap();
     let spec = CaseSpec {
