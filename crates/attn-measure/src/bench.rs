@@ -34,7 +34,7 @@ pub fn time_candidate(
 ) -> Result<Timed> {
     let (dtype, head_dim) = (problem.dtype, problem.shape.head_dim);
     let prepared = cache.get(gpu, candidate, dtype, head_dim)?;
-    let mut side = KernelSide::new(gpu, prepared, problem, seed)?;
+    let mut side = KernelSide::new(gpu, &prepared, problem, seed)?;
     let (timings, sm_mhz) = clocked_block(gpu, &mut side, opts)?;
     Ok(Timed {
         implementation: candidate_implementation(candidate, Some(prepared.config())),

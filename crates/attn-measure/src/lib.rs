@@ -26,6 +26,7 @@
 pub mod baseline;
 pub mod battery;
 pub mod bench;
+mod bound;
 pub mod check;
 pub mod decide;
 mod error;
@@ -34,6 +35,7 @@ pub mod micro;
 mod problem;
 pub mod profile;
 pub mod provenance;
+mod random;
 pub mod replay;
 pub mod revision;
 pub mod sanitize;
