@@ -517,7 +517,8 @@ fn baseline_side<'s>(
 }
 
 /// Refuses a timing whose sides rotated over different numbers of input sets: fewer sets leave
-/// more of a side's inputs in L2, and the comparison would favour it.
+/// more of a side's inputs in L2, and the comparison would favour it (see evidence/METHOD.md,
+/// `equal-input-sets`).
 fn same_input_sets(timed: &Interleaved) -> Result<()> {
     // A side with no kept block has no sets to count: the clock guard's verdict says why.
     let both_timed = timed.guard.kept_blocks.iter().all(|&k| k > 0);
@@ -626,9 +627,8 @@ fn memory_floor_with(
 /// Work that escaped the timed stream, seen in the guard pass on the device only: how long after
 /// the timed stream's end event the work on our other streams finished (events recorded on every
 /// one of them, [`Timings::guard_stream_residual_us`]), beyond a few µs of enqueue latency or a
-/// tenth of the launch. Never host wall time: other processes' use of the GPU stretches that (an
-/// honest `mma` against itself was flagged with 274.7 µs of wall time against 121.7 µs of
-/// events).
+/// tenth of the launch. Never host wall time, which other processes' use of the GPU stretches
+/// (see evidence/METHOD.md, `escaped-work-on-device`).
 pub fn escaped_work(timings: &Timings) -> Option<Flag> {
     let event = median(&timings.guard_event_us);
     let residual = median(&timings.guard_stream_residual_us);

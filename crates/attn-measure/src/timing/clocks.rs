@@ -11,13 +11,8 @@ use super::sides::TimedSide;
 use crate::Result;
 
 /// How far under its side's median a block's clock may dip: 10%. A power-limited GPU runs each
-/// kernel at the clock its own power draw allows, so a side's level is the kernel's cost, not
-/// noise, and no fraction of the maximum suits every kernel: under a sustained attention load
-/// an H100 ran 1.45–1.76 GHz of its 1.98 GHz maximum by 50 µs probes at the blocks' edges, lower
-/// over whole blocks, where a rule of 75% of the maximum (1485 MHz, nvbench's) kept no block of
-/// the baseline side in eight rounds of a hopper-against-hopper gate (2026-11-27), and 90% had
-/// dropped block after block before. What is noise is a dip: a block clocked well under its own
-/// side's others.
+/// kernel at the clock its own power draw allows, so no fraction of the maximum suits every
+/// kernel and only a dip under a side's own level is noise (see evidence/METHOD.md, `clock-dip`).
 pub const CLOCK_DIP: f64 = 0.10;
 
 /// The fraction of the maximum SM clock under which any block is dropped: 50%, where hardware

@@ -65,13 +65,9 @@ pub struct Interleaved {
 
 /// Which side runs first in round `round` of [`interleave`] (0 the candidate, 1 the baseline):
 /// the baseline in even rounds, the candidate in odd ones (B A, A B, B A, …: an ABBA design).
-/// Why: in the gate's evidence up to 2026-11-26 (151 cases, the order always B A), a run's first
-/// block, always the baseline's, read 117 MHz above the run's others on average. Those readings
-/// were spin probes at the blocks' edges, and on 2026-11-27 such readings swung ±5% between
-/// blocks whose times agreed within 1%, so the bias they showed may be the probe's more than the
-/// clock's (blocks are now clocked over their whole span). The design costs one block per side
-/// and removes the question: the warm-up round takes the first block out of the judgement, and
-/// over every two rounds after it each side runs first once, so a drifting clock moves both alike.
+/// The warm-up round takes a run's first block out of the judgement, and over every two rounds
+/// after it each side runs first once, so a drifting clock moves both alike (see
+/// evidence/METHOD.md, `abba-order`).
 pub fn round_order(round: usize) -> [usize; 2] {
     if round % 2 == 0 {
         [1, 0]
@@ -321,8 +317,8 @@ mod tests {
         }
     }
 
-    /// Both sides the same kernel on a GPU whose clock sags for a while in the run's middle (a
-    /// power-limited H100 ran about 10% slower for some seconds of a gate run): sample `t` of the
+    /// Both sides the same kernel on a GPU whose clock sags for a while in the run's middle (as a
+    /// power-limited H100's did: evidence/METHOD.md, `min-blocks-a-side`): sample `t` of the
     /// run, whichever side takes it, lasts 110 µs from 45% to 85% of the run, else 100, give or
     /// take a little.
     struct WanderingGpu {
@@ -391,8 +387,8 @@ mod tests {
         assert_eq!(verdict(2).0, NoChange);
         // The design before: two blocks a side (A B B A), resampled one by one. The baseline's
         // both fall in the sag and the kernel beats itself: why the gate refuses fewer than
-        // MIN_BLOCKS_A_SIDE a side (in hopper against itself on an H100 too:
-        // evidence/gate/2026-11-27T09-16-11Z against 09-17-37Z).
+        // MIN_BLOCKS_A_SIDE a side (as hopper did against itself on an H100: evidence/METHOD.md,
+        // `min-blocks-a-side`).
         assert_eq!(verdict(10).1, Faster);
         assert!(attn_evidence::too_few_blocks(10, 20usize.div_ceil(10)));
     }

@@ -188,7 +188,7 @@ impl InputSets {
 /// The work a batch-mode sample needs at least, FLOP: 10 ms of the H100's dense fp16 peak, so
 /// that a sample's launch gaps and the event timer's resolution stay under 0.1% of it. Launches
 /// beyond that add nothing to the measurement and cost an input set each (memory, generation,
-/// and in the gate a GPU reference per set: at 2,32/8,8192,128, 50 sets took 57 s to set up).
+/// and in the gate a GPU reference per set: see evidence/METHOD.md, `batch-sample-flop`).
 pub const BATCH_SAMPLE_FLOP: f64 = 1e13;
 
 /// The input sets a side needs for `opts`: [`input_set_count`], or in batch mode one per launch

@@ -233,9 +233,8 @@ pub struct SdpaSide<'a> {
 
 impl<'a> SdpaSide<'a> {
     /// SDPA on `problem`, on as many input sets as a kernel side takes for the same options
-    /// ([`sets_for`]; batch mode: one per launch of a sample). On fewer sets, a side finds more
-    /// of its inputs in L2: FlashAttention-3 measured 238 µs on 2 sets and 280 on 50 at
-    /// (4,16,2048,128), where the kernel side rotated over 50.
+    /// ([`sets_for`]; batch mode: one per launch of a sample): on fewer sets a side finds more of
+    /// its inputs in L2 (see evidence/METHOD.md, `equal-input-sets`).
     pub fn new(
         gpu: &'a Gpu,
         sdpa: &'a crate::sdpa::Sdpa,
@@ -256,9 +255,9 @@ impl<'a> SdpaSide<'a> {
 
 impl TimedSide for SdpaSide<'_> {
     fn block(&mut self, opts: &TimingOptions) -> Result<Timings> {
-        // Nothing of this process may still run on the device while the helper's process times:
-        // it would share the GPU with the set-up's references or a verifier's checks, and a
-        // first block once measured twice its time.
+        // Nothing of this process may still run on the device while the helper's process times,
+        // or it shares the GPU with the set-up's references or a verifier's checks (see
+        // evidence/METHOD.md, `sdpa-idle-device`).
         self.gpu.synchronize()?;
         self.sdpa.time(
             self.problem,
