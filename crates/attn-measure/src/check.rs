@@ -3,10 +3,11 @@
 //! Each check draws fresh inputs from the next distribution of [`Distribution::CHECKS`] (normal,
 //! large logits, peaky rows, constant rows, small variance) and poisons the output before the
 //! launch. The whole output is compared with the GPU reference (`kernels/reference.cu`), and the
-//! rows of [`RowSelection::for_check`] with the f64 oracle; the reference's own error on those
-//! rows is measured each time and subtracted from the tolerance of the whole-output comparison,
-//! so that passing it bounds the candidate's error against exact arithmetic everywhere. An
-//! output byte-identical to the previous check's, on new inputs, is stale.
+//! rows of [`RowSelection::for_check`](attn_oracle::RowSelection::for_check) with the f64
+//! oracle; the reference's own error on those rows is measured each time and subtracted from the
+//! tolerance of the whole-output comparison (the `bound` module), so that passing it bounds the
+//! candidate's error against exact arithmetic everywhere. An output byte-identical to the
+//! previous check's, on new inputs, is stale.
 //!
 //! Every check also varies what a kernel could otherwise assume and watches what it touches:
 //!

@@ -25,9 +25,9 @@ pub const CLOCK_FLOOR: f64 = 0.5;
 /// so). The warm-up round is no side's reference: it follows an idle GPU and runs high.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ThrottleRule {
-    /// See [`Interleave::clock_dip`].
+    /// See [`Interleave::clock_dip`](super::Interleave::clock_dip).
     pub dip: f64,
-    /// See [`Interleave::clock_floor`].
+    /// See [`Interleave::clock_floor`](super::Interleave::clock_floor).
     pub floor: f64,
     /// The device's maximum SM clock, MHz.
     pub max_mhz: u32,
@@ -104,8 +104,9 @@ impl BlockProbe {
     }
 }
 
-/// `side`'s block of `opts` with the SM clock over it, read as [`interleave`] reads a block's
-/// (the device probe, else nvidia-smi after it; `None` where neither can).
+/// `side`'s block of `opts` with the SM clock over it, read as
+/// [`interleave`](super::interleave()) reads a block's (the device probe, else nvidia-smi after
+/// it; `None` where neither can).
 pub fn clocked_block(
     gpu: &Gpu,
     side: &mut dyn TimedSide,
@@ -118,7 +119,7 @@ pub fn clocked_block(
     Ok((timings, mhz))
 }
 
-/// Where [`interleave`] reads the SM clock of each block.
+/// Where [`interleave`](super::interleave()) reads the SM clock of each block.
 pub trait BlockClocks {
     /// How a block's clock is read, for the evidence's rule line.
     fn source(&self) -> &'static str;

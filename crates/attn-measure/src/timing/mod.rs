@@ -1,7 +1,8 @@
 //! Timing one problem: input sets on the device ([`sets`]), prepared candidates ([`prepared`]),
 //! the candidate's side with every timed output verified ([`verify`]) and the baseline's
-//! ([`sides`]), sampled in alternating blocks ([`interleave`]: after a warm-up round, each side
-//! first in every other round) with clock-throttled blocks dropped and re-taken ([`clocks`]).
+//! ([`sides`]), sampled in alternating blocks ([`interleave`](mod@interleave): after a warm-up
+//! round, each side first in every other round) with clock-throttled blocks dropped and re-taken
+//! ([`clocks`]).
 
 pub mod clocks;
 pub mod interleave;
