@@ -264,6 +264,8 @@ impl<'a> GateSession<'a> {
         }
     }
 
+    /// The case's phases in order, each ending it when it fails: prepare, check, battery, time,
+    /// record the timing; then the decision (`finish`).
     fn try_case(&mut self, problem: &Problem, seed: u64) -> Result<GateCase> {
         let mut case = ended_case(problem, CaseStatus::CouldNotRun, String::new());
         let mut trace = PhaseTrace::new(problem);

@@ -10,9 +10,6 @@ use super::clocks::{BlockClocks, DeviceClocks, ThrottleRule, CLOCK_DIP, CLOCK_FL
 use super::sides::TimedSide;
 use crate::Result;
 
-/// A side's guard pass: wall, event, host residual and device (other streams) residual times, µs.
-type GuardPass = (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>);
-
 /// How two sides are sampled against each other.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Interleave {
@@ -113,29 +110,24 @@ pub fn interleave_with(
     };
     let before = clocks.reading();
     let source = clocks.source();
-    let mut merged: [Option<Timings>; 2] = [None, None];
-    let mut kept = [0usize; 2];
-    let mut dropped = [0usize; 2];
-    let mut min_kept: Option<f64> = None;
-    let mut blocks: Vec<BlockClock> = Vec::new();
-    let mut guard: [Option<GuardPass>; 2] = [None, None];
+    let mut tally = Tally::default();
     let mut started = [false; 2];
     // Round 0 warms up; rounds 1 to 4 · blocks_needed may be judged.
     for round in 0..=4 * blocks_needed {
         let warming_up = round == 0;
-        if !warming_up && kept[0] >= blocks_needed && kept[1] >= blocks_needed {
+        if !warming_up && tally.kept[0] >= blocks_needed && tally.kept[1] >= blocks_needed {
             break;
         }
         for side in round_order(round) {
-            if !warming_up && kept[side] >= blocks_needed {
+            if !warming_up && tally.kept[side] >= blocks_needed {
                 continue;
             }
             let first = !started[side];
             started[side] = true;
             let opts = TimingOptions {
-                samples: block.min(wanted - kept[side] * block).max(1),
+                samples: block.min(wanted - tally.kept[side] * block).max(1),
                 warmup: if first { plan.timing.warmup } else { 2 },
-                guard_launches: if guard[side].is_none() {
+                guard_launches: if tally.guard[side].is_none() {
                     plan.timing.guard_launches
                 } else {
                     0
@@ -148,110 +140,155 @@ pub fn interleave_with(
             } else {
                 b.block(&opts)?
             };
-            // The guard pass judges where the work ran, not how fast: it is kept even from a
-            // block whose samples are dropped (or work escaping the stream could hide behind a
-            // throttled first block).
-            if guard[side].is_none() && !timings.guard_event_us.is_empty() {
-                guard[side] = Some((
-                    timings.wall_us.clone(),
-                    timings.guard_event_us.clone(),
-                    timings.guard_residual_us.clone(),
-                    timings.guard_stream_residual_us.clone(),
-                ));
-            }
+            tally.take_guard_pass(side, &timings);
             let (clock, how) = clocks.after()?;
             if side == 1 && first {
                 after_first_baseline_block(&timings);
             }
             if warming_up {
-                blocks.push(BlockClock {
-                    side,
-                    mhz: clock,
-                    source: how.into(),
-                    kept: false,
-                    warmup: true,
-                    threshold_mhz: None,
-                });
-                continue;
-            }
-            // The side's judged blocks so far: the level this one is held to.
-            let earlier: Vec<f64> = blocks
-                .iter()
-                .filter(|b| b.side == side && !b.warmup)
-                .filter_map(|b| b.mhz)
-                .collect();
-            let (keep, threshold) = rule.judge(clock, &earlier);
-            blocks.push(BlockClock {
-                side,
-                mhz: clock,
-                source: how.into(),
-                kept: keep,
-                warmup: false,
-                threshold_mhz: clock.map(|_| threshold.round()),
-            });
-            if !keep {
-                dropped[side] += 1;
-                continue;
-            }
-            min_kept = match (min_kept, clock) {
-                (Some(m), Some(c)) => Some(m.min(c)),
-                (m, c) => m.or(c),
-            };
-            kept[side] += 1;
-            match &mut merged[side] {
-                Some(all) => all.samples_us.extend(timings.samples_us),
-                // The side's untimed launches were its first block's (the warm-up round's).
-                slot => {
-                    *slot = Some(Timings {
-                        warmup: plan.timing.warmup,
-                        ..timings
-                    })
-                }
+                tally.warm_up(side, clock, how);
+            } else if tally.judge(&rule, side, clock, how) {
+                tally.keep(side, timings, clock, plan.timing.warmup);
             }
         }
     }
     let after = clocks.reading();
-    let empty = || Timings {
-        mode: plan.timing.mode,
-        warmup: plan.timing.warmup,
-        launches_per_sample: 1,
-        input_sets: 0,
-        samples_us: vec![],
-        wall_us: vec![],
-        guard_event_us: vec![],
-        guard_residual_us: vec![],
-        guard_stream_residual_us: vec![],
-    };
-    let [a_t, b_t] = merged;
-    let with_guard = |t: Option<Timings>, g: Option<GuardPass>| {
-        let mut t = t.unwrap_or_else(empty);
-        if let Some((wall, event, residual, streams)) = g {
-            (
-                t.wall_us,
-                t.guard_event_us,
-                t.guard_residual_us,
-                t.guard_stream_residual_us,
-            ) = (wall, event, residual, streams);
+    let complete = tally.kept[0] >= blocks_needed && tally.kept[1] >= blocks_needed;
+    Ok(tally.finish(plan, block, complete, &rule, source, (before, after)))
+}
+
+/// A side's guard pass: wall, event, host residual and device (other streams) residual times, µs.
+type GuardPass = (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>);
+
+/// What [`interleave_with`] has kept and dropped so far, side by side (0 the candidate, 1 the
+/// baseline).
+#[derive(Default)]
+struct Tally {
+    merged: [Option<Timings>; 2],
+    kept: [usize; 2],
+    dropped: [usize; 2],
+    min_kept: Option<f64>,
+    blocks: Vec<BlockClock>,
+    guard: [Option<GuardPass>; 2],
+}
+
+impl Tally {
+    /// The guard pass judges where the work ran, not how fast: it is kept even from a block whose
+    /// samples are dropped (or work escaping the stream could hide behind a throttled first
+    /// block).
+    fn take_guard_pass(&mut self, side: usize, timings: &Timings) {
+        if self.guard[side].is_none() && !timings.guard_event_us.is_empty() {
+            self.guard[side] = Some((
+                timings.wall_us.clone(),
+                timings.guard_event_us.clone(),
+                timings.guard_residual_us.clone(),
+                timings.guard_stream_residual_us.clone(),
+            ));
         }
-        t
-    };
-    let [a_g, b_g] = guard;
-    let measured = blocks.iter().any(|b| b.mhz.is_some());
-    Ok(Interleaved {
-        a: with_guard(a_t, a_g),
-        b: with_guard(b_t, b_g),
-        guard: ClockGuard {
-            block_samples: block,
-            kept_blocks: kept,
-            dropped_blocks: dropped,
-            threshold_mhz: measured.then(|| rule.floor_mhz().round() as u32),
-            min_kept_mhz: min_kept.map(|m| m.round() as u32),
-            complete: kept[0] >= blocks_needed && kept[1] >= blocks_needed,
-            rule: Some(rule.describe(source)),
-            blocks,
-        },
-        clocks: (before, after),
-    })
+    }
+
+    /// A warm-up block: recorded, never kept, no side's reference.
+    fn warm_up(&mut self, side: usize, mhz: Option<f64>, how: &str) {
+        self.blocks.push(BlockClock {
+            side,
+            mhz,
+            source: how.into(),
+            kept: false,
+            warmup: true,
+            threshold_mhz: None,
+        });
+    }
+
+    /// Whether a judged block of `side` at `mhz` is kept by `rule` against the side's judged
+    /// blocks so far (the level it is held to); recorded either way.
+    fn judge(&mut self, rule: &ThrottleRule, side: usize, mhz: Option<f64>, how: &str) -> bool {
+        let earlier: Vec<f64> = self
+            .blocks
+            .iter()
+            .filter(|b| b.side == side && !b.warmup)
+            .filter_map(|b| b.mhz)
+            .collect();
+        let (keep, threshold) = rule.judge(mhz, &earlier);
+        self.blocks.push(BlockClock {
+            side,
+            mhz,
+            source: how.into(),
+            kept: keep,
+            warmup: false,
+            threshold_mhz: mhz.map(|_| threshold.round()),
+        });
+        if !keep {
+            self.dropped[side] += 1;
+        }
+        keep
+    }
+
+    /// A kept block's samples, after the side's earlier ones.
+    fn keep(&mut self, side: usize, timings: Timings, mhz: Option<f64>, warmup: usize) {
+        self.min_kept = match (self.min_kept, mhz) {
+            (Some(m), Some(c)) => Some(m.min(c)),
+            (m, c) => m.or(c),
+        };
+        self.kept[side] += 1;
+        match &mut self.merged[side] {
+            Some(all) => all.samples_us.extend(timings.samples_us),
+            // The side's untimed launches were its first block's (the warm-up round's).
+            slot => *slot = Some(Timings { warmup, ..timings }),
+        }
+    }
+
+    /// Both sides' kept samples with their guard passes, and the clock guard's record.
+    fn finish(
+        self,
+        plan: &Interleave,
+        block: usize,
+        complete: bool,
+        rule: &ThrottleRule,
+        source: &str,
+        clocks: (Option<ClockReading>, Option<ClockReading>),
+    ) -> Interleaved {
+        let empty = || Timings {
+            mode: plan.timing.mode,
+            warmup: plan.timing.warmup,
+            launches_per_sample: 1,
+            input_sets: 0,
+            samples_us: vec![],
+            wall_us: vec![],
+            guard_event_us: vec![],
+            guard_residual_us: vec![],
+            guard_stream_residual_us: vec![],
+        };
+        let with_guard = |t: Option<Timings>, g: Option<GuardPass>| {
+            let mut t = t.unwrap_or_else(empty);
+            if let Some((wall, event, residual, streams)) = g {
+                (
+                    t.wall_us,
+                    t.guard_event_us,
+                    t.guard_residual_us,
+                    t.guard_stream_residual_us,
+                ) = (wall, event, residual, streams);
+            }
+            t
+        };
+        let [a_t, b_t] = self.merged;
+        let [a_g, b_g] = self.guard;
+        let measured = self.blocks.iter().any(|b| b.mhz.is_some());
+        Interleaved {
+            a: with_guard(a_t, a_g),
+            b: with_guard(b_t, b_g),
+            guard: ClockGuard {
+                block_samples: block,
+                kept_blocks: self.kept,
+                dropped_blocks: self.dropped,
+                threshold_mhz: measured.then(|| rule.floor_mhz().round() as u32),
+                min_kept_mhz: self.min_kept.map(|m| m.round() as u32),
+                complete,
+                rule: Some(rule.describe(source)),
+                blocks: self.blocks,
+            },
+            clocks,
+        }
+    }
 }
 
 #[cfg(test)]
