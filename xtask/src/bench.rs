@@ -6,12 +6,13 @@
 use std::path::PathBuf;
 
 use attn_evidence::{BenchRun, DenseAtMean};
-use attn_kernels::{Candidate, Config, Gpu, TimingOptions};
-use attn_measure::sdpa::{Backend, Sdpa};
-use attn_measure::timing::PreparedCache;
-use attn_measure::{bench, Problem};
+use attn_kernels::{Candidate, Config, TimingOptions};
+use attn_measure::bench::{BenchRequest, BenchSession, Event};
+use attn_measure::sdpa::Backend;
+use attn_measure::Problem;
 
 use crate::args::ProblemArgs;
+use crate::progress::Progress;
 
 /// Arguments of `cargo xtask bench`.
 #[derive(Debug, clap::Args)]
@@ -65,6 +66,32 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         .config
         .parse()
         .map_err(|e: String| anyhow::anyhow!("--config: {e}"))?;
+    let request = request(&args, problems, &overrides)?;
+    let mut bar = None;
+    let mut show = |event: Event| show(&mut bar, event);
+    let mut admit = || budget.admit().err();
+    let run = BenchSession::open(&request, &mut show)?.run(&mut admit)?;
+    println!("{}", table(&run, &args.config, &overrides).to_markdown());
+    for e in &run.entries {
+        if let Some(dense) = &e.dense_at_mean {
+            println!("{}", dense_at_mean_line(e, dense));
+        }
+    }
+    let p = &run.provenance;
+    let path = attn_evidence::evidence_path(&args.evidence, "bench", &p.date, &p.gpu, &p.git_rev);
+    attn_evidence::write_json_atomic(&path, &run)?;
+    attn_evidence::write_bytes_atomic(&path.with_extension("csv"), run.to_csv()?.as_bytes())?;
+    println!("evidence: {} (+ .csv)", path.display());
+    Ok(0)
+}
+
+/// The run the arguments ask for, validated before the GPU is opened: each implementation on
+/// the problems it supports, the backends in the timing mode.
+fn request(
+    args: &Args,
+    problems: Vec<Problem>,
+    overrides: &Config,
+) -> anyhow::Result<BenchRequest> {
     let candidates: Vec<Candidate> = args
         .implementations
         .iter()
@@ -96,138 +123,39 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     if args.samples < 2 {
         anyhow::bail!("--samples must be at least 2");
     }
-    let gpu = Gpu::open(0)?;
-    let sdpa = if backends.is_empty() {
-        None
-    } else {
-        match Sdpa::detect() {
-            Ok(s) => Some(s),
-            Err(err) => {
-                println!("PyTorch SDPA is unavailable ({err}): timing our implementations only");
-                None
-            }
-        }
-    };
-    let torch = sdpa.as_ref().map(|s| s.info.clone());
-    let opts = TimingOptions {
-        warmup: args.warmup,
-        samples: args.samples,
-        mode: args.mode,
-        batch_launches: args.batch_launches.max(1),
-        ..TimingOptions::default()
-    };
-    let sdpa_count = if sdpa.is_some() { backends.len() } else { 0 };
-    // A varlen problem's dense batch at its mean length, timed with each implementation too.
-    let dense_at_mean: Vec<Option<Problem>> = problems
-        .iter()
-        .map(bench::dense_at_mean)
-        .collect::<Result<_, _>>()?;
-    // Steps of a problem: each implementation (and on the dense batch at its mean length, for a
-    // varlen one) and each SDPA backend.
-    let steps = |dense: bool| (candidates.len() * (1 + usize::from(dense)) + sdpa_count) as u64;
-    let bar = crate::progress::Progress::logged(
-        dense_at_mean.iter().map(|d| steps(d.is_some())).sum(),
-        "bench",
-    );
-    let (mut cache, seed) = (PreparedCache::default(), args.seed);
-    // The GPU starts a run cool and the entries are timed one after another: in the gate's
-    // evidence a run's first block ran 117 MHz above the run's others on average, which would
-    // favour whatever is timed first. So the first implementation's first problem is timed once
-    // and thrown away (an error there shows again when it is timed for real).
-    let first = problems.iter().find_map(|problem| {
-        candidates
-            .iter()
-            .map(|c| c.for_problem(&problem.shape, &problem.params))
-            .find(|c| problem.check_supported_by(c).is_ok())
-            .map(|c| (problem, c))
-    });
-    if let Some((problem, candidate)) = first {
-        bar.step(format!("warm-up: {} {problem}", candidate.label()));
-        let _ = bench::time_candidate(&gpu, &mut cache, &candidate, problem, &opts, seed);
-    }
-    let mut entries = Vec::new();
-    let before = attn_kernels::telemetry::read_clocks(0);
-    for (problem, dense) in problems.iter().zip(&dense_at_mean) {
-        if let Err(why) = budget.admit() {
-            bar.println(format!("  {problem}: {why}"));
-            bar.inc(steps(dense.is_some()));
-            continue;
-        }
-        for any_shape in &candidates {
-            let candidate = &any_shape.for_problem(&problem.shape, &problem.params);
-            if let Err(err) = problem.check_supported_by(candidate) {
-                bar.println(format!("  skipped on {problem}: {err}"));
-                bar.inc(1 + u64::from(dense.is_some()));
-                continue;
-            }
-            bar.step(format!("{} {problem}", candidate.label()));
-            let timed = bench::time_candidate(&gpu, &mut cache, candidate, problem, &opts, seed);
-            let mut entry = match timed {
-                Ok(timed) => bench::entry(timed, problem)?,
-                Err(err) => {
-                    bar.println(format!(
-                        "  skipped {} on {problem}: {err}",
-                        candidate.label()
-                    ));
-                    bar.inc(1 + u64::from(dense.is_some()));
-                    continue;
-                }
-            };
-            bar.inc(1);
-            // The same implementation (tuned for that shape) on the dense batch at the mean length.
-            if let Some(dense) = dense {
-                let candidate = &any_shape.for_problem(&dense.shape, &dense.params);
-                bar.step(format!(
-                    "{} {dense} (dense at the mean length)",
-                    candidate.label()
-                ));
-                match bench::time_candidate(&gpu, &mut cache, candidate, dense, &opts, seed) {
-                    Ok(timed) => {
-                        let dense_entry = bench::entry(timed, dense)?;
-                        entry.dense_at_mean = Some(DenseAtMean::of(&entry, &dense_entry));
-                        entries.push(entry);
-                        entries.push(dense_entry);
-                    }
-                    Err(err) => {
-                        bar.println(format!(
-                            "  skipped {} on {dense} (dense at the mean length of {problem}): {err}",
-                            candidate.label()
-                        ));
-                        entries.push(entry);
-                    }
-                }
-                bar.inc(1);
-            } else {
-                entries.push(entry);
-            }
-        }
-        if let Some(sdpa) = &sdpa {
-            for &backend in &backends {
-                if let Some(why) = attn_measure::sdpa::refusal(problem, backend) {
-                    bar.println(format!("  sdpa:{backend} skipped: {why}"));
-                    bar.inc(1);
-                    continue;
-                }
-                bar.step(format!("sdpa:{backend} {problem}"));
-                match bench::time_sdpa(&gpu, sdpa, backend, problem, &opts, seed) {
-                    Ok(timed) => entries.push(bench::entry(timed, problem)?),
-                    Err(err) => {
-                        bar.println(format!("  skipped sdpa:{backend} on {problem}: {err}"))
-                    }
-                }
-                bar.inc(1);
-            }
-        }
-    }
-    bar.finish_and_clear();
-    let after = attn_kernels::telemetry::read_clocks(0);
-    let run = BenchRun {
-        schema: attn_evidence::SCHEMA_VERSION,
-        kind: attn_evidence::EvidenceKind::Bench,
-        provenance: crate::provenance::collect(&gpu, torch.as_ref(), before, after),
+    Ok(BenchRequest {
+        problems,
+        candidates,
+        backends,
+        timing: TimingOptions {
+            warmup: args.warmup,
+            samples: args.samples,
+            mode: args.mode,
+            batch_launches: args.batch_launches.max(1),
+            ..TimingOptions::default()
+        },
+        seed: args.seed,
         suite: args.problems.suite_name("large"),
-        entries,
-    };
+        git: crate::provenance::git_revision(),
+    })
+}
+
+/// Shows one of the run's events: lines printed (above the progress bar once it is drawn),
+/// steps on the bar.
+fn show(bar: &mut Option<Progress>, event: Event) {
+    match (event, bar.as_ref()) {
+        (Event::Start(steps), _) => *bar = Some(Progress::logged(steps, "bench")),
+        (Event::Line(line), Some(bar)) => bar.println(line),
+        (Event::Line(line), None) => println!("{line}"),
+        (Event::Step(step), Some(bar)) => bar.step(step),
+        (Event::Done(steps), Some(bar)) => bar.inc(steps),
+        (Event::Finished, Some(bar)) => bar.finish_and_clear(),
+        (Event::Step(_) | Event::Done(_) | Event::Finished, None) => {}
+    }
+}
+
+/// The run's entries, one row each; an implementation's label carries `--config` when given.
+fn table(run: &BenchRun, config: &str, overrides: &Config) -> attn_report::table::Table {
     let mut table = attn_report::table::Table::new(&[
         "implementation",
         "shape",
@@ -239,7 +167,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     ])
     .numeric(&[2, 4, 5, 6]);
     for e in &run.entries {
-        let label = match (e.implementation.backend.is_none(), args.config.is_empty()) {
+        let label = match (e.implementation.backend.is_none(), config.is_empty()) {
             (true, false) => format!("{} [{overrides}]", e.implementation.label()),
             _ => e.implementation.label(),
         };
@@ -257,18 +185,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             e.sm_mhz.map_or("–".into(), |mhz| format!("{mhz:.0}")),
         ]);
     }
-    println!("{}", table.to_markdown());
-    for e in &run.entries {
-        if let Some(dense) = &e.dense_at_mean {
-            println!("{}", dense_at_mean_line(e, dense));
-        }
-    }
-    let p = &run.provenance;
-    let path = attn_evidence::evidence_path(&args.evidence, "bench", &p.date, &p.gpu, &p.git_rev);
-    attn_evidence::write_json_atomic(&path, &run)?;
-    attn_evidence::write_bytes_atomic(&path.with_extension("csv"), run.to_csv()?.as_bytes())?;
-    println!("evidence: {} (+ .csv)", path.display());
-    Ok(0)
+    table
 }
 
 /// One line: a varlen entry's time per token against the dense batch at its mean length, and

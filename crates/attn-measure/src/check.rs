@@ -3,10 +3,11 @@
 //! Each check draws fresh inputs from the next distribution of [`Distribution::CHECKS`] (normal,
 //! large logits, peaky rows, constant rows, small variance) and poisons the output before the
 //! launch. The whole output is compared with the GPU reference (`kernels/reference.cu`), and the
-//! rows of [`RowSelection::for_check`] with the f64 oracle; the reference's own error on those
-//! rows is measured each time and subtracted from the tolerance of the whole-output comparison,
-//! so that passing it bounds the candidate's error against exact arithmetic everywhere. An
-//! output byte-identical to the previous check's, on new inputs, is stale.
+//! rows of [`RowSelection::for_check`](attn_oracle::RowSelection::for_check) with the f64
+//! oracle; the reference's own error on those rows is measured each time and subtracted from the
+//! tolerance of the whole-output comparison (the `bound` module), so that passing it bounds the
+//! candidate's error against exact arithmetic everywhere. An output byte-identical to the
+//! previous check's, on new inputs, is stale.
 //!
 //! Every check also varies what a kernel could otherwise assume and watches what it touches:
 //!
@@ -29,16 +30,14 @@ use std::time::Duration;
 use attn_evidence::{CheckFailure, CorrectnessCheck, FullCheck, LaunchGuards};
 use attn_kernels::guard::GUARD_BYTES;
 use attn_kernels::{
-    ElementBound, Gpu, GpuReference, GuardedTensor, HarnessKernels, Prepared, RowErrors,
-    VarlenOffsets,
+    Gpu, GpuReference, GuardedTensor, HarnessKernels, Prepared, RowErrors, VarlenOffsets,
 };
 use attn_oracle::{tolerance, Distribution, HostTensor, Inputs, Reference, Tolerance};
 
+use crate::bound::{reference_error, whole_output_bound};
+use crate::random::next_random;
 use crate::supervise::Watchdog;
-use crate::{MeasureError, Problem, Result};
-
-/// The GPU reference may use at most this share of a tolerance: beyond it, it cannot judge.
-const REFERENCE_SHARE: f64 = 0.25;
+use crate::{Problem, Result};
 
 /// The multiples of the problem's scale (1/√D) the checks draw their softmax scale from: a kernel
 /// that ignores its `scale` argument is wrong at every factor but 1.
@@ -52,7 +51,7 @@ pub const SCALE_FACTORS: [f64; 5] = [1.0, 0.5, 1.7, 0.3, 1.25];
 /// dominant key).
 pub fn scale_factor(seed: u64, index: usize, distribution: Distribution) -> f64 {
     let mut state = seed ^ 0x5ca1_e000_0000_0000 ^ (index as u64).wrapping_mul(0x9e37_79b9);
-    let draw = crate::timing::next_random(&mut state);
+    let draw = next_random(&mut state);
     let allowed: Vec<f64> = SCALE_FACTORS
         .iter()
         .copied()
@@ -168,7 +167,7 @@ pub(crate) fn check_one(
     let params = problem.params.with_scale(scale);
     let inputs = problem.generate(distribution, seed);
     // Every buffer between guards seeded from the check's seed (a kernel cannot know them).
-    let guard_seed = |i: u64| crate::timing::next_random(&mut (seed ^ 0x6a7d_0000 ^ i));
+    let guard_seed = |i: u64| next_random(&mut (seed ^ 0x6a7d_0000 ^ i));
     let q = GuardedTensor::upload(gpu, "Q", &inputs.q, guard_seed(1))?;
     let k = GuardedTensor::upload(gpu, "K", &inputs.k, guard_seed(2))?;
     let v = GuardedTensor::upload(gpu, "V", &inputs.v, guard_seed(3))?;
@@ -403,55 +402,6 @@ fn defence_failure(
         output,
         reference: exact,
     })
-}
-
-/// The bound of a whole-output comparison against the GPU reference: each element's bound of the
-/// tolerance (`max_abs`, or `rel_l2` of an element above the table's magnitude, as
-/// `attn_oracle::compare` judges) less the reference's own measured error against the f64 oracle
-/// (`reference_vs_f64`), so that passing it bounds the error against exact arithmetic. A
-/// reference off by more than [`REFERENCE_SHARE`] of the tolerance cannot judge: an error naming
-/// `case()`.
-pub(crate) fn whole_output_bound(
-    reference_vs_f64: f64,
-    tol: &Tolerance,
-    case: impl FnOnce() -> String,
-) -> Result<ElementBound> {
-    // NaN counts as too large (`is_some_and` on the ordering is false for NaN).
-    let within =
-        (reference_vs_f64.partial_cmp(&(REFERENCE_SHARE * tol.max_abs))).is_some_and(|o| o.is_le());
-    if !within {
-        return Err(MeasureError::Invalid(format!(
-            "the GPU reference is off by {reference_vs_f64:.3e} against the f64 oracle on {}, over {:.0}% of the tolerance {:.3e}: it cannot judge this case",
-            case(),
-            REFERENCE_SHARE * 100.0,
-            tol.max_abs
-        )));
-    }
-    Ok(ElementBound {
-        abs: tol.max_abs,
-        rel: tol.rel_l2,
-        slack: reference_vs_f64,
-    })
-}
-
-/// The largest |gpu reference − f64| over the f64 oracle's rows (found in the output's layout).
-pub(crate) fn reference_error(gpu_ref: &[f32], exact: &Reference, problem: &Problem) -> f64 {
-    let d = problem.shape.head_dim;
-    let mut worst = 0.0f64;
-    for (i, id) in exact.rows.iter().enumerate() {
-        let Some(row) = problem.output_row(id) else {
-            return f64::INFINITY; // a row the output does not have: nothing can be judged
-        };
-        for (a, b) in gpu_ref[row * d..(row + 1) * d].iter().zip(exact.out_row(i)) {
-            let err = (f64::from(*a) - b).abs();
-            worst = if err.is_nan() {
-                f64::INFINITY
-            } else {
-                worst.max(err)
-            };
-        }
-    }
-    worst
 }
 
 fn full_check(

@@ -3,24 +3,29 @@
 //! the case's status, never an error of the run; a hang ends the process through the watchdog.
 
 use std::cell::Cell;
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
 use attn_evidence::{
-    CaseStatus, EdgeBattery, Flag, FlagKind, GateCase, GateRule, TimedOutputCheck,
+    CaseStatus, CorrectnessCheck, EdgeBattery, Flag, FlagKind, GateCase, GateRule, TimedOutputCheck,
 };
 use attn_kernels::planted::{ReferenceCopier, SideStreamWork};
-use attn_kernels::{Candidate, Gpu, GpuReference, Timings};
-use attn_oracle::{npy, tolerance, DType, Distribution};
-use attn_stats::{CompareOptions, Sample};
+use attn_kernels::{Candidate, Config, Gpu, GpuReference, HarnessKernels, Prepared, Timings};
+use attn_oracle::{npy, tolerance, DType, Distribution, Window};
+use attn_stats::{CompareOptions, Comparison, Sample};
 
 use crate::baseline::{median, timing_evidence, Baseline};
-use crate::check::{run_checks, CheckRun};
+use crate::battery::{run_battery, tile_sizes};
+use crate::check::{run_checks, CheckContext, CheckRun, Watched};
 use crate::decide::{decide, implausibility, remarkable_speedup};
 use crate::sdpa::Backend;
 use crate::supervise::Watchdog;
-use crate::timing::{interleave, Interleave, KernelSide, PreparedCache, SdpaSide, TimedSide};
+use crate::timing::{
+    interleave, CandidateKey, Interleave, Interleaved, KernelSide, PreparedCache, SdpaSide,
+    TimedSide, TimingWatch, VerifiedOutputs,
+};
 use crate::{MeasureError, Problem, Result};
 
 /// How every case of a run is judged.
@@ -51,13 +56,13 @@ pub struct GateSession<'a> {
     plan: &'a GatePlan,
     candidates: PreparedCache,
     baselines: PreparedCache,
-    references: HashMap<(DType, usize), GpuReference>,
+    references: HashMap<(DType, usize), Rc<GpuReference>>,
     watchdog: Option<&'a Watchdog>,
     side_work: Option<SideStreamWork>,
     copies_reference: bool,
-    /// The edge battery already run in this session, by (candidate config, dtype, head dim,
-    /// mask): the case that ran it, and its failed check if one failed.
-    batteries: HashMap<String, (String, Option<attn_evidence::CorrectnessCheck>)>,
+    /// The edge battery already run in this session: the case that ran it, and its failed check
+    /// if one failed.
+    batteries: HashMap<BatteryKey, (String, Option<CorrectnessCheck>)>,
     /// Set after a fault: the CUDA context is lost, nothing more can run.
     pub lost: bool,
 }
@@ -69,6 +74,52 @@ impl std::fmt::Debug for GateSession<'_> {
             .field("lost", &self.lost)
             .finish_non_exhaustive()
     }
+}
+
+/// A case's candidate, ready to run: specialised for the problem's shape, compiled, and the GPU
+/// reference of its dtype and head dim.
+struct CaseKernel {
+    candidate: Candidate,
+    prepared: Rc<Prepared>,
+    reference: Rc<GpuReference>,
+}
+
+/// What makes two cases' edge batteries the same: the candidate, its resolved config, and the
+/// problem's dtype, head dim, mask, head group, window and batch layout.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct BatteryKey {
+    candidate: CandidateKey,
+    config: Config,
+    dtype: DType,
+    head_dim: usize,
+    causal: bool,
+    group: usize,
+    window: Window,
+    varlen: bool,
+}
+
+impl BatteryKey {
+    fn of(kernel: &CaseKernel, problem: &Problem) -> BatteryKey {
+        BatteryKey {
+            candidate: CandidateKey::of(&kernel.candidate),
+            config: kernel.prepared.config().clone(),
+            dtype: problem.dtype,
+            head_dim: problem.shape.head_dim,
+            causal: problem.params.causal,
+            group: problem.shape.group(),
+            window: problem.params.window,
+            varlen: problem.varlen.is_some(),
+        }
+    }
+}
+
+/// What a case's timing found: both sides' samples and clocks, the candidate's input sets and
+/// verified outputs, and what its buffers showed after all the timed launches.
+struct TimedCase {
+    timed: Interleaved,
+    sets: usize,
+    verified: Option<VerifiedOutputs>,
+    watch: TimingWatch,
 }
 
 /// With `ATTN_TRACE` set, the time each phase of a case took, one line each on stderr: where a
@@ -213,37 +264,69 @@ impl<'a> GateSession<'a> {
         }
     }
 
+    /// The case's phases in order, each ending it when it fails: prepare, check, battery, time,
+    /// record the timing; then the decision (`finish`).
     fn try_case(&mut self, problem: &Problem, seed: u64) -> Result<GateCase> {
-        let gpu = self.gpu;
-        let plan = self.plan;
         let mut case = ended_case(problem, CaseStatus::CouldNotRun, String::new());
         let mut trace = PhaseTrace::new(problem);
+        let kernel = self.prepare(problem)?;
+        case.config = kernel.prepared.config().0.clone();
+        case.correctness = self.check(&kernel, problem, seed, &mut trace)?;
+        if case.correctness.iter().any(|c| !c.passed) {
+            return Ok(self.finish(case));
+        }
+        let battery = self.battery(&kernel, problem, seed)?;
+        trace.done("edge battery");
+        let battery_failed = battery.checks.iter().any(|c| !c.passed);
+        case.battery = Some(battery);
+        if battery_failed {
+            return Ok(self.finish(case));
+        }
+        let timed = self.time(&kernel, problem, seed, &mut trace)?;
+        self.record_timing(&mut case, problem, timed)?;
+        Ok(self.finish(case))
+    }
+
+    /// The candidate specialised for `problem` and compiled (once per run), with the GPU
+    /// reference of its dtype and head dim; a problem either side cannot run is refused first.
+    fn prepare(&mut self, problem: &Problem) -> Result<CaseKernel> {
         problem.check_supported_by(self.candidate)?;
         self.baseline.check_supports(problem)?;
         let candidate = self.candidate.for_problem(&problem.shape, &problem.params);
-        let prepared =
-            self.candidates
-                .get(gpu, &candidate, problem.dtype, problem.shape.head_dim)?;
-        case.config = prepared.config().0.clone();
-        let key = (problem.dtype, problem.shape.head_dim);
-        let reference = match self.references.entry(key) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => e.insert(GpuReference::new(
-                gpu,
-                problem.dtype,
-                problem.shape.head_dim,
-            )?),
+        let (dtype, head_dim) = (problem.dtype, problem.shape.head_dim);
+        let prepared = self.candidates.get(self.gpu, &candidate, dtype, head_dim)?;
+        let reference = match self.references.entry((dtype, head_dim)) {
+            Entry::Occupied(e) => Rc::clone(e.get()),
+            Entry::Vacant(e) => {
+                let reference = GpuReference::new(self.gpu, dtype, head_dim)?;
+                Rc::clone(e.insert(Rc::new(reference)))
+            }
         };
-        let reference = &*reference;
-        let watched = self.watchdog.map(|w| (w, plan.hang_floor));
-        let mut runs = run_checks(
-            gpu,
+        Ok(CaseKernel {
+            candidate,
             prepared,
             reference,
-            problem,
-            seed,
-            plan.checks,
-            watched,
+        })
+    }
+
+    /// Every candidate launch runs under the watchdog, bounded by the plan's floor until the
+    /// baseline is timed.
+    fn watched(&self) -> Watched<'a> {
+        self.watchdog.map(|w| (w, self.plan.hang_floor))
+    }
+
+    /// The correctness checks, each with PyTorch's output on its inputs as a second reference.
+    fn check(
+        &self,
+        kernel: &CaseKernel,
+        problem: &Problem,
+        seed: u64,
+        trace: &mut PhaseTrace,
+    ) -> Result<Vec<CorrectnessCheck>> {
+        let (prepared, reference) = (&kernel.prepared, &kernel.reference);
+        let (checks, watched) = (self.plan.checks, self.watched());
+        let mut runs = run_checks(
+            self.gpu, prepared, reference, problem, seed, checks, watched,
         )?;
         trace.done("compile and checks");
         // PyTorch is the second reference whatever the baseline the helper times (SDPA,
@@ -256,73 +339,59 @@ impl<'a> GateSession<'a> {
             second_reference(sdpa, backend, problem, &mut runs)?;
             trace.done("PyTorch's second reference");
         }
-        case.correctness = runs.into_iter().map(|r| r.check).collect();
-        if case.correctness.iter().any(|c| !c.passed) {
-            return Ok(self.finish(case));
-        }
+        Ok(runs.into_iter().map(|r| r.check).collect())
+    }
 
-        // The edge battery, once per config, dtype, head dim, mask and batch layout in a run.
-        let battery_key = format!(
-            "{}[{}] {} D={} causal={} group={} window={} varlen={}",
-            crate::timing::cache_key(&candidate),
-            prepared.config(),
-            problem.dtype,
-            problem.shape.head_dim,
-            problem.params.causal,
-            problem.shape.group(),
-            problem.params.window,
-            problem.varlen.is_some()
-        );
-        case.battery = Some(match self.batteries.get(&battery_key) {
-            // Run by an earlier case: its failure, if any, fails this one too.
-            Some((first, failed)) => EdgeBattery {
+    /// The edge battery, once per config, dtype, head dim, mask and batch layout in a run: a
+    /// later case of the same [`BatteryKey`] carries the first one's failure, if any.
+    fn battery(
+        &mut self,
+        kernel: &CaseKernel,
+        problem: &Problem,
+        seed: u64,
+    ) -> Result<EdgeBattery> {
+        let key = BatteryKey::of(kernel, problem);
+        if let Some((first, failed)) = self.batteries.get(&key) {
+            return Ok(EdgeBattery {
                 shapes: vec![],
                 checks: failed.iter().cloned().collect(),
                 skipped: vec![],
                 checked_in: Some(first.clone()),
-            },
-            None => {
-                let own: Vec<usize> = ["BLOCK_M", "BLOCK_N"]
-                    .iter()
-                    .filter_map(|k| prepared.config().get(k))
-                    .map(|v| v as usize)
-                    .collect();
-                let harness = attn_kernels::HarnessKernels::new(gpu)?;
-                let cx = crate::check::CheckContext {
-                    gpu,
-                    prepared,
-                    gpu_reference: reference,
-                    harness: &harness,
-                    watched,
-                };
-                let battery = crate::battery::run_battery(
-                    &cx,
-                    problem,
-                    &crate::battery::tile_sizes(&own),
-                    seed ^ 0xed9e,
-                )?;
-                let failed = battery.checks.iter().find(|c| !c.passed).cloned();
-                self.batteries
-                    .insert(battery_key, (problem.spec.to_string(), failed));
-                battery
-            }
-        });
-        trace.done("edge battery");
-        if case
-            .battery
-            .as_ref()
-            .is_some_and(|b| b.checks.iter().any(|c| !c.passed))
-        {
-            return Ok(self.finish(case));
+            });
         }
+        let own: Vec<usize> = ["BLOCK_M", "BLOCK_N"]
+            .iter()
+            .filter_map(|k| kernel.prepared.config().get(k))
+            .map(|v| v as usize)
+            .collect();
+        let harness = HarnessKernels::new(self.gpu)?;
+        let cx = CheckContext {
+            gpu: self.gpu,
+            prepared: &kernel.prepared,
+            gpu_reference: &kernel.reference,
+            harness: &harness,
+            watched: self.watched(),
+        };
+        let battery = run_battery(&cx, problem, &tile_sizes(&own), seed ^ 0xed9e)?;
+        let failed = battery.checks.iter().find(|c| !c.passed).cloned();
+        self.batteries
+            .insert(key, (problem.spec.to_string(), failed));
+        Ok(battery)
+    }
 
-        // Timing: the candidate with every timed output verified, against the baseline.
-        let mut cand = KernelSide::new(gpu, prepared, problem, seed ^ 0x5eed)?;
-        cand.prepare_for(&plan.interleave.timing)?;
+    /// Both sides timed interleaved (the candidate with every timed output verified, planted
+    /// faults attached, its launches bounded by the watchdog); then the verifier's counts and
+    /// what the candidate's buffers show after all the timed launches.
+    fn time(
+        &mut self,
+        kernel: &CaseKernel,
+        problem: &Problem,
+        seed: u64,
+        trace: &mut PhaseTrace,
+    ) -> Result<TimedCase> {
+        let (gpu, plan) = (self.gpu, self.plan);
+        let mut cand = verified_side(gpu, plan, &kernel.prepared, problem, seed ^ 0x5eed)?;
         let sets = cand.set_count();
-        let reference = GpuReference::new(gpu, problem.dtype, problem.shape.head_dim)?;
-        let tol = tolerance(problem.dtype, Distribution::Normal);
-        cand.verify_outputs(reference, &tol, 4 * plan.interleave.timing.samples)?;
         if let Some(work) = self.side_work.as_mut() {
             cand.with_side_work(work);
         }
@@ -337,22 +406,9 @@ impl<'a> GateSession<'a> {
         if let Some(w) = self.watchdog {
             cand.with_watchdog(w, Rc::clone(&bound));
         }
-        let baseline_candidate;
-        let mut base: Box<dyn TimedSide + '_> = match self.baseline {
-            Baseline::Sdpa { sdpa, backend } => {
-                Box::new(SdpaSide::new(gpu, sdpa, *backend, problem, seed ^ 0xba5e))
-            }
-            Baseline::Registered(c) => {
-                baseline_candidate = c.for_problem(&problem.shape, &problem.params);
-                let prepared = self.baselines.get(
-                    gpu,
-                    &baseline_candidate,
-                    problem.dtype,
-                    problem.shape.head_dim,
-                )?;
-                Box::new(KernelSide::new(gpu, prepared, problem, seed ^ 0xba5e)?)
-            }
-        };
+        let mut compiled = None;
+        let (baseline, baselines) = (self.baseline, &mut self.baselines);
+        let mut base = baseline_side(gpu, baseline, baselines, &mut compiled, problem, seed)?;
         trace.done("timing set-up (input sets, references)");
         let (floor, factor) = (plan.hang_floor, plan.hang_factor);
         let timed = interleave(gpu, &mut cand, base.as_mut(), &plan.interleave, |first| {
@@ -361,36 +417,33 @@ impl<'a> GateSession<'a> {
             bound.set(scaled.map_or(floor, |scaled| floor.max(scaled)));
         })?;
         trace.done("timing");
-        // A side with no kept block has no sets to count: the clock guard's verdict says why.
-        let both_timed = timed.guard.kept_blocks.iter().all(|&k| k > 0);
-        if both_timed && timed.a.input_sets != timed.b.input_sets {
-            // Fewer sets leave more of a side's inputs in L2: the comparison would favour it.
-            return Err(MeasureError::Invalid(format!(
-                "the candidate rotated over {} input sets and the baseline over {}: a comparison needs as many on both sides",
-                timed.a.input_sets, timed.b.input_sets
-            )));
-        }
+        same_input_sets(&timed)?;
         let verified = cand.verifier.as_ref().map(|v| v.finish(gpu)).transpose()?;
         // The guards of every buffer and the inputs' checksums, after all the timed launches.
         let watch = cand.watch()?;
         drop(cand);
         drop(base);
-
-        case.timed_outputs = verified.map(|v| TimedOutputCheck {
+        Ok(TimedCase {
+            timed,
             sets,
-            samples_checked: v.samples_checked,
-            samples_bad: v.samples_bad,
-            first_bad: v.first_bad,
-            inputs_scrambled: true,
-            launches_per_sample: Some(attn_kernels::timing::launches_per_sample(
-                &plan.interleave.timing,
-                sets,
-            )),
-            reference_masked: true,
-            outside: watch.outside,
-            inputs_written: watch.inputs_written,
-        });
-        case.memory_floor_us = memory_floor(problem, gpu, &plan.interleave.timing);
+            verified,
+            watch,
+        })
+    }
+
+    /// The case's evidence from its timing: the verified outputs, the memory floor, the flags,
+    /// the clock guard, the comparison and both sides' timings.
+    fn record_timing(&self, case: &mut GateCase, problem: &Problem, t: TimedCase) -> Result<()> {
+        let plan = self.plan;
+        let TimedCase {
+            timed,
+            sets,
+            verified,
+            watch,
+        } = t;
+        let timing = &plan.interleave.timing;
+        case.timed_outputs = verified.map(|v| timed_output_check(v, watch, sets, timing));
+        case.memory_floor_us = memory_floor(problem, self.gpu, timing);
         case.flags.extend(escaped_work(&timed.a));
         if timed.guard.blocks.iter().all(|b| b.mhz.is_none()) {
             case.flags.push(Flag::new(
@@ -399,36 +452,15 @@ impl<'a> GateSession<'a> {
             ));
         }
         case.clock_guard = Some(timed.guard.clone());
-        if timed.a.samples_us.len() >= 2 && timed.b.samples_us.len() >= 2 {
-            // Resampled in the interleave's blocks: a block's samples share its clock. A side
-            // left one block (an incomplete, inconclusive case) is compared sample by sample.
-            let kept = timed.guard.kept_blocks;
-            let block = if kept[0] >= 2 && kept[1] >= 2 {
-                timed.guard.block_samples
-            } else {
-                1
-            };
-            let comparison = attn_stats::compare_in_blocks(
-                &Sample::new(timed.b.samples_us.clone())?,
-                &Sample::new(timed.a.samples_us.clone())?,
-                block,
-                &plan.compare,
-            )?;
+        if let Some(comparison) = compare_sides(&timed, &plan.compare)? {
             case.candidate_tflops = Some(problem.spec.tflops(comparison.candidate.median));
             case.baseline_tflops = Some(problem.spec.tflops(comparison.baseline.median));
             case.comparison = Some(comparison);
         }
         case.candidate = Some(timing_evidence(&timed.a));
         case.baseline = Some(timing_evidence(&timed.b));
-        if let Some(why) = implausibility(&case, &plan.rule, plan.peak_tflops) {
-            case.flags.push(Flag::new(FlagKind::Implausible, why));
-        } else if let Some(speedup) = remarkable_speedup(&case, &plan.rule) {
-            case.flags.push(Flag::new(
-                FlagKind::Note,
-                format!("{speedup}: within the device's physical bounds, but worth a look (is the baseline this slow?)"),
-            ));
-        }
-        Ok(self.finish(case))
+        case.flags.extend(plausibility_flag(case, plan));
+        Ok(())
     }
 
     fn finish(&self, mut case: GateCase) -> GateCase {
@@ -444,6 +476,117 @@ impl<'a> GateSession<'a> {
         case.reason = decision.reason;
         case
     }
+}
+
+/// The candidate's side on input sets for the plan's timing mode, every timed output verified
+/// against the GPU reference within the normal inputs' tolerance.
+fn verified_side<'s>(
+    gpu: &'s Gpu,
+    plan: &GatePlan,
+    prepared: &'s Prepared,
+    problem: &'s Problem,
+    seed: u64,
+) -> Result<KernelSide<'s>> {
+    let mut cand = KernelSide::new(gpu, prepared, problem, seed)?;
+    cand.prepare_for(&plan.interleave.timing)?;
+    let reference = GpuReference::new(gpu, problem.dtype, problem.shape.head_dim)?;
+    let tol = tolerance(problem.dtype, Distribution::Normal);
+    cand.verify_outputs(reference, &tol, 4 * plan.interleave.timing.samples)?;
+    Ok(cand)
+}
+
+/// The baseline's side on inputs of its own: SDPA in the helper's process, or a registered
+/// kernel compiled once per run through `baselines` (held in `compiled` while it is timed).
+fn baseline_side<'s>(
+    gpu: &'s Gpu,
+    baseline: &'s Baseline,
+    baselines: &mut PreparedCache,
+    compiled: &'s mut Option<Rc<Prepared>>,
+    problem: &'s Problem,
+    seed: u64,
+) -> Result<Box<dyn TimedSide + 's>> {
+    Ok(match baseline {
+        Baseline::Sdpa { sdpa, backend } => {
+            Box::new(SdpaSide::new(gpu, sdpa, *backend, problem, seed ^ 0xba5e))
+        }
+        Baseline::Registered(c) => {
+            let candidate = c.for_problem(&problem.shape, &problem.params);
+            let (dtype, head_dim) = (problem.dtype, problem.shape.head_dim);
+            let prepared = compiled.insert(baselines.get(gpu, &candidate, dtype, head_dim)?);
+            Box::new(KernelSide::new(gpu, prepared, problem, seed ^ 0xba5e)?)
+        }
+    })
+}
+
+/// Refuses a timing whose sides rotated over different numbers of input sets: fewer sets leave
+/// more of a side's inputs in L2, and the comparison would favour it (see evidence/METHOD.md,
+/// `equal-input-sets`).
+fn same_input_sets(timed: &Interleaved) -> Result<()> {
+    // A side with no kept block has no sets to count: the clock guard's verdict says why.
+    let both_timed = timed.guard.kept_blocks.iter().all(|&k| k > 0);
+    if both_timed && timed.a.input_sets != timed.b.input_sets {
+        return Err(MeasureError::Invalid(format!(
+            "the candidate rotated over {} input sets and the baseline over {}: a comparison needs as many on both sides",
+            timed.a.input_sets, timed.b.input_sets
+        )));
+    }
+    Ok(())
+}
+
+/// The evidence of the timed outputs' verification and of the buffers' guards and checksums.
+fn timed_output_check(
+    verified: VerifiedOutputs,
+    watch: TimingWatch,
+    sets: usize,
+    timing: &attn_kernels::TimingOptions,
+) -> TimedOutputCheck {
+    TimedOutputCheck {
+        sets,
+        samples_checked: verified.samples_checked,
+        samples_bad: verified.samples_bad,
+        first_bad: verified.first_bad,
+        inputs_scrambled: true,
+        launches_per_sample: Some(attn_kernels::timing::launches_per_sample(timing, sets)),
+        reference_masked: true,
+        outside: watch.outside,
+        inputs_written: watch.inputs_written,
+    }
+}
+
+/// The baseline against the candidate, resampled in the interleave's blocks (a block's samples
+/// share its clock); a side left one block (an incomplete, inconclusive case) is compared sample
+/// by sample. `None` with fewer than two samples a side.
+fn compare_sides(timed: &Interleaved, options: &CompareOptions) -> Result<Option<Comparison>> {
+    if timed.a.samples_us.len() < 2 || timed.b.samples_us.len() < 2 {
+        return Ok(None);
+    }
+    let kept = timed.guard.kept_blocks;
+    let block = if kept[0] >= 2 && kept[1] >= 2 {
+        timed.guard.block_samples
+    } else {
+        1
+    };
+    let comparison = attn_stats::compare_in_blocks(
+        &Sample::new(timed.b.samples_us.clone())?,
+        &Sample::new(timed.a.samples_us.clone())?,
+        block,
+        options,
+    )?;
+    Ok(Some(comparison))
+}
+
+/// The flag of a timed case beyond the device's physical bounds (implausible), or of a speedup
+/// within them that a reviewer should still look at.
+fn plausibility_flag(case: &GateCase, plan: &GatePlan) -> Option<Flag> {
+    if let Some(why) = implausibility(case, &plan.rule, plan.peak_tflops) {
+        return Some(Flag::new(FlagKind::Implausible, why));
+    }
+    remarkable_speedup(case, &plan.rule).map(|speedup| {
+        Flag::new(
+            FlagKind::Note,
+            format!("{speedup}: within the device's physical bounds, but worth a look (is the baseline this slow?)"),
+        )
+    })
 }
 
 /// The physical floor of one launch of `problem` on `gpu` (see
@@ -486,9 +629,8 @@ fn memory_floor_with(
 /// Work that escaped the timed stream, seen in the guard pass on the device only: how long after
 /// the timed stream's end event the work on our other streams finished (events recorded on every
 /// one of them, [`Timings::guard_stream_residual_us`]), beyond a few µs of enqueue latency or a
-/// tenth of the launch. Never host wall time: other processes' use of the GPU stretches that (an
-/// honest `mma` against itself was flagged with 274.7 µs of wall time against 121.7 µs of
-/// events).
+/// tenth of the launch. Never host wall time, which other processes' use of the GPU stretches
+/// (see evidence/METHOD.md, `escaped-work-on-device`).
 pub fn escaped_work(timings: &Timings) -> Option<Flag> {
     let event = median(&timings.guard_event_us);
     let residual = median(&timings.guard_stream_residual_us);

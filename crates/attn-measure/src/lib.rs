@@ -9,11 +9,13 @@
 //!   reference, inputs cycling through the distributions that find bugs, the scale drawn per
 //!   check, every buffer between canary guards, inputs checksummed, every launch run twice;
 //!   [`battery`]: the same checks on small edge shapes for the case's head dim, dtype and mask.
-//! - [`timing`]: input sets, timed sides (every timed output verified), and the interleaved,
-//!   clock-guarded sampling of candidate and baseline.
+//! - [`timing`]: input sets, prepared candidates, timed sides (every timed output verified), and
+//!   the interleaved, clock-guarded sampling of candidate and baseline; the seeded draws and the
+//!   whole-output bound it shares with [`check`] are modules of their own (`random`, `bound`).
 //! - [`decide`]: the decision as one function of typed results; [`replay`] calls it unchanged.
-//! - [`gate`]: one case end to end; [`supervise`]: the watchdog that bounds a hang, and
-//!   supervised worker processes.
+//! - [`gate`]: one case end to end, phase by phase; [`bench`](mod@bench): a bench run as a session
+//!   (`BenchSession`: the typed request, the events its caller shows); [`supervise`]: the
+//!   watchdog that bounds a hang, and supervised worker processes.
 //! - [`search`]: a search as a session (`SearchSession`: the typed request, the target, the GPUs,
 //!   the worker protocol and a generation's precompile, the finalists); [`micro`]: the `clock64()`
 //!   micro-benchmark; [`profile`]: what Nsight Compute and compute-sanitizer run (the
@@ -21,11 +23,13 @@
 //!   findings; [`provenance`]: where a measurement comes from.
 //!
 //! It depends on attn-kernels, attn-oracle, attn-stats, attn-evidence, attn-ncu and attn-evo (the
-//! pure search whose candidates it measures), never on a command line parser: xtask turns arguments into these types and prints what comes back.
+//! pure search whose candidates it measures), never on a command line parser: xtask turns
+//! arguments into these types and prints what comes back.
 
 pub mod baseline;
 pub mod battery;
 pub mod bench;
+mod bound;
 pub mod check;
 pub mod decide;
 mod error;
@@ -34,6 +38,7 @@ pub mod micro;
 mod problem;
 pub mod profile;
 pub mod provenance;
+mod random;
 pub mod replay;
 pub mod revision;
 pub mod sanitize;

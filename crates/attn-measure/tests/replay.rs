@@ -1,20 +1,61 @@
-//! Replay: every committed gate evidence file reproduces its stored verdicts, and a file whose
-//! candidate samples were edited to be 20× faster is rejected as implausible. Paths are relative
-//! to this crate's folder, where test runners start (the bundle's script enters it too).
+//! Replay: committed gate evidence reproduces its stored verdicts, and a file whose candidate
+//! samples were edited to be 20× faster is rejected as implausible. Paths are relative to this
+//! crate's folder, where test runners start (the bundle's script enters it too).
+//!
+//! Replaying a file re-decides every case, bootstraps included, which is slow: so that a run's
+//! cost does not grow with the evidence, every run reads every committed file (cheap) but replays
+//! a fixed selection, [`LANDMARKS`] and the [`NEWEST`] newest files; the whole evidence replays
+//! with `--ignored` (minutes), which a change to the decision should run.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use attn_evidence::{CaseStatus, Evidence};
 use attn_measure::replay::replay;
 
-fn gate_files() -> Vec<std::path::PathBuf> {
-    let dir = Path::new("../../evidence/gate");
+/// Committed gate files that, with the newest ones, hold every stored format (files without a
+/// rule or statuses, comparisons with and without blocks, flags as plain text), case status
+/// (passed, not faster, inconclusive, could not run, no regression), rule mode (faster, the
+/// ratchet), baseline (SDPA's default, flash, cuDNN and varlen backends, FlashAttention-3, a
+/// kernel), timing mode (graph, batch), clock guard outcome (complete or not, blocks dropped),
+/// battery (run or carried over), GPU (H100, H200) and problem (dense, varlen, window; fp16,
+/// bf16) found in the committed evidence when the list was made, each at the least replay cost.
+const LANDMARKS: [&str; 8] = [
+    "2026-11-22T15-26-27Z-nvidia-h100-80gb-hbm3-5c06395.json",
+    "2026-11-22T16-51-22Z-nvidia-h100-80gb-hbm3-a2756d0.json",
+    "2026-11-22T17-14-44Z-nvidia-h100-80gb-hbm3-a2756d0.json",
+    "2026-11-22T22-49-39Z-nvidia-h100-80gb-hbm3-5651f00.json",
+    "2026-11-27T09-46-00Z-nvidia-h100-80gb-hbm3-f37263c.json",
+    "2026-11-27T10-57-33Z-nvidia-h200-d5a5e33.json",
+    "2026-11-27T12-33-38Z-nvidia-h100-80gb-hbm3-755db5d.json",
+    "2026-11-27T16-02-09Z-nvidia-h100-80gb-hbm3-54a2c8e.json",
+];
+
+/// The newest committed gate files (names sort by time) replayed in every run too.
+const NEWEST: usize = 3;
+
+fn gate_dir() -> &'static Path {
+    Path::new("../../evidence/gate")
+}
+
+fn gate_files() -> Vec<PathBuf> {
+    let dir = gate_dir();
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .unwrap_or_else(|e| panic!("{}: {e} (run from crates/attn-measure)", dir.display()))
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .collect();
     files.sort();
+    files
+}
+
+/// [`LANDMARKS`] and the [`NEWEST`] newest files, each once, in name order.
+fn replayed_files() -> Vec<PathBuf> {
+    let all = gate_files();
+    let newest = all[all.len().saturating_sub(NEWEST)..].iter().cloned();
+    let mut files: Vec<PathBuf> = LANDMARKS.iter().map(|n| gate_dir().join(n)).collect();
+    files.extend(newest);
+    files.sort();
+    files.dedup();
     files
 }
 
@@ -25,24 +66,49 @@ fn read(path: &Path) -> attn_evidence::GateRun {
     }
 }
 
+/// Replays `path` and asserts that every case and the run decide as stored.
+fn replays_to_its_stored_verdict(path: &Path) {
+    let stored = read(path);
+    let replayed = replay(&stored).unwrap();
+    for (a, b) in replayed.run.cases.iter().zip(&stored.cases) {
+        assert_eq!(
+            a.passed,
+            b.passed,
+            "{}: {} ({})",
+            path.display(),
+            a.shape,
+            a.reason
+        );
+    }
+    assert_eq!(replayed.run.passed, stored.passed, "{}", path.display());
+}
+
 #[test]
+fn every_committed_gate_file_reads_as_gate_evidence() {
+    let files = gate_files();
+    assert!(!files.is_empty(), "no committed gate evidence");
+    for path in files {
+        read(&path);
+    }
+}
+
+#[test]
+fn the_landmark_and_newest_gate_files_replay_to_their_stored_verdicts() {
+    let files = replayed_files();
+    assert!(files.len() >= LANDMARKS.len(), "{files:?}");
+    for path in files {
+        assert!(path.exists(), "{}: a landmark is gone", path.display());
+        replays_to_its_stored_verdict(&path);
+    }
+}
+
+#[test]
+#[ignore = "replays every committed gate file (minutes): run after changing the decision"]
 fn every_committed_gate_file_replays_to_its_stored_verdict() {
     let files = gate_files();
     assert!(!files.is_empty(), "no committed gate evidence");
     for path in files {
-        let stored = read(&path);
-        let replayed = replay(&stored).unwrap();
-        for (a, b) in replayed.run.cases.iter().zip(&stored.cases) {
-            assert_eq!(
-                a.passed,
-                b.passed,
-                "{}: {} ({})",
-                path.display(),
-                a.shape,
-                a.reason
-            );
-        }
-        assert_eq!(replayed.run.passed, stored.passed, "{}", path.display());
+        replays_to_its_stored_verdict(&path);
     }
 }
 
@@ -121,7 +187,12 @@ fn every_committed_h100_result_is_above_the_memory_floor() {
     )
     .expect("the H100's peak");
     let mut checked = 0;
-    for path in gate_files() {
+    // By name first (the GPU is slugged into it): the other GPUs' files are not read.
+    let h100 = gate_files().into_iter().filter(|p| {
+        p.file_name()
+            .is_some_and(|n| n.to_string_lossy().contains("-h100-"))
+    });
+    for path in h100 {
         let run = read(&path);
         if !run.provenance.gpu.contains("H100") {
             continue;

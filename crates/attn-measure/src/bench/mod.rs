@@ -1,6 +1,11 @@
-//! `bench`'s measurements: an implementation or an SDPA backend timed on one problem (a block of
-//! samples in the gate's timing harness, every timed output verified), the evidence entry made of
-//! the timings, and for a varlen batch the dense batch at its mean length it is compared with.
+//! `bench` as a library: [`BenchSession`] runs a [`BenchRequest`] and reports [`Event`]s for its
+//! caller to show; below it the measurements: an implementation or an SDPA backend timed on one
+//! problem (a block of samples in the gate's timing harness), the evidence entry made of the
+//! timings, and for a varlen batch the dense batch at its mean length it is compared with.
+
+mod session;
+
+pub use session::{BenchRequest, BenchSession, Event, Report};
 
 use attn_evidence::{BenchEntry, Implementation};
 use attn_kernels::{Candidate, Gpu, TimingOptions, Timings};
@@ -34,7 +39,7 @@ pub fn time_candidate(
 ) -> Result<Timed> {
     let (dtype, head_dim) = (problem.dtype, problem.shape.head_dim);
     let prepared = cache.get(gpu, candidate, dtype, head_dim)?;
-    let mut side = KernelSide::new(gpu, prepared, problem, seed)?;
+    let mut side = KernelSide::new(gpu, &prepared, problem, seed)?;
     let (timings, sm_mhz) = clocked_block(gpu, &mut side, opts)?;
     Ok(Timed {
         implementation: candidate_implementation(candidate, Some(prepared.config())),
