@@ -1,0 +1,165 @@
+//! mma: tensor cores through mma.sync, for any GPU of sm_80 and newer.
+
+use attn_oracle::{Params, Shape};
+
+use crate::config::{Config, Knob};
+
+use super::{elem_bytes, grid_blocks, knob, row_tiles, Geometry};
+
+pub(super) static MMA_KNOBS: [Knob; 8] = [
+    Knob {
+        name: "BLOCK_M",
+        domain: &[16, 32, 64, 128, 256],
+        doc: "query rows per block (= WARP_M x NUM_WARPS / KV_SPLIT)",
+    },
+    Knob {
+        name: "BLOCK_N",
+        domain: &[32, 48, 64, 96, 128],
+        doc: "keys per warp per K/V tile",
+    },
+    Knob {
+        name: "NUM_WARPS",
+        domain: &[1, 2, 4, 8],
+        doc: "warps per block",
+    },
+    Knob {
+        name: "WARP_M",
+        domain: &[16, 32],
+        doc: "query rows per warp (32: each K/V fragment feeds two mma)",
+    },
+    Knob {
+        name: "KV_SPLIT",
+        domain: &[1, 2, 4],
+        doc:
+            "warps sharing a row group, each taking BLOCK_N keys of every tile (merged at the end)",
+    },
+    Knob {
+        name: "STAGES",
+        domain: &[1, 2, 3, 4],
+        doc: "cp.async K/V pipeline depth",
+    },
+    Knob {
+        name: "Q_IN_REGS",
+        domain: &[0, 1],
+        doc: "keep Q's A fragments in registers (0: re-read from shared)",
+    },
+    Knob {
+        name: "MIN_BLOCKS",
+        domain: &[1, 2, 3, 4],
+        doc: "min blocks per SM hint of __launch_bounds__ (caps registers)",
+    },
+];
+
+/// mma's config for a head dim, from (NUM_WARPS, WARP_M, KV_SPLIT, BLOCK_N, STAGES, Q_IN_REGS,
+/// MIN_BLOCKS), with BLOCK_M derived.
+fn mma_config(
+    warps: i64,
+    warp_m: i64,
+    split: i64,
+    block_n: i64,
+    stages: i64,
+    q_in_regs: i64,
+    min_blocks: i64,
+) -> Config {
+    Config::from_pairs(&[
+        ("BLOCK_M", warp_m * warps / split),
+        ("BLOCK_N", block_n),
+        ("NUM_WARPS", warps),
+        ("WARP_M", warp_m),
+        ("KV_SPLIT", split),
+        ("STAGES", stages),
+        ("Q_IN_REGS", q_in_regs),
+        ("MIN_BLOCKS", min_blocks),
+    ])
+}
+
+/// mma's large-tile defaults: 4 warps of 32 rows (every K and V fragment feeds two mma, halving
+/// shared-memory reads per FLOP), with the widest key tile that fits 255 registers unspilled:
+/// 48 keys and 3 stages at D=128, 96 keys and 2 stages at D=64 (128 keys spill on sm_80). Measured
+/// on the H100 (graph replay, L2 flushed), against FlashAttention-2 in brackets: 2,16,8192,128
+/// 359-373 TFLOP/s (351), 4,16,2048,128 363 (348), causal 343 (316); 2,16,8192,64 335 (306).
+pub(super) fn mma_defaults(head_dim: usize) -> Config {
+    if head_dim > 64 {
+        mma_config(4, 32, 1, 48, 3, 0, 1)
+    } else {
+        mma_config(4, 32, 1, 96, 2, 0, 1)
+    }
+}
+
+/// SMs of the H100 the per-shape rules were measured on (a grid smaller is under one wave).
+pub(super) const H100_SMS: usize = 132;
+
+/// Small grids at D=64 (the defaults would leave most of the 132 SMs of an H100 idle): 16-row
+/// blocks whose 4 warps split the keys when that still fits in one wave (2 blocks/SM by shared
+/// memory), else 32-row blocks with a 2-way split (3 blocks/SM). Measured with the gate's graph
+/// protocol: (1,8,512,64) 11.2 -> 9.0 µs, (2,8,512,64) 12.5 -> 11.9 µs.
+pub(super) fn mma_tuned(shape: &Shape, _params: &Params) -> Config {
+    const ONE_WAVE_BLOCK16: usize = 2 * H100_SMS;
+    const ONE_WAVE_BLOCK32: usize = 3 * H100_SMS;
+    if shape.head_dim != 64 || grid_blocks(shape, 128) >= H100_SMS {
+        Config::default()
+    } else if grid_blocks(shape, 16) <= ONE_WAVE_BLOCK16 {
+        mma_config(4, 16, 4, 32, 3, 1, 1)
+    } else if grid_blocks(shape, 32) <= ONE_WAVE_BLOCK32 {
+        mma_config(4, 16, 2, 64, 2, 1, 1)
+    } else {
+        Config::default()
+    }
+}
+
+/// mma's constraints on a config at `head_dim`.
+pub(super) fn constraints(cfg: &Config, head_dim: usize) -> std::result::Result<(), String> {
+    let (m, n, w, wm, split) = (
+        knob(cfg, "BLOCK_M"),
+        knob(cfg, "BLOCK_N"),
+        knob(cfg, "NUM_WARPS"),
+        knob(cfg, "WARP_M"),
+        knob(cfg, "KV_SPLIT"),
+    );
+    if w % split != 0 {
+        return Err(format!("KV_SPLIT={split} does not divide NUM_WARPS={w}"));
+    }
+    // Every thread copies the same number of 16-byte chunks of a K/V tile (kernels/mma.cu).
+    let chunks = (head_dim / 8) as u32;
+    if split * n * chunks % (w * 32) != 0 {
+        return Err(format!(
+            "a tile of KV_SPLIT x BLOCK_N = {} rows does not split evenly over {} threads at head dim {head_dim}",
+            split * n,
+            w * 32
+        ));
+    }
+    if m != wm * w / split {
+        return Err(format!(
+            "BLOCK_M={m} must be WARP_M x NUM_WARPS / KV_SPLIT = {} (each warp owns WARP_M rows)",
+            wm * w / split
+        ));
+    }
+    Ok(())
+}
+
+/// mma's launch: a block per row tile of each (head, batch), the Q tile and the K/V ring in shared memory.
+pub(super) fn geometry(cfg: &Config, shape: &Shape) -> Geometry {
+    let (m, n, w, stages, split) = (
+        knob(cfg, "BLOCK_M"),
+        knob(cfg, "BLOCK_N"),
+        knob(cfg, "NUM_WARPS"),
+        knob(cfg, "STAGES"),
+        knob(cfg, "KV_SPLIT"),
+    );
+    let d = shape.head_dim as u32;
+    // Q tile, then the K/V ring, whose space the KV_SPLIT merge reuses (kernels/mma.cu).
+    let ring = 2 * stages * split * n * d * elem_bytes();
+    let merge = split.saturating_sub(1) * m * (4 * d + 32);
+    Geometry {
+        grid: (
+            row_tiles(shape.seq_q, m),
+            shape.heads as u32,
+            shape.batch as u32,
+        ),
+        block: w * 32,
+        shared_bytes: m * d * elem_bytes() + ring.max(merge),
+        persistent: false,
+        workspace_per_block: 0,
+        heads_together: 1,
+    }
+}
