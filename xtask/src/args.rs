@@ -36,7 +36,7 @@ impl CandidateArgs {
                     .defines
                     .join(",")
                     .parse()
-                    .map_err(|e: String| anyhow::anyhow!("--define: {e}"))?;
+                    .map_err(|e: attn_kernels::ConfigError| anyhow::anyhow!("--define: {e}"))?;
                 let candidate = Candidate::from_file(path, self.entry.as_deref(), defines)?;
                 if let Candidate::Source { source, .. } = &candidate {
                     if source.trim().is_empty() {
@@ -51,7 +51,7 @@ impl CandidateArgs {
                 let overrides: Config = self
                     .config
                     .parse()
-                    .map_err(|e: String| anyhow::anyhow!("--config: {e}"))?;
+                    .map_err(|e: attn_kernels::ConfigError| anyhow::anyhow!("--config: {e}"))?;
                 Ok(Candidate::Registered {
                     implementation,
                     overrides,

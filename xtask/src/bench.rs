@@ -64,7 +64,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let overrides: Config = args
         .config
         .parse()
-        .map_err(|e: String| anyhow::anyhow!("--config: {e}"))?;
+        .map_err(|e: attn_kernels::ConfigError| anyhow::anyhow!("--config: {e}"))?;
     let candidates: Vec<Candidate> = args
         .implementations
         .iter()

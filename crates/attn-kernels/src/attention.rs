@@ -11,7 +11,7 @@ use cudarc::driver::{
 };
 
 use crate::compile::{Arch, CompileRequest};
-use crate::config::Config;
+use crate::config::{Config, ConfigError};
 use crate::error::{DriverContext, KernelError, Result};
 use crate::gpu::{DeviceTensor, Gpu};
 use crate::registry::{self, Abi, Engine, Geometry, Implementation, LibraryPlan, Limits, Variants};
@@ -193,7 +193,7 @@ impl Candidate {
                 // behaves as the revision's kernel, in the defines and the launch alike.
                 if let Candidate::Registered { implementation, .. } = of.today() {
                     for &(name, legacy) in implementation.introduced {
-                        if variant.config.get(name).is_some() && !source.contains(name) {
+                        if variant.config.get(name).is_some() && !source.contains(name.as_str()) {
                             variant.config.0.insert(name.to_string(), legacy);
                             let prefix = format!("{name}=");
                             for define in &mut variant.request.defines {
@@ -351,7 +351,7 @@ impl SourceGeometry {
         } = *self;
         let invalid = |reason: String| KernelError::InvalidConfig {
             implementation: label.to_string(),
-            reason,
+            reason: ConfigError::Rule(reason),
         };
         if block_m < 1
             || warps < 1
@@ -571,7 +571,7 @@ impl Prepared {
                                 config.get(name).map(|v| v as u32).ok_or_else(|| {
                                     KernelError::InvalidConfig {
                                         implementation: implementation.name.into(),
-                                        reason: format!("the TensorMaps ABI needs the knob {name} for its boxes"),
+                                        reason: ConfigError::Rule(format!("the TensorMaps ABI needs the knob {name} for its boxes")),
                                     }
                                 })
                             };

@@ -1,5 +1,7 @@
 //! The one error type of this crate.
 
+use crate::config::ConfigError;
+
 /// Everything that can go wrong while building, launching or timing a kernel.
 #[derive(Debug, thiserror::Error)]
 pub enum KernelError {
@@ -35,8 +37,11 @@ pub enum KernelError {
         /// The implementation.
         implementation: String,
         /// Why, in one line.
-        reason: String,
+        reason: ConfigError,
     },
+    /// A config's text that cannot be read (`K=V,K=V`).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
     /// Inputs the implementation does not handle (head dim, dtype, shape).
     #[error("`{implementation}` does not support {what}")]
     Unsupported {

@@ -42,7 +42,7 @@ pub mod timing;
 pub mod toolkit;
 
 pub use attention::{Candidate, Prepared};
-pub use config::{Config, Knob};
+pub use config::{Config, ConfigError, Knob, KnobName};
 pub use error::{KernelError, Result};
 pub use gpu::{device_lock, DeviceInfo, DeviceLock, DeviceTensor, Gpu, VarlenOffsets};
 pub use guard::{GuardViolation, GuardedTensor, HarnessKernels};

@@ -123,7 +123,11 @@ fn cases() -> Vec<Case> {
                 {
                     configs.push(config.parse().unwrap());
                 }
-                for knob in imp.knobs.iter().filter(|k| PATH_KNOBS.contains(&k.name)) {
+                for knob in imp
+                    .knobs
+                    .iter()
+                    .filter(|k| PATH_KNOBS.contains(&k.name.as_str()))
+                {
                     // A config that names the knob (an opt-in one valid on one path) keeps it.
                     for config in configs
                         .clone()

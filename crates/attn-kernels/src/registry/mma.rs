@@ -2,49 +2,52 @@
 
 use attn_oracle::{Params, Shape};
 
-use crate::config::{Config, Knob};
+use crate::config::names::{
+    BLOCK_M, BLOCK_N, KV_SPLIT, MIN_BLOCKS, NUM_WARPS, Q_IN_REGS, STAGES, WARP_M,
+};
+use crate::config::{Config, ConfigError, Knob};
 
 use super::{elem_bytes, grid_blocks, knob, row_tiles, Geometry};
 
 pub(super) static MMA_KNOBS: [Knob; 8] = [
     Knob {
-        name: "BLOCK_M",
+        name: BLOCK_M,
         domain: &[16, 32, 64, 128, 256],
         doc: "query rows per block (= WARP_M x NUM_WARPS / KV_SPLIT)",
     },
     Knob {
-        name: "BLOCK_N",
+        name: BLOCK_N,
         domain: &[32, 48, 64, 96, 128],
         doc: "keys per warp per K/V tile",
     },
     Knob {
-        name: "NUM_WARPS",
+        name: NUM_WARPS,
         domain: &[1, 2, 4, 8],
         doc: "warps per block",
     },
     Knob {
-        name: "WARP_M",
+        name: WARP_M,
         domain: &[16, 32],
         doc: "query rows per warp (32: each K/V fragment feeds two mma)",
     },
     Knob {
-        name: "KV_SPLIT",
+        name: KV_SPLIT,
         domain: &[1, 2, 4],
         doc:
             "warps sharing a row group, each taking BLOCK_N keys of every tile (merged at the end)",
     },
     Knob {
-        name: "STAGES",
+        name: STAGES,
         domain: &[1, 2, 3, 4],
         doc: "cp.async K/V pipeline depth",
     },
     Knob {
-        name: "Q_IN_REGS",
+        name: Q_IN_REGS,
         domain: &[0, 1],
         doc: "keep Q's A fragments in registers (0: re-read from shared)",
     },
     Knob {
-        name: "MIN_BLOCKS",
+        name: MIN_BLOCKS,
         domain: &[1, 2, 3, 4],
         doc: "min blocks per SM hint of __launch_bounds__ (caps registers)",
     },
@@ -62,14 +65,14 @@ fn mma_config(
     min_blocks: i64,
 ) -> Config {
     Config::from_pairs(&[
-        ("BLOCK_M", warp_m * warps / split),
-        ("BLOCK_N", block_n),
-        ("NUM_WARPS", warps),
-        ("WARP_M", warp_m),
-        ("KV_SPLIT", split),
-        ("STAGES", stages),
-        ("Q_IN_REGS", q_in_regs),
-        ("MIN_BLOCKS", min_blocks),
+        (BLOCK_M, warp_m * warps / split),
+        (BLOCK_N, block_n),
+        (NUM_WARPS, warps),
+        (WARP_M, warp_m),
+        (KV_SPLIT, split),
+        (STAGES, stages),
+        (Q_IN_REGS, q_in_regs),
+        (MIN_BLOCKS, min_blocks),
     ])
 }
 
@@ -108,31 +111,33 @@ pub(super) fn mma_tuned(shape: &Shape, _params: &Params) -> Config {
 }
 
 /// mma's constraints on a config at `head_dim`.
-pub(super) fn constraints(cfg: &Config, head_dim: usize) -> std::result::Result<(), String> {
+pub(super) fn constraints(cfg: &Config, head_dim: usize) -> std::result::Result<(), ConfigError> {
     let (m, n, w, wm, split) = (
-        knob(cfg, "BLOCK_M"),
-        knob(cfg, "BLOCK_N"),
-        knob(cfg, "NUM_WARPS"),
-        knob(cfg, "WARP_M"),
-        knob(cfg, "KV_SPLIT"),
+        knob(cfg, BLOCK_M),
+        knob(cfg, BLOCK_N),
+        knob(cfg, NUM_WARPS),
+        knob(cfg, WARP_M),
+        knob(cfg, KV_SPLIT),
     );
     if w % split != 0 {
-        return Err(format!("KV_SPLIT={split} does not divide NUM_WARPS={w}"));
+        return Err(ConfigError::Rule(format!(
+            "KV_SPLIT={split} does not divide NUM_WARPS={w}"
+        )));
     }
     // Every thread copies the same number of 16-byte chunks of a K/V tile (kernels/mma.cu).
     let chunks = (head_dim / 8) as u32;
     if split * n * chunks % (w * 32) != 0 {
-        return Err(format!(
+        return Err(ConfigError::Rule(format!(
             "a tile of KV_SPLIT x BLOCK_N = {} rows does not split evenly over {} threads at head dim {head_dim}",
             split * n,
             w * 32
-        ));
+        )));
     }
     if m != wm * w / split {
-        return Err(format!(
+        return Err(ConfigError::Rule(format!(
             "BLOCK_M={m} must be WARP_M x NUM_WARPS / KV_SPLIT = {} (each warp owns WARP_M rows)",
             wm * w / split
-        ));
+        )));
     }
     Ok(())
 }
@@ -140,11 +145,11 @@ pub(super) fn constraints(cfg: &Config, head_dim: usize) -> std::result::Result<
 /// mma's launch: a block per row tile of each (head, batch), the Q tile and the K/V ring in shared memory.
 pub(super) fn geometry(cfg: &Config, shape: &Shape) -> Geometry {
     let (m, n, w, stages, split) = (
-        knob(cfg, "BLOCK_M"),
-        knob(cfg, "BLOCK_N"),
-        knob(cfg, "NUM_WARPS"),
-        knob(cfg, "STAGES"),
-        knob(cfg, "KV_SPLIT"),
+        knob(cfg, BLOCK_M),
+        knob(cfg, BLOCK_N),
+        knob(cfg, NUM_WARPS),
+        knob(cfg, STAGES),
+        knob(cfg, KV_SPLIT),
     );
     let d = shape.head_dim as u32;
     // Q tile, then the K/V ring, whose space the KV_SPLIT merge reuses (kernels/mma.cu).

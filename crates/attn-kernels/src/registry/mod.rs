@@ -10,7 +10,7 @@ mod table;
 
 use attn_oracle::{Params, Shape};
 
-use crate::config::{Config, Knob};
+use crate::config::{Config, ConfigError, Knob, KnobName};
 use crate::error::{KernelError, Result};
 
 pub use hopper::{hopper_dynamic_shared, hopper_static_shared};
@@ -212,19 +212,19 @@ pub struct Implementation {
     /// Knobs added after the kernel's first version, each with the value that behaves as a kernel
     /// which predates it: a git revision's text that never names the knob is compiled and launched
     /// with that value (`gate --baseline rev:REF`).
-    pub introduced: &'static [(&'static str, i64)],
+    pub introduced: &'static [(KnobName, i64)],
     /// Knobs whose default gives way to the other knobs: when the defaults under the overrides
     /// break a constraint and the overrides do not name such a knob, it takes this value instead
     /// (hopper's Q_REGS: 1 at D=128 where the tile, overlap and schedule leave it registers, 0
     /// where a tuning or the user picks one that does not; its Q_STAGES: 2 where tuned, 1 where
     /// the user's knobs rule out the persistent loop's two Q tiles). The resolved config says which.
-    pub yielding: &'static [(&'static str, i64)],
+    pub yielding: &'static [(KnobName, i64)],
     defaults: fn(head_dim: usize) -> Config,
     /// Knobs tuned for a problem, its shape and mask (e.g. smaller tiles when the grid would not
     /// fill the GPU, another work order under a causal mask); they override the defaults, and the
     /// user's overrides override them.
     tuned: fn(&Shape, &Params) -> Config,
-    constraints: fn(&Config, head_dim: usize) -> std::result::Result<(), String>,
+    constraints: fn(&Config, head_dim: usize) -> std::result::Result<(), ConfigError>,
     geometry: fn(&Config, &Shape) -> Geometry,
 }
 
@@ -232,7 +232,7 @@ fn elem_bytes() -> u32 {
     2 // fp16 and bf16 alike
 }
 
-fn knob(cfg: &Config, name: &str) -> u32 {
+fn knob(cfg: &Config, name: KnobName) -> u32 {
     // resolve() guarantees every knob is present and within its (small, positive) domain.
     cfg.get(name).map_or(0, |v| v as u32)
 }
@@ -337,10 +337,10 @@ impl Implementation {
         &self,
         overrides: &Config,
         head_dim: usize,
-    ) -> std::result::Result<Config, String> {
+    ) -> std::result::Result<Config, ConfigError> {
         let mut cfg = self.default_config(head_dim).merged(overrides);
         if (self.constraints)(&cfg, head_dim).is_err() {
-            let yielded: Vec<(&str, i64)> = self
+            let yielded: Vec<(KnobName, i64)> = self
                 .yielding
                 .iter()
                 .filter(|(name, _)| overrides.get(name).is_none())
@@ -356,43 +356,44 @@ impl Implementation {
     /// implementation's constraints and the device limits; the reason in the error otherwise.
     pub fn resolve(&self, overrides: &Config, head_dim: usize, limits: &Limits) -> Result<Config> {
         self.check_head_dim(head_dim)?;
-        let invalid = |reason: String| KernelError::InvalidConfig {
+        let invalid = |reason: ConfigError| KernelError::InvalidConfig {
             implementation: self.name.into(),
             reason,
         };
-        for (name, value) in &overrides.0 {
-            let knob = self.knobs.iter().find(|k| k.name == name).ok_or_else(|| {
-                let known: Vec<&str> = self.knobs.iter().map(|k| k.name).collect();
-                invalid(format!(
-                    "unknown knob {name} (knobs: {})",
-                    if known.is_empty() {
+        for (name, &value) in &overrides.0 {
+            let knob = self.knobs.iter().find(|k| k.name == *name).ok_or_else(|| {
+                let known: Vec<&str> = self.knobs.iter().map(|k| k.name.as_str()).collect();
+                invalid(ConfigError::UnknownKnob {
+                    name: name.clone(),
+                    known: if known.is_empty() {
                         "none".into()
                     } else {
                         known.join(", ")
-                    }
-                ))
+                    },
+                })
             })?;
-            if !knob.domain.contains(value) {
-                return Err(invalid(format!(
-                    "{name}={value} is outside its domain {:?}",
-                    knob.domain
-                )));
+            if !knob.domain.contains(&value) {
+                return Err(invalid(ConfigError::OutsideDomain {
+                    name: name.clone(),
+                    value,
+                    domain: knob.domain,
+                }));
             }
         }
         let cfg = self.constrained(overrides, head_dim).map_err(invalid)?;
         let probe = Shape::single(head_dim);
         let geometry = (self.geometry)(&cfg, &probe);
         if geometry.block > limits.max_threads_per_block {
-            return Err(invalid(format!(
-                "{} threads per block > the device's {}",
-                geometry.block, limits.max_threads_per_block
-            )));
+            return Err(invalid(ConfigError::TooManyThreads {
+                threads: geometry.block,
+                limit: limits.max_threads_per_block,
+            }));
         }
         if geometry.shared_bytes > limits.max_shared_per_block {
-            return Err(invalid(format!(
-                "{} bytes of shared memory per block > the device's {}",
-                geometry.shared_bytes, limits.max_shared_per_block
-            )));
+            return Err(invalid(ConfigError::TooMuchSharedMemory {
+                bytes: geometry.shared_bytes,
+                limit: limits.max_shared_per_block,
+            }));
         }
         Ok(cfg)
     }

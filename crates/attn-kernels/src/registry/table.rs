@@ -1,7 +1,11 @@
 //! The table of registered implementations, in the order `cargo xtask kernels` lists them; the
 //! small ones (naive, tiled, cublas) whole, the others through their modules.
 
-use crate::config::{Config, Knob};
+use crate::config::names::{
+    BLOCK_M, BLOCK_N, CHAIN, CLUSTER, CLUSTER_HEADS, LAZY_RESCALE, NUM_WARPS, PV_N, Q_REGS,
+    Q_RELEASE, Q_STAGES, ROWS_PER_BLOCK, SCHEDULE, STAGES, STREAM_K,
+};
+use crate::config::{Config, ConfigError, Knob};
 
 use super::hopper::{self, hopper_defaults, hopper_tuned, HOPPER_KNOBS};
 use super::hybrid::{
@@ -14,29 +18,29 @@ use super::{
 };
 
 static NAIVE_KNOBS: [Knob; 1] = [Knob {
-    name: "ROWS_PER_BLOCK",
+    name: ROWS_PER_BLOCK,
     domain: &[1, 2, 4, 8],
     doc: "query rows (warps) per block",
 }];
 
 static TILED_KNOBS: [Knob; 4] = [
     Knob {
-        name: "BLOCK_M",
+        name: BLOCK_M,
         domain: &[16, 32, 64, 128],
         doc: "query rows per block",
     },
     Knob {
-        name: "BLOCK_N",
+        name: BLOCK_N,
         domain: &[32, 64],
         doc: "keys per K/V tile",
     },
     Knob {
-        name: "NUM_WARPS",
+        name: NUM_WARPS,
         domain: &[2, 4, 8],
         doc: "warps per block",
     },
     Knob {
-        name: "STAGES",
+        name: STAGES,
         domain: &[1, 2],
         doc: "K/V buffers (2: cp.async double buffering, one barrier per tile)",
     },
@@ -54,17 +58,17 @@ static REGISTRY: [Implementation; 7] = [
         variants: Variants::ALL,
         introduced: &[],
         yielding: &[],
-        defaults: |_| Config::from_pairs(&[("ROWS_PER_BLOCK", 4)]),
+        defaults: |_| Config::from_pairs(&[(ROWS_PER_BLOCK, 4)]),
         tuned: |_, _| Config::default(),
         constraints: |_, head_dim| {
             if head_dim > 256 {
-                Err(format!("head dim {head_dim} > 256 would need more than 8 registers per lane"))
+                Err(ConfigError::Rule(format!("head dim {head_dim} > 256 would need more than 8 registers per lane")))
             } else {
                 Ok(())
             }
         },
         geometry: |cfg, shape| {
-            let rows = knob(cfg, "ROWS_PER_BLOCK");
+            let rows = knob(cfg, ROWS_PER_BLOCK);
             Geometry {
                 grid: (row_tiles(shape.seq_q, rows), shape.heads as u32, shape.batch as u32),
                 block: rows * 32,
@@ -88,22 +92,22 @@ static REGISTRY: [Implementation; 7] = [
         yielding: &[],
         defaults: |head_dim| {
             let block_m = if head_dim > 64 { 32 } else { 64 };
-            Config::from_pairs(&[("BLOCK_M", block_m), ("BLOCK_N", 64), ("NUM_WARPS", 4), ("STAGES", 2)])
+            Config::from_pairs(&[(BLOCK_M, block_m), (BLOCK_N, 64), (NUM_WARPS, 4), (STAGES, 2)])
         },
         tuned: |_, _| Config::default(),
         constraints: |cfg, _| {
-            let (m, w) = (knob(cfg, "BLOCK_M"), knob(cfg, "NUM_WARPS"));
+            let (m, w) = (knob(cfg, BLOCK_M), knob(cfg, NUM_WARPS));
             if m % w != 0 {
-                return Err(format!("BLOCK_M={m} is not a multiple of NUM_WARPS={w}"));
+                return Err(ConfigError::Rule(format!("BLOCK_M={m} is not a multiple of NUM_WARPS={w}")));
             }
             if m / w > 16 {
-                return Err(format!("BLOCK_M/NUM_WARPS = {} rows per warp; at most 16 fit in registers", m / w));
+                return Err(ConfigError::Rule(format!("BLOCK_M/NUM_WARPS = {} rows per warp; at most 16 fit in registers", m / w)));
             }
             Ok(())
         },
         geometry: |cfg, shape| {
             let (m, n, w, stages) =
-                (knob(cfg, "BLOCK_M"), knob(cfg, "BLOCK_N"), knob(cfg, "NUM_WARPS"), knob(cfg, "STAGES"));
+                (knob(cfg, BLOCK_M), knob(cfg, BLOCK_N), knob(cfg, NUM_WARPS), knob(cfg, STAGES));
             let d = shape.head_dim as u32;
             Geometry {
                 grid: (row_tiles(shape.seq_q, m), shape.heads as u32, shape.batch as u32),
@@ -141,25 +145,25 @@ static REGISTRY: [Implementation; 7] = [
         arch: Some("compute_90a"),
         variants: Variants::ALL,
         introduced: &[
-            ("SCHEDULE", 0),
-            ("PV_N", 64),
-            ("Q_REGS", 0),
-            ("LAZY_RESCALE", 0),
-            ("Q_STAGES", 1),
-            ("CLUSTER", 1),
-            ("Q_RELEASE", 0),
-            ("CLUSTER_HEADS", 0),
-            ("STREAM_K", 0),
-            ("CHAIN", 0),
+            (SCHEDULE, 0),
+            (PV_N, 64),
+            (Q_REGS, 0),
+            (LAZY_RESCALE, 0),
+            (Q_STAGES, 1),
+            (CLUSTER, 1),
+            (Q_RELEASE, 0),
+            (CLUSTER_HEADS, 0),
+            (STREAM_K, 0),
+            (CHAIN, 0),
         ],
         yielding: &[
-            ("Q_REGS", 0),
-            ("Q_STAGES", 1),
-            ("CLUSTER", 1),
-            ("Q_RELEASE", 0),
-            ("CLUSTER_HEADS", 0),
-            ("STREAM_K", 0),
-            ("CHAIN", 0),
+            (Q_REGS, 0),
+            (Q_STAGES, 1),
+            (CLUSTER, 1),
+            (Q_RELEASE, 0),
+            (CLUSTER_HEADS, 0),
+            (STREAM_K, 0),
+            (CHAIN, 0),
         ],
         defaults: hopper_defaults,
         tuned: hopper_tuned,
@@ -235,7 +239,7 @@ static REGISTRY: [Implementation; 7] = [
         yielding: &[],
         defaults: hybrid_defaults,
         tuned: |_, _| Config::default(),
-        constraints: |cfg, _| hybrid_constraints(cfg, knob(cfg, "BLOCK_N")),
+        constraints: |cfg, _| hybrid_constraints(cfg, knob(cfg, BLOCK_N)),
         geometry: |cfg, shape| {
             hybrid_geometry(cfg, shape, qk_softmax_shared(cfg, shape.head_dim as u32))
         },

@@ -232,7 +232,11 @@ pub fn implementation_knobs(
 ) -> Result<Vec<(&'static str, &'static [i64])>> {
     let imp = registry::find(name)?;
     imp.check_head_dim(head_dim)?;
-    Ok(imp.knobs.iter().map(|k| (k.name, k.domain)).collect())
+    Ok(imp
+        .knobs
+        .iter()
+        .map(|k| (k.name.as_str(), k.domain))
+        .collect())
 }
 
 /// The knobs of registered implementation `name` a search of it alone may tune at `head_dim`,

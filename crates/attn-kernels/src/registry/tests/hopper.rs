@@ -1,6 +1,9 @@
 //! hopper's constraints, yielding knobs and per-shape rules.
 
 use super::tuned_at;
+use crate::config::names::{
+    BLOCK_M, BLOCK_N, CLUSTER, CLUSTER_HEADS, NUM_WARPS, Q_REGS, Q_STAGES, SCHEDULE, STAGES,
+};
 use crate::registry::*;
 use crate::Config;
 use attn_oracle::{Params, Shape};
@@ -16,7 +19,7 @@ fn resolve(config: &str, head_dim: usize) -> std::result::Result<Config, String>
 #[test]
 fn q_in_registers_yields_where_other_knobs_rule_it_out_unless_asked_for() {
     let hopper = find("hopper").unwrap();
-    let q_regs = |config: &str, head_dim: usize| resolve(config, head_dim).unwrap().get("Q_REGS");
+    let q_regs = |config: &str, head_dim: usize| resolve(config, head_dim).unwrap().get(Q_REGS);
     assert_eq!(q_regs("", 128), Some(1));
     assert_eq!(q_regs("", 64), Some(0));
     // The persistent schedule keeps Q in registers; 176-key tiles and the unoverlapped loop
@@ -30,7 +33,7 @@ fn q_in_registers_yields_where_other_knobs_rule_it_out_unless_asked_for() {
     );
     let small = hopper.resolve(&small, 128, &Limits::H100).unwrap();
     assert_eq!(
-        (small.get("NUM_WARPS"), small.get("Q_REGS")),
+        (small.get(NUM_WARPS), small.get(Q_REGS)),
         (Some(4), Some(0))
     );
     // Named, it does not yield: the reason says what to change.
@@ -45,7 +48,7 @@ fn q_in_registers_yields_where_other_knobs_rule_it_out_unless_asked_for() {
         &Params::new(128, true),
     );
     assert_eq!(
-        (causal.get("SCHEDULE"), causal.get("Q_REGS")),
+        (causal.get(SCHEDULE), causal.get(Q_REGS)),
         (Some(1), Some(0))
     );
     // A reason that yielding does not remove is the one reported.
@@ -147,7 +150,7 @@ fn hopper_tunes_head_pairs_where_the_query_heads_per_kv_head_are_even() {
         let merged = hopper.tuned_under(&shape, &causal, &user.parse().unwrap());
         let cfg = hopper.resolve(&merged, 128, &Limits::H100);
         let cfg = cfg.unwrap_or_else(|e| panic!("{heads}/{kv_heads} {user}: {e}"));
-        (cfg.get("CLUSTER_HEADS"), cfg.get("CLUSTER"))
+        (cfg.get(CLUSTER_HEADS), cfg.get(CLUSTER))
     };
     for (heads, kv_heads, pairs) in [(32, 8, 1), (32, 1, 1), (16, 16, 0), (24, 8, 0)] {
         assert_eq!(
@@ -164,7 +167,7 @@ fn hopper_tunes_head_pairs_where_the_query_heads_per_kv_head_are_even() {
 fn hopper_takes_a_second_q_tile_only_in_the_persistent_loop_with_q_in_shared_memory() {
     // Q in registers yields to it; at D=128 its 32 KiB need the 2-stage ring.
     let two = resolve("SCHEDULE=1,Q_STAGES=2,STAGES=2", 128).unwrap();
-    assert_eq!(two.get("Q_REGS"), Some(0));
+    assert_eq!(two.get(Q_REGS), Some(0));
     assert_eq!(
         hopper_dynamic_shared(&two, 128),
         1024 + 2 * 32_768 + 2 * 2 * 32_768
@@ -193,22 +196,22 @@ fn a_users_knobs_that_rule_out_two_q_tiles_take_one_where_the_tuning_had_two() {
         let merged = hopper.tuned_under(&shape, &params, &user.parse().unwrap());
         hopper.resolve(&merged, 128, &Limits::H100)
     };
-    assert_eq!(tuned("").unwrap().get("Q_STAGES"), Some(2));
+    assert_eq!(tuned("").unwrap().get(Q_STAGES), Some(2));
     for (user, knob, value) in [
-        ("SCHEDULE=0", "SCHEDULE", 0),
-        ("Q_REGS=1", "Q_REGS", 1),
-        ("STAGES=3", "STAGES", 3),
-        ("BLOCK_N=176", "Q_REGS", 0),
+        ("SCHEDULE=0", SCHEDULE, 0),
+        ("Q_REGS=1", Q_REGS, 1),
+        ("STAGES=3", STAGES, 3),
+        ("BLOCK_N=176", Q_REGS, 0),
     ] {
         let cfg = tuned(user).unwrap_or_else(|e| panic!("{user}: {e}"));
         assert_eq!(
-            (cfg.get("Q_STAGES"), cfg.get(knob)),
+            (cfg.get(Q_STAGES), cfg.get(knob)),
             (Some(1), Some(value)),
             "{user}"
         );
     }
     // Knobs that leave two Q tiles possible keep them; the user's own Q_STAGES=2 never yields.
-    assert_eq!(tuned("LAZY_RESCALE=1").unwrap().get("Q_STAGES"), Some(2));
+    assert_eq!(tuned("LAZY_RESCALE=1").unwrap().get(Q_STAGES), Some(2));
     let err = tuned("SCHEDULE=0,Q_STAGES=2").unwrap_err().to_string();
     assert!(err.contains("SCHEDULE=1"), "{err}");
     // Where the tuning's 160-key tile rules the user's knobs out, the whole tuning yields.
@@ -217,7 +220,7 @@ fn a_users_knobs_that_rule_out_two_q_tiles_take_one_where_the_tuning_had_two() {
         let merged = hopper.tuned_under(&long, &params, &user.parse().unwrap());
         let cfg = hopper.resolve(&merged, 128, &Limits::H100);
         let cfg = cfg.unwrap_or_else(|e| panic!("{user}: {e}"));
-        (cfg.get("BLOCK_N"), cfg.get("Q_STAGES"))
+        (cfg.get(BLOCK_N), cfg.get(Q_STAGES))
     };
     assert_eq!(tuned_long(""), (Some(160), Some(2)));
     assert_eq!(tuned_long("Q_REGS=1"), (Some(128), Some(1)));
@@ -230,9 +233,9 @@ fn hopper_takes_wide_key_tiles_only_where_they_fit_and_where_measured() {
     let hopper = find("hopper").unwrap();
     // FlashAttention-3's D=128 tile: 128 x 176, 2 stages; 214016 bytes of dynamic shared memory.
     let fa3 = resolve("BLOCK_N=176,STAGES=2", 128).unwrap();
-    assert_eq!(fa3.get("NUM_WARPS"), Some(8));
+    assert_eq!(fa3.get(NUM_WARPS), Some(8));
     // Q yields to shared memory: the 176-key tile leaves no registers for it.
-    assert_eq!(fa3.get("Q_REGS"), Some(0));
+    assert_eq!(fa3.get(Q_REGS), Some(0));
     assert_eq!(hopper_dynamic_shared(&fa3, 128), 214_016);
     // The default 3 stages do not fit at D=128; the reason says what to do.
     let err = resolve("BLOCK_N=176", 128).unwrap_err();
@@ -259,7 +262,7 @@ fn hopper_takes_wide_key_tiles_only_where_they_fit_and_where_measured() {
     // Neither the defaults nor any shape's tuning (since two Q tiles take every length at D=128):
     // opt-in.
     for d in [64, 128] {
-        assert_eq!(hopper.default_config(d).get("BLOCK_N"), Some(128));
+        assert_eq!(hopper.default_config(d).get(BLOCK_N), Some(128));
         for (shape, causal) in [
             ((1, 8, 512), false),
             ((2, 16, 8192), false),
@@ -268,10 +271,10 @@ fn hopper_takes_wide_key_tiles_only_where_they_fit_and_where_measured() {
         ] {
             let (b, h, s) = shape;
             let tuned = tuned_at("hopper", (b, h, s, d), causal);
-            assert_ne!(tuned.get("BLOCK_N"), Some(176), "{shape:?} D={d} {causal}");
+            assert_ne!(tuned.get(BLOCK_N), Some(176), "{shape:?} D={d} {causal}");
             // Clusters on every full grid; the seed suite's (1,8,512) is none.
             assert_eq!(
-                tuned.get("CLUSTER") == Some(2),
+                tuned.get(CLUSTER) == Some(2),
                 shape != (1, 8, 512),
                 "{shape:?} D={d} {causal}"
             );
@@ -292,7 +295,7 @@ fn hopper_takes_128_row_blocks_at_d64_only_where_192_row_blocks_end_in_a_thin_wa
         for causal in [false, true] {
             let tuned = tuned_at("hopper", (b, h, s, 64), causal);
             let cfg = hopper.resolve(&tuned, 64, &Limits::H100).unwrap();
-            let got = (cfg.get("BLOCK_M"), cfg.get("NUM_WARPS"), cfg.get("CLUSTER"));
+            let got = (cfg.get(BLOCK_M), cfg.get(NUM_WARPS), cfg.get(CLUSTER));
             let want = if rows == 128 {
                 (128, 8, 1)
             } else {
@@ -309,19 +312,15 @@ fn hopper_takes_128_row_blocks_at_d64_only_where_192_row_blocks_end_in_a_thin_wa
     };
     let tuned = hopper.tuned_for(&grouped, &Params::new(64, false));
     let cfg = hopper.resolve(&tuned, 64, &Limits::H100).unwrap();
-    let got = (
-        cfg.get("BLOCK_M"),
-        cfg.get("CLUSTER"),
-        cfg.get("CLUSTER_HEADS"),
-    );
+    let got = (cfg.get(BLOCK_M), cfg.get(CLUSTER), cfg.get(CLUSTER_HEADS));
     assert_eq!(got, (Some(128), Some(1), Some(0)));
     // A user's warps win over the tuning's rows (it yields rather than clash).
     let shape = Shape::new(2, 16, 1024, 1024, 64).unwrap();
     let params = Params::new(64, false);
     let user = hopper.tuned_under(&shape, &params, &"NUM_WARPS=12".parse().unwrap());
     let cfg = hopper.resolve(&user, 64, &Limits::H100).unwrap();
-    assert_eq!(cfg.get("BLOCK_M"), Some(192));
+    assert_eq!(cfg.get(BLOCK_M), Some(192));
     // Never at D=128, whose blocks have 128 rows anyway (in clusters).
     let d128 = tuned_at("hopper", (2, 16, 1024, 128), false);
-    assert_eq!(d128.get("CLUSTER"), Some(2));
+    assert_eq!(d128.get(CLUSTER), Some(2));
 }

@@ -1,10 +1,15 @@
 //! The registry's CPU tests: variants, per-shape rules, constraints.
 
 use super::*;
+use crate::config::names::{
+    BLOCK_M, BLOCK_N, CLUSTER, KV_SPLIT, LAZY_RESCALE, NUM_WARPS, PINGPONG, Q_REGS, Q_STAGES,
+    SCHEDULE, STAGES, STREAM_K, WARP_M,
+};
+use crate::config::KnobName;
 
 /// The per-shape rules: the values a shape runs some knobs with, without a mask (tuned or the
 /// defaults; empty: no tuning at all), and that the result is a valid config for the H100.
-fn check(implementation: &str, shape: (usize, usize, usize, usize), expected: &[(&str, i64)]) {
+fn check(implementation: &str, shape: (usize, usize, usize, usize), expected: &[(KnobName, i64)]) {
     check_masked(implementation, shape, false, expected);
 }
 
@@ -24,7 +29,7 @@ fn check_masked(
     implementation: &str,
     (b, h, s, d): (usize, usize, usize, usize),
     causal: bool,
-    expected: &[(&str, i64)],
+    expected: &[(KnobName, i64)],
 ) {
     let imp = find(implementation).unwrap();
     let tuned = tuned_at(implementation, (b, h, s, d), causal);
@@ -79,52 +84,43 @@ fn variants_are_declared_and_the_rest_refused_by_name() {
 fn small_grids_get_their_own_knobs_and_large_ones_the_defaults() {
     // mma: 16-row blocks with 4-way split keys while 2 blocks/SM still hold the grid, then
     // 32-row blocks with a 2-way split; D=128 and full grids keep the defaults.
-    check("mma", (1, 8, 512, 64), &[("BLOCK_M", 16), ("KV_SPLIT", 4)]);
-    check("mma", (2, 8, 512, 64), &[("BLOCK_M", 32), ("KV_SPLIT", 2)]);
+    check("mma", (1, 8, 512, 64), &[(BLOCK_M, 16), (KV_SPLIT, 4)]);
+    check("mma", (2, 8, 512, 64), &[(BLOCK_M, 32), (KV_SPLIT, 2)]);
     check("mma", (2, 16, 8192, 64), &[]);
     check("mma", (1, 8, 512, 128), &[]);
     // hopper: one 64-row warpgroup under one wave of default blocks, at either head dim.
     check(
         "hopper",
         (1, 8, 512, 64),
-        &[("BLOCK_M", 64), ("NUM_WARPS", 4), ("PINGPONG", 0)],
+        &[(BLOCK_M, 64), (NUM_WARPS, 4), (PINGPONG, 0)],
     );
-    check(
-        "hopper",
-        (2, 8, 512, 64),
-        &[("BLOCK_M", 64), ("NUM_WARPS", 4)],
-    );
+    check("hopper", (2, 8, 512, 64), &[(BLOCK_M, 64), (NUM_WARPS, 4)]);
     check(
         "hopper",
         (1, 8, 1024, 128),
-        &[("BLOCK_M", 64), ("NUM_WARPS", 4)],
+        &[(BLOCK_M, 64), (NUM_WARPS, 4)],
     );
     // At D=128 the 64-row grid of (2,16,512,128) needs two waves: the defaults' one wave.
     for causal in [false, true] {
         let tuned = tuned_at("hopper", (2, 16, 512, 128), causal);
-        assert_eq!(tuned.get("BLOCK_M"), None, "{tuned:?}");
+        assert_eq!(tuned.get(BLOCK_M), None, "{tuned:?}");
     }
     // Full grids: two Q tiles in the persistent loop (D=128: in a 2-stage ring) at D=64, and
     // at D=128 at every length, without a mask (the stream-K tail cut) and under a causal one;
     // conditional rescaling from 4096 keys.
-    let two_q = [
-        ("SCHEDULE", 1),
-        ("Q_REGS", 0),
-        ("Q_STAGES", 2),
-        ("CLUSTER", 2),
-    ];
-    let two_q_128 = [two_q.as_slice(), &[("STAGES", 2)]].concat();
-    let lazy = [("LAZY_RESCALE", 1)];
+    let two_q = [(SCHEDULE, 1), (Q_REGS, 0), (Q_STAGES, 2), (CLUSTER, 2)];
+    let two_q_128 = [two_q.as_slice(), &[(STAGES, 2)]].concat();
+    let lazy = [(LAZY_RESCALE, 1)];
     // The stream-K tail: the static order of an unmasked problem only, from 2048 keys at D=64
     // and 4096 at D=128.
-    let cut = |causal: bool| [("STREAM_K", i64::from(!causal))];
-    let whole = [("STREAM_K", 0)];
+    let cut = |causal: bool| [(STREAM_K, i64::from(!causal))];
+    let whole = [(STREAM_K, 0)];
     for causal in [false, true] {
         for (b, h, s) in [(2, 32, 1024), (2, 16, 2048), (2, 16, 8192), (2, 16, 16384)] {
             let lazy: &[_] = if s >= 4096 {
                 &lazy
             } else {
-                &[("LAZY_RESCALE", 0)]
+                &[(LAZY_RESCALE, 0)]
             };
             let tail: &[_] = if s >= 2048 { &cut(causal) } else { &whole };
             check_masked(
@@ -136,7 +132,7 @@ fn small_grids_get_their_own_knobs_and_large_ones_the_defaults() {
         }
     }
     // From 2048 keys a row on average (causal: from 4096 rows) with 160-key tiles.
-    let keys = |n| [("BLOCK_N", n)];
+    let keys = |n| [(BLOCK_N, n)];
     for (s, causal, knobs) in [
         (
             1024,
@@ -198,7 +194,7 @@ fn small_grids_get_their_own_knobs_and_large_ones_the_defaults() {
     };
     let knobs_under = |left, right| {
         let cfg = hopper.tuned_for(&long, &bounded(left, right));
-        (cfg.get("Q_STAGES"), cfg.get("BLOCK_N"))
+        (cfg.get(Q_STAGES), cfg.get(BLOCK_N))
     };
     assert_eq!(knobs_under((4096, true), None), (Some(2), Some(160)));
     assert_eq!(knobs_under((1024, true), None), (Some(2), None));
@@ -209,13 +205,13 @@ fn small_grids_get_their_own_knobs_and_large_ones_the_defaults() {
         "hopper",
         (1, 8, 512, 64),
         true,
-        &[("BLOCK_M", 64), ("NUM_WARPS", 4)],
+        &[(BLOCK_M, 64), (NUM_WARPS, 4)],
     );
     let small = find("hopper").unwrap().tuned_for(
         &Shape::new(1, 8, 512, 512, 64).unwrap(),
         &Params::new(64, true),
     );
-    assert_eq!(small.get("SCHEDULE"), None, "{small:?}");
+    assert_eq!(small.get(SCHEDULE), None, "{small:?}");
     check_masked("mma", (2, 16, 8192, 64), true, &[]);
 }
 
@@ -223,12 +219,8 @@ fn small_grids_get_their_own_knobs_and_large_ones_the_defaults() {
 fn mma_rejects_tiles_that_do_not_split_over_the_threads() {
     let mma = find("mma").unwrap();
     // 8 warps, BLOCK_N 48 at D=64: 48 rows × 8 chunks = 384 chunks over 256 threads.
-    let overrides = Config::from_pairs(&[
-        ("NUM_WARPS", 8),
-        ("WARP_M", 16),
-        ("BLOCK_M", 128),
-        ("BLOCK_N", 48),
-    ]);
+    let overrides =
+        Config::from_pairs(&[(NUM_WARPS, 8), (WARP_M, 16), (BLOCK_M, 128), (BLOCK_N, 48)]);
     let err = mma
         .resolve(&overrides, 64, &Limits::H100)
         .unwrap_err()
@@ -238,12 +230,7 @@ fn mma_rejects_tiles_that_do_not_split_over_the_threads() {
         "{err}"
     );
     // The same tile with 4 warps (128 threads) is fine.
-    let ok = Config::from_pairs(&[
-        ("NUM_WARPS", 4),
-        ("WARP_M", 32),
-        ("BLOCK_M", 128),
-        ("BLOCK_N", 48),
-    ]);
+    let ok = Config::from_pairs(&[(NUM_WARPS, 4), (WARP_M, 32), (BLOCK_M, 128), (BLOCK_N, 48)]);
     mma.resolve(&ok, 64, &Limits::H100).unwrap();
 }
 
