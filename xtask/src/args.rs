@@ -158,7 +158,7 @@ pub fn validate(candidate: &Candidate, problems: &[Problem]) -> anyhow::Result<(
     }
     if let Candidate::Registered { implementation, .. } = candidate {
         for p in problems {
-            let for_shape = candidate.for_problem(&p.shape, &p.params);
+            let for_shape = candidate.for_problem(&p.shape, &p.params, &attn_kernels::Limits::H100);
             implementation.check_head_dim(p.shape.head_dim)?;
             implementation
                 .resolve(

@@ -137,7 +137,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let first = problems.iter().find_map(|problem| {
         candidates
             .iter()
-            .map(|c| c.for_problem(&problem.shape, &problem.params))
+            .map(|c| c.for_problem(&problem.shape, &problem.params, &gpu.limits()))
             .find(|c| problem.check_supported_by(c).is_ok())
             .map(|c| (problem, c))
     });
@@ -154,7 +154,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             continue;
         }
         for any_shape in &candidates {
-            let candidate = &any_shape.for_problem(&problem.shape, &problem.params);
+            let candidate = &any_shape.for_problem(&problem.shape, &problem.params, &gpu.limits());
             if let Err(err) = problem.check_supported_by(candidate) {
                 bar.println(format!("  skipped on {problem}: {err}"));
                 bar.inc(1 + u64::from(dense.is_some()));
@@ -176,7 +176,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             bar.inc(1);
             // The same implementation (tuned for that shape) on the dense batch at the mean length.
             if let Some(dense) = dense {
-                let candidate = &any_shape.for_problem(&dense.shape, &dense.params);
+                let candidate = &any_shape.for_problem(&dense.shape, &dense.params, &gpu.limits());
                 bar.step(format!(
                     "{} {dense} (dense at the mean length)",
                     candidate.label()

@@ -14,7 +14,9 @@ use crate::compile::{Arch, CompileRequest};
 use crate::config::{Config, ConfigError};
 use crate::error::{DriverContext, KernelError, Result};
 use crate::gpu::{DeviceTensor, Gpu};
-use crate::registry::{self, Abi, Engine, Geometry, Implementation, LibraryPlan, Limits, Variants};
+use crate::registry::{
+    self, Abi, DeviceLimits, Engine, Geometry, Implementation, LibraryPlan, Limits, Variants,
+};
 use crate::tensormap;
 
 /// What to run: a registered implementation with config overrides, or a user's kernel file.
@@ -81,16 +83,16 @@ impl Candidate {
     }
 
     /// The candidate to run on `shape` under `params` (its mask): a registered implementation gets
-    /// the knobs tuned for that problem, under the user's own overrides; a user's kernel is
+    /// the knobs tuned for that problem on `device`, under the user's own overrides; a user's kernel is
     /// unchanged.
-    pub fn for_problem(&self, shape: &Shape, params: &Params) -> Candidate {
+    pub fn for_problem(&self, shape: &Shape, params: &Params, device: &DeviceLimits) -> Candidate {
         match self {
             Candidate::Registered {
                 implementation,
                 overrides,
             } => Candidate::Registered {
                 implementation,
-                overrides: implementation.tuned_under(shape, params, overrides),
+                overrides: implementation.tuned_under(shape, params, overrides, device),
             },
             Candidate::Revision {
                 of,
@@ -98,7 +100,7 @@ impl Candidate {
                 include_dir,
                 revision,
             } => Candidate::Revision {
-                of: Box::new(of.for_problem(shape, params)),
+                of: Box::new(of.for_problem(shape, params, device)),
                 source: source.clone(),
                 include_dir: include_dir.clone(),
                 revision: revision.clone(),

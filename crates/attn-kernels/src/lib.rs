@@ -49,5 +49,5 @@ pub use guard::{GuardViolation, GuardedTensor, HarnessKernels};
 pub use reference::{
     ColumnMap, Counters, ElementBound, GpuReference, ReferenceOutput, RowErrors, RowMask,
 };
-pub use registry::{registry, Implementation, Limits};
+pub use registry::{registry, DeviceLimits, Implementation, Limits};
 pub use timing::{Harness, SampleHooks, TimingMode, TimingOptions, Timings};

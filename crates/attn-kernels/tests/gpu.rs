@@ -451,7 +451,7 @@ fn check_implementation_with(name: &str, run: &Run) -> Vec<String> {
                 }
                 let prepared = Prepared::new(
                     &gpu,
-                    &candidate.for_problem(&shape, &params),
+                    &candidate.for_problem(&shape, &params, &gpu.limits()),
                     dtype,
                     head_dim,
                 )
@@ -542,7 +542,7 @@ fn hopper_lazy_rescale_matches_the_oracle_when_row_maxima_jump() {
                         for distribution in [Distribution::Peaky, Distribution::LargeMagnitude] {
                             let shape = Shape::new(batch, heads, seq, seq, head_dim).unwrap();
                             let params = Params::new(head_dim, causal);
-                            let candidate = candidate.for_problem(&shape, &params);
+                            let candidate = candidate.for_problem(&shape, &params, &gpu.limits());
                             let prepared = Prepared::new(&gpu, &candidate, dtype, head_dim)
                                 .unwrap_or_else(|e| panic!("{e}"));
                             count += 1;
@@ -673,7 +673,7 @@ fn check_variants_with(name: &str, run: &Run) -> Vec<String> {
                 );
                 let prepared = Prepared::new(
                     &gpu,
-                    &candidate.for_problem(&shape, &params),
+                    &candidate.for_problem(&shape, &params, &gpu.limits()),
                     dtype,
                     head_dim,
                 )
@@ -777,7 +777,7 @@ fn check_varlen_with(name: &str, run: &Run) -> Vec<String> {
                 let bounding = varlen.bounding_shape(&per_head).unwrap();
                 let prepared = Prepared::new(
                     &gpu,
-                    &candidate.for_problem(&bounding, &params),
+                    &candidate.for_problem(&bounding, &params, &gpu.limits()),
                     dtype,
                     head_dim,
                 )
@@ -1077,7 +1077,7 @@ fn hopper_static_order_cuts_and_chains_items_and_matches_the_oracle() {
                 (DType::F16, true),
             ] {
                 let params = Params::new(head_dim, causal);
-                let tuned = candidate.for_problem(&shape, &params);
+                let tuned = candidate.for_problem(&shape, &params, &gpu.limits());
                 let prepared = Prepared::new(&gpu, &tuned, dtype, head_dim).unwrap();
                 // The items of the static order (the geometry's row blocks, a cluster's pair of
                 // them or of heads being one) against the clusters (one block per SM).

@@ -220,7 +220,8 @@ impl<'a> GateSession<'a> {
         let mut trace = PhaseTrace::new(problem);
         problem.check_supported_by(self.candidate)?;
         self.baseline.check_supports(problem)?;
-        let candidate = self.candidate.for_problem(&problem.shape, &problem.params);
+        let candidate =
+            (self.candidate).for_problem(&problem.shape, &problem.params, &gpu.limits());
         let prepared =
             self.candidates
                 .get(gpu, &candidate, problem.dtype, problem.shape.head_dim)?;
@@ -343,7 +344,7 @@ impl<'a> GateSession<'a> {
                 Box::new(SdpaSide::new(gpu, sdpa, *backend, problem, seed ^ 0xba5e))
             }
             Baseline::Registered(c) => {
-                baseline_candidate = c.for_problem(&problem.shape, &problem.params);
+                baseline_candidate = c.for_problem(&problem.shape, &problem.params, &gpu.limits());
                 let prepared = self.baselines.get(
                     gpu,
                     &baseline_candidate,

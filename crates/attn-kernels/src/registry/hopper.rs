@@ -9,8 +9,7 @@ use crate::config::names::{
 };
 use crate::config::{Config, ConfigError, Knob};
 
-use super::mma::H100_SMS;
-use super::{elem_bytes, grid_blocks, knob, row_tiles, Geometry, Limits};
+use super::{elem_bytes, grid_blocks, knob, row_tiles, DeviceLimits, Geometry};
 
 pub(super) static HOPPER_KNOBS: [Knob; 16] = [
     Knob {
@@ -94,10 +93,6 @@ pub(super) static HOPPER_KNOBS: [Knob; 16] = [
         doc: "1 = in an unmasked dense batch a persistent block chains its items (stream-K segments too, at D=64; at D=128 CHAIN=1 with STREAM_K=1 spills): an item's last turn issues the next item's first Q·Kᵀ beside its own last P·V and runs that softmax while the P·V completes, then stores (no turn with a Q·Kᵀ or a P·V alone at an item's start and end); needs SCHEDULE=1, Q_STAGES=2 and OVERLAP=1; the consumers store O themselves (no copy warp: with it some D=128 configs spilled); opt-in: ncu measured 228.3 µs with it against 225.9 µs at 2,32/8,2048,128; 0 = each item begins after the previous one's last P·V",
     },
 ];
-
-/// Shared memory of an H100 SM, and what the driver reserves of it for each resident block.
-const H100_SHARED_PER_SM: u32 = 233_472;
-const H100_SHARED_RESERVED_PER_BLOCK: u32 = 1024;
 
 /// hopper's defaults, measured on the H100 with the gate's graph protocol against SDPA (cuDNN):
 /// D=128 two consumer warpgroups (2,16,8192,128: 655 TFLOP/s vs 655, causal 617 vs 596), D=64
@@ -285,10 +280,10 @@ fn hopper_clusters_over_heads(shape: &Shape) -> bool {
 /// Gate figures before 2026-11-27T09-30Z were taken in blocks of 10 samples, two a side at
 /// `--samples 20`, where hopper measured against itself read up to 1.11× (the gate's
 /// `MIN_BLOCKS_A_SIDE`): a difference under about 10% among them is not established.
-pub(super) fn hopper_tuned(shape: &Shape, params: &Params) -> Config {
+pub(super) fn hopper_tuned(shape: &Shape, params: &Params, device: &DeviceLimits) -> Config {
     let defaults = hopper_defaults(shape.head_dim);
     let rows = knob(&defaults, BLOCK_M) as usize;
-    if grid_blocks(shape, rows) >= H100_SMS {
+    if grid_blocks(shape, rows) >= device.sms() {
         let mut knobs = Vec::new();
         if shape.seq_kv >= HOPPER_LAZY_RESCALE_MIN_KEYS {
             knobs.push((LAZY_RESCALE, 1));
@@ -298,7 +293,7 @@ pub(super) fn hopper_tuned(shape: &Shape, params: &Params) -> Config {
             if hopper_cuts_the_tail(shape, params) {
                 knobs.push((STREAM_K, 1));
             }
-            if hopper_d64_takes_128_rows(shape) {
+            if hopper_d64_takes_128_rows(shape, device) {
                 // Two consumer warpgroups, each block alone (no cluster, so no head pairs).
                 knobs.extend([(NUM_WARPS, 8), (BLOCK_M, 128)]);
             } else {
@@ -327,8 +322,8 @@ pub(super) fn hopper_tuned(shape: &Shape, params: &Params) -> Config {
     ]);
     // Only where the 64-row blocks still run in one wave: at D=128 one takes 145 KiB, one per SM.
     let resident =
-        (H100_SHARED_PER_SM / hopper_shared_on_sm(&small, shape.head_dim as u32)) as usize;
-    if grid_blocks(shape, 64) > resident * H100_SMS {
+        device.shared_per_sm / hopper_shared_on_sm(&small, shape.head_dim as u32, device);
+    if grid_blocks(shape, 64) > resident as usize * device.sms() {
         return Config::default();
     }
     small
@@ -388,8 +383,8 @@ const HOPPER_D64_WIDE_ROW_COST: (usize, usize) = (17, 20);
 /// 1.05× before, 1.14× [1.13, 1.16] with CLUSTER=1 (1.06-1.09× in clusters of two). Where the
 /// rows fill their blocks the 192-row blocks stay: 2,16,2048,64 and 4,16,1024,64 (0.94-0.96× against
 /// cuDNN either way).
-fn hopper_d64_takes_128_rows(shape: &Shape) -> bool {
-    let rows_in_waves = |rows: usize| grid_blocks(shape, rows).div_ceil(H100_SMS) * rows;
+fn hopper_d64_takes_128_rows(shape: &Shape, device: &DeviceLimits) -> bool {
+    let rows_in_waves = |rows: usize| grid_blocks(shape, rows).div_ceil(device.sms()) * rows;
     let (cost, of) = HOPPER_D64_WIDE_ROW_COST;
     shape.head_dim == 64 && rows_in_waves(128) * of < rows_in_waves(192) * cost
 }
@@ -406,10 +401,10 @@ fn hopper_takes_160_key_tiles(shape: &Shape, params: &Params) -> bool {
 
 /// The shared memory a resident hopper block of `cfg` takes of an H100 SM: the tiles, the
 /// barriers and the driver's reserve per block.
-fn hopper_shared_on_sm(cfg: &Config, head_dim: u32) -> u32 {
+fn hopper_shared_on_sm(cfg: &Config, head_dim: u32, device: &DeviceLimits) -> u32 {
     hopper_dynamic_shared(cfg, head_dim)
         + hopper_static_shared(cfg)
-        + H100_SHARED_RESERVED_PER_BLOCK
+        + device.reserved_shared_per_block
 }
 
 /// hopper's dynamic shared memory: 1 KiB of slack to align the tiles to the 1024-byte swizzle atom,
@@ -533,12 +528,12 @@ pub(super) fn constraints(cfg: &Config, head_dim: usize) -> std::result::Result<
         return Err(ConfigError::Rule(format!("BLOCK_N={n} needs NUM_WARPS <= 8: with 3 consumer warpgroups (160 registers per thread) its {} S and {} P registers per thread spill; use NUM_WARPS=8", n / 2, n / 4)));
     }
     let shared = hopper_dynamic_shared(cfg, head_dim as u32) + hopper_static_shared(cfg);
-    if shared > Limits::H100.max_shared_per_block {
+    if shared > DeviceLimits::H100.max_shared_per_block {
         return Err(ConfigError::Rule(format!(
             "BLOCK_N={n} x STAGES={} K/V ring and {} Q tile(s) at head dim {head_dim}: {shared} bytes of shared memory (mbarriers included) > sm_90's {}; use fewer STAGES (BLOCK_N 160 or 176, or Q_STAGES=2, at D=128: STAGES=2; BLOCK_N=176 with Q_STAGES=2 does not fit)",
             knob(cfg, STAGES),
             q_stages(cfg),
-            Limits::H100.max_shared_per_block
+            DeviceLimits::H100.max_shared_per_block
         )));
     }
     Ok(())

@@ -7,7 +7,7 @@ use crate::config::names::{
 };
 use crate::config::{Config, ConfigError, Knob};
 
-use super::{elem_bytes, grid_blocks, knob, row_tiles, Geometry};
+use super::{elem_bytes, grid_blocks, knob, row_tiles, DeviceLimits, Geometry};
 
 pub(super) static MMA_KNOBS: [Knob; 8] = [
     Knob {
@@ -89,21 +89,17 @@ pub(super) fn mma_defaults(head_dim: usize) -> Config {
     }
 }
 
-/// SMs of the H100 the per-shape rules were measured on (a grid smaller is under one wave).
-pub(super) const H100_SMS: usize = 132;
-
 /// Small grids at D=64 (the defaults would leave most of the 132 SMs of an H100 idle): 16-row
 /// blocks whose 4 warps split the keys when that still fits in one wave (2 blocks/SM by shared
 /// memory), else 32-row blocks with a 2-way split (3 blocks/SM). Measured with the gate's graph
 /// protocol: (1,8,512,64) 11.2 -> 9.0 µs, (2,8,512,64) 12.5 -> 11.9 µs.
-pub(super) fn mma_tuned(shape: &Shape, _params: &Params) -> Config {
-    const ONE_WAVE_BLOCK16: usize = 2 * H100_SMS;
-    const ONE_WAVE_BLOCK32: usize = 3 * H100_SMS;
-    if shape.head_dim != 64 || grid_blocks(shape, 128) >= H100_SMS {
+pub(super) fn mma_tuned(shape: &Shape, _params: &Params, device: &DeviceLimits) -> Config {
+    let sms = device.sms();
+    if shape.head_dim != 64 || grid_blocks(shape, 128) >= sms {
         Config::default()
-    } else if grid_blocks(shape, 16) <= ONE_WAVE_BLOCK16 {
+    } else if grid_blocks(shape, 16) <= 2 * sms {
         mma_config(4, 16, 4, 32, 3, 1, 1)
-    } else if grid_blocks(shape, 32) <= ONE_WAVE_BLOCK32 {
+    } else if grid_blocks(shape, 32) <= 3 * sms {
         mma_config(4, 16, 2, 64, 2, 1, 1)
     } else {
         Config::default()

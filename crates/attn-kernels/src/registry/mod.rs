@@ -3,6 +3,7 @@
 //! The vocabulary and the validation live here; [`table`] lists the implementations, and each
 //! implementation with knobs of its own has its module: [`hopper`], [`mma`], [`hybrid`].
 
+mod device;
 mod hopper;
 mod hybrid;
 mod mma;
@@ -13,6 +14,7 @@ use attn_oracle::{Params, Shape};
 use crate::config::{Config, ConfigError, Knob, KnobName};
 use crate::error::{KernelError, Result};
 
+pub use device::{DeviceLimits, Limits};
 pub use hopper::{hopper_dynamic_shared, hopper_static_shared};
 pub use table::registry;
 
@@ -172,23 +174,6 @@ pub struct Geometry {
     pub workspace_per_block: u32,
 }
 
-/// What the device allows; configs beyond it are rejected before compiling.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    /// Threads per block.
-    pub max_threads_per_block: u32,
-    /// Dynamic shared memory per block after opting in, bytes.
-    pub max_shared_per_block: u32,
-}
-
-impl Limits {
-    /// An H100 (sm_90): 1024 threads, 227 KiB of shared memory per block.
-    pub const H100: Limits = Limits {
-        max_threads_per_block: 1024,
-        max_shared_per_block: 232_448,
-    };
-}
-
 /// A registered implementation.
 #[derive(Debug)]
 pub struct Implementation {
@@ -223,7 +208,7 @@ pub struct Implementation {
     /// Knobs tuned for a problem, its shape and mask (e.g. smaller tiles when the grid would not
     /// fill the GPU, another work order under a causal mask); they override the defaults, and the
     /// user's overrides override them.
-    tuned: fn(&Shape, &Params) -> Config,
+    tuned: fn(&Shape, &Params, &DeviceLimits) -> Config,
     constraints: fn(&Config, head_dim: usize) -> std::result::Result<(), ConfigError>,
     geometry: fn(&Config, &Shape) -> Geometry,
 }
@@ -284,9 +269,10 @@ impl Implementation {
         (self.defaults)(head_dim)
     }
 
-    /// The knobs tuned for `shape` under `params`' mask (empty when the defaults are best).
-    pub fn tuned_for(&self, shape: &Shape, params: &Params) -> Config {
-        (self.tuned)(shape, params)
+    /// The knobs tuned for `shape` under `params`' mask on `device` (empty when the defaults are
+    /// best).
+    pub fn tuned_for(&self, shape: &Shape, params: &Params, device: &DeviceLimits) -> Config {
+        (self.tuned)(shape, params, device)
     }
 
     /// The knobs for `shape` under `params`' mask with the user's `overrides` on top of its
@@ -295,8 +281,14 @@ impl Implementation {
     /// knobs give way, so that [`Implementation::resolve`] yields them as it yields defaults; where
     /// the rest of the tuning still rules them out (Q_REGS=1 beside a tuned 160-key tile), the
     /// whole tuning does.
-    pub fn tuned_under(&self, shape: &Shape, params: &Params, overrides: &Config) -> Config {
-        let tuned = self.tuned_for(shape, params);
+    pub fn tuned_under(
+        &self,
+        shape: &Shape,
+        params: &Params,
+        overrides: &Config,
+        device: &DeviceLimits,
+    ) -> Config {
+        let tuned = self.tuned_for(shape, params, device);
         let valid = |cfg: &Config| self.constrained(cfg, shape.head_dim).is_ok();
         let merged = tuned.merged(overrides);
         if valid(&merged) {

@@ -59,7 +59,7 @@ static REGISTRY: [Implementation; 7] = [
         introduced: &[],
         yielding: &[],
         defaults: |_| Config::from_pairs(&[(ROWS_PER_BLOCK, 4)]),
-        tuned: |_, _| Config::default(),
+        tuned: |_, _, _| Config::default(),
         constraints: |_, head_dim| {
             if head_dim > 256 {
                 Err(ConfigError::Rule(format!("head dim {head_dim} > 256 would need more than 8 registers per lane")))
@@ -94,7 +94,7 @@ static REGISTRY: [Implementation; 7] = [
             let block_m = if head_dim > 64 { 32 } else { 64 };
             Config::from_pairs(&[(BLOCK_M, block_m), (BLOCK_N, 64), (NUM_WARPS, 4), (STAGES, 2)])
         },
-        tuned: |_, _| Config::default(),
+        tuned: |_, _, _| Config::default(),
         constraints: |cfg, _| {
             let (m, w) = (knob(cfg, BLOCK_M), knob(cfg, NUM_WARPS));
             if m % w != 0 {
@@ -187,7 +187,7 @@ static REGISTRY: [Implementation; 7] = [
         introduced: &[],
         yielding: &[],
         defaults: |_| Config::default(),
-        tuned: |_, _| Config::default(),
+        tuned: |_, _, _| Config::default(),
         constraints: |_, _| Ok(()),
         geometry: |_, shape| Geometry {
             grid: (shape.seq_q as u32, (shape.batch * shape.heads) as u32, 1),
@@ -215,7 +215,7 @@ static REGISTRY: [Implementation; 7] = [
         introduced: &[],
         yielding: &[],
         defaults: hybrid_defaults,
-        tuned: |_, _| Config::default(),
+        tuned: |_, _, _| Config::default(),
         constraints: |cfg, head_dim| hybrid_constraints(cfg, head_dim as u32),
         geometry: |cfg, shape| {
             hybrid_geometry(cfg, shape, softmax_pv_shared(cfg, shape.head_dim as u32))
@@ -238,7 +238,7 @@ static REGISTRY: [Implementation; 7] = [
         introduced: &[],
         yielding: &[],
         defaults: hybrid_defaults,
-        tuned: |_, _| Config::default(),
+        tuned: |_, _, _| Config::default(),
         constraints: |cfg, _| hybrid_constraints(cfg, knob(cfg, BLOCK_N)),
         geometry: |cfg, shape| {
             hybrid_geometry(cfg, shape, qk_softmax_shared(cfg, shape.head_dim as u32))

@@ -30,6 +30,7 @@ fn q_in_registers_yields_where_other_knobs_rule_it_out_unless_asked_for() {
     let small = hopper.tuned_for(
         &Shape::new(1, 8, 512, 512, 128).unwrap(),
         &Params::new(128, false),
+        &Limits::H100,
     );
     let small = hopper.resolve(&small, 128, &Limits::H100).unwrap();
     assert_eq!(
@@ -46,6 +47,7 @@ fn q_in_registers_yields_where_other_knobs_rule_it_out_unless_asked_for() {
     let causal = hopper.tuned_for(
         &Shape::new(2, 16, 2048, 2048, 128).unwrap(),
         &Params::new(128, true),
+        &Limits::H100,
     );
     assert_eq!(
         (causal.get(SCHEDULE), causal.get(Q_REGS)),
@@ -147,7 +149,7 @@ fn hopper_tunes_head_pairs_where_the_query_heads_per_kv_head_are_even() {
             kv_heads,
             ..Shape::new(2, heads, 4096, 4096, 128).unwrap()
         };
-        let merged = hopper.tuned_under(&shape, &causal, &user.parse().unwrap());
+        let merged = hopper.tuned_under(&shape, &causal, &user.parse().unwrap(), &Limits::H100);
         let cfg = hopper.resolve(&merged, 128, &Limits::H100);
         let cfg = cfg.unwrap_or_else(|e| panic!("{heads}/{kv_heads} {user}: {e}"));
         (cfg.get(CLUSTER_HEADS), cfg.get(CLUSTER))
@@ -193,7 +195,7 @@ fn a_users_knobs_that_rule_out_two_q_tiles_take_one_where_the_tuning_had_two() {
     let shape = Shape::new(4, 16, 2048, 2048, 128).unwrap();
     let params = Params::new(128, true);
     let tuned = |user: &str| {
-        let merged = hopper.tuned_under(&shape, &params, &user.parse().unwrap());
+        let merged = hopper.tuned_under(&shape, &params, &user.parse().unwrap(), &Limits::H100);
         hopper.resolve(&merged, 128, &Limits::H100)
     };
     assert_eq!(tuned("").unwrap().get(Q_STAGES), Some(2));
@@ -217,7 +219,7 @@ fn a_users_knobs_that_rule_out_two_q_tiles_take_one_where_the_tuning_had_two() {
     // Where the tuning's 160-key tile rules the user's knobs out, the whole tuning yields.
     let long = Shape::new(2, 16, 4096, 4096, 128).unwrap();
     let tuned_long = |user: &str| {
-        let merged = hopper.tuned_under(&long, &params, &user.parse().unwrap());
+        let merged = hopper.tuned_under(&long, &params, &user.parse().unwrap(), &Limits::H100);
         let cfg = hopper.resolve(&merged, 128, &Limits::H100);
         let cfg = cfg.unwrap_or_else(|e| panic!("{user}: {e}"));
         (cfg.get(BLOCK_N), cfg.get(Q_STAGES))
@@ -310,14 +312,19 @@ fn hopper_takes_128_row_blocks_at_d64_only_where_192_row_blocks_end_in_a_thin_wa
         kv_heads: 8,
         ..Shape::new(1, 32, 1024, 1024, 64).unwrap()
     };
-    let tuned = hopper.tuned_for(&grouped, &Params::new(64, false));
+    let tuned = hopper.tuned_for(&grouped, &Params::new(64, false), &Limits::H100);
     let cfg = hopper.resolve(&tuned, 64, &Limits::H100).unwrap();
     let got = (cfg.get(BLOCK_M), cfg.get(CLUSTER), cfg.get(CLUSTER_HEADS));
     assert_eq!(got, (Some(128), Some(1), Some(0)));
     // A user's warps win over the tuning's rows (it yields rather than clash).
     let shape = Shape::new(2, 16, 1024, 1024, 64).unwrap();
     let params = Params::new(64, false);
-    let user = hopper.tuned_under(&shape, &params, &"NUM_WARPS=12".parse().unwrap());
+    let user = hopper.tuned_under(
+        &shape,
+        &params,
+        &"NUM_WARPS=12".parse().unwrap(),
+        &Limits::H100,
+    );
     let cfg = hopper.resolve(&user, 64, &Limits::H100).unwrap();
     assert_eq!(cfg.get(BLOCK_M), Some(192));
     // Never at D=128, whose blocks have 128 rows anyway (in clusters).

@@ -19,9 +19,11 @@ pub(super) fn tuned_at(
     (b, h, s, d): (usize, usize, usize, usize),
     causal: bool,
 ) -> Config {
-    find(implementation)
-        .unwrap()
-        .tuned_for(&Shape::new(b, h, s, s, d).unwrap(), &Params::new(d, causal))
+    find(implementation).unwrap().tuned_for(
+        &Shape::new(b, h, s, s, d).unwrap(),
+        &Params::new(d, causal),
+        &Limits::H100,
+    )
 }
 
 /// [`check`] with or without the causal mask.
@@ -193,13 +195,13 @@ fn small_grids_get_their_own_knobs_and_large_ones_the_defaults() {
         })
     };
     let knobs_under = |left, right| {
-        let cfg = hopper.tuned_for(&long, &bounded(left, right));
+        let cfg = hopper.tuned_for(&long, &bounded(left, right), &Limits::H100);
         (cfg.get(Q_STAGES), cfg.get(BLOCK_N))
     };
     assert_eq!(knobs_under((4096, true), None), (Some(2), Some(160)));
     assert_eq!(knobs_under((1024, true), None), (Some(2), None));
     assert_eq!(knobs_under((2048, false), Some(2048)), (Some(2), Some(160)));
-    let narrow = hopper.tuned_for(&long, &bounded((512, false), Some(512)));
+    let narrow = hopper.tuned_for(&long, &bounded((512, false), Some(512)), &Limits::H100);
     assert_eq!(narrow, Config::from_pairs(&lazy), "{narrow:?}");
     check_masked(
         "hopper",
@@ -210,6 +212,7 @@ fn small_grids_get_their_own_knobs_and_large_ones_the_defaults() {
     let small = find("hopper").unwrap().tuned_for(
         &Shape::new(1, 8, 512, 512, 64).unwrap(),
         &Params::new(64, true),
+        &Limits::H100,
     );
     assert_eq!(small.get(SCHEDULE), None, "{small:?}");
     check_masked("mma", (2, 16, 8192, 64), true, &[]);
@@ -235,3 +238,46 @@ fn mma_rejects_tiles_that_do_not_split_over_the_threads() {
 }
 
 mod hopper;
+
+#[test]
+fn the_tuning_sizes_grids_by_the_devices_sms() {
+    let shape = Shape::new(2, 16, 2048, 2048, 64).unwrap();
+    let params = Params::new(64, false);
+    let wide = DeviceLimits {
+        sm_count: 1024,
+        ..DeviceLimits::H100
+    };
+    // 512 blocks of 128 rows: a full grid on 132 SMs, under one wave on 1024.
+    let mma = find("mma").unwrap();
+    assert_eq!(
+        mma.tuned_for(&shape, &params, &DeviceLimits::H100),
+        Config::default()
+    );
+    assert_eq!(mma.tuned_for(&shape, &params, &wide).get(KV_SPLIT), Some(2));
+    let hopper = find("hopper").unwrap();
+    assert_eq!(
+        hopper
+            .tuned_for(&shape, &params, &DeviceLimits::H100)
+            .get(Q_STAGES),
+        Some(2)
+    );
+    assert_eq!(
+        hopper.tuned_for(&shape, &params, &wide).get(NUM_WARPS),
+        Some(4)
+    );
+    // The H200 has the H100's SMs and shared memory: the same tuning everywhere.
+    for imp in registry() {
+        for (b, h, s, d) in [(1, 8, 512, 64), (2, 16, 1024, 64), (2, 16, 8192, 128)] {
+            for causal in [false, true] {
+                let shape = Shape::new(b, h, s, s, d).unwrap();
+                let params = Params::new(d, causal);
+                assert_eq!(
+                    imp.tuned_for(&shape, &params, &DeviceLimits::H100),
+                    imp.tuned_for(&shape, &params, &DeviceLimits::H200),
+                    "{} {b},{h},{s},{d}",
+                    imp.name
+                );
+            }
+        }
+    }
+}
