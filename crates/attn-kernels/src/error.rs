@@ -31,6 +31,14 @@ pub enum KernelError {
         /// The registered names.
         known: String,
     },
+    /// No registered implementation of the preference order runs on the device.
+    #[error("no registered implementation runs on {device}: {why}; name one with --impl")]
+    NoImplementationFor {
+        /// The device, `sm_75 (Tesla T4)`.
+        device: String,
+        /// What each preferred one needs.
+        why: String,
+    },
     /// A config that cannot be valid, rejected before compiling.
     #[error("invalid config for `{implementation}`: {reason}")]
     InvalidConfig {

@@ -54,3 +54,34 @@ impl DeviceLimits {
         self.sm_count.max(1) as usize
     }
 }
+
+/// The GPUs an implementation runs on, by compute capability.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gpus {
+    /// This capability and every newer one.
+    From((i32, i32)),
+    /// This capability alone: code for an architecture-specific target (`compute_90a`, Hopper's
+    /// wgmma and TMA) runs on no other.
+    Only((i32, i32)),
+}
+
+impl Gpus {
+    /// What the tensor-core kernels need (mma.sync, ldmatrix, cp.async).
+    pub const SM80_AND_NEWER: Gpus = Gpus::From((8, 0));
+
+    /// Whether a device of compute capability `capability` is among them.
+    pub fn include(self, capability: (i32, i32)) -> bool {
+        match self {
+            Gpus::From(first) => capability >= first,
+            Gpus::Only(only) => capability == only,
+        }
+    }
+
+    /// `sm_80 or newer`, `sm_90`.
+    pub fn describe(self) -> String {
+        match self {
+            Gpus::From((major, minor)) => format!("sm_{major}{minor} or newer"),
+            Gpus::Only((major, minor)) => format!("sm_{major}{minor}"),
+        }
+    }
+}

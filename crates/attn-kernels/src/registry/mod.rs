@@ -14,7 +14,7 @@ use attn_oracle::{Params, Shape};
 use crate::config::{Config, ConfigError, Knob, KnobName};
 use crate::error::{KernelError, Result};
 
-pub use device::{DeviceLimits, Limits};
+pub use device::{DeviceLimits, Gpus, Limits};
 pub use hopper::{hopper_dynamic_shared, hopper_static_shared};
 pub use table::registry;
 
@@ -192,6 +192,8 @@ pub struct Implementation {
     /// The only architecture it compiles for, e.g. `compute_90a` for Hopper's wgmma; `None` for
     /// any (sm_80 and newer).
     pub arch: Option<&'static str>,
+    /// The GPUs it runs on.
+    pub gpus: Gpus,
     /// The problems beyond dense multi-head attention it handles.
     pub variants: Variants,
     /// Knobs added after the kernel's first version, each with the value that behaves as a kernel
@@ -246,21 +248,77 @@ pub fn find(name: &str) -> Result<&'static Implementation> {
         })
 }
 
-/// The implementation to use: `--impl` if given, else the `IMPL` environment variable, else the
-/// best registered one.
-pub fn select(cli: Option<&str>) -> Result<&'static Implementation> {
-    match cli
-        .map(str::to_string)
-        .or_else(|| std::env::var("IMPL").ok().filter(|s| !s.is_empty()))
-    {
-        Some(name) => find(&name),
-        None => Ok(best()),
-    }
+/// An implementation chosen to run, and why, in one line (what the commands print first).
+#[derive(Debug, Clone)]
+pub struct Selection {
+    /// The implementation.
+    pub implementation: &'static Implementation,
+    /// Why it, e.g. `best registered implementation for sm_90 (NVIDIA H200): hopper (sm_90a TMA +
+    /// wgmma; mma elsewhere)`.
+    pub reason: String,
 }
 
-/// The fastest correct implementation we have: what `cargo xtask gate` runs by default.
-pub fn best() -> &'static Implementation {
-    find("mma").expect("mma is registered")
+/// The implementation the user names: `--impl` (`cli`) if given, else the `IMPL` environment
+/// variable; `None` where neither names one (the device decides: [`best_for`]). An unknown name
+/// is an error, found before any GPU is probed.
+pub fn named(cli: Option<&str>) -> Result<Option<Selection>> {
+    let (name, by) = match cli {
+        Some(name) => (name.to_string(), "--impl"),
+        None => match std::env::var("IMPL").ok().filter(|s| !s.is_empty()) {
+            Some(name) => (name, "IMPL"),
+            None => return Ok(None),
+        },
+    };
+    let implementation = find(&name)?;
+    Ok(Some(Selection {
+        implementation,
+        reason: format!("implementation {name}: named by {by}"),
+    }))
+}
+
+/// The best registered implementation for a device of compute capability `capability` called
+/// `device_name`: the first of the preference order ([`table::PREFERENCE`]) that runs on it.
+pub fn best_for(capability: (i32, i32), device_name: &str) -> Result<Selection> {
+    let sm = format!("sm_{}{}", capability.0, capability.1);
+    let preferred = || {
+        table::PREFERENCE.iter().map(|&(name, why)| {
+            let implementation = find(name).expect("the preference order names registered ones");
+            (implementation, why)
+        })
+    };
+    let needs = |imp: &Implementation| format!("{} needs {}", imp.name, imp.gpus.describe());
+    let Some(chosen) = preferred().position(|(imp, _)| imp.gpus.include(capability)) else {
+        return Err(KernelError::NoImplementationFor {
+            device: format!("{sm} ({device_name})"),
+            why: preferred()
+                .map(|(imp, _)| needs(imp))
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    };
+    let (implementation, why) = preferred().nth(chosen).expect("found above");
+    let mut notes = vec![why.to_string()];
+    notes.extend(preferred().take(chosen).map(|(imp, _)| needs(imp)));
+    if let Some((next, _)) = preferred().nth(chosen + 1) {
+        notes.push(format!("{} elsewhere", next.name));
+    }
+    Ok(Selection {
+        implementation,
+        reason: format!(
+            "best registered implementation for {sm} ({device_name}): {} ({})",
+            implementation.name,
+            notes.join("; ")
+        ),
+    })
+}
+
+/// The implementation to run on a device of `capability` called `device_name`: the one the user
+/// names ([`named`]), else the best for the device ([`best_for`]).
+pub fn select(cli: Option<&str>, capability: (i32, i32), device_name: &str) -> Result<Selection> {
+    match named(cli)? {
+        Some(selection) => Ok(selection),
+        None => best_for(capability, device_name),
+    }
 }
 
 impl Implementation {

@@ -14,7 +14,7 @@ use super::hybrid::{
 };
 use super::mma::{self, mma_defaults, mma_tuned, MMA_KNOBS};
 use super::{
-    elem_bytes, knob, row_tiles, Abi, Engine, Geometry, Implementation, LibraryPlan, Variants,
+    elem_bytes, knob, row_tiles, Abi, Engine, Geometry, Gpus, Implementation, LibraryPlan, Variants,
 };
 
 static NAIVE_KNOBS: [Knob; 1] = [Knob {
@@ -55,6 +55,7 @@ static REGISTRY: [Implementation; 7] = [
         knobs: &NAIVE_KNOBS,
         head_dims: None,
         arch: None,
+        gpus: Gpus::SM80_AND_NEWER,
         variants: Variants::ALL,
         introduced: &[],
         yielding: &[],
@@ -87,6 +88,7 @@ static REGISTRY: [Implementation; 7] = [
         knobs: &TILED_KNOBS,
         head_dims: Some(&[64, 128]),
         arch: None,
+        gpus: Gpus::SM80_AND_NEWER,
         variants: Variants::ALL,
         introduced: &[],
         yielding: &[],
@@ -127,6 +129,7 @@ static REGISTRY: [Implementation; 7] = [
         knobs: &MMA_KNOBS,
         head_dims: Some(&[64, 128]),
         arch: None,
+        gpus: Gpus::SM80_AND_NEWER,
         variants: Variants::ALL,
         introduced: &[],
         yielding: &[],
@@ -143,6 +146,7 @@ static REGISTRY: [Implementation; 7] = [
         knobs: &HOPPER_KNOBS,
         head_dims: Some(&[64, 128]),
         arch: Some("compute_90a"),
+        gpus: Gpus::Only((9, 0)),
         variants: Variants::ALL,
         introduced: &[
             (SCHEDULE, 0),
@@ -183,6 +187,7 @@ static REGISTRY: [Implementation; 7] = [
         knobs: &[],
         head_dims: None,
         arch: None,
+        gpus: Gpus::SM80_AND_NEWER,
         variants: Variants::NONE,
         introduced: &[],
         yielding: &[],
@@ -211,6 +216,7 @@ static REGISTRY: [Implementation; 7] = [
         knobs: &HYBRID_KNOBS,
         head_dims: Some(&[64, 128]),
         arch: None,
+        gpus: Gpus::SM80_AND_NEWER,
         variants: Variants::NONE,
         introduced: &[],
         yielding: &[],
@@ -234,6 +240,7 @@ static REGISTRY: [Implementation; 7] = [
         knobs: &HYBRID_KNOBS,
         head_dims: Some(&[64, 128]),
         arch: None,
+        gpus: Gpus::SM80_AND_NEWER,
         variants: Variants::NONE,
         introduced: &[],
         yielding: &[],
@@ -244,6 +251,13 @@ static REGISTRY: [Implementation; 7] = [
             hybrid_geometry(cfg, shape, qk_softmax_shared(cfg, shape.head_dim as u32))
         },
     },
+];
+
+/// The implementations a device runs by default, best first, each with why it leads where it
+/// runs: the first whose GPUs include the device is chosen ([`super::best_for`]).
+pub(super) static PREFERENCE: [(&str, &str); 2] = [
+    ("hopper", "sm_90a TMA + wgmma"),
+    ("mma", "mma.sync tensor cores, sm_80 and newer"),
 ];
 
 /// Every registered implementation, in the order `cargo xtask kernels` lists them.

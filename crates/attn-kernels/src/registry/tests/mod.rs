@@ -281,3 +281,54 @@ fn the_tuning_sizes_grids_by_the_devices_sms() {
         }
     }
 }
+
+#[test]
+fn the_device_picks_the_best_implementation_that_runs_on_it() {
+    let best = |capability, name| best_for(capability, name).unwrap();
+    let h200 = best((9, 0), "NVIDIA H200");
+    assert_eq!(h200.implementation.name, "hopper");
+    assert_eq!(
+        h200.reason,
+        "best registered implementation for sm_90 (NVIDIA H200): hopper (sm_90a TMA + wgmma; mma elsewhere)"
+    );
+    for (capability, name) in [
+        ((8, 0), "NVIDIA A100-SXM4-80GB"),
+        ((8, 9), "NVIDIA L40S"),
+        ((10, 0), "NVIDIA B200"),
+    ] {
+        let chosen = best(capability, name);
+        assert_eq!(chosen.implementation.name, "mma", "{name}");
+        assert!(
+            chosen.reason.contains(name) && chosen.reason.contains("hopper needs sm_90"),
+            "{}",
+            chosen.reason
+        );
+    }
+    let err = best_for((7, 5), "Tesla T4").unwrap_err().to_string();
+    assert!(
+        err.contains("sm_75 (Tesla T4)") && err.contains("mma needs sm_80 or newer"),
+        "{err}"
+    );
+    // Every implementation bound to one architecture runs on that capability alone.
+    for imp in registry() {
+        if imp.arch.is_some() {
+            assert!(matches!(imp.gpus, Gpus::Only(_)), "{}", imp.name);
+        }
+    }
+}
+
+#[test]
+fn a_named_implementation_wins_over_the_device_and_an_unknown_name_is_an_error() {
+    let chosen = select(Some("mma"), (9, 0), "NVIDIA H200").unwrap();
+    assert_eq!(chosen.implementation.name, "mma");
+    assert_eq!(chosen.reason, "implementation mma: named by --impl");
+    let named = named(Some("hopper")).unwrap().unwrap();
+    assert_eq!(named.implementation.name, "hopper");
+    let err = select(Some("nope"), (9, 0), "NVIDIA H200")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("unknown implementation `nope`") && err.contains("hopper"),
+        "{err}"
+    );
+}
