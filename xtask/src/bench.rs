@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use attn_evidence::{BenchRun, DenseAtMean};
-use attn_kernels::{Candidate, Config, Gpu, TimingOptions};
+use attn_kernels::{registry, Candidate, Config, Gpu, Limits, TimingOptions};
 use attn_measure::sdpa::{Backend, Sdpa};
 use attn_measure::timing::PreparedCache;
 use attn_measure::{bench, Problem};
@@ -17,8 +17,9 @@ use crate::args::ProblemArgs;
 #[derive(Debug, clap::Args)]
 #[command(mut_arg("suite", |a| a.help("A named suite: seed, large, sweep, gqa, mqa, window, varlen [default: large]")))]
 pub struct Args {
-    /// Implementations to time, comma-separated (`cargo xtask kernels` lists them).
-    #[arg(long = "impl", default_value = "tiled,mma", value_delimiter = ',')]
+    /// Implementations to time, comma-separated (`cargo xtask kernels` lists them); default: IMPL,
+    /// then the best registered one for the device.
+    #[arg(long = "impl", value_delimiter = ',')]
     pub implementations: Vec<String>,
     /// Knob overrides for every --impl, `K=V,K=V` (e.g. `SCHEDULE=persistent`); the rest take
     /// their defaults and per-shape tuning.
@@ -65,22 +66,27 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         .config
         .parse()
         .map_err(|e: attn_kernels::ConfigError| anyhow::anyhow!("--config: {e}"))?;
-    let candidates: Vec<Candidate> = args
-        .implementations
-        .iter()
+    let names: Vec<&str> = (args.implementations.iter())
+        .map(String::as_str)
         .filter(|n| !n.is_empty())
-        .map(|n| Candidate::registered(n, overrides.clone()))
-        .collect::<Result<_, _>>()?;
-    // Each implementation is benched on the problems it supports (the others are said, not
-    // errors: a suite may mix variants).
-    for candidate in &candidates {
-        let supported: Vec<Problem> = problems
-            .iter()
-            .filter(|p| p.check_supported_by(candidate).is_ok())
-            .cloned()
-            .collect();
-        crate::args::validate(candidate, &supported)?;
-    }
+        .collect();
+    // Named ones are checked before any probe; the device's best once the GPU is open.
+    let named = if names.is_empty() {
+        registry::named(None)?
+            .map(|selection| (vec![selection.implementation.name], selection.reason))
+    } else {
+        let line = format!("implementations {}: named by --impl", names.join(", "));
+        Some((names, line))
+    };
+    let candidates = match &named {
+        Some((names, line)) => {
+            let candidates = registered(names, &overrides)?;
+            println!("{line}");
+            validate(&candidates, &problems, &Limits::H100)?;
+            candidates
+        }
+        None => Vec::new(),
+    };
     let backends: Vec<Backend> = args
         .sdpa_backends
         .iter()
@@ -97,6 +103,16 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         anyhow::bail!("--samples must be at least 2");
     }
     let gpu = Gpu::open(0)?;
+    let candidates = if named.is_some() {
+        candidates
+    } else {
+        let info = gpu.info();
+        let selection = registry::best_for(info.capability, &info.name)?;
+        println!("{}", selection.reason);
+        let candidates = registered(&[selection.implementation.name], &overrides)?;
+        validate(&candidates, &problems, &gpu.limits())?;
+        candidates
+    };
     let sdpa = if backends.is_empty() {
         None
     } else {
@@ -292,4 +308,26 @@ fn dense_at_mean_line(entry: &attn_evidence::BenchEntry, dense: &DenseAtMean) ->
         meets(dense.meets_target()),
         DenseAtMean::TARGET
     )
+}
+
+/// The registered implementations `names`, each with `overrides`.
+fn registered(names: &[&str], overrides: &Config) -> anyhow::Result<Vec<Candidate>> {
+    Ok(names
+        .iter()
+        .map(|n| Candidate::registered(n, overrides.clone()))
+        .collect::<Result<_, _>>()?)
+}
+
+/// Checks each implementation on the problems it supports (the others are said when benched, not
+/// errors: a suite may mix variants).
+fn validate(candidates: &[Candidate], problems: &[Problem], limits: &Limits) -> anyhow::Result<()> {
+    for candidate in candidates {
+        let supported: Vec<Problem> = problems
+            .iter()
+            .filter(|p| p.check_supported_by(candidate).is_ok())
+            .cloned()
+            .collect();
+        crate::args::validate(candidate, &supported, limits)?;
+    }
+    Ok(())
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::bail;
 use attn_evidence::{CaseStatus, GateRule, GateRun};
-use attn_kernels::{Gpu, TimingOptions};
+use attn_kernels::TimingOptions;
 use attn_measure::gate::{ended_case, GatePlan, GateSession};
 use attn_measure::provenance::fresh_seed;
 use attn_measure::sanitize::{self, GATE_TOOLS};
@@ -142,8 +142,6 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         Some(other) => bail!("unknown --plant {other} (known: side-stream)"),
     };
     let problems = args.problems.problems("seed")?;
-    let candidate = args.candidate.candidate()?;
-    crate::args::validate(&candidate, &problems)?;
     let sanitizer = args.sanitize.as_deref().map(sanitize::find).transpose()?;
     let seed = args.seed.unwrap_or_else(fresh_seed);
     let compare = CompareOptions {
@@ -156,6 +154,8 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         ..CompareOptions::default()
     };
     compare.validate()?;
+    // A named candidate is checked before any probe; the device's best once the GPU is open.
+    let (candidate, gpu) = args.candidate.candidate_for(&problems)?;
 
     let evidence = (!args.no_evidence).then_some(args.evidence.as_path());
     if let Some(sanitizer) = &sanitizer {
@@ -176,7 +176,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     if let Some(note) = note {
         println!("{note}");
     }
-    let gpu = Gpu::open(0)?;
+    let gpu = crate::args::opened(gpu)?;
     let timing = TimingOptions {
         warmup: args.warmup,
         samples: args.samples,
