@@ -90,20 +90,13 @@ pub(super) static HOPPER_KNOBS: [Knob; 16] = [
     Knob {
         name: CHAIN,
         domain: &[0, 1],
-        doc: "1 = in an unmasked dense batch a persistent block chains its items (stream-K segments too, at D=64; at D=128 CHAIN=1 with STREAM_K=1 spills): an item's last turn issues the next item's first Q·Kᵀ beside its own last P·V and runs that softmax while the P·V completes, then stores (no turn with a Q·Kᵀ or a P·V alone at an item's start and end); needs SCHEDULE=1, Q_STAGES=2 and OVERLAP=1; the consumers store O themselves (no copy warp: with it some D=128 configs spilled); opt-in: ncu measured 228.3 µs with it against 225.9 µs at 2,32/8,2048,128; 0 = each item begins after the previous one's last P·V",
+        doc: "1 = in an unmasked dense batch a persistent block chains its items (stream-K segments too, at D=64; at D=128 CHAIN=1 with STREAM_K=1 spills): an item's last turn issues the next item's first Q·Kᵀ beside its own last P·V and runs that softmax while the P·V completes, then stores (no turn with a Q·Kᵀ or a P·V alone at an item's start and end); needs SCHEDULE=1, Q_STAGES=2 and OVERLAP=1; the consumers store O themselves (no copy warp: with it some D=128 configs spilled); opt-in (kernels/TUNING.md, `chain`); 0 = each item begins after the previous one's last P·V",
     },
 ];
 
-/// hopper's defaults, measured on the H100 with the gate's graph protocol against SDPA (cuDNN):
-/// D=128 two consumer warpgroups (2,16,8192,128: 655 TFLOP/s vs 655, causal 617 vs 596), D=64
-/// three (2,16,8192,64: 521 vs 477 where two reach 428; causal 479 vs 441), all with ping-pong.
-/// At D=128 one N = 128 P·V wgmma for both of O's panels: the gate (batch mode, against PV_N=64)
-/// measured 1.02× at 2,32/8,8192,128 and 1.01× at 2,16,16384,128, both CIs above 1. And at
-/// D=128 Q held in registers (Q_REGS=1; it yields to 0 where the tile or overlap leave it no
-/// registers or ptxas no correct code: the one-warpgroup tuning, 176-key tiles): the gate (batch mode, against Q_REGS=0) measured 1.03× [1.01, 1.06] at 2,16,8192,128 and
-/// 1.03× [1.01, 1.04] at 2,32/8,8192,128 (evidence/gate/2026-11-25T07-02-55Z; the 176-key
-/// tile against the same: 0.96× and 0.97×, 07-06-12Z, before K and V were released apart: see
-/// [`hopper_tuned`]).
+/// hopper's defaults: two consumer warpgroups at D=128 and three at D=64, with ping-pong, and at
+/// D=128 one N = 128 P·V wgmma and Q in registers (Q_REGS yields to 0 where the tile or overlap leave
+/// it no registers), the fastest measured (see kernels/TUNING.md, `hopper-defaults`).
 pub(super) fn hopper_defaults(head_dim: usize) -> Config {
     let warps = if head_dim <= 64 { 12 } else { 8 };
     Config::from_pairs(&[
@@ -126,160 +119,52 @@ pub(super) fn hopper_defaults(head_dim: usize) -> Config {
     ])
 }
 
-/// Keys per row from which hopper rescales lazily (LAZY_RESCALE=1), at either head dim. At D=128
-/// the gate (batch mode) measured lazy against the exact running max 1.02× [0.98, 1.05] at
-/// 2,16,8192,128, 1.03× [1.01, 1.04] at 2,32/8,8192,128 and 1.08× [1.06, 1.09] at
-/// 2,32/8,8192,128 causal (evidence/gate/2026-11-26T14-40-11Z): these long rows run
-/// power-limited (SM clock ~1600 MHz), and a skipped rescale of O is power saved. From 4096 keys
-/// too: 1.04× [1.00, 1.07] at 2,16,4096,128, 1.06× [1.05, 1.07] at 2,32/8,4096,128, 1.06× [1.01,
-/// 1.08] at 2,16,4096,128 causal (15-03-16Z). Where the clock is not held down it loses: the exact
-/// max measured 1.06× [1.03, 1.09] over lazy at 4,16,2048,128 and 1.00× at 2,16,2048,128 causal
-/// (14-52-28Z). At D=64, under ten blocks a side: 1.06× [1.05, 1.08] at 2,16,8192,64, 1.05× [1.05,
-/// 1.06] at 2,16/1,8192,64, 1.08× [1.06, 1.10] at 2,16,8192,64 causal (2026-11-27T10-52-57Z),
-/// 1.07× [1.05, 1.08] at 2,16,4096,64 and 1.02× [1.00, 1.04] causal (11-06-51Z; on an H200 1.05×
-/// and 1.02×, 10-58-03Z); the exact max against lazy at 2,16,8192,64 causal window=1024,-1:
-/// 0.98× [0.97, 0.99] (H200, 10-57-33Z). (The figures of 14-52-28Z, taken on two blocks a side,
-/// had found the exact max ahead at 2,16,8192,64: not established.)
+/// Keys per row from which hopper rescales lazily (LAZY_RESCALE=1), at either head dim: such long
+/// rows run power-limited, and a skipped rescale of O is power saved (see kernels/TUNING.md,
+/// `lazy-rescale`).
 const HOPPER_LAZY_RESCALE_MIN_KEYS: usize = 4096;
 
-/// Whether hopper's two Q tiles (at D=128 without a mask: at every length) take the stream-K tail
-/// (STREAM_K=1): the static order of an unmasked problem cuts its last items into equal runs of
-/// key tiles, one per cluster, so that no thin last wave leaves clusters idle (causal and windowed
-/// problems take items heaviest first from a counter: whole); from [`HOPPER_STREAM_K_MIN_KEYS`]
-/// keys, where it was measured ahead. Before it, two Q tiles ended at 4096
-/// keys without a mask at D=128: against the tuning they replaced 1.13× at 4,16,512, 1.08× [1.06,
-/// 1.11] at 4,16,1024, 1.11× at 4,16,2048, 1.07× at 2,32/8,2048 and 1.06× [1.02, 1.09] at
-/// 2,16,4096 (against the 176-key tile), while from 8192 keys the grid's 176-key tile (in clusters)
-/// held: 1.00× [0.97, 1.04] at 2,16,8192 and 0.98× [0.96, 1.00] at 2,16,16384
-/// (evidence/gate/2026-11-28T00-54-29Z). With the tail cut, on an H200 (batch mode, 30 samples a
-/// side; 2026-11-29T05-18-42Z to 05-26-38Z) against the tuning before it: 1.03× [0.98, 1.06] at
-/// 2,32/8,2048,128 and 1.06× [1.03, 1.09] at 2,32/8,4096,128; against the 176-key grid 1.04× [1.03,
-/// 1.06] at 2,16,8192,128, 1.03× [1.01, 1.07] at 2,16,16384,128, 1.02× [1.00, 1.05] at
-/// 2,32/8,8192,128 and 1.02× [1.00, 1.04] at 2,32/8,16384,128; at D=64 1.08× [1.07, 1.09] at
-/// 2,16,8192,64, 1.16× [1.15, 1.19] at 2,16,4096,64, 1.04× [1.03, 1.06] at 4,16,2048,64. Against
-/// cuDNN: 1.07× [1.04, 1.11] at 2,32/8,4096,128 (bf16 1.05× [1.03, 1.07]), 1.08× [1.05, 1.12] at
-/// 2,32/8,8192,128, 1.07× [1.05, 1.10] at 2,32/1,4096,128, 0.96-1.05× at 2,32/8,2048,128.
+/// Whether hopper's two Q tiles take the stream-K tail (STREAM_K=1): the static order of an unmasked
+/// problem cuts its last items into equal runs of key tiles, one per cluster, so that no thin last
+/// wave leaves clusters idle (causal and windowed problems take whole items heaviest first from a
+/// counter); from [`HOPPER_STREAM_K_MIN_KEYS`] keys (see kernels/TUNING.md, `stream-k-tail`).
 fn hopper_cuts_the_tail(shape: &Shape, params: &Params) -> bool {
     let (d64, d128) = HOPPER_STREAM_K_MIN_KEYS;
     let min_keys = if shape.head_dim == 64 { d64 } else { d128 };
     !params.causal && !params.window.is_bounded() && shape.seq_kv >= min_keys
 }
 
-/// Keys per row from which hopper cuts the tail ([`hopper_cuts_the_tail`]), at D=64 and D=128. At D=128
-/// short rows lose what the cut gains: each cut adds an item's start and end and a merge, and at
-/// 2,32/8,2048,128 (13 key tiles an item) the gate measured 1.03× [0.98, 1.06] over whole items
-/// (evidence/gate/2026-11-29T05-18-42Z) while ncu, one launch at a time with L2 flushed, timed the
-/// cut 123.4 against 117.3 µs at 1,32/8,2048, 228.6 against 224.9 at 2,32/8, 441.8 against 440.9 at
-/// 4,32/8 and 865.2 against 870.2 at 8,32/8 (evidence/ncu/captures/2026-11-29-gqa-2048): not taken
-/// there. At D=64 the gate measured 1.04× [1.03, 1.06] at 4,16,2048,64 (05-25-45Z).
+/// Keys per row from which hopper cuts the tail ([`hopper_cuts_the_tail`]), at D=64 and D=128:
+/// shorter rows lose what the cut gains, each cut adding an item's start and end and a merge (see
+/// kernels/TUNING.md, `stream-k-tail`).
 const HOPPER_STREAM_K_MIN_KEYS: (usize, usize) = (2048, 4096);
 
-/// Keys a row sees on average under the mask (the varlen batches' longest sequence), from which
-/// hopper's two Q tiles at D=128 take 160-key tiles (230,400 bytes of shared memory with the
-/// 2-stage ring; 176 keys do not fit beside two Q tiles), and from which a window both ways takes
-/// two Q tiles at all. Against the tuning it replaced (two Q tiles of 128 keys, or past them the
-/// grid) the gate (batch mode, ten blocks a side; evidence/gate/2026-11-27T18-4*Z and 18-57-39Z)
-/// measured 1.07× [1.01, 1.11] at 4,16,2048, 1.05× [1.00, 1.13] at 2,32/8,2048, 1.08× [1.05,
-/// 1.10] at 2,16,4096 and 1.05× [1.02, 1.07] at 2,32/8,4096 without a mask; causal 1.04× [0.99,
-/// 1.11] at 2,16,4096, 1.10× at 2,32/8,4096, 1.05× [1.02, 1.08] at 2,16,8192, 1.08× at
-/// 2,32/8,8192, 1.04× [1.02, 1.06] at 2,32/1,8192; causal windows of 4096 at 16384 rows 1.10× and
-/// 1.03× [1.00, 1.07]; the window of 2048 both ways at 16384 (against the grid) 1.04× [1.02, 1.07];
-/// the varlen suite's causal D=128 batches 1.08×, 1.09× and 1.11×. Under it they lose: 0.95×
-/// [0.94, 0.97] at 2,16,2048 causal (1024 keys a row), 1.00× at 2,32/8,2048 causal. Past the two
-/// Q tiles' lengths, against the grid's 176-key tile: 1.03× [0.99, 1.05] at 2,16,8192 without a
-/// mask, 0.97× at 2,16,16384, 0.98× at 2,16,16384 and 1,32/8,16384 causal: not taken.
+/// Keys a row sees on average under the mask (the varlen batches' longest sequence) from which
+/// hopper's two Q tiles at D=128 take 160-key tiles (230,400 bytes of shared memory with the 2-stage
+/// ring; 176 keys do not fit beside two Q tiles), and from which a window both ways takes two Q tiles
+/// at all: shorter rows lose with them (see kernels/TUNING.md, `160-key-tiles`).
 const HOPPER_160_KEY_TILES_MIN_KEYS: usize = 2048;
 
-/// Blocks per cluster of hopper's full grids persistent with two Q tiles (and, until the copy warp, the
-/// grid of 176-key tiles at D=128 past two Q tiles' lengths): two (CLUSTER=2). Adjacent row blocks of one
-/// head visit the same key tiles and each block copies half of every K/V tile into both (TMA
-/// multicast), halving the K/V traffic from L2 (ncu at 2,16,8192,128: L2 throughput 54% -> 32% of
-/// peak) and with it power: the blocks run at a higher clock for about 3% more cycles. Against the same tuning without clusters the gate
-/// (batch mode, ten blocks a side; evidence/gate/2026-11-27T22-08-08Z) measured 1.02× [0.98, 1.04]
-/// at 2,16,16384,128, 1.08× [1.01, 1.13] at 2,32/8,8192,128, 1.04× [1.01, 1.08] at 2,16,8192,128,
-/// and causal 1.04× [1.02, 1.06] at 2,16,16384,128 and 1.02× [0.99, 1.06] at 1,32/8,16384,128
-/// (a first run, 21-59-46Z: 1.01×, 1.02×, 1.02×, 0.99×, 1.01×). Before the remote releases
-/// dropped their cluster-scope fence (a MEMBAR.ALL.GPU each), clusters were 0.79-0.88× (21-47-52Z).
-/// In the persistent loop with two Q tiles, where a work item is the cluster's pair of row blocks
-/// and rank 0 draws one ticket for both (23-04-48Z): 1.06× [1.00, 1.09] at 2,16,8192,128 causal,
-/// 1.05× [1.02, 1.09] at 2,32/8,8192,128 causal, 1.04× at 2,32/1,8192,128 causal, 1.08× [1.03,
-/// 1.11] and 1.06× [1.00, 1.10] under causal windows of 4096 at 2,16 and 2,32/8,16384,128, 1.03×
-/// at 2,16,4096,128, 4,16,2048,128 and 2,32/8,4096,128, 1.01-1.02× at 4,16,1024,128 causal and
-/// at D=64 2,16,8192 with either mask. (Taking the items in a static order instead, both blocks
-/// alike without a ticket, lost on causal problems of 16 heads: 0.89× at 2,16,8192,128, 0.93×
-/// under the window, 0.96× at D=64, 22-53-29Z.)
+/// Blocks per cluster of hopper's full grids persistent with two Q tiles (CLUSTER=2): adjacent row
+/// blocks of one head visit the same key tiles, and each copying half of every K/V tile into both
+/// (TMA multicast) halves the K/V traffic from L2 (see kernels/TUNING.md, `clusters-of-two`).
 const HOPPER_CLUSTER: i64 = 2;
 
 /// Whether hopper's persistent clusters (two Q tiles) take one row block of two query heads that
 /// share a K/V head (CLUSTER_HEADS=1) rather than two row blocks of one head: where the query heads
-/// per K/V head are even (grouped-query and multi-query problems; multi-head ones have no pair).
-/// Both blocks then visit the same key tiles, the causal diagonal's and a window's edges too, so
-/// neither waits on a multicast tile only the other's rows need. Against the tuning before it the
-/// gate (batch mode, ten blocks a side, on an H200: evidence/gate/2026-11-28T12-30-31Z) measured
-/// causal 1.07× [1.02, 1.11] at 2,32/8,4096,128, 1.02× [0.99, 1.05] at 2,32/8,8192,128, 1.03×
-/// [1.00, 1.05] at 2,32/1,8192,128, 1.07× [1.06, 1.09] at 2,16/1,8192,64 and 1.06× [1.04, 1.08]
-/// on a causal varlen batch of 32/8 heads; the persistent loop with it stays behind the grid's
-/// 176-key tile past the two Q tiles' lengths: 1.00× [0.98, 1.02] at 1,32/8,16384,128 causal,
-/// 1.01× [0.99, 1.02] at 2,32/8,8192,128 (12-33-25Z).
+/// per K/V head are even, so that both blocks visit the same key tiles, the causal diagonal's and a
+/// window's edges too (see kernels/TUNING.md, `cluster-heads`).
 fn hopper_clusters_over_heads(shape: &Shape) -> bool {
     shape.group() % 2 == 0
 }
 
-/// hopper's knobs per problem. A grid of at least one block per SM at the default rows takes two Q
-/// tiles in the persistent loop where they were measured ahead ([`hopper_takes_two_q_tiles`]);
-/// elsewhere (D=128: windows both ways with few keys a row) the defaults' grid; and from
-/// [`HOPPER_LAZY_RESCALE_MIN_KEYS`] keys conditional rescaling. Until the copy warp (see
-/// [`hopper_takes_two_q_tiles`]) D=128 past two Q tiles' lengths took the grid with
-/// FlashAttention-3's 128×176 tile in a 2-stage ring (Q then from shared memory: a 176-key tile
-/// leaves no registers for it), in clusters of two blocks sharing each K/V tile
-/// ([`HOPPER_CLUSTER`]), now opt-in. Since K and V of a ring slot are
-/// released apart (d1d660b), the gate (batch mode, ten blocks a side) measured the 176-key tile
-/// against the 128-key one 1.07× [1.04, 1.10] at 2,16,8192,128, 1.07× [1.05, 1.12] at
-/// 2,32/8,8192,128, 1.05× [1.02, 1.07] at 2,16,16384,128 (evidence/gate/2026-11-27T09-50-56Z;
-/// before the split it had lost, 0.96× and 0.97×, 2026-11-25T07-06-12Z); causal, on the grid
-/// with Q in registers, 1.05× [1.03, 1.07] at 2,16,16384,128 and 1.05× [1.04, 1.09] at
-/// 1,32/8,16384,128 (10-00-13Z). Windows keep 128 keys: not measured with it.
-///
-/// Grids under one wave at the default rows per block (the seed suite's shapes): one consumer
-/// warpgroup of 64 rows, so that more blocks share the SMs, with 128-key tiles in 2 stages and
-/// neither overlap nor ping-pong (nothing to overlap with in 4 to 8 tiles). Measured on the H100
-/// with the gate's graph protocol: (1,8,512,64) 12.4 -> 9.06 µs, (2,8,512,64) 13.2 -> 9.78 µs.
-/// But not where the 64-row grid would need a second wave: at D=128 such a block takes 145 KiB of
-/// shared memory (one per SM), and at (2,16,512,128) the defaults' one wave of 128 blocks measured
-/// 1.32× [1.32, 1.32] the small-grid tuning's two waves of 256, 1.25× under the causal mask (the
-/// gate, batch mode, in blocks of 3 samples: evidence/gate/2026-11-27T09-20-43Z).
-///
-/// Before two Q tiles, larger causal problems (a causal window too) took the persistent scheduler,
-/// heaviest row blocks first: measured on the H100 (bench --mode batch, fp16, grid -> persistent,
-/// FlashAttention-3 in brackets; evidence/bench/2026-11-24T21-56-*) (2,16,8192,128) causal 990 ->
-/// 939 µs (929), (2,16,8192,64) causal 590 -> 544 (591), (2,16,2048,128) causal 84.7 -> 77.6
-/// (79.1), (2,32/8,8192,128) causal 1909 -> 1913 (1706: a tie; FA3's figures from benches before
-/// b681d13, which timed it on 2 to 8 resident input sets against hopper's 50, in its favour by up
-/// to 18% at short sequences and 4% at 8192). Without a mask every row block does the same work and
-/// the grid stays: (2,16,8192,128) 1857 -> 1889, (4,16,2048,128) 231 -> 233.
-///
-/// Except at D=128 from 8192 rows on (until the copy warp: see [`hopper_takes_two_q_tiles`]), where the
-/// grid kept Q in registers (which the persistent loop has no registers for) and gained more than
-/// the persistent order with one Q tile: the gate (batch mode) measured the grid with Q_REGS=1
-/// 1.07× [1.06, 1.09] at (2,16,8192,128) causal and 1.05× [1.03, 1.06] at (2,32/8,8192,128) causal
-/// against the persistent schedule with Q in shared memory (evidence/gate/2026-11-25T07-49-27Z),
-/// and against FlashAttention-3 1.04×, 0.97×, 0.97× at (1,32/8,16384,128) causal (the persistent
-/// one 1.02×, 0.96×, 0.93×; 07-54-05Z, 07-28-48Z).
-///
-/// The persistent loop's 176-key tile with its one Q tile released early (Q_RELEASE=1, clusters
-/// of two) is opt-in: against this tuning the gate (batch mode, ten blocks a side) measured it
-/// 1.03× [1.00, 1.05] at 2,16,8192,128, 1.03× [1.00, 1.06] at 2,32/8,8192,128, 1.05× [1.03, 1.07]
-/// at 2,16,8192,128 causal and 1.04× [1.00, 1.06] under a window of 2048 both ways at 16384 rows,
-/// but 0.98× [0.97, 1.01] at 2,16,16384,128 and 0.99-1.00× causal at 16384
-/// (evidence/gate/2026-11-28T04-21-59Z); taken from 4096 to 8192 keys, this tuning measured ahead
-/// of it 1.04× [1.00, 1.07] at 2,32/8,8192,128 causal, 1.10× and 1.09× on the varlen suite's causal
-/// batches with an 8192-token sequence and 1.03× [1.01, 1.05] on its non-causal one (04-33-34Z,
-/// 04-34-02Z; the tuning sees a varlen batch as its padded dense shape). Where it gains, the
-/// margins are within the gate's no-change verdict; where it loses, it loses more.
-///
-/// Gate figures before 2026-11-27T09-30Z were taken in blocks of 10 samples, two a side at
-/// `--samples 20`, where hopper measured against itself read up to 1.11× (the gate's
-/// `MIN_BLOCKS_A_SIDE`): a difference under about 10% among them is not established.
+/// hopper's knobs per problem on `device`: a grid of at least one block per SM at the default rows
+/// takes two Q tiles in the persistent loop where they were measured ahead
+/// ([`hopper_takes_two_q_tiles`]; elsewhere the defaults' grid) and conditional rescaling from
+/// [`HOPPER_LAZY_RESCALE_MIN_KEYS`] keys; a grid under one wave takes one 64-row consumer warpgroup,
+/// so that more blocks share the SMs, where those blocks still run in one wave (see
+/// kernels/TUNING.md, `small-grid`; the 176-key tile and Q_RELEASE=1 stay opt-in: `176-key-tile`,
+/// `q-release-176`).
 pub(super) fn hopper_tuned(shape: &Shape, params: &Params, device: &DeviceLimits) -> Config {
     let defaults = hopper_defaults(shape.head_dim);
     let rows = knob(&defaults, BLOCK_M) as usize;
@@ -330,34 +215,11 @@ pub(super) fn hopper_tuned(shape: &Shape, params: &Params, device: &DeviceLimits
 }
 
 /// Whether a full grid of `shape` takes two Q tiles in the persistent loop (Q_STAGES=2, with
-/// SCHEDULE=1, Q_REGS=0 and at D=128 a 2-stage ring): the next item's Q arrives during this one's
-/// key loop instead of after its epilogue, and a copy warp stores each item's O (a12fe1a). At D=64
-/// everywhere; at D=128 without a mask (with the stream-K tail from 4096 keys:
-/// [`hopper_cuts_the_tail`]), under a causal mask or a causal window, and under a window both ways
-/// where the 160-key tile comes with them (measured so).
-///
-/// Up to 8192 rows under a causal mask first (before the copy warp), against the tuning it
-/// replaced the gate (batch mode, ten blocks a side; evidence/gate/2026-11-27T16-0*Z to 16-20-19Z)
-/// measured at D=128 causal 1.15× at 4,16,512, 1.09× [1.08, 1.10] at 4,16,1024, 1.14× at
-/// 2,32/8,1024, 1.07× at 2,16,2048, 1.09× at 2,16,4096, 1.12× at 2,32/8,4096, 1.05× [1.01,
-/// 1.06] at 2,16,8192, 1.05× at 2,32/8,8192 and 2,32/1,8192, but 0.96× [0.95, 0.97] at
-/// 2,16,16384 and 1,32/8,16384 (where the grid's 176-key tile stayed); causal
-/// windows of 4096 at 16384 rows 1.07× and 1.05×; causal varlen batches 1.10×. At D=64 1.09×
-/// and 1.17× (causal) at 4,16,1024, 1.06× at 2,16,4096, 1.03× at 2,16,8192 and 2,16/1,8192,
-/// 1.07× at 2,16,8192 causal, 1.02× [0.97, 1.04] at 2,16,16384 causal, 1.12× under a causal
-/// window of 1024, 1.05× and 1.11× on the varlen suite's D=64 batches. Against cuDNN in the
-/// same call (16-01-51Z to 16-03-32Z): 1.12× at 4,16,1024,128 causal (the tuning before: 1.03×),
-/// 1.23× at 2,32/8,1024,128 causal, 1.04× [1.03, 1.05] at 4,16,1024,128 (before: 0.93-0.95×).
-///
-/// With the copy warp, causal at every length: against the grid's 176-key tile the gate (batch
-/// mode, 30 samples a side, on an H200) measured 1.06× [1.05, 1.07] at 1,32/8,16384,128 causal and
-/// 1.05× [1.04, 1.06] at 2,16,16384,128 causal, and against FlashAttention-3 1.02× [0.99, 1.04] at
-/// 1,32/8,16384,128 causal, where the grid had measured 0.98× [0.95, 1.00] an hour before
-/// (evidence/gate/2026-11-29T14-39-05Z to 14-40-04Z, 14-37-41Z). The copy warp itself against the
-/// kernel before it (919ffc8, same calls): 1.04× [1.00, 1.09] at 2,32/8,2048,128, 1.04× [1.01,
-/// 1.07] at 2,32/8,4096,128, 1.02× [0.99, 1.06] at 2,16,4096,64 (14-28-45Z to 14-29-32Z), 1.05×
-/// on the window suite's three D=128 shapes, 1.02× at 2,16,8192,64 under a causal window of 1024
-/// (14-41-58Z) and 1.01-1.08× on the varlen suite's first five batches (14-44-55Z).
+/// SCHEDULE=1, Q_REGS=0 and at D=128 a 2-stage ring), so that the next item's Q arrives during this
+/// one's key loop instead of after its epilogue and a copy warp stores each item's O: at D=64
+/// everywhere; at D=128 without a mask (with the stream-K tail: [`hopper_cuts_the_tail`]), under a
+/// causal mask or a causal window, and under a window both ways where the 160-key tile comes with
+/// them (see kernels/TUNING.md, `two-q-tiles`).
 fn hopper_takes_two_q_tiles(shape: &Shape, params: &Params) -> bool {
     if shape.head_dim != 128 {
         return true;
@@ -368,21 +230,14 @@ fn hopper_takes_two_q_tiles(shape: &Shape, params: &Params) -> bool {
 }
 
 /// Cost of one query row in hopper's 192-row blocks (D=64's default: three consumer warpgroups)
-/// against one in 128-row blocks, as 17/20: the gate (batch mode, on an H200, grid schedule)
-/// measured 87.8 µs for 2,16,2048,64 in 192-row blocks (3 waves of 192 rows) against 92.3 µs in
-/// 128-row ones (4 waves of 128; evidence/gate/2026-11-29T03-50-49Z and 03-50-21Z).
+/// against one in 128-row blocks, as 17/20 (see kernels/TUNING.md, `d64-128-row-blocks`).
 const HOPPER_D64_WIDE_ROW_COST: (usize, usize) = (17, 20);
 
 /// Whether a full grid at D=64 takes 128-row blocks (NUM_WARPS=8, each block alone: CLUSTER=1)
-/// rather than the default 192: where the 192-row blocks' waves, counted in rows and weighed by
-/// [`HOPPER_D64_WIDE_ROW_COST`], come to more than the 128-row blocks' (short rows whose last
-/// 192-row block is mostly empty and whose grid ends in a thin wave). At 2,16,1024,64 (six 192-row
-/// blocks a head, the last of 64 rows; 1.45 waves) the gate against cuDNN measured the 192-row
-/// tuning 0.83× [0.81, 0.84] (bf16 0.81×; evidence/gate/2026-11-29T03-45-30Z, 03-47-13Z) and
-/// 128-row blocks 0.99-1.01× in four runs (03-49-53Z, 03-56-10Z, 03-56-36Z, 03-57-01Z); causal
-/// 1.05× before, 1.14× [1.13, 1.16] with CLUSTER=1 (1.06-1.09× in clusters of two). Where the
-/// rows fill their blocks the 192-row blocks stay: 2,16,2048,64 and 4,16,1024,64 (0.94-0.96× against
-/// cuDNN either way).
+/// rather than the default 192: where the 192-row blocks' waves on `device`, counted in rows and
+/// weighed by [`HOPPER_D64_WIDE_ROW_COST`], come to more than the 128-row blocks' (short rows whose
+/// last 192-row block is mostly empty end in a thin wave; see kernels/TUNING.md,
+/// `d64-128-row-blocks`).
 fn hopper_d64_takes_128_rows(shape: &Shape, device: &DeviceLimits) -> bool {
     let rows_in_waves = |rows: usize| grid_blocks(shape, rows).div_ceil(device.sms()) * rows;
     let (cost, of) = HOPPER_D64_WIDE_ROW_COST;
@@ -399,7 +254,7 @@ fn hopper_takes_160_key_tiles(shape: &Shape, params: &Params) -> bool {
     keys_per_row >= HOPPER_160_KEY_TILES_MIN_KEYS as u64
 }
 
-/// The shared memory a resident hopper block of `cfg` takes of an H100 SM: the tiles, the
+/// The shared memory a resident hopper block of `cfg` takes of one of `device`'s SMs: the tiles, the
 /// barriers and the driver's reserve per block.
 fn hopper_shared_on_sm(cfg: &Config, head_dim: u32, device: &DeviceLimits) -> u32 {
     hopper_dynamic_shared(cfg, head_dim)

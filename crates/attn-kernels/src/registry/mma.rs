@@ -76,11 +76,10 @@ fn mma_config(
     ])
 }
 
-/// mma's large-tile defaults: 4 warps of 32 rows (every K and V fragment feeds two mma, halving
-/// shared-memory reads per FLOP), with the widest key tile that fits 255 registers unspilled:
-/// 48 keys and 3 stages at D=128, 96 keys and 2 stages at D=64 (128 keys spill on sm_80). Measured
-/// on the H100 (graph replay, L2 flushed), against FlashAttention-2 in brackets: 2,16,8192,128
-/// 359-373 TFLOP/s (351), 4,16,2048,128 363 (348), causal 343 (316); 2,16,8192,64 335 (306).
+/// mma's large-tile defaults: 4 warps of 32 rows, so that every K and V fragment feeds two mma
+/// (halving shared-memory reads per FLOP), with the widest key tile that fits 255 registers
+/// unspilled: 48 keys and 3 stages at D=128, 96 keys and 2 stages at D=64, since 128 keys spill on
+/// sm_80 (see kernels/TUNING.md, `mma-defaults`).
 pub(super) fn mma_defaults(head_dim: usize) -> Config {
     if head_dim > 64 {
         mma_config(4, 32, 1, 48, 3, 0, 1)
@@ -89,10 +88,10 @@ pub(super) fn mma_defaults(head_dim: usize) -> Config {
     }
 }
 
-/// Small grids at D=64 (the defaults would leave most of the 132 SMs of an H100 idle): 16-row
-/// blocks whose 4 warps split the keys when that still fits in one wave (2 blocks/SM by shared
-/// memory), else 32-row blocks with a 2-way split (3 blocks/SM). Measured with the gate's graph
-/// protocol: (1,8,512,64) 11.2 -> 9.0 µs, (2,8,512,64) 12.5 -> 11.9 µs.
+/// Small grids at D=64, which the defaults would leave most of `device`'s SMs idle on: 16-row
+/// blocks whose 4 warps split the keys while that still fits in one wave (2 blocks/SM by shared
+/// memory), else 32-row blocks with a 2-way split (3 blocks/SM) (see kernels/TUNING.md,
+/// `mma-small-grid`).
 pub(super) fn mma_tuned(shape: &Shape, _params: &Params, device: &DeviceLimits) -> Config {
     let sms = device.sms();
     if shape.head_dim != 64 || grid_blocks(shape, 128) >= sms {
