@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use attn_evidence::DType;
-use attn_kernels::{Candidate, Config, TimingMode};
+use attn_kernels::{registry, Candidate, Config, ConfigError, Gpu, Limits, TimingMode};
 use attn_measure::sdpa::{self, Backend};
 use attn_measure::{suites, Problem};
 
@@ -50,7 +50,7 @@ pub fn source_candidate(
     let defines: Config = defines
         .join(",")
         .parse()
-        .map_err(|e: String| anyhow::anyhow!("--define: {e}"))?;
+        .map_err(|e: ConfigError| anyhow::anyhow!("--define: {e}"))?;
     let candidate = Candidate::from_file(path, entry, defines)?;
     if let Candidate::Source { source, entry, .. } = &candidate {
         if source.trim().is_empty() {
@@ -147,25 +147,90 @@ pub struct CandidateArgs {
     pub defines: Vec<String>,
 }
 
+/// What to run as far as it is known before the GPU is opened.
+#[derive(Debug)]
+pub enum Chosen {
+    /// A kernel file, or the implementation `--impl` or `IMPL` names: checked before any probe of
+    /// the GPU.
+    Named(Candidate),
+    /// The best registered implementation for the device, with the user's overrides: known once
+    /// the GPU is open ([`Chosen::on`]).
+    Best(Config),
+}
+
 impl CandidateArgs {
-    /// The candidate, validated as far as can be without a GPU.
-    pub fn candidate(&self) -> anyhow::Result<Candidate> {
+    /// What to run, checked as far as can be without a GPU; for a named implementation its line
+    /// (which and why) is printed, the command's first.
+    pub fn choose(&self) -> anyhow::Result<Chosen> {
         match &self.src {
-            Some(path) => source_candidate(path, self.entry.as_deref(), &self.defines),
+            Some(path) => Ok(Chosen::Named(source_candidate(
+                path,
+                self.entry.as_deref(),
+                &self.defines,
+            )?)),
             None => {
-                let implementation =
-                    attn_kernels::registry::select(self.implementation.as_deref())?;
                 let overrides: Config = self
                     .config
                     .parse()
-                    .map_err(|e: String| anyhow::anyhow!("--config: {e}"))?;
-                Ok(Candidate::Registered {
-                    implementation,
-                    overrides,
+                    .map_err(|e: ConfigError| anyhow::anyhow!("--config: {e}"))?;
+                Ok(match registry::named(self.implementation.as_deref())? {
+                    Some(selection) => {
+                        println!("{}", selection.reason);
+                        Chosen::Named(Candidate::Registered {
+                            implementation: selection.implementation,
+                            overrides,
+                        })
+                    }
+                    None => Chosen::Best(overrides),
                 })
             }
         }
     }
+
+    /// The candidate for `problems`, validated: a named one before any probe of the GPU; else the
+    /// GPU is opened (and handed back, for the command to use) and the device's best registered
+    /// implementation is validated on it.
+    pub fn candidate_for(&self, problems: &[Problem]) -> anyhow::Result<(Candidate, Option<Gpu>)> {
+        match self.choose()? {
+            Chosen::Named(candidate) => {
+                validate(&candidate, problems, &Limits::H100)?;
+                Ok((candidate, None))
+            }
+            chosen => {
+                let gpu = Gpu::open(0)?;
+                let candidate = chosen.on(&gpu)?;
+                validate(&candidate, problems, &gpu.limits())?;
+                Ok((candidate, Some(gpu)))
+            }
+        }
+    }
+}
+
+impl Chosen {
+    /// The candidate on `gpu`'s device: the named one, or the best registered implementation for
+    /// it, whose line (which and why) is printed.
+    pub fn on(self, gpu: &Gpu) -> anyhow::Result<Candidate> {
+        Ok(match self {
+            Chosen::Named(candidate) => candidate,
+            Chosen::Best(overrides) => {
+                let info = gpu.info();
+                let selection = registry::best_for(info.capability, &info.name)?;
+                println!("{}", selection.reason);
+                Candidate::Registered {
+                    implementation: selection.implementation,
+                    overrides,
+                }
+            }
+        })
+    }
+}
+
+/// GPU 0: the one a choice already opened, else opened now.
+pub fn opened(gpu: Option<Gpu>) -> anyhow::Result<Gpu> {
+    Ok(match gpu {
+        Some(gpu) => gpu,
+        None => Gpu::open(0)?,
+    })
 }
 
 /// Which problems: shapes, or a named suite.
@@ -255,24 +320,24 @@ impl ShapeArgs {
     }
 }
 
-/// Checks that `candidate` can run `problems` as far as the registry can tell without a GPU
-/// (variants, head dims, per-shape knobs and constraints), so that a bad request fails before
-/// any probe.
-pub fn validate(candidate: &Candidate, problems: &[Problem]) -> anyhow::Result<()> {
+/// Checks that `candidate` can run `problems` on a device of `limits` as far as the registry can
+/// tell without compiling (variants, head dims, per-shape knobs and constraints), so that a bad
+/// request fails before anything runs: before any probe of the GPU with the H100's limits.
+pub fn validate(
+    candidate: &Candidate,
+    problems: &[Problem],
+    limits: &Limits,
+) -> anyhow::Result<()> {
     for p in problems {
         p.check_supported_by(candidate)
             .with_context(|| format!("{p}"))?;
     }
     if let Candidate::Registered { implementation, .. } = candidate {
         for p in problems {
-            let for_shape = candidate.for_problem(&p.shape, &p.params);
+            let for_shape = candidate.for_problem(&p.shape, &p.params, limits);
             implementation.check_head_dim(p.shape.head_dim)?;
             implementation
-                .resolve(
-                    for_shape.knobs(),
-                    p.shape.head_dim,
-                    &attn_kernels::Limits::H100,
-                )
+                .resolve(for_shape.knobs(), p.shape.head_dim, limits)
                 .with_context(|| format!("{p}"))?;
         }
     }

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use attn_evidence::{BenchRun, DenseAtMean};
-use attn_kernels::{Candidate, Config, TimingOptions};
+use attn_kernels::{registry, Candidate, Config, Gpu, Limits, TimingOptions};
 use attn_measure::bench::{BenchRequest, BenchSession, Event};
 use attn_measure::sdpa::Backend;
 use attn_measure::Problem;
@@ -18,8 +18,9 @@ use crate::progress::Progress;
 #[derive(Debug, clap::Args)]
 #[command(mut_arg("suite", |a| a.help("A named suite: seed, large, sweep, gqa, mqa, window, varlen [default: large]")))]
 pub struct Args {
-    /// Implementations to time, comma-separated (`cargo xtask kernels` lists them).
-    #[arg(long = "impl", default_value = "tiled,mma", value_delimiter = ',')]
+    /// Implementations to time, comma-separated (`cargo xtask kernels` lists them); default: IMPL,
+    /// then the best registered one for the device.
+    #[arg(long = "impl", value_delimiter = ',')]
     pub implementations: Vec<String>,
     /// Knob overrides for every --impl, `K=V,K=V` (e.g. `SCHEDULE=persistent`); the rest take
     /// their defaults and per-shape tuning.
@@ -65,12 +66,21 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let overrides: Config = args
         .config
         .parse()
-        .map_err(|e: String| anyhow::anyhow!("--config: {e}"))?;
-    let request = request(&args, problems, &overrides)?;
+        .map_err(|e: attn_kernels::ConfigError| anyhow::anyhow!("--config: {e}"))?;
+    let (mut request, named) = request(&args, problems, &overrides)?;
+    // The request is whole: now the GPU, and on it the device's best unless one was named.
+    let gpu = Gpu::open(0)?;
+    if !named {
+        let info = gpu.info();
+        let selection = registry::best_for(info.capability, &info.name)?;
+        println!("{}", selection.reason);
+        request.candidates = registered(&[selection.implementation.name], &overrides)?;
+        validate(&request.candidates, &request.problems, &gpu.limits())?;
+    }
     let mut bar = None;
     let mut show = |event: Event| show(&mut bar, event);
     let mut admit = || budget.admit().err();
-    let run = BenchSession::open(&request, &mut show)?.run(&mut admit)?;
+    let run = BenchSession::open(gpu, &request, &mut show)?.run(&mut admit)?;
     println!("{}", table(&run, &args.config, &overrides).to_markdown());
     for e in &run.entries {
         if let Some(dense) = &e.dense_at_mean {
@@ -85,29 +95,34 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-/// The run the arguments ask for, validated before the GPU is opened: each implementation on
-/// the problems it supports, the backends in the timing mode.
+/// The run the arguments ask for, validated before the GPU is opened: each named implementation
+/// on the problems it supports, the backends in the timing mode; and whether an implementation
+/// was named (`--impl` or `IMPL`), else the caller picks the device's best once the GPU is open.
 fn request(
     args: &Args,
     problems: Vec<Problem>,
     overrides: &Config,
-) -> anyhow::Result<BenchRequest> {
-    let candidates: Vec<Candidate> = args
-        .implementations
-        .iter()
+) -> anyhow::Result<(BenchRequest, bool)> {
+    let names: Vec<&str> = (args.implementations.iter())
+        .map(String::as_str)
         .filter(|n| !n.is_empty())
-        .map(|n| Candidate::registered(n, overrides.clone()))
-        .collect::<Result<_, _>>()?;
-    // Each implementation is benched on the problems it supports (the others are said, not
-    // errors: a suite may mix variants).
-    for candidate in &candidates {
-        let supported: Vec<Problem> = problems
-            .iter()
-            .filter(|p| p.check_supported_by(candidate).is_ok())
-            .cloned()
-            .collect();
-        crate::args::validate(candidate, &supported)?;
-    }
+        .collect();
+    let named = if names.is_empty() {
+        registry::named(None)?
+            .map(|selection| (vec![selection.implementation.name], selection.reason))
+    } else {
+        let line = format!("implementations {}: named by --impl", names.join(", "));
+        Some((names, line))
+    };
+    let candidates = match &named {
+        Some((names, line)) => {
+            let candidates = registered(names, overrides)?;
+            println!("{line}");
+            validate(&candidates, &problems, &Limits::H100)?;
+            candidates
+        }
+        None => Vec::new(),
+    };
     let backends: Vec<Backend> = args
         .sdpa_backends
         .iter()
@@ -123,7 +138,7 @@ fn request(
     if args.samples < 2 {
         anyhow::bail!("--samples must be at least 2");
     }
-    Ok(BenchRequest {
+    let request = BenchRequest {
         problems,
         candidates,
         backends,
@@ -137,7 +152,8 @@ fn request(
         seed: args.seed,
         suite: args.problems.suite_name("large"),
         git: crate::provenance::git_revision(),
-    })
+    };
+    Ok((request, named.is_some()))
 }
 
 /// Shows one of the run's events: lines printed (above the progress bar once it is drawn),
@@ -209,4 +225,26 @@ fn dense_at_mean_line(entry: &attn_evidence::BenchEntry, dense: &DenseAtMean) ->
         meets(dense.meets_target()),
         DenseAtMean::TARGET
     )
+}
+
+/// The registered implementations `names`, each with `overrides`.
+fn registered(names: &[&str], overrides: &Config) -> anyhow::Result<Vec<Candidate>> {
+    Ok(names
+        .iter()
+        .map(|n| Candidate::registered(n, overrides.clone()))
+        .collect::<Result<_, _>>()?)
+}
+
+/// Checks each implementation on the problems it supports (the others are said when benched, not
+/// errors: a suite may mix variants).
+fn validate(candidates: &[Candidate], problems: &[Problem], limits: &Limits) -> anyhow::Result<()> {
+    for candidate in candidates {
+        let supported: Vec<Problem> = problems
+            .iter()
+            .filter(|p| p.check_supported_by(candidate).is_ok())
+            .cloned()
+            .collect();
+        crate::args::validate(candidate, &supported, limits)?;
+    }
+    Ok(())
 }

@@ -30,9 +30,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 #[derive(Debug, clap::Args)]
 #[command(mut_arg("shape", |a| a.required(false).default_value("2,8,1024,64")))]
 pub struct Args {
-    /// Registered implementation to tune (default: tiled, unless --src); several, comma-separated
-    /// (`hopper,cublas,mma`), make the implementation a knob of the search, each one's knobs
-    /// beneath it.
+    /// Registered implementation to tune (default, unless --src: IMPL, then the best registered
+    /// one for the device); several, comma-separated (`hopper,cublas,mma`), make the
+    /// implementation a knob of the search, each one's knobs beneath it.
     #[arg(long = "impl")]
     pub implementation: Option<String>,
     /// Your own kernel file (kernels/README.md's ABI); declare its knobs with --knob.
@@ -197,9 +197,27 @@ fn new_search(args: &Args) -> anyhow::Result<NewSearch> {
                 defines: defines.0,
             }
         }
-        (names, None) => {
-            let names = names.as_deref().unwrap_or("tiled").split(',');
-            Target::Implementations(names.map(|n| n.trim().to_string()).collect())
+        (Some(names), None) => {
+            let names: Vec<String> = names.split(',').map(|n| n.trim().to_string()).collect();
+            let plural = if names.len() > 1 { "s" } else { "" };
+            println!(
+                "implementation{plural} {}: named by --impl",
+                names.join(", ")
+            );
+            Target::Implementations(names)
+        }
+        (None, None) => {
+            // IMPL, else the device's best: GPU 0's, which the search's workers time on.
+            let selection = match attn_kernels::registry::named(None)? {
+                Some(selection) => selection,
+                None => {
+                    let gpu = attn_kernels::Gpu::open(0)?;
+                    let info = gpu.info();
+                    attn_kernels::registry::best_for(info.capability, &info.name)?
+                }
+            };
+            println!("{}", selection.reason);
+            Target::Implementations(vec![selection.implementation.name.to_string()])
         }
     };
     Ok(NewSearch {

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::bail;
 use attn_evidence::{CaseStatus, GateRule, GateRun};
-use attn_kernels::{Gpu, TimingOptions};
+use attn_kernels::TimingOptions;
 use attn_measure::gate::{ended_case, GatePlan, GateSession};
 use attn_measure::provenance::fresh_seed;
 use attn_measure::sanitize::{self, GATE_TOOLS};
@@ -139,8 +139,6 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         Some(other) => bail!("unknown --plant {other} (known: side-stream)"),
     };
     let problems = args.problems.problems("seed")?;
-    let candidate = args.candidate.candidate()?;
-    crate::args::validate(&candidate, &problems)?;
     let (name, backend) = (&args.baseline, args.sdpa_backend);
     crate::args::check_baseline(name, backend, &problems, Some(args.mode))?;
     let seed = args.seed.unwrap_or_else(fresh_seed);
@@ -154,7 +152,9 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         ..CompareOptions::default()
     };
     compare.validate()?;
-    // The request is whole: now the tools and the GPU.
+    // A named candidate is checked before any probe; the device's best once the GPU is open.
+    let (candidate, gpu) = args.candidate.candidate_for(&problems)?;
+    // The request is whole: now the tools.
     let sanitizer = args.sanitize.as_deref().map(sanitize::find).transpose()?;
 
     let evidence = (!args.no_evidence).then_some(args.evidence.as_path());
@@ -176,7 +176,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     if let Some(note) = note {
         println!("{note}");
     }
-    let gpu = Gpu::open(0)?;
+    let gpu = crate::args::opened(gpu)?;
     let timing = TimingOptions {
         warmup: args.warmup,
         samples: args.samples,

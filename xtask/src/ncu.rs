@@ -162,9 +162,11 @@ fn evidence_label(candidate: &Candidate, spec: &str, purpose: Purpose) -> String
 
 fn profile_impl(args: &Args) -> anyhow::Result<u8> {
     let spec = args.problem.spec()?;
-    let candidate = args.candidate.candidate()?;
     let problem = attn_measure::Problem::new(spec.clone())?;
-    crate::args::validate(&candidate, std::slice::from_ref(&problem))?;
+    // Under ncu only its target process holds the GPU.
+    let (candidate, _) = args
+        .candidate
+        .candidate_for(std::slice::from_ref(&problem))?;
     let entry = attn_measure::profile::profiled_entry(&candidate);
     let ncu = attn_measure::profile::find_ncu(&args.ncu)?;
     let program = std::env::current_exe().context("locating this program for ncu to run")?;

@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use attn_kernels::{Candidate, Config, Gpu, Prepared};
+use attn_kernels::{registry, Candidate, Config, Gpu, Implementation, Limits, Prepared};
 use attn_oracle::{
     compare, compare_packed, npy, reference, reference_varlen, reference_varlen_rows, tolerance,
     DType, Distribution, Params, RowSelection, Varlen,
@@ -73,16 +73,28 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         .clone()
         .or_else(|| std::env::var("IMPL").ok())
         .unwrap_or_default();
+    // A named implementation is known (and its line printed) now; the device's best once the
+    // GPU is open, its line printed first all the same (the inputs' notes wait for it).
     let registered = if name == "reference" {
+        let by = if args.implementation.is_some() {
+            "--impl"
+        } else {
+            "IMPL"
+        };
+        println!("implementation reference (the f64 oracle, on the CPU): named by {by}");
         None
     } else {
-        let implementation = attn_kernels::registry::select(args.implementation.as_deref())?;
+        let named = registry::named(args.implementation.as_deref())?;
         let overrides: Config = args
             .config
             .parse()
-            .map_err(|e: String| anyhow::anyhow!("--config: {e}"))?;
-        Some((implementation, overrides))
+            .map_err(|e: attn_kernels::ConfigError| anyhow::anyhow!("--config: {e}"))?;
+        if let Some(selection) = &named {
+            println!("{}", selection.reason);
+        }
+        Some((named.map(|s| s.implementation), overrides))
     };
+    let mut notes = Vec::new();
     if let Some(scale) = args.scale {
         if !scale.is_finite() || scale == 0.0 {
             bail!("--scale must be a finite non-zero number, got {scale}");
@@ -109,18 +121,20 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         .map(|l| Varlen::new(l.seqlens_q.clone(), l.seqlens_kv.clone()))
         .transpose()?;
     let inputs = match &varlen {
-        None => npy::read_inputs(files, &options, |note| println!("{note}"))?,
-        Some(varlen) => {
-            npy::read_packed_inputs(files, &options, varlen, |note| println!("{note}"))?
-        }
+        None => npy::read_inputs(files, &options, |note| notes.push(note))?,
+        Some(varlen) => npy::read_packed_inputs(files, &options, varlen, |note| notes.push(note))?,
     };
+    let print_notes = |notes: &[String]| notes.iter().for_each(|note| println!("{note}"));
+    if !matches!(registered, Some((None, _))) {
+        print_notes(&notes);
+    }
     let (dtype, shape, head_dim) = (inputs.dtype, inputs.shape, inputs.shape.head_dim);
     let mut params =
         Params::new(head_dim, args.causal).with_window(args.window.unwrap_or_default());
     if let Some(scale) = args.scale {
         params = params.with_scale(scale);
     }
-    if let Some((implementation, overrides)) = &registered {
+    let check = |implementation: &Implementation, overrides: &Config, limits: &Limits| {
         if dtype == DType::F32 {
             bail!(
                 "--q {} holds f32: `{}` takes fp16 or bf16 (uint16 bits); convert the files, or pass --bf16 to round them to bf16",
@@ -129,8 +143,13 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             );
         }
         implementation
-            .resolve(overrides, head_dim, &attn_kernels::Limits::H100)
+            .resolve(overrides, head_dim, limits)
             .with_context(|| format!("{shape}"))?;
+        anyhow::Ok(())
+    };
+    // A named implementation is checked against the inputs before any probe of the GPU.
+    if let Some((Some(implementation), overrides)) = &registered {
+        check(implementation, overrides, &Limits::H100)?;
     }
     let npy::InputFiles { q, k, v, .. } = inputs;
     let (out, label) = match registered {
@@ -143,8 +162,19 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             };
             (out.to_dtype(dtype), "reference".to_string())
         }
-        Some((implementation, overrides)) => {
+        Some((named, overrides)) => {
             let gpu = Gpu::open(0)?;
+            let implementation = match named {
+                Some(implementation) => implementation,
+                None => {
+                    let info = gpu.info();
+                    let selection = registry::best_for(info.capability, &info.name)?;
+                    println!("{}", selection.reason);
+                    print_notes(&notes);
+                    check(selection.implementation, &overrides, &gpu.limits())?;
+                    selection.implementation
+                }
+            };
             let candidate = Candidate::Registered {
                 implementation,
                 overrides,

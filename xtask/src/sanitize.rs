@@ -26,12 +26,13 @@ pub struct Args {
 
 /// Runs the subcommand; returns the process exit code.
 pub fn run(args: Args) -> anyhow::Result<u8> {
-    let candidate = args.candidate.candidate()?;
     let mut problems = args.problems.problems("seed")?;
     if args.problems.shapes.is_empty() {
         problems = sanitize::small_problems(&problems)?;
     }
-    crate::args::validate(&candidate, &problems)?;
+    // The GPU opened for the device's best implementation is closed again: the sanitizer's
+    // target process opens its own.
+    let (candidate, _) = args.candidate.candidate_for(&problems)?;
     // The request is whole: now the tool.
     let sanitizer = sanitize::find(&args.compute_sanitizer)?;
     let evidence = (!args.no_evidence).then_some(Path::new("evidence"));

@@ -34,7 +34,7 @@ fn registry_space(name: &str, head_dim: usize) -> Space {
 fn seeds(target: MicroTarget, implementation: &str, head_dim: usize) -> (usize, usize) {
     let space = registry_space(implementation, head_dim);
     let shape: ShapeSpec = format!("2,16,8192,{head_dim}").parse().unwrap();
-    let fill = default_knobs(implementation, &shape).unwrap();
+    let fill = default_knobs(implementation, &shape, &Limits::H100).unwrap();
     let configs = micro_configs(target, head_dim, &Limits::H100).unwrap();
     let mut placed = 0;
     for config in &configs {

@@ -4,11 +4,158 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
+/// A knob's name: the define it sets. The registry names its knobs through [`names`]; a config
+/// read from text keeps its names as text, compared with these by [`KnobName::as_str`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct KnobName(&'static str);
+
+impl KnobName {
+    /// The define's name, e.g. `BLOCK_M`.
+    pub const fn as_str(self) -> &'static str {
+        self.0
+    }
+}
+
+impl AsRef<str> for KnobName {
+    fn as_ref(&self) -> &str {
+        self.0
+    }
+}
+
+impl fmt::Display for KnobName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.0)
+    }
+}
+
+impl PartialEq<str> for KnobName {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for KnobName {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<String> for KnobName {
+    fn eq(&self, other: &String) -> bool {
+        self.0 == other
+    }
+}
+
+/// Every knob name of the registered implementations, defined once.
+pub mod names {
+    use super::KnobName;
+
+    macro_rules! knob_names {
+        ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
+            $($(#[$doc])* pub const $name: KnobName = KnobName(stringify!($name));)*
+        };
+    }
+
+    knob_names! {
+        /// naive: query rows (warps) per block.
+        ROWS_PER_BLOCK,
+        /// Query rows per block.
+        BLOCK_M,
+        /// Keys per K/V tile.
+        BLOCK_N,
+        /// Warps per block (hopper: consumer warps).
+        NUM_WARPS,
+        /// K/V pipeline depth.
+        STAGES,
+        /// mma: query rows per warp.
+        WARP_M,
+        /// mma: warps sharing a row group's keys.
+        KV_SPLIT,
+        /// mma: Q's fragments held in registers.
+        Q_IN_REGS,
+        /// mma: the min blocks per SM hint of `__launch_bounds__`.
+        MIN_BLOCKS,
+        /// hopper: S(j+1) issued before P(j)·V(j).
+        OVERLAP,
+        /// hopper: consumer warpgroups taking turns.
+        PINGPONG,
+        /// hopper: the work order (grid or persistent).
+        SCHEDULE,
+        /// hopper: Q·Kᵀ's A operand from registers.
+        Q_REGS,
+        /// hopper: N of the P·V wgmma.
+        PV_N,
+        /// hopper: conditional rescaling of O.
+        LAZY_RESCALE,
+        /// hopper: Q tiles of the persistent loop.
+        Q_STAGES,
+        /// hopper: blocks per thread-block cluster.
+        CLUSTER,
+        /// hopper: when the one Q tile goes back to the producer.
+        Q_RELEASE,
+        /// hopper: a persistent cluster's blocks take two heads.
+        CLUSTER_HEADS,
+        /// hopper: the stream-K tail.
+        STREAM_K,
+        /// hopper: items chained in the persistent loop.
+        CHAIN,
+    }
+}
+
+/// Why a config cannot be read or cannot be valid.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A part of `K=V,K=V` text without `=`.
+    #[error("`{0}` is not KNOB=VALUE")]
+    NotKnobValue(String),
+    /// A value that is neither an integer nor a name of its knob's values.
+    #[error("`{0}`: the value must be an integer")]
+    NotInteger(String),
+    /// A knob the implementation does not have.
+    #[error("unknown knob {name} (knobs: {known})")]
+    UnknownKnob {
+        /// The knob asked for.
+        name: String,
+        /// The implementation's knobs, comma-separated, or `none`.
+        known: String,
+    },
+    /// A value outside its knob's domain.
+    #[error("{name}={value} is outside its domain {domain:?}")]
+    OutsideDomain {
+        /// The knob.
+        name: String,
+        /// The value asked for.
+        value: i64,
+        /// The values it may take.
+        domain: &'static [i64],
+    },
+    /// More threads per block than the device has.
+    #[error("{threads} threads per block > the device's {limit}")]
+    TooManyThreads {
+        /// The config's threads per block.
+        threads: u32,
+        /// The device's.
+        limit: u32,
+    },
+    /// More dynamic shared memory per block than the device has.
+    #[error("{bytes} bytes of shared memory per block > the device's {limit}")]
+    TooMuchSharedMemory {
+        /// The config's bytes.
+        bytes: u32,
+        /// The device's.
+        limit: u32,
+    },
+    /// A combination of knobs (or of knobs and head dim) the implementation rules out; the reason
+    /// says what to change.
+    #[error("{0}")]
+    Rule(String),
+}
+
 /// One tunable of an implementation: a compile-time define with the values it may take.
 #[derive(Debug, Clone, Copy)]
 pub struct Knob {
     /// The define's name, e.g. `BLOCK_M`.
-    pub name: &'static str,
+    pub name: KnobName,
     /// The values it may take.
     pub domain: &'static [i64],
     /// What it does, in a few words.
@@ -17,8 +164,8 @@ pub struct Knob {
 
 /// Knob values that also have a name on the command line (`SCHEDULE=persistent`): the knob, then
 /// each name and the integer it stands for (the define the kernel sees). A config keeps the integer.
-pub const NAMED_VALUES: &[(&str, &[(&str, i64)])] =
-    &[("SCHEDULE", &[("grid", 0), ("persistent", 1)])];
+pub const NAMED_VALUES: &[(KnobName, &[(&str, i64)])] =
+    &[(names::SCHEDULE, &[("grid", 0), ("persistent", 1)])];
 
 /// The integer a named value of `knob` stands for ([`NAMED_VALUES`]).
 fn named_value(knob: &str, name: &str) -> Option<i64> {
@@ -46,13 +193,18 @@ pub struct Config(pub BTreeMap<String, i64>);
 
 impl Config {
     /// A config from `(name, value)` pairs.
-    pub fn from_pairs(pairs: &[(&str, i64)]) -> Config {
-        Config(pairs.iter().map(|(k, v)| ((*k).to_string(), *v)).collect())
+    pub fn from_pairs<K: AsRef<str>>(pairs: &[(K, i64)]) -> Config {
+        Config(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.as_ref().to_string(), *v))
+                .collect(),
+        )
     }
 
     /// The value of a knob, if set.
-    pub fn get(&self, name: &str) -> Option<i64> {
-        self.0.get(name).copied()
+    pub fn get(&self, name: impl AsRef<str>) -> Option<i64> {
+        self.0.get(name.as_ref()).copied()
     }
 
     /// `self` with every knob of `overrides` replaced.
@@ -72,21 +224,21 @@ impl fmt::Display for Config {
 }
 
 impl FromStr for Config {
-    type Err = String;
+    type Err = ConfigError;
 
     /// Parses `K=V,K=V` (knob names are upper-cased; values are integers, or a name of
     /// [`NAMED_VALUES`] such as `SCHEDULE=persistent`).
-    fn from_str(s: &str) -> Result<Config, String> {
+    fn from_str(s: &str) -> Result<Config, ConfigError> {
         let mut map = BTreeMap::new();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (key, value) = part
                 .split_once('=')
-                .ok_or_else(|| format!("`{part}` is not KNOB=VALUE"))?;
+                .ok_or_else(|| ConfigError::NotKnobValue(part.to_string()))?;
             let key = key.trim().to_ascii_uppercase();
             let value: i64 = match value.trim().parse() {
                 Ok(v) => v,
                 Err(_) => named_value(&key, value.trim())
-                    .ok_or_else(|| format!("`{part}`: the value must be an integer"))?,
+                    .ok_or_else(|| ConfigError::NotInteger(part.to_string()))?,
             };
             map.insert(key, value);
         }
@@ -106,7 +258,7 @@ mod tests {
         let grid: Config = "SCHEDULE=Grid".parse().unwrap();
         assert_eq!(grid.get("SCHEDULE"), Some(0));
         let err = "SCHEDULE=sometimes".parse::<Config>().unwrap_err();
-        assert!(err.contains("must be an integer"), "{err}");
+        assert!(err.to_string().contains("must be an integer"), "{err}");
         // A name belongs to its knob only.
         assert!("STAGES=persistent".parse::<Config>().is_err());
     }

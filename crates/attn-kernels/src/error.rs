@@ -1,5 +1,7 @@
 //! The one error type of this crate.
 
+use crate::config::ConfigError;
+
 /// Everything that can go wrong while building, launching or timing a kernel.
 #[derive(Debug, thiserror::Error)]
 pub enum KernelError {
@@ -29,14 +31,25 @@ pub enum KernelError {
         /// The registered names.
         known: String,
     },
+    /// No registered implementation of the preference order runs on the device.
+    #[error("no registered implementation runs on {device}: {why}; name one with --impl")]
+    NoImplementationFor {
+        /// The device, `sm_75 (Tesla T4)`.
+        device: String,
+        /// What each preferred one needs.
+        why: String,
+    },
     /// A config that cannot be valid, rejected before compiling.
     #[error("invalid config for `{implementation}`: {reason}")]
     InvalidConfig {
         /// The implementation.
         implementation: String,
         /// Why, in one line.
-        reason: String,
+        reason: ConfigError,
     },
+    /// A config's text that cannot be read (`K=V,K=V`).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
     /// Inputs the implementation does not handle (head dim, dtype, shape).
     #[error("`{implementation}` does not support {what}")]
     Unsupported {

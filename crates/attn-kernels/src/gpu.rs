@@ -10,7 +10,7 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr
 
 use crate::compile::{self, Arch, CompileRequest};
 use crate::error::{DriverContext, KernelError, Result};
-use crate::registry::Limits;
+use crate::registry::DeviceLimits;
 use crate::toolkit;
 
 /// What we know of the device, read once when it is opened.
@@ -96,6 +96,7 @@ pub struct Gpu {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     info: DeviceInfo,
+    limits: DeviceLimits,
     functions: Mutex<HashMap<String, CudaFunction>>,
     blas: OnceLock<CudaBlas>,
     /// Every other stream work of ours may run on ([`Gpu::new_side_stream`]): the timing's guard
@@ -182,10 +183,28 @@ impl Gpu {
                 .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH)
                 .map_or(0, i64::from),
         };
+        let limits = DeviceLimits {
+            capability: info.capability,
+            sm_count: info.sm_count,
+            l2_bytes: info.l2_bytes,
+            max_threads_per_block: info.max_threads_per_block,
+            max_shared_per_block: info.max_shared_per_block,
+            shared_per_sm: attribute(
+                &ctx,
+                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
+                "shared memory per SM",
+            )? as u32,
+            reserved_shared_per_block: attribute(
+                &ctx,
+                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK,
+                "reserved shared memory per block",
+            )? as u32,
+        };
         Ok(Gpu {
             ctx,
             stream,
             info,
+            limits,
             functions: Mutex::new(HashMap::new()),
             blas: OnceLock::new(),
             side_streams: Mutex::new(Vec::new()),
@@ -197,12 +216,9 @@ impl Gpu {
         &self.info
     }
 
-    /// Its limits, for config validation.
-    pub fn limits(&self) -> Limits {
-        Limits {
-            max_threads_per_block: self.info.max_threads_per_block,
-            max_shared_per_block: self.info.max_shared_per_block,
-        }
+    /// Its limits and size, for config validation and the tuning policy.
+    pub fn limits(&self) -> DeviceLimits {
+        self.limits
     }
 
     /// The architecture to compile for: the device's own.

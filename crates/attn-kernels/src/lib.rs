@@ -42,12 +42,12 @@ pub mod timing;
 pub mod toolkit;
 
 pub use attention::{Candidate, Prepared};
-pub use config::{Config, Knob};
+pub use config::{Config, ConfigError, Knob, KnobName};
 pub use error::{KernelError, Result};
 pub use gpu::{device_lock, DeviceInfo, DeviceLock, DeviceTensor, Gpu, VarlenOffsets};
 pub use guard::{GuardViolation, GuardedTensor, HarnessKernels};
 pub use reference::{
     ColumnMap, Counters, ElementBound, GpuReference, ReferenceOutput, RowErrors, RowMask,
 };
-pub use registry::{registry, Implementation, Limits};
+pub use registry::{registry, DeviceLimits, Implementation, Limits};
 pub use timing::{Harness, SampleHooks, TimingMode, TimingOptions, Timings};

@@ -112,7 +112,7 @@ fn cases() -> Vec<Case> {
                 {
                     let shape = attn_oracle::Shape::new(b, h, seq, seq, head_dim).unwrap();
                     let params = attn_oracle::Params::new(head_dim, causal);
-                    let tuned = imp.tuned_for(&shape, &params);
+                    let tuned = imp.tuned_for(&shape, &params, &Limits::H100);
                     if !configs.contains(&tuned) {
                         configs.push(tuned);
                     }
@@ -123,7 +123,11 @@ fn cases() -> Vec<Case> {
                 {
                     configs.push(config.parse().unwrap());
                 }
-                for knob in imp.knobs.iter().filter(|k| PATH_KNOBS.contains(&k.name)) {
+                for knob in imp
+                    .knobs
+                    .iter()
+                    .filter(|k| PATH_KNOBS.contains(&k.name.as_str()))
+                {
                     // A config that names the knob (an opt-in one valid on one path) keeps it.
                     for config in configs
                         .clone()
@@ -333,6 +337,7 @@ fn invalid_configs_are_rejected_with_their_reason() {
     let tiny = Limits {
         max_threads_per_block: 1024,
         max_shared_per_block: 16 * 1024,
+        ..Limits::H100
     };
     let err = attn_kernels::registry::find("tiled")
         .unwrap()
@@ -343,6 +348,7 @@ fn invalid_configs_are_rejected_with_their_reason() {
     let threads = Limits {
         max_threads_per_block: 64,
         max_shared_per_block: 232_448,
+        ..Limits::H100
     };
     let err = attn_kernels::registry::find("tiled")
         .unwrap()
@@ -440,8 +446,8 @@ fn a_revision_compiles_its_own_text_with_its_headers_first_and_todays_defines() 
     for causal in [false, true] {
         let params = attn_oracle::Params::new(64, causal);
         assert_eq!(
-            revision.for_problem(&shape, &params).knobs(),
-            hopper.for_problem(&shape, &params).knobs()
+            revision.for_problem(&shape, &params, &Limits::H100).knobs(),
+            hopper.for_problem(&shape, &params, &Limits::H100).knobs()
         );
     }
 }

@@ -292,7 +292,7 @@ impl<'a> GateSession<'a> {
     fn prepare(&mut self, problem: &Problem) -> Result<CaseKernel> {
         problem.check_supported_by(self.candidate)?;
         self.baseline.check_supports(problem)?;
-        let candidate = self.candidate.for_problem(&problem.shape, &problem.params);
+        let candidate = self.candidate.for_problem(&problem.shape, &problem.params, &self.gpu.limits());
         let (dtype, head_dim) = (problem.dtype, problem.shape.head_dim);
         let prepared = self.candidates.get(self.gpu, &candidate, dtype, head_dim)?;
         let reference = match self.references.entry((dtype, head_dim)) {
@@ -510,7 +510,7 @@ fn baseline_side<'s>(
             Box::new(SdpaSide::new(gpu, sdpa, *backend, problem, seed ^ 0xba5e))
         }
         Baseline::Registered(c) => {
-            let candidate = c.for_problem(&problem.shape, &problem.params);
+            let candidate = c.for_problem(&problem.shape, &problem.params, &gpu.limits());
             let (dtype, head_dim) = (problem.dtype, problem.shape.head_dim);
             let prepared = compiled.insert(baselines.get(gpu, &candidate, dtype, head_dim)?);
             Box::new(KernelSide::new(gpu, prepared, problem, seed ^ 0xba5e)?)

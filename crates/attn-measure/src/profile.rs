@@ -166,7 +166,7 @@ pub fn profiled_entry(candidate: &Candidate) -> &'static str {
 /// One warm-up launch and `launches` more of `candidate` on `spec`, nothing else.
 fn launch_on(gpu: &Gpu, spec: ShapeSpec, candidate: &Candidate, launches: u32) -> Result<()> {
     let problem = Problem::new(spec)?;
-    let candidate = candidate.for_problem(&problem.shape, &problem.params);
+    let candidate = candidate.for_problem(&problem.shape, &problem.params, &gpu.limits());
     let prepared = Prepared::new(gpu, &candidate, problem.dtype, problem.shape.head_dim)?;
     // Exact allocations, no canary guards: compute-sanitizer's memcheck must see a write past a
     // buffer as one, not as a write into the gate's padding.

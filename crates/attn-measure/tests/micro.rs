@@ -98,6 +98,7 @@ fn micro_configs_fit_the_device_and_carry_their_launch_defines() {
     let small = Limits {
         max_threads_per_block: 1024,
         max_shared_per_block: 48 * 1024,
+        ..Limits::H100
     };
     let fitting = micro_configs(MicroTarget::CpAsync, 128, &small).unwrap();
     assert!(!fitting.is_empty());

@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use attn_oracle::{DType, Params, Shape};
 
 use crate::compile::{Arch, CompileRequest};
-use crate::config::Config;
+use crate::config::{Config, ConfigError};
 use crate::error::{KernelError, Result};
-use crate::registry::{self, Engine, Geometry, Implementation, Limits, Variants};
+use crate::registry::{self, DeviceLimits, Engine, Geometry, Implementation, Limits, Variants};
 
 use super::launch::BoxRows;
 
@@ -76,16 +76,16 @@ impl Candidate {
     }
 
     /// The candidate to run on `shape` under `params` (its mask): a registered implementation gets
-    /// the knobs tuned for that problem, under the user's own overrides; a user's kernel is
+    /// the knobs tuned for that problem on `device`, under the user's own overrides; a user's kernel is
     /// unchanged.
-    pub fn for_problem(&self, shape: &Shape, params: &Params) -> Candidate {
+    pub fn for_problem(&self, shape: &Shape, params: &Params, device: &DeviceLimits) -> Candidate {
         match self {
             Candidate::Registered {
                 implementation,
                 overrides,
             } => Candidate::Registered {
                 implementation,
-                overrides: implementation.tuned_under(shape, params, overrides),
+                overrides: implementation.tuned_under(shape, params, overrides, device),
             },
             Candidate::Revision {
                 of,
@@ -93,7 +93,7 @@ impl Candidate {
                 include_dir,
                 revision,
             } => Candidate::Revision {
-                of: Box::new(of.for_problem(shape, params)),
+                of: Box::new(of.for_problem(shape, params, device)),
                 source: source.clone(),
                 include_dir: include_dir.clone(),
                 revision: revision.clone(),
@@ -188,7 +188,7 @@ impl Candidate {
                 // behaves as the revision's kernel, in the defines and the launch alike.
                 if let Candidate::Registered { implementation, .. } = of.today() {
                     for &(name, legacy) in implementation.introduced {
-                        if variant.config.get(name).is_some() && !source.contains(name) {
+                        if variant.config.get(name).is_some() && !source.contains(name.as_str()) {
                             variant.config.0.insert(name.to_string(), legacy);
                             let prefix = format!("{name}=");
                             for define in &mut variant.request.defines {
@@ -336,7 +336,7 @@ impl SourceGeometry {
         } = *self;
         let invalid = |reason: String| KernelError::InvalidConfig {
             implementation: label.to_string(),
-            reason,
+            reason: ConfigError::Rule(reason),
         };
         if block_m < 1
             || warps < 1

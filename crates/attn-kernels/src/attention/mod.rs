@@ -11,7 +11,7 @@ use std::sync::Mutex;
 
 use attn_oracle::{DType, HostTensor, Params, Shape};
 
-use crate::config::Config;
+use crate::config::{Config, ConfigError};
 use crate::error::{KernelError, Result};
 use crate::gpu::Gpu;
 use crate::registry::{Abi, Engine, Geometry, Implementation, Variants};
@@ -85,7 +85,7 @@ impl Prepared {
                                 config.get(name).map(|v| v as u32).ok_or_else(|| {
                                     KernelError::InvalidConfig {
                                         implementation: implementation.name.into(),
-                                        reason: format!("the TensorMaps ABI needs the knob {name} for its boxes"),
+                                        reason: ConfigError::Rule(format!("the TensorMaps ABI needs the knob {name} for its boxes")),
                                     }
                                 })
                             };

@@ -87,7 +87,7 @@ fn check_implementation_with(name: &str, run: &Run) -> Vec<String> {
                 }
                 let prepared = Prepared::new(
                     &gpu,
-                    &candidate.for_problem(&shape, &params),
+                    &candidate.for_problem(&shape, &params, &gpu.limits()),
                     dtype,
                     head_dim,
                 )
@@ -178,7 +178,7 @@ fn hopper_lazy_rescale_matches_the_oracle_when_row_maxima_jump() {
                         for distribution in [Distribution::Peaky, Distribution::LargeMagnitude] {
                             let shape = Shape::new(batch, heads, seq, seq, head_dim).unwrap();
                             let params = Params::new(head_dim, causal);
-                            let candidate = candidate.for_problem(&shape, &params);
+                            let candidate = candidate.for_problem(&shape, &params, &gpu.limits());
                             let prepared = Prepared::new(&gpu, &candidate, dtype, head_dim)
                                 .unwrap_or_else(|e| panic!("{e}"));
                             count += 1;

@@ -203,7 +203,7 @@ fn hopper_static_order_cuts_and_chains_items_and_matches_the_oracle() {
                 (DType::F16, true),
             ] {
                 let params = Params::new(head_dim, causal);
-                let tuned = candidate.for_problem(&shape, &params);
+                let tuned = candidate.for_problem(&shape, &params, &gpu.limits());
                 let prepared = Prepared::new(&gpu, &tuned, dtype, head_dim).unwrap();
                 // The items of the static order (the geometry's row blocks, a cluster's pair of
                 // them or of heads being one) against the clusters (one block per SM).

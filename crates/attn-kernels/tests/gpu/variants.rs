@@ -73,7 +73,7 @@ fn check_variants_with(name: &str, run: &Run) -> Vec<String> {
                 );
                 let prepared = Prepared::new(
                     &gpu,
-                    &candidate.for_problem(&shape, &params),
+                    &candidate.for_problem(&shape, &params, &gpu.limits()),
                     dtype,
                     head_dim,
                 )

@@ -80,7 +80,7 @@ fn check_varlen_with(name: &str, run: &Run) -> Vec<String> {
                 let bounding = varlen.bounding_shape(&per_head).unwrap();
                 let prepared = Prepared::new(
                     &gpu,
-                    &candidate.for_problem(&bounding, &params),
+                    &candidate.for_problem(&bounding, &params, &gpu.limits()),
                     dtype,
                     head_dim,
                 )

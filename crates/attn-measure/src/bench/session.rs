@@ -47,7 +47,7 @@ pub enum Event {
 /// Where a bench run's [`Event`]s go.
 pub type Report<'r> = &'r mut dyn FnMut(Event);
 
-/// A bench run opened on GPU 0: PyTorch's helper when backends are asked for, the dense batches
+/// A bench run opened on the caller's GPU: PyTorch's helper when backends are asked for, the dense batches
 /// of varlen problems, the compiled kernels and the entries timed so far.
 pub struct BenchSession<'r> {
     request: &'r BenchRequest,
@@ -70,10 +70,13 @@ impl std::fmt::Debug for BenchSession<'_> {
 }
 
 impl<'r> BenchSession<'r> {
-    /// Opens GPU 0 and PyTorch's helper (without it, only our implementations are timed: said
-    /// in a line), and finds each varlen problem's dense batch at its mean length.
-    pub fn open(request: &'r BenchRequest, report: Report<'r>) -> Result<BenchSession<'r>> {
-        let gpu = Gpu::open(0)?;
+    /// Opens PyTorch's helper beside the caller's `gpu` (without it, only our implementations
+    /// are timed: said in a line), and finds each varlen problem's dense batch at its mean length.
+    pub fn open(
+        gpu: Gpu,
+        request: &'r BenchRequest,
+        report: Report<'r>,
+    ) -> Result<BenchSession<'r>> {
         let sdpa = if request.backends.is_empty() {
             None
         } else {
@@ -163,7 +166,7 @@ impl<'r> BenchSession<'r> {
             request
                 .candidates
                 .iter()
-                .map(|c| c.for_problem(&problem.shape, &problem.params))
+                .map(|c| c.for_problem(&problem.shape, &problem.params, &self.gpu.limits()))
                 .find(|c| problem.check_supported_by(c).is_ok())
                 .map(|c| (problem, c))
         });
@@ -186,7 +189,7 @@ impl<'r> BenchSession<'r> {
         dense: Option<&Problem>,
     ) -> Result<()> {
         let (opts, seed) = (&self.request.timing, self.request.seed);
-        let candidate = &any_shape.for_problem(&problem.shape, &problem.params);
+        let candidate = &any_shape.for_problem(&problem.shape, &problem.params, &self.gpu.limits());
         let steps = 1 + u64::from(dense.is_some());
         if let Err(err) = problem.check_supported_by(candidate) {
             (self.report)(Event::Line(format!("  skipped on {problem}: {err}")));
@@ -229,7 +232,7 @@ impl<'r> BenchSession<'r> {
         dense: &Problem,
     ) -> Result<Option<BenchEntry>> {
         let (opts, seed) = (&self.request.timing, self.request.seed);
-        let candidate = &any_shape.for_problem(&dense.shape, &dense.params);
+        let candidate = &any_shape.for_problem(&dense.shape, &dense.params, &self.gpu.limits());
         let label = candidate.label();
         (self.report)(Event::Step(format!(
             "{label} {dense} (dense at the mean length)"

@@ -105,7 +105,7 @@ pub fn start(
     let spec = &run.spec;
     let space = space(spec, limits)?;
     let options = Options::for_spec(spec, request.budget);
-    let seeds = seeds(request, spec, &space, report)?;
+    let seeds = seeds(request, spec, &space, limits, report)?;
     Ok(run.start(Search::new(space, options, seeds)?)?)
 }
 
@@ -123,7 +123,7 @@ pub fn space(spec: &SearchSpec, limits: Limits) -> Result<Space> {
         let branches = spec.implementations.iter().map(|imp| {
             let name = imp.name.as_str();
             let constraint = registry_constraint(name, head_dim, limits)?;
-            let defaults = default_knobs(name, &spec.shape)?;
+            let defaults = default_knobs(name, &spec.shape, &limits)?;
             Ok(Branch::new(
                 name,
                 domains(&imp.knobs)?,
@@ -155,10 +155,11 @@ pub fn seeds(
     request: &SearchRequest,
     spec: &SearchSpec,
     space: &Space,
+    limits: Limits,
     report: Report<'_>,
 ) -> Result<Vec<Knobs>> {
     let fill: Knobs = match &spec.implementation {
-        Some(name) => default_knobs(name, &spec.shape)?,
+        Some(name) => default_knobs(name, &spec.shape, &limits)?,
         None => space
             .knobs()
             .iter()
@@ -232,7 +233,11 @@ pub fn implementation_knobs(
 ) -> Result<Vec<(&'static str, &'static [i64])>> {
     let imp = registry::find(name)?;
     imp.check_head_dim(head_dim)?;
-    Ok(imp.knobs.iter().map(|k| (k.name, k.domain)).collect())
+    Ok(imp
+        .knobs
+        .iter()
+        .map(|k| (k.name.as_str(), k.domain))
+        .collect())
 }
 
 /// The knobs of registered implementation `name` a search of it alone may tune at `head_dim`,
@@ -265,11 +270,15 @@ pub fn registry_constraint(
     })
 }
 
-/// `name`'s default config for `shape`, tuned values included: a search's first seed.
-pub fn default_knobs(name: &str, shape: &ShapeSpec) -> Result<BTreeMap<String, i64>> {
+/// `name`'s default config for `shape` on `device`, tuned values included: a search's first seed.
+pub fn default_knobs(
+    name: &str,
+    shape: &ShapeSpec,
+    device: &Limits,
+) -> Result<BTreeMap<String, i64>> {
     let imp = registry::find(name)?;
     let problem = Problem::new(shape.clone())?;
-    let tuned = imp.tuned_for(&problem.shape, &problem.params);
+    let tuned = imp.tuned_for(&problem.shape, &problem.params, device);
     Ok(imp.default_config(shape.head_dim).merged(&tuned).0)
 }
 

@@ -369,8 +369,11 @@ impl Worker {
                 SdpaSide::new(gpu, sdpa, *backend, problem, seed).block(&self.timing)?
             }
             Baseline::Registered(candidate) => {
-                let prepared =
-                    self.prepare(&candidate.for_problem(&problem.shape, &problem.params))?;
+                let prepared = self.prepare(&candidate.for_problem(
+                    &problem.shape,
+                    &problem.params,
+                    &gpu.limits(),
+                ))?;
                 KernelSide::new(gpu, &prepared, problem, seed)?.block(&self.timing)?
             }
         };
