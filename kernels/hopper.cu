@@ -2,176 +2,94 @@
 // warpgroup tensor cores (wgmma, sm_90a).
 //
 // Bird's-eye view
-//   One thread block computes a BLOCK_M × HEAD_DIM tile of O for one (batch or sequence, head). Its
-//   warps are NUM_WARPS consumer warps (NUM_WARPS / 4 consumer warpgroups of 64 query rows each;
-//   warp w of a warpgroup owns rows 16w..16w+15 of them), then one producer warpgroup (4 warps).
-//   - Producer: one thread issues every load as a TMA copy (cp.async.bulk.tensor) through the
-//     tensor maps of the ABI: Q once, then tile j of K and of V (BLOCK_N rows) into slot j % STAGES of
-//     a ring, each completing on its own "full" mbarrier (arrive.expect_tx); before refilling a
-//     slot's K (V) it waits on the slot's k_empty (v_empty) mbarrier. Its other 127 threads leave
-//     at once. With two or three consumer warpgroups, setmaxnreg moves registers from the producer
-//     (24) to the consumers (240 with two, 160 with three).
-//   - Consumers, per key tile (no block-wide barrier in the loop):
-//     S = Q·Kᵀ       wgmma m64n{BLOCK_N}k16, A = Q and B = K both from shared memory through
-//                    128-byte-swizzled K-major descriptors (HEAD_DIM / 16 k-steps, one commit group)
+//   One thread block computes a BLOCK_M × HEAD_DIM tile of O for one (batch or sequence, head): a
+//   work item. Its warps are NUM_WARPS consumer warps (NUM_WARPS / 4 consumer warpgroups of 64 query
+//   rows each; warp w of a warpgroup owns rows 16w..16w+15 of them), then one producer warpgroup.
+//   - Producer warp (TMA): one thread issues every load as a TMA copy (cp.async.bulk.tensor)
+//     through the ABI's tensor maps: Q once per item, then tile j of K and of V (BLOCK_N rows) into
+//     slot j % STAGES of a ring, each completing on its own "full" mbarrier (arrive.expect_tx);
+//     before refilling a slot's K (V) it waits on the slot's k_empty (v_empty) mbarrier. With
+//     SCHEDULE 1 the same warp is the persistent scheduler (hopper_schedule.cuh). With two or three
+//     consumer warpgroups setmaxnreg moves registers from the producer warpgroup (24) to the
+//     consumers (240 with two, 160 with three).
+//   - Consumer warpgroups, per key tile, with no block-wide barrier in the loop (hopper_consume.cuh):
+//     S = Q·Kᵀ       wgmma m64n{BLOCK_N}k16; A = Q (shared memory, or registers with Q_REGS 1),
+//                    B = K, both through 128-byte-swizzled K-major descriptors (HEAD_DIM / 16 k-steps)
 //     P = exp2(S·scale·log2e − m), online softmax FA2-style in registers (quad shuffles)
-//     O = O·α + P·V  wgmma m64n64k16 per 64-column panel of O and per 16 keys (BLOCK_N / 16
-//                    k-steps: 11 for BLOCK_N 176): A = P re-packed in registers (the S accumulator
-//                    layout is the A-fragment layout), B = V from shared memory through a
-//                    128-byte-swizzled MN-major descriptor (trans-b: V stays [keys, D] row-major)
-//     every consumer thread arrives on the slot's k_empty barrier once its Q·Kᵀ has completed, on
-//     its v_empty barrier once its P·V has (the producer refills a K slot about a tile earlier
-//     than a whole-slot release would allow: two stages of 176-key tiles hide the loads).
-//   With OVERLAP 1 (FA3's intra-warpgroup overlap) a warpgroup issues S_{j+1} and P_j·V_j back to
-//   back and runs the softmax of tile j+1 while P_j·V_j is still on the tensor cores.
-//   With PINGPONG 1 (FA3's inter-warpgroup ping-pong) the consumer warpgroups issue their batches
-//   of wgmma in turns, round-robin (named barriers), so that one warpgroup's softmax runs while
-//   another's GEMMs hold the tensor cores.
-//   Variants (kernels/README.md, "Variants"): GQA/MQA, sliding window (causal included) and varlen
-//   are all supported; see "Variants and tile skipping" below. Rows that see no key write zeros.
-//   The output is staged in the warpgroup's own rows of the Q tile (stmatrix: four 8×8 blocks of the
-//   accumulator layout per instruction) and written with 16-byte stores, or with two Q tiles
-//   (Q_STAGES 2, not with CHAIN) by a copy warp with TMA while the consumers go on to their next
-//   item;
-//   the persistent loop with Q in registers stores it straight from the accumulators instead, so
-//   that the next item's Q can land in the tile during this item's key loop.
+//     O = O·α + P·V  wgmma m64n{PV_N}k16 per 16 keys: A = P re-packed in registers (the S accumulator
+//                    layout is the A-fragment layout), B = V through a 128-byte-swizzled MN-major
+//                    descriptor (trans-b: V stays [keys, D] row-major)
+//     Every consumer thread arrives on the slot's k_empty once its Q·Kᵀ has completed and on its
+//     v_empty once its P·V has, so K and V of a slot are refilled apart. OVERLAP 1 (FA3's
+//     intra-warpgroup overlap) issues S_{j+1} beside P_j·V_j and runs tile j + 1's softmax while
+//     P_j·V_j is on the tensor cores; PINGPONG 1 (FA3's inter-warpgroup ping-pong) has the
+//     warpgroups issue their batches of wgmma in turns (named barriers), so that one's softmax runs
+//     while another's GEMMs hold the tensor cores.
+//   - Epilogue (hopper_epilogue.cuh): O normalised by the row sums and stored straight from the
+//     accumulators, or staged in the warpgroup's own rows of the Q tile (stmatrix) and written with
+//     16-byte stores, or (two Q tiles, O_TMA_STORE) handed to the copy warp, the producer
+//     warpgroup's second warp, which stores it with TMA while the consumers go on to their next item.
+//   - Persistent scheduler (SCHEDULE 1, hopper_schedule.cuh): one block per SM slot loops over the
+//     work items, which the producer warp picks (statically, or heaviest first from a device
+//     counter) and publishes with their Q; with STREAM_K the last wave's items are cut into equal
+//     runs of key tiles.
+//   The headers: hopper_common.cuh (PTX wrappers), hopper_pipeline.cuh (barriers, loads, wgmma and
+//   softmax steps shared with micro_hopper.cu), then this kernel's own hopper_schedule.cuh,
+//   hopper_epilogue.cuh and hopper_consume.cuh. The last four are parts of this file: included
+//   inside namespace hopper_attn after the geometry below, in that order (moving code into them
+//   left every variant's PTX byte-identical: kernels/tools/ptx_identity.py). GQA/MQA, sliding
+//   windows (causal included) and varlen are run-time parameters of one compiled kernel (kernels/
+//   README.md, "Variants"); rows that see no key write zeros.
 //
-// Knobs (compile-time defines, defaults below)
-//   HEAD_DIM  ∈ {64, 128}     (required, from attn_common.cuh)
-//   NUM_WARPS ∈ {4, 8, 12}    consumer warps (1, 2 or 3 consumer warpgroups; 12 only at D 64);
-//                             default 12 at D 64, 8 at D 128
-//   BLOCK_M   = 16 · NUM_WARPS = 64 · consumer warpgroups (the only allowed value; defaulted)
-//   BLOCK_N   ∈ {64, 128, 160, 176} keys per tile (the rows of a K/V TMA box); default 128. 176 is
-//                             FlashAttention-3's D 128 tile (128 × 176, 2 stages), opt-in since
-//                             two Q tiles take every length (the registry's hopper_tuned says
-//                             what it measured); 160 is the widest tile whose 2-stage ring fits
-//                             beside two Q tiles (Q_STAGES 2) at D 128, the tuning there from 2048
-//                             keys a row. Both need NUM_WARPS ≤ 8 (with 160 registers the 80-88 S and
-//                             40-44 P registers per thread spill), and at D 128 STAGES 2 (shared
-//                             memory)
-//   STAGES    ∈ {2, 3, 4}     K/V ring depth; default 3
-//   OVERLAP   ∈ {0, 1}        default 1 (any STAGES: a tile's slot is released only after its P·V)
-//   PINGPONG  ∈ {0, 1}        default 1; 1 needs NUM_WARPS ≥ 8 and OVERLAP 1
-//   PV_N      ∈ {64, 128}     N of the P·V wgmma; default 128 at D 128 (one m64n128k16 per 16 keys
-//                             covers both 64-column panels of O: the MN-major descriptor's leading
-//                             byte offset is the panel stride; FlashAttention-3's P·V, P's A fragment
-//                             read once and half the P·V instructions issued), 64 at D 64 (one
-//                             m64n64k16 per panel). Why: ncu at (2,32/8,8192,128) counted 1368 M
-//                             warp instructions for hopper against 936 M for FA3 (50 M wgmma against
-//                             29 M), and the gate's clock probe found hopper's blocks 3-7% lower in
-//                             SM clock than FA3's on long sequences (power-limited) at the same work
-//                             per clock. With the descriptors stepped by addition (desc_plus) the
-//                             steady key tile's SASS falls from about 612 to 484 instructions per
-//                             warp; the gate measured PV_N 128 1.02x (2,32/8,8192,128) and 1.01x
-//                             (2,16,16384,128) faster than 64 (H100, batch mode, CIs above 1)
-//   Q_REGS    ∈ {0, 1}        Q·Kᵀ's A operand: 0 Q from shared memory (descriptor), 1 Q held in
-//                             registers (each thread's wgmma A fragments, read from the swizzled Q
-//                             tile once per item: 4 · D / 16 registers), so that the wgmma read only
-//                             K from shared memory (20% of the consumers' shared-memory operand bytes
-//                             at D 128 with 128-key tiles). Why try it: the gate's clock probe finds
-//                             hopper's blocks 3-4% lower in SM clock than FlashAttention-3's on long
-//                             sequences (power-limited) at the same work per clock; FA3's 176-key
-//                             tiles read 6% fewer operand bytes per key than ours, this reads 20%
-//                             fewer. BLOCK_N 64 or 128, NUM_WARPS ≤ 8 (registers); OVERLAP
-//                             1 (ptxas 13.0 gives Q's registers to P in the unoverlapped loop:
-//                             kernels/tools/sass_blocks.py --q-regs-live). The registry's default
-//                             at D 128 (it yields to 0 where those rule it out; this file's own
-//                             fallback is 0): the gate measured 1.03x (2,16,8192,128 and
-//                             2,32/8,8192,128) over Q in shared memory
-//   LAZY_RESCALE ∈ {0, 1}     1: a row keeps its running max while a key tile raises it by at most
-//                             LAZY_RESCALE_SLACK = 8 (log2 domain, probabilities below 256), and a
-//                             warp whose rows all kept theirs skips O's rescale (PANELS · 32 FMUL
-//                             per thread per tile, about a seventh of the steady tile's
-//                             instructions): FlashAttention-4's conditional rescaling, which FA3
-//                             does not do. Why try it: the gate's clock probe finds hopper's blocks
-//                             3-4% lower in SM clock than FA3's on long sequences (power-limited);
-//                             fewer instructions per tile is less energy. A window narrower than
-//                             LAZY_RESCALE_MIN_WINDOW = 256 keys keeps the exact max (consume_item
-//                             says why). This file's fallback is 0; the registry tunes it to 1 at
-//                             either head dim from 4096 keys, where the gate measured 1.02-1.08x over 0
-//   SCHEDULE  ∈ {0, 1}        work order: 0 grid (one block per row block), 1 persistent (one block
-//                             per SM slot looping over work items; "Persistent schedule" below);
-//                             default 0 (the registry picks per shape)
-//   Q_STAGES  ∈ {1, 2}        Q tiles of the persistent loop with Q in shared memory (SCHEDULE 1,
-//                             Q_REGS 0); default 1. With 2, items alternate between two Q buffers
-//                             (each with its own q_full, q_empty and item words), so the next item's
-//                             Q is copied during this item's key loop, where one buffer waits for
-//                             this item's epilogue (its O staged in the Q rows) and then a copy.
-//                             Why try it: ncu at 4,16,1024,128 causal (items of 1 to 8 key tiles)
-//                             found hopper's SMs 27% more cycles active than cuDNN's for the same
-//                             tensor work, and cuDNN's persistent kernel double-buffers Q. At D 128
-//                             only with STAGES 2 (shared memory)
-//   CLUSTER   ∈ {1, 2}        blocks per thread-block cluster (__cluster_dims__); default 1. With 2
-//                             the blocks of a cluster take adjacent row blocks of one head (the
-//                             rows' count rounded up to even), visit the key tiles of both, and
-//                             each copies half of every K/V tile into both (TMA multicast;
-//                             "Clusters" below): half the K/V bytes from L2. With SCHEDULE 1 only
-//                             with Q_STAGES 2 or Q_RELEASE 1 (otherwise the producer, which then
-//                             copies an item's first K/V tile before its Q, spills its 24
-//                             registers). Why: the long rows run power-limited, and
-//                             FlashAttention-3 pairs blocks so. The registry's tuning of every
-//                             full grid (the persistent loop's two Q tiles, the grid's 176-key
-//                             tiles at D 128), where the gate measured 1.01-1.08x over 1
-//   Q_RELEASE ∈ {0, 1}        when the persistent loop's one Q tile (SCHEDULE 1, Q_REGS 0,
-//                             Q_STAGES 1) goes back to the producer; default 0: after the
-//                             epilogue, which stages O in the tile's rows. 1: after the item's last
-//                             Q·Kᵀ (a warpgroup arrives on q_empty as its last tile begins, where
-//                             every Q·Kᵀ has completed; one that computes no tile, or every tile
-//                             unoverlapped, after its key loop), and O goes from registers to
-//                             global memory as with Q_REGS 1; the producer copies the next item's
-//                             Q first, then its K/V tiles. Why try it: where a second Q tile does
-//                             not fit (the 176-key tile of long rows at D 128) the grid's blocks
-//                             pay their start (barriers, Q, the first K/V tile) and their epilogue
-//                             unhidden, about 1% of a 16384-key row block; FA3 runs that tile
-//                             persistent with the next item's Q copied during this one's
-//   CLUSTER_HEADS ∈ {0, 1}   what a cluster's two blocks (CLUSTER 2, SCHEDULE 1) take together;
-//                             default 0: adjacent row blocks of one head. 1: the same row block of
-//                             two query heads of one K/V head (heads 2j and 2j + 1; the query heads
-//                             per K/V head must be even, which the launch checks), so both visit
-//                             exactly the same key tiles, the causal diagonal's too, and neither
-//                             waits while the other computes tiles its rows do not see. Why try
-//                             it: under the causal mask a row pair's lower block skips the upper
-//                             one's diagonal tiles yet holds the shared ring, and FA3 finishes
-//                             GQA/MQA causal 8192 in the same time in 6-19% fewer SM cycles
-//   STREAM_K  ∈ {0, 1}        1: a static persistent order (SCHEDULE 1, no mask, dense batch) cuts
-//                             its last items into equal runs of key tiles, one per cluster, and
-//                             merges each cut item's two partial results ("The stream-K tail"
-//                             below); 0: whole items to the end. Why: a grid of N equal items on P
-//                             clusters ends in a thin wave of N mod P (2,32/8,S,128 at 7.76, 15.5
-//                             and 31.03 waves: 3% of the SMs' time idle) that halving items does
-//                             not remove. Needs Q_STAGES 2 (with one Q tile the producer's 24
-//                             registers spill). The registry's tuning of unmasked full grids from
-//                             4096 keys at D 128 and 2048 at D 64; the gate measured 1.06x over
-//                             whole items at 2,32/8,4096,128 and 1.02-1.04x over the 176-key grid
-//                             from 8192 keys (H200); each cut adds an item's start and end and a
-//                             merge, which shorter rows do not earn back
-//   CHAIN     ∈ {0, 1}        1: in an unmasked dense batch (SCHEDULE 1, Q_STAGES 2, OVERLAP 1) an
-//                             item whose rows all lie in the sequence ends with a turn that issues
-//                             the next item's first Q·Kᵀ (its Q in the other Q tile) beside its own
-//                             last P·V and runs that softmax while the P·V completes, then its
-//                             epilogue: no turn with a Q·Kᵀ alone at an item's start or a P·V alone
-//                             at its end (stream-K segments too; consume_item). Why try it: ncu's
-//                             warp-state samples at 2,32/8,2048,128 put 14.5% of the consumers' time
-//                             in each item's own code (first softmax, last P·V, epilogue) against
-//                             71% in the steady key tile. Opt-in: ncu measured 225.9 µs tuned and
-//                             228.3 µs with CHAIN there: the chained turn's softmax, the epilogue and
-//                             the item's other code remain (evidence/ncu/captures/2026-11-29-chain).
-//                             At D 128 not with STREAM_K 1 (registers: see Constraint)
-//   A caution on the clock gap to FA3 that PV_N, Q_REGS and LAZY_RESCALE cite: those clocks were
-//   50 µs probes at the edges of each block, which swung ±5% between blocks whose times agreed
-//   within 1% (attn-measure's timing::round_order); the gap is not established. Each knob was
-//   gated on its own speed.
-//   Measured on the H100 (gate, graph replay, L2 flushed; SDPA = cuDNN): (2,16,8192,128) fp16
-//   655 TFLOP/s vs 655 (PINGPONG 0: 572; STAGES 2: 600), causal 617 vs 596; (2,16,8192,64) 521 vs
-//   477 (NUM_WARPS 8: 428; PINGPONG 0: 481), causal 479 vs 441.
-//   Constraint: SHARED_BYTES ≤ 232448 (the sm_90 opt-in limit, static barriers included); only
-//   D 128 / BLOCK_N 128 / STAGES 4 and D 128 / BLOCK_N 176 / STAGES 3 or 4 exceed it. Every valid
-//   combination compiles with no spill, no stack frame and no wgmma serialisation
-//   (kernels/tools/hopper_check.py; with the copy warp all 1632 of its configs in f16). CHAIN 1
-//   with STREAM_K 1 at D 128 spills 4-8 bytes in a fifth of its configs (a cut item's chained turn
-//   keeps its max and sums for the merge): the registry refuses the pair at D 128.
+// Knobs (compile-time defines; the default is this file's fallback, the registry's per shape in
+// brackets where it differs; the registry's tuning picks per shape: kernels/TUNING.md says why)
+//   knob          values             what it does                                            default
+//   HEAD_DIM      64, 128            head dim (attn_common.cuh)                              required
+//   NUM_WARPS     4, 8, 12           consumer warps: 1, 2 or 3 consumer warpgroups (12 at    8 [12 at D 64]
+//                                    D 64 only)
+//   BLOCK_M       16 · NUM_WARPS     query rows per block (the only allowed value)           derived
+//   BLOCK_N       64, 128, 160, 176  keys per tile, the rows of a K/V TMA box; 160 and 176    128
+//                                    need NUM_WARPS ≤ 8, and at D 128 STAGES 2
+//   STAGES        2, 3, 4            K/V ring depth                                          3
+//   OVERLAP       0, 1               S_{j+1} issued beside P_j·V_j (intra-warpgroup overlap)  1
+//   PINGPONG      0, 1               warpgroups issue wgmma in turns; needs NUM_WARPS ≥ 8      1
+//                                    and OVERLAP 1
+//   PV_N          64, 128            N of the P·V wgmma: 128 (D 128 only) covers both of O's  128 at D 128,
+//                                    64-column panels in one m64n128k16 (FA3's P·V shape)     64 at D 64
+//   Q_REGS        0, 1               Q·Kᵀ's A operand from registers (4 · D / 16 per thread,   0 [1 at D 128]
+//                                    read once per item) instead of shared memory; BLOCK_N
+//                                    ≤ 128, NUM_WARPS ≤ 8, OVERLAP 1
+//   LAZY_RESCALE  0, 1               conditional rescaling (FA4's): a row keeps its max while  0
+//                                    a tile raises it by ≤ LAZY_RESCALE_SLACK (8, log2), and
+//                                    a warp whose rows all kept theirs skips O's rescale;
+//                                    windows narrower than LAZY_RESCALE_MIN_WINDOW (256) keep
+//                                    the exact max
+//   SCHEDULE      0, 1               work order: 0 grid (a block per row block), 1 persistent  0
+//   Q_STAGES      1, 2               Q tiles of the persistent loop with Q in shared memory    1
+//                                    (SCHEDULE 1, Q_REGS 0): the next item's Q lands during
+//                                    this item's key loop; at D 128 only with STAGES 2
+//   CLUSTER       1, 2               blocks per cluster sharing every K/V tile (TMA multicast, 1
+//                                    "Clusters" below); with SCHEDULE 1 needs Q_STAGES 2 or
+//                                    Q_RELEASE 1
+//   Q_RELEASE     0, 1               the one Q tile (SCHEDULE 1, Q_REGS 0, Q_STAGES 1) goes     0
+//                                    back after the item's last Q·Kᵀ, O stored from registers
+//   CLUSTER_HEADS 0, 1               a cluster (CLUSTER 2, SCHEDULE 1) takes one row block of  0
+//                                    two query heads of one K/V head, not two row blocks
+//   STREAM_K      0, 1               a static persistent order cuts its last items into equal  0
+//                                    runs of key tiles, one per cluster, and merges each cut
+//                                    item's two partials; needs Q_STAGES 2
+//   CHAIN         0, 1               an unmasked dense item's last turn issues the next item's 0
+//                                    first Q·Kᵀ beside its last P·V (SCHEDULE 1, Q_STAGES 2,
+//                                    OVERLAP 1; the registry refuses it with STREAM_K at D 128)
+//   Derived: HOPPER_NARROW_TAIL (the narrow tail, "Variants and tile skipping") and O_TMA_STORE
+//   (the copy warp: Q_STAGES 2 without CHAIN), below the static_asserts.
+//   Constraint: SHARED_BYTES ≤ 232448 (the sm_90 opt-in limit, static barriers included); only D 128
+//   with BLOCK_N 128 and STAGES 4, or BLOCK_N 176 and STAGES 3 or 4, exceed it. Every valid
+//   combination compiles with no spill, no stack frame and no wgmma serialisation (kernels/tools/
+//   hopper_check.py), CHAIN 1 beside STREAM_K 1 at D 128 excepted (a cut item's chained turn keeps
+//   its max and sums for the merge): the registry refuses that pair.
 //
-// Launch geometry and ABI (kernels/README.md, the TensorMaps ABI and "Variants")
+// Launch geometry and ABI (kernels/README.md: the TensorMaps ABI, its maps and "Variants")
 //   grid = (ceil(S_q / BLOCK_M), H, B) (block x computes row block x, or gridDim.x − 1 − x when the
 //   last rows see the most keys: see below), block = (NUM_WARPS + 4) · 32 threads, dynamic shared
 //   memory
@@ -185,36 +103,27 @@
 //   Defaults: D 64 → 123904, D 128 → 230400; D 128, BLOCK_N 176, STAGES 2 → 214016.
 //   Parameters: the ten plain ones, three `const __grid_constant__` CUtensorMaps (Q, K, V), then
 //   the five of the variants: kv_heads, window_left, window_right, cu_seqlens_q, cu_seqlens_kv.
-//   With STREAM_K 1 the persistent counter words are followed by the workspace (a flag word per
-//   block and consumer warp, zero at launch and left zero, then one partial per block: see the
-//   stream-K tail), which the host allocates with them (Geometry::workspace_per_block).
-//   CLUSTER 2: grid x = ceil(S_q / BLOCK_M) rounded up to even, clusters of (2, 1, 1) blocks (compiled
-//   in), and K/V boxes of BLOCK_N / 2 rows (each block copies half of a tile). With SCHEDULE 1 the
-//   items counted below are those even counts of row blocks (so the grid is even too), and the
-//   kernel's own work items are their pairs. CLUSTER_HEADS 1: the row blocks are not rounded, the
-//   query heads per K/V head must be even (H is then even, and so are the items), and the kernel's
-//   work items are pairs of heads.
 //   SCHEDULE 1 (persistent): grid = (min(items, SMs × resident blocks per SM), 1, 1), where the items
 //   are the ceil(S_q / BLOCK_M) · H · B row blocks of the grid above, and one more parameter last:
 //   `unsigned int* sched_counter`, two words that are zero at launch and that the kernel leaves zero
 //   (the host allocates them zeroed, once per prepared kernel, and launches on one stream). With
-//   Q_STAGES 2 and CHAIN 0 (O_TMA_STORE) a last parameter after it: O's map (Q's boxes), the copy
-//   warp's.
-//   Every map: 16-bit elements as compiled, 128-byte swizzle, no interleave, 256-byte L2 promotion,
-//   zero out-of-bounds fill, 3-D; box = 64 columns × BLOCK_M (Q) or BLOCK_N (K, V) rows; a box is
-//   one 64-column panel of a tile (a D = 128 row takes two boxes). The maps the host must encode:
-//   - dense batch (cu_seqlens_q == nullptr): Q over [B·H, S_q, D], K and V over [B·H_kv, S_kv, D]
-//     (their own sizes; dims innermost first D, S, B·H or B·H_kv; byte strides 2·D, 2·S·D; box
-//     {64, rows, 1}). Box coordinates (column, row, b·H + h) for Q, (column, row, b·H_kv + h /
-//     (H / H_kv)) for K and V.
-//   - varlen (cu_seqlens_q != nullptr, and then cu_seqlens_kv too): Q over packed [total_q, H, D]
-//     (dims innermost first D, H, total_q; byte strides 2·D, 2·H·D; box {64, 1, BLOCK_M}), K and V
-//     over packed [total_kv, H_kv, D] (dims D, H_kv, total_kv; byte strides 2·D, 2·H_kv·D; box {64,
-//     1, BLOCK_N}); total_q = cu_seqlens_q[batch], total_kv = cu_seqlens_kv[batch]. Box
-//     coordinates (column, head, cu_seqlens[b] + row). The box's middle extent of 1 makes the
-//     shared-memory image the same as dense ([rows][64 columns], 128-byte rows, swizzled).
-//     `batch` is the number of sequences (blockIdx.z), seq_q the longest query sequence (sizes
-//     the grid); the kernel reads the lengths and offsets from cu_seqlens, so seq_kv is not read.
+//   STREAM_K 1 the words are followed by the workspace (a flag word per block and consumer warp,
+//   zero at launch and left zero, then one partial per block: hopper_schedule.cuh), which the host
+//   allocates with them (Geometry::workspace_per_block). With Q_STAGES 2 and CHAIN 0 (O_TMA_STORE)
+//   a last parameter after them: O's map (Q's boxes), the copy warp's.
+//   CLUSTER 2: grid x = ceil(S_q / BLOCK_M) rounded up to even, clusters of (2, 1, 1) blocks (compiled
+//   in), and K/V boxes of BLOCK_N / 2 rows (each block copies half of a tile). With SCHEDULE 1 the
+//   items counted above are those even counts of row blocks (so the grid is even too), and the
+//   kernel's own work items are their pairs. CLUSTER_HEADS 1: the row blocks are not rounded, the
+//   query heads per K/V head must be even (H is then even, and so are the items), and the kernel's
+//   work items are pairs of heads.
+//   Maps: 16-bit elements as compiled, 128-byte swizzle, 3-D, box = 64 columns × BLOCK_M (Q) or
+//   BLOCK_N (K, V) rows: one 64-column panel of a tile (a D = 128 row takes two boxes). Box
+//   coordinates: dense (column, row, b·H + h) for Q, (column, row, b·H_kv + h / (H / H_kv)) for K
+//   and V; varlen (column, head, cu_seqlens[b] + row), the box's middle extent of 1 making the
+//   shared-memory image the same as dense ([rows][64 columns], 128-byte rows, swizzled). `batch` is
+//   then the number of sequences (blockIdx.z), seq_q the longest query sequence (sizes the grid);
+//   the kernel reads the lengths and offsets from cu_seqlens, so seq_kv is not read.
 //
 // Variants and tile skipping
 //   - GQA/MQA: only the K/V box coordinate changes (head h reads K/V head h / (H / H_kv); no
@@ -230,13 +139,11 @@
 //     a suffix of the block's tiles. A computed tile is masked per element only where needed: keys
 //     ≥ the row's hi when the tile ends past the warpgroup's first row's hi, keys < the row's lo
 //     when it starts before the warpgroup's last row's lo (two separate passes, so a dense causal
-//     problem runs exactly its old diagonal mask). The narrow tail (OVERLAP 1, BLOCK_N 160 or 176;
-//     not with CHAIN 1, nor at D 128 with PV_N 64: HOPPER_NARROW_TAIL):
-//     where no row of the warpgroup sees a key past the first 128 of its last tile (a ragged S_kv,
-//     a causal diagonal), that tile's softmax scores those 128 keys only and masks them only where a
-//     row's limit falls among them (2048 keys in 160-key tiles: no mask at all); the gate measured
-//     it 1.03x [1.02, 1.05] at 2,32/8,4096,128 (a 96-key tail) and 0.99x [0.93, 1.05] at 2048
-//     against the kernel before it (evidence/gate/2026-11-29T11-50-20Z).
+//     problem runs exactly its old diagonal mask). The narrow tail (HOPPER_NARROW_TAIL: OVERLAP 1,
+//     BLOCK_N 160 or 176, not with CHAIN 1, nor at D 128 with PV_N 64): where no row of the
+//     warpgroup sees a key past the first 128 of its last tile (a ragged S_kv, a causal diagonal),
+//     that tile's softmax scores those 128 keys only and masks them only where a row's limit falls
+//     among them (TUNING.md, `narrow-tail`).
 //     Block order: bottom-up (heaviest first) only when the last rows see the most keys: no left
 //     window and a right bound (causal or window_right ≥ 0). With a left window the interior blocks
 //     are all equal (with a left window only, the first rows are the heaviest: top-down already).
@@ -261,35 +168,8 @@
 //   - V as the MN-major B operand of P·V (N = head dim contiguous, K = keys in rows): one swizzle
 //     atom is 8 keys × 64 head-dim columns; 8-key groups are 1024 bytes apart. Each wgmma covers one
 //     64-column panel (N = 64), so only that 8-key stride matters; both offset fields are set to
-//     1024. k-step kk (keys 16kk..16kk+15) starts at byte 2048·kk of the panel.
-//
-// Persistent schedule (SCHEDULE 1)
-//   Each block loops over work items (b, h, m0), row blocks of one (sequence, head); the producer
-//   warp alone schedules (the order and its device counter: schedule_and_produce) and publishes
-//   each item in shared memory with its Q (q_full). Non-causal dense batches take a static strided
-//   order (item blockIdx.x + k · gridDim.x, row blocks fastest so that concurrent blocks share K/V
-//   in L2); causal, windowed and varlen batches take items heaviest first (bottom-up row blocks in
-//   sections of heads whose K/V fit in L2), dynamically: item blockIdx.x first, then gridDim.x plus
-//   a ticket of the device counter. The last block to finish resets the counter, so a launch (or a
-//   CUDA graph replay) needs no host work and never sees a stale count. Between items the
-//   pipeline carries over: the K/V ring's slots and phases continue (the producer may load the next
-//   item's first K/V tile while the consumers finish the current one), and a q_empty barrier (one
-//   arrival per consumer thread, after its O rows are stored and a fence.proxy.async orders those
-//   generic-proxy accesses before the next Q's TMA write) lets the producer overwrite the Q tile,
-//   whose rows also stage O (with Q_RELEASE 1 the arrival follows the item's last Q·Kᵀ, and O is
-//   stored from registers: see the knob); with Q_STAGES 2 items alternate between two Q tiles, item i waiting for
-//   q_full[i % 2]'s phase (i / 2) & 1, and the producer copies item i's Q first, once item i − 2
-//   has released its tile. With Q_STAGES 2 and CHAIN 0 (O_TMA_STORE) the consumers hand the
-//   tile, O staged in it, to the copy warp instead (o_full: each thread's fence.proxy.async, then
-//   its arrival, which also publishes o_whole), and store O themselves only where the copy warp
-//   does not (a row past the sequence, a cut stream-K item); the copy warp (copy_o_tiles) waits
-//   for the item's q_full and o_full phases, stores a whole tile with one TMA store per panel
-//   through O's map, waits for the store to have read the tile (cp.async.bulk.wait_group.read)
-//   and only then arrives on q_empty, its one arrival. With Q in registers (Q_REGS 1) a thread
-//   arrives as soon as it has read its Q fragments, and O goes from registers to global memory:
-//   the next item's Q is copied during this item's key loop, and its first Q·Kᵀ follows this
-//   item's epilogue with no wait for Q. The ping-pong turns run on across items (an item with no
-//   key tile takes none): warpgroup 0 starts the next item while the others finish this one.
+//     1024 (with PV_N 128 the leading byte offset is the panel stride). k-step kk (keys
+//     16kk..16kk+15) starts at byte 2048·kk of the panel.
 //
 // Clusters (CLUSTER 2)
 //   The cluster's blocks x = 2i, 2i + 1 take row blocks 2k and 2k + 1 (bottom-up too) and visit the
@@ -304,16 +184,7 @@
 //   One cluster barrier after the barriers' initialisation (no copy or remote arrival before the
 //   other block's barriers exist); none at the end: the producer thread waits for the last STAGES
 //   tiles' releases (await_last_releases), after which no copy into the other block and no
-//   arrival on this one is outstanding.
-//   Persistent (SCHEDULE 1): a work item is the cluster's pair of row blocks (ITEM_ROWS rows; the
-//   schedule's order over pairs as it is over row blocks), cluster c first takes item c; a static
-//   order strides by the clusters, a dynamic one takes one ticket of the device counter per
-//   cluster: rank 0's producer draws it and sends it to rank 1 (share_ticket: st.async into rank
-//   1's ticket word, ticket_full and ticket_empty barriers), so both blocks take the same items,
-//   and rank 0 alone counts the cluster as finished for the counter's reset. With CLUSTER_HEADS 1
-//   a work item is one row block of a pair of query heads (2j, 2j + 1) that share a K/V head: the
-//   schedule runs over the H / 2 pairs, rank r takes head 2j + r, and both blocks' key tiles are the
-//   same (the same rows, the same K/V), so neither skips a tile the other computes.
+//   arrival on this one is outstanding. Persistent clusters: hopper_schedule.cuh.
 //
 // Ordering
 //   Barriers: q_full (1 arrival + Q's bytes), k_full[s] and v_full[s] (1 arrival + a tile's bytes),
@@ -325,9 +196,11 @@
 //   k_empty[s] (v_empty[s]) only after a wgmma.wait_group that covers every wgmma reading the
 //   slot's K (V): wait_group 1 after S_{j+1} and P_j·V_j leaves only P_j·V_j pending. A warpgroup
 //   that skips a tile (prefix or suffix) waits for it to land before releasing it, so that its
-//   arrivals never count towards the slot's next round. Before the
-//   epilogue a named barrier (ids 1..3, one per consumer warpgroup) makes sure all four warps are
-//   past their last wgmma, which read all 64 Q rows, before the rows are overwritten with O.
+//   arrivals never count towards the slot's next round. Before the epilogue a named barrier (ids
+//   1..3, one per consumer warpgroup) makes sure all four warps are past their last wgmma, which
+//   read all 64 Q rows, before the rows are overwritten with O. The Q tile's release (q_empty,
+//   persistent loop) follows a fence.proxy.async, which orders the consumers' generic-proxy
+//   accesses of the tile before the next Q's TMA write (hopper_schedule.cuh has the protocol).
 //   Ping-pong turns: warpgroup w bar.syncs on barrier 4 + w (256 = its 128 threads + the previous
 //   warpgroup's 128 arrivals) before a batch and bar.arrives on the next warpgroup's barrier after
 //   it. The last warpgroup arrives once on warpgroup 0's barrier before the block's first item;
@@ -462,13 +335,12 @@ static_assert(CHAIN == 0 || (CHAIN == 1 && SCHEDULE == 1 && Q_STAGES == 2 && OVE
               "hopper.cu: CHAIN must be 0, or 1 with SCHEDULE 1, Q_STAGES 2 and OVERLAP 1");
 static_assert(sizeof(elem_t) == 2, "hopper.cu: 16-bit elements expected");
 // The narrow tail ("Variants and tile skipping"): its second copy of the steady key tile costs
-// registers, and ptxas 13.0 spills with it (8-28 bytes, hopper_check.py) where CHAIN is 1 or, at
-// D 128, where PV_N is 64; those keep the one copy (no tuning takes them).
+// registers, and ptxas 13.0 spills with it where CHAIN is 1 or, at D 128, where PV_N is 64; those
+// keep the one copy (no tuning takes them; TUNING.md, `narrow-tail`).
 #define HOPPER_NARROW_TAIL (OVERLAP && BLOCK_N > 128 && !CHAIN && (HEAD_DIM == 64 || PV_N == 128))
 // The persistent loop's two Q tiles (Q_STAGES 2) hand each item's staged O to a copy warp, which
 // stores it with TMA (copy_o_tiles), rather than storing it themselves. Not with CHAIN (opt-in),
-// whose D 128 160-key configs without ping-pong in clusters then spilled 4-16 bytes (ptxas 13.0,
-// hopper_check.py); they keep the consumers' stores.
+// some of whose D 128 configs then spilled (TUNING.md, `copy-warp`); they keep the consumers' stores.
 #define O_TMA_STORE (SCHEDULE && Q_STAGES == 2 && !CHAIN)
 
 namespace hopper_attn {

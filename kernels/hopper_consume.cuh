@@ -1,4 +1,9 @@
-// hopper_consume.cuh
+// hopper_consume.cuh — hopper.cu's consumer warpgroups on one work item (consume_item): the key
+// tiles its rows see, Q·Kᵀ, online softmax and P·V, overlapped (OVERLAP) and in turns (PINGPONG)
+// as the knobs say, the tiles they skip released, the chained turn into the next item (CHAIN),
+// then the epilogue (hopper_epilogue.cuh). A part of hopper.cu, included inside namespace
+// hopper_attn after hopper_epilogue.cuh: not a standalone header. hopper.cu's "Ordering" states
+// the barrier and turn protocol this loop keeps.
 
 // The consumer warpgroups' work on one item: the key tiles its rows see (overlapped and ping-ponged
 // as the knobs say), the others released, then the epilogue (O staged in the warpgroup's Q rows,
@@ -6,12 +11,10 @@
 // waited for q_full.
 // Chained items (CHAIN 1): before its last turn the item asks `chain_next(q, kv0)` whether the next
 // item chains (false: none, or not one to chain; true: q is its Q tile, kv0 its first key); if so,
-// that turn issues the next item's first Q·Kᵀ
-// beside this item's last P·V and runs its softmax while the P·V completes, leaving `rows` to the
+// that turn issues the next item's first Q·Kᵀ beside this item's last P·V and runs its softmax while the P·V completes, leaving `rows` to the
 // next item, which is then consumed with `chained_in` (its first S done). Returns whether it chained.
 // Why: unchained, an item's first turn issues a Q·Kᵀ alone and its last a P·V alone, and the
-// epilogue waits for the last; a 13-tile item took about two tiles' time more than its tiles
-// (ncu at 2,32/8,2048,128 against 4096 keys).
+// epilogue waits for the last (TUNING.md, `chain`).
 template <class ChainNext>
 __device__ __forceinline__ bool consume_item(Barriers& bars, u32 k_tiles, u32 v_tiles, Ring& ring,
                                              const ConsumerItem& item, RowState& rows, bool chained_in,
@@ -112,9 +115,8 @@ __device__ __forceinline__ bool consume_item(Barriers& bars, u32 k_tiles, u32 v_
     // The narrow tail: where no row of the warpgroup sees a key past the first 128 of its last tile
     // (a sequence's ragged end: 2048 keys are 12 tiles of 160 and one of 128), that tile's softmax
     // takes its first 128 keys only (the others' probabilities are 0), with no per-key mask where
-    // every row sees all 128 (ncu at 2,32/8,2048,128: the 13th tile's mask took 1.7% of the warps'
-    // stall samples). The Q·Kᵀ stays the tile's wgmma: an N = 128 one beside it left ptxas short of
-    // registers for the wgmma pipeline (it serialised them).
+    // every row sees all 128 (TUNING.md, `narrow-tail`). The Q·Kᵀ stays the tile's wgmma: an
+    // N = 128 one beside it left ptxas short of registers for the wgmma pipeline (it serialised them).
     // The softmax of the block's tile that starts at key kv0, `last` if it is the warpgroup's last.
     auto tile_scores = [&](float(&s_acc)[S_REGS], int kv0, bool last) {
         if (last && kv_first + (wg_end - 1) * BLOCK_N + 128 >= wg_hi_max) {
@@ -214,7 +216,7 @@ __device__ __forceinline__ bool consume_item(Barriers& bars, u32 k_tiles, u32 v_
         // `last`: tile j + 1 is the warpgroup's last. With a narrow tail two copies (the loop's and
         // the last tile's, each with its softmax; tile_scores is inlined with a constant): with one
         // copy branching between the two softmaxes ptxas left P's packing behind the branch's join,
-        // after the wait for P_j·V_j (nvdisasm: the steady softmax block lost its 36 F2FP).
+        // after the wait for P_j·V_j (nvdisasm; TUNING.md, `narrow-tail`).
         auto steady_tile = [&](bool last) HOPPER_STEADY_TILE(tile_scores(s_acc, kv_first + (j + 1) * BLOCK_N, last));
         if (j + 2 < wg_end) {
             steady_tile(false);

@@ -1,4 +1,16 @@
-// hopper_epilogue.cuh
+// hopper_epilogue.cuh — the end of hopper.cu's work items: the Q tile's hand-back to the producer
+// (q_empty) or to the copy warp (o_full), the stream-K tail's merge of a cut item's two partial
+// results, O's normalisation and stores (store_o: from the accumulators, or staged in the
+// warpgroup's Q rows with stmatrix and written with 16-byte stores), and the copy warp, which
+// stores a staged O tile with TMA (O_TMA_STORE). A part of hopper.cu, included inside namespace
+// hopper_attn after ConsumerItem and RowState: not a standalone header.
+//
+// Ordering: a consumer thread's generic-proxy accesses of a Q tile (its staged O, its Q fragments)
+// are ordered before the producer's next TMA write into it by a fence.proxy.async before its
+// arrival (release_q_tile, hand_o_tile); the copy warp gives a tile back only once its TMA store
+// has read it (cp.async.bulk.wait_group.read), and waits for every store's writes before the block
+// exits. Staged rows are overwritten only after the warpgroup's named barrier (all four warps past
+// their last wgmma, which read all 64 Q rows).
 
 #if SCHEDULE
 // A consumer thread's release of the Q tile (q_empty) to the producer, which copies the next
@@ -34,6 +46,8 @@ __device__ __forceinline__ bool o_tile_copied(const ConsumerItem& item) {
 #endif
 
 #if STREAM_K
+// ---- the stream-K merge (STREAM_K 1: hopper_schedule.cuh, "the stream-K tail") --------------------
+
 // The workspace's flags and partials (kernels/README.md: the persistent kernel's words).
 __device__ __forceinline__ unsigned int* split_flags(unsigned int* words) { return words + 2; }
 __device__ __forceinline__ float* split_partials(unsigned int* words) {
@@ -150,7 +164,7 @@ __device__ __forceinline__ void store_o(const ConsumerItem& item, const float (&
     named_barrier_sync(1 + wg, 128);
     // The staging addresses are those load_q_frag read Q's fragments from: computed from an opaque
     // copy of the warp's first row, they are computed again here rather than held across the key
-    // loop (with Q in registers the persistent loop spilled them: 48 bytes). A multiple of 16 (the
+    // loop (with Q in registers the persistent loop spilled them). A multiple of 16 (the
     // mask says so to the compiler: a row's swizzle is then its offset in the warp's rows).
     int stage_row0 = warp_row0;
     asm volatile("" : "+r"(stage_row0));

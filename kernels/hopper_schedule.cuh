@@ -1,4 +1,46 @@
-// hopper_schedule.cuh
+// hopper_schedule.cuh — hopper.cu's persistent tile scheduler (SCHEDULE 1) and the stream-K tail's
+// items (STREAM_K 1): which work items a block takes, in which order, and how the producer warp
+// publishes each with its Q. A part of hopper.cu, included inside namespace hopper_attn after its
+// geometry, Tiles, Coords and the producer's copies (produce_kv): not a standalone header.
+//
+// Persistent schedule (SCHEDULE 1)
+//   Each block loops over work items (b, h, m0), row blocks of one (sequence, head); the producer
+//   warp alone schedules (the order and its device counter: schedule_and_produce) and publishes
+//   each item in shared memory with its Q (q_full). Non-causal dense batches take a static strided
+//   order (item blockIdx.x + k · gridDim.x, row blocks fastest so that concurrent blocks share K/V
+//   in L2); causal, windowed and varlen batches take items heaviest first (bottom-up row blocks in
+//   sections of heads whose K/V fit in L2), dynamically: item blockIdx.x first, then gridDim.x plus
+//   a ticket of the device counter. The last block to finish resets the counter, so a launch (or a
+//   CUDA graph replay) needs no host work and never sees a stale count. Between items the
+//   pipeline carries over: the K/V ring's slots and phases continue (the producer may load the next
+//   item's first K/V tile while the consumers finish the current one), and a q_empty barrier (one
+//   arrival per consumer thread, after its O rows are stored and a fence.proxy.async orders those
+//   generic-proxy accesses before the next Q's TMA write) lets the producer overwrite the Q tile,
+//   whose rows also stage O (with Q_RELEASE 1 the arrival follows the item's last Q·Kᵀ, and O is
+//   stored from registers: see the knob); with Q_STAGES 2 items alternate between two Q tiles,
+//   item i waiting for q_full[i % 2]'s phase (i / 2) & 1, and the producer copies item i's Q first, once item i − 2
+//   has released its tile. With Q_STAGES 2 and CHAIN 0 (O_TMA_STORE) the consumers hand the
+//   tile, O staged in it, to the copy warp instead (o_full: each thread's fence.proxy.async, then
+//   its arrival, which also publishes o_whole), and store O themselves only where the copy warp
+//   does not (a row past the sequence, a cut stream-K item); the copy warp (copy_o_tiles) waits
+//   for the item's q_full and o_full phases, stores a whole tile with one TMA store per panel
+//   through O's map, waits for the store to have read the tile (cp.async.bulk.wait_group.read)
+//   and only then arrives on q_empty, its one arrival. With Q in registers (Q_REGS 1) a thread
+//   arrives as soon as it has read its Q fragments, and O goes from registers to global memory:
+//   the next item's Q is copied during this item's key loop, and its first Q·Kᵀ follows this
+//   item's epilogue with no wait for Q. The ping-pong turns run on across items (an item with no
+//   key tile takes none): warpgroup 0 starts the next item while the others finish this one.
+//
+// Persistent clusters (CLUSTER 2, SCHEDULE 1)
+//   A work item is the cluster's pair of row blocks (ITEM_ROWS rows; the
+//   schedule's order over pairs as it is over row blocks), cluster c first takes item c; a static
+//   order strides by the clusters, a dynamic one takes one ticket of the device counter per
+//   cluster: rank 0's producer draws it and sends it to rank 1 (share_ticket: st.async into rank
+//   1's ticket word, ticket_full and ticket_empty barriers), so both blocks take the same items,
+//   and rank 0 alone counts the cluster as finished for the counter's reset. With CLUSTER_HEADS 1
+//   a work item is one row block of a pair of query heads (2j, 2j + 1) that share a K/V head: the
+//   schedule runs over the H / 2 pairs, rank r takes head 2j + r, and both blocks' key tiles are the
+//   same (the same rows, the same K/V), so neither skips a tile the other computes.
 
 // An item's key segment (all of it unless STREAM_K cuts it: see the stream-K tail) as one word: the
 // kind in the low two bits, x above: the tail's first tile, the head's tile count.
