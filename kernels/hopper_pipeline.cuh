@@ -46,8 +46,7 @@
 // m64n128k16 P·V wgmma per 16 keys over both of O's panels. Every wgmma descriptor is its tile's
 // base descriptor plus the k-step's byte offset / 16, added to the low word alone (`desc_plus`),
 // rather than encoded anew (an add, shift, mask and moves on the uniform datapath per operand).
-// Together they take the steady key tile of the D 128 defaults from about 612 to 484 instructions
-// per warp (SASS; FlashAttention-3 about 433 per 128 keys by ncu).
+// Together they shorten the steady key tile of the D 128 defaults (SASS; TUNING.md, `pv-n128`).
 #if defined(PV_N) && PV_N == 128
 #define HOPPER_PV_N128 1
 #else
