@@ -35,9 +35,9 @@
 //     runs of key tiles.
 //   The headers: hopper_common.cuh (PTX wrappers), hopper_pipeline.cuh (barriers, loads, wgmma and
 //   softmax steps shared with micro_hopper.cu), then this kernel's own hopper_schedule.cuh,
-//   hopper_epilogue.cuh and hopper_consume.cuh. The last four are parts of this file: included
-//   inside namespace hopper_attn after the geometry below, in that order (moving code into them
-//   left every variant's PTX byte-identical: kernels/tools/ptx_identity.py). GQA/MQA, sliding
+//   hopper_epilogue.cuh and hopper_consume.cuh (with the fragment layouts): parts of this file,
+//   included inside namespace hopper_attn after the geometry below, in that order (their code's
+//   PTX is what it was in this file: kernels/tools/ptx_identity.py). GQA/MQA, sliding
 //   windows (causal included) and varlen are run-time parameters of one compiled kernel (kernels/
 //   README.md, "Variants"); rows that see no key write zeros.
 //
@@ -82,7 +82,9 @@
 //                                    first Q·Kᵀ beside its last P·V (SCHEDULE 1, Q_STAGES 2,
 //                                    OVERLAP 1; the registry refuses it with STREAM_K at D 128)
 //   Derived: HOPPER_NARROW_TAIL (the narrow tail, "Variants and tile skipping") and O_TMA_STORE
-//   (the copy warp: Q_STAGES 2 without CHAIN), below the static_asserts.
+//   (the copy warp: Q_STAGES 2 without CHAIN), below the static_asserts. TUNING.md's entries:
+//   `wide-key-tiles` (BLOCK_N 160, 176), `pv-n128`, `q-regs`, `lazy-rescale`, `q-stages-2`, `clusters`,
+//   `q-release`, `cluster-heads`, `stream-k`, `chain`, `narrow-tail`, `copy-warp`.
 //   Constraint: SHARED_BYTES ≤ 232448 (the sm_90 opt-in limit, static barriers included); only D 128
 //   with BLOCK_N 128 and STAGES 4, or BLOCK_N 176 and STAGES 3 or 4, exceed it. Every valid
 //   combination compiles with no spill, no stack frame and no wgmma serialisation (kernels/tools/
@@ -223,12 +225,6 @@
 //   touches S (complete) while P·V is pending, P is packed after the wait, the barrier waits come
 //   before each batch, each OVERLAP branch is one straight pipeline, and the warp index goes through
 //   a shuffle (warp-uniform for the compiler).
-//
-// Fragment layouts (per warp of the warpgroup, g = lane / 4, t = lane % 4)
-//   D of m64nNk16 (f32): registers 4i..4i+3 hold columns 8i + 2t, +1 of row g (4i, 4i+1) and row
-//   g + 8 (4i+2, 4i+3) — the mma.sync m16n8 C layout repeated over N / 8 chunks.
-//   A from registers (m64k16): a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8,
-//   2t+8..) — the mma.sync m16n8k16 A layout; so P k-step kk is S chunks 2kk (a0, a1) and 2kk+1.
 
 #include "attn_common.cuh"
 #include "hopper_common.cuh"

@@ -4,6 +4,12 @@
 // then the epilogue (hopper_epilogue.cuh). A part of hopper.cu, included inside namespace
 // hopper_attn after hopper_epilogue.cuh: not a standalone header. hopper.cu's "Ordering" states
 // the barrier and turn protocol this loop keeps.
+//
+// Fragment layouts (per warp of the warpgroup, g = lane / 4, t = lane % 4)
+//   D of m64nNk16 (f32): registers 4i..4i+3 hold columns 8i + 2t, +1 of row g (4i, 4i+1) and row
+//   g + 8 (4i+2, 4i+3) — the mma.sync m16n8 C layout repeated over N / 8 chunks.
+//   A from registers (m64k16): a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8,
+//   2t+8..) — the mma.sync m16n8k16 A layout; so P k-step kk is S chunks 2kk (a0, a1) and 2kk+1.
 
 // The consumer warpgroups' work on one item: the key tiles its rows see (overlapped and ping-ponged
 // as the knobs say), the others released, then the epilogue (O staged in the warpgroup's Q rows,

@@ -5,7 +5,8 @@
 // softmax, P packing, O rescale and P·V wgmma, and the whole unoverlapped key tile made of them
 // (hopper's OVERLAP 0 loop body, the micro's loop body). The loops that chain them (hopper's
 // OVERLAP, PINGPONG and skipping, the micro's plain loop) stay in the kernels. hopper.cu's header
-// explains the layouts, descriptors, fragment layouts and barrier protocol these steps implement.
+// explains the layouts, descriptors and barrier protocol these steps implement, hopper_consume.cuh's
+// the fragment layouts.
 //
 // How to include: after `attn_common.cuh` and `hopper_common.cuh`, INSIDE the kernel's namespace
 // (`namespace hopper_attn { ... #include "hopper_pipeline.cuh" ... }`), once the kernel has defined
