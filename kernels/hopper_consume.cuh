@@ -26,7 +26,6 @@ __device__ __forceinline__ bool consume_item(Barriers& bars, u32 k_tiles, u32 v_
                                              const ConsumerItem& item, RowState& rows, bool chained_in,
                                              ChainNext&& chain_next, int causal, int window_left,
                                              int window_right, float scale, int warp, int lane) {
-    unsigned char* const smem = item.q_smem;
     const int wg = warp >> 2;
     const int g = lane >> 2;
     const int t = lane & 3;
@@ -85,7 +84,7 @@ __device__ __forceinline__ bool consume_item(Barriers& bars, u32 k_tiles, u32 v_
 #if Q_REGS
     // Q·Kᵀ's A operand: this thread's fragments of Q, in registers for the whole item.
     u32 q_operand[QK_K_STEPS][4];
-    load_q_frag(q_operand, smem, warp_row0, g, t);
+    load_q_frag(q_operand, item.q_smem, warp_row0, g, t);
 #if SCHEDULE
     // Q is in registers and the epilogue stores O from registers: the Q tile is free once every
     // consumer thread has read its fragments, so the producer copies the next item's Q during this

@@ -137,7 +137,6 @@ __device__ __forceinline__ void row_reciprocals(const float (&row_sum)[2], float
 // says), straight from the accumulators or staged in the warpgroup's Q rows.
 __device__ __forceinline__ void store_o(const ConsumerItem& item, const float (&o_acc)[PANELS][32], const float (&inv_l)[2],
                                         bool store, int wg, int warp_row0, int g, int t, int lane) {
-    unsigned char* const smem = item.q_smem;
     const int m0 = item.m0;
     const int len_q = item.len_q;
 #if (Q_REGS || Q_RELEASE) && SCHEDULE
@@ -159,6 +158,7 @@ __device__ __forceinline__ void store_o(const ConsumerItem& item, const float (&
     }
 #else
     // ---- epilogue: full row sums, guarded 1/l, staged in the warpgroup's Q rows, 16-byte stores ------
+    unsigned char* const smem = item.q_smem;
     // Every warp of the warpgroup is past its last wgmma (which read all 64 Q rows) before any
     // overwrites them.
     named_barrier_sync(1 + wg, 128);
