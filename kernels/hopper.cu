@@ -41,44 +41,41 @@
 //   windows (causal included) and varlen are run-time parameters of one compiled kernel (kernels/
 //   README.md, "Variants"); rows that see no key write zeros.
 //
-// Knobs (compile-time defines; the default is this file's fallback, the registry's per shape in
-// brackets where it differs; the registry's tuning picks per shape: kernels/TUNING.md says why)
-//   knob          values             what it does                                            default
-//   HEAD_DIM      64, 128            head dim (attn_common.cuh)                              required
-//   NUM_WARPS     4, 8, 12           consumer warps: 1, 2 or 3 consumer warpgroups (12 at    8 [12 at D 64]
-//                                    D 64 only)
-//   BLOCK_M       16 · NUM_WARPS     query rows per block (the only allowed value)           derived
-//   BLOCK_N       64, 128, 160, 176  keys per tile, the rows of a K/V TMA box; 160 and 176    128
-//                                    need NUM_WARPS ≤ 8, and at D 128 STAGES 2
-//   STAGES        2, 3, 4            K/V ring depth                                          3
-//   OVERLAP       0, 1               S_{j+1} issued beside P_j·V_j (intra-warpgroup overlap)  1
-//   PINGPONG      0, 1               warpgroups issue wgmma in turns; needs NUM_WARPS ≥ 8      1
-//                                    and OVERLAP 1
-//   PV_N          64, 128            N of the P·V wgmma: 128 (D 128 only) covers both of O's  128 at D 128,
-//                                    64-column panels in one m64n128k16 (FA3's P·V shape)     64 at D 64
-//   Q_REGS        0, 1               Q·Kᵀ's A operand from registers (4 · D / 16 per thread,   0 [1 at D 128]
-//                                    read once per item) instead of shared memory; BLOCK_N
-//                                    ≤ 128, NUM_WARPS ≤ 8, OVERLAP 1
-//   LAZY_RESCALE  0, 1               conditional rescaling (FA4's): a row keeps its max while  0
-//                                    a tile raises it by ≤ LAZY_RESCALE_SLACK (8, log2), and
-//                                    a warp whose rows all kept theirs skips O's rescale;
-//                                    windows narrower than LAZY_RESCALE_MIN_WINDOW (256) keep
-//                                    the exact max
-//   SCHEDULE      0, 1               work order: 0 grid (a block per row block), 1 persistent  0
-//   Q_STAGES      1, 2               Q tiles of the persistent loop with Q in shared memory    1
-//                                    (SCHEDULE 1, Q_REGS 0): the next item's Q lands during
-//                                    this item's key loop; at D 128 only with STAGES 2
-//   CLUSTER       1, 2               blocks per cluster sharing every K/V tile (TMA multicast, 1
+// Knobs (compile-time defines; the default is this file's fallback, the registry's default in
+// brackets where it differs; the registry's tuning picks them per shape: kernels/TUNING.md says why)
+//   knob          values             what it does                                                    default
+//   HEAD_DIM      64, 128            head dim (attn_common.cuh)                                      required
+//   NUM_WARPS     4, 8, 12           consumer warps: 1, 2 or 3 warpgroups (12 at D 64 only)          8 [12 at D 64]
+//   BLOCK_M       16 · NUM_WARPS     query rows per block (the only allowed value)                   derived
+//   BLOCK_N       64, 128, 160, 176  keys per tile, the rows of a K/V TMA box; 160 and 176 need      128
+//                                    NUM_WARPS ≤ 8, and at D 128 STAGES 2
+//   STAGES        2, 3, 4            K/V ring depth                                                  3
+//   OVERLAP       0, 1               S_{j+1} issued beside P_j·V_j (intra-warpgroup overlap)         1
+//   PINGPONG      0, 1               warpgroups issue wgmma in turns (NUM_WARPS ≥ 8, OVERLAP 1)      1
+//   PV_N          64, 128            N of the P·V wgmma: 128 (D 128 only) covers both of O's         128 at D 128,
+//                                    64-column panels in one m64n128k16 (FA3's P·V shape)            64 at D 64
+//   Q_REGS        0, 1               Q·Kᵀ's A operand from registers (4 · D / 16 per thread, read    0 [1 at D 128]
+//                                    once per item) instead of shared memory; BLOCK_N ≤ 128,
+//                                    NUM_WARPS ≤ 8, OVERLAP 1
+//   LAZY_RESCALE  0, 1               conditional rescaling (FA4's): a row keeps its max while a      0
+//                                    tile raises it by ≤ LAZY_RESCALE_SLACK (8, log2), and a warp
+//                                    whose rows all kept theirs skips O's rescale; windows narrower
+//                                    than LAZY_RESCALE_MIN_WINDOW (256) keep the exact max
+//   SCHEDULE      0, 1               work order: 0 grid (a block per row block), 1 persistent        0
+//   Q_STAGES      1, 2               Q tiles of the persistent loop with Q in shared memory          1
+//                                    (SCHEDULE 1, Q_REGS 0): the next item's Q lands during this
+//                                    item's key loop; at D 128 only with STAGES 2
+//   CLUSTER       1, 2               blocks per cluster sharing every K/V tile (TMA multicast,       1
 //                                    "Clusters" below); with SCHEDULE 1 needs Q_STAGES 2 or
 //                                    Q_RELEASE 1
-//   Q_RELEASE     0, 1               the one Q tile (SCHEDULE 1, Q_REGS 0, Q_STAGES 1) goes     0
-//                                    back after the item's last Q·Kᵀ, O stored from registers
-//   CLUSTER_HEADS 0, 1               a cluster (CLUSTER 2, SCHEDULE 1) takes one row block of  0
-//                                    two query heads of one K/V head, not two row blocks
-//   STREAM_K      0, 1               a static persistent order cuts its last items into equal  0
-//                                    runs of key tiles, one per cluster, and merges each cut
-//                                    item's two partials; needs Q_STAGES 2
-//   CHAIN         0, 1               an unmasked dense item's last turn issues the next item's 0
+//   Q_RELEASE     0, 1               the one Q tile (SCHEDULE 1, Q_REGS 0, Q_STAGES 1) goes back     0
+//                                    after the item's last Q·Kᵀ, O stored from registers
+//   CLUSTER_HEADS 0, 1               a cluster (CLUSTER 2, SCHEDULE 1) takes one row block of two    0
+//                                    query heads of one K/V head, not two row blocks
+//   STREAM_K      0, 1               a static persistent order cuts its last items into equal runs   0
+//                                    of key tiles, one per cluster, and merges each cut item's two
+//                                    partials; needs Q_STAGES 2
+//   CHAIN         0, 1               an unmasked dense item's last turn issues the next item's       0
 //                                    first Q·Kᵀ beside its last P·V (SCHEDULE 1, Q_STAGES 2,
 //                                    OVERLAP 1; the registry refuses it with STREAM_K at D 128)
 //   Derived: HOPPER_NARROW_TAIL (the narrow tail, "Variants and tile skipping") and O_TMA_STORE
