@@ -33,13 +33,13 @@
 //     work items, which the producer warp picks (statically, or heaviest first from a device
 //     counter) and publishes with their Q; with STREAM_K the last wave's items are cut into equal
 //     runs of key tiles.
-//   The headers: hopper_common.cuh (PTX wrappers), hopper_pipeline.cuh (barriers, loads, wgmma and
-//   softmax steps shared with micro_hopper.cu), then this kernel's own hopper_schedule.cuh,
-//   hopper_epilogue.cuh and hopper_consume.cuh (with the fragment layouts): parts of this file,
-//   included inside namespace hopper_attn after the geometry below, in that order (their code's
-//   PTX is what it was in this file: kernels/tools/ptx_identity.py). GQA/MQA, sliding
-//   windows (causal included) and varlen are run-time parameters of one compiled kernel (kernels/
-//   README.md, "Variants"); rows that see no key write zeros.
+//   The headers: hopper_common.cuh (PTX wrappers, included first), hopper_pipeline.cuh (barriers,
+//   loads, wgmma and softmax steps shared with micro_hopper.cu), then this kernel's own
+//   hopper_schedule.cuh, hopper_epilogue.cuh and hopper_consume.cuh (with the fragment layouts):
+//   the last four are parts of this file, included inside namespace hopper_attn after the geometry
+//   below, in that order (moving code into them left the PTX as it was: kernels/tools/
+//   ptx_identity.py). GQA/MQA, sliding windows (causal included) and varlen are run-time parameters
+//   of one compiled kernel (kernels/README.md, "Variants"); rows that see no key write zeros.
 //
 // Knobs (compile-time defines; the default is this file's fallback, the registry's default in
 // brackets where it differs; the registry's tuning picks them per shape: kernels/TUNING.md says why)
