@@ -2,176 +2,93 @@
 // warpgroup tensor cores (wgmma, sm_90a).
 //
 // Bird's-eye view
-//   One thread block computes a BLOCK_M × HEAD_DIM tile of O for one (batch or sequence, head). Its
-//   warps are NUM_WARPS consumer warps (NUM_WARPS / 4 consumer warpgroups of 64 query rows each;
-//   warp w of a warpgroup owns rows 16w..16w+15 of them), then one producer warpgroup (4 warps).
-//   - Producer: one thread issues every load as a TMA copy (cp.async.bulk.tensor) through the
-//     tensor maps of the ABI: Q once, then tile j of K and of V (BLOCK_N rows) into slot j % STAGES of
-//     a ring, each completing on its own "full" mbarrier (arrive.expect_tx); before refilling a
-//     slot's K (V) it waits on the slot's k_empty (v_empty) mbarrier. Its other 127 threads leave
-//     at once. With two or three consumer warpgroups, setmaxnreg moves registers from the producer
-//     (24) to the consumers (240 with two, 160 with three).
-//   - Consumers, per key tile (no block-wide barrier in the loop):
-//     S = Q·Kᵀ       wgmma m64n{BLOCK_N}k16, A = Q and B = K both from shared memory through
-//                    128-byte-swizzled K-major descriptors (HEAD_DIM / 16 k-steps, one commit group)
+//   One thread block computes a BLOCK_M × HEAD_DIM tile of O for one (batch or sequence, head): a
+//   work item. Its warps are NUM_WARPS consumer warps (NUM_WARPS / 4 consumer warpgroups of 64 query
+//   rows each; warp w of a warpgroup owns rows 16w..16w+15 of them), then one producer warpgroup.
+//   - Producer warp (TMA): one thread issues every load as a TMA copy (cp.async.bulk.tensor)
+//     through the ABI's tensor maps: Q once per item, then tile j of K and of V (BLOCK_N rows) into
+//     slot j % STAGES of a ring, each completing on its own "full" mbarrier (arrive.expect_tx);
+//     before refilling a slot's K (V) it waits on the slot's k_empty (v_empty) mbarrier. With
+//     SCHEDULE 1 the same warp is the persistent scheduler (hopper_schedule.cuh). With two or three
+//     consumer warpgroups setmaxnreg moves registers from the producer warpgroup (24) to the
+//     consumers (240 with two, 160 with three).
+//   - Consumer warpgroups, per key tile, with no block-wide barrier in the loop (hopper_consume.cuh):
+//     S = Q·Kᵀ       wgmma m64n{BLOCK_N}k16; A = Q (shared memory, or registers with Q_REGS 1),
+//                    B = K, both through 128-byte-swizzled K-major descriptors (HEAD_DIM / 16 k-steps)
 //     P = exp2(S·scale·log2e − m), online softmax FA2-style in registers (quad shuffles)
-//     O = O·α + P·V  wgmma m64n64k16 per 64-column panel of O and per 16 keys (BLOCK_N / 16
-//                    k-steps: 11 for BLOCK_N 176): A = P re-packed in registers (the S accumulator
-//                    layout is the A-fragment layout), B = V from shared memory through a
-//                    128-byte-swizzled MN-major descriptor (trans-b: V stays [keys, D] row-major)
-//     every consumer thread arrives on the slot's k_empty barrier once its Q·Kᵀ has completed, on
-//     its v_empty barrier once its P·V has (the producer refills a K slot about a tile earlier
-//     than a whole-slot release would allow: two stages of 176-key tiles hide the loads).
-//   With OVERLAP 1 (FA3's intra-warpgroup overlap) a warpgroup issues S_{j+1} and P_j·V_j back to
-//   back and runs the softmax of tile j+1 while P_j·V_j is still on the tensor cores.
-//   With PINGPONG 1 (FA3's inter-warpgroup ping-pong) the consumer warpgroups issue their batches
-//   of wgmma in turns, round-robin (named barriers), so that one warpgroup's softmax runs while
-//   another's GEMMs hold the tensor cores.
-//   Variants (kernels/README.md, "Variants"): GQA/MQA, sliding window (causal included) and varlen
-//   are all supported; see "Variants and tile skipping" below. Rows that see no key write zeros.
-//   The output is staged in the warpgroup's own rows of the Q tile (stmatrix: four 8×8 blocks of the
-//   accumulator layout per instruction) and written with 16-byte stores, or with two Q tiles
-//   (Q_STAGES 2, not with CHAIN) by a copy warp with TMA while the consumers go on to their next
-//   item;
-//   the persistent loop with Q in registers stores it straight from the accumulators instead, so
-//   that the next item's Q can land in the tile during this item's key loop.
+//     O = O·α + P·V  wgmma m64n{PV_N}k16 per 16 keys: A = P re-packed in registers (the S accumulator
+//                    layout is the A-fragment layout), B = V through a 128-byte-swizzled MN-major
+//                    descriptor (trans-b: V stays [keys, D] row-major)
+//     Every consumer thread arrives on the slot's k_empty once its Q·Kᵀ has completed and on its
+//     v_empty once its P·V has, so K and V of a slot are refilled apart. OVERLAP 1 (FA3's
+//     intra-warpgroup overlap) issues S_{j+1} beside P_j·V_j and runs tile j + 1's softmax while
+//     P_j·V_j is on the tensor cores; PINGPONG 1 (FA3's inter-warpgroup ping-pong) has the
+//     warpgroups issue their batches of wgmma in turns (named barriers), so that one's softmax runs
+//     while another's GEMMs hold the tensor cores.
+//   - Epilogue (hopper_epilogue.cuh): O normalised by the row sums and stored straight from the
+//     accumulators, or staged in the warpgroup's own rows of the Q tile (stmatrix) and written with
+//     16-byte stores, or (two Q tiles, O_TMA_STORE) handed to the copy warp, the producer
+//     warpgroup's second warp, which stores it with TMA while the consumers go on to their next item.
+//   - Persistent scheduler (SCHEDULE 1, hopper_schedule.cuh): one block per SM slot loops over the
+//     work items, which the producer warp picks (statically, or heaviest first from a device
+//     counter) and publishes with their Q; with STREAM_K the last wave's items are cut into equal
+//     runs of key tiles.
+//   The headers: hopper_common.cuh (PTX wrappers, included first), hopper_pipeline.cuh (barriers,
+//   loads, wgmma and softmax steps shared with micro_hopper.cu), then this kernel's own
+//   hopper_schedule.cuh, hopper_epilogue.cuh and hopper_consume.cuh (with the fragment layouts):
+//   the last four are parts of this file, included inside namespace hopper_attn after the geometry
+//   below, in that order (moving code into them left the PTX as it was: kernels/tools/
+//   ptx_identity.py). GQA/MQA, sliding windows (causal included) and varlen are run-time parameters
+//   of one compiled kernel (kernels/README.md, "Variants"); rows that see no key write zeros.
 //
-// Knobs (compile-time defines, defaults below)
-//   HEAD_DIM  ∈ {64, 128}     (required, from attn_common.cuh)
-//   NUM_WARPS ∈ {4, 8, 12}    consumer warps (1, 2 or 3 consumer warpgroups; 12 only at D 64);
-//                             default 12 at D 64, 8 at D 128
-//   BLOCK_M   = 16 · NUM_WARPS = 64 · consumer warpgroups (the only allowed value; defaulted)
-//   BLOCK_N   ∈ {64, 128, 160, 176} keys per tile (the rows of a K/V TMA box); default 128. 176 is
-//                             FlashAttention-3's D 128 tile (128 × 176, 2 stages), opt-in since
-//                             two Q tiles take every length (the registry's hopper_tuned says
-//                             what it measured); 160 is the widest tile whose 2-stage ring fits
-//                             beside two Q tiles (Q_STAGES 2) at D 128, the tuning there from 2048
-//                             keys a row. Both need NUM_WARPS ≤ 8 (with 160 registers the 80-88 S and
-//                             40-44 P registers per thread spill), and at D 128 STAGES 2 (shared
-//                             memory)
-//   STAGES    ∈ {2, 3, 4}     K/V ring depth; default 3
-//   OVERLAP   ∈ {0, 1}        default 1 (any STAGES: a tile's slot is released only after its P·V)
-//   PINGPONG  ∈ {0, 1}        default 1; 1 needs NUM_WARPS ≥ 8 and OVERLAP 1
-//   PV_N      ∈ {64, 128}     N of the P·V wgmma; default 128 at D 128 (one m64n128k16 per 16 keys
-//                             covers both 64-column panels of O: the MN-major descriptor's leading
-//                             byte offset is the panel stride; FlashAttention-3's P·V, P's A fragment
-//                             read once and half the P·V instructions issued), 64 at D 64 (one
-//                             m64n64k16 per panel). Why: ncu at (2,32/8,8192,128) counted 1368 M
-//                             warp instructions for hopper against 936 M for FA3 (50 M wgmma against
-//                             29 M), and the gate's clock probe found hopper's blocks 3-7% lower in
-//                             SM clock than FA3's on long sequences (power-limited) at the same work
-//                             per clock. With the descriptors stepped by addition (desc_plus) the
-//                             steady key tile's SASS falls from about 612 to 484 instructions per
-//                             warp; the gate measured PV_N 128 1.02x (2,32/8,8192,128) and 1.01x
-//                             (2,16,16384,128) faster than 64 (H100, batch mode, CIs above 1)
-//   Q_REGS    ∈ {0, 1}        Q·Kᵀ's A operand: 0 Q from shared memory (descriptor), 1 Q held in
-//                             registers (each thread's wgmma A fragments, read from the swizzled Q
-//                             tile once per item: 4 · D / 16 registers), so that the wgmma read only
-//                             K from shared memory (20% of the consumers' shared-memory operand bytes
-//                             at D 128 with 128-key tiles). Why try it: the gate's clock probe finds
-//                             hopper's blocks 3-4% lower in SM clock than FlashAttention-3's on long
-//                             sequences (power-limited) at the same work per clock; FA3's 176-key
-//                             tiles read 6% fewer operand bytes per key than ours, this reads 20%
-//                             fewer. BLOCK_N 64 or 128, NUM_WARPS ≤ 8 (registers); OVERLAP
-//                             1 (ptxas 13.0 gives Q's registers to P in the unoverlapped loop:
-//                             kernels/tools/sass_blocks.py --q-regs-live). The registry's default
-//                             at D 128 (it yields to 0 where those rule it out; this file's own
-//                             fallback is 0): the gate measured 1.03x (2,16,8192,128 and
-//                             2,32/8,8192,128) over Q in shared memory
-//   LAZY_RESCALE ∈ {0, 1}     1: a row keeps its running max while a key tile raises it by at most
-//                             LAZY_RESCALE_SLACK = 8 (log2 domain, probabilities below 256), and a
-//                             warp whose rows all kept theirs skips O's rescale (PANELS · 32 FMUL
-//                             per thread per tile, about a seventh of the steady tile's
-//                             instructions): FlashAttention-4's conditional rescaling, which FA3
-//                             does not do. Why try it: the gate's clock probe finds hopper's blocks
-//                             3-4% lower in SM clock than FA3's on long sequences (power-limited);
-//                             fewer instructions per tile is less energy. A window narrower than
-//                             LAZY_RESCALE_MIN_WINDOW = 256 keys keeps the exact max (consume_item
-//                             says why). This file's fallback is 0; the registry tunes it to 1 at
-//                             either head dim from 4096 keys, where the gate measured 1.02-1.08x over 0
-//   SCHEDULE  ∈ {0, 1}        work order: 0 grid (one block per row block), 1 persistent (one block
-//                             per SM slot looping over work items; "Persistent schedule" below);
-//                             default 0 (the registry picks per shape)
-//   Q_STAGES  ∈ {1, 2}        Q tiles of the persistent loop with Q in shared memory (SCHEDULE 1,
-//                             Q_REGS 0); default 1. With 2, items alternate between two Q buffers
-//                             (each with its own q_full, q_empty and item words), so the next item's
-//                             Q is copied during this item's key loop, where one buffer waits for
-//                             this item's epilogue (its O staged in the Q rows) and then a copy.
-//                             Why try it: ncu at 4,16,1024,128 causal (items of 1 to 8 key tiles)
-//                             found hopper's SMs 27% more cycles active than cuDNN's for the same
-//                             tensor work, and cuDNN's persistent kernel double-buffers Q. At D 128
-//                             only with STAGES 2 (shared memory)
-//   CLUSTER   ∈ {1, 2}        blocks per thread-block cluster (__cluster_dims__); default 1. With 2
-//                             the blocks of a cluster take adjacent row blocks of one head (the
-//                             rows' count rounded up to even), visit the key tiles of both, and
-//                             each copies half of every K/V tile into both (TMA multicast;
-//                             "Clusters" below): half the K/V bytes from L2. With SCHEDULE 1 only
-//                             with Q_STAGES 2 or Q_RELEASE 1 (otherwise the producer, which then
-//                             copies an item's first K/V tile before its Q, spills its 24
-//                             registers). Why: the long rows run power-limited, and
-//                             FlashAttention-3 pairs blocks so. The registry's tuning of every
-//                             full grid (the persistent loop's two Q tiles, the grid's 176-key
-//                             tiles at D 128), where the gate measured 1.01-1.08x over 1
-//   Q_RELEASE ∈ {0, 1}        when the persistent loop's one Q tile (SCHEDULE 1, Q_REGS 0,
-//                             Q_STAGES 1) goes back to the producer; default 0: after the
-//                             epilogue, which stages O in the tile's rows. 1: after the item's last
-//                             Q·Kᵀ (a warpgroup arrives on q_empty as its last tile begins, where
-//                             every Q·Kᵀ has completed; one that computes no tile, or every tile
-//                             unoverlapped, after its key loop), and O goes from registers to
-//                             global memory as with Q_REGS 1; the producer copies the next item's
-//                             Q first, then its K/V tiles. Why try it: where a second Q tile does
-//                             not fit (the 176-key tile of long rows at D 128) the grid's blocks
-//                             pay their start (barriers, Q, the first K/V tile) and their epilogue
-//                             unhidden, about 1% of a 16384-key row block; FA3 runs that tile
-//                             persistent with the next item's Q copied during this one's
-//   CLUSTER_HEADS ∈ {0, 1}   what a cluster's two blocks (CLUSTER 2, SCHEDULE 1) take together;
-//                             default 0: adjacent row blocks of one head. 1: the same row block of
-//                             two query heads of one K/V head (heads 2j and 2j + 1; the query heads
-//                             per K/V head must be even, which the launch checks), so both visit
-//                             exactly the same key tiles, the causal diagonal's too, and neither
-//                             waits while the other computes tiles its rows do not see. Why try
-//                             it: under the causal mask a row pair's lower block skips the upper
-//                             one's diagonal tiles yet holds the shared ring, and FA3 finishes
-//                             GQA/MQA causal 8192 in the same time in 6-19% fewer SM cycles
-//   STREAM_K  ∈ {0, 1}        1: a static persistent order (SCHEDULE 1, no mask, dense batch) cuts
-//                             its last items into equal runs of key tiles, one per cluster, and
-//                             merges each cut item's two partial results ("The stream-K tail"
-//                             below); 0: whole items to the end. Why: a grid of N equal items on P
-//                             clusters ends in a thin wave of N mod P (2,32/8,S,128 at 7.76, 15.5
-//                             and 31.03 waves: 3% of the SMs' time idle) that halving items does
-//                             not remove. Needs Q_STAGES 2 (with one Q tile the producer's 24
-//                             registers spill). The registry's tuning of unmasked full grids from
-//                             4096 keys at D 128 and 2048 at D 64; the gate measured 1.06x over
-//                             whole items at 2,32/8,4096,128 and 1.02-1.04x over the 176-key grid
-//                             from 8192 keys (H200); each cut adds an item's start and end and a
-//                             merge, which shorter rows do not earn back
-//   CHAIN     ∈ {0, 1}        1: in an unmasked dense batch (SCHEDULE 1, Q_STAGES 2, OVERLAP 1) an
-//                             item whose rows all lie in the sequence ends with a turn that issues
-//                             the next item's first Q·Kᵀ (its Q in the other Q tile) beside its own
-//                             last P·V and runs that softmax while the P·V completes, then its
-//                             epilogue: no turn with a Q·Kᵀ alone at an item's start or a P·V alone
-//                             at its end (stream-K segments too; consume_item). Why try it: ncu's
-//                             warp-state samples at 2,32/8,2048,128 put 14.5% of the consumers' time
-//                             in each item's own code (first softmax, last P·V, epilogue) against
-//                             71% in the steady key tile. Opt-in: ncu measured 225.9 µs tuned and
-//                             228.3 µs with CHAIN there: the chained turn's softmax, the epilogue and
-//                             the item's other code remain (evidence/ncu/captures/2026-11-29-chain).
-//                             At D 128 not with STREAM_K 1 (registers: see Constraint)
-//   A caution on the clock gap to FA3 that PV_N, Q_REGS and LAZY_RESCALE cite: those clocks were
-//   50 µs probes at the edges of each block, which swung ±5% between blocks whose times agreed
-//   within 1% (attn-measure's timing::round_order); the gap is not established. Each knob was
-//   gated on its own speed.
-//   Measured on the H100 (gate, graph replay, L2 flushed; SDPA = cuDNN): (2,16,8192,128) fp16
-//   655 TFLOP/s vs 655 (PINGPONG 0: 572; STAGES 2: 600), causal 617 vs 596; (2,16,8192,64) 521 vs
-//   477 (NUM_WARPS 8: 428; PINGPONG 0: 481), causal 479 vs 441.
-//   Constraint: SHARED_BYTES ≤ 232448 (the sm_90 opt-in limit, static barriers included); only
-//   D 128 / BLOCK_N 128 / STAGES 4 and D 128 / BLOCK_N 176 / STAGES 3 or 4 exceed it. Every valid
-//   combination compiles with no spill, no stack frame and no wgmma serialisation
-//   (kernels/tools/hopper_check.py; with the copy warp all 1632 of its configs in f16). CHAIN 1
-//   with STREAM_K 1 at D 128 spills 4-8 bytes in a fifth of its configs (a cut item's chained turn
-//   keeps its max and sums for the merge): the registry refuses the pair at D 128.
+// Knobs (compile-time defines; the default is this file's fallback, the registry's default in
+// brackets where it differs; the registry's tuning picks them per shape: kernels/TUNING.md says why)
+//   knob          values             what it does                                                    default
+//   HEAD_DIM      64, 128            head dim (attn_common.cuh)                                      required
+//   NUM_WARPS     4, 8, 12           consumer warps: 1, 2 or 3 warpgroups (12 at D 64 only)          8 [12 at D 64]
+//   BLOCK_M       16 · NUM_WARPS     query rows per block (the only allowed value)                   derived
+//   BLOCK_N       64, 128, 160, 176  keys per tile, the rows of a K/V TMA box; 160 and 176 need      128
+//                                    NUM_WARPS ≤ 8, and at D 128 STAGES 2
+//   STAGES        2, 3, 4            K/V ring depth                                                  3
+//   OVERLAP       0, 1               S_{j+1} issued beside P_j·V_j (intra-warpgroup overlap)         1
+//   PINGPONG      0, 1               warpgroups issue wgmma in turns (NUM_WARPS ≥ 8, OVERLAP 1)      1
+//   PV_N          64, 128            N of the P·V wgmma: 128 (D 128 only) covers both of O's         128 at D 128,
+//                                    64-column panels in one m64n128k16 (FA3's P·V shape)            64 at D 64
+//   Q_REGS        0, 1               Q·Kᵀ's A operand from registers (4 · D / 16 per thread, read    0 [1 at D 128]
+//                                    once per item) instead of shared memory; BLOCK_N ≤ 128,
+//                                    NUM_WARPS ≤ 8, OVERLAP 1
+//   LAZY_RESCALE  0, 1               conditional rescaling (FA4's): a row keeps its max while a      0
+//                                    tile raises it by ≤ LAZY_RESCALE_SLACK (8, log2), and a warp
+//                                    whose rows all kept theirs skips O's rescale; windows narrower
+//                                    than LAZY_RESCALE_MIN_WINDOW (256) keep the exact max
+//   SCHEDULE      0, 1               work order: 0 grid (a block per row block), 1 persistent        0
+//   Q_STAGES      1, 2               Q tiles of the persistent loop with Q in shared memory          1
+//                                    (SCHEDULE 1, Q_REGS 0): the next item's Q lands during this
+//                                    item's key loop; at D 128 only with STAGES 2
+//   CLUSTER       1, 2               blocks per cluster sharing every K/V tile (TMA multicast,       1
+//                                    "Clusters" below); with SCHEDULE 1 needs Q_STAGES 2 or
+//                                    Q_RELEASE 1
+//   Q_RELEASE     0, 1               the one Q tile (SCHEDULE 1, Q_REGS 0, Q_STAGES 1) goes back     0
+//                                    after the item's last Q·Kᵀ, O stored from registers
+//   CLUSTER_HEADS 0, 1               a cluster (CLUSTER 2, SCHEDULE 1) takes one row block of two    0
+//                                    query heads of one K/V head, not two row blocks
+//   STREAM_K      0, 1               a static persistent order cuts its last items into equal runs   0
+//                                    of key tiles, one per cluster, and merges each cut item's two
+//                                    partials; needs Q_STAGES 2
+//   CHAIN         0, 1               an unmasked dense item's last turn issues the next item's       0
+//                                    first Q·Kᵀ beside its last P·V (SCHEDULE 1, Q_STAGES 2,
+//                                    OVERLAP 1; the registry refuses it with STREAM_K at D 128)
+//   Derived: HOPPER_NARROW_TAIL (the narrow tail, "Variants and tile skipping") and O_TMA_STORE
+//   (the copy warp: Q_STAGES 2 without CHAIN), below the static_asserts. TUNING.md's entries:
+//   `wide-key-tiles` (BLOCK_N 160, 176), `pv-n128`, `q-regs`, `lazy-rescale`, `q-stages-2`, `clusters`,
+//   `q-release`, `cluster-heads`, `stream-k`, `chain`, `narrow-tail`, `copy-warp`.
+//   Constraint: SHARED_BYTES ≤ 232448 (the sm_90 opt-in limit, static barriers included); only D 128
+//   with BLOCK_N 128 and STAGES 4, or BLOCK_N 176 and STAGES 3 or 4, exceed it. Every valid
+//   combination compiles with no spill, no stack frame and no wgmma serialisation (kernels/tools/
+//   hopper_check.py), CHAIN 1 beside STREAM_K 1 at D 128 excepted (a cut item's chained turn keeps
+//   its max and sums for the merge): the registry refuses that pair.
 //
-// Launch geometry and ABI (kernels/README.md, the TensorMaps ABI and "Variants")
+// Launch geometry and ABI (kernels/README.md: the TensorMaps ABI, its maps and "Variants")
 //   grid = (ceil(S_q / BLOCK_M), H, B) (block x computes row block x, or gridDim.x − 1 − x when the
 //   last rows see the most keys: see below), block = (NUM_WARPS + 4) · 32 threads, dynamic shared
 //   memory
@@ -185,36 +102,27 @@
 //   Defaults: D 64 → 123904, D 128 → 230400; D 128, BLOCK_N 176, STAGES 2 → 214016.
 //   Parameters: the ten plain ones, three `const __grid_constant__` CUtensorMaps (Q, K, V), then
 //   the five of the variants: kv_heads, window_left, window_right, cu_seqlens_q, cu_seqlens_kv.
-//   With STREAM_K 1 the persistent counter words are followed by the workspace (a flag word per
-//   block and consumer warp, zero at launch and left zero, then one partial per block: see the
-//   stream-K tail), which the host allocates with them (Geometry::workspace_per_block).
-//   CLUSTER 2: grid x = ceil(S_q / BLOCK_M) rounded up to even, clusters of (2, 1, 1) blocks (compiled
-//   in), and K/V boxes of BLOCK_N / 2 rows (each block copies half of a tile). With SCHEDULE 1 the
-//   items counted below are those even counts of row blocks (so the grid is even too), and the
-//   kernel's own work items are their pairs. CLUSTER_HEADS 1: the row blocks are not rounded, the
-//   query heads per K/V head must be even (H is then even, and so are the items), and the kernel's
-//   work items are pairs of heads.
 //   SCHEDULE 1 (persistent): grid = (min(items, SMs × resident blocks per SM), 1, 1), where the items
 //   are the ceil(S_q / BLOCK_M) · H · B row blocks of the grid above, and one more parameter last:
 //   `unsigned int* sched_counter`, two words that are zero at launch and that the kernel leaves zero
 //   (the host allocates them zeroed, once per prepared kernel, and launches on one stream). With
-//   Q_STAGES 2 and CHAIN 0 (O_TMA_STORE) a last parameter after it: O's map (Q's boxes), the copy
-//   warp's.
-//   Every map: 16-bit elements as compiled, 128-byte swizzle, no interleave, 256-byte L2 promotion,
-//   zero out-of-bounds fill, 3-D; box = 64 columns × BLOCK_M (Q) or BLOCK_N (K, V) rows; a box is
-//   one 64-column panel of a tile (a D = 128 row takes two boxes). The maps the host must encode:
-//   - dense batch (cu_seqlens_q == nullptr): Q over [B·H, S_q, D], K and V over [B·H_kv, S_kv, D]
-//     (their own sizes; dims innermost first D, S, B·H or B·H_kv; byte strides 2·D, 2·S·D; box
-//     {64, rows, 1}). Box coordinates (column, row, b·H + h) for Q, (column, row, b·H_kv + h /
-//     (H / H_kv)) for K and V.
-//   - varlen (cu_seqlens_q != nullptr, and then cu_seqlens_kv too): Q over packed [total_q, H, D]
-//     (dims innermost first D, H, total_q; byte strides 2·D, 2·H·D; box {64, 1, BLOCK_M}), K and V
-//     over packed [total_kv, H_kv, D] (dims D, H_kv, total_kv; byte strides 2·D, 2·H_kv·D; box {64,
-//     1, BLOCK_N}); total_q = cu_seqlens_q[batch], total_kv = cu_seqlens_kv[batch]. Box
-//     coordinates (column, head, cu_seqlens[b] + row). The box's middle extent of 1 makes the
-//     shared-memory image the same as dense ([rows][64 columns], 128-byte rows, swizzled).
-//     `batch` is the number of sequences (blockIdx.z), seq_q the longest query sequence (sizes
-//     the grid); the kernel reads the lengths and offsets from cu_seqlens, so seq_kv is not read.
+//   STREAM_K 1 the words are followed by the workspace (a flag word per block and consumer warp,
+//   zero at launch and left zero, then one partial per block: hopper_schedule.cuh), which the host
+//   allocates with them (Geometry::workspace_per_block). With Q_STAGES 2 and CHAIN 0 (O_TMA_STORE)
+//   a last parameter after them: O's map (Q's boxes), the copy warp's.
+//   CLUSTER 2: grid x = ceil(S_q / BLOCK_M) rounded up to even, clusters of (2, 1, 1) blocks (compiled
+//   in), and K/V boxes of BLOCK_N / 2 rows (each block copies half of a tile). With SCHEDULE 1 the
+//   items counted above are those even counts of row blocks (so the grid is even too), and the
+//   kernel's own work items are their pairs. CLUSTER_HEADS 1: the row blocks are not rounded, the
+//   query heads per K/V head must be even (H is then even, and so are the items), and the kernel's
+//   work items are pairs of heads.
+//   Maps: 16-bit elements as compiled, 128-byte swizzle, 3-D, box = 64 columns × BLOCK_M (Q) or
+//   BLOCK_N (K, V) rows: one 64-column panel of a tile (a D = 128 row takes two boxes). Box
+//   coordinates: dense (column, row, b·H + h) for Q, (column, row, b·H_kv + h / (H / H_kv)) for K
+//   and V; varlen (column, head, cu_seqlens[b] + row), the box's middle extent of 1 making the
+//   shared-memory image the same as dense ([rows][64 columns], 128-byte rows, swizzled). `batch` is
+//   then the number of sequences (blockIdx.z), seq_q the longest query sequence (sizes the grid);
+//   the kernel reads the lengths and offsets from cu_seqlens, so seq_kv is not read.
 //
 // Variants and tile skipping
 //   - GQA/MQA: only the K/V box coordinate changes (head h reads K/V head h / (H / H_kv); no
@@ -230,13 +138,11 @@
 //     a suffix of the block's tiles. A computed tile is masked per element only where needed: keys
 //     ≥ the row's hi when the tile ends past the warpgroup's first row's hi, keys < the row's lo
 //     when it starts before the warpgroup's last row's lo (two separate passes, so a dense causal
-//     problem runs exactly its old diagonal mask). The narrow tail (OVERLAP 1, BLOCK_N 160 or 176;
-//     not with CHAIN 1, nor at D 128 with PV_N 64: HOPPER_NARROW_TAIL):
-//     where no row of the warpgroup sees a key past the first 128 of its last tile (a ragged S_kv,
-//     a causal diagonal), that tile's softmax scores those 128 keys only and masks them only where a
-//     row's limit falls among them (2048 keys in 160-key tiles: no mask at all); the gate measured
-//     it 1.03x [1.02, 1.05] at 2,32/8,4096,128 (a 96-key tail) and 0.99x [0.93, 1.05] at 2048
-//     against the kernel before it (evidence/gate/2026-11-29T11-50-20Z).
+//     problem runs exactly its old diagonal mask). The narrow tail (HOPPER_NARROW_TAIL: OVERLAP 1,
+//     BLOCK_N 160 or 176, not with CHAIN 1, nor at D 128 with PV_N 64): where no row of the
+//     warpgroup sees a key past the first 128 of its last tile (a ragged S_kv, a causal diagonal),
+//     that tile's softmax scores those 128 keys only and masks them only where a row's limit falls
+//     among them (TUNING.md, `narrow-tail`).
 //     Block order: bottom-up (heaviest first) only when the last rows see the most keys: no left
 //     window and a right bound (causal or window_right ≥ 0). With a left window the interior blocks
 //     are all equal (with a left window only, the first rows are the heaviest: top-down already).
@@ -261,35 +167,8 @@
 //   - V as the MN-major B operand of P·V (N = head dim contiguous, K = keys in rows): one swizzle
 //     atom is 8 keys × 64 head-dim columns; 8-key groups are 1024 bytes apart. Each wgmma covers one
 //     64-column panel (N = 64), so only that 8-key stride matters; both offset fields are set to
-//     1024. k-step kk (keys 16kk..16kk+15) starts at byte 2048·kk of the panel.
-//
-// Persistent schedule (SCHEDULE 1)
-//   Each block loops over work items (b, h, m0), row blocks of one (sequence, head); the producer
-//   warp alone schedules (the order and its device counter: schedule_and_produce) and publishes
-//   each item in shared memory with its Q (q_full). Non-causal dense batches take a static strided
-//   order (item blockIdx.x + k · gridDim.x, row blocks fastest so that concurrent blocks share K/V
-//   in L2); causal, windowed and varlen batches take items heaviest first (bottom-up row blocks in
-//   sections of heads whose K/V fit in L2), dynamically: item blockIdx.x first, then gridDim.x plus
-//   a ticket of the device counter. The last block to finish resets the counter, so a launch (or a
-//   CUDA graph replay) needs no host work and never sees a stale count. Between items the
-//   pipeline carries over: the K/V ring's slots and phases continue (the producer may load the next
-//   item's first K/V tile while the consumers finish the current one), and a q_empty barrier (one
-//   arrival per consumer thread, after its O rows are stored and a fence.proxy.async orders those
-//   generic-proxy accesses before the next Q's TMA write) lets the producer overwrite the Q tile,
-//   whose rows also stage O (with Q_RELEASE 1 the arrival follows the item's last Q·Kᵀ, and O is
-//   stored from registers: see the knob); with Q_STAGES 2 items alternate between two Q tiles, item i waiting for
-//   q_full[i % 2]'s phase (i / 2) & 1, and the producer copies item i's Q first, once item i − 2
-//   has released its tile. With Q_STAGES 2 and CHAIN 0 (O_TMA_STORE) the consumers hand the
-//   tile, O staged in it, to the copy warp instead (o_full: each thread's fence.proxy.async, then
-//   its arrival, which also publishes o_whole), and store O themselves only where the copy warp
-//   does not (a row past the sequence, a cut stream-K item); the copy warp (copy_o_tiles) waits
-//   for the item's q_full and o_full phases, stores a whole tile with one TMA store per panel
-//   through O's map, waits for the store to have read the tile (cp.async.bulk.wait_group.read)
-//   and only then arrives on q_empty, its one arrival. With Q in registers (Q_REGS 1) a thread
-//   arrives as soon as it has read its Q fragments, and O goes from registers to global memory:
-//   the next item's Q is copied during this item's key loop, and its first Q·Kᵀ follows this
-//   item's epilogue with no wait for Q. The ping-pong turns run on across items (an item with no
-//   key tile takes none): warpgroup 0 starts the next item while the others finish this one.
+//     1024 (with PV_N 128 the leading byte offset is the panel stride). k-step kk (keys
+//     16kk..16kk+15) starts at byte 2048·kk of the panel.
 //
 // Clusters (CLUSTER 2)
 //   The cluster's blocks x = 2i, 2i + 1 take row blocks 2k and 2k + 1 (bottom-up too) and visit the
@@ -304,16 +183,7 @@
 //   One cluster barrier after the barriers' initialisation (no copy or remote arrival before the
 //   other block's barriers exist); none at the end: the producer thread waits for the last STAGES
 //   tiles' releases (await_last_releases), after which no copy into the other block and no
-//   arrival on this one is outstanding.
-//   Persistent (SCHEDULE 1): a work item is the cluster's pair of row blocks (ITEM_ROWS rows; the
-//   schedule's order over pairs as it is over row blocks), cluster c first takes item c; a static
-//   order strides by the clusters, a dynamic one takes one ticket of the device counter per
-//   cluster: rank 0's producer draws it and sends it to rank 1 (share_ticket: st.async into rank
-//   1's ticket word, ticket_full and ticket_empty barriers), so both blocks take the same items,
-//   and rank 0 alone counts the cluster as finished for the counter's reset. With CLUSTER_HEADS 1
-//   a work item is one row block of a pair of query heads (2j, 2j + 1) that share a K/V head: the
-//   schedule runs over the H / 2 pairs, rank r takes head 2j + r, and both blocks' key tiles are the
-//   same (the same rows, the same K/V), so neither skips a tile the other computes.
+//   arrival on this one is outstanding. Persistent clusters: hopper_schedule.cuh.
 //
 // Ordering
 //   Barriers: q_full (1 arrival + Q's bytes), k_full[s] and v_full[s] (1 arrival + a tile's bytes),
@@ -325,9 +195,11 @@
 //   k_empty[s] (v_empty[s]) only after a wgmma.wait_group that covers every wgmma reading the
 //   slot's K (V): wait_group 1 after S_{j+1} and P_j·V_j leaves only P_j·V_j pending. A warpgroup
 //   that skips a tile (prefix or suffix) waits for it to land before releasing it, so that its
-//   arrivals never count towards the slot's next round. Before the
-//   epilogue a named barrier (ids 1..3, one per consumer warpgroup) makes sure all four warps are
-//   past their last wgmma, which read all 64 Q rows, before the rows are overwritten with O.
+//   arrivals never count towards the slot's next round. Before the epilogue a named barrier (ids
+//   1..3, one per consumer warpgroup) makes sure all four warps are past their last wgmma, which
+//   read all 64 Q rows, before the rows are overwritten with O. The Q tile's release (q_empty,
+//   persistent loop) follows a fence.proxy.async, which orders the consumers' generic-proxy
+//   accesses of the tile before the next Q's TMA write (hopper_schedule.cuh has the protocol).
 //   Ping-pong turns: warpgroup w bar.syncs on barrier 4 + w (256 = its 128 threads + the previous
 //   warpgroup's 128 arrivals) before a batch and bar.arrives on the next warpgroup's barrier after
 //   it. The last warpgroup arrives once on warpgroup 0's barrier before the block's first item;
@@ -350,12 +222,6 @@
 //   touches S (complete) while P·V is pending, P is packed after the wait, the barrier waits come
 //   before each batch, each OVERLAP branch is one straight pipeline, and the warp index goes through
 //   a shuffle (warp-uniform for the compiler).
-//
-// Fragment layouts (per warp of the warpgroup, g = lane / 4, t = lane % 4)
-//   D of m64nNk16 (f32): registers 4i..4i+3 hold columns 8i + 2t, +1 of row g (4i, 4i+1) and row
-//   g + 8 (4i+2, 4i+3) — the mma.sync m16n8 C layout repeated over N / 8 chunks.
-//   A from registers (m64k16): a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8,
-//   2t+8..) — the mma.sync m16n8k16 A layout; so P k-step kk is S chunks 2kk (a0, a1) and 2kk+1.
 
 #include "attn_common.cuh"
 #include "hopper_common.cuh"
@@ -462,13 +328,12 @@ static_assert(CHAIN == 0 || (CHAIN == 1 && SCHEDULE == 1 && Q_STAGES == 2 && OVE
               "hopper.cu: CHAIN must be 0, or 1 with SCHEDULE 1, Q_STAGES 2 and OVERLAP 1");
 static_assert(sizeof(elem_t) == 2, "hopper.cu: 16-bit elements expected");
 // The narrow tail ("Variants and tile skipping"): its second copy of the steady key tile costs
-// registers, and ptxas 13.0 spills with it (8-28 bytes, hopper_check.py) where CHAIN is 1 or, at
-// D 128, where PV_N is 64; those keep the one copy (no tuning takes them).
+// registers, and ptxas 13.0 spills with it where CHAIN is 1 or, at D 128, where PV_N is 64; those
+// keep the one copy (no tuning takes them; TUNING.md, `narrow-tail`).
 #define HOPPER_NARROW_TAIL (OVERLAP && BLOCK_N > 128 && !CHAIN && (HEAD_DIM == 64 || PV_N == 128))
 // The persistent loop's two Q tiles (Q_STAGES 2) hand each item's staged O to a copy warp, which
 // stores it with TMA (copy_o_tiles), rather than storing it themselves. Not with CHAIN (opt-in),
-// whose D 128 160-key configs without ping-pong in clusters then spilled 4-16 bytes (ptxas 13.0,
-// hopper_check.py); they keep the consumers' stores.
+// some of whose D 128 configs then spilled (TUNING.md, `copy-warp`); they keep the consumers' stores.
 #define O_TMA_STORE (SCHEDULE && Q_STAGES == 2 && !CHAIN)
 
 namespace hopper_attn {
@@ -712,167 +577,9 @@ __device__ __forceinline__ void produce_kv(Barriers& bars, int& copied, u32 k_ti
     }
 }
 
+#include "hopper_schedule.cuh"
+
 // ---- one row block of one (sequence, head), as a consumer warpgroup computes it ------------------
-
-#if SCHEDULE
-// A consumer thread's release of the Q tile (q_empty) to the producer, which copies the next
-// item's Q into it: this thread's generic-proxy accesses of the tile ordered before that TMA write.
-__device__ __forceinline__ void release_q_tile(Barriers& bars, int buffer) {
-    fence_proxy_async_shared();
-    mbar_arrive(smem_addr(&bars.q_empty[buffer]));
-}
-
-#if O_TMA_STORE
-// A consumer thread's hand-over of Q buffer `buffer`, its O rows staged there, to the copy warp
-// (o_full): release_q_tile's fence and arrival on the copy warp's barrier (written out: through a
-// shared helper NVVM reordered the tuned kernel's PTX), after the `writer` thread has said whether
-// the copy warp stores the tile (o_whole).
-__device__ __forceinline__ void hand_o_tile(Barriers& bars, int buffer, bool copied, bool writer) {
-    if (writer) bars.o_whole[buffer] = copied ? 1 : 0;
-    fence_proxy_async_shared();
-    mbar_arrive(smem_addr(&bars.o_full[buffer]));
-}
-#endif
-#endif
-
-// An item's key segment (all of it unless STREAM_K cuts it: see the stream-K tail) as one word: the
-// kind in the low two bits, x above: the tail's first tile, the head's tile count.
-// (An enum: a namespace constant adds a PTX symbol to every variant.)
-enum SplitKind : int {
-    SPLIT_WHOLE = 0,  // the item's every key tile
-    SPLIT_HEAD = 1,   // tiles [0, x): the cluster's run ends inside the item
-    SPLIT_TAIL = 2,   // tiles [x, T): the cluster's run starts inside the item
-};
-__device__ __forceinline__ int split_word(int kind, int x) { return kind | (x << 2); }
-__device__ __forceinline__ void cut_tiles(Tiles& tiles, int split) {
-    const int x = split >> 2;
-    if ((split & 3) == SPLIT_TAIL) {
-        tiles.first += x;
-        tiles.count -= x;
-    } else if ((split & 3) == SPLIT_HEAD) {
-        tiles.count = x;
-    }
-}
-
-#if STREAM_K
-// ---- the stream-K tail (STREAM_K 1, static schedules) ---------------------------------------------
-//
-// A static schedule's items all cost the same, so a grid of N items on P clusters ends in a thin
-// last wave (N mod P items, the other clusters idle). With STREAM_K the last N mod P + P items are
-// cut into P equal runs of key tiles, one per cluster (each run longer than one item, so an item is
-// cut at most once): cluster c computes the key tiles [c·U/P, (c+1)·U/P) of those items' tiles laid
-// end to end (U tiles). A cut item's two segments, the head (its first tiles, the end of cluster
-// c's run) and the tail (the rest, the start of cluster c + 1's), each end with a partial O (not
-// normalised), row max and row sum; per consumer warp, the first to finish writes its partial to
-// the workspace and the other waits for it (it is being written: no deadlock), merges it into its
-// own and stores the rows. Workspace (after the two counter words, the host's, zeroed once): one
-// flag word per block and consumer warp, left zero, then one partial per block (the tail's block
-// names the cut): per consumer thread its PARTIAL_WORDS floats, thread-fastest (coalesced).
-constexpr int PARTIAL_WORDS = PANELS * 32 + 4;  // O's accumulators, then row max and sum (2 each)
-
-// This cluster's `it`-th item of a static order of `total` items whose tail is cut: its index
-// (left as it is before the tail) and its segment; false when the cluster's run is done. Computed
-// again from `it` for every item: the producer's 24 registers hold no more loop-carried state. The
-// tail is cut where the last wave is thin, there is more than one wave, an item has more than one
-// key tile, and the tail's tiles fit split_word (below 2^29).
-__device__ __forceinline__ bool stream_k_item(int total, int seq_kv, u32 it, int& index, int& split) {
-    const int clusters = static_cast<int>(gridDim.x / CLUSTER);
-    const int c = static_cast<int>(blockIdx.x / CLUSTER);
-    const int thin = total % clusters;
-    const int item_tiles = (seq_kv + BLOCK_N - 1) / BLOCK_N;
-    const long long tail_tiles = static_cast<long long>(thin + clusters) * item_tiles;
-    if (thin == 0 || total <= clusters || item_tiles < 2 || tail_tiles >= (1ll << 29)) return true;
-    const int cut_from = total - thin - clusters;
-    const int whole = cut_from > c ? (cut_from - c + clusters - 1) / clusters : 0;
-    if (static_cast<int>(it) < whole) return true;
-    // The first tile of cluster k's run: k / clusters of the tail's tiles, in 32 bits (a 64-bit
-    // division is a call, whose frame spilled the producer): tiles = q · clusters + r, k · r <
-    // clusters².
-    const int tiles = static_cast<int>(tail_tiles);
-    const int q = tiles / clusters;
-    const int r = tiles - q * clusters;
-    const int run = c * q + c * r / clusters;
-    const int run_end = (c + 1) * q + (c + 1) * r / clusters;
-    const int j = run / item_tiles + (static_cast<int>(it) - whole);
-    if (j * item_tiles >= run_end) return false;
-    index = cut_from + j;
-    if (run > j * item_tiles) split = split_word(SPLIT_TAIL, run - j * item_tiles);
-    else if (run_end < (j + 1) * item_tiles) split = split_word(SPLIT_HEAD, run_end - j * item_tiles);
-    return true;
-}
-
-// The workspace's flags and partials (kernels/README.md: the persistent kernel's words).
-__device__ __forceinline__ unsigned int* split_flags(unsigned int* words) { return words + 2; }
-__device__ __forceinline__ float* split_partials(unsigned int* words) {
-    const unsigned int flags_end = 2u + gridDim.x * NUM_WARPS;
-    return reinterpret_cast<float*>(words + ((flags_end + 63u) & ~63u));  // 256-byte aligned
-}
-
-// a · x + b · y rounded the same whichever segment is a (no FMA contraction): the two segments
-// finish in either order, and the output must not depend on which.
-__device__ __forceinline__ float merged(float a, float x, float b, float y) {
-    return __fadd_rn(__fmul_rn(a, x), __fmul_rn(b, y));
-}
-
-// A cut item's segment, at the end of its key loop: merges this warp's partial with the other
-// segment's. Returns whether this warp stores the rows (false: it left its partial to the other).
-__device__ __forceinline__ bool merge_split(float (&o_acc)[PANELS][32], float (&row_max)[2], float (&row_sum)[2],
-                                            int kind, unsigned int* words, int warp, int lane) {
-    // The cut between clusters c and c + 1 is named by the tail's block (the same rank).
-    const unsigned int cut = kind == SPLIT_HEAD ? blockIdx.x + CLUSTER : blockIdx.x;
-    unsigned int* flag = split_flags(words) + cut * NUM_WARPS + warp;
-    float* partial = split_partials(words) + static_cast<size_t>(cut) * CONSUMER_THREADS * PARTIAL_WORDS +
-                     warp * 32 + lane;
-    unsigned int arrived = 0;
-    if (lane == 0) arrived = atomicAdd(flag, 1u);
-    arrived = __shfl_sync(0xffffffffu, arrived, 0);
-    if (arrived == 0) {
-        // First: leave the partial (0 -> 1 on arrival, 2 once written; the other's arrival adds 1).
-#pragma unroll
-        for (int p = 0; p < PANELS; ++p)
-#pragma unroll
-            for (int i = 0; i < 32; ++i) __stcg(partial + (p * 32 + i) * CONSUMER_THREADS, o_acc[p][i]);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            __stcg(partial + (PANELS * 32 + h) * CONSUMER_THREADS, row_max[h]);
-            __stcg(partial + (PANELS * 32 + 2 + h) * CONSUMER_THREADS, row_sum[h]);
-        }
-        __threadfence();
-        __syncwarp();
-        if (lane == 0) atomicAdd(flag, 1u);
-        return false;
-    }
-    // Second: the first warp is writing (or has written) its partial; wait for the flag's 3.
-    if (lane == 0) {
-        while (atomicAdd(flag, 0u) != 3u) __nanosleep(64);
-        atomicExch(flag, 0u);  // left zero for the next launch
-    }
-    __syncwarp();
-    __threadfence();
-    float scale_mine[2];
-    float scale_theirs[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const float m_theirs = __ldcg(partial + (PANELS * 32 + h) * CONSUMER_THREADS);
-        const float l_theirs = __ldcg(partial + (PANELS * 32 + 2 + h) * CONSUMER_THREADS);
-        const float m = fmaxf(row_max[h], m_theirs);
-        const float used = m == HOPPER_NEG_INF ? 0.f : m;  // no key on either side: keep NaN out
-        scale_mine[h] = exp2_ftz(row_max[h] - used);
-        scale_theirs[h] = exp2_ftz(m_theirs - used);
-        row_max[h] = m;
-        row_sum[h] = merged(row_sum[h], scale_mine[h], l_theirs, scale_theirs[h]);
-    }
-#pragma unroll
-    for (int p = 0; p < PANELS; ++p)
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-            const int h = (i >> 1) & 1;  // registers 4c, 4c + 1: row g; 4c + 2, 4c + 3: row g + 8
-            o_acc[p][i] = merged(o_acc[p][i], scale_mine[h], __ldcg(partial + (p * 32 + i) * CONSUMER_THREADS),
-                                 scale_theirs[h]);
-        }
-    return true;
-}
-#endif
 
 // Everything about the item and this thread that the consumer steps need.
 struct ConsumerItem {
@@ -890,18 +597,6 @@ struct ConsumerItem {
 #endif
 };
 
-#if O_TMA_STORE
-// Whether the copy warp stores the item's O tile (every row of it in the sequence; with STREAM_K the
-// item whole, as a cut item's rows are stored by whichever of its two runs ends last). Uniform per
-// block and item: both warpgroups stage their rows either way.
-__device__ __forceinline__ bool o_tile_copied(const ConsumerItem& item) {
-#if STREAM_K
-    if (item.split != SPLIT_WHOLE) return false;
-#endif
-    return item.m0 + BLOCK_M <= item.len_q;
-}
-#endif
-
 // A consumer thread's softmax state between its turns: P of the tile whose P·V comes next, the
 // running max and sum of rows g and g + 8, and the factor O takes before that P·V. With CHAIN it
 // carries over from an item's last turn to the next item (which that turn began).
@@ -912,735 +607,9 @@ struct RowState {
     float rescale[2];
 };
 
-// The reciprocals of rows g and g + 8's full sums (a quad's four partial sums), 0 for a row that
-// saw no key (it writes zeros).
-__device__ __forceinline__ void row_reciprocals(const float (&row_sum)[2], float (&inv_l)[2]) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        float l = row_sum[h];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        inv_l[h] = l > 0.f ? 1.f / l : 0.f;
-    }
-}
 
-// The consumer warpgroups' work on one item: the key tiles its rows see (overlapped and ping-ponged
-// as the knobs say), the others released, then the epilogue (O staged in the warpgroup's Q rows,
-// 16-byte stores). Starts at `ring`'s slot and leaves `ring` past the item's tiles. The caller has
-// waited for q_full.
-// Chained items (CHAIN 1): before its last turn the item asks `chain_next(q, kv0)` whether the next
-// item chains (false: none, or not one to chain; true: q is its Q tile, kv0 its first key); if so,
-// that turn issues the next item's first Q·Kᵀ
-// beside this item's last P·V and runs its softmax while the P·V completes, leaving `rows` to the
-// next item, which is then consumed with `chained_in` (its first S done). Returns whether it chained.
-// Why: unchained, an item's first turn issues a Q·Kᵀ alone and its last a P·V alone, and the
-// epilogue waits for the last; a 13-tile item took about two tiles' time more than its tiles
-// (ncu at 2,32/8,2048,128 against 4096 keys).
-template <class ChainNext>
-__device__ __forceinline__ bool consume_item(Barriers& bars, u32 k_tiles, u32 v_tiles, Ring& ring,
-                                             const ConsumerItem& item, RowState& rows, bool chained_in,
-                                             ChainNext&& chain_next, int causal, int window_left,
-                                             int window_right, float scale, int warp, int lane) {
-    unsigned char* const smem = item.q_smem;
-    const int wg = warp >> 2;
-    const int g = lane >> 2;
-    const int t = lane & 3;
-    const int wg_row0 = wg * 64;                      // first row of the warpgroup in the block tile
-    const int warp_row0 = wg_row0 + (warp & 3) * 16;  // first row of this warp's D fragment
-    const int m0 = item.m0;
-    const int len_q = item.len_q;
-    const int len_kv = item.len_kv;
-    const int num_tiles = item.tiles.count;
-    const int first_tile = item.tiles.first;
-    const int kv_first = first_tile * BLOCK_N;  // the first key of the block's tile 0
-
-    // Tiles this warpgroup computes: the block's tiles [wg_first, wg_end) (wgmma is warpgroup-wide,
-    // so every decision around it is uniform over the warpgroup); it skips the others (a prefix
-    // below its first row's window, a suffix past its last row's limit). A tile needs no mask when
-    // every row of the warpgroup sees all its keys: it starts at or after the last row's first key
-    // (wg_lo_max) and ends at or before the first row's key limit (wg_hi_min). A warpgroup whose
-    // rows all lie past the sequence's end computes nothing.
-    const int wg_row_first = m0 + wg_row0;
-    const int wg_row_last = wg_row_first + 63;  // may lie past len_q: its limits only widen the masks
-    const int wg_lo_max = row_kv_lo(wg_row_last, len_q, len_kv, window_left);
-    const int wg_hi_min = row_kv_hi(wg_row_first, len_q, len_kv, causal, window_right);
-#if HOPPER_NARROW_TAIL
-    const int wg_hi_max = row_kv_hi(wg_row_last, len_q, len_kv, causal, window_right);  // the rows' key limit
-#endif
-    int wg_first = 0;
-    int wg_end = 0;
-    if (wg_row_first < len_q) {
-        // At least 0: a stream-K tail segment starts past the rows' first key.
-        wg_first = min(max(row_kv_lo(wg_row_first, len_q, len_kv, window_left) / BLOCK_N - first_tile, 0),
-                       num_tiles);
-#if HOPPER_NARROW_TAIL
-        const int hi = wg_hi_max;
-#else
-        const int hi = row_kv_hi(wg_row_last, len_q, len_kv, causal, window_right);
-#endif
-        wg_end = max(min((hi + BLOCK_N - 1) / BLOCK_N - first_tile, num_tiles), wg_first);
-    }
-    // Keys [lane_lo, lane_hi) of this lane's rows g and g + 8.
-    int lane_lo[2];
-    int lane_hi[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        const int row = m0 + warp_row0 + g + 8 * i;
-        lane_lo[i] = row_kv_lo(row, len_q, len_kv, window_left);
-        lane_hi[i] = row_kv_hi(row, len_q, len_kv, causal, window_right);
-    }
-
-    const float scale_log2 = scale * ATTN_LOG2E;
-    // Rows of a narrow window see few keys, one of which may carry nearly all the weight: under a
-    // kept max its probability is not exactly 1, and its rounding to the element type shows in the
-    // output (bf16 went past the oracle's bound at window 1,-1), where the exact max makes it 1.
-    // So a window narrower than LAZY_RESCALE_MIN_WINDOW keys keeps the exact max (a negative slack).
-    const bool wide_rows = window_left < 0 || window_right < 0 || window_left + window_right >= LAZY_RESCALE_MIN_WINDOW;
-    const float lazy_slack = LAZY_RESCALE && wide_rows ? LAZY_RESCALE_SLACK : -1.f;
-#if Q_REGS
-    // Q·Kᵀ's A operand: this thread's fragments of Q, in registers for the whole item.
-    u32 q_operand[QK_K_STEPS][4];
-    load_q_frag(q_operand, smem, warp_row0, g, t);
-#if SCHEDULE
-    // Q is in registers and the epilogue stores O from registers: the Q tile is free once every
-    // consumer thread has read its fragments, so the producer copies the next item's Q during this
-    // item's key loop (the generic-proxy reads ordered before that async-proxy write). The turns
-    // run on across items (see turns_open), so no hand-over waits for the Q tile.
-    release_q_tile(bars, 0);  // Q in registers: one Q tile (Q_STAGES 1)
-#endif
-#else
-    const u32 q_operand = item.q_tile + wg_row0 * 128;  // this warpgroup's 64 rows of every Q panel
-#endif
-    auto k_slot = [&](int s) { return k_tiles + s * KV_TILE_BYTES; };
-    auto v_slot = [&](int s) { return v_tiles + s * KV_TILE_BYTES; };
-    auto k_full = [&](int s) { return smem_addr(&bars.k_full[s]); };
-    auto v_full = [&](int s) { return smem_addr(&bars.v_full[s]); };
-    auto k_empty = [&](int s) { return smem_addr(&bars.k_empty[s]); };
-    auto v_empty = [&](int s) { return smem_addr(&bars.v_empty[s]); };
-
-    float o_acc[PANELS][32];
-    float(&row_max)[2] = rows.row_max;  // running max (scale·log2e domain) of rows g and g + 8
-    float(&row_sum)[2] = rows.row_sum;  // this lane's partial sums of rows g and g + 8
-    u32(&p_frag)[PV_K_STEPS][4] = rows.p_frag;
-    float(&rescale)[2] = rows.rescale;
-    // A chained item's rows took its first tile in the previous item's last turn.
-    clear_o(o_acc);
-    if (!chained_in) clear_rows(row_max, row_sum);
-    bool chained = false;
-    // This item's final row max and sum: with CHAIN kept aside in the chained turn, where the next
-    // item's softmax takes over row_max and row_sum.
-    float item_max[2];
-    float item_sum[2];
-
-#if HOPPER_NARROW_TAIL  // (OVERLAP 1 only)
-    // The narrow tail: where no row of the warpgroup sees a key past the first 128 of its last tile
-    // (a sequence's ragged end: 2048 keys are 12 tiles of 160 and one of 128), that tile's softmax
-    // takes its first 128 keys only (the others' probabilities are 0), with no per-key mask where
-    // every row sees all 128 (ncu at 2,32/8,2048,128: the 13th tile's mask took 1.7% of the warps'
-    // stall samples). The Q·Kᵀ stays the tile's wgmma: an N = 128 one beside it left ptxas short of
-    // registers for the wgmma pipeline (it serialised them).
-    // The softmax of the block's tile that starts at key kv0, `last` if it is the warpgroup's last.
-    auto tile_scores = [&](float(&s_acc)[S_REGS], int kv0, bool last) {
-        if (last && kv_first + (wg_end - 1) * BLOCK_N + 128 >= wg_hi_max) {
-            softmax_scores<128>(s_acc, kv0, kv0 + 128 > wg_hi_min, kv0 < wg_lo_max, lane_lo, lane_hi, t, scale_log2,
-                                lazy_slack, row_max, row_sum, rescale);
-            return;
-        }
-        softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_hi_min, kv0 < wg_lo_max, lane_lo, lane_hi, t, scale_log2,
-                       lazy_slack, row_max, row_sum, rescale);
-    };
-#endif
-
-    // Block tile j lives in the ring's slot j places on from its position at the item's start.
-    int slot = ring.slot;
-    u32 phase = ring.phase;
-    // Tiles of the block that this warpgroup skips (its rows see none of their keys) are released
-    // all the same, each once it has landed: the producer reuses a slot only after every consumer
-    // thread's arrival, and waiting for the landing keeps these arrivals in the slot's round. With
-    // PINGPONG each takes an (empty) turn.
-    auto skip_tiles = [&](int count) {
-        for (int j = 0; j < count; ++j) {
-            mbar_wait(k_full(slot), phase);
-            mbar_wait(v_full(slot), phase);
-            release_kv(k_empty(slot));
-            release_kv(v_empty(slot));
-            turn_begin(wg);  // the skipped tile's (empty) turn
-            turn_end(wg);
-            advance_slot(slot, phase);
-        }
-    };
-#if OVERLAP
-    // FA3's intra-warpgroup overlap. Iteration j issues S_{j+1} = Q·K_{j+1}ᵀ, rescales O for tile j,
-    // issues O += P_j·V_j, waits for S_{j+1} only and runs its softmax while P_j·V_j is still on the
-    // tensor cores, then waits for that, releases tile j's slot and packs P_{j+1}.
-    // With PINGPONG every warpgroup takes 1 + num_tiles turns, round-robin, warpgroup 0 first: one
-    // per skipped tile of the prefix, the prologue's, one per tile it computes, and one per skipped
-    // tile of the suffix. Turn k of every warpgroup needs at most tile k landed, and before it the
-    // warpgroup has released every tile up to k − 2: the producer (STAGES ≥ 2) can always proceed.
-    // The turns run on from the previous item (turns_open, turns_close).
-    // A chained item's prologue ran in the previous item's last turn (every warpgroup computes
-    // every tile of a chained item: no prefix to skip).
-    skip_tiles(wg_first);
-    if (!chained_in) {
-        if (wg_end > wg_first) mbar_wait(k_full(slot), phase);
-#if PINGPONG
-        if (num_tiles > 0) turn_begin(wg);
-#endif
-        if (wg_end > wg_first) {
-            float s_acc[S_REGS];
-            issue_qk(s_acc, q_operand, k_slot(slot));
-            turn_end(wg);
-            wgmma_wait<0>();
-            release_kv(k_empty(slot));
-#if HOPPER_NARROW_TAIL
-            tile_scores(s_acc, kv_first + wg_first * BLOCK_N, wg_end == wg_first + 1);
-#else
-            const int kv0 = kv_first + wg_first * BLOCK_N;
-            softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_hi_min, kv0 < wg_lo_max, lane_lo, lane_hi, t,
-                           scale_log2, lazy_slack, row_max, row_sum, rescale);
-#endif
-            pack_p(s_acc, p_frag);
-        }
-#if PINGPONG
-        else if (num_tiles > 0) {
-            turn_end(wg);
-        }
-#endif
-    }
-    for (int j = wg_first; j < wg_end; ++j) {
-        const int next_slot = slot + 1 == STAGES ? 0 : slot + 1;
-        const u32 next_phase = next_slot == 0 ? phase ^ 1 : phase;
-        u64 desc_v[PV_K_STEPS][PANELS];
-        pv_descs(v_slot(slot), desc_v);
-        // Each branch is one straight wgmma pipeline (ptxas serialises wgmma across divergent paths);
-        // the barrier waits come before it.
-// The steady key tile, S_{j+1} beside P_j·V_j, around its softmax SCORES (a statement on s_acc): one
-// text for the narrow tail's two copies and for the one copy without it.
-#define HOPPER_STEADY_TILE(SCORES)                                             \
-    {                                                                          \
-        mbar_wait(k_full(next_slot), next_phase);                              \
-        mbar_wait(v_full(slot), phase);                                        \
-        float s_acc[S_REGS];                                                   \
-        turn_begin(wg);                                                        \
-        issue_qk(s_acc, q_operand, k_slot(next_slot));                         \
-        rescale_o(o_acc, rescale);                                             \
-        issue_pv(o_acc, p_frag, desc_v);                                       \
-        turn_end(wg);                                                          \
-        wgmma_wait<1>(); /* S_{j+1}; P_j·V_j may still run */                  \
-        release_kv(k_empty(next_slot));                                        \
-        SCORES;                                                                \
-        wgmma_wait<0>();                                                       \
-        _Pragma("unroll") for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]); \
-        release_kv(v_empty(slot));                                             \
-        pack_p(s_acc, p_frag);                                                 \
-    }
-#if HOPPER_NARROW_TAIL
-        // `last`: tile j + 1 is the warpgroup's last. With a narrow tail two copies (the loop's and
-        // the last tile's, each with its softmax; tile_scores is inlined with a constant): with one
-        // copy branching between the two softmaxes ptxas left P's packing behind the branch's join,
-        // after the wait for P_j·V_j (nvdisasm: the steady softmax block lost its 36 F2FP).
-        auto steady_tile = [&](bool last) HOPPER_STEADY_TILE(tile_scores(s_acc, kv_first + (j + 1) * BLOCK_N, last));
-        if (j + 2 < wg_end) {
-            steady_tile(false);
-        } else if (j + 1 < wg_end) {
-            steady_tile(true);
-#else
-        // Without the narrow tail: one copy in place (through lambdas, CHAIN's configs spilled where
-        // they had compiled clean).
-        if (j + 1 < wg_end) {
-            HOPPER_STEADY_TILE({
-                const int kv0 = kv_first + (j + 1) * BLOCK_N;
-                softmax_scores(s_acc, kv0, kv0 + BLOCK_N > wg_hi_min, kv0 < wg_lo_max, lane_lo, lane_hi, t,
-                               scale_log2, lazy_slack, row_max, row_sum, rescale);
-            })
-#endif
-#undef HOPPER_STEADY_TILE
-        } else {
-#if CHAIN
-            // Block-uniform (the items' words): every warpgroup of the block chains, or none.
-            u32 next_q_tile = 0;
-            int next_kv0 = 0;
-            const bool chain = chain_next(next_q_tile, next_kv0);
-#else
-            constexpr bool chain = false;
-            (void)chain_next;
-#endif
-            if (!chain) {
-#if Q_RELEASE
-                // Every Q·Kᵀ of the item has completed (the wait above, or the prologue's): the Q
-                // tile goes back to the producer, which copies the next item's Q behind this tile
-                // and the epilogue (O from registers).
-                mbar_arrive(smem_addr(&bars.q_empty[0]));
-#endif
-                mbar_wait(v_full(slot), phase);
-                turn_begin(wg);
-                rescale_o(o_acc, rescale);
-                issue_pv(o_acc, p_frag, desc_v);
-                turn_end(wg);
-                wgmma_wait<0>();
-#pragma unroll
-                for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]);
-                release_kv(v_empty(slot));
-            }
-#if CHAIN
-            else {
-                // The next item's first tile is the ring's next tile, as tile j + 1 would be; its Q
-                // is in the other Q tile. Chained items share their keys' range (unmasked, dense:
-                // every row sees [0, S_kv)), so this item's masks serve for that tile.
-                mbar_wait(k_full(next_slot), next_phase);
-                mbar_wait(v_full(slot), phase);
-                float s_acc[S_REGS];
-                turn_begin(wg);
-                issue_qk(s_acc, next_q_tile + wg_row0 * 128, k_slot(next_slot));
-                rescale_o(o_acc, rescale);
-                issue_pv(o_acc, p_frag, desc_v);
-                turn_end(wg);
-                // This item's max and sums took their last tile in the softmax before this turn.
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    item_max[h] = row_max[h];
-                    item_sum[h] = row_sum[h];
-                }
-                clear_rows(row_max, row_sum);
-                wgmma_wait<1>();  // the next item's first S; this item's last P·V may still run
-                release_kv(k_empty(next_slot));
-                softmax_scores(s_acc, next_kv0, next_kv0 + BLOCK_N > wg_hi_min, next_kv0 < wg_lo_max, lane_lo,
-                               lane_hi, t, scale_log2, lazy_slack, row_max, row_sum, rescale);
-                wgmma_wait<0>();
-#pragma unroll
-                for (int p = 0; p < PANELS; ++p) fence_regs(o_acc[p]);
-                release_kv(v_empty(slot));
-                pack_p(s_acc, p_frag);
-                chained = true;
-            }
-#endif
-        }
-        slot = next_slot;
-        phase = next_phase;
-    }
-#else
-    skip_tiles(wg_first);
-    for (int j = wg_first; j < wg_end; ++j) {
-        const int kv0 = kv_first + j * BLOCK_N;
-        // The same tile code as micro_hopper.cu's loop (hopper_pipeline.cuh).
-        HOPPER_CONSUME_TILE(q_operand, k_slot(slot), v_slot(slot), kv0, kv0 + BLOCK_N > wg_hi_min, kv0 < wg_lo_max, lane_lo,
-                            lane_hi, t);
-        advance_slot(slot, phase);
-    }
-#endif
-    skip_tiles(num_tiles - wg_end);
-    ring.slot = slot;
-    ring.phase = phase;
-#if Q_RELEASE
-    // A warpgroup that computed no tile (or, unoverlapped, every one) is done with Q only now.
-    if (!OVERLAP || wg_end == wg_first) mbar_arrive(smem_addr(&bars.q_empty[0]));
-#endif
-
-    if (!chained) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            item_max[h] = row_max[h];
-            item_sum[h] = row_sum[h];
-        }
-    }
-#if STREAM_K
-    // A cut item: one warp's segment merges the other's partial and stores; the other stores nothing.
-    const bool store = item.split == SPLIT_WHOLE ||
-                       merge_split(o_acc, item_max, item_sum, item.split, item.words, warp, lane);
-#else
-    constexpr bool store = true;
-#endif
-    float inv_l[2];
-    row_reciprocals(item_sum, inv_l);
-#if (Q_REGS || Q_RELEASE) && SCHEDULE
-    // ---- epilogue: full row sums, guarded 1/l, 4-byte stores straight from the accumulators --------
-    // (the Q tile may already hold the next item's Q). A quad's four lanes write 16 contiguous bytes of
-    // a row per chunk.
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int row = m0 + warp_row0 + g + 8 * h;
-        if (store && row < len_q) {  // never a row past the sequence (varlen: the next sequence's)
-            elem_t* out = item.o_head + static_cast<long long>(row) * item.o_stride + 2 * t;
-#pragma unroll
-            for (int p = 0; p < PANELS; ++p)
-#pragma unroll
-                for (int i = 0; i < 8; ++i)
-                    *reinterpret_cast<elem2_t*>(out + 64 * p + 8 * i) =
-                        from_float2(o_acc[p][4 * i + 2 * h] * inv_l[h], o_acc[p][4 * i + 2 * h + 1] * inv_l[h]);
-        }
-    }
-#else
-    // ---- epilogue: full row sums, guarded 1/l, staged in the warpgroup's Q rows, 16-byte stores ------
-    // Every warp of the warpgroup is past its last wgmma (which read all 64 Q rows) before any
-    // overwrites them.
-    named_barrier_sync(1 + wg, 128);
-    // The staging addresses are those load_q_frag read Q's fragments from: computed from an opaque
-    // copy of the warp's first row, they are computed again here rather than held across the key
-    // loop (with Q in registers the persistent loop spilled them: 48 bytes). A multiple of 16 (the
-    // mask says so to the compiler: a row's swizzle is then its offset in the warp's rows).
-    int stage_row0 = warp_row0;
-    asm volatile("" : "+r"(stage_row0));
-    stage_row0 &= ~15;
-    // stmatrix: per instruction four 8×8 matrices, O's rows g and g + 8 (h) of 8-column chunks i
-    // and i + 1 of a panel; lane l addresses row l % 8 of matrix l / 8 = (h, i + ...) = (m & 1, m >> 1),
-    // a 16-byte chunk of the swizzled tile. A quarter of the stores 4-byte ones took.
-    const int stage_row = stage_row0 + 8 * ((lane >> 3) & 1) + (lane & 7);
-    const u32 stage_base = smem_addr(smem);
-#pragma unroll
-    for (int p = 0; p < PANELS; ++p) {
-#pragma unroll
-        for (int i = 0; i < 8; i += 2) {
-            const int col = 64 * p + 8 * (i + (lane >> 4));
-            const u32 addr = stage_base + tile_offset(BLOCK_M, stage_row, col);
-            const float* lo = &o_acc[p][4 * i];      // chunk i: rows g (0, 1) and g + 8 (2, 3)
-            const float* hi = &o_acc[p][4 * i + 4];  // chunk i + 1
-            stmatrix_x4(addr, pack_elem2(lo[0] * inv_l[0], lo[1] * inv_l[0]),
-                        pack_elem2(lo[2] * inv_l[1], lo[3] * inv_l[1]), pack_elem2(hi[0] * inv_l[0], hi[1] * inv_l[0]),
-                        pack_elem2(hi[2] * inv_l[1], hi[3] * inv_l[1]));
-        }
-    }
-#if O_TMA_STORE
-    // The copy warp stores a whole item's tile (o_tile_copied); the consumers store the rest.
-    if (o_tile_copied(item)) return chained;
-#endif
-    __syncwarp();  // each warp reads back only its own 16 staged rows
-    constexpr int CHUNKS = D / 8;                          // 16-byte chunks per row
-    constexpr int OUT_CHUNKS_PER_LANE = 16 * CHUNKS / 32;  // 16-byte chunks of the warp's rows per lane
-#pragma unroll
-    for (int i = 0; i < OUT_CHUNKS_PER_LANE; ++i) {
-        const int idx = lane + i * 32;
-        const int row = stage_row0 + idx / CHUNKS;
-        const int col = (idx % CHUNKS) * 8;
-        if (store && m0 + row < len_q) {  // never a row past the sequence (varlen: the next sequence's)
-            const uint4 value = *reinterpret_cast<const uint4*>(smem + tile_offset(BLOCK_M, row, col));
-            *reinterpret_cast<uint4*>(item.o_head + static_cast<long long>(m0 + row) * item.o_stride + col) = value;
-        }
-    }
-#endif
-    return chained;
-}
-
-#if SCHEDULE
-// ---- the persistent scheduler (SCHEDULE 1) --------------------------------------------------------
-//
-// Work items are row blocks of one (sequence, head), numbered 0 .. total − 1 in the order below; a
-// block takes item blockIdx.x first, then either blockIdx.x + k · gridDim.x (static: every item does
-// the same work) or gridDim.x + the next ticket of a device counter (dynamic: causal masks, windows
-// and varlen batches, whose items differ), so the heaviest items, numbered first, start first. Every
-// block's items come in increasing order.
-//   - Dense, static: row block fastest, then head, then batch (consecutive items share K/V in L2).
-//   - Dense, dynamic: sections of `section` (batch, head) pairs whose K and V fit in 32 MB of L2
-//     (a power of two of K/V heads, times the query heads sharing each; FA3's L2 swizzle); within a
-//     section heads fastest and row blocks heaviest first: bottom-up when the last rows see the most
-//     keys (no left window, a right bound: causal), else top-down.
-//   - Varlen (dynamic): sequence by sequence (cu_seqlens; an empty sequence has no item), within a
-//     sequence as dense dynamic with one section (or row block fastest when nothing is masked).
-// Only the producer warp schedules; lane 0 writes each item into `Barriers::item` before its Q
-// (q_full's phase publishes both) and the consumers read it back; m0 < 0 says there is none left.
-struct Schedule {
-    int heads;
-    bool varlen;
-    bool dynamic;
-    bool bottom_up;
-    bool heads_fastest;  // row blocks of one index of order, the heads of a section in turn
-    // Dense: row blocks per (batch, head), items, and (batch, head) pairs per section.
-    int blocks;
-    int total;
-    int bh;
-    int section;
-    // Varlen: the first sequence the next item may lie in, and the items before it.
-    int seq_base;
-    int item_base;
-};
-
-__device__ __forceinline__ Schedule make_schedule(int batch, int heads, int kv_heads, int seq_q, int seq_kv,
-                                                  int causal, int window_left, int window_right,
-                                                  const int* cu_seqlens_q) {
-    Schedule s;
-    s.heads = heads / ITEM_HEADS;  // with CLUSTER_HEADS an item's head index is its pair's
-    s.varlen = cu_seqlens_q != nullptr;
-    const bool masked = causal || window_left >= 0 || window_right >= 0;
-    s.dynamic = s.varlen || masked;
-    s.bottom_up = window_left < 0 && (causal || window_right >= 0);
-    s.heads_fastest = masked;
-    s.blocks = (seq_q + ITEM_ROWS - 1) / ITEM_ROWS;
-    s.bh = batch * s.heads;
-    s.total = s.blocks * s.bh;
-    // K/V heads whose K and V (seq_kv · D · 2 bytes each) fit in 32 MB, rounded down to a power of
-    // two, at least one; times the query heads that share each.
-    const int fit = (32 << 20) / (4 * D) / max(seq_kv, 1);
-    s.section = (fit > 0 ? 1 << (31 - __clz(fit)) : 1) * (heads / kv_heads) / ITEM_HEADS;
-    s.seq_base = 0;
-    s.item_base = 0;
-    return s;
-}
-
-// Item `index` as (b, h, m0); false when there is none (index past the last). Warp-wide (every lane
-// of the producer warp, `index` uniform); advances the varlen scan.
-__device__ __forceinline__ bool schedule_item(Schedule& s, int index, int batch, const int* cu_seqlens_q, int lane,
-                                              int& b, int& h, int& m0) {
-    int blocks;  // row blocks of the item's (sequence, head)
-    int r;       // the item's rank within its section (dense) or sequence (varlen)
-    int span;    // heads taking turns in that section or sequence
-    int base;    // (batch, head) pair of the section's first head; varlen: the sequence's head 0
-    if (!s.varlen) {
-        if (index >= s.total) return false;
-        if (!s.heads_fastest) {
-            const int pair = index / s.blocks;
-            b = pair / s.heads;
-            h = pair - b * s.heads;
-            m0 = (index - pair * s.blocks) * ITEM_ROWS;
-            return true;
-        }
-        const int per_section = s.section * s.blocks;
-        const int sec = index / per_section;
-        base = sec * s.section;
-        span = min(s.section, s.bh - base);
-        r = index - sec * per_section;
-        blocks = s.blocks;
-    } else {
-        // Lanes take 32 sequences at a time from seq_base on, their items (row blocks × heads)
-        // summed by a shuffle scan, until the sum passes index.
-        for (;;) {
-            const int seq = s.seq_base + lane;
-            const int len = seq < batch ? cu_seqlens_q[seq + 1] - cu_seqlens_q[seq] : 0;
-            const int items = (len + ITEM_ROWS - 1) / ITEM_ROWS * s.heads;
-            int incl = items;
-#pragma unroll
-            for (int d = 1; d < 32; d <<= 1) {
-                const int y = __shfl_up_sync(0xffffffffu, incl, d);
-                if (lane >= d) incl += y;
-            }
-            const unsigned hit = __ballot_sync(0xffffffffu, s.item_base + incl > index);
-            if (hit != 0u) {
-                const int l = __ffs(hit) - 1;
-                s.seq_base += l;
-                s.item_base += __shfl_sync(0xffffffffu, incl - items, l);
-                blocks = (__shfl_sync(0xffffffffu, len, l) + ITEM_ROWS - 1) / ITEM_ROWS;
-                break;
-            }
-            if (s.seq_base + 32 >= batch) return false;
-            s.item_base += __shfl_sync(0xffffffffu, incl, 31);
-            s.seq_base += 32;
-        }
-        b = s.seq_base;
-        r = index - s.item_base;
-        if (!s.heads_fastest) {
-            h = r / blocks;
-            m0 = (r - h * blocks) * ITEM_ROWS;
-            return true;
-        }
-        base = 0;
-        span = s.heads;
-    }
-    const int rank = r / span;  // heaviest first
-    const int pair = base + (r - rank * span);
-    if (!s.varlen) {
-        b = pair / s.heads;
-        h = pair - b * s.heads;
-    } else {
-        h = pair;
-    }
-    m0 = (s.bottom_up ? blocks - 1 - rank : rank) * ITEM_ROWS;
-    return true;
-}
-
-// The producer's words of an item, (b, h, m0), into Q buffer `buffer`'s slot (m0 < 0: none left),
-// through a 32-bit shared address: a generic pointer with a run-time index took two more of the
-// producer's 24 registers (setmaxnreg) and spilled.
-// With one Q tile the words are plain stores (the kernel's code as it was before two tiles).
-// With STREAM_K a fourth word: the item's key segment (split_word).
-__device__ __forceinline__ void publish_item(Barriers& bars, int buffer, int b, int h, int m0, int split) {
-#if Q_STAGES == 1
-    (void)buffer;
-    bars.item[0][0] = b;
-    bars.item[0][1] = h;
-    bars.item[0][2] = m0;
-#if STREAM_K
-    bars.item[0][3] = split;
-#endif
-#else
-    const u32 words = smem_addr(&bars.item[0][0]) + 4u * ITEM_WORDS * static_cast<u32>(buffer);
-    asm volatile("st.shared.u32 [%0], %1;\n\tst.shared.u32 [%0+4], %2;\n\tst.shared.u32 [%0+8], %3;\n" ::"r"(words),
-                 "r"(b), "r"(h), "r"(m0)
-                 : "memory");
-#if STREAM_K
-    asm volatile("st.shared.u32 [%0+12], %1;\n" ::"r"(words), "r"(split) : "memory");
-#endif
-#endif
-    (void)split;
-}
-
-// The end of a block's items: m0 < 0 in Q buffer `buffer`'s item words.
-__device__ __forceinline__ void publish_no_item(Barriers& bars, int buffer) {
-#if Q_STAGES == 1
-    (void)buffer;
-    bars.item[0][2] = -1;
-#else
-    publish_item(bars, buffer, 0, 0, -1, split_word(SPLIT_WHOLE, 0));
-#endif
-}
-
-// The Q buffer of the producer's item `it` (the block's it-th), once the consumers have released it
-// from the item Q_STAGES before (q_empty's phase of the buffer's previous use).
-__device__ __forceinline__ int wait_for_q_buffer(Barriers& bars, u32 it) {
-    const int buffer = it % Q_STAGES;
-    const u32 use = it / Q_STAGES;  // the buffer's earlier items
-    if (use > 0) mbar_wait(smem_addr(&bars.q_empty[buffer]), (use - 1) & 1);
-    return buffer;
-}
-
-#if CLUSTER > 1
-
-// The cluster's ticket for the item after the block's `it`-th (lane 0 of the producer warp, dynamic
-// schedules, CLUSTER 2): rank 0 draws it from the device counter and stores it into rank 1's ticket
-// word (st.async, completing on rank 1's ticket_full) once rank 1 has read the one before
-// (ticket_empty); rank 1 waits for it, reads it and releases the word. Both blocks thus take the
-// same items in the same heaviest-first order, one draw per cluster.
-__device__ __forceinline__ unsigned int share_ticket(Barriers& bars, unsigned int* counter, u32 it) {
-    if (cluster_rank() == 0u) {
-        const unsigned int ticket = atomicAdd(&counter[0], 1u);
-        if (it > 0) mbar_wait(smem_addr(&bars.ticket_empty), (it - 1) & 1);
-        st_async_remote(smem_addr(&bars.ticket), smem_addr(&bars.ticket_full), 1u, ticket);
-        return ticket;
-    }
-    const u32 full = smem_addr(&bars.ticket_full);
-    mbar_arrive_expect_tx(full, 4);
-    mbar_wait(full, it & 1);
-    const unsigned int ticket = bars.ticket;
-    // Release semantics (CTA scope): the read above is performed before the word is given back.
-    mbar_arrive_remote(smem_addr(&bars.ticket_empty), 0u, true);
-    return ticket;
-}
-#endif
-
-// The producer warp of a persistent block: schedules its items and issues their copies (lane 0),
-// then tells the consumers that none is left. Per item: its first K/V tile (which may land while
-// the consumers finish the previous item), then, once the consumers are done with the Q tile, the
-// item and its Q, then its other K/V tiles; with two Q tiles (Q_STAGES 2) the item and its Q
-// first, into the tile the item before the previous one released, then all its K/V tiles. Dynamic
-// schedules take the next ticket at the start of an item (its latency hides behind the copies) and
-// the last block to finish resets the counter to zero for the next launch (every block has taken
-// its last ticket by then; launches on one stream run one after another, CUDA graph replays
-// included).
-__device__ __forceinline__ void schedule_and_produce(Barriers& bars, u32 q_tile, u32 k_tiles, u32 v_tiles,
-                                                     const HopperTensorMap* map_q, const HopperTensorMap* map_k,
-                                                     const HopperTensorMap* map_v, int batch, int heads,
-                                                     int kv_heads, int seq_q, int seq_kv, int causal,
-                                                     int window_left, int window_right, const int* cu_seqlens_q,
-                                                     const int* cu_seqlens_kv, unsigned int* counter, int lane) {
-    Schedule sched = make_schedule(batch, heads, kv_heads, seq_q, seq_kv, causal, window_left, window_right,
-                                   cu_seqlens_q);
-    int copied = 0;
-    // With CLUSTER 2 the items are the clusters' (both blocks take the same ones): the cluster's
-    // index first.
-    int index = blockIdx.x / CLUSTER;
-    u32 it = 0;
-    for (;; ++it) {
-        int b, h, m0;
-        // This item's key segment: all of it, unless the stream-K tail cuts a static order's.
-        int split = split_word(SPLIT_WHOLE, 0);
-#if STREAM_K
-        if (!sched.dynamic && !stream_k_item(sched.total, seq_kv, it, index, split)) break;
-#endif
-        if (!schedule_item(sched, index, batch, cu_seqlens_q, lane, b, h, m0)) break;
-        unsigned int ticket = 0;
-#if CLUSTER > 1
-        // Both blocks of the cluster take the same items: rank 0 draws the ticket and sends it.
-        if (sched.dynamic && lane == 0) ticket = share_ticket(bars, counter, it);
-#else
-        if (sched.dynamic && lane == 0) ticket = atomicAdd(&counter[0], 1u);
-#endif
-        if (lane == 0) {
-#if CLUSTER_HEADS
-            // The item is the cluster's pair of heads 2h, 2h + 1 (one K/V head; the same rows and
-            // key tiles): this block's is its rank's.
-            h = h * ITEM_HEADS + static_cast<int>(cluster_rank());
-#endif
-            const attn::HeadView view =
-                attn::head_view(b, h, heads, kv_heads, seq_q, seq_kv, cu_seqlens_q, cu_seqlens_kv);
-            Tiles tiles = block_tiles(m0, view.seq_q, view.seq_kv, causal, window_left, window_right, ITEM_ROWS);
-            cut_tiles(tiles, split);
-#if CLUSTER > 1 && !CLUSTER_HEADS
-            // The item is the cluster's pair of row blocks from m0: this block's is its rank's.
-            m0 += static_cast<int>(cluster_rank()) * BLOCK_M;
-#endif
-            Coords c = box_coords(b, h, m0, tiles.first * BLOCK_N, heads, kv_heads, cu_seqlens_q, cu_seqlens_kv);
-            // With one Q buffer the item's first K/V tile goes first: it lands while the consumers
-            // finish the previous item, whose epilogue frees the buffer. With two, this item's
-            // buffer was freed by the item before the previous one, and with Q_RELEASE the buffer
-            // is freed at the previous item's last tile: its Q goes first.
-            const int lead = Q_STAGES == 2 || Q_RELEASE ? 0 : min(tiles.count, 1);
-            produce_kv(bars, copied, k_tiles, v_tiles, map_k, map_v, c, lead);
-            const int buffer = wait_for_q_buffer(bars, it);
-            publish_item(bars, buffer, b, h, m0, split);
-            // Its arrive releases the item's words.
-            load_q_tile(bars, q_tile, map_q, c.q1, c.q2, buffer);
-            produce_kv(bars, copied, k_tiles, v_tiles, map_k, map_v, c, tiles.count - lead);
-        }
-        index = sched.dynamic ? gridDim.x / CLUSTER + static_cast<int>(__shfl_sync(0xffffffffu, ticket, 0))
-                              : index + static_cast<int>(gridDim.x / CLUSTER);
-    }
-    if (lane == 0) {
-        const int buffer = wait_for_q_buffer(bars, it);
-        publish_no_item(bars, buffer);
-        // The phase completes with no transaction: no item left.
-        mbar_arrive(smem_addr(&bars.q_full[buffer]));
-        // With CLUSTER 2 rank 0 drew the cluster's tickets: it alone counts the cluster finished,
-        // once rank 1 has read the last one (its remote arrival).
-        bool counts = true;
-#if CLUSTER > 1
-        await_last_releases(bars, copied);
-        counts = cluster_rank() == 0u;
-        if (sched.dynamic && counts && it > 0) mbar_wait(smem_addr(&bars.ticket_empty), (it - 1) & 1);
-#endif
-        if (sched.dynamic && counts) {
-            __threadfence();  // this block's (cluster's) tickets before its count
-            if (atomicAdd(&counter[1], 1u) == gridDim.x / CLUSTER - 1) {
-                __threadfence();
-                atomicExch(&counter[0], 0u);
-                atomicExch(&counter[1], 0u);
-            }
-        }
-    }
-}
-#endif
-
-#if O_TMA_STORE
-// ---- the copy warp (O_TMA_STORE) ------------------------------------------------------------------
-//
-// One thread of the producer warpgroup's second warp follows the consumers item by item: once they
-// have staged an item's O in its Q buffer (o_full), it stores the tile with TMA (one box per
-// 64-column panel, through the O map: Q's boxes of the O tensor) where the consumers say the tile is
-// whole (o_whole), waits until the copy has read the buffer, and gives the buffer back to the
-// producer (q_empty, its one arrival). The consumers thus go on to their next item without O's
-// read-back, its 16-byte stores and their addresses, and the stores run beside that item. Its last
-// wait covers the global writes too, before the block exits.
-__device__ __forceinline__ void copy_o_tiles(Barriers& bars, u32 q_tile, const HopperTensorMap* map_o, int heads,
-                                             int kv_heads, const int* cu_seqlens_q, const int* cu_seqlens_kv) {
-    prefetch_tensor_map(map_o);
-    for (u32 it = 0;; ++it) {
-        const int buffer = it % Q_STAGES;
-        const u32 parity = (it / Q_STAGES) & 1;
-        // The item's words come with its Q (q_full), the end too (m0 < 0).
-        mbar_wait(smem_addr(&bars.q_full[buffer]), parity);
-        const int m0 = bars.item[buffer][2];
-        if (m0 < 0) break;
-        mbar_wait(smem_addr(&bars.o_full[buffer]), parity);
-        if (bars.o_whole[buffer]) {
-            const Coords c =
-                box_coords(bars.item[buffer][0], bars.item[buffer][1], m0, 0, heads, kv_heads, cu_seqlens_q, cu_seqlens_kv);
-            const u32 tile = q_tile + buffer * Q_TILE_BYTES;
-#pragma unroll
-            for (int p = 0; p < PANELS; ++p) tma_store_3d(map_o, tile + p * BLOCK_M * 128, 64 * p, c.q1, c.q2);
-            bulk_commit_group();
-            bulk_wait_read_all();
-        }
-        mbar_arrive(smem_addr(&bars.q_empty[buffer]));
-    }
-    bulk_wait_all();
-}
-#endif
+#include "hopper_epilogue.cuh"
+#include "hopper_consume.cuh"
 
 }  // namespace hopper_attn
 

@@ -39,9 +39,8 @@ __device__ __forceinline__ void mbar_arrive(u32 bar) {
 }
 // Waits until the phase of parity `parity` of the barrier has completed. The suspend-time hint
 // (10 ms, CUTLASS's) lets the thread sleep until the phase completes (ptxas: NANOSLEEP.SYNCS, woken
-// by the barrier) instead of re-polling: without it the producer's wait for a free slot spun,
-// 22.7 M polls of 2 instructions in one (2,16,8192,128) launch (ncu source counters), 9% of the
-// kernel's issued instructions, on the scheduler one consumer warp of each warpgroup shares.
+// by the barrier) instead of re-polling: without it the producer's wait for a free slot spun on
+// the scheduler one consumer warp of each warpgroup shares (TUNING.md, `mbarrier-suspend-hint`).
 __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
     u32 done;
     do {
@@ -108,7 +107,7 @@ __device__ __forceinline__ u32 cluster_rank() {
 // sit between a wgmma and its wait (ptxas serialises wgmma across divergent code). The default
 // (CTA-scope) semantics, as CUTLASS's cluster barrier arrives: what it orders are this block's
 // wgmma reads of its own tile, complete at their wait; `.release.cluster` costs a MEMBAR.ALL.GPU
-// before every arrival (SASS), which made clusters 15-25% slower (ncu: tensor pipe 58% against 81%).
+// before every arrival (SASS), which made clusters slower (TUNING.md, `cluster-remote-release`).
 __device__ __forceinline__ void mbar_arrive_remote(u32 bar, u32 rank, bool signal) {
     asm volatile(
         "{\n.reg .pred p;\n.reg .b32 remote;\nsetp.ne.u32 p, %2, 0;\nmapa.shared::cluster.u32 remote, %0, %1;\n"

@@ -5,7 +5,8 @@
 // softmax, P packing, O rescale and P·V wgmma, and the whole unoverlapped key tile made of them
 // (hopper's OVERLAP 0 loop body, the micro's loop body). The loops that chain them (hopper's
 // OVERLAP, PINGPONG and skipping, the micro's plain loop) stay in the kernels. hopper.cu's header
-// explains the layouts, descriptors, fragment layouts and barrier protocol these steps implement.
+// explains the layouts, descriptors and barrier protocol these steps implement, hopper_consume.cuh's
+// the fragment layouts.
 //
 // How to include: after `attn_common.cuh` and `hopper_common.cuh`, INSIDE the kernel's namespace
 // (`namespace hopper_attn { ... #include "hopper_pipeline.cuh" ... }`), once the kernel has defined
@@ -46,8 +47,7 @@
 // m64n128k16 P·V wgmma per 16 keys over both of O's panels. Every wgmma descriptor is its tile's
 // base descriptor plus the k-step's byte offset / 16, added to the low word alone (`desc_plus`),
 // rather than encoded anew (an add, shift, mask and moves on the uniform datapath per operand).
-// Together they take the steady key tile of the D 128 defaults from about 612 to 484 instructions
-// per warp (SASS; FlashAttention-3 about 433 per 128 keys by ncu).
+// Together they shorten the steady key tile of the D 128 defaults (SASS; TUNING.md, `pv-n128`).
 #if defined(PV_N) && PV_N == 128
 #define HOPPER_PV_N128 1
 #else

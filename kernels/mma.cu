@@ -49,8 +49,7 @@
 //   Defaults (no spills, stack frame 0 under ptxas sm_90; see `cargo xtask kernels --ptxas`):
 //     HEAD_DIM 64:  NUM_WARPS 4, WARP_M 32 (BLOCK_M 128), BLOCK_N 96,  STAGES 2, Q_IN_REGS 0 (255 regs)
 //     HEAD_DIM 128: NUM_WARPS 4, WARP_M 32 (BLOCK_M 128), BLOCK_N 48,  STAGES 3, Q_IN_REGS 0 (255 regs)
-//   (BLOCK_N 64 at HEAD_DIM 128, and 128 at HEAD_DIM 64 for sm_80, spill 8 bytes: one register
-//   too many; they are no faster.)
+//   (BLOCK_N 64 at HEAD_DIM 128, and 128 at HEAD_DIM 64 for sm_80, spill: TUNING.md, `mma-tiles`.)
 //   The host's registry overrides them per shape (small grids get KV_SPLIT > 1, see its `tuned`).
 //
 // Launch geometry
@@ -70,7 +69,7 @@
 //   stores write 8 consecutive chunks of one row per phase, which the XOR only permutes. Both are
 //   therefore bank-conflict free, as are the 4-byte O staging stores (see store_output) and the
 //   lane-indexed 16-byte stores of the merge. (ncu still counts a few conflicts in the 32-row
-//   defaults, 0.07% of the SM cycles at 2,16,4096,128, none in 16-row configs: not traced yet.)
+//   defaults, none in 16-row configs: not traced yet; TUNING.md, `mma-swizzle`.)
 //
 // Fragment layouts of mma.sync.m16n8k16 (PTX ISA), with g = lane / 4 and t = lane % 4:
 //   A (16×16, row-major, 4 × b32): a0 = A[g][2t..2t+1]   a1 = A[g+8][2t..2t+1]

@@ -8,13 +8,22 @@ kernels of two git revisions, and compares the PTX byte for byte.
 
     export LD_LIBRARY_PATH=$PWD/target/cuda-wheels/nvidia/cu13/lib
     python3 kernels/tools/ptx_identity.py BEFORE [AFTER]   # AFTER: the working tree
+    python3 kernels/tools/ptx_identity.py BEFORE --config "HEAD_DIM=128 SCHEDULE=1 CHAIN=1" --every 7
+
+--config "K=V ..." (repeatable) and --every N instead take `hopper.cu`'s configs from the registry
+(`cargo xtask kernels --configs hopper`, every knob: Q_REGS, CHAIN, STREAM_K, the copy warp's
+Q_STAGES 2 and the rest), both dtypes: those matching any --config, and of them (or of all, with
+--every alone) every N-th; the micro's configs are then left out.
 
 Causal masks, windows, GQA and varlen are run-time parameters of one compiled kernel (no define),
 so the variants here cover them. Prints the count of identical variants and each that differs;
 exits 1 if any does. A variant BEFORE's source refuses with a static_assert (a knob value added
-since, e.g. BLOCK_N 176) is counted as new, not compared.
+since, e.g. BLOCK_N 176) is counted as new, not compared. NVRTC is given no -lineinfo, so the PTX
+carries no `.loc` or `.file` line: moving code between a kernel and its headers cannot hide behind
+line info, and a variant whose PTX has any is reported (the comparison is of the whole text).
 """
 
+import argparse
 import ctypes
 import itertools
 import os
@@ -22,7 +31,7 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
-from hopper_check import host_flags, kernels_at
+from hopper_check import host_flags, kernels_at, parse_config, registry_configs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CUDA = os.path.join(ROOT, "target/cuda-wheels/nvidia/cu13")
@@ -73,6 +82,18 @@ def hopper_variants():
             yield "hopper.cu", dtype, d, knobs
 
 
+def registry_variants(wanted, every):
+    """(name, defines) of hopper.cu from the registry's valid configs (every knob), both dtypes:
+    those matching any of `wanted` (all if none), then every `every`-th of them."""
+    filters = [parse_config(w) for w in wanted]
+    configs = [c for c in registry_configs()
+               if not filters or any(all(c.get(k) == v for k, v in f.items()) for f in filters)]
+    for cfg in configs[::every]:
+        knobs = {k: v for k, v in cfg.items() if k not in ("HEAD_DIM", "SHARED_BYTES")}
+        for dtype in ["ATTN_DTYPE_F16", "ATTN_DTYPE_BF16"]:
+            yield "hopper.cu", dtype, cfg["HEAD_DIM"], knobs
+
+
 def micro_variants():
     """(name, defines) of micro_hopper.cu: micro_configs(Hopper) at D 64 and 128, under the H100's
     227 KiB, with TILES as `xtask micro` sets it by default."""
@@ -98,12 +119,19 @@ def ptx_of(kernels: str, variant, flags) -> str:
 
 
 def main() -> int:
-    if len(sys.argv) not in (2, 3):
-        print(__doc__)
-        return 2
-    before_rev = sys.argv[1]
-    after_rev = sys.argv[2] if len(sys.argv) == 3 else None
-    variants = list(hopper_variants()) + list(micro_variants())
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("before")
+    ap.add_argument("after", nargs="?", default=None)
+    ap.add_argument("--config", action="append", default=[], help="registry configs matching K=V ... (repeatable)")
+    ap.add_argument("--every", type=int, default=None, help="every N-th of the registry's (matching) configs")
+    args = ap.parse_args()
+    before_rev, after_rev = args.before, args.after
+    if args.config or args.every:
+        variants = list(registry_variants(args.config, args.every or 1))
+        if not variants:
+            raise SystemExit(f"no valid hopper config matches {args.config} (cargo xtask kernels --configs hopper)")
+    else:
+        variants = list(hopper_variants()) + list(micro_variants())
     flags = host_flags()  # today's host flags for both revisions: the comparison is of the sources
     with tempfile.TemporaryDirectory() as tmp:
         os.makedirs(os.path.join(tmp, "before"))
@@ -114,6 +142,8 @@ def main() -> int:
 
         def compare(variant):
             after_ptx = ptx_of(after, variant, flags)
+            if any(line.lstrip().startswith((".loc", ".file")) for line in after_ptx.splitlines()):
+                raise RuntimeError(f"{variant}: PTX with line info (.loc/.file): the flags changed")
             try:
                 before_ptx = ptx_of(before, variant, flags)
             except RuntimeError as e:

@@ -15,7 +15,7 @@ use crate::error::{KernelError, Result};
 use crate::toolkit;
 
 /// Headers that kernels may include by name.
-pub const HEADERS: [(&str, &str); 4] = [
+pub const HEADERS: [(&str, &str); 7] = [
     (
         "attn_common.cuh",
         include_str!("../../../kernels/attn_common.cuh"),
@@ -27,6 +27,18 @@ pub const HEADERS: [(&str, &str); 4] = [
     (
         "hopper_pipeline.cuh",
         include_str!("../../../kernels/hopper_pipeline.cuh"),
+    ),
+    (
+        "hopper_schedule.cuh",
+        include_str!("../../../kernels/hopper_schedule.cuh"),
+    ),
+    (
+        "hopper_epilogue.cuh",
+        include_str!("../../../kernels/hopper_epilogue.cuh"),
+    ),
+    (
+        "hopper_consume.cuh",
+        include_str!("../../../kernels/hopper_consume.cuh"),
     ),
     (
         "hybrid_common.cuh",
