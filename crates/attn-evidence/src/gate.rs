@@ -212,9 +212,9 @@ pub struct ClockGuard {
 }
 
 /// The fewest kept blocks a side a timing comparison may rest on when a block holds more than one
-/// sample: each block runs under its own clock, and a power-limited H100's clock wanders by about
-/// 10% over seconds. In two blocks a side of 10 samples (A B B A, the gate's design before
-/// 2026-11-27T09-30Z) hopper measured against itself read 1.09×, 1.11× and 1.10× "faster".
+/// sample: each block runs under its own clock, and a power-limited GPU's clock wanders over
+/// seconds, so that two blocks a side call a kernel faster than itself (evidence/METHOD.md,
+/// `min-blocks-a-side`).
 pub const MIN_BLOCKS_A_SIDE: usize = 4;
 
 /// Whether `blocks` blocks of `block_samples` samples are too few ([`MIN_BLOCKS_A_SIDE`]) for a

@@ -300,7 +300,7 @@ mod tests {
     use super::*;
 
     /// 250 consecutive rows of a real capture of hopper at 2,32/8,2048,128 on an H200 (the end of an
-    /// item's code and the start of the steady key tile; evidence/ncu/captures/2026-11-29-chain).
+    /// item's code and the start of the steady key tile), kept as a fixture.
     const FIXTURE: &str = include_str!("../tests/fixtures/h200_hopper_source_sass.csv");
     /// Its rows and samples as Python's csv module counts them.
     const FIXTURE_ROWS: usize = 250;

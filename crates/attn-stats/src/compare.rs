@@ -162,8 +162,8 @@ pub fn compare(
 /// (the gate's timing blocks, each under its own clock and temperature): the intervals come from
 /// resampling whole blocks, and the BCa jackknife leaves out a block at a time, so the spread
 /// between blocks widens them as it should. Resampling such observations one by one takes a
-/// sample of 2 blocks of 10 for 20 independent observations: on an H100 a gate of a kernel against
-/// itself in that design read 1.09× [1.03, 1.14], "faster" (evidence/gate/2026-11-27T09-16-11Z).
+/// sample of 2 blocks of 10 for 20 independent observations, and calls a kernel faster than
+/// itself (evidence/METHOD.md, `min-blocks-a-side`).
 /// The last block may be shorter. `block` 1 is [`compare`], bit for bit.
 ///
 /// Errors as [`compare`] does, and where `block` is 0 or leaves a sample fewer than 2 blocks.
