@@ -187,26 +187,39 @@ impl CandidateArgs {
         }
     }
 
-    /// The candidate for `problems`, validated: a named one before any probe of the GPU; else the
-    /// GPU is opened (and handed back, for the command to use) and the device's best registered
-    /// implementation is validated on it.
+    /// What to run for `problems`: a named candidate validated now, before any probe of the GPU
+    /// (the device's best is validated by [`Chosen::resolve`] once the GPU is open).
+    pub fn checked(&self, problems: &[Problem]) -> anyhow::Result<Chosen> {
+        let chosen = self.choose()?;
+        if let Chosen::Named(candidate) = &chosen {
+            validate(candidate, problems, &Limits::H100)?;
+        }
+        Ok(chosen)
+    }
+
+    /// The candidate for `problems`, validated: [`CandidateArgs::checked`], then
+    /// [`Chosen::resolve`].
     pub fn candidate_for(&self, problems: &[Problem]) -> anyhow::Result<(Candidate, Option<Gpu>)> {
-        match self.choose()? {
-            Chosen::Named(candidate) => {
-                validate(&candidate, problems, &Limits::H100)?;
-                Ok((candidate, None))
-            }
-            chosen => {
+        self.checked(problems)?.resolve(problems)
+    }
+}
+
+impl Chosen {
+    /// The candidate of a [`CandidateArgs::checked`] choice: a named one as it is; else the GPU is
+    /// opened (and handed back, for the command to use) and the device's best registered
+    /// implementation is validated on it.
+    pub fn resolve(self, problems: &[Problem]) -> anyhow::Result<(Candidate, Option<Gpu>)> {
+        match self {
+            Chosen::Named(candidate) => Ok((candidate, None)),
+            best => {
                 let gpu = Gpu::open(0)?;
-                let candidate = chosen.on(&gpu)?;
+                let candidate = best.on(&gpu)?;
                 validate(&candidate, problems, &gpu.limits())?;
                 Ok((candidate, Some(gpu)))
             }
         }
     }
-}
 
-impl Chosen {
     /// The candidate on `gpu`'s device: the named one, or the best registered implementation for
     /// it, whose line (which and why) is printed.
     pub fn on(self, gpu: &Gpu) -> anyhow::Result<Candidate> {

@@ -139,6 +139,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         Some(other) => bail!("unknown --plant {other} (known: side-stream)"),
     };
     let problems = args.problems.problems("seed")?;
+    let chosen = args.candidate.checked(&problems)?;
     let (name, backend) = (&args.baseline, args.sdpa_backend);
     crate::args::check_baseline(name, backend, &problems, Some(args.mode))?;
     let seed = args.seed.unwrap_or_else(fresh_seed);
@@ -153,7 +154,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     };
     compare.validate()?;
     // A named candidate is checked before any probe; the device's best once the GPU is open.
-    let (candidate, gpu) = args.candidate.candidate_for(&problems)?;
+    let (candidate, gpu) = chosen.resolve(&problems)?;
     // The request is whole: now the tools.
     let sanitizer = args.sanitize.as_deref().map(sanitize::find).transpose()?;
 
