@@ -54,6 +54,7 @@ fn only_attn_kernels_touches_cuda() {
     let direct = direct_dependencies(root);
     assert!(direct.len() >= 7, "found only {:?}", direct.keys());
     for leaf in [
+        "attn-problem",
         "attn-stats",
         "attn-oracle",
         "attn-ncu",
@@ -69,12 +70,31 @@ fn only_attn_kernels_touches_cuda() {
             );
         }
     }
-    for leaf in ["attn-stats", "attn-oracle", "attn-ncu"] {
+    for leaf in ["attn-problem", "attn-stats", "attn-ncu"] {
         let deps = reachable(&direct, leaf);
         let internal: Vec<_> = deps.iter().filter(|d| d.starts_with("attn-")).collect();
         assert!(
             internal.is_empty(),
             "{leaf} is a leaf but depends on {internal:?}"
+        );
+    }
+    // The oracle builds on the one problem vocabulary and nothing else of the workspace.
+    let oracle = reachable(&direct, "attn-oracle");
+    let internal: Vec<_> = oracle.iter().filter(|d| d.starts_with("attn-")).collect();
+    assert_eq!(
+        internal,
+        ["attn-problem"],
+        "attn-oracle may build on attn-problem alone"
+    );
+    for user in [
+        "attn-oracle",
+        "attn-evidence",
+        "attn-kernels",
+        "attn-measure",
+    ] {
+        assert!(
+            reachable(&direct, user).contains("attn-problem"),
+            "{user} should take the problem vocabulary from attn-problem"
         );
     }
     // The measurement library sits between the kernels and the command line: it uses the

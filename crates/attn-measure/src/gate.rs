@@ -292,7 +292,9 @@ impl<'a> GateSession<'a> {
     fn prepare(&mut self, problem: &Problem) -> Result<CaseKernel> {
         problem.check_supported_by(self.candidate)?;
         self.baseline.check_supports(problem)?;
-        let candidate = self.candidate.for_problem(&problem.shape, &problem.params, &self.gpu.limits());
+        let candidate =
+            self.candidate
+                .for_problem(&problem.shape, &problem.params, &self.gpu.limits());
         let (dtype, head_dim) = (problem.dtype, problem.shape.head_dim);
         let prepared = self.candidates.get(self.gpu, &candidate, dtype, head_dim)?;
         let reference = match self.references.entry((dtype, head_dim)) {
