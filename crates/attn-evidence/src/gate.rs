@@ -192,7 +192,7 @@ pub struct ClockGuard {
     /// Blocks dropped per side.
     pub dropped_blocks: [usize; 2],
     /// The SM clock under which any block is dropped, MHz (none where the clock is unreadable):
-    /// in older files the one threshold of every block; from 2026-11-27 the floor, each block's
+    /// in older files the one threshold of every block; in files whose blocks carry their own, the floor, each block's
     /// own threshold being in [`BlockClock::threshold_mhz`].
     pub threshold_mhz: Option<u32>,
     /// The lowest SM clock read after a kept block, MHz.
@@ -204,7 +204,7 @@ pub struct ClockGuard {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rule: Option<String>,
     /// The SM clock of each block as measured, MHz, in the order taken, with the side (0
-    /// candidate, 1 baseline) and whether it was kept: since 2026-11-26 a warm-up round (the
+    /// candidate, 1 baseline) and whether it was kept: in newer files a warm-up round (the
     /// baseline, then the candidate; never kept), then rounds that alternate which side runs
     /// first (B A, A B, …); older files alternate B A throughout, with no warm-up.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -262,8 +262,8 @@ pub struct BlockClock {
     /// The SM clock over the block, MHz (none where it could not be measured).
     pub mhz: Option<f64>,
     /// How it was measured: `"device-span"` (every SM's clock64 and %globaltimer stamped on the
-    /// timed stream before and after the block: the mean clock over it), `"device"` (files before
-    /// 2026-11-27: a 50 µs clock probe before and one after the block, averaged: the clock at the
+    /// timed stream before and after the block: the mean clock over it), `"device"` (older
+    /// files: a 50 µs clock probe before and one after the block, averaged: the clock at the
     /// block's edges, not over it) or `"nvidia-smi"` (read after the block).
     pub source: String,
     /// Whether the block's samples were kept.
@@ -272,7 +272,7 @@ pub struct BlockClock {
     /// counted as dropped (absent in older files, which have none).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub warmup: bool,
-    /// The clock under which this block would have been dropped, MHz: from 2026-11-27, each side
+    /// The clock under which this block would have been dropped, MHz: each side
     /// is judged by its own level (the median of its earlier blocks); absent for warm-up and
     /// unmeasured blocks, and in older files, where [`ClockGuard::threshold_mhz`] held for all.
     #[serde(default, skip_serializing_if = "Option::is_none")]

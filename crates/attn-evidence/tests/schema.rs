@@ -473,30 +473,32 @@ fn atomic_writes_leave_no_temporaries_and_names_sort_by_time() {
     assert!(!Path::new(&early).to_string_lossy().contains(':'));
 }
 
-/// `text` (a pretty-printed JSON file) with each value of its `"config"` object that is a string
-/// holding an integer (`"BLOCK_M": "64"`) written as that integer (`"BLOCK_M": 64`).
+/// `text` (a JSON file, pretty or compact) minified, with each value of its `"config"` objects
+/// that is a string holding an integer (`"BLOCK_M":"64"`) written as that integer (`"BLOCK_M":64`).
 fn config_knobs_unquoted(text: &str) -> String {
-    let mut in_config = false;
+    // Works on the minified text: a config object holds knob names and values, no nested object.
+    let text = minified(text);
     let mut out = String::new();
-    for line in text.split_inclusive('\n') {
-        let trimmed = line.trim();
-        if in_config && trimmed.starts_with('}') {
-            in_config = false;
-        }
-        let mut rewritten = None;
-        if in_config {
-            if let Some((key, value)) = line.split_once(": \"") {
-                let (value, rest) = value.split_once('"').unwrap();
-                if value.parse::<i64>().is_ok() {
-                    rewritten = Some(format!("{key}: {value}{rest}"));
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find("\"config\":{") {
+        let (before, from) = rest.split_at(at + "\"config\":{".len());
+        out.push_str(before);
+        let end = from.find('}').unwrap();
+        let pairs: Vec<String> = from[..end]
+            .split(',')
+            .filter(|pair| !pair.is_empty())
+            .map(|pair| {
+                let (key, value) = pair.split_once(':').unwrap();
+                match value.strip_prefix('"').and_then(|v| v.strip_suffix('"')) {
+                    Some(number) if number.parse::<i64>().is_ok() => format!("{key}:{number}"),
+                    _ => pair.to_string(),
                 }
-            }
-        }
-        out.push_str(rewritten.as_deref().unwrap_or(line));
-        if trimmed == "\"config\": {" {
-            in_config = true;
-        }
+            })
+            .collect();
+        out.push_str(&pairs.join(","));
+        rest = &from[end..];
     }
+    out.push_str(rest);
     out
 }
 
@@ -517,7 +519,7 @@ fn minified(text: &str) -> String {
 }
 
 /// The committed search files (`evidence/evo/*/`) read into their types and write back byte for
-/// byte but for whitespace (written compact, committed pretty): the typed schema is the one they
+/// byte but for whitespace (written compact, committed pretty by older writers): the typed schema is the one they
 /// were written with, but for the knobs of `best.json` and `finalists.json`, which files from
 /// before knobs were typed hold as strings (`"64"`) and which are written as integers.
 #[test]
@@ -552,9 +554,7 @@ fn committed_search_files_read_and_write_back_unchanged() {
         for name in names {
             assert_eq!(
                 fs::read_to_string(dir.path().join(name)).unwrap(),
-                minified(&config_knobs_unquoted(
-                    &fs::read_to_string(run.join(name)).unwrap()
-                )),
+                config_knobs_unquoted(&fs::read_to_string(run.join(name)).unwrap()),
                 "{}",
                 run.join(name).display()
             );
