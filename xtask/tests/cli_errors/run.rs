@@ -188,3 +188,70 @@ fn run_refuses_an_output_that_is_one_of_its_inputs() {
     let (code, stdout, stderr) = xtask(d, &args);
     assert_eq!(code, 0, "{stdout}{stderr}");
 }
+
+#[test]
+fn run_takes_dense_grouped_head_inputs() {
+    let dir = inputs();
+    let d = dir.path();
+    let head = 16 * 64;
+    let q: Vec<f32> = (0..4 * head).map(|i| (i as f32 * 0.11).cos()).collect();
+    let kv: Vec<f32> = (0..2 * head).map(|i| (i as f32 * 0.37).sin()).collect();
+    crate::npy(d, "q4.npy", "<f2", &[1, 4, 16, 64], &q);
+    crate::npy(d, "k2.npy", "<f2", &[1, 2, 16, 64], &kv);
+    crate::npy(d, "v2.npy", "<f2", &[1, 2, 16, 64], &kv);
+    // The same problem as multi-head attention: each K/V head repeated for its two query heads.
+    let repeated: Vec<f32> = [0, 0, 1, 1]
+        .iter()
+        .flat_map(|&h| kv[h * head..(h + 1) * head].to_vec())
+        .collect();
+    crate::npy(d, "k4.npy", "<f2", &[1, 4, 16, 64], &repeated);
+    crate::npy(d, "v4.npy", "<f2", &[1, 4, 16, 64], &repeated);
+    for (k, v, out) in [
+        ("k2.npy", "v2.npy", "gqa.npy"),
+        ("k4.npy", "v4.npy", "mha.npy"),
+    ] {
+        let args = run_args(&[
+            "--impl",
+            "reference",
+            "--q",
+            "q4.npy",
+            "--k",
+            k,
+            "--v",
+            v,
+            "--out",
+            out,
+        ]);
+        let (code, stdout, stderr) = xtask(d, &args);
+        assert_eq!(code, 0, "{k}: {stdout}{stderr}");
+    }
+    let (gqa, mha) = (
+        std::fs::read(d.join("gqa.npy")).unwrap(),
+        std::fs::read(d.join("mha.npy")).unwrap(),
+    );
+    assert_eq!(gqa.len(), mha.len());
+    assert!(
+        gqa == mha,
+        "grouped heads must read the K/V head h / (H / H_kv)"
+    );
+    // A K/V head count that does not divide the query heads is refused in one line.
+    crate::npy(d, "k3.npy", "<f2", &[1, 3, 16, 64], &q[..3 * head]);
+    crate::npy(d, "v3.npy", "<f2", &[1, 3, 16, 64], &q[..3 * head]);
+    one_error_line(
+        d,
+        &run_args(&[
+            "--impl",
+            "reference",
+            "--q",
+            "q4.npy",
+            "--k",
+            "k3.npy",
+            "--v",
+            "v3.npy",
+            "--out",
+            "o3.npy",
+        ]),
+        &["3 heads for 4 query heads"],
+    );
+    assert!(!d.join("o3.npy").exists(), "nothing written for bad input");
+}

@@ -24,9 +24,9 @@ pub struct ReadOptions {
 pub struct InputFiles {
     /// Q, `[B, H, S_q, D]`.
     pub q: HostTensor,
-    /// K, `[B, H, S_kv, D]`.
+    /// K, `[B, H_kv, S_kv, D]` (`H_kv` divides `H`).
     pub k: HostTensor,
-    /// V, `[B, H, S_kv, D]`.
+    /// V, `[B, H_kv, S_kv, D]`.
     pub v: HostTensor,
     /// The dtype of all three.
     pub dtype: DType,
@@ -56,30 +56,38 @@ pub fn read_inputs(
     };
     let [b, h, _, d] = q.tensor.dims;
     for (other, path) in [(&k, files[1].1), (&v, files[2].1)] {
-        let [ob, oh, _, od] = other.tensor.dims;
-        if (ob, oh, od) != (b, h, d) {
+        let [ob, _, _, od] = other.tensor.dims;
+        if (ob, od) != (b, d) {
             return Err(refuse(
                 path,
                 format!(
-                    "{} has dims {:?} but {} has {:?}: B, H and D must match",
+                    "{} has dims {:?} but {} has {:?}: B and D must match",
                     q.label, q.tensor.dims, other.label, other.tensor.dims
                 ),
             ));
         }
     }
-    let (s_q, s_kv) = (q.tensor.dims[2], k.tensor.dims[2]);
-    if v.tensor.dims[2] != s_kv {
+    if v.tensor.dims != k.tensor.dims {
         return Err(refuse(
             files[2].1,
             format!(
-                "{} has S_kv = {s_kv} but {} has S_kv = {}: K and V must have the same length",
-                k.label, v.label, v.tensor.dims[2]
+                "{} has dims {:?} but {} has {:?}: K and V must have the same length and heads",
+                k.label, k.tensor.dims, v.label, v.tensor.dims
             ),
         ));
     }
+    let (s_q, s_kv, kv_heads) = (q.tensor.dims[2], k.tensor.dims[2], k.tensor.dims[1]);
     let dtype = q.tensor.dtype()?;
+    // K/V may carry fewer heads than Q (grouped-query attention): H_kv must divide H.
     let shape = Shape::new(b, h, s_q, s_kv, d)
-        .map_err(|e| refuse(files[0].1, format!("{}: {e}", q.label)))?;
+        .map_err(|e| refuse(files[0].1, format!("{}: {e}", q.label)))?
+        .with_kv_heads(kv_heads)
+        .map_err(|e| {
+            refuse(
+                files[1].1,
+                format!("{} has {kv_heads} heads for {h} query heads: {e}", k.label),
+            )
+        })?;
     Ok(InputFiles {
         q: q.tensor,
         k: k.tensor,
