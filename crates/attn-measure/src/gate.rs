@@ -374,7 +374,8 @@ impl<'a> GateSession<'a> {
             harness: &harness,
             watched: self.watched(),
         };
-        let battery = run_battery(&cx, problem, &tile_sizes(&own), seed ^ 0xed9e)?;
+        let variants = kernel.prepared.variants();
+        let battery = run_battery(&cx, problem, &tile_sizes(&own), variants, seed ^ 0xed9e)?;
         let failed = battery.checks.iter().find(|c| !c.passed).cloned();
         self.batteries
             .insert(key, (problem.spec.to_string(), failed));

@@ -210,6 +210,37 @@ const PLANTED: &[Planted] = &[
         CaseStatus::TimedOutputDiffers,
     )
     .around(Around::CopiesReference),
+    // The edge battery beyond the case's own group and window: each is right on its case (a group
+    // of 4, a window of 128), and rejected at the first battery shape it gets wrong, which the
+    // reason names (`battery_plants_are_named_at_their_first_wrong_shape` finds it on the CPU).
+    planted("gqa-head-shift", 21, "2,32/8,256,64", CaseStatus::Incorrect)
+        .with_variants()
+        .because("edge shape 2,6/2,97,129,64,"),
+    planted(
+        "gqa-group-of-four",
+        22,
+        "2,32/8,256,64",
+        CaseStatus::Incorrect,
+    )
+    .with_variants()
+    .because("edge shape 2,6/2,97,129,64,"),
+    planted(
+        "window-left-in-64s",
+        23,
+        "1,8/2,700,64 causal window=128,0",
+        CaseStatus::Incorrect,
+    )
+    .with_variants()
+    .against("tiled")
+    .because("edge shape 2,4/1,161,200,64 causal window=1,0,"),
+    planted(
+        "window-right-ignored",
+        24,
+        "2,32/8,256,64",
+        CaseStatus::Incorrect,
+    )
+    .with_variants()
+    .because("edge shape 1,4/1,200,161,64 window=0,0,"),
 ];
 
 /// Honest kernels: every defence must let them through (passed or not faster, never a rejection,
@@ -430,6 +461,47 @@ fn every_planted_kernel_compiles_with_nvrtc() {
         );
         compile(&variant.request).unwrap_or_else(|e| panic!("{}: {e}", p.name));
     }
+}
+
+#[test]
+fn battery_plants_are_named_at_their_first_wrong_shape() {
+    // CPU: the battery a planted kernel of PLANT 21-24 gets (its own BLOCK_M of 4 adds no tile),
+    // and the first of its shapes where the defect changes the output; the verdict must name it.
+    use attn_measure::battery::{battery_problems, tile_sizes};
+    let wrong = |plant: i64, p: &Problem| {
+        let (group, window) = (p.shape.group(), p.params.window);
+        match plant {
+            // h >> floor(log2 group) differs from h / group somewhere unless group is 2^k.
+            21 => !group.is_power_of_two(),
+            // h / 4 differs from h / group somewhere once there are 2 heads, unless group is 4.
+            22 => group != 4 && p.shape.heads > 1,
+            23 => window.left.is_some_and(|l| l % 64 != 0),
+            // A right bound short of the last key for row 0 (its diagonal is S_kv − S_q),
+            // through the window alone.
+            24 => !p.params.causal && window.right.is_some_and(|r| r + 1 < p.shape.seq_q),
+            _ => unreachable!(),
+        }
+    };
+    let mut named = 0;
+    for p in PLANTED.iter().filter(|p| (21..=24).contains(&p.plant)) {
+        let case = Problem::parse(p.shape).unwrap();
+        let candidate = Candidate::Source {
+            path: "planted.cu".into(),
+            source: SOURCE.into(),
+            entry: "attn_fwd".into(),
+            defines: Config::from_pairs(&[("PLANT", p.plant), ("VARIANTS", 1)]),
+        };
+        assert!(!wrong(p.plant, &case), "{}: right on its own case", p.name);
+        let battery = battery_problems(&case, &tile_sizes(&[4]), candidate.variants()).unwrap();
+        let first = battery
+            .iter()
+            .find(|edge| wrong(p.plant, edge))
+            .unwrap_or_else(|| panic!("{}: the battery never shows it", p.name));
+        let reason = format!("edge shape {first},");
+        assert_eq!(p.reason, Some(reason.as_str()), "{}", p.name);
+        named += 1;
+    }
+    assert_eq!(named, 4);
 }
 
 /// ATTN_PLANTED_ONLY=name,name runs those cases alone (a quicker look at a few).

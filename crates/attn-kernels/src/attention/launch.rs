@@ -119,6 +119,18 @@ impl Prepared {
         }
     }
 
+    /// What of `shape` the compiled config declares it does not take, as a phrase (a launch
+    /// refuses it as [`KernelError::Unsupported`] before launching): query heads per K/V head that
+    /// are not a multiple of the heads its geometry takes together (hopper's `CLUSTER_HEADS=1`
+    /// pairs). `None` for every other shape, and always for a `--src` kernel, whose geometry takes
+    /// heads one at a time: the host's own config rules are the only ones that decline.
+    pub fn declines(&self, shape: &Shape) -> Result<Option<String>> {
+        match &self.engine {
+            Launcher::Kernel { geometry, .. } => Ok(declined(&geometry(shape)?, shape)),
+            Launcher::Library { .. } => Ok(None),
+        }
+    }
+
     /// Launches on `o` (asynchronously, on the GPU's stream). Checks shapes and the launch itself;
     /// faults inside the kernel surface at the next synchronisation.
     pub fn launch(
@@ -180,12 +192,11 @@ impl Prepared {
                 persistent,
             } => {
                 let g = geometry(&shape)?;
-                let group = shape.group();
-                if group % g.heads_together as usize != 0 {
-                    return Err(KernelError::Shape(format!(
-                        "{} takes {} query heads of one K/V head together: {} query heads per K/V head ({} / {}) are not a multiple",
-                        self.label, g.heads_together, group, shape.heads, shape.kv_heads
-                    )));
+                if let Some(what) = declined(&g, &shape) {
+                    return Err(KernelError::Unsupported {
+                        implementation: self.label.clone(),
+                        what,
+                    });
                 }
                 // Encoded per launch (a short host call): the driver copies the parameters,
                 // so a captured graph keeps the maps of its capture.
@@ -283,5 +294,61 @@ impl Prepared {
             }
         }
         Ok(())
+    }
+}
+
+/// Why geometry `g` declines `shape` ([`Prepared::declines`]), if it does.
+fn declined(g: &Geometry, shape: &Shape) -> Option<String> {
+    let (together, group) = (g.heads_together as usize, shape.group());
+    (group % together != 0).then(|| {
+        format!(
+            "{group} query heads per K/V head ({} / {}): this config takes {together} query heads of one K/V head together, and {group} are not a multiple",
+            shape.heads, shape.kv_heads
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn geometry(heads_together: u32) -> Geometry {
+        Geometry {
+            grid: (1, 1, 1),
+            block: 128,
+            shared_bytes: 0,
+            persistent: false,
+            heads_together,
+            workspace_per_block: 0,
+        }
+    }
+
+    fn shape(heads: usize, kv_heads: usize) -> Shape {
+        Shape::new(2, heads, 97, 129, 64)
+            .and_then(|s| s.with_kv_heads(kv_heads))
+            .unwrap()
+    }
+
+    #[test]
+    fn head_pairs_decline_odd_groups_only_and_src_kernels_decline_nothing() {
+        let pairs = geometry(2);
+        for (h, kv) in [(6, 2), (5, 1), (28, 4), (7, 1), (6, 6)] {
+            let why = declined(&pairs, &shape(h, kv)).expect("an odd group");
+            assert!(why.contains("are not a multiple"), "{why}");
+            assert!(why.contains(&format!("({h} / {kv})")), "{why}");
+        }
+        for (h, kv) in [(12, 2), (8, 1), (32, 8), (4, 2)] {
+            assert_eq!(declined(&pairs, &shape(h, kv)), None, "{h}/{kv}");
+        }
+        // A --src kernel's geometry takes heads one at a time, whatever its defines.
+        let defines = Config::from_pairs(&[("CLUSTER", 2), ("BLOCK_N", 64), ("TENSOR_MAPS", 1)]);
+        let source = super::super::candidate::source_geometry(&defines);
+        for (h, kv) in [(6, 2), (5, 1), (7, 1), (12, 2)] {
+            assert_eq!(
+                declined(&source.for_shape(&shape(h, kv)), &shape(h, kv)),
+                None
+            );
+        }
     }
 }

@@ -148,6 +148,11 @@ impl Prepared {
         &self.config
     }
 
+    /// The problems beyond dense multi-head attention it handles ([`Candidate::variants`]).
+    pub fn variants(&self) -> Variants {
+        self.variants
+    }
+
     /// Runs once on host tensors: upload, poison the output, launch, synchronise, download.
     pub fn run(
         &self,

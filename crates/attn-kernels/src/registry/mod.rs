@@ -166,8 +166,9 @@ pub struct Geometry {
     /// that loop over the `grid.0 · grid.1 · grid.2` items, with one more parameter after the ABI's:
     /// a pointer to two zeroed `u32` words the kernel owns (its work counter; it leaves them zero).
     pub persistent: bool,
-    /// Query heads one work item (a cluster's blocks) takes together, sharing their K/V head: a
-    /// launch refuses a problem whose query heads per K/V head are not a multiple (1: any).
+    /// Query heads one work item (a cluster's blocks) takes together, sharing their K/V head: the
+    /// prepared kernel declines a problem whose query heads per K/V head are not a multiple, as
+    /// unsupported before launching (`Prepared::declines`; 1: any).
     pub heads_together: u32,
     /// Bytes of workspace per block a persistent kernel takes after its two counter words (in the
     /// same zeroed allocation; 0: none).

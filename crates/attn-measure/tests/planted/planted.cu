@@ -20,6 +20,12 @@
 // 20 ignores a packed varlen batch's sequence boundaries for its keys: each query row attends to
 //    the whole batch's keys from token 0, causal as if the batch were one sequence (reads the
 //    variant parameters: compile with VARIANTS=1)
+// 21-24 read the variant parameters (VARIANTS=1): grouped heads and windows, each right on its
+//    case's own group and window, wrong elsewhere:
+// 21 maps query head h to K/V head h >> floor(log2(H / H_kv)) (right for power-of-two groups)
+// 22 maps query head h to K/V head h / 4, whatever kv_heads says (right for groups of 4)
+// 23 rounds window_left down to a multiple of 64 (right for windows of 0, 64, 128, ...)
+// 24 ignores window_right (a window bounds its rows on the right only through the causal flag)
 //
 // Launches are counted per block and per problem (its sizes hashed into the counter's index), so
 // that the small problems of the gate's edge battery do not age the counters of the case's own.
@@ -122,6 +128,76 @@ attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_
             m = m_new;
         }
         const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+        elem_t* o_row = o + view.q + (long long)row * view.q_stride;
+#pragma unroll
+        for (int i = 0; i < DIMS_PER_LANE; ++i) {
+            const int d = lane + 32 * i;
+            if (d < HEAD_DIM) o_row[d] = from_float(acc[i] * inv_l);
+        }
+        return;
+    }
+#endif
+#if PLANT >= 21 && PLANT <= 24
+    {
+        attn::HeadView view = attn::head_view(blockIdx.z, blockIdx.y, heads, kv_heads, seq_q, seq_kv,
+                                              cu_seqlens_q, cu_seqlens_kv);
+        if (row >= view.seq_q) return;
+        const int h = blockIdx.y, group = heads / kv_heads;
+#if PLANT == 21
+        const int kv_head = h >> (31 - __clz(group));
+#elif PLANT == 22
+        const int kv_head = h / 4;
+#else
+        const int kv_head = h / group;
+#endif
+        // The K/V head's offset is linear in its index in both layouts: move the view's.
+        const long long kv_head_stride = cu_seqlens_q == nullptr ? (long long)view.seq_kv * HEAD_DIM : HEAD_DIM;
+        view.kv += (long long)(kv_head - h / group) * kv_head_stride;
+#if PLANT == 23
+        const int left = window_left < 0 ? window_left : window_left / 64 * 64;
+#else
+        const int left = window_left;
+#endif
+#if PLANT == 24
+        const int right = -1;
+#else
+        const int right = window_right;
+#endif
+        const int kv_begin = attn::row_kv_lo(row, view.seq_q, view.seq_kv, left);
+        const int kv_end = attn::row_kv_hi(row, view.seq_q, view.seq_kv, causal, right);
+        const elem_t* q_row = q + view.q + (long long)row * view.q_stride;
+        float q_reg[DIMS_PER_LANE], acc[DIMS_PER_LANE];
+#pragma unroll
+        for (int i = 0; i < DIMS_PER_LANE; ++i) {
+            const int d = lane + 32 * i;
+            q_reg[i] = d < HEAD_DIM ? to_float(q_row[d]) : 0.0f;
+            acc[i] = 0.0f;
+        }
+        float m = -INFINITY, l = 0.0f;
+        for (int j = kv_begin; j < kv_end; ++j) {
+            const elem_t* k_row = k + view.kv + (long long)j * view.kv_stride;
+            const elem_t* v_row = v + view.kv + (long long)j * view.kv_stride;
+            float partial = 0.0f;
+#pragma unroll
+            for (int i = 0; i < DIMS_PER_LANE; ++i) {
+                const int d = lane + 32 * i;
+                if (d < HEAD_DIM) partial += q_reg[i] * to_float(k_row[d]);
+            }
+#pragma unroll
+            for (int off = 16; off > 0; off /= 2) partial += __shfl_xor_sync(0xffffffffu, partial, off);
+            const float s = partial * scale;
+            const float m_new = fmaxf(m, s);
+            const float correction = expf(m - m_new);
+            const float p = expf(s - m_new);
+            l = l * correction + p;
+#pragma unroll
+            for (int i = 0; i < DIMS_PER_LANE; ++i) {
+                const int d = lane + 32 * i;
+                acc[i] = acc[i] * correction + p * (d < HEAD_DIM ? to_float(v_row[d]) : 0.0f);
+            }
+            m = m_new;
+        }
+        const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;  // a row that sees no key writes zeros
         elem_t* o_row = o + view.q + (long long)row * view.q_stride;
 #pragma unroll
         for (int i = 0; i < DIMS_PER_LANE; ++i) {
