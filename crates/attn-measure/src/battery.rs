@@ -264,8 +264,7 @@ pub(crate) fn run_battery(
     };
     for (i, edge) in problems.iter().enumerate() {
         // A shape the compiled config declares it does not take (the host's own rules, never a
-        // --src kernel's): recorded, not held against it. Any other refusal, fault or error
-        // ends the case as usual.
+        // --src kernel's): recorded, not held against it. Faults and other errors end the case.
         if let Some(what) = cx.prepared.declines(&edge.shape)? {
             let refusal = KernelError::Unsupported {
                 implementation: cx.prepared.label().to_string(),
@@ -278,7 +277,18 @@ pub(crate) fn run_battery(
         let distribution = Distribution::Distinct;
         // Any factor, 1 included (index 1 of the draw allows it).
         let scale = edge.params.scale * scale_factor(edge_seed, 1, distribution);
-        let run = check_one(cx, edge, edge_seed, distribution, scale, None)?;
+        let run = match check_one(cx, edge, edge_seed, distribution, scale, None) {
+            Ok(run) => run,
+            // A shape the host refuses before launching (an implementation's declared limits,
+            // never a --src kernel's own code): recorded, not held against it.
+            Err(crate::MeasureError::Kernel(
+                e @ (KernelError::Unsupported { .. } | KernelError::InvalidConfig { .. }),
+            )) => {
+                battery.skipped.push(format!("{edge}: {e}"));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         let mut check = run.check;
         check.shape = Some(edge.to_string());
         let failed = !check.passed;
