@@ -26,7 +26,8 @@
 //! (guards, input checksums and the determinism launch included); the battery stops at the
 //! first failing shape, which names it. A shape the compiled config declines before launching
 //! ([`attn_kernels::Prepared::declines`]: hopper's pairs of query heads at an odd group) is
-//! recorded under `skipped`, with the reason; nothing else is skipped.
+//! recorded under `skipped`, with the reason, as is a shape the host refuses before launching
+//! (`Unsupported`, `InvalidConfig`: an implementation's declared limits); faults never are.
 
 use std::collections::BTreeSet;
 
