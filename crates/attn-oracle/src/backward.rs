@@ -10,9 +10,11 @@
 //!   means in [`reference()`].
 //! * LSE: the forward's row logsumexp, natural log, `max + ln Σ exp(s_j − max)` over the keys
 //!   the row sees, stored `[B, H, S_q, 1]` (packed `[1, total_q, H, 1]`); a row that sees no key
-//!   has output 0 and LSE −∞ (FlashAttention stores +∞ there; −∞ is the true log of an empty sum,
-//!   and [`compare_lse`] requires it exactly). [`backward`] recomputes `P = exp(scale·q·k − LSE)`
-//!   from the LSE given, as kernels do.
+//!   has output 0 and LSE −∞, the true log of an empty sum, which [`compare_lse`] requires
+//!   exactly. FlashAttention 2 stores +∞ there (−∞ in its split-KV partials), which makes
+//!   `exp(s − LSE) = 0` without a branch; under −∞ a backward kernel must skip such rows, as
+//!   [`backward`] does. [`backward`] recomputes `P = exp(scale·q·k − LSE)` from the LSE given,
+//!   as kernels do.
 //! * `D_i` comes from the O given, as kernels compute it, so the oracle reproduces what a kernel
 //!   fed the same (rounded) O and LSE should produce; [`backward_exact`] recomputes O and LSE in
 //!   f64 instead, the true gradient of the inputs.
