@@ -478,3 +478,24 @@ fn compare_gradient_passes_rounding_and_catches_one_wrong_element() {
     );
     assert!(!verdict.passed && verdict.reason.unwrap().contains("dims"));
 }
+
+#[test]
+fn gradients_are_bit_identical_on_one_thread_and_many() {
+    let shape = shape(2, 4, 1, 13, 10, 8);
+    let params = Params::new(8, true);
+    let [q, k, v, d_o] = inputs(&shape, 81);
+    let many = backward_exact(&q, &k, &v, &d_o, &params).unwrap();
+    let one_thread = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    let one = one_thread.install(|| backward_exact(&q, &k, &v, &d_o, &params).unwrap());
+    let bits = |t: &HostTensor| values(t).iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for (a, b) in [
+        (&one.dq, &many.dq),
+        (&one.dk, &many.dk),
+        (&one.dv, &many.dv),
+    ] {
+        assert_eq!(bits(a), bits(b));
+    }
+}
