@@ -26,13 +26,13 @@ impl Tolerance {
 
 /// Relative error of f32 accumulation over up to 16384 terms: rounding errors of a long sum grow
 /// like `√n·2⁻²⁴` in practice, and `√16384·2⁻²⁴ = 2⁻¹⁷ ≈ 7.6e-6`. Every kernel accumulates in f32.
-const F32_ACCUMULATION: f64 = 1.0 / 131_072.0;
+pub(crate) const F32_ACCUMULATION: f64 = 1.0 / 131_072.0;
 
 /// Relative error allowance of the softmax weights when logits are ≈ 150 (LargeMagnitude): a
 /// logit accumulated in f32 over D products carries an error of about `√D·2⁻²⁴·150 ≈ 1e-4` for
 /// D = 128 (1.4e-4 for D = 256); an error δ in a logit scales its weight by `e^δ ≈ 1 + δ`.
 /// 4e-4 leaves a margin of about 3.
-const LARGE_LOGIT_ERROR: f64 = 4e-4;
+pub(crate) const LARGE_LOGIT_ERROR: f64 = 4e-4;
 
 /// The one tolerance table, keyed by the output dtype and the input distribution.
 ///

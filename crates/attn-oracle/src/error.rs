@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use attn_problem::{DType, ProblemError};
+use attn_problem::{DType, ProblemError, RowId};
 
 /// Everything that can go wrong in this crate; each variant carries the context needed to act on it.
 #[derive(Debug, thiserror::Error)]
@@ -72,6 +72,17 @@ pub enum OracleError {
         rows_per_head: usize,
         /// What is wrong with it.
         reason: &'static str,
+    },
+    /// A forward logsumexp given to the backward that is NaN or infinite for a row that sees keys.
+    #[error(
+        "logsumexp {value} at batch {}, head {}, row {}: that row sees keys, so the backward needs the forward's finite logsumexp",
+        row.batch, row.head, row.row
+    )]
+    InvalidLse {
+        /// The row (batch, query head, query row).
+        row: RowId,
+        /// The value given.
+        value: f64,
     },
     /// Tile sizes for the tiled algorithm that are zero.
     #[error("invalid tile sizes block_m={block_m}, block_n={block_n}: both must be >= 1")]

@@ -17,6 +17,9 @@
 //!   in f32, the algorithm the kernels implement, for reproducing their rounding on the CPU.
 //! * [`compare`] and [`tolerance`] — the [`Verdict`] (errors, worst index, NaN/Inf/poison counts)
 //!   and the one documented tolerance table.
+//! * [`backward()`] — the exact f64 backward (dQ, dK, dV from Q, K, V, O, dO and the LSE), every
+//!   element or sampled rows ([`backward_rows`]), packed batches ([`backward_varlen`]), and its
+//!   provisional [`backward_tolerance`].
 //! * [`npy`] — `.npy` exchange with numpy/PyTorch, and fixtures.
 //!
 //! ```
@@ -43,6 +46,7 @@
 #[cfg(target_endian = "big")]
 compile_error!("attn-oracle assumes a little-endian host (HostTensor::as_bytes, .npy files)");
 
+mod backward;
 mod compare;
 mod error;
 mod generate;
@@ -53,6 +57,11 @@ mod tiled;
 mod varlen;
 
 pub use attn_problem::{DType, Packed, Params, ProblemError, RowId, Shape, Varlen, Window};
+pub use backward::{
+    backward, backward_exact, backward_rows, backward_tolerance, backward_varlen, compare_gradient,
+    compare_lse, forward_varlen, forward_with_lse, BackwardTolerance, Forward, Gradient, Gradients,
+    SampledGradients,
+};
 pub use compare::{compare, tolerance, Tolerance, Verdict};
 pub use error::OracleError;
 pub use generate::{generate, CaseSpec, Distribution, Inputs, SMALL_SIGMA};

@@ -255,7 +255,7 @@ pub(crate) fn check_inputs(
 }
 
 /// The sorted query rows of (batch, head) slab `slab`.
-fn select_rows(rows: &RowSelection, seq_q: usize, slab: usize) -> Vec<usize> {
+pub(crate) fn select_rows(rows: &RowSelection, seq_q: usize, slab: usize) -> Vec<usize> {
     match *rows {
         RowSelection::Sampled {
             rows_per_head,
@@ -333,7 +333,7 @@ fn attend_row(
 }
 
 /// Dot product with four partial sums, which lets the compiler vectorise it.
-fn dot(a: &[f64], b: &[f64]) -> f64 {
+pub(crate) fn dot(a: &[f64], b: &[f64]) -> f64 {
     let mut partial = [0.0; 4];
     let (a4, a_tail) = a.split_at(a.len() / 4 * 4);
     let (b4, b_tail) = b.split_at(a4.len());

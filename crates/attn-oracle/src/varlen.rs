@@ -394,7 +394,7 @@ pub fn compare_packed(
 }
 
 /// Packed Q, K and V must hold the batch's queries and keys, K and V alike.
-fn check_packed_dims(
+pub(crate) fn check_packed_dims(
     q: &HostTensor,
     k: &HostTensor,
     v: &HostTensor,

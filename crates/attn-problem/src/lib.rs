@@ -14,7 +14,8 @@
 //! * [`ShapeSpec`] — the whole problem in one value, with a text form (`"2,32/8,4096,128 causal
 //!   bf16"`, `"varlen=512,0,3000 H=16/4 D=128"`) and the JSON form of evidence files;
 //!   [`ProblemKind`] says what it computes (today the prefill forward pass; decode and backward
-//!   are to arrive as kinds).
+//!   are to arrive as kinds); [`ShapeSpec::backward_flops`] and [`ShapeSpec::backward_bytes`]
+//!   give a backward pass's work and memory floors.
 //! * [`ProblemError`] — the one error type.
 //!
 //! ```
@@ -28,6 +29,7 @@
 
 #![warn(missing_docs)]
 
+mod backward;
 mod dtype;
 mod error;
 mod kind;
