@@ -17,6 +17,9 @@
 //!   in f32, the algorithm the kernels implement, for reproducing their rounding on the CPU.
 //! * [`compare`] and [`tolerance`] — the [`Verdict`] (errors, worst index, NaN/Inf/poison counts)
 //!   and the one documented tolerance table.
+//! * [`generate_decode`], [`reference_decode`] — decode batches ([`DecodeSpec`]): Q packed, K
+//!   and V contiguous or paged behind a [`BlockTable`] made by [`block_table`], sentinels in
+//!   every unused slot, and the f64 oracle read through the table.
 //! * [`npy`] — `.npy` exchange with numpy/PyTorch, and fixtures.
 //!
 //! ```
@@ -44,6 +47,7 @@
 compile_error!("attn-oracle assumes a little-endian host (HostTensor::as_bytes, .npy files)");
 
 mod compare;
+mod decode;
 mod error;
 mod generate;
 pub mod npy;
@@ -52,8 +56,13 @@ mod tensor;
 mod tiled;
 mod varlen;
 
+pub use attn_problem::{BlockTable, DecodeSpec, KvLayout, PagePolicy};
 pub use attn_problem::{DType, Packed, Params, ProblemError, RowId, Shape, Varlen, Window};
 pub use compare::{compare, tolerance, Tolerance, Verdict};
+pub use decode::{
+    block_table, compare_decode, generate_decode, reference_decode, DecodeCase, DecodeInputs,
+    KvCache, SENTINEL_PAGE, SENTINEL_SLOT,
+};
 pub use error::OracleError;
 pub use generate::{generate, CaseSpec, Distribution, Inputs, SMALL_SIGMA};
 pub use reference::{
