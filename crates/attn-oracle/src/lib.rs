@@ -20,6 +20,9 @@
 //! * [`backward()`] — the exact f64 backward (dQ, dK, dV from Q, K, V, O, dO and the LSE), every
 //!   element or sampled rows ([`backward_rows`]), packed batches ([`backward_varlen`]), and its
 //!   provisional [`backward_tolerance`].
+//! * [`generate_decode`], [`reference_decode`] — decode batches ([`DecodeSpec`]): Q packed, K
+//!   and V contiguous or paged behind a [`BlockTable`] made by [`block_table`], sentinels in
+//!   every unused slot, and the f64 oracle read through the table.
 //! * [`npy`] — `.npy` exchange with numpy/PyTorch, and fixtures.
 //!
 //! ```
@@ -48,6 +51,7 @@ compile_error!("attn-oracle assumes a little-endian host (HostTensor::as_bytes, 
 
 mod backward;
 mod compare;
+mod decode;
 mod error;
 mod generate;
 pub mod npy;
@@ -56,6 +60,7 @@ mod tensor;
 mod tiled;
 mod varlen;
 
+pub use attn_problem::{BlockTable, DecodeSpec, KvLayout, PagePolicy};
 pub use attn_problem::{DType, Packed, Params, ProblemError, RowId, Shape, Varlen, Window};
 pub use backward::{
     backward, backward_exact, backward_rows, backward_tolerance, backward_varlen, compare_gradient,
@@ -63,6 +68,10 @@ pub use backward::{
     SampledGradients,
 };
 pub use compare::{compare, tolerance, Tolerance, Verdict};
+pub use decode::{
+    block_table, compare_decode, generate_decode, reference_decode, DecodeCase, DecodeInputs,
+    KvCache, SENTINEL_PAGE, SENTINEL_SLOT,
+};
 pub use error::OracleError;
 pub use generate::{generate, CaseSpec, Distribution, Inputs, SMALL_SIGMA};
 pub use reference::{

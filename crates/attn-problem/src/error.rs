@@ -43,6 +43,18 @@ pub enum ProblemError {
         /// Why.
         reason: String,
     },
+    /// A decode batch that cannot be run (see `DecodeSpec`'s invariants).
+    #[error("invalid decode batch: {reason}")]
+    InvalidDecode {
+        /// Why.
+        reason: String,
+    },
+    /// A block table that cannot serve its cache or its batch.
+    #[error("invalid block table: {reason}")]
+    InvalidBlockTable {
+        /// Why.
+        reason: String,
+    },
     /// Text that is not a sliding window.
     #[error("cannot parse window {input:?}: {reason}")]
     ParseWindow {

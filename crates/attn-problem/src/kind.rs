@@ -6,10 +6,9 @@ use serde::{Deserialize, Serialize};
 /// new kinds of problem arrive, so that each is one more variant here, read and written by the
 /// same gate, bench and evidence pipeline, never a second pipeline.
 ///
-/// Today there is one kind, the forward pass over whole sequences (prefill). Planned, not
-/// implemented:
-/// - decode: one or a few new queries per sequence over a paged KV cache, a variant carrying the
-///   cache's layout (per-sequence query and KV lengths, page size, block table);
+/// Today there are the forward pass over whole sequences (prefill, a [`crate::ShapeSpec`]) and
+/// decode (a [`crate::DecodeSpec`]: 1 to 16 new queries per sequence over a contiguous or paged
+/// KV cache, which the measuring pipeline does not run yet). Planned, not implemented:
 /// - backward: the forward pass that also writes the logsumexp, and the gradient pass that
 ///   reads it, each a variant of its own.
 ///
@@ -24,6 +23,9 @@ pub enum ProblemKind {
     /// `O = softmax(scale · Q·Kᵀ + mask) · V` for every query of every sequence at once.
     #[default]
     PrefillForward,
+    /// The same attention for a few new tokens per sequence at the end of a KV cache: a
+    /// [`crate::DecodeSpec`], never a [`crate::ShapeSpec`].
+    Decode,
 }
 
 impl ProblemKind {

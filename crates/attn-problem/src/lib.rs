@@ -13,9 +13,13 @@
 //!   kernels' int32 offsets, and where each sequence's rows lie ([`Packed`]).
 //! * [`ShapeSpec`] — the whole problem in one value, with a text form (`"2,32/8,4096,128 causal
 //!   bf16"`, `"varlen=512,0,3000 H=16/4 D=128"`) and the JSON form of evidence files;
-//!   [`ProblemKind`] says what it computes (today the prefill forward pass; decode and backward
-//!   are to arrive as kinds); [`ShapeSpec::backward_flops`] and [`ShapeSpec::backward_bytes`]
-//!   give a backward pass's work and memory floors.
+//!   [`ProblemKind`] says what it computes (the prefill forward pass or decode; backward is to
+//!   arrive as a kind); [`ShapeSpec::backward_flops`] and [`ShapeSpec::backward_bytes`] give a
+//!   backward pass's work and memory floors.
+//! * [`DecodeSpec`] — a decode batch: 1 to 16 new tokens per sequence at the end of a KV cache,
+//!   contiguous or paged ([`KvLayout`], [`PagePolicy`], [`BlockTable`]), its text form (`"decode
+//!   B=64 q=1 kv=8192 H=32/8 D=128 page=16 bf16"`), the bytes and FLOPs a launch must move and do
+//!   ([`DecodeBytes`]); [`DECODE_SUITES`] and [`decode_battery`] are its shapes.
 //! * [`ProblemError`] — the one error type.
 //!
 //! ```
@@ -30,6 +34,9 @@
 #![warn(missing_docs)]
 
 mod backward;
+mod decode;
+mod decode_suites;
+mod decode_text;
 mod dtype;
 mod error;
 mod kind;
@@ -38,6 +45,8 @@ mod shape;
 mod spec;
 mod varlen;
 
+pub use decode::{BlockTable, DecodeBytes, DecodeSpec, KvLayout, PagePolicy};
+pub use decode_suites::{decode_battery, DecodeSuite, DECODE_SUITES};
 pub use dtype::DType;
 pub use error::ProblemError;
 pub use kind::ProblemKind;

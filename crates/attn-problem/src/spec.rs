@@ -62,8 +62,13 @@ pub struct ShapeSpec {
     /// Element type of Q, K, V and O: fp16 or bf16 ([`DType::INPUTS`]).
     #[serde(default, deserialize_with = "crate::dtype::deserialize_input")]
     pub dtype: DType,
-    /// What the call computes (today always the prefill forward pass).
-    #[serde(default, skip_serializing_if = "ProblemKind::is_prefill_forward")]
+    /// What the call computes: always the prefill forward pass (a decode batch is a
+    /// [`crate::DecodeSpec`], and JSON naming another kind is refused).
+    #[serde(
+        default,
+        skip_serializing_if = "ProblemKind::is_prefill_forward",
+        deserialize_with = "deserialize_prefill"
+    )]
     pub kind: ProblemKind,
 }
 
@@ -208,6 +213,12 @@ impl FromStr for ShapeSpec {
                 "empty; expected B,H,S,D or varlen=L1,L2,... H=H D=D".into(),
             ));
         }
+        if words[0] == "decode" {
+            return Err(fail(
+                "a decode batch is a DecodeSpec (decode q=Q kv=KV H=H D=D ...), not a prefill shape"
+                    .into(),
+            ));
+        }
         let (mut shape, rest) = if words.iter().any(|w| w.starts_with("varlen=")) {
             parse_packed(&words).map_err(fail)?
         } else {
@@ -251,9 +262,25 @@ impl FromStr for ShapeSpec {
     }
 }
 
+/// Reads a prefill problem's kind, refusing the kinds a [`ShapeSpec`] cannot describe.
+fn deserialize_prefill<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<ProblemKind, D::Error> {
+    match ProblemKind::deserialize(deserializer)? {
+        ProblemKind::PrefillForward => Ok(ProblemKind::PrefillForward),
+        other => Err(serde::de::Error::custom(format!(
+            "a shape of kind {other:?} is not a prefill problem (a decode batch is a DecodeSpec)"
+        ))),
+    }
+}
+
 /// Records `word` as the one word of its `what` (a dtype, a window), refusing a second: the
 /// last one winning would hide a typo.
-fn once<'w>(seen: &mut Option<&'w str>, word: &'w str, what: &str) -> Result<(), String> {
+pub(crate) fn once<'w>(
+    seen: &mut Option<&'w str>,
+    word: &'w str,
+    what: &str,
+) -> Result<(), String> {
     match seen.replace(word) {
         Some(first) => Err(format!("two {what}s, {first:?} and {word:?}: give one")),
         None => Ok(()),
@@ -261,7 +288,7 @@ fn once<'w>(seen: &mut Option<&'w str>, word: &'w str, what: &str) -> Result<(),
 }
 
 /// A positive integer, or one line saying what `text` is not.
-fn positive(text: &str, what: &str) -> Result<usize, String> {
+pub(crate) fn positive(text: &str, what: &str) -> Result<usize, String> {
     text.trim()
         .parse::<usize>()
         .ok()
@@ -271,7 +298,7 @@ fn positive(text: &str, what: &str) -> Result<usize, String> {
 
 /// `H` or `HQ/HKV` of a varlen batch's `H=` word: the query heads and, when given, the K/V heads
 /// (dividing them).
-fn parse_heads(text: &str) -> Result<(usize, Option<usize>), String> {
+pub(crate) fn parse_heads(text: &str) -> Result<(usize, Option<usize>), String> {
     let (heads, kv_heads) = match text.split_once('/') {
         Some((heads, kv)) => (
             positive(heads, "integer")?,

@@ -187,3 +187,20 @@ fn varlen_lengths_refuse_in_one_line() {
         assert_eq!(varlen.packed_row(&id, 4), Some(row));
     }
 }
+
+#[test]
+fn a_shape_spec_is_never_a_decode_batch() {
+    let err = "decode q=1 kv=100 H=8 D=64"
+        .parse::<ShapeSpec>()
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("a decode batch is a DecodeSpec"),
+        "{err}"
+    );
+    let json =
+        r#"{"batch":1,"heads":1,"seq_q":2,"seq_kv":2,"head_dim":8,"causal":false,"kind":"decode"}"#;
+    let err = serde_json::from_str::<ShapeSpec>(json).unwrap_err();
+    assert!(err.to_string().contains("not a prefill problem"), "{err}");
+    let decode: attn_problem::DecodeSpec = "decode q=1 kv=100 H=8 D=64".parse().unwrap();
+    assert_eq!(decode.kind(), ProblemKind::Decode);
+}

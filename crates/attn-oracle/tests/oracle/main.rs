@@ -1,6 +1,7 @@
 //! Integration tests of attn-oracle, one binary (faster to build and link than one per file).
 
 mod compare;
+mod decode;
 mod generate;
 mod io;
 mod reference;
