@@ -210,6 +210,37 @@ const PLANTED: &[Planted] = &[
         CaseStatus::TimedOutputDiffers,
     )
     .around(Around::CopiesReference),
+    // Reads outside the inputs, named before the wrong values they cause. Query head h reads K/V
+    // head h >> 2 at a group of 7: heads 16 to 27 read K/V heads 4 to 6, past the end of K and V
+    // (found on an H200 as "non-deterministic output" when what lay there changed).
+    planted(
+        "kv-head-past-the-end",
+        25,
+        "1,28/4,1024,64",
+        CaseStatus::ReadOutside,
+    )
+    .with_variants()
+    .because("read outside its inputs (past K, past V);"),
+    // One key row past each head, masked by arithmetic: only the last head's lies past K, and
+    // only a NaN there changes the output.
+    planted("one-key-past-k", 26, "1,4,256,64", CaseStatus::ReadOutside)
+        .because("read outside its inputs (past K);"),
+    // A halo row before each head's first query row, weighted by 0 (bf16's NaN guards).
+    planted(
+        "halo-row-before-q",
+        28,
+        "1,4,256,64 bf16",
+        CaseStatus::ReadOutside,
+    )
+    .because("read outside its inputs (before Q);"),
+    // Wrong and unstable: the wrong value is the verdict, the instability appended to it.
+    planted(
+        "wrong-and-non-deterministic",
+        27,
+        "1,4,256,64",
+        CaseStatus::Incorrect,
+    )
+    .because("; also non-deterministic: two launches on the same inputs differ in"),
 ];
 
 /// Honest kernels: every defence must let them through (passed or not faster, never a rejection,
