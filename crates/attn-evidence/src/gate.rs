@@ -21,6 +21,9 @@ pub enum CheckFailure {
     WroteOutside,
     /// Q, K or V changed across the launch (their checksums differ).
     WroteInputs,
+    /// The output depends on what lies in the guards around Q, K or V: the kernel read outside
+    /// its inputs.
+    ReadOutside,
     /// Two launches on the same inputs gave outputs that are not bitwise identical.
     NonDeterministic,
 }
@@ -31,17 +34,32 @@ impl CheckFailure {
     pub fn is_defence(self) -> bool {
         matches!(
             self,
-            CheckFailure::WroteOutside | CheckFailure::WroteInputs | CheckFailure::NonDeterministic
+            CheckFailure::WroteOutside
+                | CheckFailure::WroteInputs
+                | CheckFailure::ReadOutside
+                | CheckFailure::NonDeterministic
         )
     }
 }
 
 /// What the gate watched around a checked launch besides its values: canary guards around every
-/// buffer, checksums of the inputs, a second launch on the same inputs.
+/// buffer, checksums of the inputs, a second launch on the same inputs, and on a failed check,
+/// relaunches with the inputs' guards refilled.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LaunchGuards {
-    /// Canary bytes before and after each of Q, K, V and O (each buffer has its own).
+    /// Guard bytes before each of Q, K, V and O, and after O (and, in older files, after each).
     pub guard_bytes: u64,
+    /// Guard bytes after each of Q, K and V, whose guards hold NaNs (empty in older files: their
+    /// guards after were `guard_bytes` of finite canaries).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub input_guards_after: Vec<u64>,
+    /// Launches after a failed check with the inputs' guards refilled (finite, then NaN one guard
+    /// at a time): 0 when the check passed or wrote outside.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub read_probe_launches: u32,
+    /// The guards whose contents changed the output (`"past K"`, `"before Q"`); empty when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_outside: Vec<String>,
     /// Writes found in the guards, one line each (`"128 bytes after O"`); empty when clean.
     #[serde(default)]
     pub outside: Vec<String>,
@@ -52,6 +70,10 @@ pub struct LaunchGuards {
     pub launches: u32,
     /// Whether those launches' outputs were bitwise identical.
     pub identical: bool,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// The whole output compared with the GPU reference (f32, `kernels/reference.cu`).
@@ -311,6 +333,8 @@ pub enum CaseStatus {
     WroteOutside,
     /// Changed its inputs.
     WroteInputs,
+    /// Its output depends on memory outside its inputs.
+    ReadOutside,
     /// Two launches on the same inputs differ.
     NonDeterministic,
     /// What the timed launches produced differs from the checked output.
@@ -345,6 +369,7 @@ impl CaseStatus {
             CaseStatus::StaleOutput => "stale output",
             CaseStatus::WroteOutside => "wrote outside its output",
             CaseStatus::WroteInputs => "wrote into its inputs",
+            CaseStatus::ReadOutside => "read outside its inputs",
             CaseStatus::NonDeterministic => "non-deterministic output",
             CaseStatus::TimedOutputDiffers => "timed output differs",
             CaseStatus::EscapedStream => "work escapes the stream",

@@ -344,6 +344,25 @@ impl Gpu {
         })
     }
 
+    /// Copies a host tensor into an existing device tensor of the same dims and dtype.
+    pub fn copy_into(&self, tensor: &HostTensor, device: &mut DeviceTensor) -> Result<()> {
+        let dtype = tensor.dtype()?;
+        if tensor.dims != device.dims || dtype != device.dtype {
+            return Err(KernelError::Shape(format!(
+                "a {dtype} {:?} tensor copied into a {} {:?} one",
+                tensor.dims, device.dtype, device.dims
+            )));
+        }
+        let bits: Vec<u16> = tensor
+            .as_bytes()
+            .chunks_exact(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+            .collect();
+        self.stream
+            .memcpy_htod(&bits, &mut device.buf)
+            .during("cuMemcpyHtoD")
+    }
+
     /// Copies a varlen batch's offsets to the device.
     pub fn upload_offsets(&self, varlen: &attn_oracle::Varlen) -> Result<VarlenOffsets> {
         Ok(VarlenOffsets {

@@ -4,7 +4,9 @@
 //! and work on another stream seen by device events. Run on a GPU machine with
 //! `--include-ignored`.
 
-use attn_kernels::guard::{checksum_host, span_mhz, ClockStamp, ClockStamps};
+use attn_kernels::guard::{
+    checksum_host, span_mhz, ClockStamp, ClockStamps, GuardFill, Side, GUARD_BYTES,
+};
 use attn_kernels::planted::{ReferenceCopier, SideStreamWork};
 use attn_kernels::timing::NoHooks;
 use attn_kernels::{
@@ -85,6 +87,66 @@ fn guards_measure_writes_outside_and_checksums_see_writes_inside() {
     let (outside, changed, _) = run(&bad);
     assert_eq!(outside, ["2 bytes before O and 128 bytes after O"]);
     assert_eq!(changed, [true, false, false]);
+}
+
+/// A `--src` kernel whose every output element is 1 + 0 × (the element just past K's end).
+const READS_PAST_K: &str = r#"#include "attn_common.cuh"
+extern "C" __global__ void attn_fwd(const elem_t* q, const elem_t* k, const elem_t* v, elem_t* o,
+                                    int b, int h, int sq, int skv, float s, int c) {
+    const size_t n = (size_t)b * h * sq * HEAD_DIM;
+    const float past = to_float(k[(size_t)b * h * skv * HEAD_DIM]);
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        o[i] = from_float(1.0f + 0.0f * past);
+}
+"#;
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn nan_guards_show_reads_outside_the_inputs_and_refill_in_place() {
+    let _device = attn_kernels::device_lock(0);
+    let gpu = Gpu::open(0).expect("a CUDA GPU");
+    let shape = Shape::new(1, 2, 100, 100, 64).unwrap();
+    for dtype in [DType::F16, DType::Bf16] {
+        let x = inputs(shape, dtype, 12);
+        let params = Params::new(64, false);
+        let mut q = GuardedTensor::upload_for_reads(&gpu, "Q", &x.q, 1).unwrap();
+        let mut k = GuardedTensor::upload_for_reads(&gpu, "K", &x.k, 2).unwrap();
+        let v = GuardedTensor::upload_for_reads(&gpu, "V", &x.v, 3).unwrap();
+        let mut o = GuardedTensor::alloc_poisoned(&gpu, "O", q.dims, dtype, 4).unwrap();
+        assert_eq!(k.guard_bytes(), [GUARD_BYTES, GUARD_BYTES]);
+        let clean = |ts: [&GuardedTensor; 4]| ts.iter().all(|t| t.check(&gpu).unwrap().is_none());
+        // An honest kernel reads inside its inputs: NaN guards change nothing.
+        let naive = Candidate::registered("naive", Config::default()).unwrap();
+        let prepared = Prepared::new(&gpu, &naive, dtype, 64).unwrap();
+        prepared.launch(&gpu, &q, &k, &v, &mut o, &params).unwrap();
+        let output = gpu.download(&o).unwrap();
+        let plain = prepared.run(&gpu, &x.q, &x.k, &x.v, &params).unwrap();
+        assert_eq!(output.as_bytes(), plain.as_bytes(), "{dtype}");
+        assert!(clean([&q, &k, &v, &o]));
+        // A kernel that reads past K: NaN everywhere, then 1 everywhere once K's guard is finite.
+        let mut defines = Config::default();
+        defines.0.insert("NUM_WARPS".into(), 4);
+        let past_k = Candidate::Source {
+            path: "reads_past_k.cu".into(),
+            source: READS_PAST_K.into(),
+            entry: "attn_fwd".into(),
+            defines,
+        };
+        let prepared = Prepared::new(&gpu, &past_k, dtype, 64).unwrap();
+        let mut run = |q: &GuardedTensor, k: &GuardedTensor| {
+            gpu.poison(&mut o).unwrap();
+            prepared.launch(&gpu, q, k, &v, &mut o, &params).unwrap();
+            gpu.download(&o).unwrap().to_f64()
+        };
+        assert!(run(&q, &k).iter().all(|x| x.is_nan()), "{dtype}");
+        k.fill_guard(&gpu, Side::After, GuardFill::Finite).unwrap();
+        assert!(run(&q, &k).iter().all(|&x| x == 1.0), "{dtype}");
+        // Q's guards have nothing to do with it; refilled guards still check clean.
+        q.fill_guard(&gpu, Side::Before, GuardFill::Finite).unwrap();
+        k.fill_guard(&gpu, Side::After, GuardFill::Nan).unwrap();
+        assert!(run(&q, &k).iter().all(|x| x.is_nan()), "{dtype}");
+        assert!(clean([&q, &k, &v, &o]));
+    }
 }
 
 #[test]

@@ -224,6 +224,7 @@ fn check_failed(bad: &CorrectnessCheck, battery: Option<&str>) -> Decision {
         CheckFailure::Incorrect => CaseStatus::Incorrect,
         CheckFailure::WroteOutside => CaseStatus::WroteOutside,
         CheckFailure::WroteInputs => CaseStatus::WroteInputs,
+        CheckFailure::ReadOutside => CaseStatus::ReadOutside,
         CheckFailure::NonDeterministic => CaseStatus::NonDeterministic,
     };
     let why = bad.reason.as_deref().unwrap_or("wrong result");
@@ -486,6 +487,11 @@ mod tests {
                 CheckFailure::WroteInputs,
                 CaseStatus::WroteInputs,
                 "wrote into its inputs (Q changed across the launch)",
+            ),
+            (
+                CheckFailure::ReadOutside,
+                CaseStatus::ReadOutside,
+                "read outside its inputs (past K, past V); with NaN there: 12 NaN/Inf output elements",
             ),
             (
                 CheckFailure::NonDeterministic,

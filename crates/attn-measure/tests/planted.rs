@@ -213,7 +213,9 @@ const PLANTED: &[Planted] = &[
     // The edge battery beyond the case's own group and window: each is right on its case (a group
     // of 4, a window of 128), and rejected at the first battery shape it gets wrong, which the
     // reason names (`battery_plants_are_named_at_their_first_wrong_shape` finds it on the CPU).
-    planted("gqa-head-shift", 21, "2,32/8,256,64", CaseStatus::Incorrect)
+    // At 6/2 the last batch's heads 4 and 5 take K/V head 2, past the end of K and V: that read is
+    // the verdict (NaN guards), named at the shape.
+    planted("gqa-head-shift", 21, "2,32/8,256,64", CaseStatus::ReadOutside)
         .with_variants()
         .because("edge shape 2,6/2,97,129,64,"),
     planted(
@@ -241,6 +243,37 @@ const PLANTED: &[Planted] = &[
     )
     .with_variants()
     .because("edge shape 1,4/1,200,161,64 window=0,0,"),
+    // Reads outside the inputs, named before the wrong values they cause. Query head h reads K/V
+    // head h >> 2 at a group of 7: heads 16 to 27 read K/V heads 4 to 6, past the end of K and V
+    // (found on an H200 as "non-deterministic output" when what lay there changed).
+    planted(
+        "kv-head-past-the-end",
+        25,
+        "1,28/4,1024,64",
+        CaseStatus::ReadOutside,
+    )
+    .with_variants()
+    .because("read outside its inputs (past K, past V);"),
+    // One key row past each head, masked by arithmetic: only the last head's lies past K, and
+    // only a NaN there changes the output.
+    planted("one-key-past-k", 26, "1,4,256,64", CaseStatus::ReadOutside)
+        .because("read outside its inputs (past K);"),
+    // A halo row before each head's first query row, weighted by 0 (bf16's NaN guards).
+    planted(
+        "halo-row-before-q",
+        28,
+        "1,4,256,64 bf16",
+        CaseStatus::ReadOutside,
+    )
+    .because("read outside its inputs (before Q);"),
+    // Wrong and unstable: the wrong value is the verdict, the instability appended to it.
+    planted(
+        "wrong-and-non-deterministic",
+        27,
+        "1,4,256,64",
+        CaseStatus::Incorrect,
+    )
+    .because("; also non-deterministic: two launches on the same inputs differ in"),
 ];
 
 /// Honest kernels: every defence must let them through (passed or not faster, never a rejection,

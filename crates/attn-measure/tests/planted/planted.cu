@@ -26,6 +26,13 @@
 // 22 maps query head h to K/V head h / 4, whatever kv_heads says (right for groups of 4)
 // 23 rounds window_left down to a multiple of 64 (right for windows of 0, 64, 128, ...)
 // 24 ignores window_right (a window bounds its rows on the right only through the causal flag)
+// 25 maps query head h to K/V head h >> 2 (a group of 4 assumed): with more heads to a group it
+//    reads K/V heads past the end of K and V (grouped heads: compile with VARIANTS=1)
+// 26 reads one key past each head's last (K only), its score masked by arithmetic (× 0, − 1e30):
+//    the last head's extra key lies past the end of K, and only a NaN there changes the output
+// 27 wrong and non-deterministic: 4's bad row and 17's flipped bit together
+// 28 reads a halo row before each head's first query row, weighted by 0: before Q for the first
+//    head, where only a NaN changes the output
 //
 // Launches are counted per block and per problem (its sizes hashed into the counter's index), so
 // that the small problems of the gate's edge battery do not age the counters of the case's own.
@@ -293,13 +300,21 @@ attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_
 #endif
     if (row < seq_q) {
         const elem_t* q_row = q + (bh * seq_q + row) * HEAD_DIM;
-        const elem_t* k_head = k + bh * seq_kv * HEAD_DIM;
-        const elem_t* v_head = v + bh * seq_kv * HEAD_DIM;
+#if PLANT == 25
+        const size_t kv_bh = (size_t)blockIdx.z * kv_heads + (blockIdx.y >> 2);
+#else
+        const size_t kv_bh = bh;
+#endif
+        const elem_t* k_head = k + kv_bh * seq_kv * HEAD_DIM;
+        const elem_t* v_head = v + kv_bh * seq_kv * HEAD_DIM;
         float q_reg[DIMS_PER_LANE], acc[DIMS_PER_LANE];
 #pragma unroll
         for (int i = 0; i < DIMS_PER_LANE; ++i) {
             const int d = lane + 32 * i;
             q_reg[i] = d < HEAD_DIM ? load(&q_row[d]) : 0.0f;
+#if PLANT == 28
+            if (row == 0 && d < HEAD_DIM) q_reg[i] += 0.0f * load(&q_row[d - HEAD_DIM]);
+#endif
             acc[i] = 0.0f;
         }
 #if PLANT == 6
@@ -314,7 +329,11 @@ attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_
 #endif
         const int kv_end = masked ? min(seq_kv, limit) : seq_kv;
         float m = -INFINITY, l = 0.0f;
+#if PLANT == 26
+        for (int j = 0; j <= kv_end; ++j) {
+#else
         for (int j = 0; j < kv_end; ++j) {
+#endif
             float partial = 0.0f;
 #pragma unroll
             for (int i = 0; i < DIMS_PER_LANE; ++i) {
@@ -325,6 +344,9 @@ attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_
             for (int off = 16; off > 0; off /= 2) partial += __shfl_xor_sync(0xffffffffu, partial, off);
 #if PLANT == 12
             const float s = partial * rsqrtf((float)HEAD_DIM);
+#elif PLANT == 26
+            const float keep = j < kv_end ? 1.0f : 0.0f;
+            const float s = partial * scale * keep - (1.0f - keep) * 1e30f;
 #else
             const float s = partial * scale;
 #endif
@@ -339,7 +361,11 @@ attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_
 #pragma unroll
             for (int i = 0; i < DIMS_PER_LANE; ++i) {
                 const int d = lane + 32 * i;
+#if PLANT == 26
+                const float vd = d < HEAD_DIM && j < kv_end ? load(&v_head[(size_t)j * HEAD_DIM + d]) : 0.0f;
+#else
                 const float vd = d < HEAD_DIM ? load(&v_head[(size_t)j * HEAD_DIM + d]) : 0.0f;
+#endif
                 acc[i] = acc[i] * correction + p * vd;
             }
             m = m_new;
@@ -356,10 +382,10 @@ attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_
             const int d = lane + 32 * i;
             if (d >= HEAD_DIM) continue;
             float out = acc[i] * inv_l;
-#if PLANT == 4
+#if PLANT == 4 || PLANT == 27
             if (bh == (size_t)batch * heads - 1 && row == seq_q / 2) out += 0.5f;
 #endif
-#if PLANT == 17
+#if PLANT == 17 || PLANT == 27
             if (d == 0 && (launch & 1u)) {
                 elem_t e = from_float(out);
                 unsigned short bits = *reinterpret_cast<unsigned short*>(&e) ^ 1u;

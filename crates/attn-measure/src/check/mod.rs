@@ -13,12 +13,25 @@
 //!
 //! - the softmax scale is drawn per check among [`SCALE_FACTORS`] × 1/√D ([`check_scale`]), so a
 //!   kernel that ignores its `scale` argument fails;
-//! - Q, K, V and O sit between canary guards ([`GuardedTensor`]) read back after every launch: a
-//!   write outside the output is "wrote outside its output (N bytes after O)";
+//! - Q, K, V and O sit between guards ([`GuardedTensor`]) read back after every launch: a write
+//!   outside the output is "wrote outside its output (N bytes after O)". Q, K and V's guards are
+//!   NaNs of their dtype, the one after each as large as the input (up to
+//!   [`READ_GUARD_MAX_BYTES`](attn_kernels::guard::READ_GUARD_MAX_BYTES)), so a kernel that reads
+//!   past its inputs computes from NaN;
 //! - Q, K and V are checksummed on the device before and after: "wrote into its inputs" (before
 //!   any reference is computed from them, so the gate never blames its own reference);
-//! - the launch runs twice on the same inputs: outputs that are not bitwise identical are a
+//! - the launch runs twice on the same inputs, and the first output is judged against the
+//!   references whatever the second gave;
+//! - a first output that is wrong (unwritten, NaN/Inf or incorrect) is relaunched with the inputs'
+//!   guards refilled (`reads`): if what lies outside the inputs changes it, the kernel "read
+//!   outside its inputs (past K)", a verdict ahead of the wrong value it explains;
+//! - outputs of the two launches that are not bitwise identical are appended to a wrong value's
+//!   reason ("; also non-deterministic"), and a correct output that is unstable is a
 //!   "non-deterministic output".
+//!
+//! The order of the verdicts: a write outside the output or into the inputs (the references would
+//! be computed from inputs the kernel changed), a read outside the inputs, the wrong value
+//! (`failure_of`'s order), then non-determinism.
 //!
 //! A varlen problem runs through the same check on packed inputs (each sequence drawn as its own
 //! dense problem) launched with its offsets: the f64 oracle on each sequence's rows of the one row
@@ -38,6 +51,8 @@ use crate::bound::{reference_error, whole_output_bound};
 use crate::random::next_random;
 use crate::supervise::Watchdog;
 use crate::{Problem, Result};
+
+mod reads;
 
 /// The multiples of the problem's scale (1/√D) the checks draw their softmax scale from: a kernel
 /// that ignores its `scale` argument is wrong at every factor but 1.
@@ -140,11 +155,10 @@ pub(crate) struct CheckContext<'a> {
     pub watched: Watched<'a>,
 }
 
-/// What the guards, checksums and second launch found.
+/// What the guards and checksums found after a launch.
 struct Watch {
     guards: LaunchGuards,
     first_outside: Option<String>,
-    differing: usize,
 }
 
 /// One check of `problem` on inputs of `distribution` from `seed` at softmax `scale` (the edge
@@ -166,12 +180,17 @@ pub(crate) fn check_one(
     } = *cx;
     let params = problem.params.with_scale(scale);
     let inputs = problem.generate(distribution, seed);
-    // Every buffer between guards seeded from the check's seed (a kernel cannot know them).
+    // Every buffer between guards seeded from the check's seed (a kernel cannot know them); the
+    // inputs' guards are NaNs, so what a kernel reads outside them shows in its output.
     let guard_seed = |i: u64| next_random(&mut (seed ^ 0x6a7d_0000 ^ i));
-    let q = GuardedTensor::upload(gpu, "Q", &inputs.q, guard_seed(1))?;
-    let k = GuardedTensor::upload(gpu, "K", &inputs.k, guard_seed(2))?;
-    let v = GuardedTensor::upload(gpu, "V", &inputs.v, guard_seed(3))?;
+    let mut q = GuardedTensor::upload_for_reads(gpu, "Q", &inputs.q, guard_seed(1))?;
+    let mut k = GuardedTensor::upload_for_reads(gpu, "K", &inputs.k, guard_seed(2))?;
+    let mut v = GuardedTensor::upload_for_reads(gpu, "V", &inputs.v, guard_seed(3))?;
     let mut o = GuardedTensor::alloc_poisoned(gpu, "O", q.dims, problem.dtype, guard_seed(4))?;
+    let input_guards_after: Vec<u64> = [&q, &k, &v]
+        .iter()
+        .map(|t| t.guard_bytes()[1] as u64)
+        .collect();
     let sum_seed = guard_seed(5);
     let sums = |harness: &HarnessKernels| -> attn_kernels::Result<[u64; 3]> {
         Ok([
@@ -187,22 +206,28 @@ pub(crate) fn check_one(
         .as_ref()
         .map(|varlen| gpu.upload_offsets(varlen))
         .transpose()?;
-
-    // Two launches on the same inputs, the output poisoned before each.
-    let mut outputs: Vec<HostTensor> = Vec::with_capacity(2);
-    for launch_index in 0..2 {
-        if launch_index > 0 {
-            gpu.poison(&mut o)?;
-        }
-        let mut launch = || -> attn_kernels::Result<()> {
-            prepared.launch_batch(gpu, &q, &k, &v, &mut o, &params, offsets.as_ref())?;
+    // One launch on the inputs as they are, the output poisoned before it; its output.
+    let launch = |q: &GuardedTensor,
+                  k: &GuardedTensor,
+                  v: &GuardedTensor,
+                  o: &mut GuardedTensor|
+     -> Result<HostTensor> {
+        gpu.poison(o)?;
+        let mut run = || -> attn_kernels::Result<()> {
+            prepared.launch_batch(gpu, q, k, v, o, &params, offsets.as_ref())?;
             gpu.synchronize()
         };
         match watched {
-            Some((watchdog, bound)) => watchdog.guard(bound, "a checked launch", launch)?,
-            None => launch()?,
+            Some((watchdog, bound)) => watchdog.guard(bound, "a checked launch", run)?,
+            None => run()?,
         }
-        outputs.push(gpu.download(&o)?);
+        Ok(gpu.download(o)?)
+    };
+
+    // Two launches on the same inputs.
+    let mut outputs: Vec<HostTensor> = Vec::with_capacity(2);
+    for _ in 0..2 {
+        outputs.push(launch(&q, &k, &v, &mut o)?);
         // Writes outside or into the inputs end the check before anything is computed from
         // them: they are the verdict.
         let watch = watch_launch(
@@ -213,7 +238,8 @@ pub(crate) fn check_one(
             &before,
             &sums,
         )?;
-        if let Some(watch) = watch {
+        if let Some(mut watch) = watch {
+            watch.guards.input_guards_after = input_guards_after;
             let output = outputs.swap_remove(0);
             return defence_failure(problem, inputs, output, seed, distribution, scale, watch);
         }
@@ -221,22 +247,12 @@ pub(crate) fn check_one(
     let second = outputs.pop().expect("two launches");
     let output = outputs.pop().expect("two launches");
     let differing = differing_elements(&output, &second);
-    let guards = LaunchGuards {
-        guard_bytes: GUARD_BYTES as u64,
-        outside: vec![],
-        inputs_written: vec![],
-        launches: 2,
-        identical: differing == 0,
-    };
     if differing > 0 {
-        let watch = Watch {
-            guards,
-            first_outside: None,
-            differing,
-        };
-        return defence_failure(problem, inputs, output, seed, distribution, scale, watch);
+        // The first launch is the one judged: the device's O holds the second's.
+        gpu.copy_into(&output, &mut o)?;
     }
 
+    // Correctness before determinism: the first output against both references.
     let tol = tolerance(problem.dtype, distribution);
     let exact = problem.oracle(&inputs, &params, seed)?;
     let verdict = problem.compare(&output, &exact, &tol);
@@ -251,8 +267,41 @@ pub(crate) fn check_one(
     let full = full_check(&errors, problem, bound.floor(), reference_vs_f64);
 
     let stale = previous.is_some_and(|p| p.as_bytes() == output.as_bytes());
-    let failure = failure_of(&verdict, &full, &tol, stale);
-    let reason = failure.map(|f| failure_reason(f, &verdict, &full, &tol));
+    let value_failure = failure_of(&verdict, &full, &tol, stale);
+    // A wrong value may come from memory outside the inputs: relaunched with their guards
+    // refilled, an output that changes names the guards it read.
+    let probe = match value_failure {
+        Some(CheckFailure::Unwritten | CheckFailure::NonFinite | CheckFailure::Incorrect) => {
+            let mut relaunch =
+                |q: &GuardedTensor, k: &GuardedTensor, v: &GuardedTensor| launch(q, k, v, &mut o);
+            reads::probe_reads(
+                gpu,
+                [&mut q, &mut k, &mut v],
+                &output,
+                differing == 0,
+                &mut relaunch,
+            )?
+        }
+        _ => reads::ReadProbe::default(),
+    };
+    let value_reason = value_failure.map(|f| failure_reason(f, &verdict, &full, &tol));
+    let (failure, reason) = judged(
+        value_failure,
+        value_reason,
+        &probe.regions,
+        differing,
+        problem.q_elements(),
+    );
+    let guards = LaunchGuards {
+        guard_bytes: GUARD_BYTES as u64,
+        input_guards_after,
+        read_probe_launches: probe.launches,
+        read_outside: probe.regions,
+        outside: vec![],
+        inputs_written: vec![],
+        launches: 2,
+        identical: differing == 0,
+    };
     let check = CorrectnessCheck {
         seed,
         distribution: distribution.to_string(),
@@ -277,6 +326,42 @@ pub(crate) fn check_one(
         output,
         reference: exact,
     })
+}
+
+/// A check's failure and reason once its first output is judged (`value`, `value_reason`), the
+/// guards it read (`read_outside`) known, and its two launches compared (`differing` of
+/// `elements` differ): a read outside the inputs first, then the wrong value, each with any
+/// non-determinism appended; only a correct output that is unstable is non-deterministic.
+fn judged(
+    value: Option<CheckFailure>,
+    value_reason: Option<String>,
+    read_outside: &[String],
+    differing: usize,
+    elements: usize,
+) -> (Option<CheckFailure>, Option<String>) {
+    let unstable =
+        format!("two launches on the same inputs differ in {differing} of {elements} elements");
+    let also = if differing > 0 {
+        format!("; also non-deterministic: {unstable}")
+    } else {
+        String::new()
+    };
+    let wrong = value_reason.unwrap_or_else(|| "wrong result".into());
+    if !read_outside.is_empty() {
+        let reason = format!(
+            "{}; with NaN there: {wrong}{also}",
+            reads::read_outside_reason(read_outside)
+        );
+        return (Some(CheckFailure::ReadOutside), Some(reason));
+    }
+    match value {
+        Some(failure) => (Some(failure), Some(format!("{wrong}{also}"))),
+        None if differing > 0 => (
+            Some(CheckFailure::NonDeterministic),
+            Some(format!("non-deterministic output: {unstable}")),
+        ),
+        None => (None, None),
+    }
 }
 
 /// After a launch: the guards of every buffer, the inputs' checksums and a varlen batch's
@@ -312,12 +397,14 @@ fn watch_launch(
         first_outside: outside.first().cloned(),
         guards: LaunchGuards {
             guard_bytes: GUARD_BYTES as u64,
+            input_guards_after: vec![],
+            read_probe_launches: 0,
+            read_outside: vec![],
             outside,
             inputs_written,
             launches: 1,
             identical: true,
         },
-        differing: 0,
     }))
 }
 
@@ -333,7 +420,7 @@ fn differing_elements(a: &HostTensor, b: &HostTensor) -> usize {
         .count()
 }
 
-/// A check ended by a defence (guards, checksums, determinism): the verdict is its reason.
+/// A check ended by a write outside its output or into its inputs: the verdict is its reason.
 fn defence_failure(
     problem: &Problem,
     inputs: Inputs,
@@ -360,21 +447,12 @@ fn defence_failure(
             CheckFailure::WroteOutside,
             format!("wrote outside its output ({first}{also})"),
         )
-    } else if !guards.inputs_written.is_empty() {
+    } else {
         (
             CheckFailure::WroteInputs,
             format!(
                 "wrote into its inputs ({} changed across the launch: checksums before and after differ)",
                 guards.inputs_written.join(", ")
-            ),
-        )
-    } else {
-        (
-            CheckFailure::NonDeterministic,
-            format!(
-                "non-deterministic output: two launches on the same inputs differ in {} of {} elements",
-                watch.differing,
-                problem.q_elements()
             ),
         )
     };
@@ -500,10 +578,11 @@ fn failure_reason(
             full.rel_l2,
             tol.rel_l2
         ),
-        // Found before the values are judged (defence_failure).
-        CheckFailure::WroteOutside | CheckFailure::WroteInputs | CheckFailure::NonDeterministic => {
-            "wrong result".into()
-        }
+        // Found by the guards and launches, whose verdicts are their reasons (check_one).
+        CheckFailure::WroteOutside
+        | CheckFailure::WroteInputs
+        | CheckFailure::ReadOutside
+        | CheckFailure::NonDeterministic => "wrong result".into(),
     }
 }
 
@@ -522,6 +601,50 @@ pub fn first_failure(runs: &[CheckRun]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn correctness_is_named_before_determinism_and_reads_before_both() {
+        let wrong = || Some("7 NaN/Inf output elements, first at Some(3)".to_string());
+        // Correct and stable: passed.
+        assert_eq!(judged(None, None, &[], 0, 100), (None, None));
+        // Correct but unstable: only then non-deterministic.
+        let (failure, reason) = judged(None, None, &[], 5, 100);
+        assert_eq!(failure, Some(CheckFailure::NonDeterministic));
+        assert_eq!(
+            reason.unwrap(),
+            "non-deterministic output: two launches on the same inputs differ in 5 of 100 elements"
+        );
+        // Wrong and unstable: the wrong value, with the non-determinism appended.
+        let (failure, reason) = judged(Some(CheckFailure::NonFinite), wrong(), &[], 5, 100);
+        assert_eq!(failure, Some(CheckFailure::NonFinite));
+        assert_eq!(
+            reason.unwrap(),
+            "7 NaN/Inf output elements, first at Some(3); also non-deterministic: two launches on the same inputs differ in 5 of 100 elements"
+        );
+        let (failure, reason) = judged(Some(CheckFailure::Incorrect), wrong(), &[], 0, 100);
+        assert_eq!(failure, Some(CheckFailure::Incorrect));
+        assert!(!reason.unwrap().contains("non-deterministic"));
+        // A read outside the inputs explains the wrong value: named first, the value after it.
+        let read = ["past K".to_string(), "past V".to_string()];
+        let (failure, reason) = judged(Some(CheckFailure::NonFinite), wrong(), &read, 0, 100);
+        assert_eq!(failure, Some(CheckFailure::ReadOutside));
+        assert_eq!(
+            reason.unwrap(),
+            "read outside its inputs (past K, past V); with NaN there: 7 NaN/Inf output elements, first at Some(3)"
+        );
+        let (_, reason) = judged(Some(CheckFailure::Incorrect), wrong(), &read[..1], 9, 100);
+        let reason = reason.unwrap();
+        assert!(
+            reason.starts_with("read outside its inputs (past K);"),
+            "{reason}"
+        );
+        assert!(
+            reason.ends_with("; also non-deterministic: two launches on the same inputs differ in 9 of 100 elements"),
+            "{reason}"
+        );
+        // Its verdict is its reason, like the other defences'.
+        assert!(CheckFailure::ReadOutside.is_defence());
+    }
 
     #[test]
     fn every_case_draws_scales_other_than_one_over_root_d() {
