@@ -215,9 +215,14 @@ const PLANTED: &[Planted] = &[
     // reason names (`battery_plants_are_named_at_their_first_wrong_shape` finds it on the CPU).
     // At 6/2 the last batch's heads 4 and 5 take K/V head 2, past the end of K and V: that read is
     // the verdict (NaN guards), named at the shape.
-    planted("gqa-head-shift", 21, "2,32/8,256,64", CaseStatus::ReadOutside)
-        .with_variants()
-        .because("edge shape 2,6/2,97,129,64,"),
+    planted(
+        "gqa-head-shift",
+        21,
+        "2,32/8,256,64",
+        CaseStatus::ReadOutside,
+    )
+    .with_variants()
+    .because("edge shape 2,6/2,97,129,64,"),
     planted(
         "gqa-group-of-four",
         22,
