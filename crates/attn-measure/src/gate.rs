@@ -166,6 +166,7 @@ pub fn ended_case(problem: &Problem, status: CaseStatus, reason: String) -> Gate
         clock_guard: None,
         battery: None,
         memory_floor_us: None,
+        defences: vec![],
         status: Some(status),
         passed: false,
         reason,
