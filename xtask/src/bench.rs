@@ -172,12 +172,20 @@ fn show(bar: &mut Option<Progress>, event: Event) {
 
 /// The run's entries, one row each; an implementation's label carries `--config` when given.
 fn table(run: &BenchRun, config: &str, overrides: &Config) -> attn_report::table::Table {
+    // Every figure names how it was timed: the run's mode (or modes) in the time columns.
+    let mut modes: Vec<&str> = Vec::new();
+    for e in &run.entries {
+        if !modes.contains(&e.timing.mode.as_str()) {
+            modes.push(e.timing.mode.as_str());
+        }
+    }
+    let mode = modes.join(" and ");
     let mut table = attn_report::table::Table::new(&[
         "implementation",
         "shape",
-        "median µs",
-        "p10–p90 µs",
-        "TFLOP/s",
+        &format!("median µs ({mode})"),
+        &format!("p10–p90 µs ({mode})"),
+        &format!("TFLOP/s ({mode})"),
         "ns/token",
         "SM MHz",
     ])

@@ -247,7 +247,9 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         *current.lock().unwrap_or_else(|e| e.into_inner()) = problem.to_string();
         bar.step(problem.to_string());
         let case = session.case(problem, seed.wrapping_add(1_000_003 * i as u64));
-        bar.println(format!("  {}: {}", case.shape, case.reason));
+        let defences = attn_evidence::defences_line(&case.defences)
+            .map_or_else(String::new, |line| format!("; {line}"));
+        bar.println(format!("  {}: {}{defences}", case.shape, case.reason));
         bar.inc(1);
         cases.push(case);
     }

@@ -569,6 +569,10 @@ pub struct GateCase {
     /// (absent in older files, or where the bandwidth is unknown or the L2 not flushed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_floor_us: Option<f64>,
+    /// The defences that ran on this case, what each covered and found, and those that did not
+    /// run and why (absent in older files).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub defences: Vec<crate::Defence>,
     /// What ended the case (absent in schema-1 files; replay derives it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<CaseStatus>,

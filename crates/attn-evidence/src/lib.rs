@@ -53,6 +53,7 @@
 //! ```
 
 mod bench;
+mod defence;
 mod error;
 mod evo;
 mod gate;
@@ -67,6 +68,7 @@ mod timing;
 
 pub use attn_problem::{DType, ProblemError, ProblemKind, ShapeSpec, Varlen, Window};
 pub use bench::{BenchEntry, BenchRun, DenseAtMean, BENCH_CSV_HEADER};
+pub use defence::{defences_line, Defence, DefenceName, DefenceOutcome};
 pub use error::EvidenceError;
 pub use evo::{read_evo_log, write_evo_log, CandidateStatus, EvoCandidate, EvoLogAppender};
 pub use gate::{

@@ -593,3 +593,35 @@ fn a_ratchet_rule_and_revision_round_trip_and_old_rules_read_as_faster() {
     );
     assert_eq!(before.label(), "hopper@8bbe183");
 }
+
+#[test]
+fn cases_without_defences_read_as_none_recorded_and_recorded_ones_round_trip() {
+    use attn_evidence::{Defence, DefenceName, DefenceOutcome};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gate.json");
+    fs::write(&path, gate_json("2025-01-01T00:00:00Z")).unwrap();
+    let Evidence::Gate(mut gate) = read(&path).unwrap() else {
+        panic!("gate.json did not read as a gate run");
+    };
+    // A file written before defences were recorded: none, and none written back.
+    assert!(gate.cases[0].defences.is_empty());
+    assert!(!serde_json::to_string(&gate).unwrap().contains("defences"));
+    gate.cases[0].defences = vec![
+        Defence::ran(DefenceName::TimedVerification, "400 samples", false),
+        Defence::not_run(DefenceName::EdgeBattery, "not reached"),
+    ];
+    let again = dir.path().join("again.json");
+    write_json_atomic(&again, &gate).unwrap();
+    let text = fs::read_to_string(&again).unwrap();
+    assert!(
+        text.contains(
+            r#"{"name":"edge-battery","ran":false,"covered":"not reached","outcome":"not-run"}"#
+        ),
+        "{text}"
+    );
+    let Evidence::Gate(reread) = read(&again).unwrap() else {
+        panic!("again.json did not read as a gate run");
+    };
+    assert_eq!(reread.cases[0].defences, gate.cases[0].defences);
+    assert_eq!(reread.cases[0].defences[0].outcome, DefenceOutcome::Passed);
+}

@@ -324,6 +324,7 @@ mod tests {
             clock_guard: None,
             battery: None,
             memory_floor_us: None,
+            defences: vec![],
             status: None,
             passed: false,
             reason: String::new(),

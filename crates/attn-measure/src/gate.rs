@@ -20,6 +20,7 @@ use crate::baseline::{median, timing_evidence, Baseline};
 use crate::battery::{run_battery, tile_sizes};
 use crate::check::{run_checks, CheckContext, CheckRun, Watched};
 use crate::decide::{decide, implausibility, remarkable_speedup};
+use crate::defences::{case_defences, CaseFacts};
 use crate::sdpa::Backend;
 use crate::supervise::Watchdog;
 use crate::timing::{
@@ -152,7 +153,7 @@ impl PhaseTrace {
 
 /// An empty case of `problem` with a status and reason.
 pub fn ended_case(problem: &Problem, status: CaseStatus, reason: String) -> GateCase {
-    GateCase {
+    let mut case = GateCase {
         shape: problem.spec.clone(),
         config: Default::default(),
         correctness: vec![],
@@ -166,10 +167,13 @@ pub fn ended_case(problem: &Problem, status: CaseStatus, reason: String) -> Gate
         clock_guard: None,
         battery: None,
         memory_floor_us: None,
+        defences: vec![],
         status: Some(status),
         passed: false,
         reason,
-    }
+    };
+    case.defences = case_defences(&case, &GateRule::default(), &CaseFacts::default());
+    case
 }
 
 impl<'a> GateSession<'a> {
@@ -259,7 +263,9 @@ impl<'a> GateSession<'a> {
                 } else {
                     (CaseStatus::CouldNotRun, "could not run")
                 };
-                ended_case(problem, status, format!("{what}: {err}"))
+                let mut case = ended_case(problem, status, format!("{what}: {err}"));
+                case.defences = case_defences(&case, &self.plan.rule, &self.facts(0));
+                case
             }
         }
     }
@@ -273,18 +279,19 @@ impl<'a> GateSession<'a> {
         case.config = kernel.prepared.config().0.clone();
         case.correctness = self.check(&kernel, problem, seed, &mut trace)?;
         if case.correctness.iter().any(|c| !c.passed) {
-            return Ok(self.finish(case));
+            return Ok(self.finish(case, 0));
         }
         let battery = self.battery(&kernel, problem, seed)?;
         trace.done("edge battery");
         let battery_failed = battery.checks.iter().any(|c| !c.passed);
         case.battery = Some(battery);
         if battery_failed {
-            return Ok(self.finish(case));
+            return Ok(self.finish(case, 0));
         }
         let timed = self.time(&kernel, problem, seed, &mut trace)?;
+        let guard_launches = timed.timed.a.guard_stream_residual_us.len();
         self.record_timing(&mut case, problem, timed)?;
-        Ok(self.finish(case))
+        Ok(self.finish(case, guard_launches))
     }
 
     /// The candidate specialised for `problem` and compiled (once per run), with the GPU
@@ -466,7 +473,21 @@ impl<'a> GateSession<'a> {
         Ok(())
     }
 
-    fn finish(&self, mut case: GateCase) -> GateCase {
+    /// What a case's defence record needs beyond the case: the watchdog's bound, the device's
+    /// peak, and `side_stream_launches` of the candidate's guard pass.
+    fn facts(&self, side_stream_launches: usize) -> CaseFacts {
+        CaseFacts {
+            watchdog: self
+                .watchdog
+                .map(|_| (self.plan.hang_floor.as_secs_f64(), self.plan.hang_factor)),
+            side_stream_launches,
+            peak_tflops: self.plan.peak_tflops,
+        }
+    }
+
+    /// The decision, then the record of the defences that ran (`side_stream_launches` of the
+    /// candidate's guard pass, 0 when it was not timed).
+    fn finish(&self, mut case: GateCase, side_stream_launches: usize) -> GateCase {
         case.status = None;
         let decision = decide(
             &case,
@@ -477,6 +498,7 @@ impl<'a> GateSession<'a> {
         case.passed = decision.status.passed();
         case.status = Some(decision.status);
         case.reason = decision.reason;
+        case.defences = case_defences(&case, &self.plan.rule, &self.facts(side_stream_launches));
         case
     }
 }

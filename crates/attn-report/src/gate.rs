@@ -1,7 +1,7 @@
 //! The gate's result as markdown (terminal output, PR comment, job summary), and the gate rule in
 //! words: one wording, used by `cargo xtask gate` and by the report alike.
 
-use attn_evidence::{GateMode, GateRun};
+use attn_evidence::{DefenceOutcome, GateCase, GateMode, GateRun};
 
 use crate::{format, table::Table};
 
@@ -38,16 +38,63 @@ pub fn rule_sentence(run: &GateRun) -> String {
     )
 }
 
+/// A case's defences as a table cell (`"9 of 11"`, `"–"` for a case recorded before defences
+/// were) and, one line each, what every defence covered or why it did not run.
+pub fn defences_cell(case: &GateCase) -> (String, Option<String>) {
+    if case.defences.is_empty() {
+        return ("–".into(), None);
+    }
+    let ran = case.defences.iter().filter(|d| d.ran).count();
+    let caught = case
+        .defences
+        .iter()
+        .filter(|d| d.outcome == DefenceOutcome::Failed)
+        .count();
+    let mut cell = format!("{ran} of {}", case.defences.len());
+    if caught > 0 {
+        cell.push_str(&format!(", {caught} caught"));
+    }
+    let lines: Vec<String> = case
+        .defences
+        .iter()
+        .map(|d| {
+            let outcome = match d.outcome {
+                DefenceOutcome::Passed => "passed",
+                DefenceOutcome::Failed => "CAUGHT",
+                DefenceOutcome::NotRun => "not run",
+            };
+            format!("{}: {outcome}: {}", d.name, d.covered)
+        })
+        .collect();
+    (cell, Some(lines.join("\n")))
+}
+
+/// The timing mode of a gate run's timed cases (`"batch"`, `"graph and batch"` if they differ),
+/// `None` when nothing was timed.
+pub fn run_modes(run: &GateRun) -> Option<String> {
+    let mut modes: Vec<&str> = Vec::new();
+    for case in &run.cases {
+        if let Some(t) = case.candidate.as_ref().or(case.baseline.as_ref()) {
+            if !modes.contains(&t.mode.as_str()) {
+                modes.push(t.mode.as_str());
+            }
+        }
+    }
+    (!modes.is_empty()).then(|| modes.join(" and "))
+}
+
 /// The result table (markdown, also readable in a terminal).
 pub fn markdown(run: &GateRun) -> String {
+    let mode = run_modes(run).map_or_else(String::new, |m| format!(", {m}"));
     let mut table = Table::new(&[
         "shape",
-        "candidate µs",
-        "baseline µs",
+        &format!("candidate µs{mode}"),
+        &format!("baseline µs{mode}"),
         "speedup [95% CI]",
         "TFLOP/s cand / base",
         "verdict",
         "gate",
+        "defences",
     ])
     .numeric(&[1, 2, 4]);
     for case in &run.cases {
@@ -83,14 +130,16 @@ pub fn markdown(run: &GateRun) -> String {
                 _ if case.passed => "pass".into(),
                 _ => "FAIL".into(),
             },
+            defences_cell(case).0,
         ]);
     }
     let mut out = format!(
-        "**attn gate: {}** — `{}` vs `{}` on {} ({})\n\n",
+        "**attn gate: {}** — `{}` vs `{}` on {}{} ({})\n\n",
         if run.passed { "PASSED" } else { "FAILED" },
         crate::model::gate_candidate_label(run),
         run.baseline.label(),
         run.provenance.gpu,
+        run_modes(run).map_or_else(String::new, |m| format!(", {m} timing")),
         format::short_rev(&run.provenance.git_rev)
     );
     out.push_str(&table.to_markdown());

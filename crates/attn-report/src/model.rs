@@ -229,10 +229,12 @@ impl EvidenceSet {
             })
     }
 
-    /// The latest gate run of each (candidate, baseline, suite or shape list) triple, ordered by
-    /// candidate, baseline, then suite: the seed and large suites each keep their latest verdict.
+    /// The latest gate run of each (candidate, baseline, suite or shape list, GPU, timing mode),
+    /// ordered by candidate, baseline, suite, then setup: the seed and large suites each keep
+    /// their latest verdict, and a pair timed in two modes shows both, one after the other.
     pub fn latest_gates(&self) -> Vec<(usize, &GateRun)> {
-        let mut latest: BTreeMap<(String, String, String), (usize, &GateRun)> = BTreeMap::new();
+        type Key = (String, String, String, String, String);
+        let mut latest: BTreeMap<Key, (usize, &GateRun)> = BTreeMap::new();
         for (index, gate) in self.gates() {
             // Runs are in time order, so later inserts win.
             latest.insert(
@@ -240,6 +242,8 @@ impl EvidenceSet {
                     gate_candidate_label(gate),
                     gate.baseline.label(),
                     gate_scope(gate),
+                    gate.provenance.gpu.clone(),
+                    crate::gate::run_modes(gate).unwrap_or_default(),
                 ),
                 (index, gate),
             );

@@ -9,6 +9,9 @@ pub struct Table {
     pub rows: Vec<Vec<String>>,
     /// Columns (by index) holding numbers, right-aligned.
     pub numeric: Vec<usize>,
+    /// Longer text of a cell (row, column), shown in HTML as its tooltip; markdown and text
+    /// show the cell alone.
+    pub titles: std::collections::BTreeMap<(usize, usize), String>,
 }
 
 impl Table {
@@ -18,6 +21,7 @@ impl Table {
             headers: headers.iter().map(|h| (*h).to_owned()).collect(),
             rows: Vec::new(),
             numeric: Vec::new(),
+            titles: Default::default(),
         }
     }
 
@@ -30,6 +34,13 @@ impl Table {
     /// Appends a row.
     pub fn push(&mut self, row: Vec<String>) {
         self.rows.push(row);
+    }
+
+    /// Gives the last row's cell in `column` a tooltip (HTML only).
+    pub fn title_last(&mut self, column: usize, title: String) {
+        if let Some(row) = self.rows.len().checked_sub(1) {
+            self.titles.insert((row, column), title);
+        }
     }
 
     /// GitHub-flavoured markdown, pipes in cells escaped.
@@ -106,7 +117,7 @@ impl Table {
             ));
         }
         out.push_str("</tr></thead>\n<tbody>\n");
-        for row in &self.rows {
+        for (r, row) in self.rows.iter().enumerate() {
             out.push_str("<tr>");
             for (i, cell) in row.iter().enumerate() {
                 let names: Vec<&str> = [self.numeric.contains(&i).then_some("num"), classes(cell)]
@@ -118,7 +129,11 @@ impl Table {
                 } else {
                     format!(" class=\"{}\"", names.join(" "))
                 };
-                out.push_str(&format!("<td{class}>{}</td>", breakable_html(cell)));
+                let title = self
+                    .titles
+                    .get(&(r, i))
+                    .map_or_else(String::new, |t| format!(" title=\"{}\"", escape_html(t)));
+                out.push_str(&format!("<td{class}{title}>{}</td>", breakable_html(cell)));
             }
             out.push_str("</tr>\n");
         }
@@ -176,6 +191,13 @@ mod tests {
             html.contains("<td>a|b,<wbr>c</td><td class=\"num\">&lt;1&gt;</td>"),
             "{html}"
         );
+        table.title_last(1, "one \"x\"".into());
+        let html = table.to_html(|_| None);
+        assert!(
+            html.contains("<td class=\"num\" title=\"one &quot;x&quot;\">&lt;1&gt;</td>"),
+            "{html}"
+        );
+        assert!(!table.to_markdown().contains("one"));
     }
 
     #[test]

@@ -23,16 +23,16 @@ fn every_chart_is_well_formed_svg_with_labelled_axes() {
     assert_eq!(
         names,
         [
-            "charts/bootstrap-mma-vs-sdpa-flash-h100-small.svg",
-            "charts/bootstrap-tiled-vs-sdpa-flash-h100-small.svg",
+            "charts/bootstrap-mma-vs-sdpa-flash-h100-small-h100-flushed.svg",
+            "charts/bootstrap-tiled-vs-sdpa-flash-h100-small-h100-flushed.svg",
             "charts/convergence-evo-run1.svg",
             "charts/convergence-micro-cp-async.svg",
             "charts/glance-seq-sweep-causal-nvidia-h100-80gb-hbm3-batch.svg",
             "charts/glance-seq-sweep-nvidia-h100-80gb-hbm3-batch.svg",
             "charts/progression-4-16-1024-64-causal.svg",
             "charts/roofline.svg",
-            "charts/speedup-mma-vs-sdpa-flash-h100-small.svg",
-            "charts/speedup-tiled-vs-sdpa-flash-h100-small.svg",
+            "charts/speedup-mma-vs-sdpa-flash-h100-small-h100-flushed.svg",
+            "charts/speedup-tiled-vs-sdpa-flash-h100-small-h100-flushed.svg",
             "charts/throughput-nvidia-h100-80gb-hbm3-b-4-h-16-d-64-causal-fp16-batch.svg",
         ]
     );
@@ -547,4 +547,65 @@ fn a_gate_run_with_overridden_knobs_is_named_by_them_and_never_stands_for_the_tu
         md.contains("flushed timing: mma [BLOCK_N=64,STAGES=2] vs sdpa:flash"),
         "{md}"
     );
+}
+
+#[test]
+fn a_pair_gated_in_two_modes_shows_both_each_heading_naming_its_mode() {
+    let evidence = tempfile::tempdir().unwrap();
+    copy_dir(&fixtures(), evidence.path());
+    // The latest fixture run again, later, in graph mode, its first case with a defence record.
+    let mut graph = latest_gate();
+    graph.provenance.date = "2025-11-23T10:00:00Z".into();
+    for case in &mut graph.cases {
+        for timing in [case.candidate.as_mut(), case.baseline.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            timing.mode = attn_evidence::TimingMode::Graph;
+        }
+    }
+    graph.cases[0].defences = vec![
+        attn_evidence::Defence::ran(
+            attn_evidence::DefenceName::TimedVerification,
+            "400 timed samples",
+            false,
+        ),
+        attn_evidence::Defence::not_run(attn_evidence::DefenceName::EdgeBattery, "not reached"),
+    ];
+    attn_evidence::write_json_atomic(
+        &evidence
+            .path()
+            .join("gate/2025-11-23T10-00-00Z-nvidia-h100-80gb-hbm3-ddddddd.json"),
+        &graph,
+    )
+    .unwrap();
+    let report = build(evidence.path(), None);
+    let markdown = &report.files()["report.md"];
+    // Both runs of the pair keep their section, neither chosen silently, one after the other.
+    let label = format!("{} median (µs, ", graph.baseline.label());
+    let flushed = markdown
+        .find(&format!("{label}flushed)"))
+        .unwrap_or_else(|| panic!("no flushed table:\n{markdown}"));
+    let graphed = markdown
+        .find(&format!("{label}graph)"))
+        .unwrap_or_else(|| panic!("no graph table:\n{markdown}"));
+    assert!(markdown.contains("TFLOP/s (graph)") && markdown.contains("TFLOP/s (flushed)"));
+    assert_ne!(flushed, graphed);
+    for setup in ["H100 · flushed", "H100 · graph"] {
+        let chart = format!(
+            "Speedup of mma vs {} per shape ({setup})",
+            graph.baseline.label()
+        );
+        let svg = report.files().iter().find(|(name, svg)| {
+            name.starts_with("charts/speedup-") && svg_text(svg).contains(&chart)
+        });
+        assert!(svg.is_some(), "no chart titled {chart}");
+    }
+    // The defences column: a count in the cell, every defence in its tooltip; older cases "–".
+    let html = &report.files()["index.html"];
+    assert!(
+        html.contains("title=\"timed-verification: passed: 400 timed samples\nedge-battery: not run: not reached\">1 of 2</td>"),
+        "no defences cell"
+    );
+    assert!(markdown.contains("| defences |"), "{markdown}");
 }

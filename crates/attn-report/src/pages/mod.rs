@@ -222,7 +222,7 @@ fn gate_blocks<'a>(sections: &'a Sections, charts: &'a [RenderedChart], out: &mu
     }
     out.push(Block::Heading("Latest gate verdicts".into()));
     out.push(Block::Text(format!(
-        "The latest run of each (candidate, baseline, suite), {} in all, each folded under its \
+        "The latest run of each (candidate, baseline, suite, GPU and timing mode), {} in all, each folded under its \
          verdict. `cargo xtask report --gate-charts --out target/report` also draws each one's \
          speedup bars and bootstrap histogram.",
         sections.gates.len()

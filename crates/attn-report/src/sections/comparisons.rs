@@ -413,6 +413,7 @@ pub(super) fn bench_table(evidence: &EvidenceSet) -> Option<(String, Vec<Setup>,
         "p90 (µs)",
         "TFLOP/s",
         "n",
+        "timing mode",
     ])
     .numeric(&[2, 3, 4, 5, 6]);
     for e in &bench.entries {
@@ -424,6 +425,7 @@ pub(super) fn bench_table(evidence: &EvidenceSet) -> Option<(String, Vec<Setup>,
             micros(e.summary.p90),
             tflops(e.tflops),
             e.summary.n.to_string(),
+            e.timing.mode.as_str().to_string(),
         ]);
     }
     Some((run.path.clone(), setups, table))

@@ -69,22 +69,28 @@ pub(super) fn gate_section(run: &Run, gate: &GateRun) -> GateSection {
         },
         short_date(&p.date),
     );
+    let mode = crate::gate::run_modes(gate).unwrap_or_else(|| "not timed".into());
     let mut table = Table::new(&[
         "shape",
-        &format!("{} median (µs)", gate.baseline.label()),
-        &format!("{candidate} median (µs)"),
+        &format!("{} median (µs, {mode})", gate.baseline.label()),
+        &format!("{candidate} median (µs, {mode})"),
         "speedup [CI]",
-        "TFLOP/s",
+        &format!("TFLOP/s ({mode})"),
         "verdict",
         "correct",
         "result",
         "short by",
+        "defences",
     ])
     .numeric(&[1, 2, 3, 4]);
     let mut flags = Vec::new();
     let mut bars = Vec::new();
     for (i, case) in gate.cases.iter().enumerate() {
         table.push(gate_row(case));
+        let (_, titles) = crate::gate::defences_cell(case);
+        if let Some(titles) = titles {
+            table.title_last(DEFENCES_COLUMN, titles);
+        }
         flags.extend(case.flags.iter().map(|f| format!("{}: {f}", case.shape)));
         if let Some(guard) = case.clock_guard.as_ref().filter(|g| g.too_few_blocks()) {
             flags.push(format!(
@@ -123,13 +129,14 @@ pub(super) fn gate_section(run: &Run, gate: &GateRun) -> GateSection {
         None => "Gate rule: every correctness check must pass; no timing comparison was recorded."
             .into(),
     };
-    // One file per section, i.e. per (candidate, baseline, suite or shape list): the seed and large
+    // One file per section, i.e. per (candidate, baseline, suite or shape list, setup): the seed and large
     // suites keep separate charts, and so do two runs over different shapes given one by one.
     let shape_slug = format!(
-        "{}-vs-{}-{}",
+        "{}-vs-{}-{}-{}",
         slug(&candidate),
         slug(&gate.baseline.label()),
-        slug(&crate::model::gate_scope(gate))
+        slug(&crate::model::gate_scope(gate)),
+        slug(&setup.short())
     );
     GateSection {
         speedup: SpeedupChart {
@@ -184,8 +191,12 @@ fn gate_row(case: &GateCase) -> Vec<String> {
             "FAIL".into()
         },
         shortfall(case),
+        crate::gate::defences_cell(case).0,
     ]
 }
+
+/// The column of [`gate_row`] that lists the case's defences.
+const DEFENCES_COLUMN: usize = 9;
 
 /// How far a failing case is from passing: the further speedup it needs, or what else failed.
 fn shortfall(case: &GateCase) -> String {
