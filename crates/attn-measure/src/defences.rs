@@ -100,12 +100,25 @@ fn defence(name: DefenceName, case: &GateCase, rule: &GateRule, facts: &CaseFact
             let launches: u32 = guarded.iter().map(|g| g.launches).sum();
             if name == DefenceName::GuardRegions {
                 let caught = failed_with(&checks, CheckFailure::WroteOutside)
-                    || guarded.iter().any(|g| !g.outside.is_empty())
+                    || failed_with(&checks, CheckFailure::ReadOutside)
+                    || guarded.iter().any(|g| !g.outside.is_empty() || !g.read_outside.is_empty())
                     || timed.is_some_and(|t| !t.outside.is_empty());
+                // NaN guards after the inputs (newer checks): reads there are probed on failure.
+                let after = guarded
+                    .iter()
+                    .flat_map(|g| g.input_guards_after.iter().copied())
+                    .max();
+                let probes: u32 = guarded.iter().map(|g| g.read_probe_launches).sum();
+                let reads = match after {
+                    Some(bytes) => format!(
+                        "; NaN guards up to {bytes} bytes after Q, K and V, {probes} read-probe launches"
+                    ),
+                    None => String::new(),
+                };
                 Defence::ran(
                     name,
                     format!(
-                        "{} bytes each side of Q, K, V and O over {launches} checked launches{}",
+                        "{} bytes each side of Q, K, V and O over {launches} checked launches{reads}{}",
                         first.guard_bytes,
                         during_timing("read")
                     ),
@@ -303,6 +316,9 @@ mod tests {
                 inputs_written: vec![],
                 launches: 2,
                 identical: true,
+                input_guards_after: vec![],
+                read_probe_launches: 0,
+                read_outside: vec![],
             }),
         }
     }
