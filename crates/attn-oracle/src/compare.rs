@@ -121,6 +121,25 @@ pub struct Verdict {
     pub reason: Option<String>,
 }
 
+impl Verdict {
+    /// A verdict before any element is compared: failing, every count zero.
+    pub(crate) fn unjudged(tolerance: &Tolerance) -> Verdict {
+        Verdict {
+            passed: false,
+            max_abs: 0.0,
+            max_rel: 0.0,
+            rel_l2: 0.0,
+            worst: [0; 4],
+            nan_count: 0,
+            inf_count: 0,
+            poison_count: 0,
+            compared: 0,
+            tolerance: *tolerance,
+            reason: None,
+        }
+    }
+}
+
 /// `PASS`/`FAIL`, the metrics, the counts and the reason, on one line.
 impl fmt::Display for Verdict {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -216,19 +235,7 @@ pub(crate) fn compare_in(
     tolerance: &Tolerance,
     layout: &OutputLayout<'_>,
 ) -> Verdict {
-    let mut verdict = Verdict {
-        passed: false,
-        max_abs: 0.0,
-        max_rel: 0.0,
-        rel_l2: 0.0,
-        worst: [0; 4],
-        nan_count: 0,
-        inf_count: 0,
-        poison_count: 0,
-        compared: 0,
-        tolerance: *tolerance,
-        reason: None,
-    };
+    let mut verdict = Verdict::unjudged(tolerance);
     let shape = reference.shape;
     let dims = layout.dims;
     if output.dims != dims {

@@ -154,19 +154,7 @@ pub fn compare_gradient(output: &HostTensor, exact: &HostTensor, tolerance: &Tol
 /// sees no key must be −∞ exactly (+∞ or a finite value fails), any other row finite and within
 /// [`Tolerance::element_bound`] of the oracle's, and the relative L2 bound holds over them.
 pub fn compare_lse(output: &HostTensor, exact: &HostTensor, tolerance: &Tolerance) -> Verdict {
-    let mut verdict = Verdict {
-        passed: false,
-        max_abs: 0.0,
-        max_rel: 0.0,
-        rel_l2: 0.0,
-        worst: [0; 4],
-        nan_count: 0,
-        inf_count: 0,
-        poison_count: 0,
-        compared: 0,
-        tolerance: *tolerance,
-        reason: None,
-    };
+    let mut verdict = Verdict::unjudged(tolerance);
     if output.dims != exact.dims || output.check_len().is_err() || exact.check_len().is_err() {
         verdict.reason = Some(format!(
             "LSE dims {:?} differ from the reference's {:?}",
