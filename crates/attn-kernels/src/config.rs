@@ -99,6 +99,8 @@ pub mod names {
         STREAM_K,
         /// hopper: items chained in the persistent loop.
         CHAIN,
+        /// decode: splits of each sequence's keys (0: auto, the host's choice for the GPU).
+        SPLITS,
     }
 }
 
@@ -164,8 +166,10 @@ pub struct Knob {
 
 /// Knob values that also have a name on the command line (`SCHEDULE=persistent`): the knob, then
 /// each name and the integer it stands for (the define the kernel sees). A config keeps the integer.
-pub const NAMED_VALUES: &[(KnobName, &[(&str, i64)])] =
-    &[(names::SCHEDULE, &[("grid", 0), ("persistent", 1)])];
+pub const NAMED_VALUES: &[(KnobName, &[(&str, i64)])] = &[
+    (names::SCHEDULE, &[("grid", 0), ("persistent", 1)]),
+    (names::SPLITS, &[("auto", 0)]),
+];
 
 /// The integer a named value of `knob` stands for ([`NAMED_VALUES`]).
 fn named_value(knob: &str, name: &str) -> Option<i64> {

@@ -8,6 +8,9 @@
 //! - [`compile`]: NVRTC with an on-disk cache; the ptxas resource report.
 //! - [`gpu`]: the device, its lazily compiled and cached kernels, device tensors.
 //! - [`attention`]: a [`Candidate`] prepared for a device and launched on tensors.
+//! - [`decode`]: the decode implementations (`decode-naive`, `decode`), a decode batch on the
+//!   device, and [`decode::PreparedDecode`], which launches them (kernels/README.md, "Decode
+//!   entry point").
 //! - [`timing`]: the harness (L2 flush, input rotation, events, raw samples).
 //! - [`reference`]: the whole-output check on the GPU (an f32 reference kernel and a per-row
 //!   comparison).
@@ -30,6 +33,7 @@
 pub mod attention;
 pub mod compile;
 pub mod config;
+pub mod decode;
 pub mod error;
 pub mod gpu;
 pub mod guard;

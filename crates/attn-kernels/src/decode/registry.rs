@@ -1,0 +1,334 @@
+//! The decode implementations by name, their knobs, defaults and constraints, and the launch plan
+//! each makes of a [`DecodeSpec`] (grid, block, shared memory, splits, workspace).
+//!
+//! Separate from the prefill [`crate::registry`]: a decode kernel follows the decode ABI of
+//! kernels/README.md ("Decode entry point"), not `attn_fwd`'s.
+
+use attn_oracle::DecodeSpec;
+
+use crate::config::names::{BLOCK_M, BLOCK_N, NUM_WARPS, ROWS_PER_BLOCK, SPLITS, STAGES};
+use crate::config::{Config, ConfigError, Knob};
+use crate::error::{KernelError, Result};
+use crate::registry::{DeviceLimits, Gpus};
+
+/// The most splits of a sequence's keys the host chooses or takes (`SPLITS`' largest value).
+pub const MAX_SPLITS: usize = 64;
+
+/// How a decode implementation's launch is shaped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodeKernel {
+    /// `decode_naive.cu`: a warp per packed (token, head) row, the keys never split.
+    Naive,
+    /// `decode.cu`: a block per (row tile, K/V head, sequence, split), then
+    /// `attn_decode_combine` when there is more than one split.
+    Split,
+}
+
+/// A registered decode implementation.
+#[derive(Debug)]
+pub struct DecodeImplementation {
+    /// Its name.
+    pub name: &'static str,
+    /// One line on what it is.
+    pub summary: &'static str,
+    /// File name under `kernels/`.
+    pub file: &'static str,
+    /// Its source, embedded at build time.
+    pub source: &'static str,
+    /// Its knobs and their domains.
+    pub knobs: &'static [Knob],
+    /// Supported head dims; `None` for any multiple of 32 up to 256.
+    pub head_dims: Option<&'static [usize]>,
+    /// The GPUs it runs on.
+    pub gpus: Gpus,
+    /// How its launch is shaped.
+    pub kernel: DecodeKernel,
+    defaults: fn(head_dim: usize) -> Config,
+}
+
+static NAIVE_KNOBS: [Knob; 1] = [Knob {
+    name: ROWS_PER_BLOCK,
+    domain: &[1, 2, 4, 8],
+    doc: "packed (token, head) rows (warps) per block",
+}];
+
+static DECODE_KNOBS: [Knob; 5] = [
+    Knob {
+        name: BLOCK_N,
+        domain: &[16, 32, 64],
+        doc: "keys per warp per K/V tile (a tile is NUM_WARPS x BLOCK_N keys)",
+    },
+    Knob {
+        name: NUM_WARPS,
+        domain: &[1, 2, 4, 8],
+        doc: "warps per block, each taking BLOCK_N keys of every tile (merged at the end)",
+    },
+    Knob {
+        name: STAGES,
+        domain: &[1, 2, 3, 4],
+        doc: "cp.async K/V ring depth",
+    },
+    Knob {
+        name: BLOCK_M,
+        domain: &[16, 32],
+        doc: "rows (query heads of a K/V head x new tokens) per block",
+    },
+    Knob {
+        name: SPLITS,
+        domain: &[0, 1, 2, 4, 8, 16, 32, 64],
+        doc: "splits of each sequence's keys (0 = auto: enough blocks to fill the GPU twice)",
+    },
+];
+
+static DECODE_REGISTRY: [DecodeImplementation; 2] = [
+    DecodeImplementation {
+        name: "decode-naive",
+        summary: "one warp per (query row, head), f32 dot products and expf, read through the block table: the yardstick",
+        file: "decode_naive.cu",
+        source: include_str!("../../../../kernels/decode_naive.cu"),
+        knobs: &NAIVE_KNOBS,
+        head_dims: None,
+        gpus: Gpus::SM80_AND_NEWER,
+        kernel: DecodeKernel::Naive,
+        defaults: |_| Config::from_pairs(&[(ROWS_PER_BLOCK, 4)]),
+    },
+    DecodeImplementation {
+        name: "decode",
+        summary: "split-KV decode: a K/V head's query heads x new tokens in one tile, pages gathered by cp.async, mma.sync Q·Kᵀ and P·V, LSE combine",
+        file: "decode.cu",
+        source: include_str!("../../../../kernels/decode.cu"),
+        knobs: &DECODE_KNOBS,
+        head_dims: Some(&[64, 128]),
+        gpus: Gpus::SM80_AND_NEWER,
+        kernel: DecodeKernel::Split,
+        defaults: |head_dim| {
+            let block_n = if head_dim > 64 { 16 } else { 32 };
+            Config::from_pairs(&[
+                (BLOCK_N, block_n),
+                (NUM_WARPS, 4),
+                (STAGES, 3),
+                (BLOCK_M, 16),
+                (SPLITS, 0),
+            ])
+        },
+    },
+];
+
+/// Every registered decode implementation.
+pub fn decode_registry() -> &'static [DecodeImplementation] {
+    &DECODE_REGISTRY
+}
+
+/// The decode implementation called `name`.
+pub fn find_decode(name: &str) -> Result<&'static DecodeImplementation> {
+    decode_registry()
+        .iter()
+        .find(|i| i.name == name)
+        .ok_or_else(|| KernelError::UnknownImpl {
+            name: name.to_string(),
+            known: decode_registry()
+                .iter()
+                .map(|i| i.name)
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+}
+
+fn knob(cfg: &Config, name: crate::config::KnobName) -> usize {
+    // resolve() guarantees every knob is present and within its small, non-negative domain.
+    cfg.get(name).map_or(0, |v| v as usize)
+}
+
+/// One decode launch, as the host computes it from a resolved config and a [`DecodeSpec`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecodePlan {
+    /// The decode kernel's grid.
+    pub grid: (u32, u32, u32),
+    /// Its threads per block.
+    pub block: u32,
+    /// Its dynamic shared memory, bytes.
+    pub shared_bytes: u32,
+    /// Splits of each sequence's keys (1: O written directly, no combine).
+    pub splits: u32,
+    /// Bytes of f32 workspace the splits need (0 with one split).
+    pub workspace_bytes: u64,
+    /// The combine kernel's grid (blocks of 128 threads), with more than one split.
+    pub combine_grid: Option<u32>,
+}
+
+impl DecodeImplementation {
+    /// The default config for a head dim.
+    pub fn default_config(&self, head_dim: usize) -> Config {
+        (self.defaults)(head_dim)
+    }
+
+    /// Whether it handles `head_dim`.
+    pub fn check_head_dim(&self, head_dim: usize) -> Result<()> {
+        let ok = match self.head_dims {
+            Some(dims) => dims.contains(&head_dim),
+            None => head_dim % 32 == 0 && (32..=256).contains(&head_dim),
+        };
+        if ok {
+            Ok(())
+        } else {
+            let supported = match self.head_dims {
+                Some(dims) => format!("{dims:?}"),
+                None => "multiples of 32 up to 256".into(),
+            };
+            Err(KernelError::Unsupported {
+                implementation: self.name.into(),
+                what: format!("head dim {head_dim} (supported: {supported})"),
+            })
+        }
+    }
+
+    /// The defaults with `overrides` applied, each knob checked against its domain and the shared
+    /// memory against `limits`; the reason in one line otherwise.
+    pub fn resolve(
+        &self,
+        overrides: &Config,
+        head_dim: usize,
+        limits: &DeviceLimits,
+    ) -> Result<Config> {
+        self.check_head_dim(head_dim)?;
+        let invalid = |reason: ConfigError| KernelError::InvalidConfig {
+            implementation: self.name.into(),
+            reason,
+        };
+        for (name, &value) in &overrides.0 {
+            let knob = self.knobs.iter().find(|k| k.name == *name).ok_or_else(|| {
+                let known: Vec<&str> = self.knobs.iter().map(|k| k.name.as_str()).collect();
+                invalid(ConfigError::UnknownKnob {
+                    name: name.clone(),
+                    known: known.join(", "),
+                })
+            })?;
+            if !knob.domain.contains(&value) {
+                return Err(invalid(ConfigError::OutsideDomain {
+                    name: name.clone(),
+                    value,
+                    domain: knob.domain,
+                }));
+            }
+        }
+        let cfg = self.default_config(head_dim).merged(overrides);
+        if self.kernel == DecodeKernel::Split && knob(&cfg, BLOCK_M) > 16 && head_dim > 64 {
+            // Two row blocks of D=128 accumulators, Q fragments and the gather's addresses spill.
+            return Err(invalid(ConfigError::Rule(format!(
+                "BLOCK_M={} at head dim {head_dim} needs more than 255 registers: BLOCK_M=32 is for head dim 64",
+                knob(&cfg, BLOCK_M)
+            ))));
+        }
+        let shared = self.shared_bytes(&cfg, head_dim);
+        if shared > limits.max_shared_per_block {
+            return Err(invalid(ConfigError::TooMuchSharedMemory {
+                bytes: shared,
+                limit: limits.max_shared_per_block,
+            }));
+        }
+        Ok(cfg)
+    }
+
+    /// The `-D` defines of a resolved config (SPLITS is a launch parameter, not a define).
+    pub fn defines(&self, cfg: &Config) -> Vec<String> {
+        cfg.0
+            .iter()
+            .filter(|(name, _)| SPLITS != **name)
+            .map(|(name, value)| format!("{name}={value}"))
+            .collect()
+    }
+
+    /// Dynamic shared memory of a resolved config: decode.cu's header formula (0 for the naive).
+    pub fn shared_bytes(&self, cfg: &Config, head_dim: usize) -> u32 {
+        match self.kernel {
+            DecodeKernel::Naive => 0,
+            DecodeKernel::Split => {
+                let (m, n, w, stages) = (
+                    knob(cfg, BLOCK_M),
+                    knob(cfg, BLOCK_N),
+                    knob(cfg, NUM_WARPS),
+                    knob(cfg, STAGES),
+                );
+                let d = head_dim;
+                let ring = 2 * stages * w * n * d * 2;
+                let merge = w.saturating_sub(1) * m * (4 * d + 32);
+                (m * d * 2 + ring.max(merge)) as u32
+            }
+        }
+    }
+
+    /// The launch of a resolved config on `spec` for a GPU of `sms` SMs; a batch the grid cannot
+    /// hold is one line.
+    pub fn plan(&self, cfg: &Config, spec: &DecodeSpec, sms: usize) -> Result<DecodePlan> {
+        let (heads, kv_heads, d) = (spec.heads(), spec.kv_heads(), spec.head_dim());
+        let rows = spec.varlen().total_q() * heads;
+        if rows > i32::MAX as usize / 4 {
+            return Err(KernelError::Shape(format!(
+                "{rows} packed (token, head) rows: the decode kernels index them with int32"
+            )));
+        }
+        if spec.sequences() > 65_535 {
+            return Err(KernelError::Shape(format!(
+                "{} sequences: the decode grid holds at most 65535 (its y)",
+                spec.sequences()
+            )));
+        }
+        match self.kernel {
+            DecodeKernel::Naive => {
+                let per_block = knob(cfg, ROWS_PER_BLOCK);
+                Ok(DecodePlan {
+                    grid: (rows.div_ceil(per_block) as u32, 1, 1),
+                    block: (per_block * 32) as u32,
+                    shared_bytes: 0,
+                    splits: 1,
+                    workspace_bytes: 0,
+                    combine_grid: None,
+                })
+            }
+            DecodeKernel::Split => {
+                let (block_m, tile) = (
+                    knob(cfg, BLOCK_M),
+                    knob(cfg, NUM_WARPS) * knob(cfg, BLOCK_N),
+                );
+                let group = heads / kv_heads;
+                let longest_q = spec.seqlens_q().iter().copied().max().unwrap_or(0);
+                let row_tiles = (longest_q * group).div_ceil(block_m).max(1);
+                let splits = match knob(cfg, SPLITS) {
+                    0 => auto_splits(spec, row_tiles, tile, sms),
+                    n => n,
+                };
+                let workspace_bytes = if splits > 1 {
+                    (splits * rows * (d + 1) * 4) as u64
+                } else {
+                    0
+                };
+                Ok(DecodePlan {
+                    grid: (
+                        (row_tiles * kv_heads) as u32,
+                        spec.sequences() as u32,
+                        splits as u32,
+                    ),
+                    block: (knob(cfg, NUM_WARPS) * 32) as u32,
+                    shared_bytes: self.shared_bytes(cfg, d),
+                    splits: splits as u32,
+                    workspace_bytes,
+                    combine_grid: (splits > 1).then(|| rows.div_ceil(4) as u32),
+                })
+            }
+        }
+    }
+}
+
+/// SPLITS=auto: enough blocks to fill the GPU twice at small batch, `⌈2·SMs / (B·H_kv·row
+/// tiles)⌉` over the sequences with new tokens, capped by the key tiles of the longest attended
+/// range (a split has a tile at least) and by [`MAX_SPLITS`].
+pub fn auto_splits(spec: &DecodeSpec, row_tiles: usize, tile: usize, sms: usize) -> usize {
+    let active = spec.seqlens_q().iter().filter(|&&q| q > 0).count().max(1);
+    let blocks = active * spec.kv_heads() * row_tiles;
+    let wanted = (2 * sms.max(1)).div_ceil(blocks);
+    let longest_tiles = (0..spec.sequences())
+        .map(|b| spec.attended(b).len().div_ceil(tile.max(1)))
+        .max()
+        .unwrap_or(1);
+    wanted.min(longest_tiles).clamp(1, MAX_SPLITS)
+}
