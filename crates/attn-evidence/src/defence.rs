@@ -11,7 +11,7 @@ pub enum DefenceName {
     EdgeBattery,
     /// Every timed sample's inputs turned through fresh signed column permutations.
     InputPermutations,
-    /// Canary bytes before and after each buffer (NaNs after the inputs of newer checks: writes
+    /// Canary bytes before and after each buffer (NaNs around the inputs of newer checks: writes
     /// there, and reads that change the output, fail).
     GuardRegions,
     /// Q, K and V summed before and after the launches.
