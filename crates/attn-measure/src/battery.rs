@@ -18,7 +18,8 @@
 //!   rows that see no key;
 //! - for a varlen problem, packed batches too ([`varlen_battery_lengths`]): empty sequences
 //!   first, in the middle and last, single rows, one past every tile size, one long sequence
-//!   among many short ones, queries and keys of different lengths.
+//!   among many short ones, queries and keys of different lengths; every other batch at other
+//!   K/V groups where the candidate declares grouped heads ([`VARLEN_GROUPS`]).
 //!
 //! Inputs are [`Distribution::Distinct`] (every element a distinct value in ±[0.25, 2), so a
 //! misplaced row, head or element shows, and the tolerance's bound on |V| holds everywhere), the
@@ -135,6 +136,10 @@ pub fn group_sizes(group: usize) -> Vec<(usize, usize, usize, usize, usize)> {
     sizes
 }
 
+/// The `(heads, kv_heads)` a packed edge batch of a grouped-head candidate takes beside the
+/// case's group: groups of 3, 7 (MQA), 6 and 1.
+pub const VARLEN_GROUPS: [(usize, usize); 4] = [(3, 1), (7, 1), (12, 2), (5, 5)];
+
 /// A window wider than every window shape's keys ([`WINDOW_LENGTHS`]).
 pub const WIDE_WINDOW: usize = 1000;
 
@@ -241,8 +246,18 @@ pub fn battery_problems(
                 seqlens_q: lens.iter().map(|l| l.0).collect(),
                 seqlens_kv: lens.iter().map(|l| l.1).collect(),
             };
-            let kv = [1, 3][i % 2];
-            own(format!("varlen={lengths} H={} D={d}", heads(kv)))
+            // Where grouped heads are declared, packed batches take other groups too (odd, even
+            // and not powers of two, MQA and none), since a varlen kernel maps heads itself.
+            let h = if variants.grouped_heads {
+                let other = VARLEN_GROUPS[(i / 2) % VARLEN_GROUPS.len()];
+                match i % 2 {
+                    0 => heads(1),
+                    _ => heads_of(other.0, other.1),
+                }
+            } else {
+                heads([1, 3][i % 2])
+            };
+            own(format!("varlen={lengths} H={h} D={d}"))
         });
     dense.chain(groups).chain(windows).chain(packed).collect()
 }
@@ -574,8 +589,25 @@ mod tests {
         assert_eq!(problems.len(), dense + packed.len());
         assert_eq!(packed.len(), varlen_battery_lengths(&tiles).len());
         assert!(problems[dense..].iter().all(|p| p.varlen.is_some()));
-        assert!(packed.iter().all(|p| p.shape.group() == 4
-            && p.params.window.left == Some(100)
+        // Every other packed batch at the case's group, the rest at the other groups.
+        let packed_groups: BTreeSet<usize> = packed.iter().map(|p| p.shape.group()).collect();
+        for g in [4, 3, 7, 6, 1] {
+            assert!(packed_groups.contains(&g), "group {g} in {packed_groups:?}");
+        }
+        let none = battery_problems(
+            &case,
+            &tiles,
+            Variants {
+                grouped_heads: false,
+                ..Variants::ALL
+            },
+        )
+        .unwrap();
+        assert!(none
+            .iter()
+            .filter(|p| p.varlen.is_some())
+            .all(|p| p.shape.group() == 4));
+        assert!(packed.iter().all(|p| p.params.window.left == Some(100)
             && p.params.causal
             && p.spec.head_dim == 128
             && p.dtype == case.dtype));
