@@ -155,6 +155,7 @@ impl PhaseTrace {
 pub fn ended_case(problem: &Problem, status: CaseStatus, reason: String) -> GateCase {
     let mut case = GateCase {
         shape: problem.spec.clone(),
+        decode: None,
         config: Default::default(),
         correctness: vec![],
         candidate: None,
