@@ -47,6 +47,43 @@ pub struct DecodeBatch {
     pub table: Option<DeviceTable>,
 }
 
+/// A decode launch's inputs by reference, wherever they live: a [`DecodeBatch`]'s own buffers
+/// ([`DecodeBatch::args`]), or the interiors of guarded buffers that a check watches.
+#[derive(Debug, Clone, Copy)]
+pub struct DecodeArgs<'a> {
+    /// The batch.
+    pub spec: &'a DecodeSpec,
+    /// Queries `[1, total_q, H, D]`, packed.
+    pub q: &'a DeviceTensor,
+    /// Keys in the spec's layout.
+    pub k: &'a DeviceTensor,
+    /// Values, as the keys.
+    pub v: &'a DeviceTensor,
+    /// int32 `[B + 1]` offsets of each sequence's new tokens.
+    pub cu_seqlens_q: &'a CudaSlice<i32>,
+    /// int32 `[B]` keys per sequence.
+    pub seqlens_kv: &'a CudaSlice<i32>,
+    /// The block table of a paged cache.
+    pub table: Option<&'a DeviceTable>,
+}
+
+impl DeviceTable {
+    /// `table` padded ([`padded_table`]) and uploaded.
+    pub fn upload(gpu: &Gpu, table: &BlockTable) -> Result<DeviceTable> {
+        let (entries, stride) = padded_table(table);
+        Ok(DeviceTable {
+            buf: gpu
+                .stream()
+                .clone_htod(&entries)
+                .during("cuMemcpyHtoD (block table)")?,
+            sequences: table.sequences(),
+            stride,
+            page_size: table.page_size(),
+            num_pages: table.num_pages(),
+        })
+    }
+}
+
 /// A block table as the kernels read it: `stride` entries per sequence, padded with
 /// [`TABLE_PADDING`], `stride` the longest list (1 when every list is empty).
 pub fn padded_table(table: &BlockTable) -> (Vec<i32>, usize) {
@@ -80,21 +117,10 @@ impl DecodeBatch {
         }
         let stream = gpu.stream();
         let seqlens_kv: Vec<i32> = spec.seqlens_kv().iter().map(|&n| n as i32).collect();
-        let table = match cache.table() {
-            None => None,
-            Some(table) => {
-                let (entries, stride) = padded_table(table);
-                Some(DeviceTable {
-                    buf: stream
-                        .clone_htod(&entries)
-                        .during("cuMemcpyHtoD (block table)")?,
-                    sequences: table.sequences(),
-                    stride,
-                    page_size: table.page_size(),
-                    num_pages: table.num_pages(),
-                })
-            }
-        };
+        let table = cache
+            .table()
+            .map(|table| DeviceTable::upload(gpu, table))
+            .transpose()?;
         Ok(DecodeBatch {
             spec: spec.clone(),
             q: gpu.upload(q)?,
@@ -108,6 +134,21 @@ impl DecodeBatch {
                 .during("cuMemcpyHtoD (seqlens_kv)")?,
             table,
         })
+    }
+}
+
+impl DecodeBatch {
+    /// Its buffers, as a launch takes them.
+    pub fn args(&self) -> DecodeArgs<'_> {
+        DecodeArgs {
+            spec: &self.spec,
+            q: &self.q,
+            k: &self.k,
+            v: &self.v,
+            cu_seqlens_q: &self.cu_seqlens_q,
+            seqlens_kv: &self.seqlens_kv,
+            table: self.table.as_ref(),
+        }
     }
 }
 
@@ -133,6 +174,11 @@ pub struct BatchDims {
 impl BatchDims {
     /// The dims of `batch` and of the output `o`.
     pub fn of(batch: &DecodeBatch, o: &DeviceTensor) -> BatchDims {
+        BatchDims::of_args(&batch.args(), o)
+    }
+
+    /// The dims of the buffers of `args` and of the output `o`.
+    pub fn of_args(batch: &DecodeArgs<'_>, o: &DeviceTensor) -> BatchDims {
         BatchDims {
             q: batch.q.dims,
             k: batch.k.dims,
@@ -142,7 +188,6 @@ impl BatchDims {
             seqlens_kv: batch.seqlens_kv.len(),
             table: batch
                 .table
-                .as_ref()
                 .map(|t| (t.sequences, t.stride, t.page_size, t.num_pages, t.buf.len())),
         }
     }
