@@ -84,6 +84,66 @@ impl DeviceTable {
     }
 }
 
+impl DeviceTable {
+    /// Whether the entries on the device differ from `table`'s, padded (synchronises): a kernel
+    /// must leave its table as it found it.
+    pub fn changed(&self, gpu: &Gpu, table: &BlockTable) -> Result<bool> {
+        let found = gpu
+            .stream()
+            .clone_dtoh(&self.buf)
+            .during("cuMemcpyDtoH (block table)")?;
+        Ok(found != padded_table(table).0)
+    }
+}
+
+/// A decode batch's int32 lengths on the device, as the ABI takes them.
+#[derive(Debug)]
+pub struct LengthBuffers {
+    /// `[B + 1]` offsets of each sequence's new tokens in Q and O.
+    pub cu_seqlens_q: CudaSlice<i32>,
+    /// `[B]` keys per sequence, the new tokens included.
+    pub seqlens_kv: CudaSlice<i32>,
+}
+
+impl LengthBuffers {
+    /// `spec`'s lengths, uploaded.
+    pub fn upload(gpu: &Gpu, spec: &DecodeSpec) -> Result<LengthBuffers> {
+        let stream = gpu.stream();
+        Ok(LengthBuffers {
+            cu_seqlens_q: stream
+                .clone_htod(&spec.varlen().cu_seqlens_q())
+                .during("cuMemcpyHtoD (cu_seqlens_q)")?,
+            seqlens_kv: stream
+                .clone_htod(&seqlens_kv(spec))
+                .during("cuMemcpyHtoD (seqlens_kv)")?,
+        })
+    }
+
+    /// The arrays a launch changed (`"cu_seqlens_q"`, `"seqlens_kv"`), read back (synchronises).
+    pub fn changed(&self, gpu: &Gpu, spec: &DecodeSpec) -> Result<Vec<String>> {
+        let stream = gpu.stream();
+        let cu = stream
+            .clone_dtoh(&self.cu_seqlens_q)
+            .during("cuMemcpyDtoH (cu_seqlens_q)")?;
+        let kv = stream
+            .clone_dtoh(&self.seqlens_kv)
+            .during("cuMemcpyDtoH (seqlens_kv)")?;
+        let mut changed = Vec::new();
+        if cu != spec.varlen().cu_seqlens_q() {
+            changed.push("cu_seqlens_q".to_string());
+        }
+        if kv != seqlens_kv(spec) {
+            changed.push("seqlens_kv".to_string());
+        }
+        Ok(changed)
+    }
+}
+
+/// The int32 keys per sequence of `spec`.
+fn seqlens_kv(spec: &DecodeSpec) -> Vec<i32> {
+    spec.seqlens_kv().iter().map(|&n| n as i32).collect()
+}
+
 /// A block table as the kernels read it: `stride` entries per sequence, padded with
 /// [`TABLE_PADDING`], `stride` the longest list (1 when every list is empty).
 pub fn padded_table(table: &BlockTable) -> (Vec<i32>, usize) {

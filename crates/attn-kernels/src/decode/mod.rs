@@ -18,6 +18,7 @@
 //! ```
 
 pub mod batch;
+pub mod copy;
 pub mod registry;
 
 use std::sync::Mutex;
@@ -31,7 +32,8 @@ use crate::error::{DriverContext, KernelError, Result};
 use crate::gpu::{DeviceTensor, Gpu};
 
 pub use batch::{
-    check_batch, padded_table, BatchDims, DecodeArgs, DecodeBatch, DeviceTable, TABLE_PADDING,
+    check_batch, padded_table, BatchDims, DecodeArgs, DecodeBatch, DeviceTable, LengthBuffers,
+    TABLE_PADDING,
 };
 pub use registry::{
     auto_splits, decode_registry, find_decode, DecodeImplementation, DecodeKernel, DecodePlan,
@@ -149,12 +151,7 @@ impl PreparedDecode {
         o: &mut DeviceTensor,
     ) -> Result<DecodePlan> {
         let spec = batch.spec;
-        for (name, t) in [
-            ("Q", batch.q),
-            ("K", batch.k),
-            ("V", batch.v),
-            ("O", &*o),
-        ] {
+        for (name, t) in [("Q", batch.q), ("K", batch.k), ("V", batch.v), ("O", &*o)] {
             if t.dtype != self.dtype {
                 return Err(KernelError::Shape(format!(
                     "decode {name} is {}, the kernel was compiled for {}",
