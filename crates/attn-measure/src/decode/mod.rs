@@ -224,8 +224,8 @@ impl<'a> DecodeGate<'a> {
             return Ok(self.finish(case, 0));
         }
         self.time(&mut case, &prepared, spec, seed)?;
-        let launches = case.candidate.as_ref().map_or(0, |_| 0);
-        Ok(self.finish(case, launches))
+        // No side-stream guard pass runs on a decode side: its defence records none.
+        Ok(self.finish(case, 0))
     }
 
     /// The decode edge battery, once per [`BatteryKey`] in a run.
