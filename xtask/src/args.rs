@@ -460,6 +460,30 @@ mod tests {
     }
 
     #[test]
+    fn decode_shapes_and_suites_parse_with_the_dtype() {
+        let suite = suite_args("decode-llama3-8b", false)
+            .decode_problems()
+            .unwrap()
+            .unwrap();
+        assert_eq!(suite.len(), 14);
+        assert!(suite
+            .iter()
+            .all(|s| s.dtype() == DType::F16 && s.heads() == 32));
+        let shape = ProblemArgs {
+            shapes: vec!["decode B=64 q=1 kv=8192 H=32/8 D=128 page=16 bf16".into()],
+            causal: false,
+            dtype: DType::F16,
+            suite: None,
+        };
+        let specs = shape.decode_problems().unwrap().unwrap();
+        assert_eq!(specs[0].dtype(), DType::Bf16, "the text's dtype wins");
+        assert!(suite_args("seed", false)
+            .decode_problems()
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
     fn causal_applies_to_a_suites_shapes_and_keeps_their_own_masks() {
         let causal = suite_args("sweep", true).problems("seed").unwrap();
         assert!(!causal.is_empty() && causal.iter().all(|p| p.spec.causal));
