@@ -109,6 +109,7 @@ pub fn check_baseline(
         "sdpa" => backend,
         _ if name.starts_with("rev:") => return Ok(()),
         _ => {
+            refuse_decode_implementation("--baseline", name)?;
             let baseline = Candidate::registered(name, Config::default())?;
             for problem in problems {
                 problem.check_supported_by(&baseline)?;
@@ -123,6 +124,14 @@ pub fn check_baseline(
     }
     if let Some(mode) = mode {
         backend.check_mode(mode)?;
+    }
+    Ok(())
+}
+
+/// Refuses, in one line, a decode implementation named (by `flag`) for prefill problems.
+fn refuse_decode_implementation(flag: &str, name: &str) -> anyhow::Result<()> {
+    if attn_kernels::decode::find_decode(name).is_ok() {
+        bail!("{flag} {name} is a decode implementation: give a decode batch (--shape \"decode ...\" or --suite decode-seed)");
     }
     Ok(())
 }
@@ -173,6 +182,9 @@ impl CandidateArgs {
                     .config
                     .parse()
                     .map_err(|e: ConfigError| anyhow::anyhow!("--config: {e}"))?;
+                if let Some(name) = self.implementation.as_deref() {
+                    refuse_decode_implementation("--impl", name)?;
+                }
                 Ok(match registry::named(self.implementation.as_deref())? {
                     Some(selection) => {
                         println!("{}", selection.reason);
@@ -252,7 +264,8 @@ pub struct ProblemArgs {
     /// A shape `B,H,S,D` or `B,H,SQ,SKV,D`, `H` as `HQ/HKV` for grouped-query heads, or a packed
     /// varlen batch `varlen=L1,L2,... H=H D=D` (`Q:KV` for a sequence whose lengths differ),
     /// optionally followed by ` causal` and ` window=L,R` (repeatable), e.g. "2,32/8,16384,128
-    /// causal window=4096,-1" or "varlen=512,3072,0,8192 H=32/8 D=128 causal".
+    /// causal window=4096,-1" or "varlen=512,3072,0,8192 H=32/8 D=128 causal"; or a decode batch
+    /// (gate and bench only), "decode B=64 q=1 kv=8192 H=32/8 D=128 page=16 bf16".
     #[arg(long = "shape")]
     pub shapes: Vec<String>,
     /// Causal mask, for --shape or a suite's shapes.
@@ -261,12 +274,81 @@ pub struct ProblemArgs {
     /// fp16 or bf16.
     #[arg(long, default_value = "fp16", value_parser = DType::parse_input)]
     pub dtype: DType,
-    /// A named suite: seed, large, sweep, gqa, mqa, window, varlen.
+    /// A named suite: seed, large, sweep, gqa, mqa, window, varlen; decode-seed,
+    /// decode-llama3-8b, decode-llama3-70b (gate and bench only).
     #[arg(long)]
     pub suite: Option<String>,
 }
 
+/// Whether a `--shape` text is a decode batch (`decode ...`).
+pub fn is_decode_text(text: &str) -> bool {
+    text.split_whitespace().next() == Some("decode")
+}
+
+/// The decode suite `name`, if it is one.
+pub fn decode_suite(name: &str) -> Option<&'static attn_oracle::DecodeSuite> {
+    attn_oracle::DECODE_SUITES.iter().find(|s| s.name == name)
+}
+
+/// Refuses, in one line, a decode batch or suite given to `command`, which takes prefill only.
+pub fn refuse_decode(command: &str, shapes: &[&str], suite: Option<&str>) -> anyhow::Result<()> {
+    let decode = shapes
+        .iter()
+        .find(|s| is_decode_text(s))
+        .map(|s| s.to_string());
+    let decode = decode.or_else(|| {
+        suite
+            .filter(|n| decode_suite(n).is_some())
+            .map(String::from)
+    });
+    if let Some(what) = decode {
+        bail!("`cargo xtask {command}` cannot take decode yet ({what}): decode runs through gate and bench");
+    }
+    Ok(())
+}
+
 impl ProblemArgs {
+    /// The decode batches asked for, when the shapes or the suite are decode (`None`: prefill);
+    /// decode and prefill shapes mixed, or --causal with decode (always causal), are refused.
+    pub fn decode_problems(&self) -> anyhow::Result<Option<Vec<attn_oracle::DecodeSpec>>> {
+        let texts: Vec<String> = match (self.shapes.is_empty(), self.suite.as_deref()) {
+            (true, Some(name)) => match decode_suite(name) {
+                Some(suite) => suite.shapes.iter().map(|s| s.to_string()).collect(),
+                None => return Ok(None),
+            },
+            (false, Some(_)) => bail!("give --shape or --suite, not both"),
+            (_, None) => {
+                let decode = self.shapes.iter().filter(|s| is_decode_text(s)).count();
+                if decode == 0 {
+                    return Ok(None);
+                }
+                if decode < self.shapes.len() {
+                    bail!("decode and prefill shapes in one run: give one kind of problem per run");
+                }
+                self.shapes.clone()
+            }
+        };
+        let mut specs = Vec::new();
+        for text in &texts {
+            let spec: attn_oracle::DecodeSpec =
+                text.parse().with_context(|| format!("--shape {text}"))?;
+            // A dtype written in the text wins; else --dtype's.
+            let written = text
+                .split_whitespace()
+                .any(|w| DType::parse_input(w).is_ok());
+            let spec = if written {
+                spec
+            } else {
+                spec.with_dtype(self.dtype)
+                    .with_context(|| format!("--shape {text}"))?
+            };
+            if !specs.contains(&spec) {
+                specs.push(spec);
+            }
+        }
+        Ok(Some(specs))
+    }
+
     /// The problems asked for (`default_suite` when neither --shape nor --suite is given).
     pub fn problems(&self, default_suite: &str) -> anyhow::Result<Vec<Problem>> {
         if self.shapes.is_empty() {
@@ -322,6 +404,13 @@ pub struct ShapeArgs {
 }
 
 impl ShapeArgs {
+    /// The problem asked for, checked as far as can be without a GPU; a decode batch is refused
+    /// in one line naming `command`.
+    pub fn spec_for(&self, command: &str) -> anyhow::Result<attn_evidence::ShapeSpec> {
+        refuse_decode(command, &[self.shape.as_str()], None)?;
+        self.spec()
+    }
+
     /// The problem asked for, checked as far as can be without a GPU.
     pub fn spec(&self) -> anyhow::Result<attn_evidence::ShapeSpec> {
         let mut spec: attn_evidence::ShapeSpec =
@@ -368,6 +457,30 @@ mod tests {
             dtype: DType::F16,
             suite: Some(suite.into()),
         }
+    }
+
+    #[test]
+    fn decode_shapes_and_suites_parse_with_the_dtype() {
+        let suite = suite_args("decode-llama3-8b", false)
+            .decode_problems()
+            .unwrap()
+            .unwrap();
+        assert_eq!(suite.len(), 14);
+        assert!(suite
+            .iter()
+            .all(|s| s.dtype() == DType::F16 && s.heads() == 32));
+        let shape = ProblemArgs {
+            shapes: vec!["decode B=64 q=1 kv=8192 H=32/8 D=128 page=16 bf16".into()],
+            causal: false,
+            dtype: DType::F16,
+            suite: None,
+        };
+        let specs = shape.decode_problems().unwrap().unwrap();
+        assert_eq!(specs[0].dtype(), DType::Bf16, "the text's dtype wins");
+        assert!(suite_args("seed", false)
+            .decode_problems()
+            .unwrap()
+            .is_none());
     }
 
     #[test]

@@ -61,6 +61,9 @@ pub struct Args {
 
 /// Runs the subcommand; returns the process exit code.
 pub fn run(args: Args) -> anyhow::Result<u8> {
+    if args.problems.decode_problems()?.is_some() {
+        anyhow::bail!("`cargo xtask bench` cannot time decode batches yet: gate them (cargo xtask gate --shape \"decode ...\" --baseline decode-naive)");
+    }
     let problems = args.problems.problems("large")?;
     let mut budget = crate::budget::TimeBudget::new(args.time_budget)?;
     let overrides: Config = args

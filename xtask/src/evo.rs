@@ -171,7 +171,7 @@ fn request(args: &Args) -> anyhow::Result<SearchRequest> {
 
 /// A new search: its target, declared knobs and problem.
 fn new_search(args: &Args) -> anyhow::Result<NewSearch> {
-    let shape = args.problem.spec()?;
+    let shape = args.problem.spec_for("evo")?;
     if !args.synthetic {
         // (Synthetic workers fake the baseline too, whatever its name.)
         let problem = attn_measure::Problem::new(shape.clone())?;

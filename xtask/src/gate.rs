@@ -138,6 +138,20 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         Some("side-stream") => true,
         Some(other) => bail!("unknown --plant {other} (known: side-stream)"),
     };
+    if let Some(specs) = args.problems.decode_problems()? {
+        let seed = args.seed.unwrap_or_else(fresh_seed);
+        let compare = CompareOptions {
+            bootstrap: BootstrapOptions {
+                resamples: args.resamples,
+                seed,
+                ..BootstrapOptions::default()
+            },
+            gate_threshold: args.threshold,
+            ..CompareOptions::default()
+        };
+        compare.validate()?;
+        return crate::gate_decode::run(&args, specs, block, compare, seed, budget);
+    }
     let problems = args.problems.problems("seed")?;
     let chosen = args.candidate.checked(&problems)?;
     let (name, backend) = (&args.baseline, args.sdpa_backend);
@@ -294,7 +308,7 @@ fn replay(path: &std::path::Path) -> anyhow::Result<u8> {
     })
 }
 
-fn finish(
+pub(crate) fn finish(
     run: &GateRun,
     markdown_path: Option<&std::path::Path>,
     evidence: Option<&std::path::Path>,

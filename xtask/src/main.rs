@@ -14,6 +14,7 @@ mod budget;
 mod bundle;
 mod evo;
 mod gate;
+mod gate_decode;
 mod kernels;
 mod micro;
 mod ncu;

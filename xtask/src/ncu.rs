@@ -161,7 +161,7 @@ fn evidence_label(candidate: &Candidate, spec: &str, purpose: Purpose) -> String
 }
 
 fn profile_impl(args: &Args) -> anyhow::Result<u8> {
-    let spec = args.problem.spec()?;
+    let spec = args.problem.spec_for("ncu")?;
     let problem = attn_measure::Problem::new(spec.clone())?;
     // Under ncu only its target process holds the GPU.
     let (candidate, _) = args

@@ -26,6 +26,8 @@ pub struct Args {
 
 /// Runs the subcommand; returns the process exit code.
 pub fn run(args: Args) -> anyhow::Result<u8> {
+    let shapes: Vec<&str> = args.problems.shapes.iter().map(String::as_str).collect();
+    crate::args::refuse_decode("sanitize", &shapes, args.problems.suite.as_deref())?;
     let mut problems = args.problems.problems("seed")?;
     if args.problems.shapes.is_empty() {
         problems = sanitize::small_problems(&problems)?;

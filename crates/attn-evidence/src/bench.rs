@@ -11,8 +11,11 @@ use crate::{EvidenceError, Implementation, Provenance, ShapeSpec, Timing};
 pub struct BenchEntry {
     /// What ran.
     pub implementation: Implementation,
-    /// On what.
+    /// On what (a decode batch: the varlen prefill batch over the same rows).
     pub shape: ShapeSpec,
+    /// A decode entry's batch and bandwidths (absent for prefill, and in older files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode: Option<crate::DecodeRecord>,
     /// The raw samples.
     pub timing: Timing,
     /// Summary of `timing.samples` (µs).

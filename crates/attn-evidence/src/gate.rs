@@ -523,8 +523,11 @@ impl GateRule {
 /// The gate's result for one shape.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct GateCase {
-    /// The problem size.
+    /// The problem size (a decode case: the varlen prefill batch over the same rows).
     pub shape: ShapeSpec,
+    /// A decode case's batch and bandwidths (absent for prefill, and in older files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode: Option<crate::DecodeRecord>,
     /// The candidate's config on this shape, where it differs from the run's (an implementation
     /// may tune its knobs per shape); integers (strings in files written before knobs were typed).
     #[serde(

@@ -53,6 +53,7 @@
 //! ```
 
 mod bench;
+mod decode;
 mod defence;
 mod error;
 mod evo;
@@ -66,8 +67,11 @@ mod search;
 mod store;
 mod timing;
 
-pub use attn_problem::{DType, ProblemError, ProblemKind, ShapeSpec, Varlen, Window};
+pub use attn_problem::{DType, DecodeSpec, ProblemError, ProblemKind, ShapeSpec, Varlen, Window};
 pub use bench::{BenchEntry, BenchRun, DenseAtMean, BENCH_CSV_HEADER};
+pub use decode::{
+    achieved_gbs, copy_fraction, copy_gbs, decode_floor_us, decode_shape, DecodeRecord,
+};
 pub use defence::{defences_line, Defence, DefenceName, DefenceOutcome};
 pub use error::EvidenceError;
 pub use evo::{read_evo_log, write_evo_log, CandidateStatus, EvoCandidate, EvoLogAppender};

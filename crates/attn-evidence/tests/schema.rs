@@ -625,3 +625,38 @@ fn cases_without_defences_read_as_none_recorded_and_recorded_ones_round_trip() {
     assert_eq!(reread.cases[0].defences, gate.cases[0].defences);
     assert_eq!(reread.cases[0].defences[0].outcome, DefenceOutcome::Passed);
 }
+
+#[test]
+fn a_decode_case_round_trips_and_older_cases_read_as_prefill() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gate.json");
+    fs::write(&path, gate_json("2025-01-01T00:00:00Z")).unwrap();
+    let Evidence::Gate(mut gate) = read(&path).unwrap() else {
+        panic!("gate.json did not read as a gate run");
+    };
+    assert!(gate.cases[0].decode.is_none(), "an older case is prefill");
+    let spec: attn_evidence::DecodeSpec = "decode B=64 q=1 kv=8192 H=32/8 D=128 page=16 bf16"
+        .parse()
+        .unwrap();
+    let case = &mut gate.cases[0];
+    case.shape = attn_evidence::decode_shape(&spec);
+    case.decode = Some(attn_evidence::DecodeRecord {
+        copy_gbs: Some(3900.0),
+        copy_source: Some("1 GiB device-to-device copy, median of 5".into()),
+        candidate_gbs: Some(3100.0),
+        baseline_gbs: Some(2500.0),
+        ..attn_evidence::DecodeRecord::new(&spec)
+    });
+    let again = dir.path().join("decode.json");
+    write_json_atomic(&again, &gate).unwrap();
+    let text = fs::read_to_string(&again).unwrap();
+    assert!(text.contains(r#""text":"decode B=64 q=1 kv=8192 H=32/8 D=128 page=16 bf16""#));
+    let Evidence::Gate(reread) = read(&again).unwrap() else {
+        panic!("decode.json did not read as a gate run");
+    };
+    let record = reread.cases[0].decode.as_ref().unwrap();
+    assert_eq!(record.spec, spec);
+    assert_eq!(record.bytes, spec.bytes().total());
+    assert!((record.candidate_fraction().unwrap() - 3100.0 / 3900.0).abs() < 1e-12);
+    assert_eq!(reread.cases[0].shape, attn_evidence::decode_shape(&spec));
+}

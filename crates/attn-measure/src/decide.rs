@@ -312,6 +312,7 @@ mod tests {
         .unwrap();
         GateCase {
             shape: "2,16,4096,128".parse::<ShapeSpec>().unwrap(),
+            decode: None,
             config: Default::default(),
             correctness: vec![],
             candidate: None,

@@ -155,6 +155,7 @@ impl PhaseTrace {
 pub fn ended_case(problem: &Problem, status: CaseStatus, reason: String) -> GateCase {
     let mut case = GateCase {
         shape: problem.spec.clone(),
+        decode: None,
         config: Default::default(),
         correctness: vec![],
         candidate: None,
@@ -559,7 +560,7 @@ fn same_input_sets(timed: &Interleaved) -> Result<()> {
 }
 
 /// The evidence of the timed outputs' verification and of the buffers' guards and checksums.
-fn timed_output_check(
+pub(crate) fn timed_output_check(
     verified: VerifiedOutputs,
     watch: TimingWatch,
     sets: usize,
@@ -581,7 +582,10 @@ fn timed_output_check(
 /// The baseline against the candidate, resampled in the interleave's blocks (a block's samples
 /// share its clock); a side left one block (an incomplete, inconclusive case) is compared sample
 /// by sample. `None` with fewer than two samples a side.
-fn compare_sides(timed: &Interleaved, options: &CompareOptions) -> Result<Option<Comparison>> {
+pub(crate) fn compare_sides(
+    timed: &Interleaved,
+    options: &CompareOptions,
+) -> Result<Option<Comparison>> {
     if timed.a.samples_us.len() < 2 || timed.b.samples_us.len() < 2 {
         return Ok(None);
     }
@@ -602,7 +606,7 @@ fn compare_sides(timed: &Interleaved, options: &CompareOptions) -> Result<Option
 
 /// The flag of a timed case beyond the device's physical bounds (implausible), or of a speedup
 /// within them that a reviewer should still look at.
-fn plausibility_flag(case: &GateCase, plan: &GatePlan) -> Option<Flag> {
+pub(crate) fn plausibility_flag(case: &GateCase, plan: &GatePlan) -> Option<Flag> {
     if let Some(why) = implausibility(case, &plan.rule, plan.peak_tflops) {
         return Some(Flag::new(FlagKind::Implausible, why));
     }

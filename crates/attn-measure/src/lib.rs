@@ -32,6 +32,7 @@ pub mod bench;
 mod bound;
 pub mod check;
 pub mod decide;
+pub mod decode;
 pub mod defences;
 mod error;
 pub mod gate;

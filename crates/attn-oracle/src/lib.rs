@@ -60,7 +60,9 @@ mod tensor;
 mod tiled;
 mod varlen;
 
-pub use attn_problem::{BlockTable, DecodeSpec, KvLayout, PagePolicy};
+pub use attn_problem::{
+    decode_battery, BlockTable, DecodeSpec, DecodeSuite, KvLayout, PagePolicy, DECODE_SUITES,
+};
 pub use attn_problem::{DType, Packed, Params, ProblemError, RowId, Shape, Varlen, Window};
 pub use backward::{
     backward, backward_exact, backward_rows, backward_tolerance, backward_varlen, compare_gradient,

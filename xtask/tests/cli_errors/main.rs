@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 mod bench_ncu_evo;
+mod decode;
 mod gate;
 mod kernels;
 mod report;

@@ -47,6 +47,103 @@ pub struct DecodeBatch {
     pub table: Option<DeviceTable>,
 }
 
+/// A decode launch's inputs by reference, wherever they live: a [`DecodeBatch`]'s own buffers
+/// ([`DecodeBatch::args`]), or the interiors of guarded buffers that a check watches.
+#[derive(Debug, Clone, Copy)]
+pub struct DecodeArgs<'a> {
+    /// The batch.
+    pub spec: &'a DecodeSpec,
+    /// Queries `[1, total_q, H, D]`, packed.
+    pub q: &'a DeviceTensor,
+    /// Keys in the spec's layout.
+    pub k: &'a DeviceTensor,
+    /// Values, as the keys.
+    pub v: &'a DeviceTensor,
+    /// int32 `[B + 1]` offsets of each sequence's new tokens.
+    pub cu_seqlens_q: &'a CudaSlice<i32>,
+    /// int32 `[B]` keys per sequence.
+    pub seqlens_kv: &'a CudaSlice<i32>,
+    /// The block table of a paged cache.
+    pub table: Option<&'a DeviceTable>,
+}
+
+impl DeviceTable {
+    /// `table` padded ([`padded_table`]) and uploaded.
+    pub fn upload(gpu: &Gpu, table: &BlockTable) -> Result<DeviceTable> {
+        let (entries, stride) = padded_table(table);
+        Ok(DeviceTable {
+            buf: gpu
+                .stream()
+                .clone_htod(&entries)
+                .during("cuMemcpyHtoD (block table)")?,
+            sequences: table.sequences(),
+            stride,
+            page_size: table.page_size(),
+            num_pages: table.num_pages(),
+        })
+    }
+}
+
+impl DeviceTable {
+    /// Whether the entries on the device differ from `table`'s, padded (synchronises): a kernel
+    /// must leave its table as it found it.
+    pub fn changed(&self, gpu: &Gpu, table: &BlockTable) -> Result<bool> {
+        let found = gpu
+            .stream()
+            .clone_dtoh(&self.buf)
+            .during("cuMemcpyDtoH (block table)")?;
+        Ok(found != padded_table(table).0)
+    }
+}
+
+/// A decode batch's int32 lengths on the device, as the ABI takes them.
+#[derive(Debug)]
+pub struct LengthBuffers {
+    /// `[B + 1]` offsets of each sequence's new tokens in Q and O.
+    pub cu_seqlens_q: CudaSlice<i32>,
+    /// `[B]` keys per sequence, the new tokens included.
+    pub seqlens_kv: CudaSlice<i32>,
+}
+
+impl LengthBuffers {
+    /// `spec`'s lengths, uploaded.
+    pub fn upload(gpu: &Gpu, spec: &DecodeSpec) -> Result<LengthBuffers> {
+        let stream = gpu.stream();
+        Ok(LengthBuffers {
+            cu_seqlens_q: stream
+                .clone_htod(&spec.varlen().cu_seqlens_q())
+                .during("cuMemcpyHtoD (cu_seqlens_q)")?,
+            seqlens_kv: stream
+                .clone_htod(&seqlens_kv(spec))
+                .during("cuMemcpyHtoD (seqlens_kv)")?,
+        })
+    }
+
+    /// The arrays a launch changed (`"cu_seqlens_q"`, `"seqlens_kv"`), read back (synchronises).
+    pub fn changed(&self, gpu: &Gpu, spec: &DecodeSpec) -> Result<Vec<String>> {
+        let stream = gpu.stream();
+        let cu = stream
+            .clone_dtoh(&self.cu_seqlens_q)
+            .during("cuMemcpyDtoH (cu_seqlens_q)")?;
+        let kv = stream
+            .clone_dtoh(&self.seqlens_kv)
+            .during("cuMemcpyDtoH (seqlens_kv)")?;
+        let mut changed = Vec::new();
+        if cu != spec.varlen().cu_seqlens_q() {
+            changed.push("cu_seqlens_q".to_string());
+        }
+        if kv != seqlens_kv(spec) {
+            changed.push("seqlens_kv".to_string());
+        }
+        Ok(changed)
+    }
+}
+
+/// The int32 keys per sequence of `spec`.
+fn seqlens_kv(spec: &DecodeSpec) -> Vec<i32> {
+    spec.seqlens_kv().iter().map(|&n| n as i32).collect()
+}
+
 /// A block table as the kernels read it: `stride` entries per sequence, padded with
 /// [`TABLE_PADDING`], `stride` the longest list (1 when every list is empty).
 pub fn padded_table(table: &BlockTable) -> (Vec<i32>, usize) {
@@ -80,21 +177,10 @@ impl DecodeBatch {
         }
         let stream = gpu.stream();
         let seqlens_kv: Vec<i32> = spec.seqlens_kv().iter().map(|&n| n as i32).collect();
-        let table = match cache.table() {
-            None => None,
-            Some(table) => {
-                let (entries, stride) = padded_table(table);
-                Some(DeviceTable {
-                    buf: stream
-                        .clone_htod(&entries)
-                        .during("cuMemcpyHtoD (block table)")?,
-                    sequences: table.sequences(),
-                    stride,
-                    page_size: table.page_size(),
-                    num_pages: table.num_pages(),
-                })
-            }
-        };
+        let table = cache
+            .table()
+            .map(|table| DeviceTable::upload(gpu, table))
+            .transpose()?;
         Ok(DecodeBatch {
             spec: spec.clone(),
             q: gpu.upload(q)?,
@@ -108,6 +194,21 @@ impl DecodeBatch {
                 .during("cuMemcpyHtoD (seqlens_kv)")?,
             table,
         })
+    }
+}
+
+impl DecodeBatch {
+    /// Its buffers, as a launch takes them.
+    pub fn args(&self) -> DecodeArgs<'_> {
+        DecodeArgs {
+            spec: &self.spec,
+            q: &self.q,
+            k: &self.k,
+            v: &self.v,
+            cu_seqlens_q: &self.cu_seqlens_q,
+            seqlens_kv: &self.seqlens_kv,
+            table: self.table.as_ref(),
+        }
     }
 }
 
@@ -133,6 +234,11 @@ pub struct BatchDims {
 impl BatchDims {
     /// The dims of `batch` and of the output `o`.
     pub fn of(batch: &DecodeBatch, o: &DeviceTensor) -> BatchDims {
+        BatchDims::of_args(&batch.args(), o)
+    }
+
+    /// The dims of the buffers of `args` and of the output `o`.
+    pub fn of_args(batch: &DecodeArgs<'_>, o: &DeviceTensor) -> BatchDims {
         BatchDims {
             q: batch.q.dims,
             k: batch.k.dims,
@@ -142,7 +248,6 @@ impl BatchDims {
             seqlens_kv: batch.seqlens_kv.len(),
             table: batch
                 .table
-                .as_ref()
                 .map(|t| (t.sequences, t.stride, t.page_size, t.num_pages, t.buf.len())),
         }
     }

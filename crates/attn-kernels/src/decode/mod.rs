@@ -18,6 +18,7 @@
 //! ```
 
 pub mod batch;
+pub mod copy;
 pub mod registry;
 
 use std::sync::Mutex;
@@ -30,7 +31,10 @@ use crate::config::Config;
 use crate::error::{DriverContext, KernelError, Result};
 use crate::gpu::{DeviceTensor, Gpu};
 
-pub use batch::{check_batch, padded_table, BatchDims, DecodeBatch, DeviceTable, TABLE_PADDING};
+pub use batch::{
+    check_batch, padded_table, BatchDims, DecodeArgs, DecodeBatch, DeviceTable, LengthBuffers,
+    TABLE_PADDING,
+};
 pub use registry::{
     auto_splits, decode_registry, find_decode, DecodeImplementation, DecodeKernel, DecodePlan,
     MAX_SPLITS,
@@ -136,13 +140,18 @@ impl PreparedDecode {
         batch: &DecodeBatch,
         o: &mut DeviceTensor,
     ) -> Result<DecodePlan> {
-        let spec = &batch.spec;
-        for (name, t) in [
-            ("Q", &batch.q),
-            ("K", &batch.k),
-            ("V", &batch.v),
-            ("O", &*o),
-        ] {
+        self.launch_args(gpu, &batch.args(), o)
+    }
+
+    /// [`PreparedDecode::launch`] on inputs wherever they live (a check's guarded buffers).
+    pub fn launch_args(
+        &self,
+        gpu: &Gpu,
+        batch: &DecodeArgs<'_>,
+        o: &mut DeviceTensor,
+    ) -> Result<DecodePlan> {
+        let spec = batch.spec;
+        for (name, t) in [("Q", batch.q), ("K", batch.k), ("V", batch.v), ("O", &*o)] {
             if t.dtype != self.dtype {
                 return Err(KernelError::Shape(format!(
                     "decode {name} is {}, the kernel was compiled for {}",
@@ -150,7 +159,12 @@ impl PreparedDecode {
                 )));
             }
         }
-        check_batch(spec, &BatchDims::of(batch, o), self.dtype, self.head_dim)?;
+        check_batch(
+            spec,
+            &BatchDims::of_args(batch, o),
+            self.dtype,
+            self.head_dim,
+        )?;
         let plan = self.plan(spec)?;
         let stream = gpu.stream();
         let mut workspace = self.workspace.lock().unwrap_or_else(|e| e.into_inner());
@@ -175,14 +189,14 @@ impl PreparedDecode {
         } else {
             0
         };
-        let (table_ptr, _gt) = match &batch.table {
+        let (table_ptr, _gt) = match batch.table {
             Some(t) => {
                 let (p, g) = t.buf.device_ptr(stream);
                 (p, Some(g))
             }
             None => (0u64, None),
         };
-        let (stride, page_size, s_max) = match &batch.table {
+        let (stride, page_size, s_max) = match batch.table {
             Some(t) => (t.stride as i32, t.page_size as i32, 0i32),
             None => (0, 0, spec.max_kv() as i32),
         };
@@ -208,8 +222,8 @@ impl PreparedDecode {
             .arg(&batch.k.buf)
             .arg(&batch.v.buf)
             .arg(&mut o.buf)
-            .arg(&batch.cu_seqlens_q)
-            .arg(&batch.seqlens_kv)
+            .arg(batch.cu_seqlens_q)
+            .arg(batch.seqlens_kv)
             .arg(&table_ptr)
             .arg(&stride)
             .arg(&page_size)

@@ -73,6 +73,7 @@ pub fn entry(timed: Timed, problem: &Problem) -> Result<BenchEntry> {
     Ok(BenchEntry {
         implementation: timed.implementation,
         shape: problem.spec.clone(),
+        decode: None,
         timing: timing_evidence(&timed.timings),
         tflops: problem.spec.tflops(summary.median),
         summary,

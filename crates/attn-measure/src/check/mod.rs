@@ -52,7 +52,7 @@ use crate::random::next_random;
 use crate::supervise::Watchdog;
 use crate::{Problem, Result};
 
-mod reads;
+pub(crate) mod reads;
 
 /// The multiples of the problem's scale (1/√D) the checks draw their softmax scale from: a kernel
 /// that ignores its `scale` argument is wrong at every factor but 1.

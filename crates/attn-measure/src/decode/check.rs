@@ -1,0 +1,303 @@
+//! A decode case's correctness checks: fresh seeded inputs from [`generate_decode`] over the
+//! check distributions and every block-table policy the case's layout allows, the launch watched
+//! as a prefill check's is, and the output compared on every row with [`reference_decode`].
+//!
+//! Q, K and V sit between NaN guards ([`GuardedTensor::upload_for_reads`]) and O between finite
+//! ones, poisoned before each launch; Q, K and V are checksummed before and after, and the
+//! lengths and block table read back after; the launch runs twice on the same inputs (the
+//! second judges determinism); a wrong output is relaunched with the guards refilled (the read
+//! probe of `check::reads`). Unused pages hold NaN and unused slots a dominant finite logit
+//! (attn-oracle's sentinels), so a kernel reading a page or slot it was not given is wrong.
+
+use attn_evidence::{CheckFailure, CorrectnessCheck, LaunchGuards};
+use attn_kernels::decode::{DecodeArgs, DeviceTable, LengthBuffers, PreparedDecode};
+use attn_kernels::guard::GUARD_BYTES;
+use attn_kernels::{Gpu, GuardedTensor, HarnessKernels};
+use attn_oracle::{
+    compare_decode, generate_decode, reference_decode, tolerance, DecodeCase, DecodeInputs,
+    DecodeSpec, Distribution, HostTensor, KvLayout, PagePolicy, RowSelection,
+};
+
+use crate::check::reads::{probe_reads, read_outside_reason};
+use crate::check::Watched;
+use crate::Result;
+
+/// The page policies a case's checks cycle through: its own first, then every other one its
+/// layout allows (none for a contiguous cache, which has no table).
+pub fn check_policies(spec: &DecodeSpec) -> Vec<KvLayout> {
+    let KvLayout::Paged { page_size, policy } = spec.layout() else {
+        return vec![KvLayout::Contiguous];
+    };
+    let mut policies = vec![policy];
+    for other in [
+        PagePolicy::InOrder,
+        PagePolicy::Shuffled,
+        PagePolicy::Interleaved,
+        PagePolicy::SharedPrefix(2),
+    ] {
+        if !policies.contains(&other) {
+            policies.push(other);
+        }
+    }
+    policies
+        .into_iter()
+        .map(|policy| KvLayout::Paged { page_size, policy })
+        .collect()
+}
+
+/// The (spec, distribution) of each check of a case: `checks` of them, at least one per policy
+/// of [`check_policies`], the distributions cycling through [`Distribution::CHECKS`].
+pub fn check_plan(spec: &DecodeSpec, checks: usize) -> Result<Vec<(DecodeSpec, Distribution)>> {
+    let layouts = check_policies(spec);
+    (0..checks.max(layouts.len()))
+        .map(|i| {
+            let layout = layouts[i % layouts.len()];
+            let distribution = Distribution::CHECKS[i % Distribution::CHECKS.len()];
+            Ok((spec.clone().with_layout(layout)?, distribution))
+        })
+        .collect()
+}
+
+/// A decode batch's inputs on the device between guards, for one check.
+struct Guarded {
+    q: GuardedTensor,
+    k: GuardedTensor,
+    v: GuardedTensor,
+    lengths: LengthBuffers,
+    table: Option<DeviceTable>,
+}
+
+impl Guarded {
+    fn upload(gpu: &Gpu, inputs: &DecodeInputs, seed: u64) -> Result<Guarded> {
+        let spec = &inputs.case.spec;
+        Ok(Guarded {
+            q: GuardedTensor::upload_for_reads(gpu, "Q", &inputs.q, seed)?,
+            k: GuardedTensor::upload_for_reads(gpu, "K", inputs.cache.k(), seed ^ 1)?,
+            v: GuardedTensor::upload_for_reads(gpu, "V", inputs.cache.v(), seed ^ 2)?,
+            lengths: LengthBuffers::upload(gpu, spec)?,
+            table: inputs
+                .cache
+                .table()
+                .map(|t| DeviceTable::upload(gpu, t))
+                .transpose()?,
+        })
+    }
+}
+
+#[allow(clippy::too_many_arguments)] // the kernel, the batch's buffers and the watchdog
+/// Launches `prepared` on the guarded inputs into `o` (poisoned first), under the watchdog, and
+/// downloads the output.
+fn launch(
+    gpu: &Gpu,
+    prepared: &PreparedDecode,
+    spec: &DecodeSpec,
+    (q, k, v): (&GuardedTensor, &GuardedTensor, &GuardedTensor),
+    lengths: &LengthBuffers,
+    table: Option<&DeviceTable>,
+    o: &mut GuardedTensor,
+    watched: Watched<'_>,
+) -> Result<HostTensor> {
+    gpu.poison(o)?;
+    let args = DecodeArgs {
+        spec,
+        q,
+        k,
+        v,
+        cu_seqlens_q: &lengths.cu_seqlens_q,
+        seqlens_kv: &lengths.seqlens_kv,
+        table,
+    };
+    let mut run = || -> attn_kernels::Result<()> {
+        prepared.launch_args(gpu, &args, o)?;
+        gpu.synchronize()
+    };
+    match watched {
+        Some((w, bound)) => w.guard(bound, "a decode check launch", run)?,
+        None => run()?,
+    }
+    Ok(gpu.download(o)?)
+}
+
+/// Runs every check of [`check_plan`]; `seed` the first check's seed.
+pub fn run_decode_checks(
+    gpu: &Gpu,
+    prepared: &PreparedDecode,
+    spec: &DecodeSpec,
+    seed: u64,
+    checks: usize,
+    watched: Watched<'_>,
+) -> Result<Vec<CorrectnessCheck>> {
+    let harness = HarnessKernels::new(gpu)?;
+    let mut previous: Option<HostTensor> = None;
+    let mut out = Vec::new();
+    for (i, (spec, distribution)) in check_plan(spec, checks)?.into_iter().enumerate() {
+        let case = DecodeCase {
+            spec,
+            distribution,
+            seed: seed.wrapping_add(i as u64 * 0x9e37),
+        };
+        let (check, output) = check_one(gpu, prepared, &harness, &case, watched)?;
+        let stale = previous
+            .as_ref()
+            .is_some_and(|p| p.as_bytes() == output.as_bytes());
+        previous = Some(output);
+        out.push(if stale && check.passed {
+            failed(
+                check,
+                CheckFailure::Stale,
+                "the output is byte-identical to the previous check's on new inputs".into(),
+            )
+        } else {
+            check
+        });
+    }
+    Ok(out)
+}
+
+fn failed(mut check: CorrectnessCheck, failure: CheckFailure, reason: String) -> CorrectnessCheck {
+    check.passed = false;
+    check.failure = Some(failure);
+    check.reason = Some(reason);
+    check
+}
+
+/// One check of `case` (see the module); returns it and the first launch's output.
+pub fn check_one(
+    gpu: &Gpu,
+    prepared: &PreparedDecode,
+    harness: &HarnessKernels,
+    case: &DecodeCase,
+    watched: Watched<'_>,
+) -> Result<(CorrectnessCheck, HostTensor)> {
+    let spec = &case.spec;
+    let inputs = generate_decode(case)?;
+    let mut g = Guarded::upload(gpu, &inputs, case.seed)?;
+    let dims = [1, spec.varlen().total_q(), spec.heads(), spec.head_dim()];
+    let mut o = GuardedTensor::alloc_poisoned(gpu, "O", dims, spec.dtype(), case.seed ^ 3)?;
+    let sum = |t: &GuardedTensor| harness.checksum(gpu, t, false, case.seed);
+    let before = [sum(&g.q)?, sum(&g.k)?, sum(&g.v)?];
+    let tensors = (&g.q, &g.k, &g.v);
+    let first = launch(
+        gpu,
+        prepared,
+        spec,
+        tensors,
+        &g.lengths,
+        g.table.as_ref(),
+        &mut o,
+        watched,
+    )?;
+    let second = launch(
+        gpu,
+        prepared,
+        spec,
+        tensors,
+        &g.lengths,
+        g.table.as_ref(),
+        &mut o,
+        watched,
+    )?;
+    let after = [sum(&g.q)?, sum(&g.k)?, sum(&g.v)?];
+    let mut outside = Vec::new();
+    for t in [&g.q, &g.k, &g.v, &o] {
+        if let Some(violation) = t.check(gpu)? {
+            outside.push(violation.to_string());
+        }
+    }
+    let mut inputs_written: Vec<String> = ["Q", "K", "V"]
+        .iter()
+        .zip(before.iter().zip(&after))
+        .filter(|(_, (b, a))| b != a)
+        .map(|(name, _)| name.to_string())
+        .collect();
+    inputs_written.extend(g.lengths.changed(gpu, spec)?);
+    if let (Some(table), Some(host)) = (&g.table, inputs.cache.table()) {
+        if table.changed(gpu, host)? {
+            inputs_written.push("the block table".into());
+        }
+    }
+    let identical = first.as_bytes() == second.as_bytes();
+    let reference = reference_decode(spec, &inputs.q, &inputs.cache, &RowSelection::All)?;
+    let tol = tolerance(spec.dtype(), case.distribution);
+    let verdict = compare_decode(&first, &reference, spec, &tol);
+    let mut guards = LaunchGuards {
+        guard_bytes: GUARD_BYTES as u64,
+        input_guards_after: [&g.q, &g.k, &g.v]
+            .iter()
+            .map(|t| t.guard_bytes()[1] as u64)
+            .collect(),
+        read_probe_launches: 0,
+        read_outside: vec![],
+        outside: outside.clone(),
+        inputs_written: inputs_written.clone(),
+        launches: 2,
+        identical,
+    };
+    if !verdict.passed && outside.is_empty() && inputs_written.is_empty() {
+        let (cu, table) = (&g.lengths, g.table.as_ref());
+        let probe = probe_reads(
+            gpu,
+            [&mut g.q, &mut g.k, &mut g.v],
+            &first,
+            identical,
+            &mut |q, k, v| launch(gpu, prepared, spec, (q, k, v), cu, table, &mut o, watched),
+        )?;
+        guards.read_probe_launches = probe.launches;
+        guards.read_outside = probe.regions;
+    }
+    let mut check = CorrectnessCheck {
+        seed: case.seed,
+        distribution: case.distribution.to_string(),
+        passed: verdict.passed,
+        max_abs: verdict.max_abs,
+        rel_l2: verdict.rel_l2,
+        nan_count: verdict.nan_count + verdict.inf_count,
+        poison_count: verdict.poison_count,
+        reason: verdict.reason.clone(),
+        sdpa_max_abs: None,
+        closer_to: None,
+        failure: (!verdict.passed).then_some(CheckFailure::Incorrect),
+        rows: Some("every row of every sequence".into()),
+        full: None,
+        scale: None,
+        shape: Some(spec.to_string()),
+        guards: Some(guards.clone()),
+    };
+    if verdict.poison_count > 0 && !verdict.passed {
+        check.failure = Some(CheckFailure::Unwritten);
+    } else if verdict.nan_count + verdict.inf_count > 0 && !verdict.passed {
+        check.failure = Some(CheckFailure::NonFinite);
+    }
+    let check = if !outside.is_empty() {
+        failed(
+            check,
+            CheckFailure::WroteOutside,
+            format!("wrote outside its output ({})", outside.join("; ")),
+        )
+    } else if !inputs_written.is_empty() {
+        failed(
+            check,
+            CheckFailure::WroteInputs,
+            format!("wrote into its inputs ({})", inputs_written.join(", ")),
+        )
+    } else if !guards.read_outside.is_empty() {
+        failed(
+            check,
+            CheckFailure::ReadOutside,
+            read_outside_reason(&guards.read_outside),
+        )
+    } else if check.passed && !identical {
+        failed(
+            check,
+            CheckFailure::NonDeterministic,
+            "non-deterministic output: two launches on the same inputs differ".into(),
+        )
+    } else {
+        check
+    };
+    let check = CorrectnessCheck {
+        reason: check.reason.map(|r| format!("{r} [{case}]")),
+        ..check
+    };
+    Ok((check, first))
+}

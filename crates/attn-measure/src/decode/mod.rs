@@ -1,0 +1,365 @@
+//! Decode through the gate: a [`DecodeSpec`] judged as a prefill problem is, by the same
+//! phases and the same decision ([`crate::decide::decide`]).
+//!
+//! - check ([`check`]): fresh seeded inputs over the check distributions and every block-table
+//!   policy the layout allows, guards, checksums, the determinism launch, the read probe, every
+//!   row against the f64 oracle;
+//! - battery: the same check on [`decode_battery`]'s edge batches, once per dtype, head dim,
+//!   window and layout in a run;
+//! - time ([`timing`]): input sets sized by memory, every timed output verified, ABBA blocks
+//!   with the clock guard ([`crate::timing::interleave`]);
+//! - record: the bandwidth achieved beside the time, the copy bandwidth measured in the run
+//!   ([`copy_bandwidth`]) and the floor of the case's bytes at it.
+//!
+//! The baseline is a registered decode implementation (`decode-naive`); SDPA on the contiguous
+//! cache is refused in one line until the helper runs it.
+
+pub mod check;
+pub mod timing;
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::Duration;
+
+use attn_evidence::{
+    decode_floor_us, decode_shape, CaseStatus, CorrectnessCheck, DecodeRecord, EdgeBattery,
+    GateCase, Implementation,
+};
+use attn_kernels::decode::{find_decode, PreparedDecode};
+use attn_kernels::{Config, Gpu, HarnessKernels};
+use attn_oracle::{decode_battery, DecodeCase, DecodeSpec, Distribution, Window};
+
+use crate::baseline::{median, timing_evidence};
+use crate::decide::decide;
+use crate::defences::{case_defences, CaseFacts};
+use crate::gate::{compare_sides, plausibility_flag, timed_output_check, GatePlan};
+use crate::supervise::Watchdog;
+use crate::timing::{interleave, TimingWatch};
+use crate::{MeasureError, Result};
+
+pub use check::{check_plan, check_policies, run_decode_checks};
+pub use timing::{decode_set_count, DecodeSide};
+
+/// Copies timed for the copy bandwidth; their median is recorded.
+pub const COPY_REPEATS: usize = 5;
+
+/// The device's copy bandwidth, GB/s: the median of [`COPY_REPEATS`] device-to-device copies of
+/// 1 GiB timed with events, and how it was measured.
+pub fn copy_bandwidth(gpu: &Gpu) -> Result<(f64, String)> {
+    let bytes = attn_kernels::decode::copy::COPY_BYTES;
+    let times = attn_kernels::decode::copy::time_copies(gpu, bytes, COPY_REPEATS)?;
+    let us = median(&times);
+    let gbs = attn_evidence::copy_gbs(bytes as u64, us);
+    Ok((
+        gbs,
+        format!(
+            "a {} MiB device-to-device copy (read and written once), median of {COPY_REPEATS}: {us:.1} µs",
+            bytes >> 20
+        ),
+    ))
+}
+
+/// Refuses, in one line, a decode implementation name the decode registry does not hold.
+pub fn check_decode_implementation(name: &str) -> Result<()> {
+    find_decode(name)?;
+    Ok(())
+}
+
+/// What a decode candidate is compared with.
+#[derive(Debug, Clone)]
+pub enum DecodeBaseline {
+    /// A registered decode implementation at its defaults (`decode-naive`).
+    Registered(String),
+}
+
+impl DecodeBaseline {
+    /// The baseline `--baseline NAME` names for a decode problem, refused in one line when it
+    /// cannot time decode.
+    pub fn from_name(name: &str) -> Result<DecodeBaseline> {
+        if name == "sdpa" || name == "fa3" || name == "cublas" || name.starts_with("rev:") {
+            return Err(MeasureError::Invalid(format!(
+                "--baseline {name} cannot time a decode batch yet (SDPA on the contiguous cache is not wired into the helper): give --baseline decode-naive or another decode implementation"
+            )));
+        }
+        check_decode_implementation(name)?;
+        Ok(DecodeBaseline::Registered(name.into()))
+    }
+
+    /// As evidence records it.
+    pub fn implementation(&self) -> Implementation {
+        match self {
+            DecodeBaseline::Registered(name) => Implementation::named(name.clone()),
+        }
+    }
+}
+
+/// What makes two cases' decode batteries the same.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct BatteryKey {
+    dtype: attn_oracle::DType,
+    head_dim: usize,
+    window: Option<Window>,
+    page_size: Option<usize>,
+}
+
+/// A decode gate run's state across cases: the device, both sides' names, the copy bandwidth.
+pub struct DecodeGate<'a> {
+    gpu: &'a Gpu,
+    candidate: String,
+    overrides: Config,
+    baseline: &'a DecodeBaseline,
+    plan: &'a GatePlan,
+    watchdog: Option<&'a Watchdog>,
+    copy: Option<(f64, String)>,
+    batteries: HashMap<BatteryKey, (String, Option<CorrectnessCheck>)>,
+    /// Set after a fault: the CUDA context is lost.
+    pub lost: bool,
+}
+
+impl std::fmt::Debug for DecodeGate<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DecodeGate")
+            .field("candidate", &self.candidate)
+            .field("lost", &self.lost)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An empty decode case with a status and reason.
+pub fn ended_decode_case(spec: &DecodeSpec, status: CaseStatus, reason: String) -> GateCase {
+    let mut case = GateCase {
+        shape: decode_shape(spec),
+        decode: Some(DecodeRecord::new(spec)),
+        config: Default::default(),
+        correctness: vec![],
+        candidate: None,
+        baseline: None,
+        comparison: None,
+        candidate_tflops: None,
+        baseline_tflops: None,
+        flags: vec![],
+        timed_outputs: None,
+        clock_guard: None,
+        battery: None,
+        memory_floor_us: None,
+        defences: vec![],
+        status: Some(status),
+        passed: false,
+        reason,
+    };
+    case.defences = case_defences(&case, &Default::default(), &CaseFacts::default());
+    case
+}
+
+impl<'a> DecodeGate<'a> {
+    /// A session of the decode implementation `candidate` with `overrides`.
+    pub fn new(
+        gpu: &'a Gpu,
+        candidate: &str,
+        overrides: Config,
+        baseline: &'a DecodeBaseline,
+        plan: &'a GatePlan,
+        watchdog: Option<&'a Watchdog>,
+    ) -> Result<DecodeGate<'a>> {
+        check_decode_implementation(candidate)?;
+        Ok(DecodeGate {
+            gpu,
+            candidate: candidate.into(),
+            overrides,
+            baseline,
+            plan,
+            watchdog,
+            copy: None,
+            batteries: HashMap::new(),
+            lost: false,
+        })
+    }
+
+    /// The candidate as evidence records it.
+    pub fn implementation(&self) -> Implementation {
+        let mut implementation = Implementation::named(self.candidate.clone());
+        implementation.config = self.overrides.0.clone();
+        implementation
+    }
+
+    /// Judges `spec` with inputs from `seed`.
+    pub fn case(&mut self, spec: &DecodeSpec, seed: u64) -> GateCase {
+        match self.try_case(spec, seed) {
+            Ok(case) => case,
+            Err(err) => {
+                let fault = matches!(&err, MeasureError::Kernel(e) if e.is_fault());
+                self.lost |= fault;
+                let (status, what) = if fault {
+                    (CaseStatus::Fault, "fault")
+                } else {
+                    (CaseStatus::CouldNotRun, "could not run")
+                };
+                let mut case = ended_decode_case(spec, status, format!("{what}: {err}"));
+                case.defences = case_defences(&case, &self.plan.rule, &self.facts(0));
+                case
+            }
+        }
+    }
+
+    fn watched(&self) -> crate::check::Watched<'a> {
+        self.watchdog.map(|w| (w, self.plan.hang_floor))
+    }
+
+    fn try_case(&mut self, spec: &DecodeSpec, seed: u64) -> Result<GateCase> {
+        let mut case = ended_decode_case(spec, CaseStatus::CouldNotRun, String::new());
+        let (gpu, dtype, d) = (self.gpu, spec.dtype(), spec.head_dim());
+        let prepared = PreparedDecode::new(gpu, &self.candidate, &self.overrides, dtype, d)?;
+        case.config = prepared.config().0.clone();
+        let watched = self.watched();
+        case.correctness =
+            run_decode_checks(gpu, &prepared, spec, seed, self.plan.checks, watched)?;
+        if case.correctness.iter().any(|c| !c.passed) {
+            return Ok(self.finish(case, 0));
+        }
+        let battery = self.battery(&prepared, spec, seed ^ 0xed9e)?;
+        let battery_failed = battery.checks.iter().any(|c| !c.passed);
+        case.battery = Some(battery);
+        if battery_failed {
+            return Ok(self.finish(case, 0));
+        }
+        self.time(&mut case, &prepared, spec, seed)?;
+        // No side-stream guard pass runs on a decode side: its defence records none.
+        Ok(self.finish(case, 0))
+    }
+
+    /// The decode edge battery, once per [`BatteryKey`] in a run.
+    fn battery(
+        &mut self,
+        prepared: &PreparedDecode,
+        spec: &DecodeSpec,
+        seed: u64,
+    ) -> Result<EdgeBattery> {
+        let key = BatteryKey {
+            dtype: spec.dtype(),
+            head_dim: spec.head_dim(),
+            window: spec.window(),
+            page_size: spec.layout().page_size(),
+        };
+        if let Some((first, failed)) = self.batteries.get(&key) {
+            return Ok(EdgeBattery {
+                shapes: vec![],
+                checks: failed.iter().cloned().collect(),
+                skipped: vec![],
+                checked_in: Some(first.clone()),
+            });
+        }
+        let harness = HarnessKernels::new(self.gpu)?;
+        let mut battery = EdgeBattery {
+            shapes: vec![],
+            checks: vec![],
+            skipped: vec![],
+            checked_in: None,
+        };
+        for (i, edge) in decode_battery(spec).into_iter().enumerate() {
+            battery.shapes.push(edge.to_string());
+            let case = DecodeCase {
+                spec: edge,
+                distribution: Distribution::CHECKS[i % Distribution::CHECKS.len()],
+                seed: seed.wrapping_add(i as u64),
+            };
+            let (check, _) = check::check_one(self.gpu, prepared, &harness, &case, self.watched())?;
+            let failed = !check.passed;
+            battery.checks.push(check);
+            if failed {
+                break;
+            }
+        }
+        let failed = battery.checks.iter().find(|c| !c.passed).cloned();
+        self.batteries.insert(key, (spec.to_string(), failed));
+        Ok(battery)
+    }
+
+    /// Both sides timed interleaved, the candidate's every timed output verified; then the
+    /// evidence: verified outputs, floor, clock guard, comparison, bandwidths.
+    fn time(
+        &mut self,
+        case: &mut GateCase,
+        prepared: &PreparedDecode,
+        spec: &DecodeSpec,
+        seed: u64,
+    ) -> Result<()> {
+        let (gpu, plan) = (self.gpu, self.plan);
+        if self.copy.is_none() {
+            self.copy = Some(copy_bandwidth(gpu)?);
+        }
+        let info = gpu.info();
+        let sets = decode_set_count(spec, info.l2_bytes as usize, info.total_memory);
+        let mut cand = DecodeSide::new(gpu, prepared, spec, sets, seed ^ 0x5eed, true)?;
+        let bound = Rc::new(Cell::new(plan.hang_floor));
+        if let Some(w) = self.watchdog {
+            cand.with_watchdog(w, Rc::clone(&bound));
+        }
+        let DecodeBaseline::Registered(name) = self.baseline;
+        let base_prepared =
+            PreparedDecode::new(gpu, name, &Config::default(), spec.dtype(), spec.head_dim())?;
+        let mut base = DecodeSide::new(gpu, &base_prepared, spec, sets, seed ^ 0xba5e, false)?;
+        let (floor, factor) = (plan.hang_floor, plan.hang_factor);
+        let timed = interleave(gpu, &mut cand, &mut base, &plan.interleave, |first| {
+            let scaled = Duration::try_from_secs_f64(factor * median(&first.samples_us) * 1e-6);
+            bound.set(scaled.map_or(floor, |scaled| floor.max(scaled)));
+        })?;
+        let verified = cand.verifier.as_ref().map(|v| v.finish(gpu)).transpose()?;
+        let timing = &plan.interleave.timing;
+        case.timed_outputs =
+            verified.map(|v| timed_output_check(v, TimingWatch::default(), sets, timing));
+        let (copy_gbs, copy_source) = self.copy.clone().unwrap_or_default();
+        let bytes = spec.bytes().total();
+        case.memory_floor_us = Some(decode_floor_us(bytes, copy_gbs));
+        case.clock_guard = Some(timed.guard.clone());
+        let mut record = DecodeRecord::new(spec);
+        record.copy_gbs = Some(copy_gbs);
+        record.copy_source = Some(copy_source);
+        if let Some(comparison) = compare_sides(&timed, &plan.compare)? {
+            let tflops = |us: f64| spec.flops() / (us * 1e-6) / 1e12;
+            case.candidate_tflops = Some(tflops(comparison.candidate.median));
+            case.baseline_tflops = Some(tflops(comparison.baseline.median));
+            record.candidate_gbs = Some(spec.bandwidth_gbs(comparison.candidate.median));
+            record.baseline_gbs = Some(spec.bandwidth_gbs(comparison.baseline.median));
+            case.comparison = Some(comparison);
+        }
+        case.decode = Some(record);
+        case.candidate = Some(timing_evidence(&timed.a));
+        case.baseline = Some(timing_evidence(&timed.b));
+        case.flags.extend(plausibility_flag(case, plan));
+        Ok(())
+    }
+
+    fn facts(&self, side_stream_launches: usize) -> CaseFacts {
+        CaseFacts {
+            watchdog: self
+                .watchdog
+                .map(|_| (self.plan.hang_floor.as_secs_f64(), self.plan.hang_factor)),
+            side_stream_launches,
+            peak_tflops: self.plan.peak_tflops,
+        }
+    }
+
+    fn finish(&self, mut case: GateCase, side_stream_launches: usize) -> GateCase {
+        case.status = None;
+        let decision = decide(
+            &case,
+            &self.plan.rule,
+            &self.plan.compare,
+            self.plan.peak_tflops,
+        );
+        case.passed = decision.status.passed();
+        case.status = Some(decision.status);
+        case.reason = match (&case.decode, &case.comparison) {
+            (Some(record), Some(c)) => format!(
+                "{}; candidate {}, baseline {}",
+                decision.reason,
+                record.describe(c.candidate.median),
+                record.describe(c.baseline.median)
+            ),
+            _ => decision.reason,
+        };
+        case.defences = case_defences(&case, &self.plan.rule, &self.facts(side_stream_launches));
+        case
+    }
+}

@@ -1,0 +1,68 @@
+//! GPU: a decode gate case end to end, `decode` against `decode-naive`.
+
+use std::time::Duration;
+
+use attn_evidence::{CaseStatus, GateRule};
+use attn_kernels::{Config, Gpu, TimingMode, TimingOptions};
+use attn_measure::decode::{DecodeBaseline, DecodeGate};
+use attn_measure::gate::GatePlan;
+use attn_measure::timing::Interleave;
+use attn_oracle::DecodeSpec;
+use attn_stats::CompareOptions;
+
+fn plan(gpu: &Gpu) -> GatePlan {
+    let timing = TimingOptions {
+        warmup: 3,
+        samples: 40,
+        mode: TimingMode::Graph,
+        ..TimingOptions::default()
+    };
+    GatePlan {
+        checks: 5,
+        interleave: Interleave::new(timing, gpu.info().max_sm_mhz),
+        compare: CompareOptions::default(),
+        rule: GateRule::default(),
+        hang_floor: Duration::from_secs(10),
+        hang_factor: 100.0,
+        peak_tflops: None,
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn decode_against_decode_naive_is_checked_timed_and_its_bandwidth_recorded() {
+    let gpu = Gpu::open(0).expect("a CUDA GPU");
+    let plan = plan(&gpu);
+    let baseline = DecodeBaseline::from_name("decode-naive").unwrap();
+    let mut gate =
+        DecodeGate::new(&gpu, "decode", Config::default(), &baseline, &plan, None).unwrap();
+    for text in [
+        "decode B=4 q=1,2,4,1 kv=100,512,1000,17 H=8/2 D=64 page=16 pages=shuffled",
+        "decode B=16 q=1 kv=8192 H=32/8 D=128 page=16 bf16",
+        "decode B=8 q=4 kv=2048 H=32/8 D=128",
+    ] {
+        let spec: DecodeSpec = text.parse().unwrap();
+        let case = gate.case(&spec, 7);
+        println!("{text}: {:?} {}", case.status, case.reason);
+        assert!(
+            case.correctness.len() >= 5 && case.correctness.iter().all(|c| c.passed),
+            "{}",
+            case.reason
+        );
+        assert!(case
+            .battery
+            .as_ref()
+            .unwrap()
+            .checks
+            .iter()
+            .all(|c| c.passed));
+        let timed = case.timed_outputs.as_ref().expect("timed");
+        assert!(timed.sets >= 2 && timed.samples_checked > 0 && timed.samples_bad == 0);
+        let record = case.decode.as_ref().unwrap();
+        assert_eq!(record.spec, spec);
+        assert!(record.copy_gbs.unwrap() > 100.0);
+        assert!(record.candidate_fraction().unwrap() > 0.0);
+        assert!(case.memory_floor_us.unwrap() > 0.0);
+        assert_ne!(case.status, Some(CaseStatus::CouldNotRun));
+    }
+}

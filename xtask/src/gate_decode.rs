@@ -1,0 +1,147 @@
+//! `cargo xtask gate` on decode batches: the same arguments, plan and evidence as prefill, the
+//! cases judged by attn-measure's `DecodeGate` (decode implementations on both sides).
+
+use std::time::Duration;
+
+use anyhow::bail;
+use attn_evidence::{CaseStatus, GateRule};
+use attn_kernels::decode::find_decode;
+use attn_kernels::{Config, ConfigError, TimingOptions};
+use attn_measure::decode::{ended_decode_case, DecodeBaseline, DecodeGate};
+use attn_measure::gate::GatePlan;
+use attn_measure::supervise::Watchdog;
+use attn_measure::timing::Interleave;
+use attn_oracle::DecodeSpec;
+use attn_stats::CompareOptions;
+
+use crate::args::CandidateArgs;
+use crate::gate::Args;
+
+/// The decode implementation `--impl` names (default `decode`), checked before any GPU probe:
+/// `--src` and a prefill implementation are refused in one line.
+pub fn decode_candidate(args: &CandidateArgs) -> anyhow::Result<(String, Config)> {
+    if let Some(src) = &args.src {
+        bail!(
+            "--src {}: a decode batch takes a registered decode implementation (--impl decode or decode-naive); --src decode kernels are not supported yet",
+            src.display()
+        );
+    }
+    let name = args
+        .implementation
+        .clone()
+        .unwrap_or_else(|| "decode".into());
+    if find_decode(&name).is_err() {
+        if attn_kernels::registry::find(&name).is_ok() {
+            bail!("--impl {name} is a prefill implementation: a decode batch takes decode or decode-naive");
+        }
+        find_decode(&name)?;
+    }
+    let overrides: Config = args
+        .config
+        .parse()
+        .map_err(|e: ConfigError| anyhow::anyhow!("--config: {e}"))?;
+    Ok((name, overrides))
+}
+
+/// Runs the gate on decode batches `specs`; `block` and `compare` as validated by the caller.
+pub fn run(
+    args: &Args,
+    specs: Vec<DecodeSpec>,
+    block: usize,
+    compare: CompareOptions,
+    seed: u64,
+    mut budget: crate::budget::TimeBudget,
+) -> anyhow::Result<u8> {
+    let (candidate, overrides) = decode_candidate(&args.candidate)?;
+    let baseline = DecodeBaseline::from_name(&args.baseline)?;
+    if args.sanitize.is_some() {
+        bail!("--sanitize does not run decode kernels yet: gate decode without it");
+    }
+    if args.plant.is_some() {
+        bail!("--plant does not apply to decode batches");
+    }
+    let gpu = attn_kernels::Gpu::open(0)?;
+    let timing = TimingOptions {
+        warmup: args.warmup,
+        samples: args.samples,
+        mode: args.mode,
+        ..TimingOptions::default()
+    };
+    let info = gpu.info();
+    let plan = GatePlan {
+        checks: args.checks,
+        interleave: Interleave {
+            block,
+            ..Interleave::new(timing, info.max_sm_mhz)
+        },
+        compare,
+        rule: GateRule {
+            allow_implausible: args.allow_implausible,
+            hang_bound_s: Some(args.hang_bound),
+            ..GateRule::default()
+        },
+        hang_floor: Duration::from_secs_f64(args.hang_bound),
+        hang_factor: 100.0,
+        peak_tflops: attn_measure::provenance::peak_tflops(&gpu),
+    };
+    println!(
+        "gate: {candidate} vs {} on {} ({} decode batch(es), seed {seed}, {} samples a side in blocks of {block}, {} mode; clocks left as found)",
+        baseline.implementation().label(),
+        info.name,
+        specs.len(),
+        timing.samples,
+        args.mode
+    );
+    let watchdog = Watchdog::start(Box::new(move |what, bound| {
+        println!(
+            "  decode: hang: {what} did not finish within {:.1} s",
+            bound.as_secs_f64()
+        );
+        println!("\n**attn gate: FAILED** (hang; no evidence written)");
+    }));
+    let mut session = DecodeGate::new(
+        &gpu,
+        &candidate,
+        overrides,
+        &baseline,
+        &plan,
+        Some(&watchdog),
+    )?;
+    let clocks_before = attn_kernels::telemetry::read_clocks(0);
+    let mut cases = Vec::new();
+    for (i, spec) in specs.iter().enumerate() {
+        if session.lost {
+            cases.push(ended_decode_case(
+                spec,
+                CaseStatus::CouldNotRun,
+                "not run: an earlier fault lost the CUDA context".into(),
+            ));
+            continue;
+        }
+        if let Err(why) = budget.admit() {
+            println!("  {spec}: {why}");
+            cases.push(ended_decode_case(spec, CaseStatus::CouldNotRun, why));
+            continue;
+        }
+        let case = session.case(spec, seed.wrapping_add(1_000_003 * i as u64));
+        println!("  {spec}: {}", case.reason);
+        cases.push(case);
+    }
+    let clocks_after = attn_kernels::telemetry::read_clocks(0);
+    let provenance = crate::provenance::collect(&gpu, None, clocks_before, clocks_after);
+    let passed = !cases.is_empty() && cases.iter().all(|c| c.passed);
+    let run = attn_evidence::GateRun {
+        schema: attn_evidence::SCHEMA_VERSION,
+        kind: attn_evidence::EvidenceKind::Gate,
+        provenance,
+        candidate: session.implementation(),
+        baseline: baseline.implementation(),
+        suite: args.problems.suite_name("seed"),
+        options: plan.compare,
+        rule: plan.rule.clone(),
+        cases,
+        passed,
+    };
+    let evidence = (!args.no_evidence).then_some(args.evidence.as_path());
+    crate::gate::finish(&run, args.markdown.as_deref(), evidence)
+}
