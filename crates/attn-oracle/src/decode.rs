@@ -391,6 +391,17 @@ pub fn reference_decode(
     cache: &KvCache,
     rows: &RowSelection,
 ) -> Result<Reference, OracleError> {
+    reference_decode_scaled(spec, q, cache, rows, spec.params().scale)
+}
+
+/// [`reference_decode`] at softmax scale `scale` instead of the spec's 1/√D (a check's draw).
+pub fn reference_decode_scaled(
+    spec: &DecodeSpec,
+    q: &HostTensor,
+    cache: &KvCache,
+    rows: &RowSelection,
+    scale: f64,
+) -> Result<Reference, OracleError> {
     q.check_len()?;
     let expected = [1, spec.varlen().total_q(), spec.heads(), spec.head_dim()];
     if q.dims != expected {
@@ -401,7 +412,8 @@ pub fn reference_decode(
         });
     }
     let (k, v) = cache.logical(spec)?;
-    reference_varlen_rows(q, &k, &v, &spec.params(), spec.varlen(), &|_, _| *rows)
+    let params = spec.params().with_scale(scale);
+    reference_varlen_rows(q, &k, &v, &params, spec.varlen(), &|_, _| *rows)
 }
 
 /// Compares a decode output `[1, total_q, H, D]` (packed like Q) with a [`reference_decode`]

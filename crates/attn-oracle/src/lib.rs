@@ -71,8 +71,8 @@ pub use backward::{
 };
 pub use compare::{compare, tolerance, Tolerance, Verdict};
 pub use decode::{
-    block_table, compare_decode, generate_decode, reference_decode, DecodeCase, DecodeInputs,
-    KvCache, SENTINEL_PAGE, SENTINEL_SLOT,
+    block_table, compare_decode, generate_decode, reference_decode, reference_decode_scaled,
+    DecodeCase, DecodeInputs, KvCache, SENTINEL_PAGE, SENTINEL_SLOT,
 };
 pub use error::OracleError;
 pub use generate::{generate, CaseSpec, Distribution, Inputs, SMALL_SIGMA};

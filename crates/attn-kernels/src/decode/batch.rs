@@ -65,6 +65,8 @@ pub struct DecodeArgs<'a> {
     pub seqlens_kv: &'a CudaSlice<i32>,
     /// The block table of a paged cache.
     pub table: Option<&'a DeviceTable>,
+    /// The softmax scale the launch passes, the spec's 1/√D unless a check draws another.
+    pub scale: f64,
 }
 
 impl DeviceTable {
@@ -208,6 +210,7 @@ impl DecodeBatch {
             cu_seqlens_q: &self.cu_seqlens_q,
             seqlens_kv: &self.seqlens_kv,
             table: self.table.as_ref(),
+            scale: self.spec.params().scale,
         }
     }
 }

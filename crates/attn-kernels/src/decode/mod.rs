@@ -205,7 +205,7 @@ impl PreparedDecode {
             spec.heads() as i32,
             spec.kv_heads() as i32,
         );
-        let scale = spec.params().scale as f32;
+        let scale = batch.scale as f32;
         let window_left: i32 = spec
             .window()
             .and_then(|w| w.left)

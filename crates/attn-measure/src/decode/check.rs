@@ -6,7 +6,9 @@
 //! ones, poisoned before each launch; Q, K and V are checksummed before and after, and the
 //! lengths and block table read back after; the launch runs twice on the same inputs (the
 //! second judges determinism); a wrong output is relaunched with the guards refilled (the read
-//! probe of `check::reads`). Unused pages hold NaN and unused slots a dominant finite logit
+//! probe of `check::reads`). The softmax scale is drawn per check like a prefill check's
+//! ([`scale_factor`]: check 0 never at 1/√D), so a kernel ignoring its `scale` argument fails.
+//! Unused pages hold NaN and unused slots a dominant finite logit
 //! (attn-oracle's sentinels), so a kernel reading a page or slot it was not given is wrong.
 
 use attn_evidence::{CheckFailure, CorrectnessCheck, LaunchGuards};
@@ -14,12 +16,12 @@ use attn_kernels::decode::{DecodeArgs, DeviceTable, LengthBuffers, PreparedDecod
 use attn_kernels::guard::GUARD_BYTES;
 use attn_kernels::{Gpu, GuardedTensor, HarnessKernels};
 use attn_oracle::{
-    compare_decode, generate_decode, reference_decode, tolerance, DecodeCase, DecodeInputs,
+    compare_decode, generate_decode, reference_decode_scaled, tolerance, DecodeCase, DecodeInputs,
     DecodeSpec, Distribution, HostTensor, KvLayout, PagePolicy, RowSelection,
 };
 
 use crate::check::reads::{probe_reads, read_outside_reason};
-use crate::check::Watched;
+use crate::check::{scale_factor, Watched};
 use crate::Result;
 
 /// The page policies a case's checks cycle through: its own first, then every other one its
@@ -56,6 +58,16 @@ pub fn check_plan(spec: &DecodeSpec, checks: usize) -> Result<Vec<(DecodeSpec, D
             Ok((spec.clone().with_layout(layout)?, distribution))
         })
         .collect()
+}
+
+/// The softmax scale of each check of [`check_plan`] of a case seeded `seed`: the spec's 1/√D
+/// times [`scale_factor`] of the check's index and distribution, as a prefill check draws it.
+pub fn check_scales(spec: &DecodeSpec, seed: u64, checks: usize) -> Result<Vec<f64>> {
+    Ok(check_plan(spec, checks)?
+        .iter()
+        .enumerate()
+        .map(|(i, (spec, distribution))| spec.params().scale * scale_factor(seed, i, *distribution))
+        .collect())
 }
 
 /// A decode batch's inputs on the device between guards, for one check.
@@ -95,6 +107,7 @@ fn launch(
     lengths: &LengthBuffers,
     table: Option<&DeviceTable>,
     o: &mut GuardedTensor,
+    scale: f64,
     watched: Watched<'_>,
 ) -> Result<HostTensor> {
     gpu.poison(o)?;
@@ -106,6 +119,7 @@ fn launch(
         cu_seqlens_q: &lengths.cu_seqlens_q,
         seqlens_kv: &lengths.seqlens_kv,
         table,
+        scale,
     };
     let mut run = || -> attn_kernels::Result<()> {
         prepared.launch_args(gpu, &args, o)?;
@@ -130,13 +144,14 @@ pub fn run_decode_checks(
     let harness = HarnessKernels::new(gpu)?;
     let mut previous: Option<HostTensor> = None;
     let mut out = Vec::new();
+    let scales = check_scales(spec, seed, checks)?;
     for (i, (spec, distribution)) in check_plan(spec, checks)?.into_iter().enumerate() {
         let case = DecodeCase {
             spec,
             distribution,
             seed: seed.wrapping_add(i as u64 * 0x9e37),
         };
-        let (check, output) = check_one(gpu, prepared, &harness, &case, watched)?;
+        let (check, output) = check_one(gpu, prepared, &harness, &case, scales[i], watched)?;
         let stale = previous
             .as_ref()
             .is_some_and(|p| p.as_bytes() == output.as_bytes());
@@ -161,12 +176,14 @@ fn failed(mut check: CorrectnessCheck, failure: CheckFailure, reason: String) ->
     check
 }
 
-/// One check of `case` (see the module); returns it and the first launch's output.
+/// One check of `case` at softmax `scale` (see the module); returns it and the first launch's
+/// output.
 pub fn check_one(
     gpu: &Gpu,
     prepared: &PreparedDecode,
     harness: &HarnessKernels,
     case: &DecodeCase,
+    scale: f64,
     watched: Watched<'_>,
 ) -> Result<(CorrectnessCheck, HostTensor)> {
     let spec = &case.spec;
@@ -185,6 +202,7 @@ pub fn check_one(
         &g.lengths,
         g.table.as_ref(),
         &mut o,
+        scale,
         watched,
     )?;
     let second = launch(
@@ -195,6 +213,7 @@ pub fn check_one(
         &g.lengths,
         g.table.as_ref(),
         &mut o,
+        scale,
         watched,
     )?;
     let after = [sum(&g.q)?, sum(&g.k)?, sum(&g.v)?];
@@ -217,7 +236,8 @@ pub fn check_one(
         }
     }
     let identical = first.as_bytes() == second.as_bytes();
-    let reference = reference_decode(spec, &inputs.q, &inputs.cache, &RowSelection::All)?;
+    let reference =
+        reference_decode_scaled(spec, &inputs.q, &inputs.cache, &RowSelection::All, scale)?;
     let tol = tolerance(spec.dtype(), case.distribution);
     let verdict = compare_decode(&first, &reference, spec, &tol);
     let mut guards = LaunchGuards {
@@ -240,7 +260,19 @@ pub fn check_one(
             [&mut g.q, &mut g.k, &mut g.v],
             &first,
             identical,
-            &mut |q, k, v| launch(gpu, prepared, spec, (q, k, v), cu, table, &mut o, watched),
+            &mut |q, k, v| {
+                launch(
+                    gpu,
+                    prepared,
+                    spec,
+                    (q, k, v),
+                    cu,
+                    table,
+                    &mut o,
+                    scale,
+                    watched,
+                )
+            },
         )?;
         guards.read_probe_launches = probe.launches;
         guards.read_outside = probe.regions;
@@ -259,7 +291,7 @@ pub fn check_one(
         failure: (!verdict.passed).then_some(CheckFailure::Incorrect),
         rows: Some("every row of every sequence".into()),
         full: None,
-        scale: None,
+        scale: Some(scale),
         shape: Some(spec.to_string()),
         guards: Some(guards.clone()),
     };
@@ -296,8 +328,41 @@ pub fn check_one(
         check
     };
     let check = CorrectnessCheck {
-        reason: check.reason.map(|r| format!("{r} [{case}]")),
+        reason: check
+            .reason
+            .map(|r| format!("{r} [{case}, scale {scale:.4}]")),
         ..check
     };
     Ok((check, first))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decode_checks_draw_a_scale_other_than_one_over_root_d_for_every_seed() {
+        for text in [
+            "decode B=4 q=1,2,4,1 kv=100,512,1000,17 H=8/2 D=64 page=16 pages=shuffled",
+            "decode B=8 q=4 kv=2048 H=32/8 D=128",
+        ] {
+            let spec: DecodeSpec = text.parse().unwrap();
+            let base = spec.params().scale;
+            for seed in 0..200u64 {
+                let scales = check_scales(&spec, seed, 5).unwrap();
+                assert_eq!(scales.len(), check_plan(&spec, 5).unwrap().len());
+                let factors: Vec<f64> = scales.iter().map(|s| s / base).collect();
+                // Check 0 never at 1/√D, so a kernel ignoring `scale` fails it.
+                assert!((factors[0] - 1.0).abs() > 1e-9, "{text} seed {seed}");
+                assert!(factors.iter().all(|f| crate::check::SCALE_FACTORS
+                    .iter()
+                    .any(|g| (f - g).abs() < 1e-12)));
+            }
+            // Seeded: the same case draws the same scales.
+            assert_eq!(
+                check_scales(&spec, 9, 5).unwrap(),
+                check_scales(&spec, 9, 5).unwrap()
+            );
+        }
+    }
 }

@@ -31,6 +31,7 @@ use attn_kernels::{Config, Gpu, HarnessKernels};
 use attn_oracle::{decode_battery, DecodeCase, DecodeSpec, Distribution, Window};
 
 use crate::baseline::{median, timing_evidence};
+use crate::check::scale_factor;
 use crate::decide::decide;
 use crate::defences::{case_defences, CaseFacts};
 use crate::gate::{compare_sides, plausibility_flag, timed_output_check, GatePlan};
@@ -38,7 +39,7 @@ use crate::supervise::Watchdog;
 use crate::timing::{interleave, TimingWatch};
 use crate::{MeasureError, Result};
 
-pub use check::{check_plan, check_policies, run_decode_checks};
+pub use check::{check_plan, check_policies, check_scales, run_decode_checks};
 pub use timing::{decode_set_count, DecodeSide};
 
 /// Copies timed for the copy bandwidth; their median is recorded.
@@ -258,12 +259,16 @@ impl<'a> DecodeGate<'a> {
         };
         for (i, edge) in decode_battery(spec).into_iter().enumerate() {
             battery.shapes.push(edge.to_string());
+            let edge_scale = edge.params().scale;
             let case = DecodeCase {
                 spec: edge,
                 distribution: Distribution::CHECKS[i % Distribution::CHECKS.len()],
                 seed: seed.wrapping_add(i as u64),
             };
-            let (check, _) = check::check_one(self.gpu, prepared, &harness, &case, self.watched())?;
+            // Any factor, 1 included (index 1 of the draw allows it), as a prefill battery's.
+            let scale = edge_scale * scale_factor(case.seed, 1, case.distribution);
+            let (check, _) =
+                check::check_one(self.gpu, prepared, &harness, &case, scale, self.watched())?;
             let failed = !check.passed;
             battery.checks.push(check);
             if failed {
