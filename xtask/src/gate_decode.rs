@@ -1,5 +1,6 @@
 //! `cargo xtask gate` on decode batches: the same arguments, plan and evidence as prefill, the
-//! cases judged by attn-measure's `DecodeGate` (decode implementations on both sides).
+//! cases judged by attn-measure's `DecodeGate` (a decode implementation against a decode
+//! implementation or PyTorch SDPA, which takes batches of equal lengths without a window).
 
 use std::time::Duration;
 
@@ -53,7 +54,10 @@ pub fn run(
     mut budget: crate::budget::TimeBudget,
 ) -> anyhow::Result<u8> {
     let (candidate, overrides) = decode_candidate(&args.candidate)?;
-    let baseline = DecodeBaseline::from_name(&args.baseline)?;
+    let baseline = DecodeBaseline::from_args(&args.baseline, args.sdpa_backend)?;
+    for spec in &specs {
+        baseline.check_supports(spec)?;
+    }
     if args.sanitize.is_some() {
         bail!("--sanitize does not run decode kernels yet: gate decode without it");
     }
@@ -61,6 +65,13 @@ pub fn run(
         bail!("--plant does not apply to decode batches");
     }
     let gpu = attn_kernels::Gpu::open(0)?;
+    // No fallback for decode: without PyTorch the sdpa baseline is refused, never replaced.
+    let sdpa = match baseline {
+        DecodeBaseline::Sdpa(_) => Some(attn_measure::sdpa::Sdpa::detect().map_err(|e| {
+            anyhow::anyhow!("--baseline sdpa needs PyTorch ({e}): use --baseline decode-naive")
+        })?),
+        DecodeBaseline::Registered(_) => None,
+    };
     let timing = TimingOptions {
         warmup: args.warmup,
         samples: args.samples,
@@ -107,6 +118,9 @@ pub fn run(
         &plan,
         Some(&watchdog),
     )?;
+    if let Some(sdpa) = &sdpa {
+        session = session.with_sdpa(sdpa);
+    }
     let clocks_before = attn_kernels::telemetry::read_clocks(0);
     let mut cases = Vec::new();
     for (i, spec) in specs.iter().enumerate() {
@@ -128,7 +142,12 @@ pub fn run(
         cases.push(case);
     }
     let clocks_after = attn_kernels::telemetry::read_clocks(0);
-    let provenance = crate::provenance::collect(&gpu, None, clocks_before, clocks_after);
+    let provenance = crate::provenance::collect(
+        &gpu,
+        sdpa.as_ref().map(|s| &s.info),
+        clocks_before,
+        clocks_after,
+    );
     let passed = !cases.is_empty() && cases.iter().all(|c| c.passed);
     let run = attn_evidence::GateRun {
         schema: attn_evidence::SCHEMA_VERSION,

@@ -4,7 +4,8 @@
 //! error, never a silent default. The same helper runs FlashAttention-3 ([`Backend::Fa3`]) through
 //! JAX, so that FA3 is a baseline timed in the same run as our kernels, and PyTorch's own kernels
 //! for packed variable-length batches and sliding windows ([`Backend::Varlen`], [`Backend::Flex`]),
-//! which SDPA lacks.
+//! which SDPA lacks. A decode batch of equal lengths runs through SDPA too ([`Sdpa::time_decode`]),
+//! on a contiguous cache and with its new tokens aligned at the end of each sequence.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -13,6 +14,7 @@ use std::sync::Mutex;
 
 use attn_evidence::DType;
 use attn_kernels::{TimingMode, TimingOptions, Timings};
+use attn_oracle::DecodeSpec;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use crate::{MeasureError, Problem, Result};
@@ -162,6 +164,35 @@ pub fn refusal(problem: &Problem, backend: Backend) -> Option<String> {
     ))
 }
 
+/// Why SDPA's `backend` cannot be the baseline of decode batch `spec`, one line naming the
+/// alternative; `None` when it can. SDPA takes dense tensors, so the sequences' lengths must be
+/// equal (a padded batch is other work), and it has no window kernel (as for prefill).
+pub fn decode_refusal(spec: &DecodeSpec, backend: Backend) -> Option<String> {
+    if !backend.is_sdpa() {
+        return Some(format!(
+            "{spec}: --sdpa-backend {backend} does not time decode batches: SDPA's own backends (default, flash, efficient, cudnn, math) or --baseline decode-naive"
+        ));
+    }
+    let (q, kv) = (spec.seqlens_q(), spec.seqlens_kv());
+    let equal = |l: &[usize]| l.windows(2).all(|w| w[0] == w[1]);
+    if !equal(q) || !equal(kv) || q.first().is_none_or(|&n| n == 0) {
+        let list = |l: &[usize]| {
+            l.iter()
+                .map(|n| n.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        return Some(format!(
+            "SDPA takes equal lengths: {spec} has q={} kv={} — use --baseline decode-naive",
+            list(q),
+            list(kv)
+        ));
+    }
+    spec.window().filter(|w| w.is_bounded()).map(|_| format!(
+        "{spec}: PyTorch SDPA has no sliding-window kernel (a boolean mask runs its dense masked paths), so it is no baseline for a window — use --baseline decode-naive"
+    ))
+}
+
 /// A varlen batch's lengths as the helper's requests carry them.
 #[derive(Debug, Serialize)]
 struct PackedLengths<'a> {
@@ -196,6 +227,64 @@ enum Request<'a> {
     Info,
     Run(RunRequest<'a>),
     Time(TimeRequest<'a>),
+    Decode(DecodeRequest<'a>),
+}
+
+/// Time SDPA on a decode batch of equal lengths with the harness's protocol: Q `[B, H, q, D]`,
+/// K and V contiguous `[B, H_kv, kv, D]`, the new tokens the last `q` of each sequence.
+#[derive(Debug, Serialize)]
+struct DecodeRequest<'a> {
+    /// Each sequence's new tokens.
+    q: &'a [usize],
+    /// Each sequence's keys, the new tokens included.
+    kv: &'a [usize],
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    dtype: DType,
+    window: (i32, i32),
+    scale: f64,
+    backend: Backend,
+    warmup: usize,
+    samples: usize,
+    mode: TimingMode,
+    batch_launches: usize,
+    guard_launches: usize,
+    sets: usize,
+    seed: u64,
+    flush_bytes: usize,
+}
+
+impl<'a> DecodeRequest<'a> {
+    fn new(
+        spec: &'a DecodeSpec,
+        backend: Backend,
+        opts: &TimingOptions,
+        sets: usize,
+        seed: u64,
+        flush_bytes: usize,
+    ) -> DecodeRequest<'a> {
+        DecodeRequest {
+            q: spec.seqlens_q(),
+            kv: spec.seqlens_kv(),
+            heads: spec.heads(),
+            kv_heads: spec.kv_heads(),
+            head_dim: spec.head_dim(),
+            dtype: spec.dtype(),
+            window: spec.window().unwrap_or_default().abi(),
+            scale: spec.params().scale,
+            backend,
+            warmup: opts.warmup,
+            samples: opts.samples,
+            mode: opts.mode,
+            // As many launches a sample as the decode side makes on `sets` (one set each).
+            batch_launches: attn_kernels::timing::launches_per_sample(opts, sets),
+            guard_launches: opts.guard_launches,
+            sets,
+            seed,
+            flush_bytes,
+        }
+    }
 }
 
 /// Compute SDPA's output on `.npy` inputs.
@@ -431,17 +520,45 @@ impl Sdpa {
                 flush_bytes,
             }))
             .map_err(|e| MeasureError::Sdpa(format!("{backend} on {problem}: {e}")))?;
-        Ok(Timings {
+        Ok(reply.timings(opts, sets))
+    }
+
+    /// Times SDPA on decode batch `spec` ([`decode_refusal`] first) with the harness's protocol
+    /// on `sets` input sets drawn from `seed`; the helper checks its output on sampled rows
+    /// against a float64 reference before it times.
+    pub fn time_decode(
+        &self,
+        spec: &DecodeSpec,
+        backend: Backend,
+        opts: &TimingOptions,
+        sets: usize,
+        seed: u64,
+        flush_bytes: usize,
+    ) -> Result<Timings> {
+        if let Some(why) = decode_refusal(spec, backend) {
+            return Err(MeasureError::Invalid(why));
+        }
+        let request = DecodeRequest::new(spec, backend, opts, sets, seed, flush_bytes);
+        let reply: TimeReply = self
+            .call(&Request::Decode(request))
+            .map_err(|e| MeasureError::Sdpa(format!("{backend} on {spec}: {e}")))?;
+        Ok(reply.timings(opts, sets))
+    }
+}
+
+impl TimeReply {
+    fn timings(self, opts: &TimingOptions, sets: usize) -> Timings {
+        Timings {
             mode: opts.mode,
             warmup: opts.warmup,
-            launches_per_sample: reply.launches_per_sample,
+            launches_per_sample: self.launches_per_sample,
             input_sets: sets,
-            samples_us: reply.samples_us,
-            wall_us: reply.wall_us,
-            guard_event_us: reply.guard_event_us,
+            samples_us: self.samples_us,
+            wall_us: self.wall_us,
+            guard_event_us: self.guard_event_us,
             guard_residual_us: vec![],
             guard_stream_residual_us: vec![],
-        })
+        }
     }
 }
 
@@ -499,6 +616,79 @@ mod tests {
             value["varlen"],
             serde_json::json!({"q": [512, 0, 300], "kv": [512, 0, 700]})
         );
+    }
+
+    #[test]
+    fn a_decode_request_carries_the_batch() {
+        let spec: DecodeSpec = "decode B=3 q=2 kv=700 H=32/8 D=128 page=16 bf16"
+            .parse()
+            .unwrap();
+        let opts = TimingOptions {
+            mode: TimingMode::Graph,
+            ..TimingOptions::default()
+        };
+        let request = Request::Decode(DecodeRequest::new(&spec, Backend::Default, &opts, 4, 9, 16));
+        let value: serde_json::Value = serde_json::to_value(&request).unwrap();
+        assert_eq!(value["kind"], "decode");
+        assert_eq!(value["q"], serde_json::json!([2, 2, 2]));
+        assert_eq!(value["kv"], serde_json::json!([700, 700, 700]));
+        assert_eq!(
+            (&value["heads"], &value["kv_heads"], &value["head_dim"]),
+            (
+                &serde_json::json!(32),
+                &serde_json::json!(8),
+                &serde_json::json!(128)
+            )
+        );
+        assert_eq!(value["dtype"], "bf16");
+        assert_eq!(value["backend"], "default");
+        assert_eq!(value["mode"], "graph");
+        assert_eq!(value["window"], serde_json::json!([-1, -1]));
+        assert_eq!(
+            (&value["sets"], &value["seed"]),
+            (&serde_json::json!(4), &serde_json::json!(9))
+        );
+        assert!((value["scale"].as_f64().unwrap() - 128f64.sqrt().recip()).abs() < 1e-12);
+        for key in [
+            "warmup",
+            "samples",
+            "batch_launches",
+            "guard_launches",
+            "flush_bytes",
+        ] {
+            assert!(value[key].is_u64(), "{key}: {value}");
+        }
+        assert_eq!(decode_refusal(&spec, Backend::Default), None);
+    }
+
+    #[test]
+    fn sdpa_refuses_ragged_or_windowed_decode_in_one_line() {
+        let ragged: DecodeSpec = "decode B=2 q=1,2 kv=100,512 H=8/2 D=64".parse().unwrap();
+        let why = decode_refusal(&ragged, Backend::Default).unwrap();
+        assert!(
+            why.starts_with("SDPA takes equal lengths: ")
+                && why.contains("q=1,2 kv=100,512")
+                && why.ends_with("— use --baseline decode-naive"),
+            "{why}"
+        );
+        let windowed: DecodeSpec = "decode B=2 q=1 kv=512 H=8/2 D=64 window=128,0"
+            .parse()
+            .unwrap();
+        let why = decode_refusal(&windowed, Backend::Default).unwrap();
+        assert!(
+            why.contains("sliding-window") && why.contains("decode-naive"),
+            "{why}"
+        );
+        let equal: DecodeSpec = "decode B=2 q=1 kv=512 H=8/2 D=64".parse().unwrap();
+        assert!(decode_refusal(&equal, Backend::Fa3)
+            .unwrap()
+            .contains("decode-naive"));
+        for why in [
+            decode_refusal(&ragged, Backend::Default),
+            decode_refusal(&windowed, Backend::Flash),
+        ] {
+            assert!(!why.unwrap().contains('\n'));
+        }
     }
 
     #[test]

@@ -22,6 +22,12 @@ Requests (attn-measure's `sdpa::Request`):
    "window": [left, right], "scale": float, "varlen": null | {"q": [...], "kv": [...]},
    "backend": ..., "warmup": int, "samples": int, "mode": "graph"|"flushed"|"batch",
    "batch_launches": int, "guard_launches": int, "sets": int, "seed": int, "flush_bytes": int}
+  {"kind": "decode", "q": [lengths], "kv": [lengths], "heads": int, "kv_heads": int, "head_dim": int,
+   "dtype": ..., "window": [left, right], "scale": float, "backend": an SDPA backend, "warmup": int,
+   "samples": int, "mode": ..., "batch_launches": int, "guard_launches": int, "sets": int,
+   "seed": int, "flush_bytes": int}
+   (a decode batch of equal lengths timed as the dense batch Q [B, H, q, D], K and V contiguous
+   [B, H_kv, kv, D], the new tokens the last q keys of each sequence; checked before it is timed)
 Replies: {"ok": {...}} or {"error": "one line"}. A reply {"fatal": "..."} to the first request
 means PyTorch cannot be used at all. bf16 .npy files hold uint16 bit patterns (attn-oracle's
 convention); a varlen batch's files are packed, Q and O [1, total_q, H, D], K and V
@@ -144,6 +150,8 @@ class Helper:
             return self.run(request)
         if kind == "time":
             return self.time(request)
+        if kind == "decode":
+            return self.decode(request)
         raise ValueError(f"unknown request kind {kind}")
 
     def backend(self, name):
@@ -162,12 +170,29 @@ class Helper:
         if any(bound >= 0 for bound in job.get("window", [-1, -1])):
             # attn refuses it before asking (a boolean mask would time SDPA's dense masked paths).
             raise ValueError("SDPA has no sliding-window kernel: a window needs the varlen or flex backend")
+        if job["causal"] and sq == 1:
+            # One query, the last token: it sees every key, so no mask at all.
+            return self.F.scaled_dot_product_attention(q, k, v, scale=job["scale"], **gqa)
         # Bottom-right causal alignment for Sq != Skv, as attn's ABI defines it.
         if job["causal"] and sq != skv:
             from torch.nn.attention.bias import causal_lower_right
             return self.F.scaled_dot_product_attention(
                 q, k, v, attn_mask=causal_lower_right(sq, skv), scale=job["scale"], **gqa)
         return self.F.scaled_dot_product_attention(q, k, v, is_causal=job["causal"], scale=job["scale"], **gqa)
+
+    def decode(self, job):
+        """A decode batch through SDPA as the dense causal batch of its equal lengths (the new
+        tokens the last q of kv keys: bottom-right, Helper.sdpa), checked, then timed by time()."""
+        lens_q, lens_kv = list(job["q"]), list(job["kv"])
+        if len(set(lens_q)) != 1 or len(set(lens_kv)) != 1 or lens_q[0] == 0:
+            raise ValueError(f"SDPA takes equal lengths: q={lens_q} kv={lens_kv} — use --baseline decode-naive")
+        if job["backend"] not in ("default", "flash", "efficient", "cudnn", "math"):
+            raise ValueError(f"{job['backend']} is not an SDPA backend: decode runs through SDPA's own")
+        dense = {k: job[k] for k in ("dtype", "window", "scale", "backend", "warmup", "samples", "mode",
+                                     "batch_launches", "guard_launches", "sets", "seed", "flush_bytes")}
+        dense.update(shape=[len(lens_q), job["heads"], lens_q[0], lens_kv[0], job["head_dim"]],
+                     kv_heads=job["kv_heads"], causal=True, varlen=None, check=True)
+        return self.time(dense)
 
     def packing(self, lens_q, lens_kv):
         """varlen_attn's offsets on the device and longest lengths, for sequences of these lengths."""
@@ -280,7 +305,7 @@ class Helper:
     def prepare_timing(self, job):
         """Inputs, flush buffer and graphs of one problem, kept while the same problem is timed."""
         key = json.dumps({k: job.get(k) for k in ("shape", "kv_heads", "dtype", "causal", "window", "scale",
-                                                  "varlen", "backend", "mode", "sets", "seed", "flush_bytes")},
+                                                  "varlen", "backend", "mode", "sets", "seed", "flush_bytes", "check")},
                          sort_keys=True)
         if key == self.timing_key:
             return self.timing_state
@@ -303,15 +328,15 @@ class Helper:
         sets = [tuple(torch.randn(dim, generator=gen, device=self.dev, dtype=torch.float32).to(dtype)
                       for dim in dims)
                 for _ in range(max(1, job["sets"]))]
-        if job["backend"] in ("varlen", "flex"):
-            # Not SDPA: checked like FlashAttention-3 before it is timed ([B, H, S, D] as
-            # check_rows' packed layout: B sequences of equal length, heads second).
+        if job["backend"] in ("varlen", "flex") or job.get("check"):
+            # Not SDPA, or SDPA on a decode batch: checked like FlashAttention-3 before it is
+            # timed ([B, H, S, D] as check_rows' packed layout: B sequences of equal length).
             with torch.no_grad():
                 out = self.attend(sets[0], aux, job)
             packed = (lambda x: x) if job["backend"] == "varlen" else to_packed
             check_rows(self.np, lambda x: x.double().cpu().numpy(), packed(out), *map(packed, sets[0]),
                        offsets(lens_q), offsets(lens_kv), job,
-                       {"varlen": "varlen_attn", "flex": "FlexAttention"}[job["backend"]])
+                       {"varlen": "varlen_attn", "flex": "FlexAttention"}.get(job["backend"], "SDPA"))
         state = {"sets": sets, "counter": 0, "graphs": None, "aux": aux,
                  "flush": torch.empty(job["flush_bytes"], dtype=torch.uint8, device=self.dev)}
         if job["mode"] in ("graph", "batch"):

@@ -66,3 +66,34 @@ fn decode_against_decode_naive_is_checked_timed_and_its_bandwidth_recorded() {
         assert_ne!(case.status, Some(CaseStatus::CouldNotRun));
     }
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU and PyTorch"]
+fn decode_against_sdpa_is_timed_on_as_many_sets() {
+    let gpu = Gpu::open(0).expect("a CUDA GPU");
+    let plan = plan(&gpu);
+    let sdpa = attn_measure::sdpa::Sdpa::detect().expect("PyTorch");
+    let baseline = DecodeBaseline::from_name("sdpa").unwrap();
+    let gate = DecodeGate::new(&gpu, "decode", Config::default(), &baseline, &plan, None).unwrap();
+    let mut gate = gate.with_sdpa(&sdpa);
+    for text in [
+        "decode B=16 q=1 kv=8192 H=32/8 D=128 page=16 bf16",
+        "decode B=8 q=4 kv=2048 H=32/8 D=128",
+    ] {
+        let spec: DecodeSpec = text.parse().unwrap();
+        let case = gate.case(&spec, 7);
+        println!("{text}: {:?} {}", case.status, case.reason);
+        assert_ne!(
+            case.status,
+            Some(CaseStatus::CouldNotRun),
+            "{}",
+            case.reason
+        );
+        let (cand, base) = (
+            case.candidate.as_ref().unwrap(),
+            case.baseline.as_ref().unwrap(),
+        );
+        assert_eq!(cand.input_sets, base.input_sets, "the same-input-sets rule");
+        assert!(case.decode.as_ref().unwrap().baseline_gbs.unwrap() > 0.0);
+    }
+}

@@ -39,11 +39,29 @@ fn decode_problems_are_checked_before_the_gpu_probe() {
         ],
         &["decode and prefill shapes in one run"],
     );
-    // The default baseline, SDPA, cannot time decode yet: said before the GPU.
+    // The default baseline, SDPA, takes equal lengths without a window: said before the GPU.
     one_error_line(
         d,
-        &["gate", "--shape", DECODE],
-        &["--baseline sdpa", "decode-naive"],
+        &["gate", "--shape", "decode B=2 q=1,2 kv=100,512 H=8/2 D=64"],
+        &[
+            "SDPA takes equal lengths",
+            "q=1,2 kv=100,512",
+            "--baseline decode-naive",
+        ],
+    );
+    one_error_line(
+        d,
+        &[
+            "gate",
+            "--shape",
+            "decode B=2 q=1 kv=512 H=8/2 D=64 window=128,0",
+        ],
+        &["sliding-window", "--baseline decode-naive"],
+    );
+    one_error_line(
+        d,
+        &["gate", "--shape", DECODE, "--sdpa-backend", "varlen"],
+        &["--sdpa-backend varlen", "decode-naive"],
     );
     one_error_line(
         d,

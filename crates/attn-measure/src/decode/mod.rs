@@ -11,8 +11,9 @@
 //! - record: the bandwidth achieved beside the time, the copy bandwidth measured in the run
 //!   ([`copy_bandwidth`]) and the floor of the case's bytes at it.
 //!
-//! The baseline is a registered decode implementation (`decode-naive`); SDPA on the contiguous
-//! cache is refused in one line until the helper runs it.
+//! The baseline is a registered decode implementation (`decode-naive`) or PyTorch SDPA on a
+//! contiguous cache through the helper ([`crate::sdpa::Sdpa::time_decode`]: equal lengths only,
+//! no window, refused in one line otherwise), each on as many input sets as the candidate.
 
 pub mod check;
 pub mod timing;
@@ -30,17 +31,18 @@ use attn_kernels::decode::{find_decode, PreparedDecode};
 use attn_kernels::{Config, Gpu, HarnessKernels};
 use attn_oracle::{decode_battery, DecodeCase, DecodeSpec, Distribution, Window};
 
-use crate::baseline::{median, timing_evidence};
+use crate::baseline::{median, sdpa_implementation, timing_evidence};
 use crate::check::scale_factor;
 use crate::decide::decide;
 use crate::defences::{case_defences, CaseFacts};
 use crate::gate::{compare_sides, plausibility_flag, timed_output_check, GatePlan};
+use crate::sdpa::{decode_refusal, Backend, Sdpa};
 use crate::supervise::Watchdog;
-use crate::timing::{interleave, TimingWatch};
+use crate::timing::{interleave, TimedSide, TimingWatch};
 use crate::{MeasureError, Result};
 
 pub use check::{check_plan, check_policies, check_scales, run_decode_checks};
-pub use timing::{decode_set_count, DecodeSide};
+pub use timing::{decode_set_count, DecodeSide, SdpaDecodeSide};
 
 /// Copies timed for the copy bandwidth; their median is recorded.
 pub const COPY_REPEATS: usize = 5;
@@ -72,25 +74,53 @@ pub fn check_decode_implementation(name: &str) -> Result<()> {
 pub enum DecodeBaseline {
     /// A registered decode implementation at its defaults (`decode-naive`).
     Registered(String),
+    /// PyTorch SDPA with one of its own backends, on a contiguous cache ([`SdpaDecodeSide`]).
+    Sdpa(Backend),
 }
 
 impl DecodeBaseline {
-    /// The baseline `--baseline NAME` names for a decode problem, refused in one line when it
-    /// cannot time decode.
+    /// The baseline `--baseline NAME` names for a decode problem (`sdpa` at its default
+    /// dispatch), refused in one line when it cannot time decode.
     pub fn from_name(name: &str) -> Result<DecodeBaseline> {
-        if name == "sdpa" || name == "fa3" || name == "cublas" || name.starts_with("rev:") {
+        DecodeBaseline::from_args(name, Backend::Default)
+    }
+
+    /// [`DecodeBaseline::from_name`] with `--sdpa-backend`, which only SDPA's own backends
+    /// answer for decode.
+    pub fn from_args(name: &str, backend: Backend) -> Result<DecodeBaseline> {
+        if name == "sdpa" {
+            if !backend.is_sdpa() {
+                return Err(MeasureError::Invalid(format!(
+                    "--sdpa-backend {backend} does not time decode batches: give an SDPA backend (default, flash, efficient, cudnn, math) or --baseline decode-naive"
+                )));
+            }
+            return Ok(DecodeBaseline::Sdpa(backend));
+        }
+        if name == "fa3" || name == "cublas" || name.starts_with("rev:") {
             return Err(MeasureError::Invalid(format!(
-                "--baseline {name} cannot time a decode batch yet (SDPA on the contiguous cache is not wired into the helper): give --baseline decode-naive or another decode implementation"
+                "--baseline {name} cannot time a decode batch: give --baseline sdpa, decode-naive or another decode implementation"
             )));
         }
         check_decode_implementation(name)?;
         Ok(DecodeBaseline::Registered(name.into()))
     }
 
+    /// Refuses, in one line, a batch this baseline cannot run (SDPA: unequal lengths, a window).
+    pub fn check_supports(&self, spec: &DecodeSpec) -> Result<()> {
+        match self {
+            DecodeBaseline::Sdpa(backend) => match decode_refusal(spec, *backend) {
+                Some(why) => Err(MeasureError::Invalid(why)),
+                None => Ok(()),
+            },
+            DecodeBaseline::Registered(_) => Ok(()),
+        }
+    }
+
     /// As evidence records it.
     pub fn implementation(&self) -> Implementation {
         match self {
             DecodeBaseline::Registered(name) => Implementation::named(name.clone()),
+            DecodeBaseline::Sdpa(backend) => sdpa_implementation(*backend),
         }
     }
 }
@@ -113,6 +143,7 @@ pub struct DecodeGate<'a> {
     plan: &'a GatePlan,
     watchdog: Option<&'a Watchdog>,
     copy: Option<(f64, String)>,
+    sdpa: Option<&'a Sdpa>,
     batteries: HashMap<BatteryKey, (String, Option<CorrectnessCheck>)>,
     /// Set after a fault: the CUDA context is lost.
     pub lost: bool,
@@ -172,9 +203,16 @@ impl<'a> DecodeGate<'a> {
             plan,
             watchdog,
             copy: None,
+            sdpa: None,
             batteries: HashMap::new(),
             lost: false,
         })
+    }
+
+    /// The SDPA helper a [`DecodeBaseline::Sdpa`] baseline is timed through.
+    pub fn with_sdpa(mut self, sdpa: &'a Sdpa) -> DecodeGate<'a> {
+        self.sdpa = Some(sdpa);
+        self
     }
 
     /// The candidate as evidence records it.
@@ -300,12 +338,29 @@ impl<'a> DecodeGate<'a> {
         if let Some(w) = self.watchdog {
             cand.with_watchdog(w, Rc::clone(&bound));
         }
-        let DecodeBaseline::Registered(name) = self.baseline;
-        let base_prepared =
-            PreparedDecode::new(gpu, name, &Config::default(), spec.dtype(), spec.head_dim())?;
-        let mut base = DecodeSide::new(gpu, &base_prepared, spec, sets, seed ^ 0xba5e, false)?;
+        let (base_prepared, mut registered, mut sdpa_side);
+        let base: &mut dyn TimedSide = match self.baseline {
+            DecodeBaseline::Registered(name) => {
+                let (dtype, d) = (spec.dtype(), spec.head_dim());
+                base_prepared = PreparedDecode::new(gpu, name, &Config::default(), dtype, d)?;
+                registered =
+                    DecodeSide::new(gpu, &base_prepared, spec, sets, seed ^ 0xba5e, false)?;
+                &mut registered
+            }
+            DecodeBaseline::Sdpa(backend) => {
+                let sdpa = self.sdpa.ok_or_else(|| {
+                    MeasureError::Invalid(
+                        "the sdpa decode baseline needs its helper (DecodeGate::with_sdpa)".into(),
+                    )
+                })?;
+                // As many sets as the candidate rotates over (evidence/METHOD.md, `equal-input-sets`).
+                let count = cand.set_count();
+                sdpa_side = SdpaDecodeSide::new(gpu, sdpa, *backend, spec, count, seed ^ 0xba5e);
+                &mut sdpa_side
+            }
+        };
         let (floor, factor) = (plan.hang_floor, plan.hang_factor);
-        let timed = interleave(gpu, &mut cand, &mut base, &plan.interleave, |first| {
+        let timed = interleave(gpu, &mut cand, base, &plan.interleave, |first| {
             let scaled = Duration::try_from_secs_f64(factor * median(&first.samples_us) * 1e-6);
             bound.set(scaled.map_or(floor, |scaled| floor.max(scaled)));
         })?;

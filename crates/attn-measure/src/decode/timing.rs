@@ -326,3 +326,55 @@ impl SampleHooks for DecodeHooks<'_, '_> {
         Ok(())
     }
 }
+
+/// PyTorch SDPA on a decode batch of equal lengths as a timed side: the helper's own input sets,
+/// as many as the candidate's (see evidence/METHOD.md, `equal-input-sets`), its output checked
+/// by the helper before it times.
+#[derive(Debug)]
+pub struct SdpaDecodeSide<'a> {
+    gpu: &'a Gpu,
+    sdpa: &'a crate::sdpa::Sdpa,
+    backend: crate::sdpa::Backend,
+    spec: &'a DecodeSpec,
+    sets: usize,
+    seed: u64,
+    flush_bytes: usize,
+}
+
+impl<'a> SdpaDecodeSide<'a> {
+    /// SDPA's `backend` on `sets` input sets of `spec` drawn from `seed`.
+    pub fn new(
+        gpu: &'a Gpu,
+        sdpa: &'a crate::sdpa::Sdpa,
+        backend: crate::sdpa::Backend,
+        spec: &'a DecodeSpec,
+        sets: usize,
+        seed: u64,
+    ) -> SdpaDecodeSide<'a> {
+        SdpaDecodeSide {
+            gpu,
+            sdpa,
+            backend,
+            spec,
+            sets,
+            seed,
+            flush_bytes: crate::timing::flush_bytes(gpu),
+        }
+    }
+}
+
+impl TimedSide for SdpaDecodeSide<'_> {
+    fn block(&mut self, opts: &TimingOptions) -> Result<Timings> {
+        // Nothing of this process may still run while the helper times (evidence/METHOD.md,
+        // `sdpa-idle-device`).
+        self.gpu.synchronize()?;
+        self.sdpa.time_decode(
+            self.spec,
+            self.backend,
+            opts,
+            self.sets,
+            self.seed,
+            self.flush_bytes,
+        )
+    }
+}
