@@ -1,7 +1,7 @@
 //! `cargo xtask bench`: times implementations and SDPA backends over a suite's shapes and writes
 //! `evidence/bench/<date>-<gpu>-<rev>.json` and a same-name `.csv`. A varlen batch is also timed
 //! as the dense batch at its mean length, with the same implementation: its time per token over
-//! the dense one's is varlen's target (at most 1.1).
+//! the dense one's is varlen's target (at most 1.1). Decode batches go to `bench_decode`.
 
 use std::path::PathBuf;
 
@@ -61,8 +61,8 @@ pub struct Args {
 
 /// Runs the subcommand; returns the process exit code.
 pub fn run(args: Args) -> anyhow::Result<u8> {
-    if args.problems.decode_problems()?.is_some() {
-        anyhow::bail!("`cargo xtask bench` cannot time decode batches yet: gate them (cargo xtask gate --shape \"decode ...\" --baseline decode-naive)");
+    if let Some(specs) = args.problems.decode_problems()? {
+        return crate::bench_decode::run(&args, specs);
     }
     let problems = args.problems.problems("large")?;
     let mut budget = crate::budget::TimeBudget::new(args.time_budget)?;
@@ -161,7 +161,7 @@ fn request(
 
 /// Shows one of the run's events: lines printed (above the progress bar once it is drawn),
 /// steps on the bar.
-fn show(bar: &mut Option<Progress>, event: Event) {
+pub(crate) fn show(bar: &mut Option<Progress>, event: Event) {
     match (event, bar.as_ref()) {
         (Event::Start(steps), _) => *bar = Some(Progress::logged(steps, "bench")),
         (Event::Line(line), Some(bar)) => bar.println(line),

@@ -97,3 +97,39 @@ fn decode_against_sdpa_is_timed_on_as_many_sets() {
         assert!(case.decode.as_ref().unwrap().baseline_gbs.unwrap() > 0.0);
     }
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn decode_bench_records_each_entrys_bandwidth_beside_the_copy() {
+    let gpu = Gpu::open(0).expect("a CUDA GPU");
+    let request = attn_measure::bench::DecodeBenchRequest {
+        specs: vec!["decode B=16 q=1 kv=8192 H=32/8 D=128 page=16 bf16"
+            .parse()
+            .unwrap()],
+        implementations: ["decode", "decode-naive"]
+            .iter()
+            .map(|n| (n.to_string(), Config::default()))
+            .collect(),
+        backends: vec![],
+        timing: TimingOptions {
+            samples: 10,
+            mode: TimingMode::Graph,
+            ..TimingOptions::default()
+        },
+        seed: 1,
+        suite: None,
+        git: ("test".into(), false),
+    };
+    let run =
+        attn_measure::bench::run_decode_bench(&gpu, &request, &mut |_| {}, &mut || None).unwrap();
+    assert_eq!(run.entries.len(), 2);
+    for e in &run.entries {
+        let record = e.decode.as_ref().unwrap();
+        println!(
+            "{}: {}",
+            e.implementation.label(),
+            record.describe(e.summary.median)
+        );
+        assert!(record.copy_gbs.unwrap() > 100.0 && record.candidate_fraction().unwrap() > 0.0);
+    }
+}

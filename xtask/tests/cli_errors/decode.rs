@@ -141,19 +141,37 @@ fn decode_problems_are_checked_before_the_gpu_probe() {
 }
 
 #[test]
+fn bench_checks_decode_before_the_gpu_probe() {
+    let dir = inputs();
+    let d = dir.path();
+    // bench times decode; what it cannot run is said before the GPU.
+    one_error_line(
+        d,
+        &["bench", "--shape", DECODE, "--impl", "mma"],
+        &["--impl mma is a prefill implementation", "decode-naive"],
+    );
+    one_error_line(
+        d,
+        &[
+            "bench",
+            "--suite",
+            "decode-llama3-70b",
+            "--impl",
+            "decode,decode-fast",
+        ],
+        &["decode-fast", "decode-naive, decode"],
+    );
+    one_error_line(
+        d,
+        &["bench", "--shape", DECODE, "--sdpa-backends", "default,fa3"],
+        &["--sdpa-backends fa3", "decode"],
+    );
+}
+
+#[test]
 fn commands_without_decode_refuse_it_in_one_line() {
     let dir = inputs();
     let d = dir.path();
-    one_error_line(
-        d,
-        &["bench", "--shape", DECODE],
-        &["bench", "cannot time decode"],
-    );
-    one_error_line(
-        d,
-        &["bench", "--suite", "decode-llama3-70b"],
-        &["bench", "decode"],
-    );
     one_error_line(
         d,
         &["ncu", "--impl", "mma", "--shape", DECODE],

@@ -1,10 +1,13 @@
 //! `bench` as a library: [`BenchSession`] runs a [`BenchRequest`] and reports [`Event`]s for its
 //! caller to show; below it the measurements: an implementation or an SDPA backend timed on one
 //! problem (a block of samples in the gate's timing harness), the evidence entry made of the
-//! timings, and for a varlen batch the dense batch at its mean length it is compared with.
+//! timings, and for a varlen batch the dense batch at its mean length it is compared with. Decode
+//! batches run through [`run_decode_bench`] ([`decode`]).
 
+pub mod decode;
 mod session;
 
+pub use decode::{run_decode_bench, DecodeBenchRequest};
 pub use session::{BenchRequest, BenchSession, Event, Report};
 
 use attn_evidence::{BenchEntry, Implementation};
