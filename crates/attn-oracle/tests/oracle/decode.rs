@@ -417,3 +417,22 @@ fn inputs_that_do_not_fit_are_refused_in_one_line() {
     };
     assert!(refuse(&inputs.q, &fewer_pages).contains("[num_pages, page_size, H_kv, D]"));
 }
+
+#[test]
+fn a_scaled_reference_is_the_reference_at_that_scale() {
+    let case = case(
+        "decode q=1,4 kv=300,40 H=4/2 D=16 page=8",
+        Distribution::Normal,
+        5,
+    );
+    let inputs = generate_decode(&case).unwrap();
+    let (spec, rows) = (&case.spec, &RowSelection::All);
+    let plain = reference_decode(spec, &inputs.q, &inputs.cache, rows).unwrap();
+    let base = spec.params().scale;
+    let same = reference_decode_scaled(spec, &inputs.q, &inputs.cache, rows, base).unwrap();
+    assert_eq!(same.rows, plain.rows);
+    assert!((0..plain.rows.len()).all(|i| same.out_row(i) == plain.out_row(i)));
+    // Another scale changes the softmax, so a kernel ignoring its scale is caught.
+    let other = reference_decode_scaled(spec, &inputs.q, &inputs.cache, rows, 1.7 * base).unwrap();
+    assert!((0..plain.rows.len()).any(|i| other.out_row(i) != plain.out_row(i)));
+}
