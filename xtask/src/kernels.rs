@@ -417,4 +417,22 @@ mod tests {
         assert!(!lines.iter().any(|l| l.contains("BLOCK_N=176 NUM_WARPS=12")
             || l.contains("HEAD_DIM=128 BLOCK_M=128 BLOCK_N=176 NUM_WARPS=8 STAGES=3")));
     }
+
+    #[test]
+    fn decode_configs_are_its_kernels_once_each() {
+        let imp = attn_kernels::decode::find_decode("decode").unwrap();
+        let lines = valid_decode_configs(imp);
+        // SPLITS is a launch parameter: one line per compiled kernel, none naming it.
+        assert!(lines.iter().all(|l| !l.contains("SPLITS=")));
+        let distinct: std::collections::BTreeSet<_> = lines.iter().collect();
+        assert_eq!(distinct.len(), lines.len());
+        // The D=64 defaults; BLOCK_M=32 only at D=64 (the registry's rule).
+        assert!(lines.contains(
+            &"HEAD_DIM=64 BLOCK_M=16 BLOCK_N=32 NUM_WARPS=4 STAGES=3 SHARED_BYTES=100352"
+                .to_string()
+        ));
+        assert!(!lines
+            .iter()
+            .any(|l| l.starts_with("HEAD_DIM=128") && l.contains("BLOCK_M=32")));
+    }
 }
