@@ -41,10 +41,12 @@
 //   (the Q tile, then the K/V ring, whose space the warps' merge reuses).
 //   attn_decode_combine: grid = ceil(total_q · H / 4), block = 128 (a warp per (token, head)).
 //
-// Shared-memory swizzle and the fragment layouts are mma.cu's (see its header); the PTX wrappers
-// below are copies of mma.cu's, kept here so that the prefill kernel's PTX stays as it is.
+// Shared-memory swizzle, fragment layouts, PTX wrappers and lane addressing are mma.cu's (see its
+// header), shared through mma_ptx.cuh.
 
 #include "attn_common.cuh"
+// mma.cu's PTX wrappers, swizzle and ldmatrix lane addressing, one copy for both kernels.
+#include "mma_ptx.cuh"
 
 #ifndef NUM_WARPS
 #define NUM_WARPS 4
@@ -75,8 +77,15 @@ namespace decode_attn {
 using attn::exp2_ftz;
 using attn::pack_elem2;
 using attn::smem_addr;
-
-typedef unsigned int u32;
+using mma_ptx::cp_async_16;
+using mma_ptx::cp_async_commit;
+using mma_ptx::cp_async_wait;
+using mma_ptx::LaneAddressing;
+using mma_ptx::ldmatrix_x4;
+using mma_ptx::ldmatrix_x4_trans;
+using mma_ptx::mma_16816;
+using mma_ptx::swizzled;
+using mma_ptx::u32;
 
 constexpr int D = HEAD_DIM;
 constexpr int THREADS = NUM_WARPS * 32;
@@ -98,79 +107,6 @@ static_assert(THREADS % CHUNKS == 0, "a thread copies one fixed chunk of its row
 static_assert(TILE_N % ROWS_PER_PASS == 0, "K/V tile rows must split evenly over the passes");
 
 #define DECODE_NEG_INF __int_as_float(0xff800000u)
-
-// ---- PTX wrappers (mma.cu's) ---------------------------------------------------------------------
-
-// 16-byte async copy global -> shared; with in_range false nothing is read and the 16 bytes are
-// zero-filled (the source is then a valid base, never dereferenced).
-__device__ __forceinline__ void cp_async_16(u32 dst, const void* src, bool in_range) {
-    const int src_bytes = in_range ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-
-template <int Pending>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
-}
-
-__device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], u32 addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], u32 addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
-__device__ __forceinline__ void mma_16816(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
-#if defined(ATTN_DTYPE_BF16)
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#endif
-}
-
-// Byte offset of logical chunk `chunk` of row `row` in a swizzled tile (chunk ^ (row & 7)).
-__device__ __forceinline__ u32 swizzled(int row, int chunk) {
-    return static_cast<u32>(row * ROW_BYTES + ((chunk ^ (row & 7)) << 4));
-}
-
-// Per-lane ldmatrix addresses of 16×16 blocks, A-style (Q, V with .trans) and B-style (K): mma.cu's
-// LaneAddressing, whose comment derives it.
-struct LaneAddressing {
-    u32 a_row;
-    u32 b_row;
-    u32 key6;
-
-    __device__ __forceinline__ explicit LaneAddressing(int lane) {
-        const int key = lane & 7;
-        const int a_c = lane >> 4;
-        const int b_c = (lane >> 3) & 1;
-        a_row = static_cast<u32>((lane & 15) * ROW_BYTES + ((a_c ^ (key & 1)) << 4));
-        b_row = static_cast<u32>(((lane & 7) + ((lane >> 4) << 3)) * ROW_BYTES + ((b_c ^ (key & 1)) << 4));
-        key6 = static_cast<u32>((key & 6) << 4);
-    }
-    __device__ __forceinline__ u32 column(int step) const {
-        return ((static_cast<u32>((2 * step) & 6) << 4) ^ key6) + static_cast<u32>((step >> 2) * 128);
-    }
-    __device__ __forceinline__ u32 a(u32 tile, int row0, int step) const {
-        return tile + a_row + column(step) + static_cast<u32>(row0 * ROW_BYTES);
-    }
-    __device__ __forceinline__ u32 b(u32 tile, int row0, int step) const {
-        return tile + b_row + column(step) + static_cast<u32>(row0 * ROW_BYTES);
-    }
-};
 
 // ---- the cache's layout --------------------------------------------------------------------------
 

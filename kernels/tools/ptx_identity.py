@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Proves that a refactor of hopper's kernels changed no instruction: compiles every variant of
+"""Proves that a refactor of the kernels changed no instruction: compiles every variant of
 `hopper.cu` (the registry's knob domains and constraints, both dtypes, D 64 and 128) and every
 config of `micro_hopper.cu` (`xtask micro`'s, crates/attn-measure/src/micro.rs) with NVRTC, as the
 registry does (compute_90a, the host's flags from `cargo xtask kernels --nvrtc-flags`, the kernels'
@@ -9,11 +9,15 @@ kernels of two git revisions, and compares the PTX byte for byte.
     export LD_LIBRARY_PATH=$PWD/target/cuda-wheels/nvidia/cu13/lib
     python3 kernels/tools/ptx_identity.py BEFORE [AFTER]   # AFTER: the working tree
     python3 kernels/tools/ptx_identity.py BEFORE --config "HEAD_DIM=128 SCHEDULE=1 CHAIN=1" --every 7
+    python3 kernels/tools/ptx_identity.py BEFORE --impl decode --impl mma --every 13
 
 --config "K=V ..." (repeatable) and --every N instead take `hopper.cu`'s configs from the registry
 (`cargo xtask kernels --configs hopper`, every knob: Q_REGS, CHAIN, STREAM_K, the copy warp's
 Q_STAGES 2 and the rest), both dtypes: those matching any --config, and of them (or of all, with
---every alone) every N-th; the micro's configs are then left out.
+--every alone) every N-th; the micro's configs are then left out. --impl NAME (repeatable) takes
+instead the configs, kernel file and architecture of any registered implementation, prefill or
+decode (`cargo xtask kernels --configs NAME`), filtered by --config and thinned by --every alike:
+e.g. mma.cu and decode.cu, which share `mma_ptx.cuh`.
 
 Causal masks, windows, GQA and varlen are run-time parameters of one compiled kernel (no define),
 so the variants here cover them. Prints the count of identical variants and each that differs;
@@ -31,7 +35,7 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
-from hopper_check import host_flags, kernels_at, parse_config, registry_configs
+from hopper_check import host_flags, kernels_at, parse_config, xtask_lines
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CUDA = os.path.join(ROOT, "target/cuda-wheels/nvidia/cu13")
@@ -79,19 +83,24 @@ def hopper_variants():
                 continue
             knobs = dict(BLOCK_M=16 * warps, BLOCK_N=block_n, NUM_WARPS=warps, STAGES=stages,
                          OVERLAP=overlap, PINGPONG=pingpong, SCHEDULE=schedule)
-            yield "hopper.cu", dtype, d, knobs
+            yield "hopper.cu", dtype, d, knobs, "compute_90a"
 
 
-def registry_variants(wanted, every):
-    """(name, defines) of hopper.cu from the registry's valid configs (every knob), both dtypes:
-    those matching any of `wanted` (all if none), then every `every`-th of them."""
+def registry_variants(wanted, every, impl="hopper"):
+    """(file, dtype, D, knobs, arch) of implementation `impl` from the registry's valid configs
+    (every knob), both dtypes: those matching any of `wanted` (all if none), then every
+    `every`-th of them."""
+    lines = xtask_lines("kernels", "--configs", impl)
+    head = dict(item.split("=", 1) for item in lines[0].split()) if lines and lines[0].startswith("FILE=") else {}
+    file, arch = head.get("FILE", "hopper.cu"), head.get("ARCH", "compute_90a")
     filters = [parse_config(w) for w in wanted]
-    configs = [c for c in registry_configs()
+    configs = [parse_config(line) for line in lines if line.startswith("HEAD_DIM=")]
+    configs = [c for c in configs
                if not filters or any(all(c.get(k) == v for k, v in f.items()) for f in filters)]
     for cfg in configs[::every]:
         knobs = {k: v for k, v in cfg.items() if k not in ("HEAD_DIM", "SHARED_BYTES")}
         for dtype in ["ATTN_DTYPE_F16", "ATTN_DTYPE_BF16"]:
-            yield "hopper.cu", dtype, cfg["HEAD_DIM"], knobs
+            yield file, dtype, cfg["HEAD_DIM"], knobs, arch
 
 
 def micro_variants():
@@ -106,14 +115,14 @@ def micro_variants():
                 continue
             knobs = dict(BLOCK_M=16 * warps, BLOCK_N=block_n, NUM_WARPS=warps, STAGES=stages,
                          PRODUCER_WARPS=4, TENSOR_MAPS=1, SHARED_BYTES=shared, TILES=64)
-            yield "micro_hopper.cu", dtype, d, knobs
+            yield "micro_hopper.cu", dtype, d, knobs, "compute_90a"
 
 
 def ptx_of(kernels: str, variant, flags) -> str:
-    file, dtype, d, knobs = variant
+    file, dtype, d, knobs, arch = variant
     with open(os.path.join(kernels, file)) as f:
         source = f.read()
-    options = ["--gpu-architecture=compute_90a", *flags, f"-I{kernels}", f"-I{CUDA}/include",
+    options = [f"--gpu-architecture={arch}", *flags, f"-I{kernels}", f"-I{CUDA}/include",
                f"-D{dtype}", f"-DHEAD_DIM={d}"] + [f"-D{k}={v}" for k, v in sorted(knobs.items())]
     return compile_ptx(source, options)
 
@@ -124,12 +133,16 @@ def main() -> int:
     ap.add_argument("after", nargs="?", default=None)
     ap.add_argument("--config", action="append", default=[], help="registry configs matching K=V ... (repeatable)")
     ap.add_argument("--every", type=int, default=None, help="every N-th of the registry's (matching) configs")
+    ap.add_argument("--impl", action="append", default=[], help="an implementation's registry configs (repeatable)")
     args = ap.parse_args()
     before_rev, after_rev = args.before, args.after
-    if args.config or args.every:
-        variants = list(registry_variants(args.config, args.every or 1))
-        if not variants:
-            raise SystemExit(f"no valid hopper config matches {args.config} (cargo xtask kernels --configs hopper)")
+    if args.impl or args.config or args.every:
+        variants = []
+        for impl in args.impl or ["hopper"]:
+            found = list(registry_variants(args.config, args.every or 1, impl))
+            if not found:
+                raise SystemExit(f"no valid {impl} config matches {args.config} (cargo xtask kernels --configs {impl})")
+            variants += found
     else:
         variants = list(hopper_variants()) + list(micro_variants())
     flags = host_flags()  # today's host flags for both revisions: the comparison is of the sources
@@ -160,7 +173,7 @@ def main() -> int:
     variants = [v for v, _ in old]
     same = [s for _, s in old]
     differing = [v for v, s in zip(variants, same) if not s]
-    for file, dtype, d, knobs in differing:
+    for file, dtype, d, knobs, _ in differing:
         print(f"DIFFERS: {file} {dtype} D={d} {knobs}")
     if new:
         print(f"new (BEFORE's source refuses them, AFTER's compiles): {len(new)} variants, e.g. "

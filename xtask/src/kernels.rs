@@ -1,8 +1,9 @@
 //! `cargo xtask kernels`: the registered implementations, their knobs, domains and default configs;
 //! with `--ptxas`, registers / shared memory / stack / spills of every default variant (CPU only),
 //! or with `--ptxas --src FILE` of a user's kernel at each dtype and head dim; with `--configs
-//! IMPL`, every valid config of one implementation and its dynamic shared memory (what
-//! `kernels/tools/hopper_check.py` sweeps, so that it re-derives neither); with `--nvrtc-flags`,
+//! IMPL`, every valid config of one implementation (a decode one's too) and its dynamic shared
+//! memory, after a line naming its file and architecture (what `kernels/tools/hopper_check.py` and
+//! `ptx_identity.py` sweep, so that they re-derive neither); with `--nvrtc-flags`,
 //! the flags NVRTC compiles every kernel with (what those scripts pass too).
 
 use std::path::PathBuf;
@@ -47,9 +48,11 @@ pub struct Args {
         default_value = "64,128"
     )]
     pub head_dim: Vec<usize>,
-    /// Print every valid config of this implementation instead, one per line: `HEAD_DIM=D` and
-    /// its knobs (space-separated `NAME=VALUE`), then `SHARED_BYTES=` its dynamic shared memory;
-    /// valid = the knobs' domains, the implementation's constraints and the H100's limits.
+    /// Print every valid config of this implementation (prefill or decode) instead, one per
+    /// line: `HEAD_DIM=D` and its knobs (space-separated `NAME=VALUE`), then `SHARED_BYTES=` its
+    /// dynamic shared memory; valid = the knobs' domains, the implementation's constraints and
+    /// the H100's limits. A first line `FILE=F ARCH=A` names its kernel file under kernels/ and
+    /// the virtual architecture to compile it for.
     #[arg(long, value_name = "IMPL", conflicts_with = "ptxas")]
     pub configs: Option<String>,
     /// Print NVRTC's flags for every kernel instead, one per line (beside the target
@@ -67,7 +70,20 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         return Ok(0);
     }
     if let Some(name) = &args.configs {
-        for line in valid_configs(attn_kernels::registry::find(name)?)? {
+        let (file, arch, lines) = match attn_kernels::registry::find(name) {
+            Ok(imp) => (
+                imp.engine.kernel_file().0,
+                imp.arch.unwrap_or(REGISTRY_ARCH),
+                valid_configs(imp)?,
+            ),
+            // The decode ABI's implementations have a registry of their own.
+            Err(err) => match attn_kernels::decode::find_decode(name) {
+                Ok(imp) => (imp.file, REGISTRY_ARCH, valid_decode_configs(imp)),
+                Err(_) => return Err(err.into()),
+            },
+        };
+        println!("FILE={file} ARCH={arch}");
+        for line in lines {
             println!("{line}");
         }
         return Ok(0);
@@ -258,6 +274,46 @@ fn valid_configs(imp: &attn_kernels::registry::Implementation) -> anyhow::Result
     Ok(lines)
 }
 
+/// [`valid_configs`] of a decode implementation: its compile-time knobs (SPLITS, a launch
+/// parameter, at its default), each config once, with [`DecodeImplementation::shared_bytes`].
+///
+/// [`DecodeImplementation::shared_bytes`]: attn_kernels::decode::DecodeImplementation::shared_bytes
+fn valid_decode_configs(imp: &attn_kernels::decode::DecodeImplementation) -> Vec<String> {
+    let knobs: Vec<_> = imp
+        .knobs
+        .iter()
+        .filter(|k| k.name != attn_kernels::config::names::SPLITS)
+        .collect();
+    let mut lines = Vec::new();
+    for d in [64usize, 128] {
+        if imp.check_head_dim(d).is_err() {
+            continue;
+        }
+        let mut combos = vec![Config::default()];
+        for knob in &knobs {
+            combos = combos
+                .iter()
+                .flat_map(|c| {
+                    knob.domain
+                        .iter()
+                        .map(move |&v| c.merged(&Config::from_pairs(&[(knob.name, v)])))
+                })
+                .collect();
+        }
+        for overrides in combos {
+            let Ok(cfg) = imp.resolve(&overrides, d, &Limits::H100) else {
+                continue;
+            };
+            lines.push(format!(
+                "HEAD_DIM={d} {} SHARED_BYTES={}",
+                imp.defines(&cfg).join(" "),
+                imp.shared_bytes(&cfg, d)
+            ));
+        }
+    }
+    lines
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -360,5 +416,23 @@ mod tests {
             )));
         assert!(!lines.iter().any(|l| l.contains("BLOCK_N=176 NUM_WARPS=12")
             || l.contains("HEAD_DIM=128 BLOCK_M=128 BLOCK_N=176 NUM_WARPS=8 STAGES=3")));
+    }
+
+    #[test]
+    fn decode_configs_are_its_kernels_once_each() {
+        let imp = attn_kernels::decode::find_decode("decode").unwrap();
+        let lines = valid_decode_configs(imp);
+        // SPLITS is a launch parameter: one line per compiled kernel, none naming it.
+        assert!(lines.iter().all(|l| !l.contains("SPLITS=")));
+        let distinct: std::collections::BTreeSet<_> = lines.iter().collect();
+        assert_eq!(distinct.len(), lines.len());
+        // The D=64 defaults; BLOCK_M=32 only at D=64 (the registry's rule).
+        assert!(lines.contains(
+            &"HEAD_DIM=64 BLOCK_M=16 BLOCK_N=32 NUM_WARPS=4 STAGES=3 SHARED_BYTES=100352"
+                .to_string()
+        ));
+        assert!(!lines
+            .iter()
+            .any(|l| l.starts_with("HEAD_DIM=128") && l.contains("BLOCK_M=32")));
     }
 }

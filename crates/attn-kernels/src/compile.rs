@@ -15,7 +15,7 @@ use crate::error::{KernelError, Result};
 use crate::toolkit;
 
 /// Headers that kernels may include by name.
-pub const HEADERS: [(&str, &str); 7] = [
+pub const HEADERS: [(&str, &str); 8] = [
     (
         "attn_common.cuh",
         include_str!("../../../kernels/attn_common.cuh"),
@@ -44,6 +44,7 @@ pub const HEADERS: [(&str, &str); 7] = [
         "hybrid_common.cuh",
         include_str!("../../../kernels/hybrid_common.cuh"),
     ),
+    ("mma_ptx.cuh", include_str!("../../../kernels/mma_ptx.cuh")),
 ];
 
 /// A virtual architecture to compile for, e.g. `compute_90` (or `compute_90a` for wgmma).

@@ -196,6 +196,32 @@ fn named_value(knob: &str, name: &str) -> Option<i64> {
 pub struct Config(pub BTreeMap<String, i64>);
 
 impl Config {
+    /// That every knob this config sets is one of `knobs` and within its domain: the first check
+    /// of both registries' `resolve` (prefill and decode), one copy so that their errors agree.
+    pub(crate) fn check_domains(&self, knobs: &[Knob]) -> Result<(), ConfigError> {
+        for (name, &value) in &self.0 {
+            let knob = knobs.iter().find(|k| k.name == *name).ok_or_else(|| {
+                let known: Vec<&str> = knobs.iter().map(|k| k.name.as_str()).collect();
+                ConfigError::UnknownKnob {
+                    name: name.clone(),
+                    known: if known.is_empty() {
+                        "none".into()
+                    } else {
+                        known.join(", ")
+                    },
+                }
+            })?;
+            if !knob.domain.contains(&value) {
+                return Err(ConfigError::OutsideDomain {
+                    name: name.clone(),
+                    value,
+                    domain: knob.domain,
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// A config from `(name, value)` pairs.
     pub fn from_pairs<K: AsRef<str>>(pairs: &[(K, i64)]) -> Config {
         Config(

@@ -121,17 +121,7 @@ pub fn decode_registry() -> &'static [DecodeImplementation] {
 
 /// The decode implementation called `name`.
 pub fn find_decode(name: &str) -> Result<&'static DecodeImplementation> {
-    decode_registry()
-        .iter()
-        .find(|i| i.name == name)
-        .ok_or_else(|| KernelError::UnknownImpl {
-            name: name.to_string(),
-            known: decode_registry()
-                .iter()
-                .map(|i| i.name)
-                .collect::<Vec<_>>()
-                .join(", "),
-        })
+    crate::registry::find_named(decode_registry(), name, |i| i.name)
 }
 
 fn knob(cfg: &Config, name: crate::config::KnobName) -> usize {
@@ -195,22 +185,7 @@ impl DecodeImplementation {
             implementation: self.name.into(),
             reason,
         };
-        for (name, &value) in &overrides.0 {
-            let knob = self.knobs.iter().find(|k| k.name == *name).ok_or_else(|| {
-                let known: Vec<&str> = self.knobs.iter().map(|k| k.name.as_str()).collect();
-                invalid(ConfigError::UnknownKnob {
-                    name: name.clone(),
-                    known: known.join(", "),
-                })
-            })?;
-            if !knob.domain.contains(&value) {
-                return Err(invalid(ConfigError::OutsideDomain {
-                    name: name.clone(),
-                    value,
-                    domain: knob.domain,
-                }));
-            }
-        }
+        overrides.check_domains(self.knobs).map_err(invalid)?;
         let cfg = self.default_config(head_dim).merged(overrides);
         if self.kernel == DecodeKernel::Split && knob(&cfg, BLOCK_M) > 16 && head_dim > 64 {
             // Two row blocks of D=128 accumulators, Q fragments and the gather's addresses spill.

@@ -236,16 +236,22 @@ fn grid_blocks(shape: &Shape, rows_per_block: usize) -> usize {
 
 /// The implementation called `name`.
 pub fn find(name: &str) -> Result<&'static Implementation> {
-    registry()
+    find_named(registry(), name, |i| i.name)
+}
+
+/// The entry of `table` called `name`, else the error listing the table's names: one lookup for
+/// the prefill and the decode registries.
+pub(crate) fn find_named<T>(
+    table: &'static [T],
+    name: &str,
+    name_of: fn(&T) -> &'static str,
+) -> Result<&'static T> {
+    table
         .iter()
-        .find(|i| i.name == name)
+        .find(|i| name_of(i) == name)
         .ok_or_else(|| KernelError::UnknownImpl {
             name: name.to_string(),
-            known: registry()
-                .iter()
-                .map(|i| i.name)
-                .collect::<Vec<_>>()
-                .join(", "),
+            known: table.iter().map(name_of).collect::<Vec<_>>().join(", "),
         })
 }
 
@@ -411,26 +417,7 @@ impl Implementation {
             implementation: self.name.into(),
             reason,
         };
-        for (name, &value) in &overrides.0 {
-            let knob = self.knobs.iter().find(|k| k.name == *name).ok_or_else(|| {
-                let known: Vec<&str> = self.knobs.iter().map(|k| k.name.as_str()).collect();
-                invalid(ConfigError::UnknownKnob {
-                    name: name.clone(),
-                    known: if known.is_empty() {
-                        "none".into()
-                    } else {
-                        known.join(", ")
-                    },
-                })
-            })?;
-            if !knob.domain.contains(&value) {
-                return Err(invalid(ConfigError::OutsideDomain {
-                    name: name.clone(),
-                    value,
-                    domain: knob.domain,
-                }));
-            }
-        }
+        overrides.check_domains(self.knobs).map_err(invalid)?;
         let cfg = self.constrained(overrides, head_dim).map_err(invalid)?;
         let probe = Shape::single(head_dim);
         let geometry = (self.geometry)(&cfg, &probe);
