@@ -192,30 +192,9 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         println!("{note}");
     }
     let gpu = crate::args::opened(gpu)?;
-    let timing = TimingOptions {
-        warmup: args.warmup,
-        samples: args.samples,
-        mode: args.mode,
-        ..TimingOptions::default()
-    };
     let info = gpu.info();
-    let plan = GatePlan {
-        checks: args.checks,
-        interleave: Interleave {
-            block,
-            ..Interleave::new(timing, info.max_sm_mhz)
-        },
-        compare,
-        rule: GateRule {
-            mode,
-            allow_implausible: args.allow_implausible,
-            hang_bound_s: Some(args.hang_bound),
-            ..GateRule::default()
-        },
-        hang_floor: Duration::from_secs_f64(args.hang_bound),
-        hang_factor: 100.0,
-        peak_tflops: attn_measure::provenance::peak_tflops(&gpu),
-    };
+    let plan = plan(&args, &gpu, mode, block, compare);
+    let timing = plan.interleave.timing;
     println!(
         "gate: {} vs {} on {} ({} shape(s), seed {seed}, {} samples a side in blocks of {}, {} mode; clocks left as found)",
         candidate.label(),
@@ -325,4 +304,38 @@ pub(crate) fn finish(
         println!("evidence: {}", path.display());
     }
     Ok(if run.passed { 0 } else { crate::EXIT_FAILED })
+}
+
+/// How every case of a gate run is judged, from its arguments (`mode`: faster, or no regression;
+/// `block` and `compare` as validated), on `gpu`: for prefill and decode alike.
+pub(crate) fn plan(
+    args: &Args,
+    gpu: &attn_kernels::Gpu,
+    mode: attn_evidence::GateMode,
+    block: usize,
+    compare: CompareOptions,
+) -> GatePlan {
+    let timing = TimingOptions {
+        warmup: args.warmup,
+        samples: args.samples,
+        mode: args.mode,
+        ..TimingOptions::default()
+    };
+    GatePlan {
+        checks: args.checks,
+        interleave: Interleave {
+            block,
+            ..Interleave::new(timing, gpu.info().max_sm_mhz)
+        },
+        compare,
+        rule: GateRule {
+            mode,
+            allow_implausible: args.allow_implausible,
+            hang_bound_s: Some(args.hang_bound),
+            ..GateRule::default()
+        },
+        hang_floor: Duration::from_secs_f64(args.hang_bound),
+        hang_factor: 100.0,
+        peak_tflops: attn_measure::provenance::peak_tflops(gpu),
+    }
 }

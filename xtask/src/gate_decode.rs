@@ -2,16 +2,12 @@
 //! cases judged by attn-measure's `DecodeGate` (a decode implementation against a decode
 //! implementation or PyTorch SDPA, which takes batches of equal lengths without a window).
 
-use std::time::Duration;
-
 use anyhow::bail;
-use attn_evidence::{CaseStatus, GateRule};
+use attn_evidence::{CaseStatus, GateMode};
 use attn_kernels::decode::find_decode;
-use attn_kernels::{Config, ConfigError, TimingOptions};
+use attn_kernels::{Config, ConfigError};
 use attn_measure::decode::{ended_decode_case, DecodeBaseline, DecodeGate};
-use attn_measure::gate::GatePlan;
 use attn_measure::supervise::Watchdog;
-use attn_measure::timing::Interleave;
 use attn_oracle::DecodeSpec;
 use attn_stats::CompareOptions;
 
@@ -72,29 +68,9 @@ pub fn run(
         })?),
         DecodeBaseline::Registered(_) => None,
     };
-    let timing = TimingOptions {
-        warmup: args.warmup,
-        samples: args.samples,
-        mode: args.mode,
-        ..TimingOptions::default()
-    };
     let info = gpu.info();
-    let plan = GatePlan {
-        checks: args.checks,
-        interleave: Interleave {
-            block,
-            ..Interleave::new(timing, info.max_sm_mhz)
-        },
-        compare,
-        rule: GateRule {
-            allow_implausible: args.allow_implausible,
-            hang_bound_s: Some(args.hang_bound),
-            ..GateRule::default()
-        },
-        hang_floor: Duration::from_secs_f64(args.hang_bound),
-        hang_factor: 100.0,
-        peak_tflops: attn_measure::provenance::peak_tflops(&gpu),
-    };
+    let plan = crate::gate::plan(args, &gpu, GateMode::Faster, block, compare);
+    let timing = plan.interleave.timing;
     println!(
         "gate: {candidate} vs {} on {} ({} decode batch(es), seed {seed}, {} samples a side in blocks of {block}, {} mode; clocks left as found)",
         baseline.implementation().label(),

@@ -49,6 +49,36 @@ pub struct GatePlan {
     pub peak_tflops: Option<f64>,
 }
 
+impl GatePlan {
+    /// What a case's defence record needs beyond the case: the watchdog's bound where one
+    /// (`watched`) bounds the launches, the device's peak, and `side_stream_launches` of the
+    /// candidate's guard pass.
+    pub(crate) fn case_facts(&self, watched: bool, side_stream_launches: usize) -> CaseFacts {
+        CaseFacts {
+            watchdog: watched.then(|| (self.hang_floor.as_secs_f64(), self.hang_factor)),
+            side_stream_launches,
+            peak_tflops: self.peak_tflops,
+        }
+    }
+
+    /// The decision on `case` by this plan (its reason passed through `annotate`), then the record
+    /// of the defences that ran.
+    pub(crate) fn settle(
+        &self,
+        mut case: GateCase,
+        facts: &CaseFacts,
+        annotate: impl FnOnce(&GateCase, String) -> String,
+    ) -> GateCase {
+        case.status = None;
+        let decision = decide(&case, &self.rule, &self.compare, self.peak_tflops);
+        case.passed = decision.status.passed();
+        case.status = Some(decision.status);
+        case.reason = annotate(&case, decision.reason);
+        case.defences = case_defences(&case, &self.rule, facts);
+        case
+    }
+}
+
 /// A gate run's state across cases: the device, both sides, compiled kernels.
 pub struct GateSession<'a> {
     gpu: &'a Gpu,
@@ -474,33 +504,17 @@ impl<'a> GateSession<'a> {
         Ok(())
     }
 
-    /// What a case's defence record needs beyond the case: the watchdog's bound, the device's
-    /// peak, and `side_stream_launches` of the candidate's guard pass.
+    /// What a case's defence record needs beyond the case (see [`GatePlan::case_facts`]).
     fn facts(&self, side_stream_launches: usize) -> CaseFacts {
-        CaseFacts {
-            watchdog: self
-                .watchdog
-                .map(|_| (self.plan.hang_floor.as_secs_f64(), self.plan.hang_factor)),
-            side_stream_launches,
-            peak_tflops: self.plan.peak_tflops,
-        }
+        self.plan
+            .case_facts(self.watchdog.is_some(), side_stream_launches)
     }
 
     /// The decision, then the record of the defences that ran (`side_stream_launches` of the
     /// candidate's guard pass, 0 when it was not timed).
-    fn finish(&self, mut case: GateCase, side_stream_launches: usize) -> GateCase {
-        case.status = None;
-        let decision = decide(
-            &case,
-            &self.plan.rule,
-            &self.plan.compare,
-            self.plan.peak_tflops,
-        );
-        case.passed = decision.status.passed();
-        case.status = Some(decision.status);
-        case.reason = decision.reason;
-        case.defences = case_defences(&case, &self.plan.rule, &self.facts(side_stream_launches));
-        case
+    fn finish(&self, case: GateCase, side_stream_launches: usize) -> GateCase {
+        self.plan
+            .settle(case, &self.facts(side_stream_launches), |_, reason| reason)
     }
 }
 

@@ -230,6 +230,44 @@ enum Request<'a> {
     Decode(DecodeRequest<'a>),
 }
 
+/// How a time request is timed: the backend and the harness's protocol, the same fields for
+/// every kind of problem.
+#[derive(Debug, Serialize)]
+struct Protocol {
+    backend: Backend,
+    warmup: usize,
+    samples: usize,
+    mode: TimingMode,
+    batch_launches: usize,
+    guard_launches: usize,
+    sets: usize,
+    seed: u64,
+    flush_bytes: usize,
+}
+
+impl Protocol {
+    fn new(
+        backend: Backend,
+        opts: &TimingOptions,
+        sets: usize,
+        seed: u64,
+        flush_bytes: usize,
+    ) -> Protocol {
+        Protocol {
+            backend,
+            warmup: opts.warmup,
+            samples: opts.samples,
+            mode: opts.mode,
+            // As many launches a sample as a kernel side makes on `sets` (one set each).
+            batch_launches: attn_kernels::timing::launches_per_sample(opts, sets),
+            guard_launches: opts.guard_launches,
+            sets,
+            seed,
+            flush_bytes,
+        }
+    }
+}
+
 /// Time SDPA on a decode batch of equal lengths with the harness's protocol: Q `[B, H, q, D]`,
 /// K and V contiguous `[B, H_kv, kv, D]`, the new tokens the last `q` of each sequence.
 #[derive(Debug, Serialize)]
@@ -244,15 +282,8 @@ struct DecodeRequest<'a> {
     dtype: DType,
     window: (i32, i32),
     scale: f64,
-    backend: Backend,
-    warmup: usize,
-    samples: usize,
-    mode: TimingMode,
-    batch_launches: usize,
-    guard_launches: usize,
-    sets: usize,
-    seed: u64,
-    flush_bytes: usize,
+    #[serde(flatten)]
+    protocol: Protocol,
 }
 
 impl<'a> DecodeRequest<'a> {
@@ -273,16 +304,7 @@ impl<'a> DecodeRequest<'a> {
             dtype: spec.dtype(),
             window: spec.window().unwrap_or_default().abi(),
             scale: spec.params().scale,
-            backend,
-            warmup: opts.warmup,
-            samples: opts.samples,
-            mode: opts.mode,
-            // As many launches a sample as the decode side makes on `sets` (one set each).
-            batch_launches: attn_kernels::timing::launches_per_sample(opts, sets),
-            guard_launches: opts.guard_launches,
-            sets,
-            seed,
-            flush_bytes,
+            protocol: Protocol::new(backend, opts, sets, seed, flush_bytes),
         }
     }
 }
@@ -315,15 +337,8 @@ struct TimeRequest<'a> {
     scale: f64,
     /// A varlen batch's lengths, or `None` for a dense batch.
     varlen: Option<PackedLengths<'a>>,
-    backend: Backend,
-    warmup: usize,
-    samples: usize,
-    mode: TimingMode,
-    batch_launches: usize,
-    guard_launches: usize,
-    sets: usize,
-    seed: u64,
-    flush_bytes: usize,
+    #[serde(flatten)]
+    protocol: Protocol,
 }
 
 /// The helper's reply to a time request.
@@ -508,16 +523,7 @@ impl Sdpa {
                 window: problem.params.window.abi(),
                 scale: problem.params.scale,
                 varlen: PackedLengths::of(problem),
-                backend,
-                warmup: opts.warmup,
-                samples: opts.samples,
-                mode: opts.mode,
-                // As many launches a sample as a kernel side makes on `sets` (one set each).
-                batch_launches: attn_kernels::timing::launches_per_sample(opts, sets),
-                guard_launches: opts.guard_launches,
-                sets,
-                seed,
-                flush_bytes,
+                protocol: Protocol::new(backend, opts, sets, seed, flush_bytes),
             }))
             .map_err(|e| MeasureError::Sdpa(format!("{backend} on {problem}: {e}")))?;
         Ok(reply.timings(opts, sets))
@@ -578,15 +584,17 @@ mod tests {
             window: (16, -1),
             scale: 0.125,
             varlen: None,
-            backend: Backend::Flash,
-            warmup: 1,
-            samples: 2,
-            mode: TimingMode::Graph,
-            batch_launches: 5,
-            guard_launches: 3,
-            sets: 2,
-            seed: 9,
-            flush_bytes: 16,
+            protocol: Protocol {
+                backend: Backend::Flash,
+                warmup: 1,
+                samples: 2,
+                mode: TimingMode::Graph,
+                batch_launches: 5,
+                guard_launches: 3,
+                sets: 2,
+                seed: 9,
+                flush_bytes: 16,
+            },
         });
         let value: serde_json::Value = serde_json::to_value(&time).unwrap();
         assert_eq!(value["kind"], "time");

@@ -33,7 +33,6 @@ use attn_oracle::{decode_battery, DecodeCase, DecodeSpec, Distribution, Window};
 
 use crate::baseline::{median, sdpa_implementation, timing_evidence};
 use crate::check::scale_factor;
-use crate::decide::decide;
 use crate::defences::{case_defences, CaseFacts};
 use crate::gate::{compare_sides, plausibility_flag, timed_output_check, GatePlan};
 use crate::sdpa::{decode_refusal, Backend, Sdpa};
@@ -391,35 +390,23 @@ impl<'a> DecodeGate<'a> {
     }
 
     fn facts(&self, side_stream_launches: usize) -> CaseFacts {
-        CaseFacts {
-            watchdog: self
-                .watchdog
-                .map(|_| (self.plan.hang_floor.as_secs_f64(), self.plan.hang_factor)),
-            side_stream_launches,
-            peak_tflops: self.plan.peak_tflops,
-        }
+        self.plan
+            .case_facts(self.watchdog.is_some(), side_stream_launches)
     }
 
-    fn finish(&self, mut case: GateCase, side_stream_launches: usize) -> GateCase {
-        case.status = None;
-        let decision = decide(
-            &case,
-            &self.plan.rule,
-            &self.plan.compare,
-            self.plan.peak_tflops,
-        );
-        case.passed = decision.status.passed();
-        case.status = Some(decision.status);
-        case.reason = match (&case.decode, &case.comparison) {
-            (Some(record), Some(c)) => format!(
-                "{}; candidate {}, baseline {}",
-                decision.reason,
-                record.describe(c.candidate.median),
-                record.describe(c.baseline.median)
-            ),
-            _ => decision.reason,
-        };
-        case.defences = case_defences(&case, &self.plan.rule, &self.facts(side_stream_launches));
-        case
+    fn finish(&self, case: GateCase, side_stream_launches: usize) -> GateCase {
+        // The decision's reason, then both sides' bandwidths.
+        self.plan.settle(
+            case,
+            &self.facts(side_stream_launches),
+            |case, reason| match (&case.decode, &case.comparison) {
+                (Some(record), Some(c)) => format!(
+                    "{reason}; candidate {}, baseline {}",
+                    record.describe(c.candidate.median),
+                    record.describe(c.baseline.median)
+                ),
+                _ => reason,
+            },
+        )
     }
 }
