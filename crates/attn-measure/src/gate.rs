@@ -55,7 +55,7 @@ impl GatePlan {
     /// candidate's guard pass.
     pub(crate) fn case_facts(&self, watched: bool, side_stream_launches: usize) -> CaseFacts {
         CaseFacts {
-            watchdog: watched.then(|| (self.hang_floor.as_secs_f64(), self.hang_factor)),
+            watchdog: watched.then_some((self.hang_floor.as_secs_f64(), self.hang_factor)),
             side_stream_launches,
             peak_tflops: self.peak_tflops,
         }
