@@ -59,6 +59,19 @@ pub struct Args {
     pub batch_launches: usize,
 }
 
+impl Args {
+    /// The timing options every bench entry is taken with.
+    pub(crate) fn timing(&self) -> TimingOptions {
+        TimingOptions {
+            warmup: self.warmup,
+            samples: self.samples,
+            mode: self.mode,
+            batch_launches: self.batch_launches.max(1),
+            ..TimingOptions::default()
+        }
+    }
+}
+
 /// Runs the subcommand; returns the process exit code.
 pub fn run(args: Args) -> anyhow::Result<u8> {
     if let Some(specs) = args.problems.decode_problems()? {
@@ -145,13 +158,7 @@ fn request(
         problems,
         candidates,
         backends,
-        timing: TimingOptions {
-            warmup: args.warmup,
-            samples: args.samples,
-            mode: args.mode,
-            batch_launches: args.batch_launches.max(1),
-            ..TimingOptions::default()
-        },
+        timing: args.timing(),
         seed: args.seed,
         suite: args.problems.suite_name("large"),
         git: crate::provenance::git_revision(),

@@ -5,7 +5,7 @@
 use anyhow::bail;
 use attn_evidence::BenchRun;
 use attn_kernels::decode::find_decode;
-use attn_kernels::{Config, Gpu, TimingOptions};
+use attn_kernels::{Config, Gpu};
 use attn_measure::bench::{run_decode_bench, DecodeBenchRequest, Event};
 use attn_measure::sdpa::Backend;
 use attn_oracle::DecodeSpec;
@@ -48,13 +48,7 @@ pub fn request(args: &Args, specs: Vec<DecodeSpec>) -> anyhow::Result<DecodeBenc
         specs,
         implementations: names.into_iter().map(|n| (n, overrides.clone())).collect(),
         backends,
-        timing: TimingOptions {
-            warmup: args.warmup,
-            samples: args.samples,
-            mode: args.mode,
-            batch_launches: args.batch_launches.max(1),
-            ..TimingOptions::default()
-        },
+        timing: args.timing(),
         seed: args.seed,
         suite: args.problems.suite_name("large"),
         git: crate::provenance::git_revision(),

@@ -183,9 +183,20 @@ impl PhaseTrace {
 
 /// An empty case of `problem` with a status and reason.
 pub fn ended_case(problem: &Problem, status: CaseStatus, reason: String) -> GateCase {
+    ended_case_of(problem.spec.clone(), None, status, reason)
+}
+
+/// An empty case of `shape` (and a decode batch's record) with a status and reason, its
+/// defences all not run.
+pub(crate) fn ended_case_of(
+    shape: attn_evidence::ShapeSpec,
+    decode: Option<attn_evidence::DecodeRecord>,
+    status: CaseStatus,
+    reason: String,
+) -> GateCase {
     let mut case = GateCase {
-        shape: problem.spec.clone(),
-        decode: None,
+        shape,
+        decode,
         config: Default::default(),
         correctness: vec![],
         candidate: None,

@@ -34,7 +34,7 @@ use attn_oracle::{decode_battery, DecodeCase, DecodeSpec, Distribution, Window};
 use crate::baseline::{median, sdpa_implementation, timing_evidence};
 use crate::check::scale_factor;
 use crate::defences::{case_defences, CaseFacts};
-use crate::gate::{compare_sides, plausibility_flag, timed_output_check, GatePlan};
+use crate::gate::{compare_sides, ended_case_of, plausibility_flag, timed_output_check, GatePlan};
 use crate::sdpa::{decode_refusal, Backend, Sdpa};
 use crate::supervise::Watchdog;
 use crate::timing::{interleave, TimedSide, TimingWatch};
@@ -159,28 +159,12 @@ impl std::fmt::Debug for DecodeGate<'_> {
 
 /// An empty decode case with a status and reason.
 pub fn ended_decode_case(spec: &DecodeSpec, status: CaseStatus, reason: String) -> GateCase {
-    let mut case = GateCase {
-        shape: decode_shape(spec),
-        decode: Some(DecodeRecord::new(spec)),
-        config: Default::default(),
-        correctness: vec![],
-        candidate: None,
-        baseline: None,
-        comparison: None,
-        candidate_tflops: None,
-        baseline_tflops: None,
-        flags: vec![],
-        timed_outputs: None,
-        clock_guard: None,
-        battery: None,
-        memory_floor_us: None,
-        defences: vec![],
-        status: Some(status),
-        passed: false,
+    ended_case_of(
+        decode_shape(spec),
+        Some(DecodeRecord::new(spec)),
+        status,
         reason,
-    };
-    case.defences = case_defences(&case, &Default::default(), &CaseFacts::default());
-    case
+    )
 }
 
 impl<'a> DecodeGate<'a> {
