@@ -61,10 +61,11 @@ struct PageMetrics {
     charts: usize,
 }
 
-/// Opens every `<details>`, then measures the page and writes the result into the DOM.
+/// Opens every `<details>` at once, then measures the page once it has loaded (an inline script at
+/// the end of the body runs before the images arrive) and writes the result into the DOM.
 const MEASURE_SCRIPT: &str = r#"<script>
-(function () {
-  document.querySelectorAll('details').forEach(function (d) { d.open = true; });
+document.querySelectorAll('details').forEach(function (d) { d.open = true; });
+window.addEventListener('load', function () {
   var width = window.innerWidth, wide = [], scrolled = [];
   var describe = function (e) { return e.tagName + ': ' + (e.textContent || '').trim().slice(0, 60); };
   document.querySelectorAll('body *').forEach(function (e) {
@@ -88,7 +89,7 @@ const MEASURE_SCRIPT: &str = r#"<script>
   out.id = 'attn-measure';
   out.textContent = JSON.stringify(result);
   document.body.appendChild(out);
-})();
+});
 </script>"#;
 
 /// Runs the browser with `args`; its standard output goes to `stdout_file` (a pipe could fill up
@@ -103,6 +104,11 @@ fn run_browser(browser: &Path, args: &[String], stdout_file: &Path) -> String {
             "--hide-scrollbars",
             "--no-first-run",
             "--disable-dev-shm-usage",
+            // No network is wanted: these keep Chromium from trying one at every start.
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-quic",
         ])
         .args(args)
         .stdout(stdout)
