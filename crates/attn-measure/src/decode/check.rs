@@ -16,10 +16,11 @@ use attn_kernels::decode::{DecodeArgs, DeviceTable, LengthBuffers, PreparedDecod
 use attn_kernels::guard::GUARD_BYTES;
 use attn_kernels::{Gpu, GuardedTensor, HarnessKernels};
 use attn_oracle::{
-    compare_decode, generate_decode, reference_decode_scaled, tolerance, DecodeCase, DecodeInputs,
-    DecodeSpec, Distribution, HostTensor, KvLayout, PagePolicy, RowSelection,
+    compare_decode, generate_decode, reference_decode_scaled, tolerance, DecodeCase, DecodeSpec,
+    Distribution, HostTensor, KvLayout, PagePolicy, RowSelection,
 };
 
+use super::sets::{changed_inputs, GuardedDecodeSet, Guards};
 use crate::check::reads::{probe_reads, read_outside_reason};
 use crate::check::{scale_factor, Watched};
 use crate::Result;
@@ -68,32 +69,6 @@ pub fn check_scales(spec: &DecodeSpec, seed: u64, checks: usize) -> Result<Vec<f
         .enumerate()
         .map(|(i, (spec, distribution))| spec.params().scale * scale_factor(seed, i, *distribution))
         .collect())
-}
-
-/// A decode batch's inputs on the device between guards, for one check.
-struct Guarded {
-    q: GuardedTensor,
-    k: GuardedTensor,
-    v: GuardedTensor,
-    lengths: LengthBuffers,
-    table: Option<DeviceTable>,
-}
-
-impl Guarded {
-    fn upload(gpu: &Gpu, inputs: &DecodeInputs, seed: u64) -> Result<Guarded> {
-        let spec = &inputs.case.spec;
-        Ok(Guarded {
-            q: GuardedTensor::upload_for_reads(gpu, "Q", &inputs.q, seed)?,
-            k: GuardedTensor::upload_for_reads(gpu, "K", inputs.cache.k(), seed ^ 1)?,
-            v: GuardedTensor::upload_for_reads(gpu, "V", inputs.cache.v(), seed ^ 2)?,
-            lengths: LengthBuffers::upload(gpu, spec)?,
-            table: inputs
-                .cache
-                .table()
-                .map(|t| DeviceTable::upload(gpu, t))
-                .transpose()?,
-        })
-    }
 }
 
 #[allow(clippy::too_many_arguments)] // the kernel, the batch's buffers and the watchdog
@@ -188,11 +163,10 @@ pub fn check_one(
 ) -> Result<(CorrectnessCheck, HostTensor)> {
     let spec = &case.spec;
     let inputs = generate_decode(case)?;
-    let mut g = Guarded::upload(gpu, &inputs, case.seed)?;
+    let mut g = GuardedDecodeSet::upload(gpu, &inputs, case.seed, Guards::Reads)?;
     let dims = [1, spec.varlen().total_q(), spec.heads(), spec.head_dim()];
     let mut o = GuardedTensor::alloc_poisoned(gpu, "O", dims, spec.dtype(), case.seed ^ 3)?;
-    let sum = |t: &GuardedTensor| harness.checksum(gpu, t, false, case.seed);
-    let before = [sum(&g.q)?, sum(&g.k)?, sum(&g.v)?];
+    let before = g.checksums(gpu, harness, false, case.seed)?;
     let tensors = (&g.q, &g.k, &g.v);
     let first = launch(
         gpu,
@@ -216,25 +190,14 @@ pub fn check_one(
         scale,
         watched,
     )?;
-    let after = [sum(&g.q)?, sum(&g.k)?, sum(&g.v)?];
-    let mut outside = Vec::new();
-    for t in [&g.q, &g.k, &g.v, &o] {
-        if let Some(violation) = t.check(gpu)? {
-            outside.push(violation.to_string());
-        }
-    }
-    let mut inputs_written: Vec<String> = ["Q", "K", "V"]
-        .iter()
-        .zip(before.iter().zip(&after))
-        .filter(|(_, (b, a))| b != a)
-        .map(|(name, _)| name.to_string())
+    let after = g.checksums(gpu, harness, false, case.seed)?;
+    let mut outside = g.outside_writes(gpu)?;
+    outside.extend(o.check(gpu)?.map(|violation| violation.to_string()));
+    let mut inputs_written: Vec<String> = changed_inputs(&before, &after)
+        .into_iter()
+        .map(String::from)
         .collect();
-    inputs_written.extend(g.lengths.changed(gpu, spec)?);
-    if let (Some(table), Some(host)) = (&g.table, inputs.cache.table()) {
-        if table.changed(gpu, host)? {
-            inputs_written.push("the block table".into());
-        }
-    }
+    inputs_written.extend(g.integers_written(gpu, spec)?);
     let identical = first.as_bytes() == second.as_bytes();
     let reference =
         reference_decode_scaled(spec, &inputs.q, &inputs.cache, &RowSelection::All, scale)?;

@@ -16,6 +16,7 @@
 //! no window, refused in one line otherwise), each on as many input sets as the candidate.
 
 pub mod check;
+pub mod sets;
 pub mod timing;
 
 use std::cell::Cell;
@@ -37,7 +38,7 @@ use crate::defences::{case_defences, CaseFacts};
 use crate::gate::{compare_sides, ended_case_of, plausibility_flag, timed_output_check, GatePlan};
 use crate::sdpa::{decode_refusal, Backend, Sdpa};
 use crate::supervise::Watchdog;
-use crate::timing::{interleave, TimedSide, TimingWatch};
+use crate::timing::{interleave, TimedSide};
 use crate::{MeasureError, Result};
 
 pub use check::{check_plan, check_policies, check_scales, run_decode_checks};
@@ -349,8 +350,8 @@ impl<'a> DecodeGate<'a> {
         })?;
         let verified = cand.verifier.as_ref().map(|v| v.finish(gpu)).transpose()?;
         let timing = &plan.interleave.timing;
-        case.timed_outputs =
-            verified.map(|v| timed_output_check(v, TimingWatch::default(), sets, timing));
+        let watch = cand.watch()?;
+        case.timed_outputs = verified.map(|v| timed_output_check(v, watch, sets, timing));
         let (copy_gbs, copy_source) = self.copy.clone().unwrap_or_default();
         let bytes = spec.bytes().total();
         case.memory_floor_us = Some(decode_floor_us(bytes, copy_gbs));

@@ -2,26 +2,29 @@
 //! none, and, for the candidate, every timed output verified as a prefill candidate's is: the
 //! inputs turned through fresh signed column permutations before each sample (Q and the K cache
 //! through one, the V cache and the reference through another), the outputs poisoned, and the
-//! bad elements counted on the GPU against references kept masked under a secret.
+//! bad elements counted on the GPU against references kept masked under a secret. Every buffer
+//! lies between canary guards, read back after the timing with the lengths, the block tables and
+//! the inputs' invariant checksums ([`DecodeSide::watch`]), as a prefill side's are.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::Duration;
 
-use attn_kernels::decode::{DecodeBatch, PreparedDecode};
+use attn_kernels::decode::PreparedDecode;
 use attn_kernels::{
-    ColumnMap, Counters, DeviceTensor, ElementBound, Gpu, GpuReference, Harness, ReferenceOutput,
-    RowMask, SampleHooks, TimingOptions, Timings,
+    ColumnMap, Counters, ElementBound, Gpu, GpuReference, GuardedTensor, Harness, HarnessKernels,
+    ReferenceOutput, RowMask, SampleHooks, TimingOptions, Timings,
 };
 use attn_oracle::{
     generate_decode, reference_decode, tolerance, DecodeCase, DecodeSpec, Distribution,
     RowSelection,
 };
 
+use super::sets::{changed_inputs, GuardedDecodeSet, Guards};
 use crate::bound::{reference_error, whole_output_bound};
 use crate::random::{secret_entropy, signed_permutation};
 use crate::supervise::Watchdog;
-use crate::timing::{TimedSide, VerifiedOutputs};
+use crate::timing::{TimedSide, TimingWatch, VerifiedOutputs};
 use crate::{Problem, Result};
 
 /// Input sets of `spec` to rotate among: enough to exceed twice the L2 between reuses, at most
@@ -41,13 +44,16 @@ pub fn rows_problem(spec: &DecodeSpec) -> Result<Problem> {
     Problem::new(attn_evidence::decode_shape(spec))
 }
 
-/// A decode kernel on its own input sets.
+/// A decode kernel on its own input sets, every buffer between canary guards.
 pub struct DecodeSide<'a> {
     gpu: &'a Gpu,
     prepared: &'a PreparedDecode,
-    sets: RefCell<Vec<DecodeBatch>>,
-    outs: RefCell<Vec<DeviceTensor>>,
+    spec: DecodeSpec,
+    sets: RefCell<Vec<GuardedDecodeSet>>,
+    outs: RefCell<Vec<GuardedTensor>>,
     harness: Harness<'a>,
+    /// The inputs' invariant checksums before the timing, with the checksum kernels and seed.
+    sums: (HarnessKernels, u64, Vec<[u64; 3]>),
     /// Checks every timed output when present.
     pub verifier: Option<DecodeVerifier>,
     watchdog: Option<(&'a Watchdog, Rc<Cell<Duration>>)>,
@@ -86,22 +92,38 @@ impl<'a> DecodeSide<'a> {
                 seed: seed.wrapping_add(i as u64),
             };
             let inputs = generate_decode(&case)?;
-            let batch = DecodeBatch::upload(gpu, spec, &inputs.q, &inputs.cache)?;
+            let guard_seed = case.seed ^ 0x9a2d_5e75;
+            let set = GuardedDecodeSet::upload(gpu, &inputs, guard_seed, Guards::Writes)?;
             if let Some(v) = verifier.as_mut() {
                 v.add_set(gpu, &problem, &inputs, i == 0)?;
             }
-            outs.push(gpu.alloc_poisoned(batch.q.dims, spec.dtype())?);
-            batches.push(batch);
+            let (dims, dtype) = (set.q.dims, spec.dtype());
+            outs.push(GuardedTensor::alloc_poisoned(
+                gpu,
+                "O",
+                dims,
+                dtype,
+                guard_seed ^ 3,
+            )?);
+            batches.push(set);
         }
         if let Some(v) = verifier.as_mut() {
             v.counters = Some(Counters::new(gpu, 4 * 2048 * sets.max(1) + 16)?);
         }
+        let harness = HarnessKernels::new(gpu)?;
+        let sum_seed = seed ^ 0x5e75_c4ec;
+        let before = batches
+            .iter()
+            .map(|set| set.checksums(gpu, &harness, true, sum_seed))
+            .collect::<Result<Vec<_>>>()?;
         Ok(DecodeSide {
             gpu,
             prepared,
+            spec: spec.clone(),
             sets: RefCell::new(batches),
             outs: RefCell::new(outs),
             harness: Harness::new(gpu)?,
+            sums: (harness, sum_seed, before),
             verifier,
             watchdog: None,
         })
@@ -110,6 +132,33 @@ impl<'a> DecodeSide<'a> {
     /// Number of input sets.
     pub fn set_count(&self) -> usize {
         self.sets.borrow().len()
+    }
+
+    /// After a timing: every buffer's guards, the lengths and block tables, and the inputs'
+    /// invariant checksums against those taken before it.
+    pub fn watch(&self) -> Result<TimingWatch> {
+        let (sets, outs) = (self.sets.borrow(), self.outs.borrow());
+        let (harness, seed, before) = &self.sums;
+        let mut watch = TimingWatch::default();
+        for (i, (set, out)) in sets.iter().zip(outs.iter()).enumerate() {
+            let mut outside = set.outside_writes(self.gpu)?;
+            outside.extend(out.check(self.gpu)?.map(|v| v.to_string()));
+            watch
+                .outside
+                .extend(outside.into_iter().map(|w| format!("{w} of input set {i}")));
+            let after = set.checksums(self.gpu, harness, true, *seed)?;
+            let mut written: Vec<String> = changed_inputs(&before[i], &after)
+                .into_iter()
+                .map(String::from)
+                .collect();
+            written.extend(set.integers_written(self.gpu, &self.spec)?);
+            watch.inputs_written.extend(
+                written
+                    .into_iter()
+                    .map(|w| format!("{w} of input set {i} changed")),
+            );
+        }
+        Ok(watch)
     }
 
     /// Every launch must finish within `bound` (the watchdog ends the process otherwise).
@@ -121,10 +170,12 @@ impl<'a> DecodeSide<'a> {
 impl TimedSide for DecodeSide<'_> {
     fn block(&mut self, opts: &TimingOptions) -> Result<Timings> {
         let count = self.set_count();
-        let (gpu, prepared) = (self.gpu, self.prepared);
+        let (gpu, prepared, spec) = (self.gpu, self.prepared, &self.spec);
         let (sets, outs) = (&self.sets, &self.outs);
+        let scale = spec.params().scale;
         let mut launch = |i: usize| -> attn_kernels::Result<()> {
-            prepared.launch(gpu, &sets.borrow()[i], &mut outs.borrow_mut()[i])?;
+            let sets = sets.borrow();
+            prepared.launch_args(gpu, &sets[i].args(spec, scale), &mut outs.borrow_mut()[i])?;
             Ok(())
         };
         let per_sample = attn_kernels::timing::launches_per_sample(opts, count) as u32;
@@ -257,8 +308,8 @@ impl DecodeVerifier {
 /// What a decode side does around each timed sample (see the module).
 struct DecodeHooks<'s, 'a> {
     gpu: &'a Gpu,
-    sets: &'s RefCell<Vec<DecodeBatch>>,
-    outs: &'s RefCell<Vec<DeviceTensor>>,
+    sets: &'s RefCell<Vec<GuardedDecodeSet>>,
+    outs: &'s RefCell<Vec<GuardedTensor>>,
     verifier: Option<&'s mut DecodeVerifier>,
     watchdog: Option<(&'a Watchdog, Duration)>,
 }
