@@ -1,7 +1,7 @@
 //! `cargo xtask kernels`: the registered implementations, their knobs, domains and default configs;
 //! with `--ptxas`, registers / shared memory / stack / spills of every default variant (CPU only),
 //! or with `--ptxas --src FILE` of a user's kernel at each dtype and head dim; with `--configs
-//! IMPL`, every valid config of one implementation (a decode one's too) and its dynamic shared
+//! IMPL`, every valid config of one implementation (a decode or backward one's too) and its dynamic shared
 //! memory, after a line naming its file and architecture (what `kernels/tools/hopper_check.py` and
 //! `ptx_identity.py` sweep, so that they re-derive neither); with `--nvrtc-flags`,
 //! the flags NVRTC compiles every kernel with (what those scripts pass too).
@@ -48,7 +48,7 @@ pub struct Args {
         default_value = "64,128"
     )]
     pub head_dim: Vec<usize>,
-    /// Print every valid config of this implementation (prefill or decode) instead, one per
+    /// Print every valid config of this implementation (prefill, decode or backward) instead, one per
     /// line: `HEAD_DIM=D` and its knobs (space-separated `NAME=VALUE`), then `SHARED_BYTES=` its
     /// dynamic shared memory; valid = the knobs' domains, the implementation's constraints and
     /// the H100's limits. A first line `FILE=F ARCH=A` names its kernel file under kernels/ and
@@ -76,10 +76,14 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
                 imp.arch.unwrap_or(REGISTRY_ARCH),
                 valid_configs(imp)?,
             ),
-            // The decode ABI's implementations have a registry of their own.
-            Err(err) => match attn_kernels::decode::find_decode(name) {
-                Ok(imp) => (imp.file, REGISTRY_ARCH, valid_decode_configs(imp)),
-                Err(_) => return Err(err.into()),
+            // The decode and backward ABIs' implementations have registries of their own.
+            Err(err) => match (
+                attn_kernels::decode::find_decode(name),
+                attn_kernels::backward::find_backward(name),
+            ) {
+                (Ok(imp), _) => (imp.file, REGISTRY_ARCH, valid_decode_configs(imp)),
+                (_, Ok(imp)) => (imp.file, REGISTRY_ARCH, valid_backward_configs(imp)),
+                _ => return Err(err.into()),
             },
         };
         println!("FILE={file} ARCH={arch}");
@@ -314,6 +318,44 @@ fn valid_decode_configs(imp: &attn_kernels::decode::DecodeImplementation) -> Vec
     lines
 }
 
+/// [`valid_configs`] of a backward implementation: its knobs' product through
+/// [`BackwardImplementation::resolve`], each config once, with `attn_bwd`'s dynamic shared memory.
+///
+/// [`BackwardImplementation::resolve`]: attn_kernels::backward::BackwardImplementation::resolve
+fn valid_backward_configs(imp: &attn_kernels::backward::BackwardImplementation) -> Vec<String> {
+    let mut lines = Vec::new();
+    for d in [64usize, 128] {
+        if imp.check_head_dim(d).is_err() {
+            continue;
+        }
+        let mut combos = vec![Config::default()];
+        for knob in imp.knobs {
+            combos = combos
+                .iter()
+                .flat_map(|c| {
+                    knob.domain
+                        .iter()
+                        .map(move |&v| c.merged(&Config::from_pairs(&[(knob.name, v)])))
+                })
+                .collect();
+        }
+        for overrides in combos {
+            let Ok(cfg) = imp.resolve(&overrides, d, &Limits::H100) else {
+                continue;
+            };
+            let line = format!(
+                "HEAD_DIM={d} {} SHARED_BYTES={}",
+                imp.defines(&cfg).join(" "),
+                imp.geometry(&cfg, d).main_shared
+            );
+            if !lines.contains(&line) {
+                lines.push(line);
+            }
+        }
+    }
+    lines
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -416,6 +458,29 @@ mod tests {
             )));
         assert!(!lines.iter().any(|l| l.contains("BLOCK_N=176 NUM_WARPS=12")
             || l.contains("HEAD_DIM=128 BLOCK_M=128 BLOCK_N=176 NUM_WARPS=8 STAGES=3")));
+    }
+
+    #[test]
+    fn backward_configs_follow_the_registrys_rules() {
+        let imp = attn_kernels::backward::find_backward("backward-mma").unwrap();
+        let lines = valid_backward_configs(imp);
+        let distinct: std::collections::BTreeSet<_> = lines.iter().collect();
+        assert_eq!(distinct.len(), lines.len());
+        // The defaults at both head dims, 32 keys per warp only at D=64.
+        for line in [
+            "HEAD_DIM=64 BLOCK_M=64 BLOCK_N=64 NUM_WARPS=4 STAGES=2 SHARED_BYTES=59392",
+            "HEAD_DIM=128 BLOCK_M=64 BLOCK_N=64 NUM_WARPS=4 STAGES=2 SHARED_BYTES=108544",
+            "HEAD_DIM=64 BLOCK_M=64 BLOCK_N=128 NUM_WARPS=4 STAGES=2 SHARED_BYTES=84992",
+        ] {
+            assert!(lines.contains(&line.to_string()), "{line}");
+        }
+        assert!(!lines
+            .iter()
+            .any(|l| l.starts_with("HEAD_DIM=128") && l.contains("BLOCK_N=128 NUM_WARPS=4")));
+        let naive = valid_backward_configs(
+            attn_kernels::backward::find_backward("backward-naive").unwrap(),
+        );
+        assert_eq!(naive.len(), 8);
     }
 
     #[test]

@@ -15,7 +15,7 @@ use crate::error::{KernelError, Result};
 use crate::toolkit;
 
 /// Headers that kernels may include by name.
-pub const HEADERS: [(&str, &str); 8] = [
+pub const HEADERS: [(&str, &str); 9] = [
     (
         "attn_common.cuh",
         include_str!("../../../kernels/attn_common.cuh"),
@@ -45,6 +45,10 @@ pub const HEADERS: [(&str, &str); 8] = [
         include_str!("../../../kernels/hybrid_common.cuh"),
     ),
     ("mma_ptx.cuh", include_str!("../../../kernels/mma_ptx.cuh")),
+    (
+        "backward_common.cuh",
+        include_str!("../../../kernels/backward_common.cuh"),
+    ),
 ];
 
 /// A virtual architecture to compile for, e.g. `compute_90` (or `compute_90a` for wgmma).
@@ -253,7 +257,10 @@ pub fn ptxas_resources(ptx: &str, arch: &Arch, entry: &str) -> Result<Resources>
             "ptxas not found: put a CUDA toolkit's bin folder on PATH or set CUDA_HOME".into(),
         )
     })?;
-    let dir = std::env::temp_dir().join(format!("attn-ptxas-{}", std::process::id()));
+    // One folder per call: two threads of a process (parallel tests) must not share the files.
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("attn-ptxas-{}-{call}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|source| KernelError::Io {
         path: dir.display().to_string(),
         source,

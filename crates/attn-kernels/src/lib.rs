@@ -8,6 +8,10 @@
 //! - [`compile`]: NVRTC with an on-disk cache; the ptxas resource report.
 //! - [`gpu`]: the device, its lazily compiled and cached kernels, device tensors.
 //! - [`attention`]: a [`Candidate`] prepared for a device and launched on tensors.
+//! - [`backward`]: the backward implementations (`backward-naive`, `backward-mma`), their
+//!   buffers and checks, [`backward::PreparedBackward`], which launches their stages (or a user's
+//!   `--src` kernel's), and [`backward::GpuBackwardReference`], the gate's f32 backward
+//!   (kernels/README.md, "Backward entry point").
 //! - [`decode`]: the decode implementations (`decode-naive`, `decode`), a decode batch on the
 //!   device, and [`decode::PreparedDecode`], which launches them (kernels/README.md, "Decode
 //!   entry point").
@@ -31,6 +35,7 @@
 //! ```
 
 pub mod attention;
+pub mod backward;
 pub mod compile;
 pub mod config;
 pub mod decode;

@@ -1,0 +1,211 @@
+//! The gate's own backward kernels on the GPU (`kernels/backward_reference.cu`): the forward with
+//! its row LSE, which makes a backward's inputs O and LSE, and the whole gradient in f32, which
+//! checks every element of a candidate's dQ, dK and dV.
+
+use attn_oracle::{DType, Params, Shape};
+use cudarc::driver::{CudaFunction, DevicePtr, LaunchConfig, PushKernelArg};
+
+use crate::compile::CompileRequest;
+use crate::error::{DriverContext, Result};
+use crate::gpu::{DeviceTensor, Gpu, VarlenOffsets};
+
+use super::batch::{check_backward, BackwardArgs, BackwardDims, F32Tensor};
+
+const SOURCE: &str = include_str!("../../../../kernels/backward_reference.cu");
+/// Rows (warps) per block of both kernels (`ROWS_PER_BLOCK` in the source).
+const ROWS_PER_BLOCK: usize = 4;
+
+/// The reference's gradients, f32, in the layouts of Q, K and V.
+#[derive(Debug)]
+pub struct ReferenceGradients {
+    /// dQ, like Q.
+    pub dq: F32Tensor,
+    /// dK, like K.
+    pub dk: F32Tensor,
+    /// dV, like V.
+    pub dv: F32Tensor,
+}
+
+/// `backward_reference.cu` compiled for one dtype and head dim.
+#[derive(Debug)]
+pub struct GpuBackwardReference {
+    dtype: DType,
+    head_dim: usize,
+    forward: CudaFunction,
+    backward: CudaFunction,
+}
+
+fn grid(rows: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (rows.div_ceil(ROWS_PER_BLOCK) as u32, 1, 1),
+        block_dim: ((ROWS_PER_BLOCK * 32) as u32, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+impl GpuBackwardReference {
+    /// Compiles (through the caches) and loads both kernels.
+    pub fn new(gpu: &Gpu, dtype: DType, head_dim: usize) -> Result<GpuBackwardReference> {
+        let request = CompileRequest {
+            name: "backward_reference.cu".into(),
+            source: SOURCE,
+            include_dir: None,
+            defines: CompileRequest::abi_defines(dtype, head_dim)?,
+            arch: gpu.arch(),
+        };
+        Ok(GpuBackwardReference {
+            dtype,
+            head_dim,
+            forward: gpu.load(&request, "reference_fwd_lse", 0)?,
+            backward: gpu.load(&request, "reference_bwd", 0)?,
+        })
+    }
+
+    /// The forward of `q, k, v` under `params` (asynchronously, on the GPU's stream): O in the
+    /// compiled dtype, shaped like Q, and the LSE, f32 `[B, H, S_q, 1]` (packed: `[1, total_q, H,
+    /// 1]`), −∞ for a row that sees no key; of a dense batch (`offsets` `None`) or a packed one.
+    pub fn forward_lse(
+        &self,
+        gpu: &Gpu,
+        q: &DeviceTensor,
+        k: &DeviceTensor,
+        v: &DeviceTensor,
+        params: &Params,
+        offsets: Option<&VarlenOffsets>,
+    ) -> Result<(DeviceTensor, F32Tensor)> {
+        // O has Q's dims: Q stands in for it in the shape check.
+        let (shape, rows, lse_dims): (Shape, usize, [usize; 4]) = match offsets {
+            None => {
+                let shape = crate::attention::check_shapes(q, k, v, q, self.dtype, self.head_dim)?;
+                let [b, h, s, _] = shape.q_dims();
+                (shape, b * h * s, [b, h, s, 1])
+            }
+            Some(o) => {
+                let shape = crate::attention::check_packed(
+                    q,
+                    k,
+                    v,
+                    q,
+                    self.dtype,
+                    self.head_dim,
+                    &o.varlen,
+                )?;
+                let total = o.varlen.total_q();
+                (shape, total * shape.heads, [1, total, shape.heads, 1])
+            }
+        };
+        let mut out = gpu.alloc_poisoned(q.dims, self.dtype)?;
+        // SAFETY: the kernel below writes one LSE per row, every row.
+        let mut lse = unsafe { F32Tensor::alloc_unwritten(gpu, lse_dims) }?;
+        let (batch, heads, kv_heads) = (
+            shape.batch as i32,
+            shape.heads as i32,
+            shape.kv_heads as i32,
+        );
+        let (seq_q, seq_kv) = (shape.seq_q as i32, shape.seq_kv as i32);
+        let (scale, causal, rows_arg) =
+            (params.scale as f32, i32::from(params.causal), rows as i64);
+        let (window_left, window_right) = params.abi_window(shape.seq_q, shape.seq_kv);
+        let stream = gpu.stream();
+        let (cu_q, _gq) = offsets.map(|o| o.cu_q.device_ptr(stream)).unzip();
+        let (cu_kv, _gkv) = offsets.map(|o| o.cu_kv.device_ptr(stream)).unzip();
+        let (cu_q, cu_kv): (u64, u64) = (cu_q.unwrap_or(0), cu_kv.unwrap_or(0));
+        let mut launch = gpu.stream().launch_builder(&self.forward);
+        launch
+            .arg(&q.buf)
+            .arg(&k.buf)
+            .arg(&v.buf)
+            .arg(&mut out.buf)
+            .arg(&mut lse.buf)
+            .arg(&batch)
+            .arg(&heads)
+            .arg(&kv_heads)
+            .arg(&seq_q)
+            .arg(&seq_kv)
+            .arg(&scale)
+            .arg(&causal)
+            .arg(&window_left)
+            .arg(&window_right)
+            .arg(&cu_q)
+            .arg(&cu_kv)
+            .arg(&rows_arg);
+        // SAFETY: reference_fwd_lse(q, k, v, elem_t* o, float* lse, batch, heads, kv_heads, seq_q,
+        // seq_kv, scale, causal, window_left, window_right, cu_seqlens_q, cu_seqlens_kv, rows)
+        // over checked tensors of the compiled dtype and head dim, dense with null offsets or
+        // packed with live offsets matching them; O has Q's rows × D elements and the LSE one f32
+        // per row; a warp per row, the grid covering every row.
+        unsafe { launch.launch(grid(rows)) }.during("cuLaunchKernel (reference_fwd_lse)")?;
+        Ok((out, lse))
+    }
+
+    /// The f32 gradients dQ, dK, dV of `args` (asynchronously, on the GPU's stream), from its O,
+    /// dO and LSE as given, after checking every buffer against its problem.
+    pub fn gradients(&self, gpu: &Gpu, args: &BackwardArgs<'_>) -> Result<ReferenceGradients> {
+        args.check_dtype(self.dtype)?;
+        let dims = BackwardDims {
+            dq: args.q.dims,
+            dk: args.k.dims,
+            dv: args.k.dims,
+            ..args.dims([args.q, args.k, args.v])
+        };
+        check_backward(&args.shape, args.varlen(), &dims, self.head_dim)?;
+        let d = self.head_dim;
+        let q_rows = args.q.buf.len() / d;
+        let kv_rows = args.k.buf.len() / d;
+        // SAFETY: reference_bwd writes every row of each, a warp per row.
+        let (mut dq, mut dk, mut dv) = unsafe {
+            (
+                F32Tensor::alloc_unwritten(gpu, args.q.dims)?,
+                F32Tensor::alloc_unwritten(gpu, args.k.dims)?,
+                F32Tensor::alloc_unwritten(gpu, args.k.dims)?,
+            )
+        };
+        let shape = args.shape;
+        let (batch, heads, kv_heads) = (
+            shape.batch as i32,
+            shape.heads as i32,
+            shape.kv_heads as i32,
+        );
+        let (seq_q, seq_kv) = (shape.seq_q as i32, shape.seq_kv as i32);
+        let (scale, causal) = (args.params.scale as f32, i32::from(args.params.causal));
+        let (window_left, window_right) = args.params.abi_window(shape.seq_q, shape.seq_kv);
+        let stream = gpu.stream();
+        let (cu_q, _gq) = args.offsets.map(|o| o.cu_q.device_ptr(stream)).unzip();
+        let (cu_kv, _gkv) = args.offsets.map(|o| o.cu_kv.device_ptr(stream)).unzip();
+        let (cu_q, cu_kv): (u64, u64) = (cu_q.unwrap_or(0), cu_kv.unwrap_or(0));
+        let (q_rows_arg, kv_rows_arg) = (q_rows as i64, kv_rows as i64);
+        let mut launch = gpu.stream().launch_builder(&self.backward);
+        launch
+            .arg(&args.q.buf)
+            .arg(&args.k.buf)
+            .arg(&args.v.buf)
+            .arg(&args.o.buf)
+            .arg(&args.d_o.buf)
+            .arg(&args.lse.buf)
+            .arg(&mut dq.buf)
+            .arg(&mut dk.buf)
+            .arg(&mut dv.buf)
+            .arg(&batch)
+            .arg(&heads)
+            .arg(&kv_heads)
+            .arg(&seq_q)
+            .arg(&seq_kv)
+            .arg(&scale)
+            .arg(&causal)
+            .arg(&window_left)
+            .arg(&window_right)
+            .arg(&cu_q)
+            .arg(&cu_kv)
+            .arg(&q_rows_arg)
+            .arg(&kv_rows_arg);
+        // SAFETY: reference_bwd(q, k, v, o, d_o, const float* lse, float* dq, float* dk, float* dv,
+        // batch, heads, kv_heads, seq_q, seq_kv, scale, causal, window_left, window_right,
+        // cu_seqlens_q, cu_seqlens_kv, q_rows, kv_rows) over buffers checked against the problem
+        // (Q, O, dO, dQ q_rows × D elements, K, V, dK, dV kv_rows × D, the LSE one f32 per query
+        // row; null offsets for a dense batch, else live ones matching the packed tensors); a warp
+        // per row, the grid covering q_rows + kv_rows rows.
+        unsafe { launch.launch(grid(q_rows + kv_rows)) }
+            .during("cuLaunchKernel (reference_bwd)")?;
+        Ok(ReferenceGradients { dq, dk, dv })
+    }
+}
