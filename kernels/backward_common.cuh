@@ -74,3 +74,12 @@ __device__ __forceinline__ void for_block_rows(int rows_per_block, int heads, in
 }
 
 }  // namespace bwd_common
+
+// The parameters of every backward stage, in the ABI's order (kernels/README.md, "Backward entry point").
+#define BWD_PARAMS                                                                                               \
+    const elem_t *__restrict__ q, const elem_t *__restrict__ k, const elem_t *__restrict__ v,                      \
+        const elem_t *__restrict__ o, const elem_t *__restrict__ d_o, const float *__restrict__ lse,               \
+        elem_t *__restrict__ dq, elem_t *__restrict__ dk, elem_t *__restrict__ dv, int batch, int heads, int seq_q, \
+        int seq_kv, float scale, int causal, int kv_heads, int window_left, int window_right,                      \
+        const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_kv, float *__restrict__ workspace, \
+        long long workspace_bytes

@@ -56,14 +56,6 @@ __device__ __forceinline__ void store_row(elem_t* __restrict__ row, const float 
 
 }  // namespace backward_naive
 
-#define BWD_PARAMS                                                                                               \
-    const elem_t *__restrict__ q, const elem_t *__restrict__ k, const elem_t *__restrict__ v,                      \
-        const elem_t *__restrict__ o, const elem_t *__restrict__ d_o, const float *__restrict__ lse,               \
-        elem_t *__restrict__ dq, elem_t *__restrict__ dk, elem_t *__restrict__ dv, int batch, int heads, int seq_q, \
-        int seq_kv, float scale, int causal, int kv_heads, int window_left, int window_right,                      \
-        const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_kv, float *__restrict__ workspace, \
-        long long workspace_bytes
-
 extern "C" __global__ void __launch_bounds__(ROWS_PER_BLOCK * 32) attn_bwd_pre(BWD_PARAMS) {
     const long long q_rows = bwd_common::query_rows(batch, heads, seq_q, cu_seqlens_q);
     bwd_common::check_workspace(workspace_bytes, q_rows);

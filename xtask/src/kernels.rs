@@ -236,6 +236,24 @@ fn ptxas_table(jobs: &[(Candidate, DType, usize)], arch: &Arch) -> anyhow::Resul
     Ok((table.to_text(), spills))
 }
 
+/// Every combination of the knobs' values, as overrides (one empty config for no knob).
+fn knob_product<'k>(
+    knobs: impl IntoIterator<Item = &'k attn_kernels::config::Knob>,
+) -> Vec<Config> {
+    knobs
+        .into_iter()
+        .fold(vec![Config::default()], |combos, knob| {
+            combos
+                .iter()
+                .flat_map(|c| {
+                    knob.domain
+                        .iter()
+                        .map(move |&v| c.merged(&Config::from_pairs(&[(knob.name, v)])))
+                })
+                .collect()
+        })
+}
+
 /// Every config of `imp` that resolves for the H100 at head dims 64 and 128 (those it supports),
 /// as `HEAD_DIM=D NAME=VALUE ... SHARED_BYTES=N`: the product of the knobs' domains through
 /// [`Implementation::resolve`](attn_kernels::registry::Implementation::resolve), so the domains,
@@ -246,18 +264,7 @@ fn valid_configs(imp: &attn_kernels::registry::Implementation) -> anyhow::Result
         if imp.check_head_dim(d).is_err() {
             continue;
         }
-        let mut combos = vec![Config::default()];
-        for knob in imp.knobs {
-            combos = combos
-                .iter()
-                .flat_map(|c| {
-                    knob.domain
-                        .iter()
-                        .map(move |&v| c.merged(&Config::from_pairs(&[(knob.name, v)])))
-                })
-                .collect();
-        }
-        for overrides in combos {
+        for overrides in knob_product(imp.knobs) {
             let Ok(cfg) = imp.resolve(&overrides, d, &Limits::H100) else {
                 continue;
             };
@@ -293,18 +300,7 @@ fn valid_decode_configs(imp: &attn_kernels::decode::DecodeImplementation) -> Vec
         if imp.check_head_dim(d).is_err() {
             continue;
         }
-        let mut combos = vec![Config::default()];
-        for knob in &knobs {
-            combos = combos
-                .iter()
-                .flat_map(|c| {
-                    knob.domain
-                        .iter()
-                        .map(move |&v| c.merged(&Config::from_pairs(&[(knob.name, v)])))
-                })
-                .collect();
-        }
-        for overrides in combos {
+        for overrides in knob_product(knobs.iter().copied()) {
             let Ok(cfg) = imp.resolve(&overrides, d, &Limits::H100) else {
                 continue;
             };
@@ -328,18 +324,7 @@ fn valid_backward_configs(imp: &attn_kernels::backward::BackwardImplementation) 
         if imp.check_head_dim(d).is_err() {
             continue;
         }
-        let mut combos = vec![Config::default()];
-        for knob in imp.knobs {
-            combos = combos
-                .iter()
-                .flat_map(|c| {
-                    knob.domain
-                        .iter()
-                        .map(move |&v| c.merged(&Config::from_pairs(&[(knob.name, v)])))
-                })
-                .collect();
-        }
-        for overrides in combos {
+        for overrides in knob_product(imp.knobs) {
             let Ok(cfg) = imp.resolve(&overrides, d, &Limits::H100) else {
                 continue;
             };

@@ -106,18 +106,7 @@ impl PreparedBackward {
         head_dim: usize,
     ) -> Result<PreparedBackward> {
         let implementation = find_backward(name)?;
-        let capability = gpu.info().capability;
-        if !implementation.gpus.include(capability) {
-            return Err(KernelError::Unsupported {
-                implementation: name.into(),
-                what: format!(
-                    "sm_{}{} (it needs {})",
-                    capability.0,
-                    capability.1,
-                    implementation.gpus.describe()
-                ),
-            });
-        }
+        implementation.gpus.require(name, gpu.info().capability)?;
         let config = implementation.resolve(overrides, head_dim, &gpu.limits())?;
         let mut defines = CompileRequest::abi_defines(dtype, head_dim)?;
         defines.extend(implementation.defines(&config));

@@ -225,21 +225,7 @@ impl BackwardImplementation {
 
     /// Whether it handles `head_dim`.
     pub fn check_head_dim(&self, head_dim: usize) -> Result<()> {
-        let ok = match self.head_dims {
-            Some(dims) => dims.contains(&head_dim),
-            None => head_dim % 32 == 0 && (32..=256).contains(&head_dim),
-        };
-        if ok {
-            return Ok(());
-        }
-        let supported = match self.head_dims {
-            Some(dims) => format!("{dims:?}"),
-            None => "multiples of 32 up to 256".into(),
-        };
-        Err(KernelError::Unsupported {
-            implementation: self.name.into(),
-            what: format!("head dim {head_dim} (supported: {supported})"),
-        })
+        crate::registry::check_row_head_dim(self.name, self.head_dims, head_dim)
     }
 
     /// Refuses, with one line, a problem outside its variants (`varlen`: a packed batch).

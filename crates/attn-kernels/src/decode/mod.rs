@@ -76,18 +76,7 @@ impl PreparedDecode {
         head_dim: usize,
     ) -> Result<PreparedDecode> {
         let implementation = find_decode(name)?;
-        let capability = gpu.info().capability;
-        if !implementation.gpus.include(capability) {
-            return Err(KernelError::Unsupported {
-                implementation: name.into(),
-                what: format!(
-                    "sm_{}{} (it needs {})",
-                    capability.0,
-                    capability.1,
-                    implementation.gpus.describe()
-                ),
-            });
-        }
+        implementation.gpus.require(name, gpu.info().capability)?;
         let limits = gpu.limits();
         let config = implementation.resolve(overrides, head_dim, &limits)?;
         let mut defines = CompileRequest::abi_defines(dtype, head_dim)?;

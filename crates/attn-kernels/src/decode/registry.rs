@@ -154,22 +154,7 @@ impl DecodeImplementation {
 
     /// Whether it handles `head_dim`.
     pub fn check_head_dim(&self, head_dim: usize) -> Result<()> {
-        let ok = match self.head_dims {
-            Some(dims) => dims.contains(&head_dim),
-            None => head_dim % 32 == 0 && (32..=256).contains(&head_dim),
-        };
-        if ok {
-            Ok(())
-        } else {
-            let supported = match self.head_dims {
-                Some(dims) => format!("{dims:?}"),
-                None => "multiples of 32 up to 256".into(),
-            };
-            Err(KernelError::Unsupported {
-                implementation: self.name.into(),
-                what: format!("head dim {head_dim} (supported: {supported})"),
-            })
-        }
+        crate::registry::check_row_head_dim(self.name, self.head_dims, head_dim)
     }
 
     /// The defaults with `overrides` applied, each knob checked against its domain and the shared

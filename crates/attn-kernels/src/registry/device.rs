@@ -77,6 +77,22 @@ impl Gpus {
         }
     }
 
+    /// Refuses, in one line naming `implementation`, a device of `capability` it does not run on.
+    pub fn require(self, implementation: &str, capability: (i32, i32)) -> crate::Result<()> {
+        if self.include(capability) {
+            return Ok(());
+        }
+        Err(crate::KernelError::Unsupported {
+            implementation: implementation.into(),
+            what: format!(
+                "sm_{}{} (it needs {})",
+                capability.0,
+                capability.1,
+                self.describe()
+            ),
+        })
+    }
+
     /// `sm_80 or newer`, `sm_90`.
     pub fn describe(self) -> String {
         match self {

@@ -255,6 +255,30 @@ pub(crate) fn find_named<T>(
         })
 }
 
+/// Refuses, in one line naming `implementation`, a head dim outside `head_dims` (`None`: any
+/// multiple of 32 up to 256, what a warp-per-row kernel takes): the decode and backward rule.
+pub(crate) fn check_row_head_dim(
+    implementation: &str,
+    head_dims: Option<&[usize]>,
+    head_dim: usize,
+) -> Result<()> {
+    let ok = match head_dims {
+        Some(dims) => dims.contains(&head_dim),
+        None => head_dim % 32 == 0 && (32..=256).contains(&head_dim),
+    };
+    if ok {
+        return Ok(());
+    }
+    let supported = match head_dims {
+        Some(dims) => format!("{dims:?}"),
+        None => "multiples of 32 up to 256".into(),
+    };
+    Err(KernelError::Unsupported {
+        implementation: implementation.into(),
+        what: format!("head dim {head_dim} (supported: {supported})"),
+    })
+}
+
 /// An implementation chosen to run, and why, in one line (what the commands print first).
 #[derive(Debug, Clone)]
 pub struct Selection {

@@ -52,8 +52,9 @@ pub struct DecodeSide<'a> {
     sets: RefCell<Vec<GuardedDecodeSet>>,
     outs: RefCell<Vec<GuardedTensor>>,
     harness: Harness<'a>,
-    /// The inputs' invariant checksums before the timing, with the checksum kernels and seed.
-    sums: (HarnessKernels, u64, Vec<[u64; 3]>),
+    /// The candidate's inputs' invariant checksums before the timing, with the checksum kernels
+    /// and seed (a baseline's inputs are not watched).
+    sums: Option<(HarnessKernels, u64, Vec<[u64; 3]>)>,
     /// Checks every timed output when present.
     pub verifier: Option<DecodeVerifier>,
     watchdog: Option<(&'a Watchdog, Rc<Cell<Duration>>)>,
@@ -110,12 +111,17 @@ impl<'a> DecodeSide<'a> {
         if let Some(v) = verifier.as_mut() {
             v.counters = Some(Counters::new(gpu, 4 * 2048 * sets.max(1) + 16)?);
         }
-        let harness = HarnessKernels::new(gpu)?;
-        let sum_seed = seed ^ 0x5e75_c4ec;
-        let before = batches
-            .iter()
-            .map(|set| set.checksums(gpu, &harness, true, sum_seed))
-            .collect::<Result<Vec<_>>>()?;
+        let sums = verify
+            .then(|| -> Result<_> {
+                let harness = HarnessKernels::new(gpu)?;
+                let sum_seed = seed ^ 0x5e75_c4ec;
+                let before = batches
+                    .iter()
+                    .map(|set| set.checksums(gpu, &harness, true, sum_seed))
+                    .collect::<Result<Vec<_>>>()?;
+                Ok((harness, sum_seed, before))
+            })
+            .transpose()?;
         Ok(DecodeSide {
             gpu,
             prepared,
@@ -123,7 +129,7 @@ impl<'a> DecodeSide<'a> {
             sets: RefCell::new(batches),
             outs: RefCell::new(outs),
             harness: Harness::new(gpu)?,
-            sums: (harness, sum_seed, before),
+            sums,
             verifier,
             watchdog: None,
         })
@@ -134,11 +140,10 @@ impl<'a> DecodeSide<'a> {
         self.sets.borrow().len()
     }
 
-    /// After a timing: every buffer's guards, the lengths and block tables, and the inputs'
-    /// invariant checksums against those taken before it.
+    /// After a timing: every buffer's guards, the lengths and block tables, and (for the
+    /// candidate) the inputs' invariant checksums against those taken before it.
     pub fn watch(&self) -> Result<TimingWatch> {
         let (sets, outs) = (self.sets.borrow(), self.outs.borrow());
-        let (harness, seed, before) = &self.sums;
         let mut watch = TimingWatch::default();
         for (i, (set, out)) in sets.iter().zip(outs.iter()).enumerate() {
             let mut outside = set.outside_writes(self.gpu)?;
@@ -146,11 +151,16 @@ impl<'a> DecodeSide<'a> {
             watch
                 .outside
                 .extend(outside.into_iter().map(|w| format!("{w} of input set {i}")));
-            let after = set.checksums(self.gpu, harness, true, *seed)?;
-            let mut written: Vec<String> = changed_inputs(&before[i], &after)
-                .into_iter()
-                .map(String::from)
-                .collect();
+            let mut written: Vec<String> = match &self.sums {
+                Some((harness, seed, before)) => {
+                    let after = set.checksums(self.gpu, harness, true, *seed)?;
+                    changed_inputs(&before[i], &after)
+                        .into_iter()
+                        .map(String::from)
+                        .collect()
+                }
+                None => vec![],
+            };
             written.extend(set.integers_written(self.gpu, &self.spec)?);
             watch.inputs_written.extend(
                 written
