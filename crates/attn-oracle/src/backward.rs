@@ -32,7 +32,7 @@ mod compare;
 mod varlen;
 
 pub use compare::{backward_tolerance, compare_gradient, compare_lse, BackwardTolerance, Gradient};
-pub use varlen::{backward_varlen, forward_varlen};
+pub use varlen::{backward_varlen, backward_varlen_with_scales, forward_varlen};
 
 /// The forward's output and row logsumexps in f64 ([`forward_with_lse`]).
 #[derive(Clone, Debug, PartialEq)]
@@ -135,32 +135,43 @@ pub fn backward(
     params: &Params,
 ) -> Result<Gradients, OracleError> {
     let problem = Problem::new(q, k, v, o, d_o, lse, params)?;
-    let shape = problem.shape;
-    let (d, seq_kv) = (shape.head_dim, shape.seq_kv);
-    let per_slab: Vec<SlabGradients> = (0..shape.batch * shape.heads)
-        .into_par_iter()
-        .map(|slab| problem.slab_backward(slab))
-        .collect();
-    let mut dq = Vec::with_capacity(shape.q_len());
-    for part in &per_slab {
-        dq.extend_from_slice(&part.dq);
-    }
-    let (mut dk, mut dv) = (vec![0.0; shape.kv_len()], vec![0.0; shape.kv_len()]);
-    let kv_slab_len = seq_kv * d;
-    for (slab, part) in per_slab.iter().enumerate() {
-        let at = problem.kv_slab(slab) * kv_slab_len;
-        add(&mut dk[at..at + kv_slab_len], &part.dk);
-        add(&mut dv[at..at + kv_slab_len], &part.dv);
-    }
-    let tensor = |dims, values| HostTensor {
-        dims,
-        data: HostData::F64(values),
-    };
-    Ok(Gradients {
-        dq: tensor(shape.q_dims(), dq),
-        dk: tensor(shape.kv_dims(), dk),
-        dv: tensor(shape.kv_dims(), dv),
-    })
+    Ok(problem.gradients(false).0)
+}
+
+/// [`backward`] and, beside each gradient element, its rounding scale: the square root of the sum
+/// of its terms squared (dV: `P_ij·dO_i` over the query rows that see key j, dK: `scale·dS_ij·Q_i`,
+/// dQ: `scale·dS_ij·K_j` over the keys), summed over a group's heads for dK and dV.
+///
+/// A kernel rounds each term's operand (P or dS) to the input dtype, so an element's error is
+/// about `u` times this scale whatever the element's own value: where its terms cancel (dQ of a
+/// row whose `Σ_j dS_ij = 0`), or where it sums many more rows than the tensor's typical element
+/// (dV of an early key under a causal mask), a bound relative to the element or to the tensor's
+/// RMS would reject the rounding of an exact kernel. [`compare_gradient`] takes these scales.
+///
+/// ```
+/// use attn_oracle::{backward_with_scales, forward_with_lse, DType, HostTensor, Params};
+/// // One key: dV = dO, its one term, so its scale is |dO|.
+/// let t = |x: &[f64]| HostTensor::from_f64([1, 1, 1, 2], DType::F32, x);
+/// let (q, k, v, d_o) = (t(&[1.0, 2.0]), t(&[0.5, -1.0]), t(&[3.0, 4.0]), t(&[0.25, -2.0]));
+/// let params = Params::new(2, false);
+/// let forward = forward_with_lse(&q, &k, &v, &params)?;
+/// let (grads, scales) = backward_with_scales(&q, &k, &v, &forward.out, &d_o, &forward.lse, &params)?;
+/// assert_eq!(grads.dv.to_f64(), [0.25, -2.0]);
+/// assert_eq!(scales.dv.to_f64(), [0.25, 2.0]);
+/// # Ok::<(), attn_oracle::OracleError>(())
+/// ```
+pub fn backward_with_scales(
+    q: &HostTensor,
+    k: &HostTensor,
+    v: &HostTensor,
+    o: &HostTensor,
+    d_o: &HostTensor,
+    lse: &HostTensor,
+    params: &Params,
+) -> Result<(Gradients, Gradients), OracleError> {
+    let problem = Problem::new(q, k, v, o, d_o, lse, params)?;
+    let (grads, scales) = problem.gradients(true);
+    Ok((grads, scales.expect("asked for")))
 }
 
 /// The true gradients of `L = Σ dO ∘ O(Q, K, V)`: [`backward`] with O and the LSE recomputed in
@@ -403,36 +414,120 @@ impl Problem {
         }
     }
 
-    /// The whole backward of one (batch, query head).
-    fn slab_backward(&self, slab: usize) -> SlabGradients {
+    /// Every gradient (and with `squares`, every element's sum of squared terms), in parallel over
+    /// (batch, query head), assembled in head order.
+    fn gradients(&self, squares: bool) -> (Gradients, Option<Gradients>) {
+        let per_slab: Vec<(SlabGradients, Option<SlabGradients>)> = (0..self.shape.batch
+            * self.shape.heads)
+            .into_par_iter()
+            .map(|slab| self.slab_backward(slab, squares))
+            .collect();
+        let values = self.assemble(per_slab.iter().map(|(g, _)| g), |x| x);
+        let scales = squares.then(|| {
+            let squared = per_slab.iter().map(|(_, s)| s.as_ref().expect("asked for"));
+            self.assemble(squared, f64::sqrt)
+        });
+        (values, scales)
+    }
+
+    /// The slabs' shares as gradients: dQ in slab order, dK and dV summed over each group in head
+    /// order; `finish` applied to every element last.
+    fn assemble<'a>(
+        &self,
+        per_slab: impl Iterator<Item = &'a SlabGradients>,
+        finish: fn(f64) -> f64,
+    ) -> Gradients {
+        let shape = self.shape;
+        let kv_slab_len = shape.seq_kv * shape.head_dim;
+        let mut dq = Vec::with_capacity(shape.q_len());
+        let (mut dk, mut dv) = (vec![0.0; shape.kv_len()], vec![0.0; shape.kv_len()]);
+        for (slab, part) in per_slab.enumerate() {
+            dq.extend_from_slice(&part.dq);
+            let at = self.kv_slab(slab) * kv_slab_len;
+            add(&mut dk[at..at + kv_slab_len], &part.dk);
+            add(&mut dv[at..at + kv_slab_len], &part.dv);
+        }
+        let tensor = |dims, mut values: Vec<f64>| {
+            values.iter_mut().for_each(|x| *x = finish(*x));
+            HostTensor {
+                dims,
+                data: HostData::F64(values),
+            }
+        };
+        Gradients {
+            dq: tensor(shape.q_dims(), dq),
+            dk: tensor(shape.kv_dims(), dk),
+            dv: tensor(shape.kv_dims(), dv),
+        }
+    }
+
+    /// The whole backward of one (batch, query head), and with `squares` its terms squared.
+    fn slab_backward(&self, slab: usize, squares: bool) -> (SlabGradients, Option<SlabGradients>) {
         let Shape {
             seq_q,
             seq_kv,
             head_dim: d,
             ..
         } = self.shape;
-        let mut out = SlabGradients {
+        let zeros = || SlabGradients {
             dq: vec![0.0; seq_q * d],
             dk: vec![0.0; seq_kv * d],
             dv: vec![0.0; seq_kv * d],
         };
+        let (mut out, mut squared) = (zeros(), squares.then(zeros));
+        let kv_slab = self.kv_slab(slab);
         let scale = self.params.scale;
-        for (row, dq) in out.dq.chunks_exact_mut(d).enumerate() {
+        for row in 0..seq_q {
             let (query, grad) = (
                 self.row(&self.q, slab, seq_q, row),
                 self.row(&self.d_o, slab, seq_q, row),
             );
-            let (dk, dv) = (&mut out.dk, &mut out.dv);
-            self.query_row(slab, row, dq, |key, p, ds| {
-                for (g, x) in dk[key * d..][..d].iter_mut().zip(query) {
-                    *g += scale * ds * x;
+            for key in self.params.kv_range(row, seq_q, seq_kv) {
+                let (p, ds) = self.pair(slab, row, key);
+                let key_vec = self.row(&self.k, kv_slab, seq_kv, key);
+                let terms = Terms {
+                    row,
+                    key,
+                    p,
+                    scaled_ds: scale * ds,
+                    query,
+                    grad,
+                    key_vec,
+                };
+                terms.add_to(&mut out, |t| t);
+                if let Some(squared) = &mut squared {
+                    terms.add_to(squared, |t| t * t);
                 }
-                for (g, x) in dv[key * d..][..d].iter_mut().zip(grad) {
-                    *g += p * x;
-                }
-            });
+            }
         }
-        out
+        (out, squared)
+    }
+}
+
+/// One (query row, key) pair's terms of dQ, dK and dV.
+struct Terms<'a> {
+    row: usize,
+    key: usize,
+    p: f64,
+    scaled_ds: f64,
+    query: &'a [f64],
+    grad: &'a [f64],
+    key_vec: &'a [f64],
+}
+
+impl Terms<'_> {
+    /// Adds each term, through `f` (itself or its square), to its element of `into`.
+    fn add_to(&self, into: &mut SlabGradients, f: impl Fn(f64) -> f64) {
+        let d = self.query.len();
+        for (g, x) in into.dq[self.row * d..][..d].iter_mut().zip(self.key_vec) {
+            *g += f(self.scaled_ds * x);
+        }
+        for (g, x) in into.dk[self.key * d..][..d].iter_mut().zip(self.query) {
+            *g += f(self.scaled_ds * x);
+        }
+        for (g, x) in into.dv[self.key * d..][..d].iter_mut().zip(self.grad) {
+            *g += f(self.p * x);
+        }
     }
 }
 

@@ -214,6 +214,7 @@ pub fn compare(output: &HostTensor, reference: &Reference, tolerance: &Tolerance
                     flat % d,
                 ]
             },
+            floor: None,
         },
     )
 }
@@ -226,6 +227,9 @@ pub(crate) struct OutputLayout<'a> {
     pub row_start: &'a dyn Fn(&RowId) -> Option<usize>,
     /// The index a verdict reports for an element offset (`worst`).
     pub index_of: &'a dyn Fn(usize) -> [usize; 4],
+    /// An element's own least bound by its offset, above [`Tolerance::element_bound`] where
+    /// larger (a gradient's rounding scale); `None` for none.
+    pub floor: Option<&'a dyn Fn(usize) -> f64>,
 }
 
 /// [`compare`] with the reference's rows placed in `output` by `layout`.
@@ -287,7 +291,9 @@ pub(crate) fn compare_in(
             }
             let error = (actual - expected).abs();
             verdict.max_abs = verdict.max_abs.max(error);
-            let excess = error / tolerance.element_bound(expected);
+            let bound = tolerance.element_bound(expected);
+            let bound = layout.floor.map_or(bound, |floor| bound.max(floor(flat)));
+            let excess = error / bound;
             if worst_error.is_none_or(|(_, _, worst)| excess > worst) {
                 worst_error = Some((flat, error, excess));
             }

@@ -389,6 +389,7 @@ pub fn compare_packed(
                 Some(id) => [id.batch, id.head, id.row, flat % d],
                 None => [varlen.sequences(), 0, 0, flat % d],
             },
+            floor: None,
         },
     )
 }

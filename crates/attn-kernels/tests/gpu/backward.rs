@@ -14,8 +14,8 @@ use attn_kernels::backward::{
 };
 use attn_kernels::{Config, Gpu, KernelError};
 use attn_oracle::{
-    backward, backward_tolerance, backward_varlen, compare_gradient, compare_lse, forward_varlen,
-    forward_with_lse, generate, generate_varlen, CaseSpec, DType, Distribution, Gradient,
+    backward_tolerance, backward_varlen_with_scales, backward_with_scales, compare_gradient,
+    compare_lse, forward_varlen, forward_with_lse, generate, generate_varlen, CaseSpec, DType, Distribution, Gradient,
     Gradients, HostTensor, Params, Shape, Varlen,
 };
 
@@ -151,12 +151,12 @@ fn draw(shape: Shape, varlen: Option<&Varlen>, dtype: DType, seed: u64) -> [Host
     [inputs.q, inputs.k, inputs.v, grad.q]
 }
 
-/// The f64 oracle's gradients from the given (rounded) O and LSE.
+/// The f64 oracle's gradients from the given (rounded) O and LSE, and their rounding scales.
 fn oracle(
     inputs: &BackwardInputs,
     params: &Params,
     varlen: Option<&Varlen>,
-) -> Result<Gradients, String> {
+) -> Result<(Gradients, Gradients), String> {
     let BackwardInputs {
         q,
         k,
@@ -166,23 +166,30 @@ fn oracle(
         lse,
     } = inputs;
     match varlen {
-        None => backward(q, k, v, o, d_o, lse, params),
-        Some(varlen) => backward_varlen(q, k, v, o, d_o, lse, params, varlen),
+        None => backward_with_scales(q, k, v, o, d_o, lse, params),
+        Some(varlen) => backward_varlen_with_scales(q, k, v, o, d_o, lse, params, varlen),
     }
     .map_err(|e| e.to_string())
 }
 
-/// Every gradient of `found` against `exact` under the backward tolerance (poison, NaN and Inf
-/// fail it); the failures, labelled, and the worst relative L2 error.
-fn judge(label: &str, found: &Gradients, exact: &Gradients, dtype: DType) -> (Vec<String>, f64) {
+/// Every gradient of `found` against `exact` under the backward tolerance with the oracle's
+/// rounding `scales` (poison, NaN and Inf fail it); the failures, labelled, and the worst
+/// relative L2 error.
+fn judge(
+    label: &str,
+    found: &Gradients,
+    (exact, scales): (&Gradients, &Gradients),
+    dtype: DType,
+) -> (Vec<String>, f64) {
     let table = backward_tolerance(dtype, Distribution::Normal);
     let (mut failures, mut worst) = (Vec::new(), 0.0f64);
-    for (gradient, name, out, truth) in [
-        (Gradient::Dq, "dQ", &found.dq, &exact.dq),
-        (Gradient::Dk, "dK", &found.dk, &exact.dk),
-        (Gradient::Dv, "dV", &found.dv, &exact.dv),
+    for (gradient, name, out, truth, scale) in [
+        (Gradient::Dq, "dQ", &found.dq, &exact.dq, &scales.dq),
+        (Gradient::Dk, "dK", &found.dk, &exact.dk, &scales.dk),
+        (Gradient::Dv, "dV", &found.dv, &exact.dv, &scales.dv),
     ] {
-        let verdict = compare_gradient(out, truth, &table.for_gradient(gradient, truth));
+        let tolerance = table.for_gradient(gradient, truth);
+        let verdict = compare_gradient(out, truth, Some(scale), &tolerance);
         worst = worst.max(verdict.rel_l2);
         if !verdict.passed || verdict.poison_count > 0 {
             failures.push(format!("{label} {name}: {verdict}"));
@@ -264,7 +271,7 @@ fn check(
         d_o,
         lse,
     };
-    let exact = match oracle(&inputs, &params, varlen.as_ref()) {
+    let (exact, scales) = match oracle(&inputs, &params, varlen.as_ref()) {
         Ok(x) => x,
         Err(e) => return fail(format!("{label}: oracle: {e}")),
     };
@@ -282,7 +289,8 @@ fn check(
         Ok(x) => x,
         Err(e) => return fail(format!("{label}: reference gradients: {e}")),
     };
-    failures.extend(judge(&format!("reference {label}"), &gpu_reference, &exact, dtype).0);
+    let truth = (&exact, &scales);
+    failures.extend(judge(&format!("reference {label}"), &gpu_reference, truth, dtype).0);
     let mut worst = Vec::new();
     for (name, kernel) in kernels {
         let label = format!("{name} {label}");
@@ -295,12 +303,14 @@ fn check(
                 continue;
             }
         };
-        let (against_oracle, error) = judge(&label, &first, &exact, dtype);
-        let (again, _) = judge(&format!("{label} (second launch)"), &second, &exact, dtype);
+        let (against_oracle, error) = judge(&label, &first, truth, dtype);
+        let (again, _) = judge(&format!("{label} (second launch)"), &second, truth, dtype);
+        // The GPU reference in the oracle's place, with the oracle's scales: both are exact to
+        // f32, far below the bound.
         let (against_gpu, _) = judge(
             &format!("{label} vs the GPU reference"),
             &first,
-            &gpu_reference,
+            (&gpu_reference, &scales),
             dtype,
         );
         failures.extend(against_oracle.into_iter().chain(again).chain(against_gpu));

@@ -106,10 +106,28 @@ pub fn backward_tolerance(dtype: DType, distribution: Distribution) -> BackwardT
 
 /// Compares every element of a gradient `output` with the oracle's `exact` (same dims, any
 /// element types), as [`crate::compare`] does an output: poison, NaN and Inf counted, each
-/// element within [`Tolerance::element_bound`], the relative L2 bound; `worst` indexes `output`'s
-/// own dims. A dims mismatch is a failed verdict.
-pub fn compare_gradient(output: &HostTensor, exact: &HostTensor, tolerance: &Tolerance) -> Verdict {
+/// element within [`Tolerance::element_bound`] or, where larger, `4·rel_l2` times its rounding
+/// scale in `scales` ([`crate::backward_with_scales`], same dims), the relative L2 bound; `worst`
+/// indexes `output`'s own dims. A dims mismatch (of `scales` too) is a failed verdict.
+pub fn compare_gradient(
+    output: &HostTensor,
+    exact: &HostTensor,
+    scales: Option<&HostTensor>,
+    tolerance: &Tolerance,
+) -> Verdict {
     let [b, h, s, d] = exact.dims;
+    if let Some(scales) = scales.filter(|t| t.dims != exact.dims || t.check_len().is_err()) {
+        let mut verdict = Verdict::unjudged(tolerance);
+        verdict.reason = Some(format!(
+            "rounding scales dims {:?} differ from the reference's {:?}",
+            scales.dims, exact.dims
+        ));
+        return verdict;
+    }
+    let scales = scales.map(HostTensor::to_f64);
+    let floor = scales
+        .as_ref()
+        .map(|scales| move |flat: usize| ELEMENT_SPREAD * tolerance.rel_l2 * scales[flat]);
     // A stand-in for the forward's reference: every row of `exact`, read as [B, H, S, D] rows.
     let reference = Reference {
         shape: Shape {
@@ -146,6 +164,7 @@ pub fn compare_gradient(output: &HostTensor, exact: &HostTensor, tolerance: &Tol
                     flat % d,
                 ]
             },
+            floor: floor.as_ref().map(|f| f as &dyn Fn(usize) -> f64),
         },
     )
 }

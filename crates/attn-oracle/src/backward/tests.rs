@@ -459,13 +459,13 @@ fn compare_gradient_passes_rounding_and_catches_one_wrong_element() {
     ] {
         let tolerance = table.for_gradient(gradient, want);
         let rounded = got.to_dtype(DType::F16);
-        let verdict = compare_gradient(&rounded, want, &tolerance);
+        let verdict = compare_gradient(&rounded, want, None, &tolerance);
         assert!(verdict.passed, "{gradient:?}: {verdict}");
         assert_eq!(verdict.compared, want.len());
         let mut wrong = values(&rounded);
         wrong[37] += 10.0 * tolerance.element_bound(wrong[37]);
         let wrong = HostTensor::from_f64(want.dims, DType::F16, &wrong);
-        let verdict = compare_gradient(&wrong, want, &tolerance);
+        let verdict = compare_gradient(&wrong, want, None, &tolerance);
         assert!(
             !verdict.passed && verdict.worst == [0, 0, 1, 5],
             "{gradient:?}: {verdict}"
@@ -474,9 +474,172 @@ fn compare_gradient_passes_rounding_and_catches_one_wrong_element() {
     let verdict = compare_gradient(
         &exact.dq,
         &exact.dk,
+        None,
         &table.for_gradient(Gradient::Dk, &exact.dk),
     );
     assert!(!verdict.passed && verdict.reason.unwrap().contains("dims"));
+    let verdict = compare_gradient(
+        &exact.dk,
+        &exact.dk,
+        Some(&exact.dq),
+        &table.for_gradient(Gradient::Dk, &exact.dk),
+    );
+    assert!(!verdict.passed && verdict.reason.unwrap().contains("scales dims"));
+}
+
+/// FlashAttention-2's arithmetic on the oracle's own terms: P and `scale·dS` rounded to `dtype`
+/// (the matmuls' operands), every sum in f32, the results rounded to `dtype`.
+fn rounding_kernel(problem: &Problem, dtype: DType) -> Gradients {
+    let round = |x: f64| match dtype {
+        DType::F16 => f64::from(half::f16::from_f64(x)),
+        DType::Bf16 => f64::from(half::bf16::from_f64(x)),
+        DType::F32 => x,
+    };
+    let Shape {
+        seq_q,
+        seq_kv,
+        head_dim: d,
+        ..
+    } = problem.shape;
+    let slabs = problem.shape.batch * problem.shape.heads;
+    let mut parts = Vec::new();
+    for slab in 0..slabs {
+        let kv_slab = problem.kv_slab(slab);
+        let mut part = SlabGradients {
+            dq: vec![0.0; seq_q * d],
+            dk: vec![0.0; seq_kv * d],
+            dv: vec![0.0; seq_kv * d],
+        };
+        for row in 0..seq_q {
+            for key in problem.params.kv_range(row, seq_q, seq_kv) {
+                let (p, ds) = problem.pair(slab, row, key);
+                let terms = Terms {
+                    row,
+                    key,
+                    p: round(p),
+                    scaled_ds: round(problem.params.scale * ds),
+                    query: problem.row(&problem.q, slab, seq_q, row),
+                    grad: problem.row(&problem.d_o, slab, seq_q, row),
+                    key_vec: problem.row(&problem.k, kv_slab, seq_kv, key),
+                };
+                // Each product and sum in f32.
+                terms.add_to(&mut part, |t| f64::from(t as f32));
+                let (dq, dk, dv) = (
+                    &mut part.dq[row * d..][..d],
+                    &mut part.dk[key * d..][..d],
+                    &mut part.dv[key * d..][..d],
+                );
+                for x in dq.iter_mut().chain(dk.iter_mut()).chain(dv.iter_mut()) {
+                    *x = f64::from(*x as f32);
+                }
+            }
+        }
+        parts.push(part);
+    }
+    let grads = problem.assemble(parts.iter(), |x| x);
+    Gradients {
+        dq: grads.dq.to_dtype(dtype),
+        dk: grads.dk.to_dtype(dtype),
+        dv: grads.dv.to_dtype(dtype),
+    }
+}
+
+#[test]
+fn a_kernel_that_rounds_p_and_ds_passes_within_the_rounding_scales() {
+    // Causal over 1000 keys: dV of the first keys sums 1000 rows of large weights, dQ of the first
+    // rows sums a few terms that cancel (Σ_j dS_ij = 0); the bound relative to the tensor's RMS
+    // or to the element is not the error's scale there, the terms' is.
+    let mut rejected_without_scales = false;
+    for dtype in [DType::F16, DType::Bf16] {
+        let spec = CaseSpec {
+            shape: shape(1, 1, 1, 1000, 1000, 64),
+            dtype,
+            distribution: Distribution::Normal,
+            seed: 91,
+        };
+        let case = crate::generate(&spec);
+        let (q, k, v) = (&case.q, &case.k, &case.v);
+        let d_o = random(q.dims, 92).to_dtype(dtype);
+        let params = Params::new(64, true);
+        let forward = forward_with_lse(q, k, v, &params).unwrap();
+        let (o, lse) = (forward.out.to_dtype(dtype), forward.lse.to_dtype(DType::F32));
+        let (exact, scales) = backward_with_scales(q, k, v, &o, &d_o, &lse, &params).unwrap();
+        let problem = Problem::new(q, k, v, &o, &d_o, &lse, &params).unwrap();
+        let kernel = rounding_kernel(&problem, dtype);
+        let table = backward_tolerance(dtype, Distribution::Normal);
+        for (gradient, got, want, scale) in [
+            (Gradient::Dq, &kernel.dq, &exact.dq, &scales.dq),
+            (Gradient::Dk, &kernel.dk, &exact.dk, &scales.dk),
+            (Gradient::Dv, &kernel.dv, &exact.dv, &scales.dv),
+        ] {
+            let tolerance = table.for_gradient(gradient, want);
+            let verdict = compare_gradient(got, want, Some(scale), &tolerance);
+            assert!(verdict.passed, "{dtype} {gradient:?}: {verdict}");
+            let unscaled = compare_gradient(got, want, None, &tolerance);
+            println!("{dtype} {gradient:?} without scales: {unscaled}");
+            rejected_without_scales |= !unscaled.passed;
+            // One element off by ten times its own bound is still named.
+            let flat = 3 * 64 + 7;
+            let bound = tolerance
+                .element_bound(want.to_f64()[flat])
+                .max(4.0 * tolerance.rel_l2 * scale.to_f64()[flat]);
+            let mut wrong = got.to_f64();
+            wrong[flat] += 10.0 * bound;
+            let wrong = HostTensor::from_f64(want.dims, DType::F32, &wrong);
+            let verdict = compare_gradient(&wrong, want, Some(scale), &tolerance);
+            assert!(
+                !verdict.passed && verdict.worst == [0, 0, 3, 7],
+                "{dtype} {gradient:?}: {verdict}"
+            );
+        }
+    }
+    assert!(
+        rejected_without_scales,
+        "the case no longer needs the scales: it tests nothing"
+    );
+}
+
+#[test]
+fn scales_are_the_terms_root_sum_of_squares() {
+    // Values as backward's, bit for bit; each scale from its terms, computed pair by pair here;
+    // grouped heads (dK and dV sum two heads' terms), a window, varlen alike.
+    let shape = shape(1, 4, 2, 9, 11, 8);
+    let params = Params::new(8, true).with_window(Window {
+        left: Some(3),
+        right: Some(1),
+    });
+    let [q, k, v, d_o] = inputs(&shape, 101);
+    let forward = forward_with_lse(&q, &k, &v, &params).unwrap();
+    let (grads, scales) =
+        backward_with_scales(&q, &k, &v, &forward.out, &d_o, &forward.lse, &params).unwrap();
+    let plain = backward(&q, &k, &v, &forward.out, &d_o, &forward.lse, &params).unwrap();
+    assert_eq!(grads, plain);
+    let problem = Problem::new(&q, &k, &v, &forward.out, &d_o, &forward.lse, &params).unwrap();
+    let (d, s_q, s_kv) = (8, 9, 11);
+    let mut dv_sq = vec![0.0; 2 * s_kv * d];
+    let mut dq_sq = vec![0.0; 4 * s_q * d];
+    for slab in 0..4 {
+        for row in 0..s_q {
+            for key in params.kv_range(row, s_q, s_kv) {
+                let (p, ds) = problem.pair(slab, row, key);
+                let kv = problem.kv_slab(slab);
+                for c in 0..d {
+                    let g = problem.row(&problem.d_o, slab, s_q, row)[c];
+                    dv_sq[(kv * s_kv + key) * d + c] += (p * g).powi(2);
+                    let x = problem.row(&problem.k, kv, s_kv, key)[c];
+                    dq_sq[(slab * s_q + row) * d + c] += (params.scale * ds * x).powi(2);
+                }
+            }
+        }
+    }
+    let close = |a: &[f64], b: &[f64]| {
+        a.iter()
+            .zip(b)
+            .all(|(x, y)| (x - y.sqrt()).abs() <= 1e-12 * (1.0 + x.abs()))
+    };
+    assert!(close(&scales.dv.to_f64(), &dv_sq));
+    assert!(close(&scales.dq.to_f64(), &dq_sq));
+    assert!(scales.dk.to_f64().iter().any(|&x| x > 0.0));
 }
 
 #[test]

@@ -59,6 +59,35 @@ pub fn backward_varlen(
     params: &Params,
     varlen: &Varlen,
 ) -> Result<Gradients, OracleError> {
+    let inputs = [q, k, v, o, d_o, lse];
+    Ok(packed_gradients(inputs, params, varlen, false)?.0)
+}
+
+/// [`backward_varlen`] with each element's rounding scale ([`super::backward_with_scales`]),
+/// packed alike; a sequence with no key or no query has scales 0 there.
+#[allow(clippy::too_many_arguments)] // the backward's five tensors, the LSE, the mask, the batch
+pub fn backward_varlen_with_scales(
+    q: &HostTensor,
+    k: &HostTensor,
+    v: &HostTensor,
+    o: &HostTensor,
+    d_o: &HostTensor,
+    lse: &HostTensor,
+    params: &Params,
+    varlen: &Varlen,
+) -> Result<(Gradients, Gradients), OracleError> {
+    let inputs = [q, k, v, o, d_o, lse];
+    let (grads, scales) = packed_gradients(inputs, params, varlen, true)?;
+    Ok((grads, scales.expect("asked for")))
+}
+
+/// Each sequence's backward (with `scales`, its scales too), packed.
+fn packed_gradients(
+    [q, k, v, o, d_o, lse]: [&HostTensor; 6],
+    params: &Params,
+    varlen: &Varlen,
+    scales: bool,
+) -> Result<(Gradients, Option<Gradients>), OracleError> {
     check_packed_dims(q, k, v, varlen)?;
     let [_, _, heads, d] = q.dims;
     let kv_heads = k.dims[2];
@@ -72,32 +101,64 @@ pub fn backward_varlen(
             });
         }
     }
-    let (mut dq, mut dk, mut dv) = (vec![], vec![], vec![]);
+    // Per sequence: (gradients, scales), each `None` for a side with no rows.
+    let mut parts: [Vec<Option<HostTensor>>; 6] = Default::default();
     for b in 0..varlen.sequences() {
         let queries = |t: &HostTensor| varlen.unpack(t, Packed::Queries, b);
         let keys = |t: &HostTensor| varlen.unpack(t, Packed::Keys, b);
-        match (queries(q), keys(k), keys(v)) {
+        let found: [Option<HostTensor>; 6] = match (queries(q), keys(k), keys(v)) {
             (Some(qb), Some(kb), Some(vb)) => {
                 // O, dO and the LSE are packed like Q (checked above), so they have its rows.
                 let packed_like_q = |t| queries(t).expect("packed like q");
                 let (ob, gb, lb) = (packed_like_q(o), packed_like_q(d_o), packed_like_q(lse));
-                let grads = backward(&qb, &kb, &vb, &ob, &gb, &lb, params)?;
-                dq.push(Some(grads.dq));
-                dk.push(Some(grads.dk));
-                dv.push(Some(grads.dv));
+                let (grads, scaled) = if scales {
+                    let (g, s) = super::backward_with_scales(&qb, &kb, &vb, &ob, &gb, &lb, params)?;
+                    (g, Some(s))
+                } else {
+                    (backward(&qb, &kb, &vb, &ob, &gb, &lb, params)?, None)
+                };
+                let [sq, sk, sv] = match scaled {
+                    Some(s) => [Some(s.dq), Some(s.dk), Some(s.dv)],
+                    None => [None, None, None],
+                };
+                [Some(grads.dq), Some(grads.dk), Some(grads.dv), sq, sk, sv]
             }
             (queries, keys, _) => {
-                dq.push(queries.map(|t| filled(t.dims, 0.0)));
-                dk.push(keys.as_ref().map(|t| filled(t.dims, 0.0)));
-                dv.push(keys.map(|t| filled(t.dims, 0.0)));
+                let zero_q = queries.map(|t| filled(t.dims, 0.0));
+                let zero_kv = keys.map(|t| filled(t.dims, 0.0));
+                [
+                    zero_q.clone(),
+                    zero_kv.clone(),
+                    zero_kv.clone(),
+                    zero_q,
+                    zero_kv.clone(),
+                    zero_kv,
+                ]
             }
+        };
+        for (part, tensor) in parts.iter_mut().zip(found) {
+            part.push(tensor);
         }
     }
-    Ok(Gradients {
-        dq: varlen.pack(&dq, Packed::Queries, heads, d),
-        dk: varlen.pack(&dk, Packed::Keys, kv_heads, d),
-        dv: varlen.pack(&dv, Packed::Keys, kv_heads, d),
-    })
+    let pack = |at: usize| {
+        let (side, h) = if at % 3 == 0 {
+            (Packed::Queries, heads)
+        } else {
+            (Packed::Keys, kv_heads)
+        };
+        varlen.pack(&parts[at], side, h, d)
+    };
+    let grads = Gradients {
+        dq: pack(0),
+        dk: pack(1),
+        dv: pack(2),
+    };
+    let scaled = scales.then(|| Gradients {
+        dq: pack(3),
+        dk: pack(4),
+        dv: pack(5),
+    });
+    Ok((grads, scaled))
 }
 
 /// An f64 tensor of `dims` holding `value` everywhere.
