@@ -4,7 +4,8 @@ oracle's backward tolerance (attn-oracle's `backward_tolerance` and `compare_gra
 
 For each shape, dtype and SDPA backend: fresh normal Q, K, V, dO in the dtype; the backend's
 forward and backward; the exact gradients in f64 (autograd of the upcast inputs on the GPU); and
-each gradient's error against two element bounds, as multiples of them (an excess above 1 fails):
+each gradient's error, against the exact gradients and against the oracle's from the backend's
+own rounded O (D = rowsum(dO ∘ O) from it, as the oracle judges a kernel), in two element bounds, as multiples of them (an excess above 1 fails):
   rms    max(4·r·RMS(exact), r·|exact_i|): the bound before per-element scales;
   scaled that, or 4·r·s_i, with s_i = sqrt(sum of the element's terms squared) (dV: P·dO over the
          query rows, dK: scale·dS·Q, dQ: scale·dS·K), the oracle's `backward_scales`;
@@ -42,8 +43,9 @@ def shape_of(text):
     return int(b), int(h), int(hkv), int(s), int(d), causal
 
 
-def exact(q, k, v, d_o, causal, scale):
-    """The f64 gradients and each element's term scale."""
+def exact(q, k, v, d_o, causal, scale, given_o=None):
+    """The f64 gradients and each element's term scale; with `given_o`, D = rowsum(dO ∘ O) from
+    that O (a kernel's rounded forward output), as the oracle's `backward` takes it."""
     q, k, v, d_o = (t.double() for t in (q, k, v, d_o))
     group = q.shape[1] // k.shape[1]
     ke, ve = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
@@ -55,6 +57,7 @@ def exact(q, k, v, d_o, causal, scale):
     p = torch.softmax(logits, -1)
     o = p @ ve
     dp = d_o @ ve.transpose(-1, -2)
+    o = o if given_o is None else given_o.double()
     ds = p * (dp - (d_o * o).sum(-1, keepdim=True))
     dq = scale * ds @ ke
     dk = scale * ds.transpose(-1, -2) @ q
@@ -114,11 +117,13 @@ def main():
                         rows.append({"shape": text, "dtype": str(dtype), "backend": name,
                                      "seed": seed, "refused": str(e).splitlines()[0][:200]})
                         continue
-                    for grad, leaf in zip(("dq", "dk", "dv"), leaves):
-                        want, scales = truth[grad]
-                        rows.append({"shape": text, "dtype": str(dtype), "backend": name,
-                                     "seed": seed, "gradient": grad,
-                                     **excess(leaf.grad, want, scales, bound[grad])})
+                    given = exact(q, k, v, d_o, causal, scale, given_o=o.detach())
+                    for against, truths in (("exact", truth), ("given_o", given)):
+                        for grad, leaf in zip(("dq", "dk", "dv"), leaves):
+                            want, scales = truths[grad]
+                            rows.append({"shape": text, "dtype": str(dtype), "backend": name,
+                                         "seed": seed, "gradient": grad, "against": against,
+                                         **excess(leaf.grad, want, scales, bound[grad])})
     provenance = {
         "gpu": torch.cuda.get_device_name(),
         "torch": torch.__version__,
@@ -138,13 +143,13 @@ def main():
     for row in rows:
         if "gradient" not in row:
             continue
-        key = (row["shape"], row["dtype"][6:], row["backend"], row["gradient"])
+        key = (row["against"], row["shape"], row["dtype"][6:], row["backend"], row["gradient"])
         w = worst.setdefault(key, [0.0, 0.0, 0.0])
         for i, field in enumerate(("rel_l2_over_bound", "excess_rms", "excess_scaled")):
             w[i] = max(w[i], row[field])
-    print(f"{'shape':<24} {'dtype':<9} {'backend':<10} grad  relL2/r  rms-excess  scaled-excess")
-    for (shape, dtype, backend, grad), (rl, er, es) in sorted(worst.items()):
-        print(f"{shape:<24} {dtype:<9} {backend:<10} {grad:<5} {rl:7.3f}  {er:10.3f}  {es:13.3f}")
+    print(f"{'against':<8} {'shape':<24} {'dtype':<9} {'backend':<10} grad  relL2/r  rms-excess  scaled-excess")
+    for (against, shape, dtype, backend, grad), (rl, er, es) in sorted(worst.items()):
+        print(f"{against:<8} {shape:<24} {dtype:<9} {backend:<10} {grad:<5} {rl:7.3f}  {er:10.3f}  {es:13.3f}")
     for row in rows:
         if "refused" in row and row["seed"] == 0:
             print(f"refused: {row['shape']} {row['dtype']} {row['backend']}: {row['refused']}")

@@ -239,7 +239,9 @@ const PLANTED: &[Planted] = &[
     )
     .with_variants()
     .against("tiled")
-    .because("edge shape 2,4/1,161,200,64 causal window=1,0,"),
+    // The first dense edge with one query over 37 keys: the ABI clips the window to
+    // S_q + S_kv = 38 keys, which the kernel rounds down to 0.
+    .because("edge shape 3,20/5,1,37,64 causal window=128,0,"),
     planted(
         "window-right-ignored",
         24,
@@ -513,7 +515,13 @@ fn battery_plants_are_named_at_their_first_wrong_shape() {
             21 => !group.is_power_of_two(),
             // h / 4 differs from h / group somewhere once there are 2 heads, unless group is 4.
             22 => group != 4 && p.shape.heads > 1,
-            23 => window.left.is_some_and(|l| l % 64 != 0),
+            // The window as the ABI passes it (clipped to S_q + S_kv), rounded down to a multiple
+            // of 64, hides a key from the last row (whose diagonal is S_kv − 1).
+            23 => {
+                let (left, _) = p.params.abi_window(p.shape.seq_q, p.shape.seq_kv);
+                let rounded = left / 64 * 64;
+                left >= 0 && rounded != left && p.shape.seq_kv as i32 - 1 > rounded
+            }
             // A right bound short of the last key for row 0 (its diagonal is S_kv − S_q),
             // through the window alone.
             24 => !p.params.causal && window.right.is_some_and(|r| r + 1 < p.shape.seq_q),

@@ -66,7 +66,8 @@ pub use attn_problem::{
 pub use attn_problem::{DType, Packed, Params, ProblemError, RowId, Shape, Varlen, Window};
 pub use backward::{
     backward, backward_exact, backward_rows, backward_tolerance, backward_varlen,
-    backward_varlen_with_scales, backward_with_scales, compare_gradient, compare_lse, forward_varlen, forward_with_lse, BackwardTolerance, Forward, Gradient, Gradients,
+    backward_varlen_with_scales, backward_with_scales, compare_gradient, compare_lse,
+    forward_varlen, forward_with_lse, BackwardTolerance, Forward, Gradient, Gradients,
     SampledGradients,
 };
 pub use compare::{compare, tolerance, Tolerance, Verdict};

@@ -15,8 +15,8 @@ use attn_kernels::backward::{
 use attn_kernels::{Config, Gpu, KernelError};
 use attn_oracle::{
     backward_tolerance, backward_varlen_with_scales, backward_with_scales, compare_gradient,
-    compare_lse, forward_varlen, forward_with_lse, generate, generate_varlen, CaseSpec, DType, Distribution, Gradient,
-    Gradients, HostTensor, Params, Shape, Varlen,
+    compare_lse, forward_varlen, forward_with_lse, generate, generate_varlen, CaseSpec, DType,
+    Distribution, Gradient, Gradients, HostTensor, Params, Shape, Varlen,
 };
 
 use crate::oracle::base_seed;

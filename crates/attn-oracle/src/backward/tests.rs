@@ -562,7 +562,10 @@ fn a_kernel_that_rounds_p_and_ds_passes_within_the_rounding_scales() {
         let d_o = random(q.dims, 92).to_dtype(dtype);
         let params = Params::new(64, true);
         let forward = forward_with_lse(q, k, v, &params).unwrap();
-        let (o, lse) = (forward.out.to_dtype(dtype), forward.lse.to_dtype(DType::F32));
+        let (o, lse) = (
+            forward.out.to_dtype(dtype),
+            forward.lse.to_dtype(DType::F32),
+        );
         let (exact, scales) = backward_with_scales(q, k, v, &o, &d_o, &lse, &params).unwrap();
         let problem = Problem::new(q, k, v, &o, &d_o, &lse, &params).unwrap();
         let kernel = rounding_kernel(&problem, dtype);
