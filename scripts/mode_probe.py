@@ -14,7 +14,7 @@ Shapes are `B,H,S,D` or `B,H,S,D,causal`. Per shape and side, the methods are:
   on its own set, between two events); `batch-1set`: the same replays all on one set (resident);
   `batch-direct`: direct calls instead of replays on rotated sets.
 - FA3 `helper`: the gate's FA3 side (one jitted function of back-to-back calls over the rotated
-  sets, timed by the host and ended by a sync); `helper-1set`: the same on one set; `loop`: a Python
+  sets, as many as the gate's side makes, timed by the host and ended by a sync); `helper-1set`: the same on one set; `loop`: a Python
   loop of single jitted calls on one set (the FA3 anchor's script).
 Each method is timed unprofiled (its samples) and then profiled for a few samples (CUPTI kernel
 durations and the gaps between consecutive attention kernels). DIR/mode-probe.json holds the
@@ -211,16 +211,30 @@ def fa3_methods(lib_path, b, h, s, d, causal):
                   for j in range(3)) for i in range(sets_n)]
     flat = [x for qkv in sets for x in qkv]
 
-    def unrolled(n_sets):
+    def unrolled(n_sets, calls):
         def body(*flat):
             out = None
-            for i in range(launches):
+            for i in range(calls):
                 j = 3 * (i % n_sets)
                 out = fa3(*flat[j:j + 3], True)
             return out
         return jax.jit(body)
 
-    helper, helper_one = unrolled(sets_n), unrolled(1)
+    def wall_of(fn, args_):
+        t0 = time.perf_counter()
+        fn(*args_).block_until_ready()
+        return (time.perf_counter() - t0) * 1e6
+
+    # The gate's FA3 side (sdpa_helper.py's Fa3.prepare): as many calls per dispatch as make a
+    # sample last 20 ms and the dispatch's own overhead under 1% of it, at most 1024.
+    idle = jax.jit(lambda *flat: flat[0][0, 0, 0, 0])
+    idle(*flat).block_until_ready()
+    overhead = min(wall_of(idle, flat) for _ in range(5))
+    probe_fn = unrolled(sets_n, launches)
+    probe_fn(*flat).block_until_ready()
+    per_call = wall_of(probe_fn, flat) / launches
+    calls = int(min(1024, max(launches, int(max(20000.0, 100.0 * overhead) / max(per_call, 1e-3)) + 1)))
+    helper, helper_one = unrolled(sets_n, calls), unrolled(1, calls)
     single = jax.jit(lambda q, k, v: fa3(q, k, v, False))
 
     def wall(run, per):
@@ -237,8 +251,8 @@ def fa3_methods(lib_path, b, h, s, d, causal):
         state["o"].block_until_ready()
 
     methods = {
-        "helper": (lambda: helper(*flat).block_until_ready(), launches),
-        "helper-1set": (lambda: helper_one(*flat[:3]).block_until_ready(), launches),
+        "helper": (lambda: helper(*flat).block_until_ready(), calls),
+        "helper-1set": (lambda: helper_one(*flat[:3]).block_until_ready(), calls),
         "loop": (loop, loop_calls),
     }
     results = {}
@@ -247,7 +261,8 @@ def fa3_methods(lib_path, b, h, s, d, causal):
             run()
         samples = [wall(run, per) for _ in range(args.samples)]
         results[name] = {"wall_us": samples, "per_sample": per, **profiled(run, args.profiled, per)}
-    return {"sets": sets_n, "launches_per_sample": launches, "methods": results}
+    return {"sets": sets_n, "launches_per_sample": launches, "helper_calls": calls,
+            "dispatch_overhead_us": overhead, "methods": results}
 
 
 def provenance():
