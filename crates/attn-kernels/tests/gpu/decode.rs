@@ -37,11 +37,11 @@ const POLICIES: [PagePolicy; 4] = [
     PagePolicy::SharedPrefix(2),
 ];
 
-/// Suite-like batches (`{d}` is the head dim): B=1 at 32k keys, B=64 with 4 new tokens, pages of
+/// Suite-like batches (`{d}` is the head dim): B=1 at 32k keys, B=16 with 4 new tokens, pages of
 /// 1, 7 and 256, MQA, a sliding window, a contiguous cache.
 const SUITE_LIKE: [&str; 9] = [
     "decode B=1 q=1 kv=32768 H=32/8 D={d} page=16",
-    "decode B=64 q=4 kv=4096 H=32/8 D={d} page=64",
+    "decode B=16 q=4 kv=4096 H=32/8 D={d} page=64",
     "decode q=1,4,16 kv=300,1000,77 H=8/2 D={d} page=1",
     "decode q=3,1,0,16 kv=700,7,0,130 H=8/2 D={d} page=7",
     "decode q=2,16 kv=5000,257 H=8/4 D={d} page=256",
