@@ -10,7 +10,11 @@
 //
 // `reference_bwd` computes the backward pass's math of README.md from Q, K, V, O, dO and the LSE
 // given: P = expf(scale·q·k - LSE), D_i = Σ dO∘O, dS = P∘(dO·vᵀ - D_i), dQ = scale·dS·K,
-// dK = scale·dSᵀ·Q, dV = Pᵀ·dO, all in f32, written as f32 in the layouts of Q, K and V. A warp per
+// dK = scale·dSᵀ·Q, dV = Pᵀ·dO, all in f32, written as f32 in the layouts of Q, K and V; beside each
+// element its rounding scale, the square root of the sum of its terms squared (dQ: scale·dS_ij·K_j
+// over the keys, dK: scale·dS_ij·Q_i and dV: P_ij·dO_i over the group's rows), which bounds the
+// error of a kernel that rounds P and dS to the input type (attn-oracle's backward_with_scales,
+// in f32 here). A warp per
 // output row, lane l holding elements l, l + 32, ...; every sum is a plain loop in a fixed order
 // and no atomics are used, so the result is the same bits on every launch. A dQ row loops over the
 // keys its query row sees; a dK/dV row (one key of one K/V head) loops over the query heads of the
@@ -94,6 +98,15 @@ __device__ __forceinline__ void store_row(float* __restrict__ row, const float (
         if (d < HEAD_DIM) row[d] = x[e] * factor;
     }
 }
+// A row of sums of squares stored as their square roots times `factor`.
+__device__ __forceinline__ void store_root(float* __restrict__ row, const float (&x)[DIMS_PER_LANE], float factor,
+                                           int lane) {
+#pragma unroll
+    for (int e = 0; e < DIMS_PER_LANE; ++e) {
+        const int d = lane + 32 * e;
+        if (d < HEAD_DIM) row[d] = sqrtf(x[e]) * factor;
+    }
+}
 
 }  // namespace backward_reference
 
@@ -150,7 +163,8 @@ reference_fwd_lse(const elem_t* __restrict__ q, const elem_t* __restrict__ k, co
 extern "C" __global__ void
 reference_bwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const elem_t* __restrict__ v,
               const elem_t* __restrict__ o, const elem_t* __restrict__ d_o, const float* __restrict__ lse,
-              float* __restrict__ dq, float* __restrict__ dk, float* __restrict__ dv, int batch, int heads,
+              float* __restrict__ dq, float* __restrict__ dk, float* __restrict__ dv, float* __restrict__ dq_scale,
+              float* __restrict__ dk_scale, float* __restrict__ dv_scale, int batch, int heads,
               int kv_heads, int seq_q, int seq_kv, float scale, int causal, int window_left, int window_right,
               const int* __restrict__ cu_seqlens_q, const int* __restrict__ cu_seqlens_kv, long long q_rows,
               long long kv_rows) {
@@ -169,9 +183,9 @@ reference_bwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const 
             attn::head_view(b, h, heads, kv_heads, seq_q, seq_kv, cu_seqlens_q, cu_seqlens_kv);
         const int kv_begin = attn::row_kv_lo(row, view.seq_q, view.seq_kv, window_left);
         const int kv_end = attn::row_kv_hi(row, view.seq_q, view.seq_kv, causal, window_right);
-        float acc[DIMS_PER_LANE];
+        float acc[DIMS_PER_LANE], acc_sq[DIMS_PER_LANE];
 #pragma unroll
-        for (int e = 0; e < DIMS_PER_LANE; ++e) acc[e] = 0.0f;
+        for (int e = 0; e < DIMS_PER_LANE; ++e) acc[e] = acc_sq[e] = 0.0f;
         if (kv_begin < kv_end) {
             const long long at = view.q + (long long)row * view.q_stride;
             float q_reg[DIMS_PER_LANE], do_reg[DIMS_PER_LANE];
@@ -187,11 +201,16 @@ reference_bwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const 
 #pragma unroll
                 for (int e = 0; e < DIMS_PER_LANE; ++e) {
                     const int d = lane + 32 * e;
-                    if (d < HEAD_DIM) acc[e] += ds * to_float(k_row[d]);
+                    if (d < HEAD_DIM) {
+                        const float term = ds * to_float(k_row[d]);
+                        acc[e] += term;
+                        acc_sq[e] += term * term;
+                    }
                 }
             }
         }
         store_row(dq + flat_row * HEAD_DIM, acc, scale, lane);
+        store_root(dq_scale + flat_row * HEAD_DIM, acc_sq, scale, lane);
         return;
     }
 
@@ -200,13 +219,14 @@ reference_bwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const 
     int b, g, j;
     locate(flat_key, kv_heads, seq_kv, cu_seqlens_kv, batch, b, g, j);
     float k_reg[DIMS_PER_LANE], v_reg[DIMS_PER_LANE], dk_acc[DIMS_PER_LANE], dv_acc[DIMS_PER_LANE];
+    float dk_sq[DIMS_PER_LANE], dv_sq[DIMS_PER_LANE];
     const attn::HeadView first =
         attn::head_view(b, g * group, heads, kv_heads, seq_q, seq_kv, cu_seqlens_q, cu_seqlens_kv);
     const long long key_at = first.kv + (long long)j * first.kv_stride;
     load_row(k_reg, k + key_at, lane);
     load_row(v_reg, v + key_at, lane);
 #pragma unroll
-    for (int e = 0; e < DIMS_PER_LANE; ++e) dk_acc[e] = dv_acc[e] = 0.0f;
+    for (int e = 0; e < DIMS_PER_LANE; ++e) dk_acc[e] = dv_acc[e] = dk_sq[e] = dv_sq[e] = 0.0f;
     for (int hh = 0; hh < group; ++hh) {
         const attn::HeadView view =
             attn::head_view(b, g * group + hh, heads, kv_heads, seq_q, seq_kv, cu_seqlens_q, cu_seqlens_kv);
@@ -228,12 +248,17 @@ reference_bwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const 
             for (int e = 0; e < DIMS_PER_LANE; ++e) {
                 const int d = lane + 32 * e;
                 if (d < HEAD_DIM) {
-                    dk_acc[e] += ds * to_float(q_row[d]);
-                    dv_acc[e] += p * do_reg[e];
+                    const float dk_term = ds * to_float(q_row[d]), dv_term = p * do_reg[e];
+                    dk_acc[e] += dk_term;
+                    dv_acc[e] += dv_term;
+                    dk_sq[e] += dk_term * dk_term;
+                    dv_sq[e] += dv_term * dv_term;
                 }
             }
         }
     }
     store_row(dk + flat_key * HEAD_DIM, dk_acc, scale, lane);
     store_row(dv + flat_key * HEAD_DIM, dv_acc, 1.0f, lane);
+    store_root(dk_scale + flat_key * HEAD_DIM, dk_sq, scale, lane);
+    store_root(dv_scale + flat_key * HEAD_DIM, dv_sq, 1.0f, lane);
 }

@@ -15,7 +15,9 @@ const SOURCE: &str = include_str!("../../../../kernels/backward_reference.cu");
 /// Rows (warps) per block of both kernels (`ROWS_PER_BLOCK` in the source).
 const ROWS_PER_BLOCK: usize = 4;
 
-/// The reference's gradients, f32, in the layouts of Q, K and V.
+/// The reference's gradients, f32, in the layouts of Q, K and V, and each element's rounding
+/// scale (the square root of the sum of its terms squared, as attn-oracle's
+/// `backward_with_scales` computes it in f64): the per-element floor of a gradient's bound.
 #[derive(Debug)]
 pub struct ReferenceGradients {
     /// dQ, like Q.
@@ -24,6 +26,12 @@ pub struct ReferenceGradients {
     pub dk: F32Tensor,
     /// dV, like V.
     pub dv: F32Tensor,
+    /// dQ's rounding scales, like Q.
+    pub dq_scale: F32Tensor,
+    /// dK's rounding scales, like K.
+    pub dk_scale: F32Tensor,
+    /// dV's rounding scales, like V.
+    pub dv_scale: F32Tensor,
 }
 
 /// `backward_reference.cu` compiled for one dtype and head dim.
@@ -138,8 +146,9 @@ impl GpuBackwardReference {
         Ok((out, lse))
     }
 
-    /// The f32 gradients dQ, dK, dV of `args` (asynchronously, on the GPU's stream), from its O,
-    /// dO and LSE as given, after checking every buffer against its problem.
+    /// The f32 gradients dQ, dK, dV of `args` and their rounding scales (asynchronously, on the
+    /// GPU's stream), from its O, dO and LSE as given, after checking every buffer against its
+    /// problem.
     pub fn gradients(&self, gpu: &Gpu, args: &BackwardArgs<'_>) -> Result<ReferenceGradients> {
         args.check_dtype(self.dtype)?;
         let dims = BackwardDims {
@@ -153,13 +162,17 @@ impl GpuBackwardReference {
         let q_rows = args.q.buf.len() / d;
         let kv_rows = args.k.buf.len() / d;
         // SAFETY: reference_bwd writes every row of each, a warp per row.
-        let (mut dq, mut dk, mut dv) = unsafe {
-            (
-                F32Tensor::alloc_unwritten(gpu, args.q.dims)?,
-                F32Tensor::alloc_unwritten(gpu, args.k.dims)?,
-                F32Tensor::alloc_unwritten(gpu, args.k.dims)?,
-            )
-        };
+        let alloc = |dims| unsafe { F32Tensor::alloc_unwritten(gpu, dims) };
+        let (mut dq, mut dk, mut dv) = (
+            alloc(args.q.dims)?,
+            alloc(args.k.dims)?,
+            alloc(args.k.dims)?,
+        );
+        let (mut dq_scale, mut dk_scale, mut dv_scale) = (
+            alloc(args.q.dims)?,
+            alloc(args.k.dims)?,
+            alloc(args.k.dims)?,
+        );
         let shape = args.shape;
         let (batch, heads, kv_heads) = (
             shape.batch as i32,
@@ -185,6 +198,9 @@ impl GpuBackwardReference {
             .arg(&mut dq.buf)
             .arg(&mut dk.buf)
             .arg(&mut dv.buf)
+            .arg(&mut dq_scale.buf)
+            .arg(&mut dk_scale.buf)
+            .arg(&mut dv_scale.buf)
             .arg(&batch)
             .arg(&heads)
             .arg(&kv_heads)
@@ -199,13 +215,21 @@ impl GpuBackwardReference {
             .arg(&q_rows_arg)
             .arg(&kv_rows_arg);
         // SAFETY: reference_bwd(q, k, v, o, d_o, const float* lse, float* dq, float* dk, float* dv,
-        // batch, heads, kv_heads, seq_q, seq_kv, scale, causal, window_left, window_right,
-        // cu_seqlens_q, cu_seqlens_kv, q_rows, kv_rows) over buffers checked against the problem
-        // (Q, O, dO, dQ q_rows × D elements, K, V, dK, dV kv_rows × D, the LSE one f32 per query
+        // float* dq_scale, float* dk_scale, float* dv_scale, batch, heads, kv_heads, seq_q,
+        // seq_kv, scale, causal, window_left, window_right, cu_seqlens_q, cu_seqlens_kv, q_rows,
+        // kv_rows) over buffers checked against the problem (Q, O, dO, dQ and its scales q_rows × D
+        // elements, K, V, dK, dV and theirs kv_rows × D, the LSE one f32 per query
         // row; null offsets for a dense batch, else live ones matching the packed tensors); a warp
         // per row, the grid covering q_rows + kv_rows rows.
         unsafe { launch.launch(grid(q_rows + kv_rows)) }
             .during("cuLaunchKernel (reference_bwd)")?;
-        Ok(ReferenceGradients { dq, dk, dv })
+        Ok(ReferenceGradients {
+            dq,
+            dk,
+            dv,
+            dq_scale,
+            dk_scale,
+            dv_scale,
+        })
     }
 }

@@ -198,6 +198,26 @@ fn judge(
     (failures, worst)
 }
 
+/// Where the GPU reference's f32 rounding scales differ from the oracle's f64 ones by more than
+/// f32 sums allow (1e-4 relative, a floor for scales near 0): the first such element.
+fn scale_mismatch(found: &HostTensor, want: &HostTensor) -> Option<String> {
+    if found.dims != want.dims {
+        return Some(format!("dims {:?}, not {:?}", found.dims, want.dims));
+    }
+    let (found, want) = (found.to_f64(), want.to_f64());
+    let peak = want.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+    found
+        .iter()
+        .zip(&want)
+        .position(|(f, w)| !((f - w).abs() <= 1e-4 * w.abs() + 1e-6 * peak))
+        .map(|at| {
+            format!(
+                "at element {at}: {:.6e}, the oracle's {:.6e}",
+                found[at], want[at]
+            )
+        })
+}
+
 /// A compiled run by (run index, dtype, head dim); `None` where the config does not take the head
 /// dim (BLOCK_N=128 at D=128).
 type Compiled = HashMap<(usize, DType, usize), Option<PreparedBackward>>;
@@ -275,22 +295,41 @@ fn check(
         Ok(x) => x,
         Err(e) => return fail(format!("{label}: oracle: {e}")),
     };
-    // The GPU reference's gradients, f32, against the oracle: the whole-gradient check's own error.
-    let gpu_reference = (|| -> Result<Gradients, KernelError> {
+    // The GPU reference's gradients, f32, against the oracle: the whole-gradient check's own error;
+    // and its rounding scales against the oracle's (a gate judges by them where the f64 oracle
+    // covers only sampled rows).
+    let gpu_reference = (|| -> Result<(Gradients, Gradients), KernelError> {
         let batch = BackwardBatch::upload(gpu, shape, params, varlen.as_ref(), &inputs)?;
         let grads = reference.gradients(gpu, &batch.args())?;
-        Ok(Gradients {
-            dq: grads.dq.download(gpu)?,
-            dk: grads.dk.download(gpu)?,
-            dv: grads.dv.download(gpu)?,
-        })
+        Ok((
+            Gradients {
+                dq: grads.dq.download(gpu)?,
+                dk: grads.dk.download(gpu)?,
+                dv: grads.dv.download(gpu)?,
+            },
+            Gradients {
+                dq: grads.dq_scale.download(gpu)?,
+                dk: grads.dk_scale.download(gpu)?,
+                dv: grads.dv_scale.download(gpu)?,
+            },
+        ))
     })();
-    let gpu_reference = match gpu_reference {
+    let (gpu_reference, gpu_scales) = match gpu_reference {
         Ok(x) => x,
         Err(e) => return fail(format!("{label}: reference gradients: {e}")),
     };
     let truth = (&exact, &scales);
     failures.extend(judge(&format!("reference {label}"), &gpu_reference, truth, dtype).0);
+    for (name, found, want) in [
+        ("dQ", &gpu_scales.dq, &scales.dq),
+        ("dK", &gpu_scales.dk, &scales.dk),
+        ("dV", &gpu_scales.dv, &scales.dv),
+    ] {
+        let off = scale_mismatch(found, want);
+        if let Some(off) = off {
+            failures.push(format!("reference {label}: {name} scales {off}"));
+        }
+    }
     let mut worst = Vec::new();
     for (name, kernel) in kernels {
         let label = format!("{name} {label}");
