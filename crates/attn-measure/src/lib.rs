@@ -26,6 +26,7 @@
 //! pure search whose candidates it measures), never on a command line parser: xtask turns
 //! arguments into these types and prints what comes back.
 
+pub mod backward;
 pub mod baseline;
 pub mod battery;
 pub mod bench;

@@ -9,6 +9,8 @@ use cudarc::driver::{CudaSlice, DevicePtrMut};
 use crate::error::{DriverContext, KernelError, Result};
 use crate::gpu::{DeviceTensor, Gpu, VarlenOffsets};
 
+use super::registry::BackwardPlan;
+
 /// An f32 device tensor: the forward's LSE, the GPU reference's gradients.
 #[derive(Debug)]
 pub struct F32Tensor {
@@ -330,4 +332,55 @@ pub fn poison_workspace(gpu: &Gpu, workspace: &mut CudaSlice<f32>) -> Result<()>
     }
     .result()
     .during("cuMemsetD32Async (workspace)")
+}
+
+/// A backward's workspace as a gate gives it: the words its plan asks for, then a tail of NaN
+/// words past them, read back after a launch (a write there is a write outside the workspace).
+#[derive(Debug)]
+pub struct BackwardWorkspace {
+    buf: CudaSlice<f32>,
+    needed: usize,
+}
+
+impl BackwardWorkspace {
+    /// `plan`'s workspace and `tail` words more (at least one word in all), NaN-filled.
+    pub fn alloc(gpu: &Gpu, plan: &BackwardPlan, tail: usize) -> Result<BackwardWorkspace> {
+        let needed = plan.workspace_bytes.div_ceil(4) as usize;
+        let buf = gpu
+            .stream()
+            .alloc_zeros::<f32>((needed + tail).max(1))
+            .during("cuMemAlloc (backward workspace)")?;
+        let mut workspace = BackwardWorkspace { buf, needed };
+        workspace.poison(gpu)?;
+        Ok(workspace)
+    }
+
+    /// Every word NaN again (asynchronously, on the GPU's stream), as before each checked launch.
+    pub fn poison(&mut self, gpu: &Gpu) -> Result<()> {
+        poison_workspace(gpu, &mut self.buf)
+    }
+
+    /// The whole buffer, as [`crate::backward::PreparedBackward::launch_args`] takes it.
+    pub fn buffer(&mut self) -> &mut CudaSlice<f32> {
+        &mut self.buf
+    }
+
+    /// The byte offset past the plan's workspace of the first tail word that is no longer NaN's
+    /// bits (after everything enqueued on the GPU's stream), if any.
+    pub fn tail_written(&self, gpu: &Gpu) -> Result<Option<usize>> {
+        let tail = self.buf.slice(self.needed..);
+        if tail.is_empty() {
+            return Ok(None);
+        }
+        let words = gpu
+            .stream()
+            .clone_dtoh(&tail)
+            .during("cuMemcpyDtoH (workspace tail)")?;
+        gpu.synchronize()?;
+        let nan = f32::NAN.to_bits();
+        Ok(words
+            .iter()
+            .position(|w| w.to_bits() != nan)
+            .map(|at| 4 * at))
+    }
 }

@@ -47,7 +47,7 @@ use crate::registry::Variants;
 
 pub use batch::{
     check_backward, poison_workspace, BackwardArgs, BackwardBatch, BackwardDims, BackwardInputs,
-    F32Tensor,
+    BackwardWorkspace, F32Tensor,
 };
 pub use reference::{GpuBackwardReference, ReferenceGradients};
 pub use registry::{

@@ -209,7 +209,8 @@ fn scale_mismatch(found: &HostTensor, want: &HostTensor) -> Option<String> {
     found
         .iter()
         .zip(&want)
-        .position(|(f, w)| !((f - w).abs() <= 1e-4 * w.abs() + 1e-6 * peak))
+        // Written so that a NaN on either side is a mismatch.
+        .position(|(f, w)| (f - w).abs().is_nan() || (f - w).abs() > 1e-4 * w.abs() + 1e-6 * peak)
         .map(|at| {
             format!(
                 "at element {at}: {:.6e}, the oracle's {:.6e}",

@@ -1,0 +1,6 @@
+//! The gate on backward problems: a backward implementation's gradients judged on fresh inputs
+//! against the gate's GPU reference and the f64 oracle ([`check`]).
+
+pub mod check;
+
+pub use check::{backward_check_plan, oracle_is_full, run_backward_checks, CheckInputs};

@@ -1,0 +1,176 @@
+//! GPU: the backward checks (`attn_measure::backward`) pass the registered backward kernels on
+//! dense, grouped, causal, windowed, varlen and large (sampled-oracle) problems, and reject each
+//! planted defect of `backward_naive.cu` for its own reason.
+//!
+//! A planted kernel is `kernels/backward_naive.cu` with one line replaced (each replacement must
+//! find its line, so a change to the kernel fails here rather than plant nothing), written beside
+//! copies of the kernels' headers and compiled through the `--src` path.
+
+use std::path::Path;
+
+use attn_evidence::CheckFailure;
+use attn_kernels::backward::PreparedBackward;
+use attn_kernels::{Config, Gpu};
+use attn_measure::backward::run_backward_checks;
+use attn_measure::Problem;
+
+const KERNELS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../kernels");
+
+/// The first failing check's failure and reason, or `None` when every check passed.
+fn judge(
+    gpu: &Gpu,
+    prepared: &PreparedBackward,
+    text: &str,
+    seed: u64,
+) -> Option<(CheckFailure, String)> {
+    let problem = Problem::parse(text).unwrap();
+    let checks = run_backward_checks(gpu, prepared, &problem, seed, 3, None)
+        .unwrap_or_else(|e| panic!("{text}: {e}"));
+    assert_eq!(checks.len(), 3, "{text}");
+    checks
+        .into_iter()
+        .find(|c| !c.passed)
+        .map(|c| (c.failure.unwrap(), c.reason.unwrap_or_default()))
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn honest_backward_kernels_pass_every_check() {
+    let _device = attn_kernels::device_lock(0);
+    let gpu = Gpu::open(0).expect("a CUDA GPU");
+    let mut wrong = Vec::new();
+    for name in ["backward-naive", "backward-mma"] {
+        for (text, seed) in [
+            ("2,8/2,300,64 causal bf16", 1u64),
+            ("1,6/2,129,257,128 fp16", 2),
+            ("2,4/1,200,64 window=30,5 fp16", 3),
+            ("varlen=1:100,2:0,1:37,1:200 H=4/2 D=64 causal bf16", 4),
+            // Large enough that the oracle takes sampled rows and the GPU reference the rest.
+            ("1,4,4096,64 causal bf16", 5),
+        ] {
+            let problem = Problem::parse(text).unwrap();
+            let d = problem.shape.head_dim;
+            let prepared = PreparedBackward::new(&gpu, name, &Config::default(), problem.dtype, d)
+                .unwrap_or_else(|e| panic!("{name} {text}: {e}"));
+            if let Some((failure, reason)) = judge(&gpu, &prepared, text, seed) {
+                wrong.push(format!("{name} {text}: {failure:?}: {reason}"));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "honest kernels rejected:\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// `backward_naive.cu` with `from` replaced by `to`, beside the headers it includes, in `dir`.
+fn planted(dir: &Path, name: &str, from: &str, to: &str) -> std::path::PathBuf {
+    let source = std::fs::read_to_string(Path::new(KERNELS).join("backward_naive.cu")).unwrap();
+    assert!(
+        source.contains(from),
+        "{name}: backward_naive.cu no longer holds {from:?}"
+    );
+    for entry in std::fs::read_dir(KERNELS).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "cuh") {
+            std::fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    let path = dir.join(format!("{name}.cu"));
+    std::fs::write(&path, source.replacen(from, to, 1)).unwrap();
+    path
+}
+
+const STORE_DV: &str = "store_row(dv + key_at, dv_acc, 1.0f, lane);";
+
+/// The planted defects: (name, line replaced, its replacement, the failure it must be named by).
+const PLANTS: [(&str, &str, &str, CheckFailure); 5] = [
+    (
+        "halves-dv",
+        STORE_DV,
+        "store_row(dv + key_at, dv_acc, 0.5f, lane);",
+        CheckFailure::Incorrect,
+    ),
+    (
+        "skips-the-last-key",
+        "if (j >= first.seq_kv) return;",
+        "if (j >= first.seq_kv - 1) return;",
+        CheckFailure::Unwritten,
+    ),
+    (
+        "writes-a-row-past-dv",
+        STORE_DV,
+        "store_row(dv + key_at, dv_acc, 1.0f, lane);\n    if (j == first.seq_kv - 1 && b == (int)gridDim.z - 1 && g == (int)gridDim.y - 1) store_row(dv + key_at + HEAD_DIM, dv_acc, 1.0f, lane);",
+        CheckFailure::WroteOutside,
+    ),
+    (
+        "reads-the-workspace-unwritten",
+        "if (lane == 0) delta[bwd_common::row_index(view, i)] = d;",
+        "(void)d;",
+        CheckFailure::NonFinite,
+    ),
+    (
+        "ignores-scale-in-dk-dv",
+        "const float p = expf(dot_row(k_reg, q + at, lane) * scale - lse[r]);",
+        "const float p = expf(dot_row(k_reg, q + at, lane) * rsqrtf((float)HEAD_DIM) - lse[r]);",
+        CheckFailure::Incorrect,
+    ),
+];
+
+/// backward-naive's registered geometry, as the README's --src defines.
+const DEFINES: &str = "ROWS_PER_BLOCK=4,BLOCK_M=4,BLOCK_N=4,NUM_WARPS=4,VARIANTS=1,DETERMINISTIC=1";
+
+#[test]
+fn every_planted_backward_kernel_compiles_with_nvrtc() {
+    // CPU only (NVRTC; `cargo xtask test` provides it): a plant that does not compile would be
+    // "could not run" on the GPU, not the defect it plants.
+    use attn_kernels::compile::{compile, Arch, CompileRequest};
+    let dir = tempfile::tempdir().unwrap();
+    for (name, from, to, _) in PLANTS {
+        let path = planted(dir.path(), name, from, to);
+        let source = std::fs::read_to_string(&path).unwrap();
+        let mut defines = CompileRequest::abi_defines(attn_oracle::DType::Bf16, 64).unwrap();
+        defines.extend(DEFINES.split(',').map(String::from));
+        let request = CompileRequest {
+            name: name.into(),
+            source: &source,
+            include_dir: Some(dir.path()),
+            defines,
+            arch: Arch("compute_90a".into()),
+        };
+        compile(&request).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn planted_backward_defects_are_rejected_for_their_own_reason() {
+    let _device = attn_kernels::device_lock(0);
+    let gpu = Gpu::open(0).expect("a CUDA GPU");
+    let dir = tempfile::tempdir().unwrap();
+    let mut wrong = Vec::new();
+    for (name, from, to, expected) in PLANTS {
+        let path = planted(dir.path(), name, from, to);
+        let prepared = PreparedBackward::from_source(
+            &gpu,
+            &path,
+            &DEFINES.parse().unwrap(),
+            attn_oracle::DType::Bf16,
+            64,
+        )
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        match judge(&gpu, &prepared, "2,4/2,130,97,64 causal bf16", 11) {
+            Some((failure, _)) if failure == expected => {}
+            Some((failure, reason)) => wrong.push(format!(
+                "{name}: expected {expected:?}, got {failure:?}: {reason}"
+            )),
+            None => wrong.push(format!("{name}: expected {expected:?}, passed every check")),
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "planted defects judged wrongly:\n{}",
+        wrong.join("\n")
+    );
+}
