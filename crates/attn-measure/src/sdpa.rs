@@ -37,7 +37,7 @@ pub enum Backend {
     Math,
     /// Not SDPA: FlashAttention-3's prebuilt library ([`FA3_LIB_VAR`] names it), called through
     /// JAX's FFI by the same helper. JAX exposes no CUDA events, so it is timed in batch mode only
-    /// ([`Backend::check_mode`]), by the host clock around one dispatch of back-to-back calls.
+    /// ([`Backend::check_mode`]), by the device span (CUPTI) of one dispatch of back-to-back calls.
     Fa3,
     /// Not SDPA: PyTorch's `torch.nn.attention.varlen.varlen_attn` (2.10 or later), its
     /// FlashAttention-2 kernel over packed sequences with cumulative offsets and a sliding
@@ -95,7 +95,7 @@ impl Backend {
     }
 
     /// Refuses, in one line, a timing mode this backend cannot be timed in: FA3 runs through
-    /// JAX, which exposes no CUDA events, so only batch mode (host clock around many calls).
+    /// JAX, which exposes no CUDA events, so only batch mode (the device span of many calls).
     pub fn check_mode(self, mode: TimingMode) -> Result<()> {
         if self == Backend::Fa3 && mode != TimingMode::Batch {
             return Err(MeasureError::Invalid(format!(

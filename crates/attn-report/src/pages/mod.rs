@@ -279,16 +279,18 @@ fn comparison_blocks<'a>(sections: &'a Sections, out: &mut Vec<Block<'a>>) {
              the speedup with its 95% CI) where there is one, else a bench run that timed hopper \
              (its defaults), FlashAttention-3 (`--sdpa-backends fa3`) and SDPA's default (cuDNN) \
              on as many input sets each. FlashAttention-3 is its prebuilt library through JAX, \
-             host clock around many back-to-back calls (batch mode, inputs resident, rotating over \
-             one input set per call on both sides). A gate row's cuDNN columns come from the latest \
-             gate run of hopper against SDPA's default on that shape in the same setup, its own \
-             interleaved ratio (both runs named). Ratios are speed (the other's median time over \
-             hopper's; above 1× hopper is faster). SM MHz: the mean clock of each side's kept \
-             blocks in a gate run, or over each entry's samples in a bench run. Per clock (gate \
-             runs with clocks measured over each block only): FA3's time × clock over hopper's, \
-             the kernels' work per cycle apart from how far each one's power draw pulls its clock \
-             down. How the clocks were read, and how far older files' clock columns and block \
-             order can be trusted: `evidence/METHOD.md`."
+             many back-to-back calls per sample (batch mode, inputs resident, rotating over one \
+             input set per call on both sides), timed by the host clock around them up to \
+             revision 75fca6b and by their kernels' span on the device (CUPTI) after it. A gate \
+             row's cuDNN columns come from the latest gate run of hopper against SDPA's default \
+             on that shape in the same setup, its own interleaved ratio (both runs named). \
+             Ratios are speed (the other's median time over hopper's; above 1× hopper is \
+             faster). SM MHz: the mean clock of each side's kept blocks in a gate run, or over \
+             each entry's samples in a bench run. Per clock (gate runs with clocks measured over \
+             each block only): FA3's time × clock over hopper's, the kernels' work per cycle apart \
+             from how far each one's power draw pulls its clock down. How the clocks were read, \
+             and how far older files' clock columns and block order can be trusted: \
+             `evidence/METHOD.md`."
                 .into(),
         ));
         per_setup(&sections.against_fa3, out);
