@@ -262,3 +262,27 @@ reference_bwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const 
     store_root(dk_scale + flat_key * HEAD_DIM, dk_sq, scale, lane);
     store_root(dv_scale + flat_key * HEAD_DIM, dv_sq, 1.0f, lane);
 }
+
+// count_bad_gradient: how many of a gradient's n elements (the candidate's, elem_t) are poison,
+// NaN/Inf, or off the reference `ref` by more than max(atol, rtol·|ref|, spread·rtol·scale), with
+// `scale` the element's rounding scale from reference_bwd: attn-oracle's compare_gradient on the
+// GPU, added to bad[slot]. Launched after every timed sample without a host wait; the counts are
+// read at the end.
+extern "C" __global__ void count_bad_gradient(const elem_t* __restrict__ out, const float* __restrict__ ref,
+                                              const float* __restrict__ scale, float atol, float rtol, float spread,
+                                              unsigned short poison_bits, long long n, unsigned int* __restrict__ bad,
+                                              int slot) {
+    unsigned int count = 0;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        const unsigned short bits = reinterpret_cast<const unsigned short*>(out)[i];
+        const float x = to_float(out[i]);
+        const float expected = ref[i];
+        const float bound = fmaxf(fmaxf(atol, rtol * fabsf(expected)), spread * rtol * scale[i]);
+        const bool nonfinite = (__float_as_uint(x) & 0x7f800000u) == 0x7f800000u;
+        if (bits == poison_bits || nonfinite || !(fabsf(x - expected) <= bound)) ++count;
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) count += __shfl_xor_sync(0xffffffffu, count, offset);
+    if (threadIdx.x % 32 == 0 && count > 0) atomicAdd(&bad[slot], count);
+}

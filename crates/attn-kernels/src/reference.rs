@@ -288,6 +288,11 @@ impl Counters {
         self.0.is_empty()
     }
 
+    /// The device slots, for a launcher of this crate.
+    pub(crate) fn slots_mut(&mut self) -> &mut CudaSlice<u32> {
+        &mut self.0
+    }
+
     /// Copies the counts back (synchronises).
     pub fn read(&self, gpu: &Gpu) -> Result<Vec<u32>> {
         let counts = gpu.stream().clone_dtoh(&self.0).during("cuMemcpyDtoH")?;

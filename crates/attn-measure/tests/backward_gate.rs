@@ -174,3 +174,90 @@ fn planted_backward_defects_are_rejected_for_their_own_reason() {
         wrong.join("\n")
     );
 }
+
+/// Both sides' medians (µs) and the candidate's timed-output evidence, `candidate` against
+/// `baseline` on `text` in interleaved blocks.
+fn timed(
+    gpu: &Gpu,
+    candidate: &PreparedBackward,
+    baseline: &PreparedBackward,
+    text: &str,
+    mode: attn_kernels::TimingMode,
+) -> (f64, f64, attn_evidence::TimedOutputCheck) {
+    use attn_measure::backward::{backward_set_count, BackwardSide};
+    use attn_measure::timing::{interleave, Interleave};
+    let problem = Problem::parse(text).unwrap();
+    let info = gpu.info();
+    let sets = backward_set_count(&problem, info.l2_bytes as usize, info.total_memory);
+    let timing = attn_kernels::TimingOptions {
+        warmup: 2,
+        samples: 20,
+        mode,
+        ..attn_kernels::TimingOptions::default()
+    };
+    let mut a = BackwardSide::new(gpu, candidate, &problem, sets, 21, true).unwrap();
+    let mut b = BackwardSide::new(gpu, baseline, &problem, sets, 22, false).unwrap();
+    let plan = Interleave::new(timing, info.max_sm_mhz);
+    let both = interleave(gpu, &mut a, &mut b, &plan, |_| {}).unwrap();
+    let median = |xs: &[f64]| {
+        let mut xs = xs.to_vec();
+        xs.sort_by(f64::total_cmp);
+        xs[xs.len() / 2]
+    };
+    let outputs = a.timed_outputs(&timing).unwrap().unwrap();
+    (
+        median(&both.a.samples_us),
+        median(&both.b.samples_us),
+        outputs,
+    )
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_timed_backward_side_verifies_every_timed_launch() {
+    let _device = attn_kernels::device_lock(0);
+    let gpu = Gpu::open(0).expect("a CUDA GPU");
+    let text = "2,8/2,1024,64 causal bf16";
+    let problem = Problem::parse(text).unwrap();
+    let d = problem.shape.head_dim;
+    let naive = PreparedBackward::new(&gpu, "backward-naive", &Config::default(), problem.dtype, d)
+        .unwrap();
+    let mma =
+        PreparedBackward::new(&gpu, "backward-mma", &Config::default(), problem.dtype, d).unwrap();
+    for mode in [
+        attn_kernels::TimingMode::Graph,
+        attn_kernels::TimingMode::Batch,
+    ] {
+        let (mma_us, naive_us, outputs) = timed(&gpu, &mma, &naive, text, mode);
+        println!(
+            "{mode:?}: backward-mma {mma_us:.1} µs, backward-naive {naive_us:.1} µs; {outputs:?}"
+        );
+        assert!(outputs.samples_checked >= 20, "{outputs:?}");
+        assert_eq!(outputs.samples_bad, 0, "{outputs:?}");
+        assert!(
+            outputs.outside.is_empty() && outputs.inputs_written.is_empty(),
+            "{outputs:?}"
+        );
+        assert!(
+            mma_us < naive_us,
+            "{mode:?}: mma {mma_us} µs, naive {naive_us} µs"
+        );
+    }
+    // A kernel whose every dV is wrong: every verified sample is bad, and named.
+    let dir = tempfile::tempdir().unwrap();
+    let (name, from, to, _) = PLANTS[0];
+    let path = planted(dir.path(), name, from, to);
+    let halves =
+        PreparedBackward::from_source(&gpu, &path, &DEFINES.parse().unwrap(), problem.dtype, d)
+            .unwrap();
+    let (_, _, outputs) = timed(&gpu, &halves, &naive, text, attn_kernels::TimingMode::Graph);
+    assert!(outputs.samples_checked > 0, "{outputs:?}");
+    assert_eq!(outputs.samples_bad, outputs.samples_checked, "{outputs:?}");
+    assert!(
+        outputs
+            .first_bad
+            .as_deref()
+            .is_some_and(|f| f.contains("dV")),
+        "{outputs:?}"
+    );
+}

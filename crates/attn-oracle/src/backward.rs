@@ -31,7 +31,9 @@ use crate::{reference, HostData, HostTensor, OracleError, Params, RowId, RowSele
 mod compare;
 mod varlen;
 
-pub use compare::{backward_tolerance, compare_gradient, compare_lse, BackwardTolerance, Gradient};
+pub use compare::{
+    backward_tolerance, compare_gradient, compare_lse, BackwardTolerance, Gradient, ELEMENT_SPREAD,
+};
 pub use varlen::{backward_varlen, backward_varlen_with_scales, forward_varlen};
 
 /// The forward's output and row logsumexps in f64 ([`forward_with_lse`]).

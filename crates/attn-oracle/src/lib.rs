@@ -68,7 +68,7 @@ pub use backward::{
     backward, backward_exact, backward_rows, backward_tolerance, backward_varlen,
     backward_varlen_with_scales, backward_with_scales, compare_gradient, compare_lse,
     forward_varlen, forward_with_lse, BackwardTolerance, Forward, Gradient, Gradients,
-    SampledGradients,
+    SampledGradients, ELEMENT_SPREAD,
 };
 pub use compare::{compare, tolerance, Tolerance, Verdict};
 pub use decode::{

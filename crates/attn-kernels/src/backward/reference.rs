@@ -2,12 +2,13 @@
 //! its row LSE, which makes a backward's inputs O and LSE, and the whole gradient in f32, which
 //! checks every element of a candidate's dQ, dK and dV.
 
-use attn_oracle::{DType, Params, Shape};
+use attn_oracle::{DType, Params, Shape, Tolerance, ELEMENT_SPREAD};
 use cudarc::driver::{CudaFunction, DevicePtr, LaunchConfig, PushKernelArg};
 
 use crate::compile::CompileRequest;
-use crate::error::{DriverContext, Result};
+use crate::error::{DriverContext, KernelError, Result};
 use crate::gpu::{DeviceTensor, Gpu, VarlenOffsets};
+use crate::reference::Counters;
 
 use super::batch::{check_backward, BackwardArgs, BackwardDims, F32Tensor};
 
@@ -41,6 +42,7 @@ pub struct GpuBackwardReference {
     head_dim: usize,
     forward: CudaFunction,
     backward: CudaFunction,
+    count: CudaFunction,
 }
 
 fn grid(rows: usize) -> LaunchConfig {
@@ -66,7 +68,65 @@ impl GpuBackwardReference {
             head_dim,
             forward: gpu.load(&request, "reference_fwd_lse", 0)?,
             backward: gpu.load(&request, "reference_bwd", 0)?,
+            count: gpu.load(&request, "count_bad_gradient", 0)?,
         })
+    }
+
+    /// Adds to `counters[slot]` the number of elements of the gradient `out` (the compiled dtype)
+    /// that are poison, NaN/Inf or off `reference` by more than max(`bound.max_abs`,
+    /// `bound.rel_l2`·|ref|, [`ELEMENT_SPREAD`]·`bound.rel_l2`·scale), `scale` the element's
+    /// rounding scale ([`ReferenceGradients`]): attn-oracle's `compare_gradient` per element,
+    /// asynchronously, with no host wait.
+    pub fn count_bad_async(
+        &self,
+        gpu: &Gpu,
+        out: &DeviceTensor,
+        (reference, scale): (&F32Tensor, &F32Tensor),
+        bound: &Tolerance,
+        counters: &mut Counters,
+        slot: usize,
+    ) -> Result<()> {
+        if out.dims != reference.dims
+            || scale.dims != reference.dims
+            || out.dtype != self.dtype
+            || slot >= counters.len()
+        {
+            return Err(KernelError::Shape(format!(
+                "gradient {:?} {}, its scales {:?} or counter slot {slot} do not match the reference {:?} {}",
+                out.dims, out.dtype, scale.dims, reference.dims, self.dtype
+            )));
+        }
+        let n = out.buf.len() as i64;
+        let poison: u16 = match self.dtype {
+            DType::Bf16 => attn_oracle::POISON_BF16_BITS,
+            _ => attn_oracle::POISON_F16_BITS,
+        };
+        let [atol, rtol, spread] = [bound.max_abs, bound.rel_l2, ELEMENT_SPREAD].map(|x| x as f32);
+        let slot_arg = slot as i32;
+        let blocks = (n as usize).div_ceil(256).min(4096) as u32;
+        let mut launch = gpu.stream().launch_builder(&self.count);
+        launch
+            .arg(&out.buf)
+            .arg(&reference.buf)
+            .arg(&scale.buf)
+            .arg(&atol)
+            .arg(&rtol)
+            .arg(&spread)
+            .arg(&poison)
+            .arg(&n)
+            .arg(counters.slots_mut())
+            .arg(&slot_arg);
+        let cfg = LaunchConfig {
+            grid_dim: (blocks.max(1), 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: count_bad_gradient(const elem_t* out, const float* ref, const float* scale,
+        // float atol, float rtol, float spread, u16 poison, long long n, unsigned* bad, int slot):
+        // out, ref and scale hold n elements each (same dims, checked above), out of the compiled
+        // dtype, and slot is inside `counters`; a grid-stride loop covers every element.
+        unsafe { launch.launch(cfg) }.during("cuLaunchKernel (count_bad_gradient)")?;
+        Ok(())
     }
 
     /// The forward of `q, k, v` under `params` (asynchronously, on the GPU's stream): O in the

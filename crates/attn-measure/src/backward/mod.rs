@@ -2,5 +2,7 @@
 //! against the gate's GPU reference and the f64 oracle ([`check`]).
 
 pub mod check;
+pub mod timing;
 
 pub use check::{backward_check_plan, oracle_is_full, run_backward_checks, CheckInputs};
+pub use timing::{backward_set_count, BackwardSide};

@@ -33,7 +33,7 @@ pub struct BackwardTolerance {
 
 /// A gradient element may be off by this many times its tensor's relative bound times the
 /// tensor's RMS: the tail of an error spread over many elements.
-const ELEMENT_SPREAD: f64 = 4.0;
+pub const ELEMENT_SPREAD: f64 = 4.0;
 
 impl BackwardTolerance {
     /// The relative error allowed in `gradient`.

@@ -1,0 +1,476 @@
+//! A backward kernel as a timed side ([`BackwardSide`]): input sets of fresh normal Q, K, V and
+//! dO with O and the LSE from the gate's reference forward, every buffer between finite canary
+//! guards, a workspace with a NaN tail per set. For the candidate every timed launch is verified:
+//! the gradients are poisoned before each sample and, after it, every element of dQ, dK and dV is
+//! counted against the set's GPU reference gradients within the checks' bounds (their rounding
+//! scales included), on the GPU and without a host wait; after the timing every guard, tail and
+//! input checksum is read back ([`BackwardSide::watch`]).
+//!
+//! Not yet the forward's defences: the inputs are not turned through signed permutations between
+//! samples, and the references are not stored masked (a candidate that finds them in memory
+//! could copy them).
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::time::Duration;
+
+use attn_evidence::TimedOutputCheck;
+use attn_kernels::backward::{
+    BackwardArgs, BackwardWorkspace, F32Tensor, GpuBackwardReference, PreparedBackward,
+    ReferenceGradients,
+};
+use attn_kernels::{
+    Counters, Gpu, GuardedTensor, Harness, HarnessKernels, SampleHooks, TimingOptions, Timings,
+    VarlenOffsets,
+};
+use attn_oracle::{backward_tolerance, Distribution, Gradient, Tolerance};
+
+use super::check::WORKSPACE_TAIL;
+use crate::supervise::Watchdog;
+use crate::timing::{TimedSide, TimingWatch, VerifiedOutputs};
+use crate::{Problem, Result};
+
+/// Input sets of `problem` to rotate among: enough that twice the L2 lies between reuses of one,
+/// at most 8, at least 2 where two fit in a quarter of the device's memory.
+pub fn backward_set_count(problem: &Problem, l2_bytes: usize, total_memory: usize) -> usize {
+    let element = problem.dtype.size_bytes();
+    // Q, O, dO, dQ and K, V, dK, dV, in the input dtype.
+    let set_bytes = 4 * element * (problem.q_elements() + problem.kv_elements());
+    let wanted = (2 * l2_bytes).div_ceil(set_bytes.max(1)).clamp(2, 8);
+    let affordable = (total_memory / 4 / set_bytes.max(1)).max(1);
+    wanted.min(affordable)
+}
+
+/// One input set and its outputs on the device.
+struct BackwardSet {
+    q: GuardedTensor,
+    k: GuardedTensor,
+    v: GuardedTensor,
+    o: GuardedTensor,
+    d_o: GuardedTensor,
+    lse: F32Tensor,
+    offsets: Option<VarlenOffsets>,
+    dq: GuardedTensor,
+    dk: GuardedTensor,
+    dv: GuardedTensor,
+    workspace: BackwardWorkspace,
+    /// The GPU reference's gradients and scales (the candidate's sets only).
+    reference: Option<ReferenceGradients>,
+}
+
+impl BackwardSet {
+    fn inputs(&self) -> [&GuardedTensor; 5] {
+        [&self.q, &self.k, &self.v, &self.o, &self.d_o]
+    }
+}
+
+/// A backward kernel on its own input sets (see the module).
+pub struct BackwardSide<'a> {
+    gpu: &'a Gpu,
+    prepared: &'a PreparedBackward,
+    problem: &'a Problem,
+    sets: RefCell<Vec<BackwardSet>>,
+    harness: Harness<'a>,
+    /// The candidate's verification: its reference kernels, bounds and running counts.
+    verifier: Option<Verifier>,
+    /// The candidate's inputs' checksums before the timing, with the checksum kernels and seed.
+    sums: Option<(HarnessKernels, u64, Vec<Vec<u64>>)>,
+    watchdog: Option<(&'a Watchdog, Rc<Cell<Duration>>)>,
+}
+
+impl std::fmt::Debug for BackwardSide<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackwardSide")
+            .field("prepared", &self.prepared.label())
+            .field("sets", &self.sets.borrow().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> BackwardSide<'a> {
+    /// `prepared` on `sets` input sets of `problem` drawn from `seed`; with `verify`, every timed
+    /// launch is checked (see the module).
+    pub fn new(
+        gpu: &'a Gpu,
+        prepared: &'a PreparedBackward,
+        problem: &'a Problem,
+        sets: usize,
+        seed: u64,
+        verify: bool,
+    ) -> Result<BackwardSide<'a>> {
+        let (dtype, d) = (problem.dtype, problem.shape.head_dim);
+        let reference = GpuBackwardReference::new(gpu, dtype, d)?;
+        let plan = prepared.plan(&problem.shape, problem.varlen.as_ref())?;
+        let mut all = Vec::new();
+        for i in 0..sets.max(1) {
+            let set_seed = seed.wrapping_add(i as u64);
+            let inputs = problem.generate(Distribution::Normal, set_seed);
+            let d_o = problem
+                .generate(Distribution::Normal, set_seed ^ 0x5eed_d0d0)
+                .q;
+            let guard = set_seed ^ 0x9a2d_5e75;
+            let (q, k, v) = (
+                GuardedTensor::upload(gpu, "Q", &inputs.q, guard)?,
+                GuardedTensor::upload(gpu, "K", &inputs.k, guard ^ 1)?,
+                GuardedTensor::upload(gpu, "V", &inputs.v, guard ^ 2)?,
+            );
+            let offsets = problem
+                .varlen
+                .as_ref()
+                .map(|v| gpu.upload_offsets(v))
+                .transpose()?;
+            let (o, lse) =
+                reference.forward_lse(gpu, &q, &k, &v, &problem.params, offsets.as_ref())?;
+            let o = GuardedTensor::upload(gpu, "O", &gpu.download(&o)?, guard ^ 3)?;
+            let d_o = GuardedTensor::upload(gpu, "dO", &d_o, guard ^ 4)?;
+            let (q_dims, kv_dims) = (problem.q_dims(), problem.kv_dims());
+            let mut set = BackwardSet {
+                dq: GuardedTensor::alloc_poisoned(gpu, "dQ", q_dims, dtype, guard ^ 5)?,
+                dk: GuardedTensor::alloc_poisoned(gpu, "dK", kv_dims, dtype, guard ^ 6)?,
+                dv: GuardedTensor::alloc_poisoned(gpu, "dV", kv_dims, dtype, guard ^ 7)?,
+                workspace: BackwardWorkspace::alloc(gpu, &plan, WORKSPACE_TAIL)?,
+                q,
+                k,
+                v,
+                o,
+                d_o,
+                lse,
+                offsets,
+                reference: None,
+            };
+            if verify {
+                let args = args_of(&set, problem);
+                set.reference = Some(reference.gradients(gpu, &args)?);
+            }
+            all.push(set);
+        }
+        gpu.synchronize()?;
+        let sums = verify
+            .then(|| -> Result<_> {
+                let kernels = HarnessKernels::new(gpu)?;
+                let sum_seed = seed ^ 0x5e75_c4ec;
+                let before = all
+                    .iter()
+                    .map(|set| checksums(gpu, &kernels, set, sum_seed))
+                    .collect::<Result<Vec<_>>>()?;
+                Ok((kernels, sum_seed, before))
+            })
+            .transpose()?;
+        let verifier = verify.then(|| {
+            let table = backward_tolerance(dtype, Distribution::Normal);
+            Verifier {
+                reference,
+                table,
+                checked: 0,
+                bad: 0,
+                first_bad: None,
+                sample: 0,
+            }
+        });
+        Ok(BackwardSide {
+            gpu,
+            prepared,
+            problem,
+            sets: RefCell::new(all),
+            harness: Harness::new(gpu)?,
+            verifier,
+            sums,
+            watchdog: None,
+        })
+    }
+
+    /// Number of input sets.
+    pub fn set_count(&self) -> usize {
+        self.sets.borrow().len()
+    }
+
+    /// Every launch must finish within `bound` (the watchdog ends the process otherwise).
+    pub fn with_watchdog(&mut self, watchdog: &'a Watchdog, bound: Rc<Cell<Duration>>) {
+        self.watchdog = Some((watchdog, bound));
+    }
+
+    /// The timed launches' verification so far (`None` for a side that does not verify).
+    pub fn verified(&self) -> Option<VerifiedOutputs> {
+        self.verifier.as_ref().map(|v| VerifiedOutputs {
+            samples_checked: v.checked,
+            samples_bad: v.bad,
+            first_bad: v.first_bad.clone(),
+        })
+    }
+
+    /// After a timing: every buffer's guards and workspace tail, and (for the candidate) the
+    /// inputs' checksums and LSE against those before it.
+    pub fn watch(&self) -> Result<TimingWatch> {
+        let sets = self.sets.borrow();
+        let mut watch = TimingWatch::default();
+        for (i, set) in sets.iter().enumerate() {
+            for t in set.inputs().into_iter().chain([&set.dq, &set.dk, &set.dv]) {
+                if let Some(violation) = t.check(self.gpu)? {
+                    watch.outside.push(format!("{violation} of input set {i}"));
+                }
+            }
+            if let Some(at) = set.workspace.tail_written(self.gpu)? {
+                watch.outside.push(format!(
+                    "{at} bytes past the workspace its plan asks for, input set {i}"
+                ));
+            }
+            if let Some((kernels, seed, before)) = &self.sums {
+                let after = checksums(self.gpu, kernels, set, *seed)?;
+                for ((name, b), a) in ["Q", "K", "V", "O", "dO", "LSE"]
+                    .iter()
+                    .zip(&before[i])
+                    .zip(&after)
+                {
+                    if b != a {
+                        watch
+                            .inputs_written
+                            .push(format!("{name} of input set {i} changed"));
+                    }
+                }
+            }
+        }
+        Ok(watch)
+    }
+
+    /// The evidence of the timed launches' verification, with what [`BackwardSide::watch`]
+    /// found; `None` for a side that does not verify.
+    pub fn timed_outputs(&self, timing: &TimingOptions) -> Result<Option<TimedOutputCheck>> {
+        let Some(verified) = self.verified() else {
+            return Ok(None);
+        };
+        let watch = self.watch()?;
+        let sets = self.set_count();
+        Ok(Some(TimedOutputCheck {
+            sets,
+            samples_checked: verified.samples_checked,
+            samples_bad: verified.samples_bad,
+            first_bad: verified.first_bad,
+            inputs_scrambled: false,
+            launches_per_sample: Some(attn_kernels::timing::launches_per_sample(timing, sets)),
+            reference_masked: false,
+            outside: watch.outside,
+            inputs_written: watch.inputs_written,
+        }))
+    }
+}
+
+/// A set's inputs as a launch takes them.
+fn args_of<'s>(set: &'s BackwardSet, problem: &Problem) -> BackwardArgs<'s> {
+    BackwardArgs {
+        shape: problem.shape,
+        params: problem.params,
+        q: &set.q,
+        k: &set.k,
+        v: &set.v,
+        o: &set.o,
+        d_o: &set.d_o,
+        lse: &set.lse,
+        offsets: set.offsets.as_ref(),
+    }
+}
+
+/// Checksums of a set's five u16 inputs, and of its LSE's bits.
+fn checksums(
+    gpu: &Gpu,
+    kernels: &HarnessKernels,
+    set: &BackwardSet,
+    seed: u64,
+) -> Result<Vec<u64>> {
+    let mut sums = set
+        .inputs()
+        .iter()
+        .map(|t| Ok(kernels.checksum(gpu, t, false, seed)?))
+        .collect::<Result<Vec<_>>>()?;
+    let lse = set.lse.download(gpu)?;
+    sums.push(
+        lse.as_bytes()
+            .iter()
+            .fold(seed, |acc, &b| acc.rotate_left(5) ^ u64::from(b)),
+    );
+    Ok(sums)
+}
+
+/// The candidate's verification state.
+struct Verifier {
+    reference: GpuBackwardReference,
+    table: attn_oracle::BackwardTolerance,
+    checked: usize,
+    bad: usize,
+    first_bad: Option<String>,
+    /// Samples taken so far, over every block.
+    sample: usize,
+}
+
+impl Verifier {
+    /// Each gradient's bound on the set's reference (its RMS floor, its relative bound).
+    fn bound(&self, gradient: Gradient, reference: &attn_oracle::HostTensor) -> Tolerance {
+        self.table.for_gradient(gradient, reference)
+    }
+}
+
+/// The candidate's sample hooks: poison the sample's gradients before it, count their bad
+/// elements after it.
+struct Hooks<'h> {
+    gpu: &'h Gpu,
+    sets: &'h RefCell<Vec<BackwardSet>>,
+    verifier: Option<&'h mut Verifier>,
+    /// Per set and gradient, the bounds (computed once per block from the host references).
+    bounds: &'h [[Tolerance; 3]],
+    /// Per sample of this block: (sample number, sets) and its counters.
+    pending: Vec<(usize, Vec<usize>, Counters)>,
+}
+
+impl SampleHooks for Hooks<'_> {
+    fn before_sample(&mut self, sample_sets: &[usize]) -> attn_kernels::Result<()> {
+        if self.verifier.is_none() {
+            return Ok(());
+        }
+        let mut sets = self.sets.borrow_mut();
+        for &i in sample_sets {
+            let set = &mut sets[i];
+            for t in [&mut set.dq, &mut set.dk, &mut set.dv] {
+                self.gpu.poison(t)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn after_sample(&mut self, sample_sets: &[usize]) -> attn_kernels::Result<()> {
+        let Some(verifier) = self.verifier.as_deref_mut() else {
+            return Ok(());
+        };
+        let sets = self.sets.borrow();
+        let mut counters = Counters::new(self.gpu, 3 * sample_sets.len())?;
+        for (n, &i) in sample_sets.iter().enumerate() {
+            let set = &sets[i];
+            let reference = set.reference.as_ref().expect("a verified side's sets");
+            let gradients = [
+                (&set.dq, &reference.dq, &reference.dq_scale),
+                (&set.dk, &reference.dk, &reference.dk_scale),
+                (&set.dv, &reference.dv, &reference.dv_scale),
+            ];
+            for (g, (out, want, scale)) in gradients.into_iter().enumerate() {
+                verifier.reference.count_bad_async(
+                    self.gpu,
+                    out,
+                    (want, scale),
+                    &self.bounds[i][g],
+                    &mut counters,
+                    3 * n + g,
+                )?;
+            }
+        }
+        self.pending
+            .push((verifier.sample, sample_sets.to_vec(), counters));
+        verifier.sample += 1;
+        Ok(())
+    }
+}
+
+impl TimedSide for BackwardSide<'_> {
+    fn block(&mut self, opts: &TimingOptions) -> Result<Timings> {
+        let count = self.set_count();
+        let (gpu, prepared, problem) = (self.gpu, self.prepared, self.problem);
+        let sets = &self.sets;
+        // The bounds of each set's gradients, from its reference (read once per block).
+        let bounds: Vec<[Tolerance; 3]> = match &self.verifier {
+            Some(v) => sets
+                .borrow()
+                .iter()
+                .map(|set| -> Result<[Tolerance; 3]> {
+                    let r = set.reference.as_ref().expect("a verified side's sets");
+                    Ok([
+                        v.bound(Gradient::Dq, &r.dq.download(gpu)?),
+                        v.bound(Gradient::Dk, &r.dk.download(gpu)?),
+                        v.bound(Gradient::Dv, &r.dv.download(gpu)?),
+                    ])
+                })
+                .collect::<Result<_>>()?,
+            None => vec![],
+        };
+        let mut launch = |i: usize| -> attn_kernels::Result<()> {
+            let mut all = sets.borrow_mut();
+            let set = &mut all[i];
+            let BackwardSet {
+                q,
+                k,
+                v,
+                o,
+                d_o,
+                lse,
+                offsets,
+                dq,
+                dk,
+                dv,
+                workspace,
+                ..
+            } = set;
+            let args = BackwardArgs {
+                shape: problem.shape,
+                params: problem.params,
+                q,
+                k,
+                v,
+                o,
+                d_o,
+                lse,
+                offsets: offsets.as_ref(),
+            };
+            prepared.launch_args(gpu, &args, dq, dk, dv, workspace.buffer())?;
+            Ok(())
+        };
+        let mut hooks = Hooks {
+            gpu,
+            sets,
+            verifier: self.verifier.as_mut(),
+            bounds: &bounds,
+            pending: Vec::new(),
+        };
+        let timed = match self.watchdog.as_ref().map(|(w, bound)| (*w, bound.get())) {
+            Some((w, bound)) => {
+                let launches = (opts.warmup + count + 1) as u32;
+                w.guard(bound * launches, "a timed backward launch", || {
+                    self.harness.time(count, opts, &mut launch, &mut hooks)
+                })
+            }
+            None => self.harness.time(count, opts, &mut launch, &mut hooks),
+        };
+        let timed = timed?;
+        // The block's counts, read after its timing (the read synchronises).
+        let pending = std::mem::take(&mut hooks.pending);
+        if let Some(verifier) = hooks.verifier {
+            for (sample, sample_sets, counters) in pending {
+                let counts = counters.read(gpu)?;
+                verifier.checked += 1;
+                if let Some(at) = counts.iter().position(|&c| c > 0) {
+                    verifier.bad += 1;
+                    let name = ["dQ", "dK", "dV"][at % 3];
+                    let set = sample_sets[at / 3];
+                    verifier.first_bad.get_or_insert_with(|| {
+                        format!(
+                            "timed sample {sample} on input set {set}: {} {name} elements off the GPU reference or unwritten",
+                            counts[at]
+                        )
+                    });
+                }
+            }
+        }
+        Ok(timed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_counts_rotate_past_the_l2_within_memory() {
+        let small = Problem::parse("1,8/2,512,64 causal bf16").unwrap();
+        let large = Problem::parse("8,32/8,16384,128 causal bf16").unwrap();
+        let (l2, memory) = (60 << 20, 140usize << 30);
+        assert_eq!(backward_set_count(&small, l2, memory), 8);
+        assert_eq!(backward_set_count(&large, l2, memory), 2);
+        // Where two would not fit in a quarter of the memory: one.
+        assert_eq!(backward_set_count(&large, l2, 4 << 30), 1);
+    }
+}
