@@ -274,7 +274,7 @@ pub struct ProblemArgs {
     /// fp16 or bf16.
     #[arg(long, default_value = "fp16", value_parser = DType::parse_input)]
     pub dtype: DType,
-    /// A named suite: seed, large, sweep, gqa, mqa, window, varlen; decode-seed,
+    /// A named suite: seed, large, sweep, gqa, mqa, window, varlen, train; decode-seed,
     /// decode-llama3-8b, decode-llama3-70b (gate and bench only).
     #[arg(long)]
     pub suite: Option<String>,

@@ -16,7 +16,7 @@ use crate::progress::Progress;
 
 /// Arguments of `cargo xtask bench`.
 #[derive(Debug, clap::Args)]
-#[command(mut_arg("suite", |a| a.help("A named suite: seed, large, sweep, gqa, mqa, window, varlen [default: large]")))]
+#[command(mut_arg("suite", |a| a.help("A named suite: seed, large, sweep, gqa, mqa, window, varlen, train [default: large]")))]
 pub struct Args {
     /// Implementations to time, comma-separated (`cargo xtask kernels` lists them); default: IMPL,
     /// then the best registered one for the device.

@@ -16,7 +16,7 @@ pub struct Suite {
 }
 
 /// Every suite.
-pub const SUITES: [Suite; 7] = [
+pub const SUITES: [Suite; 8] = [
     Suite {
         name: "seed",
         shapes: &["1,8,512,64", "2,8,512,64"],
@@ -87,6 +87,18 @@ pub const SUITES: [Suite; 7] = [
         ],
         purpose: "packed variable-length batches, Llama-style prefill: 8 sequences of 128 to 8192 tokens, 16k-32k in all, one with an empty sequence, one of ragged lengths within 10% of their mean (where time per token against dense at the mean length is a fair comparison: the work ratio is about 1) (baseline: another implementation; bench compares each with dense at its mean length)",
     },
+    Suite {
+        name: "train",
+        shapes: &[
+            "8,32/8,2048,128 causal",
+            "4,32/8,4096,128 causal",
+            "2,32/8,8192,128 causal",
+            "2,32/8,16384,128 causal",
+            "8,32/8,2048,64 causal",
+            "2,32/8,8192,64 causal",
+        ],
+        purpose: "Llama-style training steps: 2-8 sequences of 2k-16k tokens (16k-32k in all), GQA 32/8, D 64 and 128, causal: the backward's shapes, and the forward that precedes it",
+    },
 ];
 
 /// The problems of suite `name` in `dtype`.
@@ -135,6 +147,20 @@ mod tests {
             assert!(attn_evidence::ShapeSpec::flops(&p.spec) > 0.0);
         }
         assert!(varlen.iter().any(|p| p.params.causal) && varlen.iter().any(|p| !p.params.causal));
+        // Training: 2-8 causal GQA 32/8 sequences of 2k-16k tokens, both head dims.
+        let train = suite("train", DType::Bf16).unwrap();
+        for p in &train {
+            let s = p.shape;
+            assert!(p.params.causal && s.heads == 32 && s.kv_heads == 8, "{p}");
+            assert!(
+                (2..=8).contains(&s.batch) && (2048..=16_384).contains(&s.seq_q),
+                "{p}"
+            );
+            assert!((16_384..=32_768).contains(&(s.batch * s.seq_q)), "{p}");
+        }
+        assert!([64, 128]
+            .iter()
+            .all(|d| train.iter().any(|p| p.shape.head_dim == *d)));
         assert!(
             varlen.iter().any(|p| p.shape.group() == 4)
                 && varlen.iter().any(|p| p.shape.group() == 1)
