@@ -136,8 +136,7 @@ pub fn backward(
     lse: &HostTensor,
     params: &Params,
 ) -> Result<Gradients, OracleError> {
-    let problem = Problem::new(q, k, v, o, d_o, lse, params)?;
-    Ok(problem.gradients(false).0)
+    Ok(gradients_of([q, k, v, o, d_o, lse], params, false)?.0)
 }
 
 /// [`backward`] and, beside each gradient element, its rounding scale: the square root of the sum
@@ -171,9 +170,19 @@ pub fn backward_with_scales(
     lse: &HostTensor,
     params: &Params,
 ) -> Result<(Gradients, Gradients), OracleError> {
-    let problem = Problem::new(q, k, v, o, d_o, lse, params)?;
-    let (grads, scales) = problem.gradients(true);
+    let (grads, scales) = gradients_of([q, k, v, o, d_o, lse], params, true)?;
     Ok((grads, scales.expect("asked for")))
+}
+
+/// The gradients of the backward's inputs `[Q, K, V, O, dO, LSE]`, and with `scales` their
+/// rounding scales: [`backward`] and [`backward_with_scales`] in one (a varlen batch's sequences
+/// take either).
+fn gradients_of(
+    [q, k, v, o, d_o, lse]: [&HostTensor; 6],
+    params: &Params,
+    scales: bool,
+) -> Result<(Gradients, Option<Gradients>), OracleError> {
+    Ok(Problem::new(q, k, v, o, d_o, lse, params)?.gradients(scales))
 }
 
 /// The true gradients of `L = Σ dO ∘ O(Q, K, V)`: [`backward`] with O and the LSE recomputed in

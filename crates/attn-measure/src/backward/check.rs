@@ -22,7 +22,7 @@ use attn_oracle::{
     Verdict,
 };
 
-use crate::check::{scale_factor, Watched};
+use crate::check::{check_scale, failed, Watched};
 use crate::problem::Problem;
 use crate::Result;
 
@@ -37,8 +37,8 @@ pub const SAMPLED_ROWS_PER_HEAD: usize = 8;
 pub const WORKSPACE_TAIL: usize = 256;
 
 /// The (distribution, scale) of each of a case's `checks` checks seeded `seed`: the distributions
-/// cycle through [`Distribution::CHECKS`], the scale is the problem's times [`scale_factor`]
-/// (check 0 never at 1/√D), as a forward check draws them.
+/// cycle through [`Distribution::CHECKS`], the scale is [`check_scale`]'s (check 0 never at
+/// 1/√D), as a forward check draws them.
 pub fn backward_check_plan(
     problem: &Problem,
     seed: u64,
@@ -47,27 +47,17 @@ pub fn backward_check_plan(
     (0..checks.max(1))
         .map(|i| {
             let distribution = Distribution::CHECKS[i % Distribution::CHECKS.len()];
-            (
-                distribution,
-                problem.params.scale * scale_factor(seed, i, distribution),
-            )
+            (distribution, check_scale(problem, seed, i, distribution))
         })
         .collect()
 }
 
 /// Whether the f64 oracle computes every gradient element of `problem` (else sampled rows).
 pub fn oracle_is_full(problem: &Problem) -> bool {
-    let pairs = match &problem.varlen {
-        Some(varlen) => varlen
-            .seqlens_q
-            .iter()
-            .zip(&varlen.seqlens_kv)
-            .map(|(q, kv)| (q * kv) as f64)
-            .sum::<f64>(),
-        None => (problem.shape.batch * problem.shape.seq_q * problem.shape.seq_kv) as f64,
-    };
-    pairs * (problem.shape.heads * problem.shape.head_dim) as f64 <= FULL_ORACLE_WORK
-        || problem.varlen.is_some()
+    // Sampled rows are dense only (`backward_rows`): a varlen batch takes the whole oracle.
+    let s = problem.shape;
+    problem.varlen.is_some()
+        || (s.batch * s.seq_q * s.seq_kv * s.heads * s.head_dim) as f64 <= FULL_ORACLE_WORK
 }
 
 /// Runs every check of [`backward_check_plan`]; `seed` the first check's seed.
@@ -443,13 +433,6 @@ fn gradient_name(gradient: Gradient) -> &'static str {
         Gradient::Dk => "dK",
         Gradient::Dv => "dV",
     }
-}
-
-fn failed(mut check: CorrectnessCheck, failure: CheckFailure, reason: String) -> CorrectnessCheck {
-    check.passed = false;
-    check.failure = Some(failure);
-    check.reason = Some(reason);
-    check
 }
 
 /// The oracle's every element and its scales, dense or packed.

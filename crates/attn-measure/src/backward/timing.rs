@@ -54,8 +54,9 @@ struct BackwardSet {
     dk: GuardedTensor,
     dv: GuardedTensor,
     workspace: BackwardWorkspace,
-    /// The GPU reference's gradients and scales (the candidate's sets only).
-    reference: Option<ReferenceGradients>,
+    /// The GPU reference's gradients and scales, and each gradient's bound on them (the
+    /// candidate's sets only).
+    reference: Option<(ReferenceGradients, [Tolerance; 3])>,
 }
 
 impl BackwardSet {
@@ -140,7 +141,14 @@ impl<'a> BackwardSide<'a> {
             };
             if verify {
                 let args = args_of(&set, problem);
-                set.reference = Some(reference.gradients(gpu, &args)?);
+                let r = reference.gradients(gpu, &args)?;
+                let table = backward_tolerance(dtype, Distribution::Normal);
+                let bounds = [
+                    table.for_gradient(Gradient::Dq, &r.dq.download(gpu)?),
+                    table.for_gradient(Gradient::Dk, &r.dk.download(gpu)?),
+                    table.for_gradient(Gradient::Dv, &r.dv.download(gpu)?),
+                ];
+                set.reference = Some((r, bounds));
             }
             all.push(set);
         }
@@ -156,16 +164,12 @@ impl<'a> BackwardSide<'a> {
                 Ok((kernels, sum_seed, before))
             })
             .transpose()?;
-        let verifier = verify.then(|| {
-            let table = backward_tolerance(dtype, Distribution::Normal);
-            Verifier {
-                reference,
-                table,
-                checked: 0,
-                bad: 0,
-                first_bad: None,
-                sample: 0,
-            }
+        let verifier = verify.then(|| Verifier {
+            reference,
+            checked: 0,
+            bad: 0,
+            first_bad: None,
+            sample: 0,
         });
         Ok(BackwardSide {
             gpu,
@@ -293,19 +297,11 @@ fn checksums(
 /// The candidate's verification state.
 struct Verifier {
     reference: GpuBackwardReference,
-    table: attn_oracle::BackwardTolerance,
     checked: usize,
     bad: usize,
     first_bad: Option<String>,
     /// Samples taken so far, over every block.
     sample: usize,
-}
-
-impl Verifier {
-    /// Each gradient's bound on the set's reference (its RMS floor, its relative bound).
-    fn bound(&self, gradient: Gradient, reference: &attn_oracle::HostTensor) -> Tolerance {
-        self.table.for_gradient(gradient, reference)
-    }
 }
 
 /// The candidate's sample hooks: poison the sample's gradients before it, count their bad
@@ -314,8 +310,6 @@ struct Hooks<'h> {
     gpu: &'h Gpu,
     sets: &'h RefCell<Vec<BackwardSet>>,
     verifier: Option<&'h mut Verifier>,
-    /// Per set and gradient, the bounds (computed once per block from the host references).
-    bounds: &'h [[Tolerance; 3]],
     /// Per sample of this block: (sample number, sets) and its counters.
     pending: Vec<(usize, Vec<usize>, Counters)>,
 }
@@ -343,7 +337,7 @@ impl SampleHooks for Hooks<'_> {
         let mut counters = Counters::new(self.gpu, 3 * sample_sets.len())?;
         for (n, &i) in sample_sets.iter().enumerate() {
             let set = &sets[i];
-            let reference = set.reference.as_ref().expect("a verified side's sets");
+            let (reference, bounds) = set.reference.as_ref().expect("a verified side's sets");
             let gradients = [
                 (&set.dq, &reference.dq, &reference.dq_scale),
                 (&set.dk, &reference.dk, &reference.dk_scale),
@@ -354,7 +348,7 @@ impl SampleHooks for Hooks<'_> {
                     self.gpu,
                     out,
                     (want, scale),
-                    &self.bounds[i][g],
+                    &bounds[g],
                     &mut counters,
                     3 * n + g,
                 )?;
@@ -372,22 +366,6 @@ impl TimedSide for BackwardSide<'_> {
         let count = self.set_count();
         let (gpu, prepared, problem) = (self.gpu, self.prepared, self.problem);
         let sets = &self.sets;
-        // The bounds of each set's gradients, from its reference (read once per block).
-        let bounds: Vec<[Tolerance; 3]> = match &self.verifier {
-            Some(v) => sets
-                .borrow()
-                .iter()
-                .map(|set| -> Result<[Tolerance; 3]> {
-                    let r = set.reference.as_ref().expect("a verified side's sets");
-                    Ok([
-                        v.bound(Gradient::Dq, &r.dq.download(gpu)?),
-                        v.bound(Gradient::Dk, &r.dk.download(gpu)?),
-                        v.bound(Gradient::Dv, &r.dv.download(gpu)?),
-                    ])
-                })
-                .collect::<Result<_>>()?,
-            None => vec![],
-        };
         let mut launch = |i: usize| -> attn_kernels::Result<()> {
             let mut all = sets.borrow_mut();
             let set = &mut all[i];
@@ -423,7 +401,6 @@ impl TimedSide for BackwardSide<'_> {
             gpu,
             sets,
             verifier: self.verifier.as_mut(),
-            bounds: &bounds,
             pending: Vec::new(),
         };
         let timed = match self.watchdog.as_ref().map(|(w, bound)| (*w, bound.get())) {

@@ -88,6 +88,18 @@ pub fn check_scale(problem: &Problem, seed: u64, index: usize, distribution: Dis
     problem.params.scale * scale_factor(seed, index, distribution)
 }
 
+/// `check` failed for `failure`, with `reason` (a decode or backward check's guard verdicts).
+pub(crate) fn failed(
+    mut check: attn_evidence::CorrectnessCheck,
+    failure: attn_evidence::CheckFailure,
+    reason: String,
+) -> attn_evidence::CorrectnessCheck {
+    check.passed = false;
+    check.failure = Some(failure);
+    check.reason = Some(reason);
+    check
+}
+
 /// One correctness check: its record, and what it was computed from (for a second reference).
 #[derive(Debug)]
 pub struct CheckRun {

@@ -22,7 +22,7 @@ use attn_oracle::{
 
 use super::sets::{changed_inputs, GuardedDecodeSet, Guards};
 use crate::check::reads::{probe_reads, read_outside_reason};
-use crate::check::{scale_factor, Watched};
+use crate::check::{failed, scale_factor, Watched};
 use crate::Result;
 
 /// The page policies a case's checks cycle through: its own first, then every other one its
@@ -142,13 +142,6 @@ pub fn run_decode_checks(
         });
     }
     Ok(out)
-}
-
-fn failed(mut check: CorrectnessCheck, failure: CheckFailure, reason: String) -> CorrectnessCheck {
-    check.passed = false;
-    check.failure = Some(failure);
-    check.reason = Some(reason);
-    check
 }
 
 /// One check of `case` at softmax `scale` (see the module); returns it and the first launch's

@@ -4,7 +4,7 @@
 use crate::varlen::check_packed_dims;
 use crate::{HostData, HostTensor, OracleError, Packed, Params, Varlen, VarlenTensors};
 
-use super::{backward, forward_with_lse, Forward, Gradients};
+use super::{forward_with_lse, gradients_of, Forward, Gradients};
 
 /// [`forward_with_lse`] of a packed batch: O `[1, total_q, H, D]` and the LSE `[1, total_q, H,
 /// 1]`, f64; every row of a sequence with no key is 0 with LSE −∞.
@@ -45,7 +45,7 @@ pub fn forward_varlen(
     })
 }
 
-/// [`backward`] of a packed batch: Q, O, dO `[1, total_q, H, D]`, the LSE `[1, total_q, H, 1]`,
+/// [`backward`](super::backward) of a packed batch: Q, O, dO `[1, total_q, H, D]`, the LSE `[1, total_q, H, 1]`,
 /// K, V `[1, total_kv, H_kv, D]`; dQ, dK and dV packed like Q, K and V, f64. A sequence with no
 /// key has dQ 0; one with no query has dK and dV 0.
 #[allow(clippy::too_many_arguments)] // the backward's five tensors, the LSE, the mask, the batch
@@ -111,12 +111,7 @@ fn packed_gradients(
                 // O, dO and the LSE are packed like Q (checked above), so they have its rows.
                 let packed_like_q = |t| queries(t).expect("packed like q");
                 let (ob, gb, lb) = (packed_like_q(o), packed_like_q(d_o), packed_like_q(lse));
-                let (grads, scaled) = if scales {
-                    let (g, s) = super::backward_with_scales(&qb, &kb, &vb, &ob, &gb, &lb, params)?;
-                    (g, Some(s))
-                } else {
-                    (backward(&qb, &kb, &vb, &ob, &gb, &lb, params)?, None)
-                };
+                let (grads, scaled) = gradients_of([&qb, &kb, &vb, &ob, &gb, &lb], params, scales)?;
                 let [sq, sk, sv] = match scaled {
                     Some(s) => [Some(s.dq), Some(s.dk), Some(s.dv)],
                     None => [None, None, None],
