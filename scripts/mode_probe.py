@@ -14,10 +14,10 @@ Shapes are `B,H,S,D` or `B,H,S,D,causal`. Per shape and side, the methods are:
   on its own set, between two events); `batch-1set`: the same replays all on one set (resident);
   `batch-direct`: direct calls instead of replays on rotated sets.
 - FA3 `helper`: the gate's FA3 side (one jitted function of back-to-back calls over the rotated
-  sets, as many as the gate's side makes, timed by the host and ended by a sync); `helper-1set`: the same on one set; `loop`: a Python
-  loop of single jitted calls on one set (the FA3 anchor's script).
+  sets, as many as the gate's side makes; its timed column is the host clock to a sync, its span
+  column what the gate's side reports); `helper-1set`: the same on one set; `loop`: a Python loop of single jitted calls on one set (the FA3 anchor's script).
 Each method is timed unprofiled (its samples) and then profiled for a few samples (CUPTI kernel
-durations and the gaps between consecutive attention kernels). DIR/mode-probe.json holds the
+durations, the gaps between consecutive attention kernels and each sample's span per call). DIR/mode-probe.json holds the
 provenance and every raw sample; a table is printed last.
 """
 import argparse, ctypes, datetime, json, os, platform, subprocess, tempfile, time
@@ -93,11 +93,16 @@ def profiled(run, samples, per_sample):
     for i in range(1, len(ks)):
         if per_sample > 1 and i % per_sample != 0:
             gaps.append(ks[i][0] - (ks[i - 1][0] + ks[i - 1][1]))
+    # Each sample's span, first kernel's start to last kernel's end, per call: what the gate's
+    # FA3 side reports (`fa3-device-span`), and what events around back-to-back launches measure.
+    group = len(ks) // samples if samples and len(ks) % samples == 0 else 0
+    spans = [(ks[i + group - 1][0] + ks[i + group - 1][1] - ks[i][0]) / per_sample
+             for i in range(0, len(ks), group)] if group else []
     names = sorted({n for _, _, n in ks})
     # The raw trace too (start relative to the first, duration, name's index), to recount gaps.
     t0 = ks[0][0] if ks else 0.0
     trace = [[round(t - t0, 3), round(dur, 3), names.index(n)] for t, dur, n in ks]
-    return {"kernel_us": durations, "gap_us": gaps, "kernels": names, "kernel_count": len(ks),
+    return {"kernel_us": durations, "gap_us": gaps, "span_us": spans, "kernels": names, "kernel_count": len(ks),
             "trace": trace}
 
 
@@ -297,8 +302,8 @@ for spec in args.shape:
     for side, result in entry.items():
         for name, m in result["methods"].items():
             timed = m.get("event_us") or m.get("wall_us")
-            rows.append((spec, side, name, median(timed), median(m["kernel_us"]), median(m["gap_us"]),
-                         m["kernel_count"]))
+            rows.append((spec, side, name, median(timed), median(m["kernel_us"]), median(m["span_us"]),
+                         median(m["gap_us"]), m["kernel_count"]))
     torch.cuda.empty_cache()
 
 os.makedirs(args.out, exist_ok=True)
@@ -306,7 +311,7 @@ path = os.path.join(args.out, "mode-probe.json")
 with open(path + ".tmp", "w") as f:
     json.dump(report, f, separators=(",", ":"))
 os.replace(path + ".tmp", path)
-print(f"{'shape':24} {'side':6} {'method':13} {'timed µs':>9} {'kernel µs':>9} {'gap µs':>7} {'kernels':>7}")
+print(f"{'shape':24} {'side':6} {'method':13} {'timed µs':>9} {'kernel µs':>9} {'span µs':>8} {'gap µs':>7} {'kernels':>7}")
 for r in rows:
-    print(f"{r[0]:24} {r[1]:6} {r[2]:13} {r[3]:9.2f} {r[4]:9.2f} {r[5]:7.2f} {r[6]:7d}")
+    print(f"{r[0]:24} {r[1]:6} {r[2]:13} {r[3]:9.2f} {r[4]:9.2f} {r[5]:8.2f} {r[6]:7.2f} {r[7]:7d}")
 print(f"wrote {path}")
