@@ -106,9 +106,38 @@ pub struct Args {
     /// Recompute the decision from a stored evidence file (no GPU needed).
     #[arg(long, conflicts_with_all = ["implementation", "src", "shapes", "suite"])]
     pub replay: Option<PathBuf>,
+    /// Which pass to judge: forward, or backward (dQ, dK and dV of a backward implementation or
+    /// `--src` backward kernel, default backward-mma, against --baseline backward-naive or another
+    /// backward implementation; default suite train).
+    #[arg(long, value_enum, default_value_t = Pass::Forward)]
+    pub pass: Pass,
     /// Plant a fault to test the guards: `side-stream` (hidden work on another stream).
     #[arg(long, hide = true)]
     pub plant: Option<String>,
+}
+
+/// The pass a gate run judges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Pass {
+    /// The attention forward (prefill, or decode batches).
+    Forward,
+    /// The training backward: dQ, dK, dV from Q, K, V, O, dO and the LSE.
+    Backward,
+}
+
+/// The comparison's options from the arguments and the run's seed, validated.
+fn compare_options(args: &Args, seed: u64) -> anyhow::Result<CompareOptions> {
+    let compare = CompareOptions {
+        bootstrap: BootstrapOptions {
+            resamples: args.resamples,
+            seed,
+            ..BootstrapOptions::default()
+        },
+        gate_threshold: args.threshold,
+        ..CompareOptions::default()
+    };
+    compare.validate()?;
+    Ok(compare)
 }
 
 /// Runs the subcommand; returns the process exit code.
@@ -138,18 +167,18 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         Some("side-stream") => true,
         Some(other) => bail!("unknown --plant {other} (known: side-stream)"),
     };
-    if let Some(specs) = args.problems.decode_problems()? {
+    let decode = args.problems.decode_problems()?;
+    if args.pass == Pass::Backward {
+        if decode.is_some() {
+            bail!("--pass backward takes prefill shapes or suites: a decode batch has no backward pass here");
+        }
         let seed = args.seed.unwrap_or_else(fresh_seed);
-        let compare = CompareOptions {
-            bootstrap: BootstrapOptions {
-                resamples: args.resamples,
-                seed,
-                ..BootstrapOptions::default()
-            },
-            gate_threshold: args.threshold,
-            ..CompareOptions::default()
-        };
-        compare.validate()?;
+        let compare = compare_options(&args, seed)?;
+        return crate::gate_backward::run(&args, block, compare, seed, budget);
+    }
+    if let Some(specs) = decode {
+        let seed = args.seed.unwrap_or_else(fresh_seed);
+        let compare = compare_options(&args, seed)?;
         return crate::gate_decode::run(&args, specs, block, compare, seed, budget);
     }
     let problems = args.problems.problems("seed")?;
@@ -157,16 +186,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     let (name, backend) = (&args.baseline, args.sdpa_backend);
     crate::args::check_baseline(name, backend, &problems, Some(args.mode))?;
     let seed = args.seed.unwrap_or_else(fresh_seed);
-    let compare = CompareOptions {
-        bootstrap: BootstrapOptions {
-            resamples: args.resamples,
-            seed,
-            ..BootstrapOptions::default()
-        },
-        gate_threshold: args.threshold,
-        ..CompareOptions::default()
-    };
-    compare.validate()?;
+    let compare = compare_options(&args, seed)?;
     // A named candidate is checked before any probe; the device's best once the GPU is open.
     let (candidate, gpu) = chosen.resolve(&problems)?;
     // The request is whole: now the tools.

@@ -15,6 +15,7 @@ mod budget;
 mod bundle;
 mod evo;
 mod gate;
+mod gate_backward;
 mod gate_decode;
 mod kernels;
 mod micro;

@@ -528,6 +528,9 @@ pub struct GateCase {
     /// A decode case's batch and bandwidths (absent for prefill, and in older files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decode: Option<crate::DecodeRecord>,
+    /// A backward case's work and declarations (absent for a forward case, and in older files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backward: Option<crate::BackwardRecord>,
     /// The candidate's config on this shape, where it differs from the run's (an implementation
     /// may tune its knobs per shape); integers (strings in files written before knobs were typed).
     #[serde(
@@ -583,6 +586,21 @@ pub struct GateCase {
     pub passed: bool,
     /// Why it passed or failed, one line.
     pub reason: String,
+}
+
+impl GateCase {
+    /// Floating-point operations of one launch: the backward's where the case is one, else the
+    /// forward's (a decode case: its prefill batch's).
+    pub fn flops(&self) -> f64 {
+        self.backward
+            .as_ref()
+            .map_or_else(|| self.shape.flops(), |b| b.flops)
+    }
+
+    /// Throughput in TFLOP/s when one launch takes `time_us` microseconds.
+    pub fn tflops(&self, time_us: f64) -> f64 {
+        self.flops() / (time_us * 1e-6) / 1e12
+    }
 }
 
 /// One run of `cargo xtask gate`: a candidate against a baseline on a suite of shapes.

@@ -52,6 +52,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod backward;
 mod bench;
 mod decode;
 mod defence;
@@ -68,6 +69,7 @@ mod store;
 mod timing;
 
 pub use attn_problem::{DType, DecodeSpec, ProblemError, ProblemKind, ShapeSpec, Varlen, Window};
+pub use backward::BackwardRecord;
 pub use bench::{BenchEntry, BenchRun, DenseAtMean, BENCH_CSV_HEADER};
 pub use decode::{
     achieved_gbs, copy_fraction, copy_gbs, decode_floor_us, decode_shape, DecodeRecord,

@@ -53,7 +53,7 @@ pub fn implausibility(
     peak_tflops: Option<f64>,
 ) -> Option<String> {
     let comparison = case.comparison.as_ref()?;
-    let tflops = case.shape.tflops(comparison.candidate.median);
+    let tflops = case.tflops(comparison.candidate.median);
     if let Some(peak) = peak_tflops {
         if tflops > peak {
             return Some(format!(
@@ -313,6 +313,7 @@ mod tests {
         GateCase {
             shape: "2,16,4096,128".parse::<ShapeSpec>().unwrap(),
             decode: None,
+            backward: None,
             config: Default::default(),
             correctness: vec![],
             candidate: None,

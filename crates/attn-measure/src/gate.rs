@@ -197,6 +197,7 @@ pub(crate) fn ended_case_of(
     let mut case = GateCase {
         shape,
         decode,
+        backward: None,
         config: Default::default(),
         correctness: vec![],
         candidate: None,

@@ -43,7 +43,7 @@ pub fn replay(stored: &GateRun) -> Result<Replayed> {
             case.candidate_tflops = case
                 .comparison
                 .as_ref()
-                .map(|c| case.shape.tflops(c.candidate.median));
+                .map(|c| case.tflops(c.candidate.median));
         }
         let decision = decide(case, &stored.rule, &stored.options, peak);
         case.passed = decision.status.passed();

@@ -127,7 +127,9 @@ fn every_planted_backward_kernel_compiles_with_nvrtc() {
     // "could not run" on the GPU, not the defect it plants.
     use attn_kernels::compile::{compile, Arch, CompileRequest};
     let dir = tempfile::tempdir().unwrap();
-    for (name, from, to, _) in PLANTS {
+    let (group_name, group_from, group_to) = POWER_OF_TWO_GROUP;
+    let plants = PLANTS.iter().map(|&(name, from, to, _)| (name, from, to));
+    for (name, from, to) in plants.chain([(group_name, group_from, group_to)]) {
         let path = planted(dir.path(), name, from, to);
         let source = std::fs::read_to_string(&path).unwrap();
         let mut defines = CompileRequest::abi_defines(attn_oracle::DType::Bf16, 64).unwrap();
@@ -260,4 +262,99 @@ fn a_timed_backward_side_verifies_every_timed_launch() {
             .is_some_and(|f| f.contains("dV")),
         "{outputs:?}"
     );
+}
+
+/// A gate plan of `samples` a side in blocks of 5, in graph mode, as `cargo xtask gate` makes it.
+fn gate_plan(gpu: &Gpu, samples: usize) -> attn_measure::gate::GatePlan {
+    use attn_measure::timing::Interleave;
+    let timing = attn_kernels::TimingOptions {
+        warmup: 2,
+        samples,
+        mode: attn_kernels::TimingMode::Graph,
+        ..attn_kernels::TimingOptions::default()
+    };
+    attn_measure::gate::GatePlan {
+        checks: 2,
+        interleave: Interleave {
+            block: 5,
+            ..Interleave::new(timing, gpu.info().max_sm_mhz)
+        },
+        compare: attn_stats::CompareOptions {
+            gate_threshold: 0.95,
+            ..attn_stats::CompareOptions::default()
+        },
+        rule: attn_evidence::GateRule::default(),
+        hang_floor: std::time::Duration::from_secs(10),
+        hang_factor: 100.0,
+        peak_tflops: attn_measure::provenance::peak_tflops(gpu),
+    }
+}
+
+/// A kernel right only for groups of a power of two: the K/V head's query heads taken as the
+/// largest power of two within the group.
+const POWER_OF_TWO_GROUP: (&str, &str, &str) = (
+    "power-of-two-group",
+    "const int group = heads / kv_heads;",
+    "const int group = 1 << (31 - __clz(heads / kv_heads));",
+);
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_backward_gate_passes_mma_over_naive_and_its_battery_finds_a_group_size_bug() {
+    use attn_measure::backward::{BackwardBaseline, BackwardCandidate, BackwardGate};
+    let _device = attn_kernels::device_lock(0);
+    let gpu = Gpu::open(0).expect("a CUDA GPU");
+    let plan = gate_plan(&gpu, 20);
+    let baseline = BackwardBaseline::from_name("backward-naive").unwrap();
+    let problem = Problem::parse("2,8/2,1024,64 causal bf16").unwrap();
+    let mma = BackwardCandidate::registered("backward-mma", Config::default()).unwrap();
+    let case = BackwardGate::new(&gpu, &mma, &baseline, &plan, None).case(&problem, 31);
+    println!("backward-mma: {}", case.reason);
+    assert!(case.passed, "{}", case.reason);
+    let record = case.backward.as_ref().expect("a backward record");
+    assert!(!record.deterministic && record.oracle_full, "{record:?}");
+    let battery = case.battery.as_ref().unwrap();
+    assert!(battery.checks.len() > 10 && battery.checks.iter().all(|c| c.passed));
+    // Groups other than the case's own (3, 5, 7, 1) are in the battery.
+    assert!(
+        battery.shapes.iter().any(|s| s.contains("6/2")),
+        "{:?}",
+        battery.shapes
+    );
+    let outputs = case.timed_outputs.as_ref().unwrap();
+    assert!(
+        outputs.samples_checked >= 20 && outputs.samples_bad == 0,
+        "{outputs:?}"
+    );
+    let comparison = case.comparison.as_ref().unwrap();
+    let tflops = problem.spec.backward_flops() / (comparison.candidate.median * 1e-6) / 1e12;
+    assert!((case.candidate_tflops.unwrap() - tflops).abs() < 1e-9 * tflops);
+    assert!(case
+        .memory_floor_us
+        .is_some_and(|f| f < comparison.candidate.median));
+
+    // Right at the case's group of 4, wrong at a group of 3: the battery names it.
+    let dir = tempfile::tempdir().unwrap();
+    let (name, from, to) = POWER_OF_TWO_GROUP;
+    let path = planted(dir.path(), name, from, to);
+    let source = BackwardCandidate::Source {
+        path,
+        defines: DEFINES.parse().unwrap(),
+    };
+    let case = BackwardGate::new(&gpu, &source, &baseline, &plan, None).case(&problem, 32);
+    println!("{name}: {}", case.reason);
+    assert!(!case.passed, "{}", case.reason);
+    assert!(case.correctness.iter().all(|c| c.passed), "{}", case.reason);
+    let failed = case
+        .battery
+        .as_ref()
+        .unwrap()
+        .checks
+        .iter()
+        .find(|c| !c.passed)
+        .unwrap();
+    assert_eq!(failed.failure, Some(CheckFailure::Incorrect), "{failed:?}");
+    let at: Problem = Problem::parse(failed.shape.as_deref().unwrap()).unwrap();
+    assert!(!at.shape.group().is_power_of_two(), "{failed:?}");
+    assert!(case.comparison.is_none());
 }

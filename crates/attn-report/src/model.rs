@@ -294,19 +294,24 @@ impl EvidenceSet {
                             let Some(median_us) = summary_median.or_else(|| median(timing)) else {
                                 continue;
                             };
+                            let label = if is_candidate {
+                                gate_candidate_label(gate)
+                            } else {
+                                implementation.label()
+                            };
                             out.push(Measurement {
                                 run,
-                                label: if is_candidate {
-                                    gate_candidate_label(gate)
-                                } else {
-                                    implementation.label()
+                                // A backward's times are not its forward's: never one series.
+                                label: match case.backward {
+                                    Some(_) => format!("{label} (backward)"),
+                                    None => label,
                                 },
                                 role: Role::of(implementation),
                                 shape: case.shape.clone(),
                                 setup: Setup::new(&gate.provenance.gpu, timing.mode),
                                 median_us,
                                 samples: timing.samples.clone(),
-                                tflops: tflops.unwrap_or_else(|| case.shape.tflops(median_us)),
+                                tflops: tflops.unwrap_or_else(|| case.tflops(median_us)),
                                 speedup_ci: case
                                     .comparison
                                     .as_ref()

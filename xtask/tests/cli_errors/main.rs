@@ -8,6 +8,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod backward;
 mod bench_ncu_evo;
 mod decode;
 mod gate;

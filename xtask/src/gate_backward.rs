@@ -1,0 +1,138 @@
+//! `cargo xtask gate --pass backward`: the same arguments, plan and evidence as the forward, the
+//! cases judged by attn-measure's `BackwardGate` (a backward implementation or `--src` backward
+//! kernel against a registered backward implementation).
+
+use anyhow::bail;
+use attn_evidence::{CaseStatus, GateMode};
+use attn_kernels::{Config, ConfigError};
+use attn_measure::backward::{
+    ended_backward_case, BackwardBaseline, BackwardCandidate, BackwardGate,
+};
+use attn_measure::supervise::Watchdog;
+use attn_stats::CompareOptions;
+
+use crate::args::CandidateArgs;
+use crate::gate::Args;
+
+/// The suite a backward gate runs without --shape or --suite.
+pub const DEFAULT_SUITE: &str = "train";
+
+/// The backward kernel `--impl` or `--src` names (default `backward-mma`), checked before any
+/// GPU probe: a forward implementation and `--entry` are refused in one line.
+pub fn backward_candidate(args: &CandidateArgs) -> anyhow::Result<BackwardCandidate> {
+    if let Some(path) = &args.src {
+        if args.entry.is_some() {
+            bail!("--entry does not apply to a backward kernel: its entry points are attn_bwd_pre, attn_bwd and attn_bwd_post (kernels/README.md)");
+        }
+        if !path.is_file() {
+            bail!("--src {}: no such file", path.display());
+        }
+        let defines: Config = args
+            .defines
+            .join(",")
+            .parse()
+            .map_err(|e: ConfigError| anyhow::anyhow!("--define: {e}"))?;
+        return Ok(BackwardCandidate::Source {
+            path: path.clone(),
+            defines,
+        });
+    }
+    let name = args
+        .implementation
+        .clone()
+        .unwrap_or_else(|| "backward-mma".into());
+    let overrides: Config = args
+        .config
+        .parse()
+        .map_err(|e: ConfigError| anyhow::anyhow!("--config: {e}"))?;
+    if attn_kernels::backward::find_backward(&name).is_err()
+        && attn_kernels::registry::find(&name).is_ok()
+    {
+        bail!("--impl {name} is a forward implementation: --pass backward takes backward-mma, backward-naive or a --src backward kernel");
+    }
+    Ok(BackwardCandidate::registered(&name, overrides)?)
+}
+
+/// Runs the gate on the backward of `args`' problems; `block` and `compare` as validated by the
+/// caller.
+pub fn run(
+    args: &Args,
+    block: usize,
+    compare: CompareOptions,
+    seed: u64,
+    mut budget: crate::budget::TimeBudget,
+) -> anyhow::Result<u8> {
+    let problems = args.problems.problems(DEFAULT_SUITE)?;
+    let candidate = backward_candidate(&args.candidate)?;
+    let baseline = BackwardBaseline::from_name(&args.baseline)?;
+    for problem in &problems {
+        candidate.check_supports(problem)?;
+        baseline.check_supports(problem)?;
+    }
+    if args.sanitize.is_some() {
+        bail!("--sanitize does not run backward kernels yet: gate the backward without it");
+    }
+    if args.plant.is_some() {
+        bail!("--plant does not apply to the backward pass");
+    }
+    let gpu = attn_kernels::Gpu::open(0)?;
+    let info = gpu.info();
+    let plan = crate::gate::plan(args, &gpu, GateMode::Faster, block, compare);
+    let timing = plan.interleave.timing;
+    println!(
+        "gate (backward): {} vs {} on {} ({} shape(s), seed {seed}, {} samples a side in blocks of {block}, {} mode; clocks left as found)",
+        candidate.implementation().label(),
+        baseline.implementation().label(),
+        info.name,
+        problems.len(),
+        timing.samples,
+        args.mode
+    );
+    let watchdog = Watchdog::start(Box::new(move |what, bound| {
+        println!(
+            "  backward: hang: {what} did not finish within {:.1} s",
+            bound.as_secs_f64()
+        );
+        println!("\n**attn gate: FAILED** (hang; no evidence written)");
+    }));
+    let mut session = BackwardGate::new(&gpu, &candidate, &baseline, &plan, Some(&watchdog));
+    let clocks_before = attn_kernels::telemetry::read_clocks(0);
+    let mut cases = Vec::new();
+    for (i, problem) in problems.iter().enumerate() {
+        if session.lost {
+            cases.push(ended_backward_case(
+                problem,
+                CaseStatus::CouldNotRun,
+                "not run: an earlier fault lost the CUDA context".into(),
+            ));
+            continue;
+        }
+        if let Err(why) = budget.admit() {
+            println!("  {problem}: {why}");
+            cases.push(ended_backward_case(problem, CaseStatus::CouldNotRun, why));
+            continue;
+        }
+        let case = session.case(problem, seed.wrapping_add(1_000_003 * i as u64));
+        let defences = attn_evidence::defences_line(&case.defences)
+            .map_or_else(String::new, |line| format!("; {line}"));
+        println!("  {}: {}{defences}", case.shape, case.reason);
+        cases.push(case);
+    }
+    let clocks_after = attn_kernels::telemetry::read_clocks(0);
+    let provenance = crate::provenance::collect(&gpu, None, clocks_before, clocks_after);
+    let passed = !cases.is_empty() && cases.iter().all(|c| c.passed);
+    let run = attn_evidence::GateRun {
+        schema: attn_evidence::SCHEMA_VERSION,
+        kind: attn_evidence::EvidenceKind::Gate,
+        provenance,
+        candidate: candidate.implementation(),
+        baseline: baseline.implementation(),
+        suite: args.problems.suite_name(DEFAULT_SUITE),
+        options: plan.compare,
+        rule: plan.rule.clone(),
+        cases,
+        passed,
+    };
+    let evidence = (!args.no_evidence).then_some(args.evidence.as_path());
+    crate::gate::finish(&run, args.markdown.as_deref(), evidence)
+}
