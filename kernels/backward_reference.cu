@@ -11,8 +11,9 @@
 // `reference_bwd` computes the backward pass's math of README.md from Q, K, V, O, dO and the LSE
 // given: P = expf(scale·q·k - LSE), D_i = Σ dO∘O, dS = P∘(dO·vᵀ - D_i), dQ = scale·dS·K,
 // dK = scale·dSᵀ·Q, dV = Pᵀ·dO, all in f32, written as f32 in the layouts of Q, K and V; beside each
-// element its rounding scale, the square root of the sum of its terms squared (dQ: scale·dS_ij·K_j
-// over the keys, dK: scale·dS_ij·Q_i and dV: P_ij·dO_i over the group's rows), which bounds the
+// element its rounding scale, the square root of the sum of its terms' sizes squared (dQ:
+// scale·|dS|_ij·K_j over the keys, dK: scale·|dS|_ij·Q_i and dV: P_ij·dO_i over the group's rows,
+// |dS|_ij = P_ij·(|dP_ij| + |D_i|), the size at which a rounded dP − D is off), which bounds the
 // error of a kernel that rounds P and dS to the input type (attn-oracle's backward_with_scales,
 // in f32 here). A warp per
 // output row, lane l holding elements l, l + 32, ...; every sum is a plain loop in a fixed order
@@ -198,13 +199,15 @@ reference_bwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const 
                 const float p = expf(dot_row(q_reg, k_row, lane) * scale - row_lse);
                 const float dp = dot_row(do_reg, v + view.kv + (long long)j * view.kv_stride, lane);
                 const float ds = p * (dp - delta);
+                const float ds_size = p * (fabsf(dp) + fabsf(delta));
 #pragma unroll
                 for (int e = 0; e < DIMS_PER_LANE; ++e) {
                     const int d = lane + 32 * e;
                     if (d < HEAD_DIM) {
-                        const float term = ds * to_float(k_row[d]);
-                        acc[e] += term;
-                        acc_sq[e] += term * term;
+                        const float x = to_float(k_row[d]);
+                        const float size = ds_size * x;
+                        acc[e] += ds * x;
+                        acc_sq[e] += size * size;
                     }
                 }
             }
@@ -243,15 +246,17 @@ reference_bwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const 
             const float p = expf(dot_row(k_reg, q + at, lane) * scale - row_lse);
             const float dp = dot_row(v_reg, d_o + at, lane);
             const float ds = p * (dp - delta);
+            const float ds_size = p * (fabsf(dp) + fabsf(delta));
             const elem_t* q_row = q + at;
 #pragma unroll
             for (int e = 0; e < DIMS_PER_LANE; ++e) {
                 const int d = lane + 32 * e;
                 if (d < HEAD_DIM) {
-                    const float dk_term = ds * to_float(q_row[d]), dv_term = p * do_reg[e];
-                    dk_acc[e] += dk_term;
+                    const float x = to_float(q_row[d]);
+                    const float dk_size = ds_size * x, dv_term = p * do_reg[e];
+                    dk_acc[e] += ds * x;
                     dv_acc[e] += dv_term;
-                    dk_sq[e] += dk_term * dk_term;
+                    dk_sq[e] += dk_size * dk_size;
                     dv_sq[e] += dv_term * dv_term;
                 }
             }

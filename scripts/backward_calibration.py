@@ -8,7 +8,7 @@ each gradient's error, against the exact gradients and against the oracle's from
 own rounded O (D = rowsum(dO ∘ O) from it, as the oracle judges a kernel), in two element bounds, as multiples of them (an excess above 1 fails):
   rms    max(4·r·RMS(exact), r·|exact_i|): the bound before per-element scales;
   scaled that, or 4·r·s_i, with s_i = sqrt(sum of the element's terms squared) (dV: P·dO over the
-         query rows, dK: scale·dS·Q, dQ: scale·dS·K), the oracle's `backward_scales`;
+         query rows, dK: scale·|dS|·Q, dQ: scale·|dS|·K, |dS| = P·(|dP| + |D|)), the oracle's `backward_scales`;
 with r the dtype's relative bound (dV 2u + 2^-17, dQ and dK 3u + 2^-17). rel_l2/r is the
 relative L2 error over its bound. Writes JSON (provenance and every row) to --out.
 """
@@ -58,13 +58,16 @@ def exact(q, k, v, d_o, causal, scale, given_o=None):
     o = p @ ve
     dp = d_o @ ve.transpose(-1, -2)
     o = o if given_o is None else given_o.double()
-    ds = p * (dp - (d_o * o).sum(-1, keepdim=True))
+    delta = (d_o * o).sum(-1, keepdim=True)
+    ds = p * (dp - delta)
+    # The size at which dS is rounded: a kernel subtracts a rounded D from a rounded dP.
+    ds_size = p * (dp.abs() + delta.abs())
     dq = scale * ds @ ke
     dk = scale * ds.transpose(-1, -2) @ q
     dv = p.transpose(-1, -2) @ d_o
     sq = lambda a, b: a.square() @ b.square()
-    dq_s = (scale**2 * sq(ds, ke)).sqrt()
-    dk_s2 = scale**2 * sq(ds.transpose(-1, -2), q)
+    dq_s = (scale**2 * sq(ds_size, ke)).sqrt()
+    dk_s2 = scale**2 * sq(ds_size.transpose(-1, -2), q)
     dv_s2 = sq(p.transpose(-1, -2), d_o)
     fold = lambda t: t.unflatten(1, (k.shape[1], group)).sum(2)
     return {

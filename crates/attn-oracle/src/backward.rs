@@ -140,14 +140,17 @@ pub fn backward(
 }
 
 /// [`backward`] and, beside each gradient element, its rounding scale: the square root of the sum
-/// of its terms squared (dV: `P_ij·dO_i` over the query rows that see key j, dK: `scale·dS_ij·Q_i`,
-/// dQ: `scale·dS_ij·K_j` over the keys), summed over a group's heads for dK and dV.
+/// of its terms' sizes squared (dV: `P_ij·dO_i` over the query rows that see key j, dK:
+/// `scale·|dS|_ij·Q_i`, dQ: `scale·|dS|_ij·K_j` over the keys), summed over a group's heads for
+/// dK and dV, where `|dS|_ij = P_ij·(|dP_ij| + |D_i|)` is the size at which dS is rounded.
 ///
-/// A kernel rounds each term's operand (P or dS) to the input dtype, so an element's error is
-/// about `u` times this scale whatever the element's own value: where its terms cancel (dQ of a
-/// row whose `Σ_j dS_ij = 0`), or where it sums many more rows than the tensor's typical element
-/// (dV of an early key under a causal mask), a bound relative to the element or to the tensor's
-/// RMS would reject the rounding of an exact kernel. [`compare_gradient`] takes these scales.
+/// A kernel rounds each term's operand (P or dS) to the input dtype, and dS from a rounded dP
+/// and D, so an element's error is about `u` times this scale whatever the element's own value:
+/// where its terms cancel (dQ of a row whose `Σ_j dS_ij = 0`), where dS itself cancels (a peaky
+/// row's one key, whose dP is its D), or where it sums many more rows than the tensor's typical
+/// element (dV of an early key under a causal mask), a bound relative to the element or to the
+/// tensor's RMS would reject the rounding of an exact kernel. [`compare_gradient`] takes these
+/// scales.
 ///
 /// ```
 /// use attn_oracle::{backward_with_scales, forward_with_lse, DType, HostTensor, Params};
@@ -357,8 +360,11 @@ impl Problem {
         &tensor[(slab * seq + row) * d..][..d]
     }
 
-    /// `(P_ij, dS_ij)` of query row `row` of query slab `slab` and key `key` of its K/V slab.
-    fn pair(&self, slab: usize, row: usize, key: usize) -> (f64, f64) {
+    /// `(P_ij, dS_ij, |dS_ij|'s rounding size)` of query row `row` of query slab `slab` and key
+    /// `key` of its K/V slab: a kernel computes `dP_ij − D_i` from a rounded `dP_ij` and `D_i`, so
+    /// dS is off by about `u·P_ij·(|dP_ij| + |D_i|)` however much the difference cancels (a peaky
+    /// row, whose P is one key and whose D is that key's dP).
+    fn pair(&self, slab: usize, row: usize, key: usize) -> (f64, f64, f64) {
         let Shape { seq_q, seq_kv, .. } = self.shape;
         let kv_slab = self.kv_slab(slab);
         let flat = slab * seq_q + row;
@@ -372,7 +378,8 @@ impl Problem {
             self.row(&self.d_o, slab, seq_q, row),
             self.row(&self.v, kv_slab, seq_kv, key),
         );
-        (p, p * (dp - self.delta[flat]))
+        let delta = self.delta[flat];
+        (p, p * (dp - delta), p * (dp.abs() + delta.abs()))
     }
 
     /// Writes query row `row`'s dQ into `dq` and hands each key it sees to `each(key, P, dS)`.
@@ -387,7 +394,7 @@ impl Problem {
         let kv_slab = self.kv_slab(slab);
         let scale = self.params.scale;
         for key in self.params.kv_range(row, seq_q, seq_kv) {
-            let (p, ds) = self.pair(slab, row, key);
+            let (p, ds, _) = self.pair(slab, row, key);
             for (g, x) in dq.iter_mut().zip(self.row(&self.k, kv_slab, seq_kv, key)) {
                 *g += scale * ds * x;
             }
@@ -411,7 +418,7 @@ impl Problem {
                 if !self.params.kv_range(row, seq_q, seq_kv).contains(&key) {
                     continue;
                 }
-                let (p, ds) = self.pair(slab, row, key);
+                let (p, ds, _) = self.pair(slab, row, key);
                 let (query, grad) = (
                     self.row(&self.q, slab, seq_q, row),
                     self.row(&self.d_o, slab, seq_q, row),
@@ -494,20 +501,19 @@ impl Problem {
                 self.row(&self.d_o, slab, seq_q, row),
             );
             for key in self.params.kv_range(row, seq_q, seq_kv) {
-                let (p, ds) = self.pair(slab, row, key);
+                let (p, ds, ds_size) = self.pair(slab, row, key);
                 let key_vec = self.row(&self.k, kv_slab, seq_kv, key);
                 let terms = Terms {
                     row,
                     key,
                     p,
-                    scaled_ds: scale * ds,
                     query,
                     grad,
                     key_vec,
                 };
-                terms.add_to(&mut out, |t| t);
+                terms.add_to(&mut out, scale * ds, |t| t);
                 if let Some(squared) = &mut squared {
-                    terms.add_to(squared, |t| t * t);
+                    terms.add_to(squared, scale * ds_size, |t| t * t);
                 }
             }
         }
@@ -520,21 +526,21 @@ struct Terms<'a> {
     row: usize,
     key: usize,
     p: f64,
-    scaled_ds: f64,
     query: &'a [f64],
     grad: &'a [f64],
     key_vec: &'a [f64],
 }
 
 impl Terms<'_> {
-    /// Adds each term, through `f` (itself or its square), to its element of `into`.
-    fn add_to(&self, into: &mut SlabGradients, f: impl Fn(f64) -> f64) {
+    /// Adds each term, through `f` (itself or its square), to its element of `into`, with
+    /// `scaled_ds` as dQ's and dK's factor (`scale·dS_ij`, or its rounding size for the scales).
+    fn add_to(&self, into: &mut SlabGradients, scaled_ds: f64, f: impl Fn(f64) -> f64) {
         let d = self.query.len();
         for (g, x) in into.dq[self.row * d..][..d].iter_mut().zip(self.key_vec) {
-            *g += f(self.scaled_ds * x);
+            *g += f(scaled_ds * x);
         }
         for (g, x) in into.dk[self.key * d..][..d].iter_mut().zip(self.query) {
-            *g += f(self.scaled_ds * x);
+            *g += f(scaled_ds * x);
         }
         for (g, x) in into.dv[self.key * d..][..d].iter_mut().zip(self.grad) {
             *g += f(self.p * x);

@@ -512,18 +512,18 @@ fn rounding_kernel(problem: &Problem, dtype: DType) -> Gradients {
         };
         for row in 0..seq_q {
             for key in problem.params.kv_range(row, seq_q, seq_kv) {
-                let (p, ds) = problem.pair(slab, row, key);
+                let (p, ds, _) = problem.pair(slab, row, key);
                 let terms = Terms {
                     row,
                     key,
                     p: round(p),
-                    scaled_ds: round(problem.params.scale * ds),
                     query: problem.row(&problem.q, slab, seq_q, row),
                     grad: problem.row(&problem.d_o, slab, seq_q, row),
                     key_vec: problem.row(&problem.k, kv_slab, seq_kv, key),
                 };
                 // Each product and sum in f32.
-                terms.add_to(&mut part, |t| f64::from(t as f32));
+                let scaled_ds = round(problem.params.scale * ds);
+                terms.add_to(&mut part, scaled_ds, |t| f64::from(t as f32));
                 let (dq, dk, dv) = (
                     &mut part.dq[row * d..][..d],
                     &mut part.dk[key * d..][..d],
@@ -624,13 +624,13 @@ fn scales_are_the_terms_root_sum_of_squares() {
     for slab in 0..4 {
         for row in 0..s_q {
             for key in params.kv_range(row, s_q, s_kv) {
-                let (p, ds) = problem.pair(slab, row, key);
+                let (p, _, ds_size) = problem.pair(slab, row, key);
                 let kv = problem.kv_slab(slab);
                 for c in 0..d {
                     let g = problem.row(&problem.d_o, slab, s_q, row)[c];
                     dv_sq[(kv * s_kv + key) * d + c] += (p * g).powi(2);
                     let x = problem.row(&problem.k, kv, s_kv, key)[c];
-                    dq_sq[(slab * s_q + row) * d + c] += (params.scale * ds * x).powi(2);
+                    dq_sq[(slab * s_q + row) * d + c] += (params.scale * ds_size * x).powi(2);
                 }
             }
         }
