@@ -215,6 +215,7 @@ pub fn compare(output: &HostTensor, reference: &Reference, tolerance: &Tolerance
                 ]
             },
             floor: None,
+            size: None,
         },
     )
 }
@@ -230,6 +231,10 @@ pub(crate) struct OutputLayout<'a> {
     /// An element's own least bound by its offset, above [`Tolerance::element_bound`] where
     /// larger (a gradient's rounding scale); `None` for none.
     pub floor: Option<&'a dyn Fn(usize) -> f64>,
+    /// An element's size for the relative L2 error where it exceeds the element itself (a
+    /// gradient's rounding scale: where the exact gradient cancels to ~0 its rounding does not);
+    /// `None` for the element.
+    pub size: Option<&'a dyn Fn(usize) -> f64>,
 }
 
 /// [`compare`] with the reference's rows placed in `output` by `layout`.
@@ -301,7 +306,10 @@ pub(crate) fn compare_in(
                 verdict.max_rel = verdict.max_rel.max(error / expected.abs());
             }
             error_sq += error * error;
-            reference_sq += expected * expected;
+            let size = layout
+                .size
+                .map_or(expected.abs(), |size| expected.abs().max(size(flat)));
+            reference_sq += size * size;
         }
     }
     verdict.rel_l2 = error_sq.sqrt() / reference_sq.sqrt().max(f64::MIN_POSITIVE);

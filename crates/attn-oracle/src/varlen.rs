@@ -390,6 +390,7 @@ pub fn compare_packed(
                 None => [varlen.sequences(), 0, 0, flat % d],
             },
             floor: None,
+            size: None,
         },
     )
 }

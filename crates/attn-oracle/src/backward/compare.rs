@@ -108,8 +108,10 @@ pub fn backward_tolerance(dtype: DType, distribution: Distribution) -> BackwardT
 /// Compares every element of a gradient `output` with the oracle's `exact` (same dims, any
 /// element types), as [`crate::compare`] does an output: poison, NaN and Inf counted, each
 /// element within [`Tolerance::element_bound`] or, where larger, `4·rel_l2` times its rounding
-/// scale in `scales` ([`crate::backward_with_scales`], same dims), the relative L2 bound; `worst`
-/// indexes `output`'s own dims. A dims mismatch (of `scales` too) is a failed verdict.
+/// scale in `scales` ([`crate::backward_with_scales`], same dims), the relative L2 bound; with
+/// scales the relative L2 error is the error's norm over that of max(|exact|, scale) element by
+/// element (a gradient that cancels to ~0, dQ of peaky rows, is still rounded at its terms' size).
+/// `worst` indexes `output`'s own dims. A dims mismatch (of `scales` too) is a failed verdict.
 pub fn compare_gradient(
     output: &HostTensor,
     exact: &HostTensor,
@@ -129,6 +131,9 @@ pub fn compare_gradient(
     let floor = scales
         .as_ref()
         .map(|scales| move |flat: usize| ELEMENT_SPREAD * tolerance.rel_l2 * scales[flat]);
+    let size = scales
+        .as_ref()
+        .map(|scales| move |flat: usize| scales[flat]);
     // A stand-in for the forward's reference: every row of `exact`, read as [B, H, S, D] rows.
     let reference = Reference {
         shape: Shape {
@@ -166,6 +171,7 @@ pub fn compare_gradient(
                 ]
             },
             floor: floor.as_ref().map(|f| f as &dyn Fn(usize) -> f64),
+            size: size.as_ref().map(|f| f as &dyn Fn(usize) -> f64),
         },
     )
 }

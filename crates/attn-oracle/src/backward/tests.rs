@@ -665,3 +665,27 @@ fn gradients_are_bit_identical_on_one_thread_and_many() {
         assert_eq!(bits(a), bits(b));
     }
 }
+
+#[test]
+fn a_gradient_that_cancels_to_zero_is_judged_at_its_rounding_size() {
+    // A peaky row's dQ: exact ~0, its terms of size 1: a kernel's rounding of 1e-4 per element
+    // is no error relative to the terms, and 1e-4 / 1e-300 relative to the exact gradient.
+    let dims = [1, 1, 4, 8];
+    let exact = HostTensor::from_f64(dims, DType::F32, &[1e-300; 32]);
+    let scales = HostTensor::from_f64(dims, DType::F32, &[1.0; 32]);
+    let rounded = HostTensor::from_f64(dims, DType::F32, &[1e-4; 32]);
+    let tolerance = crate::Tolerance {
+        max_abs: 1e-3,
+        rel_l2: 1e-3,
+    };
+    let verdict = compare_gradient(&rounded, &exact, Some(&scales), &tolerance);
+    assert!(verdict.passed, "{verdict}");
+    assert!(verdict.rel_l2 < 2e-4, "{verdict}");
+    // Without the scales the same rounding is a relative L2 error of ~1e296.
+    let verdict = compare_gradient(&rounded, &exact, None, &tolerance);
+    assert!(!verdict.passed && verdict.rel_l2 > 1e290, "{verdict}");
+    // Errors at the terms' own size are still caught by the relative L2 bound with the scales.
+    let wrong = HostTensor::from_f64(dims, DType::F32, &[3e-3; 32]);
+    let verdict = compare_gradient(&wrong, &exact, Some(&scales), &tolerance);
+    assert!(!verdict.passed, "{verdict}");
+}
