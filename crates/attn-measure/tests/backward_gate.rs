@@ -333,7 +333,8 @@ fn the_backward_gate_passes_mma_over_naive_and_its_battery_finds_a_group_size_bu
         .memory_floor_us
         .is_some_and(|f| f < comparison.candidate.median));
 
-    // Right at the case's group of 4, wrong at a group of 3: the battery names it.
+    // Right at the case's group of 4, wrong at a group of 3: the battery names it (K/V heads
+    // never written, or written wrong).
     let dir = tempfile::tempdir().unwrap();
     let (name, from, to) = POWER_OF_TWO_GROUP;
     let path = planted(dir.path(), name, from, to);
@@ -353,7 +354,13 @@ fn the_backward_gate_passes_mma_over_naive_and_its_battery_finds_a_group_size_bu
         .iter()
         .find(|c| !c.passed)
         .unwrap();
-    assert_eq!(failed.failure, Some(CheckFailure::Incorrect), "{failed:?}");
+    assert!(
+        matches!(
+            failed.failure,
+            Some(CheckFailure::Incorrect | CheckFailure::Unwritten)
+        ),
+        "{failed:?}"
+    );
     let at: Problem = Problem::parse(failed.shape.as_deref().unwrap()).unwrap();
     assert!(!at.shape.group().is_power_of_two(), "{failed:?}");
     assert!(case.comparison.is_none());
