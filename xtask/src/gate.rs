@@ -326,6 +326,31 @@ pub(crate) fn finish(
     Ok(if run.passed { 0 } else { crate::EXIT_FAILED })
 }
 
+/// A decode or backward run's record from its cases (passed when every case passed), judged by
+/// `plan`; the prefill gate's is `GateSession::record`.
+pub(crate) fn gate_run(
+    provenance: attn_evidence::Provenance,
+    candidate: attn_evidence::Implementation,
+    baseline: attn_evidence::Implementation,
+    suite: Option<String>,
+    plan: &GatePlan,
+    cases: Vec<attn_evidence::GateCase>,
+) -> GateRun {
+    let passed = !cases.is_empty() && cases.iter().all(|c| c.passed);
+    GateRun {
+        schema: attn_evidence::SCHEMA_VERSION,
+        kind: attn_evidence::EvidenceKind::Gate,
+        provenance,
+        candidate,
+        baseline,
+        suite,
+        options: plan.compare,
+        rule: plan.rule.clone(),
+        cases,
+        passed,
+    }
+}
+
 /// How every case of a gate run is judged, from its arguments (`mode`: faster, or no regression;
 /// `block` and `compare` as validated), on `gpu`: for prefill and decode alike.
 pub(crate) fn plan(

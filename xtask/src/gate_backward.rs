@@ -120,19 +120,9 @@ pub fn run(
     }
     let clocks_after = attn_kernels::telemetry::read_clocks(0);
     let provenance = crate::provenance::collect(&gpu, None, clocks_before, clocks_after);
-    let passed = !cases.is_empty() && cases.iter().all(|c| c.passed);
-    let run = attn_evidence::GateRun {
-        schema: attn_evidence::SCHEMA_VERSION,
-        kind: attn_evidence::EvidenceKind::Gate,
-        provenance,
-        candidate: candidate.implementation(),
-        baseline: baseline.implementation(),
-        suite: args.problems.suite_name(DEFAULT_SUITE),
-        options: plan.compare,
-        rule: plan.rule.clone(),
-        cases,
-        passed,
-    };
+    let (candidate, baseline) = (candidate.implementation(), baseline.implementation());
+    let suite = args.problems.suite_name(DEFAULT_SUITE);
+    let run = crate::gate::gate_run(provenance, candidate, baseline, suite, &plan, cases);
     let evidence = (!args.no_evidence).then_some(args.evidence.as_path());
     crate::gate::finish(&run, args.markdown.as_deref(), evidence)
 }

@@ -124,19 +124,9 @@ pub fn run(
         clocks_before,
         clocks_after,
     );
-    let passed = !cases.is_empty() && cases.iter().all(|c| c.passed);
-    let run = attn_evidence::GateRun {
-        schema: attn_evidence::SCHEMA_VERSION,
-        kind: attn_evidence::EvidenceKind::Gate,
-        provenance,
-        candidate: session.implementation(),
-        baseline: baseline.implementation(),
-        suite: args.problems.suite_name("seed"),
-        options: plan.compare,
-        rule: plan.rule.clone(),
-        cases,
-        passed,
-    };
+    let (candidate, baseline) = (session.implementation(), baseline.implementation());
+    let suite = args.problems.suite_name("seed");
+    let run = crate::gate::gate_run(provenance, candidate, baseline, suite, &plan, cases);
     let evidence = (!args.no_evidence).then_some(args.evidence.as_path());
     crate::gate::finish(&run, args.markdown.as_deref(), evidence)
 }

@@ -181,6 +181,18 @@ impl PhaseTrace {
     }
 }
 
+/// How an error ends a case: its status and reason, and whether it was a fault (the CUDA
+/// context is then lost for the rest of the run).
+pub(crate) fn ended_by(err: &MeasureError) -> (CaseStatus, String, bool) {
+    let fault = matches!(err, MeasureError::Kernel(e) if e.is_fault());
+    let (status, what) = if fault {
+        (CaseStatus::Fault, "fault")
+    } else {
+        (CaseStatus::CouldNotRun, "could not run")
+    };
+    (status, format!("{what}: {err}"), fault)
+}
+
 /// An empty case of `problem` with a status and reason.
 pub fn ended_case(problem: &Problem, status: CaseStatus, reason: String) -> GateCase {
     ended_case_of(problem.spec.clone(), None, status, reason)
@@ -299,14 +311,9 @@ impl<'a> GateSession<'a> {
         match self.try_case(problem, seed) {
             Ok(case) => case,
             Err(err) => {
-                let fault = matches!(&err, MeasureError::Kernel(e) if e.is_fault());
+                let (status, reason, fault) = ended_by(&err);
                 self.lost |= fault;
-                let (status, what) = if fault {
-                    (CaseStatus::Fault, "fault")
-                } else {
-                    (CaseStatus::CouldNotRun, "could not run")
-                };
-                let mut case = ended_case(problem, status, format!("{what}: {err}"));
+                let mut case = ended_case(problem, status, reason);
                 case.defences = case_defences(&case, &self.plan.rule, &self.facts(0));
                 case
             }

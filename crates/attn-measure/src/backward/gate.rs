@@ -31,7 +31,7 @@ use crate::baseline::{median, timing_evidence};
 use crate::battery::{battery_problems, tile_sizes};
 use crate::check::scale_factor;
 use crate::defences::{case_defences, CaseFacts};
-use crate::gate::{compare_sides, ended_case, plausibility_flag, GatePlan};
+use crate::gate::{compare_sides, ended_by, ended_case, plausibility_flag, GatePlan};
 use crate::supervise::Watchdog;
 use crate::timing::{interleave, TimedSide};
 use crate::{MeasureError, Problem, Result};
@@ -72,15 +72,9 @@ impl BackwardCandidate {
     /// read when it compiles.
     pub fn check_supports(&self, problem: &Problem) -> Result<()> {
         if let BackwardCandidate::Registered { name, overrides } = self {
-            let implementation = find_backward(name)?;
-            implementation.check_head_dim(problem.shape.head_dim)?;
+            let implementation = registered_supports(name, problem)?;
             let limits = attn_kernels::DeviceLimits::H100;
             implementation.resolve(overrides, problem.shape.head_dim, &limits)?;
-            implementation.check_supports(
-                &problem.shape,
-                &problem.params,
-                problem.varlen.is_some(),
-            )?;
         }
         Ok(())
     }
@@ -119,6 +113,18 @@ impl BackwardCandidate {
     }
 }
 
+/// The registered backward implementation `name`, refused in one line when it does not take
+/// `problem`'s head dim or variants.
+fn registered_supports(
+    name: &str,
+    problem: &Problem,
+) -> Result<&'static attn_kernels::backward::BackwardImplementation> {
+    let implementation = find_backward(name)?;
+    implementation.check_head_dim(problem.shape.head_dim)?;
+    implementation.check_supports(&problem.shape, &problem.params, problem.varlen.is_some())?;
+    Ok(implementation)
+}
+
 /// What a backward candidate is compared with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BackwardBaseline {
@@ -147,13 +153,7 @@ impl BackwardBaseline {
     pub fn check_supports(&self, problem: &Problem) -> Result<()> {
         match self {
             BackwardBaseline::Registered(name) => {
-                let implementation = find_backward(name)?;
-                implementation.check_head_dim(problem.shape.head_dim)?;
-                implementation.check_supports(
-                    &problem.shape,
-                    &problem.params,
-                    problem.varlen.is_some(),
-                )?;
+                registered_supports(name, problem)?;
                 Ok(())
             }
         }
@@ -250,14 +250,9 @@ impl<'a> BackwardGate<'a> {
         match self.try_case(problem, seed) {
             Ok(case) => case,
             Err(err) => {
-                let fault = matches!(&err, MeasureError::Kernel(e) if e.is_fault());
+                let (status, reason, fault) = ended_by(&err);
                 self.lost |= fault;
-                let (status, what) = if fault {
-                    (CaseStatus::Fault, "fault")
-                } else {
-                    (CaseStatus::CouldNotRun, "could not run")
-                };
-                let mut case = ended_backward_case(problem, status, format!("{what}: {err}"));
+                let mut case = ended_backward_case(problem, status, reason);
                 case.defences = case_defences(&case, &self.plan.rule, &self.facts());
                 case
             }

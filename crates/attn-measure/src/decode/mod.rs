@@ -35,7 +35,9 @@ use attn_oracle::{decode_battery, DecodeCase, DecodeSpec, Distribution, Window};
 use crate::baseline::{median, sdpa_implementation, timing_evidence};
 use crate::check::scale_factor;
 use crate::defences::{case_defences, CaseFacts};
-use crate::gate::{compare_sides, ended_case_of, plausibility_flag, timed_output_check, GatePlan};
+use crate::gate::{
+    compare_sides, ended_by, ended_case_of, plausibility_flag, timed_output_check, GatePlan,
+};
 use crate::sdpa::{decode_refusal, Backend, Sdpa};
 use crate::supervise::Watchdog;
 use crate::timing::{interleave, TimedSide};
@@ -211,14 +213,9 @@ impl<'a> DecodeGate<'a> {
         match self.try_case(spec, seed) {
             Ok(case) => case,
             Err(err) => {
-                let fault = matches!(&err, MeasureError::Kernel(e) if e.is_fault());
+                let (status, reason, fault) = ended_by(&err);
                 self.lost |= fault;
-                let (status, what) = if fault {
-                    (CaseStatus::Fault, "fault")
-                } else {
-                    (CaseStatus::CouldNotRun, "could not run")
-                };
-                let mut case = ended_decode_case(spec, status, format!("{what}: {err}"));
+                let mut case = ended_decode_case(spec, status, reason);
                 case.defences = case_defences(&case, &self.plan.rule, &self.facts(0));
                 case
             }
