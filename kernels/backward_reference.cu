@@ -15,7 +15,8 @@
 // scale·|dS|_ij·K_j over the keys, dK: scale·|dS|_ij·Q_i and dV: P_ij·dO_i over the group's rows,
 // |dS|_ij = P_ij·(|dP_ij| + |D_i|), the size at which a rounded dP − D is off), which bounds the
 // error of a kernel that rounds P and dS to the input type (attn-oracle's backward_with_scales,
-// in f32 here). A warp per
+// in f32 here). P, scale·|dS| and each scale count no smaller than the input type's smallest
+// normal (SMALLEST_NORMAL): below it rounding errs by u times that normal. A warp per
 // output row, lane l holding elements l, l + 32, ...; every sum is a plain loop in a fixed order
 // and no atomics are used, so the result is the same bits on every launch. A dQ row loops over the
 // keys its query row sees; a dK/dV row (one key of one K/V head) loops over the query heads of the
@@ -35,6 +36,13 @@
 
 #define ROWS_PER_BLOCK 4
 #define DIMS_PER_LANE ((HEAD_DIM + 31) / 32)
+
+// The input type's smallest positive normal number (attn-problem's DType::smallest_normal).
+#if defined(ATTN_DTYPE_BF16)
+#define SMALLEST_NORMAL 1.17549435e-38f
+#else
+#define SMALLEST_NORMAL 6.103515625e-05f
+#endif
 
 namespace backward_reference {
 
@@ -105,7 +113,7 @@ __device__ __forceinline__ void store_root(float* __restrict__ row, const float 
 #pragma unroll
     for (int e = 0; e < DIMS_PER_LANE; ++e) {
         const int d = lane + 32 * e;
-        if (d < HEAD_DIM) row[d] = sqrtf(x[e]) * factor;
+        if (d < HEAD_DIM) row[d] = fmaxf(sqrtf(x[e]) * factor, SMALLEST_NORMAL);
     }
 }
 
@@ -199,7 +207,7 @@ reference_bwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const 
                 const float p = expf(dot_row(q_reg, k_row, lane) * scale - row_lse);
                 const float dp = dot_row(do_reg, v + view.kv + (long long)j * view.kv_stride, lane);
                 const float ds = p * (dp - delta);
-                const float ds_size = p * (fabsf(dp) + fabsf(delta));
+                const float ds_size = fmaxf(scale * p * (fabsf(dp) + fabsf(delta)), SMALLEST_NORMAL);
 #pragma unroll
                 for (int e = 0; e < DIMS_PER_LANE; ++e) {
                     const int d = lane + 32 * e;
@@ -213,7 +221,7 @@ reference_bwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const 
             }
         }
         store_row(dq + flat_row * HEAD_DIM, acc, scale, lane);
-        store_root(dq_scale + flat_row * HEAD_DIM, acc_sq, scale, lane);
+        store_root(dq_scale + flat_row * HEAD_DIM, acc_sq, 1.0f, lane);
         return;
     }
 
@@ -246,25 +254,26 @@ reference_bwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k, const 
             const float p = expf(dot_row(k_reg, q + at, lane) * scale - row_lse);
             const float dp = dot_row(v_reg, d_o + at, lane);
             const float ds = p * (dp - delta);
-            const float ds_size = p * (fabsf(dp) + fabsf(delta));
+            const float ds_size = fmaxf(scale * p * (fabsf(dp) + fabsf(delta)), SMALLEST_NORMAL);
+            const float p_size = fmaxf(p, SMALLEST_NORMAL);
             const elem_t* q_row = q + at;
 #pragma unroll
             for (int e = 0; e < DIMS_PER_LANE; ++e) {
                 const int d = lane + 32 * e;
                 if (d < HEAD_DIM) {
                     const float x = to_float(q_row[d]);
-                    const float dk_size = ds_size * x, dv_term = p * do_reg[e];
+                    const float dk_size = ds_size * x, dv_size = p_size * do_reg[e];
                     dk_acc[e] += ds * x;
-                    dv_acc[e] += dv_term;
+                    dv_acc[e] += p * do_reg[e];
                     dk_sq[e] += dk_size * dk_size;
-                    dv_sq[e] += dv_term * dv_term;
+                    dv_sq[e] += dv_size * dv_size;
                 }
             }
         }
     }
     store_row(dk + flat_key * HEAD_DIM, dk_acc, scale, lane);
     store_row(dv + flat_key * HEAD_DIM, dv_acc, 1.0f, lane);
-    store_root(dk_scale + flat_key * HEAD_DIM, dk_sq, scale, lane);
+    store_root(dk_scale + flat_key * HEAD_DIM, dk_sq, 1.0f, lane);
     store_root(dv_scale + flat_key * HEAD_DIM, dv_sq, 1.0f, lane);
 }
 

@@ -46,6 +46,8 @@ def shape_of(text):
 def exact(q, k, v, d_o, causal, scale, given_o=None):
     """The f64 gradients and each element's term scale; with `given_o`, D = rowsum(dO ∘ O) from
     that O (a kernel's rounded forward output), as the oracle's `backward` takes it."""
+    # Below the input type's smallest normal, rounding errs by u times that normal.
+    normal = torch.finfo(q.dtype).tiny
     q, k, v, d_o = (t.double() for t in (q, k, v, d_o))
     group = q.shape[1] // k.shape[1]
     ke, ve = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
@@ -65,15 +67,20 @@ def exact(q, k, v, d_o, causal, scale, given_o=None):
     dq = scale * ds @ ke
     dk = scale * ds.transpose(-1, -2) @ q
     dv = p.transpose(-1, -2) @ d_o
+    # The rounded operands' sizes, no smaller than the normals where a pair is visible.
+    seen = torch.isfinite(logits)
+    at_least = lambda t: torch.where(seen, t.clamp_min(normal), torch.zeros_like(t))
+    ds_size, p_size = at_least(scale * ds_size), at_least(p)
     sq = lambda a, b: a.square() @ b.square()
-    dq_s = (scale**2 * sq(ds_size, ke)).sqrt()
-    dk_s2 = scale**2 * sq(ds_size.transpose(-1, -2), q)
-    dv_s2 = sq(p.transpose(-1, -2), d_o)
+    root = lambda t: t.sqrt().clamp_min(normal)
+    dq_s = root(sq(ds_size, ke))
+    dk_s2 = sq(ds_size.transpose(-1, -2), q)
+    dv_s2 = sq(p_size.transpose(-1, -2), d_o)
     fold = lambda t: t.unflatten(1, (k.shape[1], group)).sum(2)
     return {
         "dq": (dq, dq_s),
-        "dk": (fold(dk), fold(dk_s2).sqrt()),
-        "dv": (fold(dv), fold(dv_s2).sqrt()),
+        "dk": (fold(dk), root(fold(dk_s2))),
+        "dv": (fold(dv), root(fold(dv_s2))),
     }
 
 

@@ -26,7 +26,9 @@
 use rayon::prelude::*;
 
 use crate::reference::{check_inputs, dot, select_rows};
-use crate::{reference, HostData, HostTensor, OracleError, Params, RowId, RowSelection, Shape};
+use crate::{
+    reference, DType, HostData, HostTensor, OracleError, Params, RowId, RowSelection, Shape,
+};
 
 mod compare;
 mod varlen;
@@ -142,7 +144,10 @@ pub fn backward(
 /// [`backward`] and, beside each gradient element, its rounding scale: the square root of the sum
 /// of its terms' sizes squared (dV: `P_ij·dO_i` over the query rows that see key j, dK:
 /// `scale·|dS|_ij·Q_i`, dQ: `scale·|dS|_ij·K_j` over the keys), summed over a group's heads for
-/// dK and dV, where `|dS|_ij = P_ij·(|dP_ij| + |D_i|)` is the size at which dS is rounded.
+/// dK and dV, where `|dS|_ij = P_ij·(|dP_ij| + |D_i|)` is the size at which dS is rounded. P,
+/// `scale·|dS|` and the scale itself count no smaller than the input dtype's smallest normal
+/// number: below it rounding errs by `u` times that normal (fp16's subnormals), so a peaky row's
+/// P ≈ 1e-9 and the dK of a key no row picks are rounded at that size, not at their own.
 ///
 /// A kernel rounds each term's operand (P or dS) to the input dtype, and dS from a rounded dP
 /// and D, so an element's error is about `u` times this scale whatever the element's own value:
@@ -289,6 +294,9 @@ struct Problem {
     d_o: Vec<f64>,
     lse: Vec<f64>,
     delta: Vec<f64>,
+    /// The inputs' smallest normal number (0 for f64 inputs): the size below which no rounded
+    /// operand or result is counted in the scales, as its rounding errs by `u` times it.
+    normal: f64,
 }
 
 impl Problem {
@@ -345,6 +353,7 @@ impl Problem {
             d_o,
             lse,
             delta,
+            normal: q.dtype().map_or(0.0, DType::smallest_normal),
         })
     }
 
@@ -443,7 +452,7 @@ impl Problem {
         let values = self.assemble(per_slab.iter().map(|(g, _)| g), |x| x);
         let scales = squares.then(|| {
             let squared = per_slab.iter().map(|(_, s)| s.as_ref().expect("asked for"));
-            self.assemble(squared, f64::sqrt)
+            self.assemble(squared, |x| x.sqrt().max(self.normal))
         });
         (values, scales)
     }
@@ -453,7 +462,7 @@ impl Problem {
     fn assemble<'a>(
         &self,
         per_slab: impl Iterator<Item = &'a SlabGradients>,
-        finish: fn(f64) -> f64,
+        finish: impl Fn(f64) -> f64,
     ) -> Gradients {
         let shape = self.shape;
         let kv_slab_len = shape.seq_kv * shape.head_dim;
@@ -513,7 +522,12 @@ impl Problem {
                 };
                 terms.add_to(&mut out, scale * ds, |t| t);
                 if let Some(squared) = &mut squared {
-                    terms.add_to(squared, scale * ds_size, |t| t * t);
+                    // P and scale·dS are rounded to the input type: no smaller than its normals.
+                    let sizes = Terms {
+                        p: p.max(self.normal),
+                        ..terms
+                    };
+                    sizes.add_to(squared, (scale * ds_size).max(self.normal), |t| t * t);
                 }
             }
         }

@@ -51,6 +51,15 @@ impl DType {
         }
     }
 
+    /// The smallest positive normal number: below it rounding to nearest errs by up to
+    /// `u` times it (the subnormals' half spacing), however small the value.
+    pub fn smallest_normal(self) -> f64 {
+        match self {
+            DType::F16 => 2f64.powi(-14),
+            DType::Bf16 | DType::F32 => 2f64.powi(-126),
+        }
+    }
+
     /// `"fp16"`, `"bf16"` or `"f32"`.
     pub fn as_str(self) -> &'static str {
         match self {
