@@ -2,7 +2,7 @@
 //! oracle, packed, so that each is exact by construction as the forward's varlen oracle is.
 
 use crate::varlen::check_packed_dims;
-use crate::{HostData, HostTensor, OracleError, Packed, Params, Varlen, VarlenTensors};
+use crate::{DType, HostData, HostTensor, OracleError, Packed, Params, Varlen, VarlenTensors};
 
 use super::{forward_with_lse, gradients_of, Forward, Gradients};
 
@@ -64,7 +64,8 @@ pub fn backward_varlen(
 }
 
 /// [`backward_varlen`] with each element's rounding scale ([`super::backward_with_scales`]),
-/// packed alike; a sequence with no key or no query has scales 0 there.
+/// packed alike; a sequence with no key or no query has gradients 0 there, and scales the
+/// input type's smallest normal, every scale's floor.
 #[allow(clippy::too_many_arguments)] // the backward's five tensors, the LSE, the mask, the batch
 pub fn backward_varlen_with_scales(
     q: &HostTensor,
@@ -119,15 +120,24 @@ fn packed_gradients(
                 [Some(grads.dq), Some(grads.dk), Some(grads.dv), sq, sk, sv]
             }
             (queries, keys, _) => {
-                let zero_q = queries.map(|t| filled(t.dims, 0.0));
-                let zero_kv = keys.map(|t| filled(t.dims, 0.0));
+                // Gradients 0; scales the input type's smallest normal, as every other element's
+                // floor (`Problem`'s `normal`).
+                let normal = q.dtype().map_or(0.0, DType::smallest_normal);
+                let (zero_q, zero_kv) = (
+                    queries.as_ref().map(|t| filled(t.dims, 0.0)),
+                    keys.as_ref().map(|t| filled(t.dims, 0.0)),
+                );
+                let (floor_q, floor_kv) = (
+                    queries.map(|t| filled(t.dims, normal)),
+                    keys.map(|t| filled(t.dims, normal)),
+                );
                 [
-                    zero_q.clone(),
-                    zero_kv.clone(),
-                    zero_kv.clone(),
                     zero_q,
                     zero_kv.clone(),
                     zero_kv,
+                    floor_q,
+                    floor_kv.clone(),
+                    floor_kv,
                 ]
             }
         };
