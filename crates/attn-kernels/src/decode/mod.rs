@@ -46,7 +46,8 @@ pub struct PreparedDecode {
     config: Config,
     dtype: DType,
     head_dim: usize,
-    sms: usize,
+    /// Blocks of the decode kernel the GPU holds at once: SMs × the driver's occupancy.
+    slots: usize,
     decode: CudaFunction,
     combine: Option<CudaFunction>,
     /// The split partials' f32 buffer, grown to the largest launch so far; every launch of this
@@ -90,6 +91,10 @@ impl PreparedDecode {
         };
         let shared = implementation.shared_bytes(&config, head_dim);
         let decode = gpu.load(&request, "attn_decode", shared)?;
+        let threads = implementation.block_threads(&config);
+        let per_sm = decode
+            .occupancy_max_active_blocks_per_multiprocessor(threads, shared as usize, None)
+            .during("cuOccupancyMaxActiveBlocksPerMultiprocessor (attn_decode)")?;
         let combine = match implementation.kernel {
             DecodeKernel::Naive => None,
             DecodeKernel::Split => Some(gpu.load(&request, "attn_decode_combine", 0)?),
@@ -99,7 +104,7 @@ impl PreparedDecode {
             config,
             dtype,
             head_dim,
-            sms: gpu.info().sm_count as usize,
+            slots: gpu.info().sm_count as usize * (per_sm as usize).max(1),
             decode,
             combine,
             workspace: Mutex::new(None),
@@ -118,7 +123,7 @@ impl PreparedDecode {
 
     /// The launch this kernel makes of `spec` on its GPU.
     pub fn plan(&self, spec: &DecodeSpec) -> Result<DecodePlan> {
-        self.implementation.plan(&self.config, spec, self.sms)
+        self.implementation.plan(&self.config, spec, self.slots)
     }
 
     /// Launches on `o` (asynchronously, on the GPU's stream) after checking every buffer against

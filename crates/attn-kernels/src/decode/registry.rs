@@ -76,7 +76,8 @@ static DECODE_KNOBS: [Knob; 5] = [
     Knob {
         name: SPLITS,
         domain: &[0, 1, 2, 4, 8, 16, 32, 64],
-        doc: "splits of each sequence's keys (0 = auto: enough blocks to fill the GPU twice)",
+        doc:
+            "splits of each sequence's keys (0 = auto: the fewest that fill the GPU in whole waves)",
     },
 ];
 
@@ -198,6 +199,15 @@ impl DecodeImplementation {
             .collect()
     }
 
+    /// Threads per block of a resolved config.
+    pub fn block_threads(&self, cfg: &Config) -> u32 {
+        let warps = match self.kernel {
+            DecodeKernel::Naive => knob(cfg, ROWS_PER_BLOCK),
+            DecodeKernel::Split => knob(cfg, NUM_WARPS),
+        };
+        (warps * 32) as u32
+    }
+
     /// Dynamic shared memory of a resolved config: decode.cu's header formula (0 for the naive).
     pub fn shared_bytes(&self, cfg: &Config, head_dim: usize) -> u32 {
         match self.kernel {
@@ -217,9 +227,10 @@ impl DecodeImplementation {
         }
     }
 
-    /// The launch of a resolved config on `spec` for a GPU of `sms` SMs; a batch the grid cannot
-    /// hold is one line.
-    pub fn plan(&self, cfg: &Config, spec: &DecodeSpec, sms: usize) -> Result<DecodePlan> {
+    /// The launch of a resolved config on `spec` for a GPU that holds `slots` of its blocks at
+    /// once (SMs × resident blocks per SM, the driver's occupancy); a batch the grid cannot hold
+    /// is one line.
+    pub fn plan(&self, cfg: &Config, spec: &DecodeSpec, slots: usize) -> Result<DecodePlan> {
         let (heads, kv_heads, d) = (spec.heads(), spec.kv_heads(), spec.head_dim());
         let rows = spec.varlen().total_q() * heads;
         if rows > i32::MAX as usize / 4 {
@@ -238,7 +249,7 @@ impl DecodeImplementation {
                 let per_block = knob(cfg, ROWS_PER_BLOCK);
                 Ok(DecodePlan {
                     grid: (rows.div_ceil(per_block) as u32, 1, 1),
-                    block: (per_block * 32) as u32,
+                    block: self.block_threads(cfg),
                     shared_bytes: 0,
                     splits: 1,
                     workspace_bytes: 0,
@@ -254,7 +265,7 @@ impl DecodeImplementation {
                 let longest_q = spec.seqlens_q().iter().copied().max().unwrap_or(0);
                 let row_tiles = (longest_q * group).div_ceil(block_m).max(1);
                 let splits = match knob(cfg, SPLITS) {
-                    0 => auto_splits(spec, row_tiles, tile, sms),
+                    0 => auto_splits(spec, row_tiles, tile, slots),
                     n => n,
                 };
                 let workspace_bytes = if splits > 1 {
@@ -268,7 +279,7 @@ impl DecodeImplementation {
                         spec.sequences() as u32,
                         splits as u32,
                     ),
-                    block: (knob(cfg, NUM_WARPS) * 32) as u32,
+                    block: self.block_threads(cfg),
                     shared_bytes: self.shared_bytes(cfg, d),
                     splits: splits as u32,
                     workspace_bytes,
@@ -279,16 +290,31 @@ impl DecodeImplementation {
     }
 }
 
-/// SPLITS=auto: enough blocks to fill the GPU twice at small batch, `⌈2·SMs / (B·H_kv·row
-/// tiles)⌉` over the sequences with new tokens, capped by the key tiles of the longest attended
-/// range (a split has a tile at least) and by [`MAX_SPLITS`].
-pub fn auto_splits(spec: &DecodeSpec, row_tiles: usize, tile: usize, sms: usize) -> usize {
+/// SPLITS=auto: the fewest splits whose blocks fill the GPU's `slots` (resident blocks, all SMs
+/// together) in whole waves within 5% of the best fill any count reaches, so that no last wave
+/// runs a few blocks on an idle GPU (FlashAttention-2's split heuristic, made stricter: a
+/// memory-bound decode runs at the bandwidth its busy SMs draw); capped by the key tiles of the
+/// longest attended range (a split has a tile at least) and by [`MAX_SPLITS`]. One split when
+/// the blocks already fill four waves.
+pub fn auto_splits(spec: &DecodeSpec, row_tiles: usize, tile: usize, slots: usize) -> usize {
     let active = spec.seqlens_q().iter().filter(|&&q| q > 0).count().max(1);
     let blocks = active * spec.kv_heads() * row_tiles;
-    let wanted = (2 * sms.max(1)).div_ceil(blocks);
+    let slots = slots.max(1);
+    if blocks >= 4 * slots {
+        return 1;
+    }
     let longest_tiles = (0..spec.sequences())
         .map(|b| spec.attended(b).len().div_ceil(tile.max(1)))
         .max()
         .unwrap_or(1);
-    wanted.min(longest_tiles).clamp(1, MAX_SPLITS)
+    let most = longest_tiles.clamp(1, MAX_SPLITS);
+    // The share of the slots a count keeps busy over its waves.
+    let fill = |splits: usize| {
+        let launched = blocks * splits;
+        launched as f64 / (launched.div_ceil(slots) * slots) as f64
+    };
+    let best = (1..=most).map(fill).fold(0.0, f64::max);
+    (1..=most)
+        .find(|&splits| fill(splits) >= 0.95 * best)
+        .unwrap_or(1)
 }

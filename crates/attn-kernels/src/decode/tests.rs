@@ -57,10 +57,12 @@ fn bad_configs_are_refused_with_their_reason() {
 }
 
 #[test]
-fn splits_fill_the_gpu_at_small_batch_and_stop_at_the_tiles() {
+fn splits_fill_the_gpu_in_whole_waves_and_stop_at_the_tiles() {
     let cfg = decode().default_config(128);
-    let sms = 132;
-    // B=1, H_kv=8, one row tile: ⌈264 / 8⌉ = 33 splits, within the 32k keys' 512 tiles.
+    // 132 SMs holding two blocks each (the defaults' ~100 KiB of shared memory).
+    let sms = 264;
+    // B=1, H_kv=8, one row tile: 32 splits keep 256 of the 264 slots busy (33 would fill them
+    // all; 32 is the fewest within 5% of that), within the 32k keys' 512 tiles.
     let one = decode()
         .plan(
             &cfg,
@@ -68,10 +70,10 @@ fn splits_fill_the_gpu_at_small_batch_and_stop_at_the_tiles() {
             sms,
         )
         .unwrap();
-    assert_eq!((one.splits, one.grid), (33, (8, 1, 33)));
-    assert_eq!(one.workspace_bytes, 33 * 32 * 129 * 4);
+    assert_eq!((one.splits, one.grid), (32, (8, 1, 32)));
+    assert_eq!(one.workspace_bytes, 32 * 32 * 129 * 4);
     assert_eq!(one.combine_grid, Some(8));
-    // B=64 fills the GPU by itself: one split, no workspace, no combine.
+    // B=64: 512 blocks fill 97% of two waves by themselves: one split, no workspace, no combine.
     let many = decode()
         .plan(
             &cfg,
@@ -109,6 +111,13 @@ fn splits_fill_the_gpu_at_small_batch_and_stop_at_the_tiles() {
         )
         .unwrap();
     assert_eq!(four.splits, 4);
+    // B=16 at 128 blocks: three splits would leave a last wave half empty (384 blocks over 264
+    // slots), two fill one wave to 97%; B=8 takes four, likewise.
+    let wave = |text: &str| decode().plan(&cfg, &spec(text), sms).unwrap().splits;
+    assert_eq!(wave("decode B=16 q=1 kv=8192 H=32/8 D=128 page=16"), 2);
+    assert_eq!(wave("decode B=8 q=1 kv=131072 H=32/8 D=128 page=64"), 4);
+    // Four waves of blocks or more take one split.
+    assert_eq!(wave("decode B=256 q=1 kv=4096 H=32/8 D=128 page=64"), 1);
     let naive = find_decode("decode-naive").unwrap();
     let plan = naive
         .plan(
