@@ -8,6 +8,7 @@ Timing: each call replayed 20 times in one CUDA graph per sample, 15 samples, th
 divided by 20 (graph mode, resident inputs); bytes = the K/V a launch must read plus Q and O.
 """
 import json
+import os
 import platform
 import sys
 import time
@@ -73,7 +74,10 @@ def main():
               "dtype": "bf16", "head_dim": D, "timing": f"CUDA graph of {REPS} calls, {SAMPLES} samples, median",
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": []}
     t0 = time.time()
+    # The attention modules alone: a slimmed wheel (scripts/fetch-flashinfer.sh) has no MoE or GEMMs.
     import flashinfer
+    import flashinfer.decode
+    import flashinfer.prefill
     record["flashinfer"] = flashinfer.__version__
     record["import_s"] = round(time.time() - t0, 2)
     print(f"flashinfer {flashinfer.__version__} imported in {record['import_s']} s", flush=True)
@@ -97,9 +101,9 @@ def main():
         variants = []
         if q_len == 1:
             for tc in (False, True):
-                w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=tc)
+                w = flashinfer.decode.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=tc)
                 variants.append((f"decode tc={tc}", w, {}))
-        w = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD")
+        w = flashinfer.prefill.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD")
         variants.append(("paged-prefill", w, {"causal": True, "qo": True}))
         for name, w, opts in variants:
             row = {"shape": text, "impl": f"flashinfer {name}"}
@@ -123,6 +127,7 @@ def main():
                 row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
             print(json.dumps({k_: v_ for k_, v_ in row.items() if k_ != "samples_us"}), flush=True)
             record["rows"].append(row)
+            save(record, out_path)
         med, samples = graph_time(sdpa)
         row = {"shape": text, "impl": "sdpa default (contiguous)", "us": med, "samples_us": samples,
                "tbs": nbytes / med / 1e6}
@@ -130,10 +135,14 @@ def main():
         record["rows"].append(row)
         del k, v, kc, vc
         torch.cuda.empty_cache()
-    with open(out_path + ".tmp", "w") as f:
+    save(record, out_path)
+
+
+def save(record, path):
+    """Written after every row (atomically), so that a run stopped at its limit keeps its rows."""
+    with open(path + ".tmp", "w") as f:
         json.dump(record, f, indent=1)
-    import os
-    os.replace(out_path + ".tmp", out_path)
+    os.replace(path + ".tmp", path)
 
 
 if __name__ == "__main__":
