@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Slim a flashinfer-python wheel down to what batch decode / paged prefill need.
 
-Usage: slim.py INPUT.whl OUTPUT.whl [--trim-cccl] [--no-spdlog] [-v]
+Usage: flashinfer_slim.py INPUT.whl OUTPUT.whl [--trim-cccl] [--no-spdlog] [-v]
 
 What is kept (everything else is dropped):
   * Python: the transitive closure of flashinfer modules imported by flashinfer.decode and
