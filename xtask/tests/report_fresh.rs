@@ -20,7 +20,7 @@ fn committed_report_matches_the_evidence() {
 
 /// The committed report stays small enough to clone and review: the page links its charts, and
 /// the per-gate charts are built only on request (`--gate-charts`).
-const MAX_REPORT_BYTES: u64 = 3_000_000;
+const MAX_REPORT_BYTES: u64 = 3_100_000;
 
 #[test]
 fn committed_report_stays_under_its_size_bound() {
