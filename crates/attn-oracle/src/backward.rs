@@ -284,6 +284,12 @@ struct SlabGradients {
     dv: Vec<f64>,
 }
 
+/// The floor of every rounding scale of a backward on `q`'s dtype: its smallest normal number
+/// (0 for f64 inputs, which no kernel rounds).
+fn scale_floor(q: &HostTensor) -> f64 {
+    q.dtype().map_or(0.0, DType::smallest_normal)
+}
+
 /// A backward's inputs, checked and widened to f64, with `D_i = rowsum(dO ∘ O)` per query row.
 struct Problem {
     shape: Shape,
@@ -353,7 +359,7 @@ impl Problem {
             d_o,
             lse,
             delta,
-            normal: q.dtype().map_or(0.0, DType::smallest_normal),
+            normal: scale_floor(q),
         })
     }
 

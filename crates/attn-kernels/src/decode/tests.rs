@@ -60,14 +60,14 @@ fn bad_configs_are_refused_with_their_reason() {
 fn splits_fill_the_gpu_in_whole_waves_and_stop_at_the_tiles() {
     let cfg = decode().default_config(128);
     // 132 SMs holding two blocks each (the defaults' ~100 KiB of shared memory).
-    let sms = 264;
+    let slots = 264;
     // B=1, H_kv=8, one row tile: 32 splits keep 256 of the 264 slots busy (33 would fill them
     // all; 32 is the fewest within 5% of that), within the 32k keys' 512 tiles.
     let one = decode()
         .plan(
             &cfg,
             &spec("decode B=1 q=1 kv=32768 H=32/8 D=128 page=16"),
-            sms,
+            slots,
         )
         .unwrap();
     assert_eq!((one.splits, one.grid), (32, (8, 1, 32)));
@@ -78,7 +78,7 @@ fn splits_fill_the_gpu_in_whole_waves_and_stop_at_the_tiles() {
         .plan(
             &cfg,
             &spec("decode B=64 q=4 kv=4096 H=32/8 D=128 page=64"),
-            sms,
+            slots,
         )
         .unwrap();
     assert_eq!(
@@ -89,7 +89,11 @@ fn splits_fill_the_gpu_in_whole_waves_and_stop_at_the_tiles() {
     assert_eq!(many.grid, (8, 64, 1));
     // A short sequence caps the splits at its key tiles (64 keys a tile at D=128).
     let short = decode()
-        .plan(&cfg, &spec("decode B=1 q=1 kv=100 H=8/1 D=128 page=7"), sms)
+        .plan(
+            &cfg,
+            &spec("decode B=1 q=1 kv=100 H=8/1 D=128 page=7"),
+            slots,
+        )
         .unwrap();
     assert_eq!(short.splits, 2);
     // MQA, 16 tokens × 7 heads = 112 rows: 7 row tiles.
@@ -97,7 +101,7 @@ fn splits_fill_the_gpu_in_whole_waves_and_stop_at_the_tiles() {
         .plan(
             &cfg,
             &spec("decode B=2 q=16 kv=4000 H=7/1 D=128 page=256"),
-            sms,
+            slots,
         )
         .unwrap();
     assert_eq!(mqa.grid.0, 7);
@@ -107,13 +111,13 @@ fn splits_fill_the_gpu_in_whole_waves_and_stop_at_the_tiles() {
         .plan(
             &fixed,
             &spec("decode B=64 q=1 kv=4096 H=32/8 D=128 page=16"),
-            sms,
+            slots,
         )
         .unwrap();
     assert_eq!(four.splits, 4);
     // B=16 at 128 blocks: three splits would leave a last wave half empty (384 blocks over 264
     // slots), two fill one wave to 97%; B=8 takes four, likewise.
-    let wave = |text: &str| decode().plan(&cfg, &spec(text), sms).unwrap().splits;
+    let wave = |text: &str| decode().plan(&cfg, &spec(text), slots).unwrap().splits;
     assert_eq!(wave("decode B=16 q=1 kv=8192 H=32/8 D=128 page=16"), 2);
     assert_eq!(wave("decode B=8 q=1 kv=131072 H=32/8 D=128 page=64"), 4);
     // Four waves of blocks or more take one split.
@@ -123,7 +127,7 @@ fn splits_fill_the_gpu_in_whole_waves_and_stop_at_the_tiles() {
         .plan(
             &naive.default_config(128),
             &spec("decode q=1,4,0 kv=10,20,0 H=8/2 D=128"),
-            sms,
+            slots,
         )
         .unwrap();
     assert_eq!((plan.grid, plan.block, plan.splits), ((10, 1, 1), 128, 1));

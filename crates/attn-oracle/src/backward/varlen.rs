@@ -2,9 +2,9 @@
 //! oracle, packed, so that each is exact by construction as the forward's varlen oracle is.
 
 use crate::varlen::check_packed_dims;
-use crate::{DType, HostData, HostTensor, OracleError, Packed, Params, Varlen, VarlenTensors};
+use crate::{HostData, HostTensor, OracleError, Packed, Params, Varlen, VarlenTensors};
 
-use super::{forward_with_lse, gradients_of, Forward, Gradients};
+use super::{forward_with_lse, gradients_of, scale_floor, Forward, Gradients};
 
 /// [`forward_with_lse`] of a packed batch: O `[1, total_q, H, D]` and the LSE `[1, total_q, H,
 /// 1]`, f64; every row of a sequence with no key is 0 with LSE −∞.
@@ -120,24 +120,17 @@ fn packed_gradients(
                 [Some(grads.dq), Some(grads.dk), Some(grads.dv), sq, sk, sv]
             }
             (queries, keys, _) => {
-                // Gradients 0; scales the input type's smallest normal, as every other element's
-                // floor (`Problem`'s `normal`).
-                let normal = q.dtype().map_or(0.0, DType::smallest_normal);
-                let (zero_q, zero_kv) = (
-                    queries.as_ref().map(|t| filled(t.dims, 0.0)),
-                    keys.as_ref().map(|t| filled(t.dims, 0.0)),
-                );
-                let (floor_q, floor_kv) = (
-                    queries.map(|t| filled(t.dims, normal)),
-                    keys.map(|t| filled(t.dims, normal)),
-                );
+                // Gradients 0; scales at their floor, as every other element's.
+                let fill =
+                    |t: &Option<HostTensor>, value| t.as_ref().map(|t| filled(t.dims, value));
+                let floor = scale_floor(q);
                 [
-                    zero_q,
-                    zero_kv.clone(),
-                    zero_kv,
-                    floor_q,
-                    floor_kv.clone(),
-                    floor_kv,
+                    fill(&queries, 0.0),
+                    fill(&keys, 0.0),
+                    fill(&keys, 0.0),
+                    fill(&queries, floor),
+                    fill(&keys, floor),
+                    fill(&keys, floor),
                 ]
             }
         };
