@@ -9,7 +9,7 @@ use attn_evidence::{slug, BenchEntry, DType, Evidence, GateRun, ShapeSpec};
 
 use crate::charts::{VersusChart, VersusSeries};
 use crate::format::{short_date, short_rev, speedup, tflops};
-use crate::model::{gate_candidate_label, EvidenceSet, Role, Run};
+use crate::model::{gate_candidate_label, prefill_entries, EvidenceSet, Role, Run};
 use crate::setup::{short_gpu, Setup};
 use crate::table::Table;
 
@@ -71,10 +71,14 @@ pub fn headlines(evidence: &EvidenceSet) -> Vec<SuiteHeadline> {
         let gpu = run.evidence.provenance().gpu.clone();
         match &run.evidence {
             Evidence::Bench(bench) => {
-                let shapes: Vec<&ShapeSpec> = bench.entries.iter().map(|e| &e.shape).collect();
+                let entries: Vec<&BenchEntry> = prefill_entries(bench).collect();
+                if entries.is_empty() {
+                    continue;
+                }
+                let shapes: Vec<&ShapeSpec> = entries.iter().map(|e| &e.shape).collect();
                 let key = suite_key(&bench.suite, &shapes);
                 let mut by_setup: BTreeMap<Setup, Vec<&BenchEntry>> = BTreeMap::new();
-                for entry in &bench.entries {
+                for entry in entries {
                     by_setup
                         .entry(Setup::of_entry(run, entry))
                         .or_default()

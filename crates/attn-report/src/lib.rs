@@ -8,7 +8,7 @@
 //!    search `log.csv` files) into an [`EvidenceSet`], and derive measurements from it.
 //! 2. [`sections`]: decide what to say: the headline per suite ([`headline`]), throughput curves per
 //!    family of shapes ([`sweep`]) with the physical lines of [`ceilings`], the progression per shape
-//!    ([`progress`]), verdict lines, [`Table`]s and the data of each chart. Both outputs render these
+//!    ([`progress`]), decode bandwidth against the same run's copy bandwidth, verdict lines, [`Table`]s and the data of each chart. Both outputs render these
 //!    same sections, so markdown and HTML cannot disagree.
 //! 3. [`charts`] (plotters → SVG strings, text kept as `<text>`) and [`pages`] (markdown, PR comment,
 //!    an HTML page that links its charts from `charts/`).
@@ -228,6 +228,13 @@ fn render_charts(
             progress.file.clone(),
             progress.chart.title.clone(),
             charts::progression(&progress.file, &progress.chart)?,
+        );
+    }
+    for decode in &sections.decode {
+        add(
+            decode.file.clone(),
+            decode.chart.title.clone(),
+            charts::decode_bandwidth(&decode.file, &decode.chart)?,
         );
     }
     if let Some(chart) = &sections.roofline {

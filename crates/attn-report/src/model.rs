@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use attn_evidence::{
-    json_files, load_dir, read_evo_log, Evidence, EvoCandidate, GateRun, Implementation, ShapeSpec,
-    Timing,
+    json_files, load_dir, read_evo_log, BenchEntry, BenchRun, Evidence, EvoCandidate, GateRun,
+    Implementation, ShapeSpec, Timing,
 };
 
 use crate::ceilings::GpuFacts;
@@ -85,6 +85,22 @@ pub fn gate_candidate_label(gate: &GateRun) -> String {
     match config_overrides(&gate.provenance.command) {
         Some(knobs) => format!("{label} [{knobs}]"),
         None => label,
+    }
+}
+
+/// A bench run's prefill entries: a decode entry's metric is bandwidth, not TFLOP/s, so it is shown
+/// in the decode section only.
+pub fn prefill_entries(bench: &BenchRun) -> impl Iterator<Item = &BenchEntry> {
+    bench.entries.iter().filter(|e| e.decode.is_none())
+}
+
+/// A bench entry's implementation as the report names it: its label, then the knobs the run's
+/// command overrode in brackets, as [`gate_candidate_label`] names a gate's candidate.
+pub fn bench_entry_label(run: &Run, entry: &BenchEntry) -> String {
+    let label = entry.implementation.label();
+    match config_overrides(&run.evidence.provenance().command) {
+        Some(knobs) if !entry.implementation.is_reference() => format!("{label} [{knobs}]"),
+        _ => label,
     }
 }
 
@@ -257,7 +273,7 @@ impl EvidenceSet {
         for (run, file) in self.runs.iter().enumerate() {
             match &file.evidence {
                 Evidence::Bench(bench) => {
-                    for entry in &bench.entries {
+                    for entry in prefill_entries(bench) {
                         out.push(Measurement {
                             run,
                             label: entry.implementation.label(),

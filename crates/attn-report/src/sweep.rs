@@ -12,7 +12,7 @@ use attn_evidence::{slug, Evidence, ShapeSpec};
 
 use crate::ceilings::{device_peak, matmul_rate};
 use crate::charts::{ThroughputChart, ThroughputSeries};
-use crate::model::{EvidenceSet, Role};
+use crate::model::{prefill_entries, EvidenceSet, Role};
 use crate::setup::{short_gpu, Setup};
 use crate::ReportOptions;
 
@@ -88,9 +88,7 @@ pub fn sweep_charts(evidence: &EvidenceSet, options: &ReportOptions) -> Vec<Swee
         let Evidence::Bench(bench) = &run.evidence else {
             continue;
         };
-        for entry in bench
-            .entries
-            .iter()
+        for entry in prefill_entries(bench)
             // A varlen batch has no one sequence length to chart it at.
             .filter(|e| e.shape.seq_q == e.shape.seq_kv && e.shape.varlen.is_none())
         {

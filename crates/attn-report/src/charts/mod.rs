@@ -8,6 +8,7 @@
 mod axis;
 mod bootstrap;
 mod convergence;
+mod decode;
 mod legend;
 mod progression;
 mod roofline;
@@ -17,6 +18,7 @@ mod versus;
 
 pub use bootstrap::{bootstrap_histogram, BootstrapChart};
 pub use convergence::{convergence, ConvergenceChart};
+pub use decode::{decode_bandwidth, CopyLine, DecodeChart, DecodePoint, DecodeSeries};
 pub use legend::{LegendEntry, Mark};
 pub use progression::{progression, ProgressionChart, ProgressionPoint, ProgressionSeries};
 pub use roofline::{roofline, RooflineChart, RooflinePoint};

@@ -106,6 +106,7 @@ fn blocks<'a>(sections: &'a Sections, charts: &'a [RenderedChart]) -> Vec<Block<
     progression_blocks(sections, charts, &mut out);
     gate_blocks(sections, charts, &mut out);
     comparison_blocks(sections, &mut out);
+    decode_blocks(sections, charts, &mut out);
     if let Some((file, setups, table)) = &sections.bench {
         out.push(Block::Heading("Latest benchmark".into()));
         let setups: Vec<String> = setups.iter().map(Setup::to_string).collect();
@@ -311,6 +312,45 @@ fn comparison_blocks<'a>(sections: &'a Sections, out: &mut Vec<Block<'a>>) {
                 .into(),
         ));
         per_setup(&sections.varlen, out);
+    }
+}
+
+fn decode_blocks<'a>(
+    sections: &'a Sections,
+    charts: &'a [RenderedChart],
+    out: &mut Vec<Block<'a>>,
+) {
+    if sections.decode.is_empty() {
+        return;
+    }
+    out.push(Block::Heading("Decode".into()));
+    out.push(Block::Text(
+        "Decode batches (a few new tokens per sequence over a KV cache) are bound by memory, so \
+         each is shown as GB/s at its median time (the bytes a launch must move at the least: KV \
+         cache, queries, outputs and block table) beside the device-to-device copy bandwidth \
+         measured in the same run (a copy timed with events, the median of a few). Each row is the \
+         newest bench entry of its implementation and batch on one GPU model in one timing mode, \
+         so rows of one table can come from different runs (each names its own), and each \
+         percentage divides by its own run's copy. An implementation run with overridden knobs \
+         (`--config`) is labelled with them, is its own row, and stays out of the chart."
+            .into(),
+    ));
+    for decode in &sections.decode {
+        out.push(Block::Subheading(decode.setup.to_string(), true));
+        out.extend(chart(charts, &decode.file).map(Block::Chart));
+        out.push(Block::Text(format!(
+            "{}: bandwidth against the new tokens per sequence (log scale), one colour per \
+             implementation as tuned (references as triangles); points of one implementation at \
+             one x are different batches, drawn slightly apart by implementation. A ragged batch \
+             (sequences taking different numbers of new tokens) sits at its mean, hollow. Dashed: \
+             the device-to-device copy bandwidth measured in the same run as the points, one line \
+             per run. From {}.",
+            decode.setup, decode.sources
+        )));
+        for (batch, table) in &decode.batches {
+            out.push(Block::Text(format!("`{batch}`")));
+            out.push(Block::Table(table));
+        }
     }
 }
 

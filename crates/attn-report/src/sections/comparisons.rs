@@ -5,18 +5,22 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::format::{micros, speedup_ci, tflops};
-use crate::model::{gate_candidate_label, EvidenceSet, Run};
+use crate::model::{gate_candidate_label, prefill_entries, EvidenceSet, Run};
 use crate::setup::Setup;
 use crate::table::Table;
 
+/// The latest bench run with prefill entries (a run of decode batches only is the decode
+/// section's).
 fn latest_bench(evidence: &EvidenceSet) -> Option<(&Run, &attn_evidence::BenchRun)> {
     evidence
         .runs
         .iter()
         .rev()
         .find_map(|run| match &run.evidence {
-            attn_evidence::Evidence::Bench(bench) => Some((run, bench)),
-            attn_evidence::Evidence::Gate(_) => None,
+            attn_evidence::Evidence::Bench(bench) if prefill_entries(bench).next().is_some() => {
+                Some((run, bench))
+            }
+            _ => None,
         })
 }
 
@@ -48,7 +52,7 @@ pub(super) fn implementations_tables(evidence: &EvidenceSet) -> Vec<(Setup, Tabl
         let attn_evidence::Evidence::Bench(bench) = &run.evidence else {
             continue;
         };
-        for e in &bench.entries {
+        for e in prefill_entries(bench) {
             entries.entry(Setup::of_entry(run, e)).or_default().push(e);
         }
     }
@@ -398,9 +402,7 @@ fn against_fa3_header() -> Table {
 /// The latest bench run's entries, with its file and the setups its entries were timed in.
 pub(super) fn bench_table(evidence: &EvidenceSet) -> Option<(String, Vec<Setup>, Table)> {
     let (run, bench) = latest_bench(evidence)?;
-    let mut setups: Vec<Setup> = bench
-        .entries
-        .iter()
+    let mut setups: Vec<Setup> = prefill_entries(bench)
         .map(|e| Setup::of_entry(run, e))
         .collect();
     setups.sort();
@@ -416,7 +418,7 @@ pub(super) fn bench_table(evidence: &EvidenceSet) -> Option<(String, Vec<Setup>,
         "timing mode",
     ])
     .numeric(&[2, 3, 4, 5, 6]);
-    for e in &bench.entries {
+    for e in prefill_entries(bench) {
         table.push(vec![
             e.implementation.label(),
             e.shape.to_string(),

@@ -2,10 +2,12 @@
 //! both render these, so the two outputs cannot disagree.
 
 mod comparisons;
+mod decode;
 mod gates;
 mod profiles;
 mod searches;
 
+pub use decode::DecodeSection;
 pub use gates::GateSection;
 
 use crate::charts::{ConvergenceChart, RooflineChart};
@@ -42,6 +44,9 @@ pub struct Sections {
     /// Per setup: `hopper` against FlashAttention-3 and cuDNN, each row from one run (latest of
     /// each shape).
     pub against_fa3: Vec<(Setup, Table)>,
+    /// Per setup: decode batches' bandwidth against the same run's copy bandwidth (newest entry of
+    /// each implementation and batch); empty without decode entries.
+    pub decode: Vec<DecodeSection>,
     /// The latest bench run's entries, with the file's name and the setups of its entries.
     pub bench: Option<(String, Vec<Setup>, Table)>,
     /// Nsight Compute metrics.
@@ -87,6 +92,7 @@ impl Sections {
             implementations: comparisons::implementations_tables(evidence),
             varlen: comparisons::varlen_tables(evidence),
             against_fa3: comparisons::against_fa3_tables(evidence),
+            decode: decode::decode_sections(evidence),
             bench: comparisons::bench_table(evidence),
             ncu: profiles::ncu_table(evidence),
             roofline: profiles::roofline(evidence),
