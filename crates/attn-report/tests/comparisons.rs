@@ -65,6 +65,8 @@ fn hopper_against_fa3_comes_from_one_fair_run_a_gate_before_a_bench() {
     fa3.implementation.name = "fa3".into();
     fa3.summary.median *= 1.25;
     bench.entries = vec![hopper, fa3];
+    // FA3 timed by its device span, as from that date on.
+    bench.provenance.date = "2026-12-03T00:00:00Z".into();
     let shape = bench.entries[0].shape.to_string();
     let write_bench = |bench: &attn_evidence::BenchRun| {
         fs::create_dir_all(dir.path().join("bench")).unwrap();
@@ -91,6 +93,11 @@ fn hopper_against_fa3_comes_from_one_fair_run_a_gate_before_a_bench() {
         rows[0].contains("| 1.25× |") && rows[0].contains("| – | – | meets | bench "),
         "{rows:?}"
     );
+    // A run from before FA3 was timed on the device is left out: its FA3 side is host-clocked.
+    bench.provenance.date = "2026-12-02T17:12:42Z".into();
+    write_bench(&bench);
+    assert_eq!(against_fa3_rows(dir.path()), None);
+    bench.provenance.date = "2026-12-03T00:00:00Z".into();
     // Entries that carry their SM clock show both.
     bench.entries[0].sm_mhz = Some(1612.4);
     bench.entries[1].sm_mhz = Some(1650.0);
@@ -106,6 +113,8 @@ fn hopper_against_fa3_comes_from_one_fair_run_a_gate_before_a_bench() {
     gate.baseline.name = "fa3".into();
     gate.baseline.backend = None;
     gate.cases.truncate(1);
+    // Older than the bench run, yet from after FA3 was timed on the device.
+    gate.provenance.date = attn_report::sections::FA3_DEVICE_SPAN_SINCE.into();
     gate.cases[0].shape = bench.entries[0].shape.clone();
     // Timed as the bench run was (the fixture gate is flushed): rows of one setup share a table.
     let case = &mut gate.cases[0];

@@ -273,7 +273,7 @@ fn comparison_blocks<'a>(sections: &'a Sections, out: &mut Vec<Block<'a>>) {
         out.push(Block::Heading(
             "hopper against FlashAttention-3 and cuDNN, one run each".into(),
         ));
-        out.push(Block::Text(
+        out.push(Block::Text(format!(
             "Each row from one run, the latest of each shape on one GPU model in one timing mode \
              (one table each): a gate run of hopper as tuned (no `--config`: runs of other knobs \
              are experiments) against `--baseline fa3` (the two sides timed in interleaved blocks, \
@@ -281,8 +281,9 @@ fn comparison_blocks<'a>(sections: &'a Sections, out: &mut Vec<Block<'a>>) {
              (its defaults), FlashAttention-3 (`--sdpa-backends fa3`) and SDPA's default (cuDNN) \
              on as many input sets each. FlashAttention-3 is its prebuilt library through JAX, \
              many back-to-back calls per sample (batch mode, inputs resident, rotating over one \
-             input set per call on both sides), timed by the host clock around them up to \
-             revision 75fca6b and by their kernels' span on the device (CUPTI) after it. A gate \
+             input set per call on both sides), timed by their kernels' span on the device \
+             (CUPTI), as hopper is by CUDA events; runs before {} timed FA3 by the host clock, \
+             which adds JAX's dispatch to FA3 alone, and are left out. A gate \
              row's cuDNN columns come from the latest gate run of hopper against SDPA's default \
              on that shape in the same setup, its own interleaved ratio (both runs named). \
              Ratios are speed (the other's median time over hopper's; above 1× hopper is \
@@ -291,9 +292,9 @@ fn comparison_blocks<'a>(sections: &'a Sections, out: &mut Vec<Block<'a>>) {
              each block only): FA3's time × clock over hopper's, the kernels' work per cycle apart \
              from how far each one's power draw pulls its clock down. How the clocks were read, \
              and how far older files' clock columns and block order can be trusted: \
-             `evidence/METHOD.md`."
-                .into(),
-        ));
+             `evidence/METHOD.md`.",
+            crate::sections::FA3_DEVICE_SPAN_SINCE
+        )));
         per_setup(&sections.against_fa3, out);
     }
     if !sections.varlen.is_empty() {

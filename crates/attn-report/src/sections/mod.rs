@@ -9,6 +9,7 @@ mod searches;
 
 pub use decode::DecodeSection;
 pub use gates::GateSection;
+pub use comparisons::FA3_DEVICE_SPAN_SINCE;
 
 use crate::charts::{ConvergenceChart, RooflineChart};
 use crate::format::{short_date, short_rev};
