@@ -101,6 +101,8 @@ pub mod names {
         CHAIN,
         /// decode: splits of each sequence's keys (0: auto, the host's choice for the GPU).
         SPLITS,
+        /// decode: the most warps of a block that take distinct rows.
+        ROW_WARPS,
     }
 }
 

@@ -6,7 +6,9 @@
 
 use attn_oracle::DecodeSpec;
 
-use crate::config::names::{BLOCK_M, BLOCK_N, NUM_WARPS, ROWS_PER_BLOCK, SPLITS, STAGES};
+use crate::config::names::{
+    BLOCK_M, BLOCK_N, NUM_WARPS, ROWS_PER_BLOCK, ROW_WARPS, SPLITS, STAGES,
+};
 use crate::config::{Config, ConfigError, Knob};
 use crate::error::{KernelError, Result};
 use crate::registry::{DeviceLimits, Gpus};
@@ -52,7 +54,7 @@ static NAIVE_KNOBS: [Knob; 1] = [Knob {
     doc: "packed (token, head) rows (warps) per block",
 }];
 
-static DECODE_KNOBS: [Knob; 5] = [
+static DECODE_KNOBS: [Knob; 6] = [
     Knob {
         name: BLOCK_N,
         domain: &[16, 32, 64],
@@ -71,7 +73,12 @@ static DECODE_KNOBS: [Knob; 5] = [
     Knob {
         name: BLOCK_M,
         domain: &[16, 32],
-        doc: "rows (query heads of a K/V head x new tokens) per block",
+        doc: "rows (query heads of a K/V head x new tokens) per warp",
+    },
+    Knob {
+        name: ROW_WARPS,
+        domain: &[1, 2, 4, 8],
+        doc: "the most warps of a block that take distinct rows, so that a K/V tile serves up to ROW_WARPS x BLOCK_M rows (at most NUM_WARPS; default NUM_WARPS; 1: every warp takes the same BLOCK_M rows)",
     },
     Knob {
         name: SPLITS,
@@ -109,6 +116,7 @@ static DECODE_REGISTRY: [DecodeImplementation; 2] = [
                 (NUM_WARPS, 4),
                 (STAGES, 3),
                 (BLOCK_M, 16),
+                (ROW_WARPS, 4),
                 (SPLITS, 0),
             ])
         },
@@ -172,7 +180,19 @@ impl DecodeImplementation {
             reason,
         };
         overrides.check_domains(self.knobs).map_err(invalid)?;
-        let cfg = self.default_config(head_dim).merged(overrides);
+        let mut cfg = self.default_config(head_dim).merged(overrides);
+        if self.kernel == DecodeKernel::Split {
+            // ROW_WARPS follows NUM_WARPS unless it is set.
+            if overrides.get(ROW_WARPS).is_none() {
+                cfg = cfg.merged(&Config::from_pairs(&[(ROW_WARPS, knob(&cfg, NUM_WARPS) as i64)]));
+            }
+            let (row_warps, warps) = (knob(&cfg, ROW_WARPS), knob(&cfg, NUM_WARPS));
+            if row_warps > warps {
+                return Err(invalid(ConfigError::Rule(format!(
+                    "ROW_WARPS={row_warps} needs NUM_WARPS >= {row_warps} (a block's warps split between its rows and its keys); use ROW_WARPS <= {warps}"
+                ))));
+            }
+        }
         if self.kernel == DecodeKernel::Split && knob(&cfg, BLOCK_M) > 16 && head_dim > 64 {
             // Two row blocks of D=128 accumulators, Q fragments and the gather's addresses spill.
             return Err(invalid(ConfigError::Rule(format!(
@@ -208,6 +228,11 @@ impl DecodeImplementation {
         (warps * 32) as u32
     }
 
+    /// Rows of a split decode block's row tile: ROW_WARPS x BLOCK_M.
+    fn tile_rows(cfg: &Config) -> usize {
+        knob(cfg, ROW_WARPS).max(1) * knob(cfg, BLOCK_M)
+    }
+
     /// Dynamic shared memory of a resolved config: decode.cu's header formula (0 for the naive).
     pub fn shared_bytes(&self, cfg: &Config, head_dim: usize) -> u32 {
         match self.kernel {
@@ -222,7 +247,7 @@ impl DecodeImplementation {
                 let d = head_dim;
                 let ring = 2 * stages * w * n * d * 2;
                 let merge = w.saturating_sub(1) * m * (4 * d + 32);
-                (m * d * 2 + ring.max(merge)) as u32
+                (Self::tile_rows(cfg) * d * 2 + ring.max(merge)) as u32
             }
         }
     }
@@ -258,7 +283,7 @@ impl DecodeImplementation {
             }
             DecodeKernel::Split => {
                 let (block_m, tile) = (
-                    knob(cfg, BLOCK_M),
+                    Self::tile_rows(cfg),
                     knob(cfg, NUM_WARPS) * knob(cfg, BLOCK_N),
                 );
                 let group = heads / kv_heads;

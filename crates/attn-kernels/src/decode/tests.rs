@@ -42,6 +42,12 @@ fn bad_configs_are_refused_with_their_reason() {
     assert!(err("BLOCK_N=64,NUM_WARPS=8,STAGES=4", 128).contains("bytes of shared memory"));
     assert!(err("", 96).contains("head dim 96"));
     assert!(err("BLOCK_M=32", 128).contains("BLOCK_M=32 is for head dim 64"));
+    assert!(err("ROW_WARPS=4,NUM_WARPS=2", 128).contains("ROW_WARPS=4 needs NUM_WARPS >= 4"));
+    // Without ROW_WARPS, it follows NUM_WARPS.
+    let two = decode()
+        .resolve(&"NUM_WARPS=2".parse().unwrap(), 128, &limits)
+        .unwrap();
+    assert_eq!(two.get("ROW_WARPS"), Some(2));
     // SPLITS=auto reads as 0, and SPLITS is no define.
     let auto = decode()
         .resolve(&"SPLITS=auto".parse().unwrap(), 64, &limits)
@@ -96,15 +102,16 @@ fn splits_fill_the_gpu_in_whole_waves_and_stop_at_the_tiles() {
         )
         .unwrap();
     assert_eq!(short.splits, 2);
-    // MQA, 16 tokens × 7 heads = 112 rows: 7 row tiles.
-    let mqa = decode()
-        .plan(
-            &cfg,
-            &spec("decode B=2 q=16 kv=4000 H=7/1 D=128 page=256"),
-            slots,
-        )
-        .unwrap();
-    assert_eq!(mqa.grid.0, 7);
+    // MQA, 16 tokens × 7 heads = 112 rows: two row tiles of 4 warps × 16 rows, or seven when
+    // every warp takes the same 16 rows (ROW_WARPS=1).
+    let mqa_spec = spec("decode B=2 q=16 kv=4000 H=7/1 D=128 page=256");
+    let mqa = decode().plan(&cfg, &mqa_spec, slots).unwrap();
+    assert_eq!(mqa.grid.0, 2);
+    let one_row_group = cfg.merged(&"ROW_WARPS=1".parse().unwrap());
+    let narrow = decode().plan(&one_row_group, &mqa_spec, slots).unwrap();
+    assert_eq!(narrow.grid.0, 7);
+    // The Q tile grows with the row tile: 64 rows instead of 16, 48 rows × 256 bytes more.
+    assert_eq!(mqa.shared_bytes - narrow.shared_bytes, 48 * 256);
     // A named count is taken as it is.
     let fixed = cfg.merged(&"SPLITS=4".parse().unwrap());
     let four = decode()
