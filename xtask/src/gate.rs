@@ -37,7 +37,9 @@ pub struct Args {
     /// What to beat: sdpa (falls back to cublas without PyTorch), fa3 (FlashAttention-3 through
     /// JAX, its library in ATTN_FA3_LIB; --mode batch), cublas, a registered implementation, or
     /// rev:REF, the candidate as committed at git revision REF (a ratchet: fails only on a
-    /// regression).
+    /// regression). With --pass backward: a backward implementation, or sdpa (or sdpa:cudnn,
+    /// sdpa:flash, sdpa:efficient, sdpa:math), PyTorch SDPA's backward through autograd, no
+    /// fallback.
     #[arg(long, default_value = "sdpa")]
     pub baseline: String,
     /// SDPA backend: default, flash, efficient, cudnn, math; or PyTorch's kernels for what SDPA
@@ -107,8 +109,8 @@ pub struct Args {
     #[arg(long, conflicts_with_all = ["implementation", "src", "shapes", "suite"])]
     pub replay: Option<PathBuf>,
     /// Which pass to judge: forward, or backward (dQ, dK and dV of a backward implementation or
-    /// `--src` backward kernel, default backward-mma, against --baseline backward-naive or another
-    /// backward implementation; default suite train).
+    /// `--src` backward kernel, default backward-mma, against --baseline backward-naive, another
+    /// backward implementation or sdpa[:BACKEND], PyTorch SDPA's backward; default suite train).
     #[arg(long, value_enum, default_value_t = Pass::Forward)]
     pub pass: Pass,
     /// Plant a fault to test the guards: `side-stream` (hidden work on another stream).

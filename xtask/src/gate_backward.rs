@@ -1,6 +1,6 @@
 //! `cargo xtask gate --pass backward`: the same arguments, plan and evidence as the forward, the
 //! cases judged by attn-measure's `BackwardGate` (a backward implementation or `--src` backward
-//! kernel against a registered backward implementation).
+//! kernel against a registered backward implementation or PyTorch SDPA's backward).
 
 use anyhow::bail;
 use attn_evidence::{CaseStatus, GateMode};
@@ -64,7 +64,7 @@ pub fn run(
 ) -> anyhow::Result<u8> {
     let problems = args.problems.problems(DEFAULT_SUITE)?;
     let candidate = backward_candidate(&args.candidate)?;
-    let baseline = BackwardBaseline::from_name(&args.baseline)?;
+    let baseline = BackwardBaseline::from_name(&args.baseline, args.sdpa_backend)?;
     for problem in &problems {
         candidate.check_supports(problem)?;
         baseline.check_supports(problem)?;
@@ -75,6 +75,11 @@ pub fn run(
     if args.plant.is_some() {
         bail!("--plant does not apply to the backward pass");
     }
+    // The request is whole: now the helper (PyTorch was asked for, so there is no fallback).
+    let sdpa = baseline
+        .sdpa_backend()
+        .map(|_| attn_measure::sdpa::Sdpa::detect())
+        .transpose()?;
     let gpu = attn_kernels::Gpu::open(0)?;
     let info = gpu.info();
     let plan = crate::gate::plan(args, &gpu, GateMode::Faster, block, compare);
@@ -95,7 +100,8 @@ pub fn run(
         );
         println!("\n**attn gate: FAILED** (hang; no evidence written)");
     }));
-    let mut session = BackwardGate::new(&gpu, &candidate, &baseline, &plan, Some(&watchdog));
+    let mut session = BackwardGate::new(&gpu, &candidate, &baseline, &plan, Some(&watchdog))
+        .with_sdpa(sdpa.as_ref());
     let clocks_before = attn_kernels::telemetry::read_clocks(0);
     let mut cases = Vec::new();
     for (i, problem) in problems.iter().enumerate() {
@@ -119,7 +125,8 @@ pub fn run(
         cases.push(case);
     }
     let clocks_after = attn_kernels::telemetry::read_clocks(0);
-    let provenance = crate::provenance::collect(&gpu, None, clocks_before, clocks_after);
+    let torch = sdpa.as_ref().map(|s| s.info.clone());
+    let provenance = crate::provenance::collect(&gpu, torch.as_ref(), clocks_before, clocks_after);
     let (candidate, baseline) = (candidate.implementation(), baseline.implementation());
     let suite = args.problems.suite_name(DEFAULT_SUITE);
     let run = crate::gate::gate_run(provenance, candidate, baseline, suite, &plan, cases);

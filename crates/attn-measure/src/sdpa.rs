@@ -228,6 +228,9 @@ enum Request<'a> {
     Run(RunRequest<'a>),
     Time(TimeRequest<'a>),
     Decode(DecodeRequest<'a>),
+    Backward(BackwardRequest),
+    #[serde(rename = "backward_run")]
+    BackwardRun(BackwardRunRequest<'a>),
 }
 
 /// How a time request is timed: the backend and the harness's protocol, the same fields for
@@ -568,6 +571,121 @@ impl TimeReply {
     }
 }
 
+/// Time SDPA's backward (dQ, dK, dV through autograd, the forward kept outside the timed region)
+/// with the harness's protocol on a dense batch ([`crate::backward::sdpa`] says what is timed).
+#[derive(Debug, Serialize)]
+struct BackwardRequest {
+    /// `[B, H, S_q, S_kv, D]`.
+    shape: [usize; 5],
+    kv_heads: usize,
+    dtype: DType,
+    causal: bool,
+    window: (i32, i32),
+    scale: f64,
+    #[serde(flatten)]
+    protocol: Protocol,
+}
+
+impl BackwardRequest {
+    fn new(problem: &Problem, protocol: Protocol) -> BackwardRequest {
+        let s = &problem.spec;
+        BackwardRequest {
+            shape: [s.batch, s.heads, s.seq_q, s.seq_kv, s.head_dim],
+            kv_heads: problem.shape.kv_heads,
+            dtype: s.dtype,
+            causal: problem.params.causal,
+            window: problem.params.window.abi(),
+            scale: problem.params.scale,
+            protocol,
+        }
+    }
+}
+
+/// Compute SDPA's gradients (and its forward's O) on `.npy` inputs Q, K, V and dO.
+#[derive(Debug, Serialize)]
+struct BackwardRunRequest<'a> {
+    q: &'a Path,
+    k: &'a Path,
+    v: &'a Path,
+    #[serde(rename = "do")]
+    d_o: &'a Path,
+    dq: &'a Path,
+    dk: &'a Path,
+    dv: &'a Path,
+    o: &'a Path,
+    dtype: DType,
+    causal: bool,
+    window: (i32, i32),
+    scale: f64,
+    backend: Backend,
+}
+
+/// The helper's reply to a backward run request.
+#[derive(Debug, Deserialize)]
+#[allow(dead_code)] // read to check the reply's form
+struct BackwardRunReply {
+    dq: PathBuf,
+    dk: PathBuf,
+    dv: PathBuf,
+    o: PathBuf,
+}
+
+impl Sdpa {
+    /// SDPA's dQ, dK and dV through autograd on `.npy` inputs `[q, k, v, do]` (the forward run
+    /// with `backend` first), written with the forward's O to `[dq, dk, dv, o]`;
+    /// [`crate::backward::sdpa::backward_refusal`] first.
+    pub fn run_backward(
+        &self,
+        inputs: [&Path; 4],
+        outputs: [&Path; 4],
+        problem: &Problem,
+        backend: Backend,
+    ) -> Result<()> {
+        if let Some(why) = crate::backward::sdpa::backward_refusal(problem, backend) {
+            return Err(MeasureError::Invalid(why));
+        }
+        let ([q, k, v, d_o], [dq, dk, dv, o]) = (inputs, outputs);
+        let _: BackwardRunReply = self.call(&Request::BackwardRun(BackwardRunRequest {
+            q,
+            k,
+            v,
+            d_o,
+            dq,
+            dk,
+            dv,
+            o,
+            dtype: problem.spec.dtype,
+            causal: problem.params.causal,
+            window: problem.params.window.abi(),
+            scale: problem.params.scale,
+            backend,
+        }))?;
+        Ok(())
+    }
+
+    /// Times SDPA's backward on `problem` ([`crate::backward::sdpa::backward_refusal`] first)
+    /// with the harness's protocol on `sets` input sets drawn from `seed`, the L2 flushed with
+    /// `flush_bytes`. Repeated calls on one problem continue its rotation.
+    pub fn time_backward(
+        &self,
+        problem: &Problem,
+        backend: Backend,
+        opts: &TimingOptions,
+        sets: usize,
+        seed: u64,
+        flush_bytes: usize,
+    ) -> Result<Timings> {
+        if let Some(why) = crate::backward::sdpa::backward_refusal(problem, backend) {
+            return Err(MeasureError::Invalid(why));
+        }
+        let protocol = Protocol::new(backend, opts, sets, seed, flush_bytes);
+        let reply: TimeReply = self
+            .call(&Request::Backward(BackwardRequest::new(problem, protocol)))
+            .map_err(|e| MeasureError::Sdpa(format!("{backend}'s backward on {problem}: {e}")))?;
+        Ok(reply.timings(opts, sets))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -729,5 +847,60 @@ mod tests {
             err.contains("varlen") && err.contains("fa3") && err.contains("flex"),
             "{err}"
         );
+    }
+}
+
+#[cfg(test)]
+mod backward_tests {
+    use super::*;
+
+    #[test]
+    fn backward_requests_are_the_helpers_protocol() {
+        let problem = Problem::parse("2,16/4,1024,128 causal bf16").unwrap();
+        let opts = TimingOptions {
+            mode: TimingMode::Batch,
+            ..TimingOptions::default()
+        };
+        let protocol = Protocol::new(Backend::Cudnn, &opts, 3, 7, 16);
+        let value =
+            serde_json::to_value(Request::Backward(BackwardRequest::new(&problem, protocol)))
+                .unwrap();
+        assert_eq!(value["kind"], "backward");
+        assert_eq!(value["shape"], serde_json::json!([2, 16, 1024, 1024, 128]));
+        assert_eq!(value["kv_heads"], 4);
+        assert_eq!(
+            (&value["dtype"], &value["causal"]),
+            (&"bf16".into(), &true.into())
+        );
+        assert_eq!(value["window"], serde_json::json!([-1, -1]));
+        assert_eq!(value["backend"], "cudnn");
+        assert_eq!(value["mode"], "batch");
+        assert_eq!((&value["sets"], &value["seed"]), (&3.into(), &7.into()));
+        assert!(value.get("varlen").is_none(), "{value}");
+        let p = Path::new;
+        let run = Request::BackwardRun(BackwardRunRequest {
+            q: p("q.npy"),
+            k: p("k.npy"),
+            v: p("v.npy"),
+            d_o: p("do.npy"),
+            dq: p("dq.npy"),
+            dk: p("dk.npy"),
+            dv: p("dv.npy"),
+            o: p("o.npy"),
+            dtype: DType::F16,
+            causal: false,
+            window: (-1, -1),
+            scale: 0.125,
+            backend: Backend::Flash,
+        });
+        let value = serde_json::to_value(&run).unwrap();
+        assert_eq!(value["kind"], "backward_run");
+        assert_eq!(
+            (&value["do"], &value["dv"]),
+            (&"do.npy".into(), &"dv.npy".into())
+        );
+        assert_eq!(value["backend"], "flash");
+        let reply = r#"{"ok": {"dq": "a", "dk": "b", "dv": "c"}}"#;
+        assert!(serde_json::from_str::<Reply<BackwardRunReply>>(reply).is_err());
     }
 }

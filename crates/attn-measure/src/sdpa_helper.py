@@ -153,6 +153,8 @@ class Helper:
             return self.time(request)
         if kind == "decode":
             return self.decode(request)
+        if kind in ("backward", "backward_run"):
+            return self.backward().handle(request)
         raise ValueError(f"unknown request kind {kind}")
 
     def backend(self, name):
@@ -367,6 +369,11 @@ class Helper:
             self._fa3 = Fa3(self.np)
         return self._fa3
 
+    def backward(self):
+        if getattr(self, "_backward", None) is None:
+            self._backward = Backward(self)
+        return self._backward
+
     def time(self, job):
         if job["backend"] == "fa3":
             return self.fa3().time(job)
@@ -576,6 +583,156 @@ class Fa3:
         # No guard pass: the guards judge a candidate's launches, and FA3 is the yardstick.
         return {"samples_us": samples, "wall_us": [], "guard_event_us": [], "launches_per_sample": calls,
                 "host_us": host}
+
+
+class Backward:
+    """SDPA's backward (dQ, dK, dV through autograd) as a baseline of attn's backward gate. Each
+    input set's forward runs once, outside the timed region, with requires_grad under the chosen
+    sdpa_kernel backend, and its graph is kept (retain_graph=True), so that what is timed is
+    torch.autograd.grad(out, (q, k, v), grad_outputs=do, retain_graph=True) alone: the backward
+    kernels autograd launches for that backend (its dO·O row-sum preprocessing and any zero-fill
+    or dQ conversion included, as attn's backward side's attn_bwd_pre and attn_bwd_post are)
+    plus autograd's dispatch, which CUDA-graph replay (graph and batch modes) takes off the
+    device's critical path and flushed mode leaves in."""
+
+    SDPA = ("default", "flash", "efficient", "cudnn", "math")
+
+    def __init__(self, helper):
+        self.helper, self.torch = helper, helper.torch
+        self.key, self.state = None, None
+
+    def handle(self, job):
+        if job["backend"] not in self.SDPA:
+            raise ValueError(f"{job['backend']} has no backward here: SDPA's own backends (default, flash, efficient, cudnn, math)")
+        if any(bound >= 0 for bound in job.get("window", [-1, -1])) or job.get("varlen") is not None:
+            # attn refuses both before asking: SDPA has no window kernel and takes dense batches.
+            raise ValueError("SDPA's backward takes dense batches without a window")
+        if job["kind"] == "backward_run":
+            return self.run(job)
+        return self.time(job)
+
+    def forward(self, q, k, v, do, job):
+        """One set's forward with requires_grad under the job's backend, its graph kept: (out,
+        (q, k, v), do) for grads()."""
+        leaves = tuple(x.detach().requires_grad_(True) for x in (q, k, v))
+        with self.helper.backend(job["backend"]):
+            out = self.helper.sdpa(*leaves, job)
+        return out, leaves, do
+
+    def grads(self, fwd, job):
+        """dQ, dK, dV of one kept forward: autograd's backward, the graph kept for the next call."""
+        out, leaves, do = fwd
+        with self.helper.backend(job["backend"]):
+            return self.torch.autograd.grad(out, leaves, grad_outputs=do, retain_graph=True)
+
+    def run(self, job):
+        """The gradients of .npy inputs (q, k, v, do), and the forward's output O, written to .npy
+        files (dq, dk, dv, o) for attn to judge against its float64 oracle."""
+        torch, np = self.torch, self.helper.np
+        q, k, v, do = (self.helper.load(job[x], job["dtype"]) for x in ("q", "k", "v", "do"))
+        fwd = self.forward(q, k, v, do, job)
+        dq, dk, dv = self.grads(fwd, job)
+        torch.cuda.synchronize()
+        for name, t in (("dq", dq), ("dk", dk), ("dv", dv), ("o", fwd[0].detach())):
+            t = t.contiguous()
+            arr = t.view(torch.int16).cpu().numpy().view(np.uint16) if job["dtype"] == "bf16" else t.cpu().numpy()
+            np.save(job[name], arr)
+        return {"dq": job["dq"], "dk": job["dk"], "dv": job["dv"], "o": job["o"]}
+
+    def prepare(self, job):
+        """Input sets, their kept forwards and (graph and batch modes) one CUDA graph of the
+        backward per set, kept while the same problem is timed."""
+        key = json.dumps({k: job.get(k) for k in ("shape", "kv_heads", "dtype", "causal", "scale", "backend",
+                                                  "mode", "sets", "seed", "flush_bytes")}, sort_keys=True)
+        if key == self.key:
+            return self.state
+        self.key, self.state = None, None
+        torch = self.torch
+        b, h, sq, skv, d = job["shape"]
+        hkv = job.get("kv_heads", h)
+        dtype = self.helper.dtypes[job["dtype"]]
+        gen = torch.Generator(device=self.helper.dev)
+        gen.manual_seed(job["seed"])
+        dims = [(b, h, sq, d), (b, hkv, skv, d), (b, hkv, skv, d), (b, h, sq, d)]
+        # The forwards run on the stream the graphs are captured on: autograd runs each backward
+        # op on its forward op's stream, and a capture sees only its own stream's work.
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        fwds = []
+        with torch.cuda.stream(stream):
+            for _ in range(max(1, job["sets"])):
+                q, k, v, do = (torch.randn(dim, generator=gen, device=self.helper.dev, dtype=torch.float32).to(dtype)
+                               for dim in dims)
+                fwds.append(self.forward(q, k, v, do, job))
+            for fwd in fwds:
+                self.grads(fwd, job)  # warm-up (workspaces, autotuning) before any capture
+        torch.cuda.current_stream().wait_stream(stream)
+        state = {"fwds": fwds, "counter": 0, "graphs": None, "stream": stream,
+                 "flush": torch.empty(job["flush_bytes"], dtype=torch.uint8, device=self.helper.dev)}
+        if job["mode"] in ("graph", "batch"):
+            # As the forward side: replays time the kernels, not Python's dispatch (see Helper.prepare_timing).
+            graphs = []
+            for fwd in fwds:
+                g = torch.cuda.CUDAGraph()
+                try:
+                    with torch.cuda.graph(g, stream=stream):
+                        out = self.grads(fwd, job)
+                except Exception as exc:  # noqa: BLE001 - one line, the mode named
+                    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                    raise ValueError(f"capturing torch.autograd.grad in a CUDA graph failed ({text}): "
+                                     f"--mode {job['mode']} cannot time SDPA's backward here") from exc
+                graphs.append((g, out))
+            torch.cuda.synchronize()
+            state["graphs"] = graphs
+        self.key, self.state = key, state
+        return state
+
+    def time(self, job):
+        """The forward side's protocol (Helper.time) on the backward: warm-up, samples between
+        CUDA events (one replay, or batch_launches of them on consecutive sets), guard launches."""
+        torch = self.torch
+        state = self.prepare(job)
+        fwds, graphs, flush = state["fwds"], state["graphs"], state["flush"]
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        per_sample = job["batch_launches"] if job["mode"] == "batch" else 1
+
+        def next_set():
+            state["counter"] += 1
+            return state["counter"] % len(fwds)
+
+        def timed():
+            i = next_set()
+            if graphs is not None:
+                graphs[i][0].replay()
+            else:
+                self.grads(fwds[i], job)
+
+        samples, wall, guard_events = [], [], []
+        # The forwards' stream: uncaptured backward ops run there, so the events are recorded there.
+        with torch.cuda.stream(state["stream"]):
+            for _ in range(job["warmup"]):
+                timed()
+            torch.cuda.synchronize()
+            for i in range(job["samples"]):
+                if job["mode"] != "batch":
+                    flush.fill_(i % 251)
+                start.record()
+                for _ in range(per_sample):
+                    timed()
+                end.record()
+                end.synchronize()
+                samples.append(start.elapsed_time(end) * 1000.0 / per_sample)
+            torch.cuda.synchronize()
+            for i in range(job["guard_launches"]):
+                t0 = time.perf_counter()
+                start.record()
+                self.grads(fwds[i % len(fwds)], job)
+                end.record()
+                torch.cuda.synchronize()
+                wall.append((time.perf_counter() - t0) * 1e6)
+                guard_events.append(start.elapsed_time(end) * 1000.0)
+        return {"samples_us": samples, "wall_us": wall, "guard_event_us": guard_events,
+                "launches_per_sample": per_sample}
 
 
 if __name__ == "__main__":

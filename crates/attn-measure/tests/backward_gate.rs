@@ -305,7 +305,9 @@ fn the_backward_gate_passes_mma_over_naive_and_its_battery_finds_a_group_size_bu
     let _device = attn_kernels::device_lock(0);
     let gpu = Gpu::open(0).expect("a CUDA GPU");
     let plan = gate_plan(&gpu, 20);
-    let baseline = BackwardBaseline::from_name("backward-naive").unwrap();
+    let baseline =
+        BackwardBaseline::from_name("backward-naive", attn_measure::sdpa::Backend::Default)
+            .unwrap();
     let problem = Problem::parse("2,8/2,1024,64 causal bf16").unwrap();
     let mma = BackwardCandidate::registered("backward-mma", Config::default()).unwrap();
     let case = BackwardGate::new(&gpu, &mma, &baseline, &plan, None).case(&problem, 31);

@@ -102,3 +102,24 @@ fn flex_masks_and_varlen_layouts_follow_attns_mask() {
     assert!(wrong.contains("differs from the reference"), "{report}");
     assert_eq!(report["run_varlen dense max abs"], 0.0, "{report}");
 }
+
+#[test]
+#[ignore = "needs PyTorch and a GPU (run with the GPU tests)"]
+fn sdpa_backward_gradients_match_float64_and_a_captured_replay_is_a_plain_call() {
+    let report = fixture_report("helper_backward.py");
+    let cases = report.as_object().expect("one JSON object");
+    let mut checked = 0;
+    for (case, verdict) in cases {
+        if case == "torch" {
+            continue;
+        }
+        // A backend PyTorch has no kernel for at a shape (flash or cuDNN on an older build) is
+        // its own error; anything else that is not "passed" is a wrong gradient or timing.
+        let text = verdict.as_str().unwrap_or_default();
+        let no_kernel = text.contains("No available kernel") || text.contains("not supported");
+        assert!(text == "passed" || no_kernel, "{case}: {text}\n{report}");
+        checked += usize::from(text == "passed");
+    }
+    assert!(checked >= 20, "{report}");
+    assert_eq!(report["flex refused"], "passed", "{report}");
+}

@@ -134,10 +134,11 @@ pub fn markdown(run: &GateRun) -> String {
         ]);
     }
     let mut out = format!(
-        "**attn gate: {}** — `{}` vs `{}` on {}{} ({})\n\n",
+        "**attn gate: {}** — `{}` vs `{}`{} on {}{} ({})\n\n",
         if run.passed { "PASSED" } else { "FAILED" },
         crate::model::gate_candidate_label(run),
         run.baseline.label(),
+        crate::model::gate_pass_suffix(run),
         run.provenance.gpu,
         run_modes(run).map_or_else(String::new, |m| format!(", {m} timing")),
         format::short_rev(&run.provenance.git_rev)

@@ -450,10 +450,11 @@ fn gate_line(run: &Run, gate: &GateRun) -> String {
     let passed = gate.cases.iter().filter(|c| c.passed).count();
     let setup = gate.cases.first().map(|case| Setup::of_case(run, case));
     format!(
-        "Latest gate on {}: {} vs {}, {passed}/{} shapes passed the gate ({} UTC at {}; details under Gate verdicts).",
+        "Latest gate on {}: {} vs {}{}, {passed}/{} shapes passed the gate ({} UTC at {}; details under Gate verdicts).",
         setup.map_or_else(|| gate.provenance.gpu.clone(), |s| s.to_string()),
         gate_candidate_label(gate),
         gate.baseline.label(),
+        crate::model::gate_pass_suffix(gate),
         gate.cases.len(),
         short_date(&run.evidence.provenance().date),
         short_rev(&run.evidence.provenance().git_rev),

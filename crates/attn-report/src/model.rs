@@ -88,6 +88,16 @@ pub fn gate_candidate_label(gate: &GateRun) -> String {
     }
 }
 
+/// What a gate run's title adds to its pair: ` (backward)` for a backward gate, whose baseline
+/// label (`sdpa:cudnn`, say) is otherwise the forward's.
+pub fn gate_pass_suffix(gate: &GateRun) -> &'static str {
+    if gate.cases.iter().any(|c| c.backward.is_some()) {
+        " (backward)"
+    } else {
+        ""
+    }
+}
+
 /// A bench run's prefill entries: a decode entry's metric is bandwidth, not TFLOP/s, so it is shown
 /// in the decode section only.
 pub fn prefill_entries(bench: &BenchRun) -> impl Iterator<Item = &BenchEntry> {

@@ -12,12 +12,64 @@ fn the_backward_gate_checks_before_the_gpu_probe() {
         args.extend(extra);
         args
     };
-    let shape = ["--shape", "1,8,512,64"];
-    // SDPA's backward is not a baseline yet: the default is refused, naming what is.
+    // SDPA's backward (the default baseline) has no window kernel and takes dense batches:
+    // refused in one line before the helper or the GPU is probed.
+    let window = ["--shape", "1,8,512,64 causal window=128,-1"];
+    one_error_line(d, &gate(&window), &["sliding-window", "backward-naive"]);
     one_error_line(
         d,
-        &gate(&shape),
-        &["--baseline sdpa", "backward pass", "backward-naive"],
+        &gate(&[
+            "--baseline",
+            "sdpa:cudnn",
+            "--shape",
+            "1,8,512,64 window=64,64",
+        ]),
+        &["sliding-window", "its backward is no baseline"],
+    );
+    one_error_line(
+        d,
+        &gate(&[
+            "--baseline",
+            "sdpa:flash",
+            "--shape",
+            "varlen=512,300 H=8/2 D=64 causal",
+        ]),
+        &["packed varlen batch", "backward-naive"],
+    );
+    one_error_line(
+        d,
+        &gate(&["--baseline", "sdpa:fast", "--shape", "1,8,512,64"]),
+        &["unknown SDPA backend `fast`"],
+    );
+    for (baseline, backend) in [
+        ("sdpa", "flex"),
+        ("sdpa:varlen", "default"),
+        ("fa3", "default"),
+    ] {
+        one_error_line(
+            d,
+            &gate(&[
+                "--baseline",
+                baseline,
+                "--sdpa-backend",
+                backend,
+                "--shape",
+                "1,8,512,64",
+            ]),
+            &["cannot time a backward pass", "backward-naive"],
+        );
+    }
+    one_error_line(
+        d,
+        &gate(&[
+            "--baseline",
+            "sdpa:cudnn",
+            "--sdpa-backend",
+            "flash",
+            "--shape",
+            "1,8,512,64",
+        ]),
+        &["two SDPA backends"],
     );
     one_error_line(
         d,
@@ -84,4 +136,36 @@ fn the_backward_gate_checks_before_the_gpu_probe() {
         &gate(&["--baseline", "hopper", "--shape", "1,8,512,64"]),
         &["hopper", "backward pass"],
     );
+}
+
+#[test]
+fn sdpa_backward_is_accepted_and_needs_pytorch_before_the_gpu_probe() {
+    // Past every refusal, the helper is started before the GPU is opened: without a Python it
+    // is one line about PyTorch, not a CUDA error (no cublas fallback for the backward).
+    let dir = inputs();
+    for baseline in ["sdpa", "sdpa:cudnn", "sdpa:flash", "sdpa:efficient"] {
+        let out = std::process::Command::new(crate::common::xtask())
+            .args(["gate", "--pass", "backward", "--impl", "backward-mma"])
+            .args([
+                "--baseline",
+                baseline,
+                "--shape",
+                "2,8/2,512,64 causal",
+                "--no-evidence",
+            ])
+            .current_dir(dir.path())
+            .env("ATTN_PYTHON", "/nonexistent/python3")
+            .env_remove("GIT_DIR")
+            .env_remove("GIT_WORK_TREE")
+            .output()
+            .expect("xtask runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{baseline}: {stderr}");
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{baseline}: {stderr}");
+        assert!(
+            lines[0].contains("no Python to run PyTorch SDPA") && !lines[0].contains("CUDA"),
+            "{baseline}: {stderr}"
+        );
+    }
 }

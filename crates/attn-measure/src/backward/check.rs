@@ -18,8 +18,8 @@ use attn_kernels::guard::GUARD_BYTES;
 use attn_kernels::{DeviceTensor, Gpu, GuardedTensor, HarnessKernels};
 use attn_oracle::{
     backward_rows, backward_tolerance, backward_varlen_with_scales, backward_with_scales,
-    compare_gradient, Distribution, Gradient, Gradients, HostData, HostTensor, RowId, RowSelection,
-    Verdict,
+    compare_gradient, BackwardTolerance, Distribution, Gradient, Gradients, HostData, HostTensor,
+    RowId, RowSelection, Verdict,
 };
 
 use crate::check::{check_scale, failed, Watched};
@@ -251,62 +251,21 @@ pub fn check_one(
 
     // Against the GPU reference, every element, bounded with its scales.
     let table = backward_tolerance(dtype, distribution);
-    let judge =
-        |found: &Gradients, truth: &Gradients, scales: &Gradients| -> Vec<(Gradient, Verdict)> {
-            [
-                (Gradient::Dq, &found.dq, &truth.dq, &scales.dq),
-                (Gradient::Dk, &found.dk, &truth.dk, &scales.dk),
-                (Gradient::Dv, &found.dv, &truth.dv, &scales.dv),
-            ]
-            .into_iter()
-            .map(|(gradient, out, want, scale)| {
-                let tolerance = table.for_gradient(gradient, want);
-                (
-                    gradient,
-                    compare_gradient(out, want, Some(scale), &tolerance),
-                )
-            })
-            .collect()
-        };
+    let judge = |found: &Gradients, truth: &Gradients, scales: &Gradients| {
+        judge_gradients(&table, found, truth, scales)
+    };
     let against_gpu = judge(&first, &gpu_grads, &gpu_scales);
     // Against the f64 oracle: every element where it is cheap, else sampled rows.
     let oracle_inputs = (&inputs.q, &inputs.k, &inputs.v, &o_host, &d_o, &lse_host);
-    let (against_oracle, rows) = if oracle_is_full(problem) {
-        let (exact, scales) = full_oracle(problem, &params, oracle_inputs)?;
-        (judge(&first, &exact, &scales), "every element".to_string())
-    } else {
-        let selection = RowSelection::Sampled {
-            rows_per_head: SAMPLED_ROWS_PER_HEAD,
-            seed,
-        };
-        let (q, k, v, o, d_o, lse) = oracle_inputs;
-        let sampled = backward_rows(q, k, v, o, d_o, lse, &params, &selection)?;
-        let shape = problem.shape;
-        let at_rows = |t: &HostTensor, ids: &[RowId], heads: usize, seq: usize| {
-            gather_rows(t, ids, heads, seq, shape.head_dim)
-        };
-        let (h, hk, sq, skv) = (shape.heads, shape.kv_heads, shape.seq_q, shape.seq_kv);
-        let rows_of = |grads: &Gradients| Gradients {
-            dq: at_rows(&grads.dq, &sampled.query_rows, h, sq),
-            dk: at_rows(&grads.dk, &sampled.key_rows, hk, skv),
-            dv: at_rows(&grads.dv, &sampled.key_rows, hk, skv),
-        };
-        let d = shape.head_dim;
-        let f64_rows = |values: &[f64]| HostTensor {
-            dims: [1, 1, values.len() / d, d],
-            data: HostData::F64(values.to_vec()),
-        };
-        let exact = Gradients {
-            dq: f64_rows(&sampled.dq),
-            dk: f64_rows(&sampled.dk),
-            dv: f64_rows(&sampled.dv),
-        };
-        let label = format!("{SAMPLED_ROWS_PER_HEAD} sampled query rows and keys per head");
-        (
-            judge(&rows_of(&first), &exact, &rows_of(&gpu_scales)),
-            label,
-        )
-    };
+    let (against_oracle, rows) = against_the_oracle(
+        problem,
+        &params,
+        seed,
+        oracle_inputs,
+        &first,
+        &gpu_scales,
+        &table,
+    )?;
     // A non-deterministic implementation's second launch must be right too.
     let second_ok = judge(&second, &gpu_grads, &gpu_scales);
 
@@ -427,7 +386,92 @@ pub fn check_one(
     Ok((check, bytes))
 }
 
-fn gradient_name(gradient: Gradient) -> &'static str {
+/// Each gradient of `found` against `truth`, every element bounded with its `scales`.
+fn judge_gradients(
+    table: &BackwardTolerance,
+    found: &Gradients,
+    truth: &Gradients,
+    scales: &Gradients,
+) -> Vec<(Gradient, Verdict)> {
+    [
+        (Gradient::Dq, &found.dq, &truth.dq, &scales.dq),
+        (Gradient::Dk, &found.dk, &truth.dk, &scales.dk),
+        (Gradient::Dv, &found.dv, &truth.dv, &scales.dv),
+    ]
+    .into_iter()
+    .map(|(gradient, out, want, scale)| {
+        let tolerance = table.for_gradient(gradient, want);
+        (
+            gradient,
+            compare_gradient(out, want, Some(scale), &tolerance),
+        )
+    })
+    .collect()
+}
+
+/// Q, K, V, O, dO and the LSE on the host, as the f64 oracle takes them.
+pub(crate) type OracleInputs<'t> = (
+    &'t HostTensor,
+    &'t HostTensor,
+    &'t HostTensor,
+    &'t HostTensor,
+    &'t HostTensor,
+    &'t HostTensor,
+);
+
+/// `found` judged against the f64 oracle on `inputs`: every element where [`oracle_is_full`],
+/// else [`SAMPLED_ROWS_PER_HEAD`] sampled query rows and keys per head drawn from `seed`, bounded
+/// with `gpu_scales` (the GPU reference's); the verdicts and which elements they cover.
+pub(crate) fn against_the_oracle(
+    problem: &Problem,
+    params: &attn_oracle::Params,
+    seed: u64,
+    inputs: OracleInputs<'_>,
+    found: &Gradients,
+    gpu_scales: &Gradients,
+    table: &BackwardTolerance,
+) -> Result<(Vec<(Gradient, Verdict)>, String)> {
+    if oracle_is_full(problem) {
+        let (exact, scales) = full_oracle(problem, params, inputs)?;
+        return Ok((
+            judge_gradients(table, found, &exact, &scales),
+            "every element".to_string(),
+        ));
+    }
+    let selection = RowSelection::Sampled {
+        rows_per_head: SAMPLED_ROWS_PER_HEAD,
+        seed,
+    };
+    let (q, k, v, o, d_o, lse) = inputs;
+    let sampled = backward_rows(q, k, v, o, d_o, lse, params, &selection)?;
+    let shape = problem.shape;
+    let at_rows = |t: &HostTensor, ids: &[RowId], heads: usize, seq: usize| {
+        gather_rows(t, ids, heads, seq, shape.head_dim)
+    };
+    let (h, hk, sq, skv) = (shape.heads, shape.kv_heads, shape.seq_q, shape.seq_kv);
+    let rows_of = |grads: &Gradients| Gradients {
+        dq: at_rows(&grads.dq, &sampled.query_rows, h, sq),
+        dk: at_rows(&grads.dk, &sampled.key_rows, hk, skv),
+        dv: at_rows(&grads.dv, &sampled.key_rows, hk, skv),
+    };
+    let d = shape.head_dim;
+    let f64_rows = |values: &[f64]| HostTensor {
+        dims: [1, 1, values.len() / d, d],
+        data: HostData::F64(values.to_vec()),
+    };
+    let exact = Gradients {
+        dq: f64_rows(&sampled.dq),
+        dk: f64_rows(&sampled.dk),
+        dv: f64_rows(&sampled.dv),
+    };
+    let label = format!("{SAMPLED_ROWS_PER_HEAD} sampled query rows and keys per head");
+    Ok((
+        judge_gradients(table, &rows_of(found), &exact, &rows_of(gpu_scales)),
+        label,
+    ))
+}
+
+pub(crate) fn gradient_name(gradient: Gradient) -> &'static str {
     match gradient {
         Gradient::Dq => "dQ",
         Gradient::Dk => "dK",
@@ -439,14 +483,7 @@ fn gradient_name(gradient: Gradient) -> &'static str {
 fn full_oracle(
     problem: &Problem,
     params: &attn_oracle::Params,
-    (q, k, v, o, d_o, lse): (
-        &HostTensor,
-        &HostTensor,
-        &HostTensor,
-        &HostTensor,
-        &HostTensor,
-        &HostTensor,
-    ),
+    (q, k, v, o, d_o, lse): OracleInputs<'_>,
 ) -> Result<(Gradients, Gradients)> {
     Ok(match &problem.varlen {
         None => backward_with_scales(q, k, v, o, d_o, lse, params)?,

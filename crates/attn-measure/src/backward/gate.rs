@@ -12,7 +12,8 @@
 //! - record: the backward's FLOPs and memory floor ([`attn_evidence::BackwardRecord`]).
 //!
 //! The baseline is a registered backward implementation (`backward-naive`, `backward-mma`) at
-//! its defaults, on as many input sets as the candidate.
+//! its defaults, or PyTorch SDPA's backward through autograd ([`super::sdpa`], its gradients
+//! judged against the f64 oracle before it is timed), on as many input sets as the candidate.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -26,12 +27,14 @@ use attn_kernels::{Config, Gpu, HarnessKernels, KernelError};
 use attn_oracle::{DType, Distribution, Window};
 
 use super::check::{check_one, oracle_is_full, run_backward_checks, CheckInputs};
+use super::sdpa::{backward_refusal, check_sdpa_gradients, sdpa_backend_of, SdpaBackwardSide};
 use super::timing::{backward_set_count, BackwardSide};
 use crate::baseline::{median, timing_evidence};
 use crate::battery::{battery_problems, tile_sizes};
 use crate::check::scale_factor;
 use crate::defences::{case_defences, CaseFacts};
 use crate::gate::{compare_sides, ended_by, ended_case, plausibility_flag, GatePlan};
+use crate::sdpa::{Backend, Sdpa};
 use crate::supervise::Watchdog;
 use crate::timing::{interleave, TimedSide};
 use crate::{MeasureError, Problem, Result};
@@ -130,12 +133,17 @@ fn registered_supports(
 pub enum BackwardBaseline {
     /// A registered backward implementation at its defaults.
     Registered(String),
+    /// PyTorch SDPA's backward with a backend of SDPA's own ([`super::sdpa`]).
+    Sdpa(Backend),
 }
 
 impl BackwardBaseline {
-    /// The baseline `--baseline NAME` names for a backward problem, refused in one line when it
-    /// cannot time one.
-    pub fn from_name(name: &str) -> Result<BackwardBaseline> {
+    /// The baseline `--baseline NAME` names for a backward problem (`sdpa` with `backend`, the
+    /// `--sdpa-backend`, or `sdpa:BACKEND`), refused in one line when it cannot time one.
+    pub fn from_name(name: &str, backend: Backend) -> Result<BackwardBaseline> {
+        if let Some(sdpa) = sdpa_backend_of(name, backend) {
+            return Ok(BackwardBaseline::Sdpa(sdpa?));
+        }
         if find_backward(name).is_ok() {
             return Ok(BackwardBaseline::Registered(name.into()));
         }
@@ -144,7 +152,7 @@ impl BackwardBaseline {
             .map(|i| i.name)
             .collect();
         Err(MeasureError::Invalid(format!(
-            "--baseline {name} cannot time a backward pass: give a backward implementation ({})",
+            "--baseline {name} cannot time a backward pass: give a backward implementation ({}) or PyTorch SDPA (sdpa, sdpa:cudnn, sdpa:flash, sdpa:efficient, sdpa:math)",
             known.join(", ")
         )))
     }
@@ -156,6 +164,18 @@ impl BackwardBaseline {
                 registered_supports(name, problem)?;
                 Ok(())
             }
+            BackwardBaseline::Sdpa(backend) => match backward_refusal(problem, *backend) {
+                Some(why) => Err(MeasureError::Invalid(why)),
+                None => Ok(()),
+            },
+        }
+    }
+
+    /// The SDPA backend, when the baseline is SDPA's backward (it needs the helper).
+    pub fn sdpa_backend(&self) -> Option<Backend> {
+        match self {
+            BackwardBaseline::Sdpa(backend) => Some(*backend),
+            BackwardBaseline::Registered(_) => None,
         }
     }
 
@@ -165,6 +185,7 @@ impl BackwardBaseline {
             BackwardBaseline::Registered(name) => {
                 attn_evidence::Implementation::named(name.clone())
             }
+            BackwardBaseline::Sdpa(backend) => crate::baseline::sdpa_implementation(*backend),
         }
     }
 }
@@ -200,6 +221,8 @@ pub struct BackwardGate<'a> {
     baseline: &'a BackwardBaseline,
     plan: &'a GatePlan,
     watchdog: Option<&'a Watchdog>,
+    /// The helper an SDPA baseline runs in.
+    sdpa: Option<&'a Sdpa>,
     batteries: HashMap<BatteryKey, (String, Option<CorrectnessCheck>)>,
     /// Set after a fault: the CUDA context is lost.
     pub lost: bool,
@@ -240,9 +263,16 @@ impl<'a> BackwardGate<'a> {
             baseline,
             plan,
             watchdog,
+            sdpa: None,
             batteries: HashMap::new(),
             lost: false,
         }
+    }
+
+    /// The helper process an SDPA baseline ([`BackwardBaseline::Sdpa`]) runs in.
+    pub fn with_sdpa(mut self, sdpa: Option<&'a Sdpa>) -> BackwardGate<'a> {
+        self.sdpa = sdpa;
+        self
     }
 
     /// Judges `problem`'s backward with inputs from `seed`.
@@ -394,21 +424,45 @@ impl<'a> BackwardGate<'a> {
         if let Some(w) = self.watchdog {
             cand.with_watchdog(w, Rc::clone(&bound));
         }
-        let base_prepared = match self.baseline {
-            BackwardBaseline::Registered(name) => PreparedBackward::new(
-                gpu,
-                name,
-                &Config::default(),
-                problem.dtype,
-                problem.shape.head_dim,
-            )?,
-        };
         // As many sets as the candidate rotates over (evidence/METHOD.md, `equal-input-sets`).
         let count = cand.set_count();
-        let mut base =
-            BackwardSide::new(gpu, &base_prepared, problem, count, seed ^ 0xba5e, false)?;
+        let base_prepared: PreparedBackward;
+        let mut base: Box<dyn TimedSide + '_> = match self.baseline {
+            BackwardBaseline::Registered(name) => {
+                base_prepared = PreparedBackward::new(
+                    gpu,
+                    name,
+                    &Config::default(),
+                    problem.dtype,
+                    problem.shape.head_dim,
+                )?;
+                Box::new(BackwardSide::new(
+                    gpu,
+                    &base_prepared,
+                    problem,
+                    count,
+                    seed ^ 0xba5e,
+                    false,
+                )?)
+            }
+            BackwardBaseline::Sdpa(backend) => {
+                let sdpa = self.sdpa.ok_or_else(|| {
+                    MeasureError::Sdpa("the backward gate was given no helper process".into())
+                })?;
+                // A yardstick that computes something else is no baseline: judged first.
+                check_sdpa_gradients(gpu, sdpa, *backend, problem, seed ^ 0xc4ec)?;
+                Box::new(SdpaBackwardSide::new(
+                    gpu,
+                    sdpa,
+                    *backend,
+                    problem,
+                    count,
+                    seed ^ 0xba5e,
+                ))
+            }
+        };
         let (floor, factor) = (plan.hang_floor, plan.hang_factor);
-        let base_side: &mut dyn TimedSide = &mut base;
+        let base_side: &mut dyn TimedSide = base.as_mut();
         let timed = interleave(gpu, &mut cand, base_side, &plan.interleave, |first| {
             let scaled = Duration::try_from_secs_f64(factor * median(&first.samples_us) * 1e-6);
             bound.set(scaled.map_or(floor, |scaled| floor.max(scaled)));
@@ -496,18 +550,39 @@ mod tests {
 
     #[test]
     fn backward_baselines_are_backward_implementations() {
+        let from = |name| BackwardBaseline::from_name(name, Backend::Default);
         assert_eq!(
-            BackwardBaseline::from_name("backward-naive").unwrap(),
+            from("backward-naive").unwrap(),
             BackwardBaseline::Registered("backward-naive".into())
         );
-        for name in ["sdpa", "hopper", "fa3", "nothing"] {
-            let err = BackwardBaseline::from_name(name).unwrap_err().to_string();
+        for name in ["hopper", "fa3", "nothing", "sdpa:fa3"] {
+            let err = from(name).unwrap_err().to_string();
             assert!(
                 err.contains("cannot time a backward pass") && err.contains("backward-naive"),
                 "{name}: {err}"
             );
             assert!(!err.contains('\n'));
         }
+        // SDPA's backward, named as the forward's evidence labels it.
+        assert_eq!(
+            from("sdpa").unwrap(),
+            BackwardBaseline::Sdpa(Backend::Default)
+        );
+        let cudnn = from("sdpa:cudnn").unwrap();
+        assert_eq!(cudnn.implementation().label(), "sdpa:cudnn");
+        assert_eq!(cudnn.sdpa_backend(), Some(Backend::Cudnn));
+        let window = Problem::parse("2,16,2048,128 causal window=256,-1").unwrap();
+        let err = cudnn.check_supports(&window).unwrap_err().to_string();
+        assert!(
+            err.contains("sliding-window") && !err.contains('\n'),
+            "{err}"
+        );
+        let gqa = Problem::parse("2,16/4,2048,128 causal bf16").unwrap();
+        assert!(cudnn.check_supports(&gqa).is_ok());
+        assert!(from("sdpa:fast")
+            .unwrap_err()
+            .to_string()
+            .contains("unknown SDPA backend"));
         assert!(BackwardCandidate::registered("hopper", Config::default()).is_err());
     }
 

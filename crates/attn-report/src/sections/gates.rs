@@ -5,7 +5,7 @@ use attn_evidence::{slug, GateCase, GateRun};
 
 use crate::charts::{BootstrapChart, SpeedupBar, SpeedupChart};
 use crate::format::{micros, short_date, short_rev, speedup_ci, tflops};
-use crate::model::{gate_candidate_label, Run};
+use crate::model::{gate_candidate_label, gate_pass_suffix, Run};
 use crate::setup::Setup;
 use crate::table::Table;
 
@@ -42,7 +42,8 @@ pub(super) fn gate_section(run: &Run, gate: &GateRun) -> GateSection {
     let p = &gate.provenance;
     let passed_count = gate.cases.iter().filter(|c| c.passed).count();
     let candidate = gate_candidate_label(gate);
-    let title = format!("{candidate} vs {}", gate.baseline.label());
+    let pass = gate_pass_suffix(gate);
+    let title = format!("{candidate} vs {}{pass}", gate.baseline.label());
     let setup = gate.cases.first().map_or_else(
         || Setup::new(&p.gpu, attn_evidence::TimingMode::Flushed),
         |case| Setup::of_case(run, case),
@@ -56,7 +57,7 @@ pub(super) fn gate_section(run: &Run, gate: &GateRun) -> GateSection {
         short_date(&p.date),
     );
     let verdict = format!(
-        "{} **{outcome}**: `{}` vs `{}`, {passed_count}/{} shapes passed, on {setup} at `{}`{} ({} UTC)",
+        "{} **{outcome}**: `{}` vs `{}`{pass}, {passed_count}/{} shapes passed, on {setup} at `{}`{} ({} UTC)",
         if gate.passed { "✅" } else { "❌" },
         candidate,
         gate.baseline.label(),
