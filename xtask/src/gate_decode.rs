@@ -72,7 +72,9 @@ pub fn run(
     };
     if let (Some(sdpa), DecodeBaseline::Sdpa(Backend::Flashinfer)) = (&sdpa, &baseline) {
         // Imported before any case, so that a missing FlashInfer is one line, not every case's.
-        let version = sdpa.probe_flashinfer().map_err(|e| anyhow::anyhow!("{e}"))?;
+        let version = sdpa
+            .probe_flashinfer()
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         println!("FlashInfer {version}");
     }
     let info = gpu.info();

@@ -564,8 +564,7 @@ impl Sdpa {
             MeasureError::Sdpa(line) => MeasureError::Invalid(line),
             other => other,
         })?;
-        *self.flashinfer.lock().unwrap_or_else(|e| e.into_inner()) =
-            Some(reply.flashinfer.clone());
+        *self.flashinfer.lock().unwrap_or_else(|e| e.into_inner()) = Some(reply.flashinfer.clone());
         Ok(reply.flashinfer)
     }
 
@@ -834,10 +833,16 @@ mod tests {
         );
         let contiguous: DecodeSpec = "decode B=2 q=1,2 kv=100,512 H=8/2 D=64".parse().unwrap();
         let why = decode_refusal(&contiguous, Backend::Flashinfer).unwrap();
-        assert!(why.contains("paged KV cache") && why.contains("page=16"), "{why}");
+        assert!(
+            why.contains("paged KV cache") && why.contains("page=16"),
+            "{why}"
+        );
         let odd: DecodeSpec = "decode B=2 q=1 kv=512 H=8/2 D=96 page=16".parse().unwrap();
         let why = decode_refusal(&odd, Backend::Flashinfer).unwrap();
-        assert!(why.contains("D=96") && why.contains("decode-naive"), "{why}");
+        assert!(
+            why.contains("D=96") && why.contains("decode-naive"),
+            "{why}"
+        );
         for why in [
             decode_refusal(&contiguous, Backend::Flashinfer),
             decode_refusal(&odd, Backend::Flashinfer),

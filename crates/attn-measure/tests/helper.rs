@@ -109,10 +109,13 @@ fn flashinfers_block_tables_follow_the_oracles_page_policies() {
              print(json.dumps(h.page_lists({:?}, {page_size}, '{policy}', 9)), file=h.PROTOCOL)",
             spec.seqlens_kv()
         );
-        let output = python().args(["-c", &script]).output().expect("python3 runs");
+        let output = python()
+            .args(["-c", &script])
+            .output()
+            .expect("python3 runs");
         let stdout = String::from_utf8_lossy(&output.stdout);
-        let (lists, pages): (Vec<Vec<i32>>, usize) = serde_json::from_str(stdout.trim())
-            .unwrap_or_else(|e| panic!("{text}: {e}: {stdout}"));
+        let (lists, pages): (Vec<Vec<i32>>, usize) =
+            serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{text}: {e}: {stdout}"));
         assert_eq!(pages, table.num_pages(), "{text}");
         for (b, list) in lists.iter().enumerate() {
             if policy == attn_oracle::PagePolicy::Shuffled {
