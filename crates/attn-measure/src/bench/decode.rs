@@ -1,6 +1,7 @@
-//! `bench` on decode batches: each decode implementation and SDPA backend timed on every batch
-//! (the gate's decode sides, one block of samples each), one entry each with its bandwidth and
-//! the copy bandwidth measured in the same run ([`crate::decode::copy_bandwidth`]).
+//! `bench` on decode batches: each decode implementation and SDPA backend (FlashInfer included)
+//! timed on every batch (the gate's decode sides, one block of samples each), one entry each with
+//! its bandwidth and the copy bandwidth measured in the same run
+//! ([`crate::decode::copy_bandwidth`]).
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
