@@ -355,6 +355,8 @@ class Helper:
         lens_q, lens_kv = lengths(job)
         _, h, _, _, d = job["shape"]
         hkv = job["kv_heads"]
+        # One table and one plan serve every input set: the sets differ in their values only, as
+        # successive steps of one batch would.
         lists, num_pages = page_lists(lens_kv, page_size, policy, job["seed"])
         batch = paged_batch(lens_q, lens_kv, lists, page_size)
         keep = batch["keep"]
