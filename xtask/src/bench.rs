@@ -28,7 +28,8 @@ pub struct Args {
     pub config: String,
     /// SDPA backends to time alongside, comma-separated (empty for none); `fa3` is
     /// FlashAttention-3 through JAX (its library in ATTN_FA3_LIB; batch mode only), `varlen`
-    /// PyTorch's varlen_attn (varlen batches and windows), `flex` FlexAttention (windows).
+    /// PyTorch's varlen_attn (varlen batches and windows), `flex` FlexAttention (windows),
+    /// `flashinfer` FlashInfer's paged decode (decode batches only).
     #[arg(long, default_value = "default,flash", value_delimiter = ',')]
     pub sdpa_backends: Vec<String>,
     #[command(flatten)]
@@ -146,6 +147,9 @@ fn request(
         .map(|b| b.parse())
         .collect::<Result<_, _>>()?;
     for backend in &backends {
+        if *backend == Backend::Flashinfer {
+            anyhow::bail!("--sdpa-backends flashinfer times decode batches only: give a decode shape (--shape \"decode ...\") or suite (--suite decode-llama3-8b)");
+        }
         backend.check_mode(args.mode)?;
         if *backend == Backend::Fa3 {
             Backend::fa3_library()?;

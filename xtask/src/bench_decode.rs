@@ -14,7 +14,8 @@ use crate::bench::Args;
 use crate::progress::Progress;
 
 /// The request the arguments make of decode batches `specs`, every name checked before any GPU
-/// probe: `--impl` decode implementations (default `decode`), `--sdpa-backends` SDPA's own.
+/// probe: `--impl` decode implementations (default `decode`), `--sdpa-backends` SDPA's own and
+/// `flashinfer`.
 pub fn request(args: &Args, specs: Vec<DecodeSpec>) -> anyhow::Result<DecodeBenchRequest> {
     let overrides: Config = args
         .config
@@ -36,8 +37,8 @@ pub fn request(args: &Args, specs: Vec<DecodeSpec>) -> anyhow::Result<DecodeBenc
     let mut backends = Vec::new();
     for text in args.sdpa_backends.iter().filter(|b| !b.is_empty()) {
         let backend: Backend = text.parse()?;
-        if !backend.is_sdpa() {
-            bail!("--sdpa-backends {backend} does not time decode batches: give SDPA's own (default, flash, efficient, cudnn, math)");
+        if !backend.times_decode() {
+            bail!("--sdpa-backends {backend} does not time decode batches: give SDPA's own (default, flash, efficient, cudnn, math) or flashinfer");
         }
         backends.push(backend);
     }

@@ -45,7 +45,7 @@ pub struct Args {
     /// SDPA backend: default, flash, efficient, cudnn, math; or PyTorch's kernels for what SDPA
     /// has none for (no cublas fallback): varlen, varlen_attn (FlashAttention-2 with offsets and a
     /// window: varlen batches and windows), flex, FlexAttention compiled with a block mask
-    /// (windows, dense batches).
+    /// (windows, dense batches); or flashinfer, FlashInfer's paged decode (decode batches only).
     #[arg(long, default_value = "default")]
     pub sdpa_backend: Backend,
     /// Fresh random inputs per shape that must all pass before timing; they cycle through normal,

@@ -1,12 +1,14 @@
 //! `cargo xtask gate` on decode batches: the same arguments, plan and evidence as prefill, the
 //! cases judged by attn-measure's `DecodeGate` (a decode implementation against a decode
-//! implementation or PyTorch SDPA, which takes batches of equal lengths without a window).
+//! implementation, PyTorch SDPA, which takes batches of equal lengths without a window, or
+//! FlashInfer, which takes paged batches, ragged included).
 
 use anyhow::bail;
 use attn_evidence::{CaseStatus, GateMode};
 use attn_kernels::decode::find_decode;
 use attn_kernels::{Config, ConfigError};
 use attn_measure::decode::{ended_decode_case, DecodeBaseline, DecodeGate};
+use attn_measure::sdpa::Backend;
 use attn_measure::supervise::Watchdog;
 use attn_oracle::DecodeSpec;
 use attn_stats::CompareOptions;
@@ -68,6 +70,13 @@ pub fn run(
         })?),
         DecodeBaseline::Registered(_) => None,
     };
+    if let (Some(sdpa), DecodeBaseline::Sdpa(Backend::Flashinfer)) = (&sdpa, &baseline) {
+        // Imported before any case, so that a missing FlashInfer is one line, not every case's.
+        let version = sdpa
+            .probe_flashinfer()
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        println!("FlashInfer {version}");
+    }
     let info = gpu.info();
     let plan = crate::gate::plan(args, &gpu, GateMode::Faster, block, compare);
     let timing = plan.interleave.timing;
@@ -118,12 +127,9 @@ pub fn run(
         cases.push(case);
     }
     let clocks_after = attn_kernels::telemetry::read_clocks(0);
-    let provenance = crate::provenance::collect(
-        &gpu,
-        sdpa.as_ref().map(|s| &s.info),
-        clocks_before,
-        clocks_after,
-    );
+    let versions = sdpa.as_ref().map(attn_measure::sdpa::Sdpa::versions);
+    let provenance =
+        crate::provenance::collect(&gpu, versions.as_ref(), clocks_before, clocks_after);
     let (candidate, baseline) = (session.implementation(), baseline.implementation());
     let suite = args.problems.suite_name("seed");
     let run = crate::gate::gate_run(provenance, candidate, baseline, suite, &plan, cases);

@@ -40,6 +40,7 @@
 //! let provenance = Provenance {
 //!     gpu: "NVIDIA H100 80GB HBM3".into(), gpu_uuid: None, sm_count: Some(132), driver: None,
 //!     cuda_driver_api: None, nvrtc: None, pytorch: None, torch_cuda: None, cudnn: None,
+//!     flashinfer: None,
 //!     git_rev: "1f367d0c0ffee".into(), git_dirty: false, date: "2025-11-22T14:19:00Z".into(),
 //!     host: None, tool: "attn 0.1.0".into(), command: vec!["cargo".into(), "xtask".into(), "bench".into()],
 //!     clocks: Default::default(), max_sm_mhz: None, peak_tflops: None, memory: None,

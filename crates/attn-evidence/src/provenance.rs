@@ -34,6 +34,9 @@ pub struct Provenance {
     /// cuDNN version PyTorch loaded.
     #[serde(default)]
     pub cudnn: Option<String>,
+    /// FlashInfer version of the `sdpa:flashinfer` decode baseline, when it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flashinfer: Option<String>,
     /// Full git commit hash of the working tree that produced the evidence.
     pub git_rev: String,
     /// Whether the working tree had uncommitted changes (then `git_rev` does not pin the code).

@@ -214,6 +214,7 @@ mod tests {
                 pytorch: None,
                 torch_cuda: None,
                 cudnn: None,
+                flashinfer: None,
                 git_rev: "1f367d0c0ffee".into(),
                 git_dirty: false,
                 date: "2025-11-22T14:19:00Z".into(),

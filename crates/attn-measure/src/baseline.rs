@@ -311,6 +311,11 @@ mod fa3_tests {
         assert!(Backend::Default.check_mode(TimingMode::Graph).is_ok());
         assert_eq!(sdpa_implementation(Backend::Fa3).name, "fa3");
         assert_eq!(sdpa_implementation(Backend::Fa3).backend, None);
+        // FlashInfer is a reference beside SDPA's backends in evidence, as varlen_attn is.
+        assert_eq!(
+            sdpa_implementation(Backend::Flashinfer).label(),
+            "sdpa:flashinfer"
+        );
         assert_eq!("fa3".parse::<Backend>().unwrap(), Backend::Fa3);
     }
 

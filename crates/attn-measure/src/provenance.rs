@@ -42,6 +42,7 @@ pub fn collect(
         pytorch: torch.map(|t| t.torch.clone()),
         torch_cuda: torch.map(|t| t.cuda.clone()),
         cudnn: torch.map(|t| t.cudnn.clone()),
+        flashinfer: torch.and_then(|t| t.flashinfer.clone()),
         git_rev,
         git_dirty,
         date: utc_now_rfc3339(),

@@ -5,7 +5,9 @@
 //! JAX, so that FA3 is a baseline timed in the same run as our kernels, and PyTorch's own kernels
 //! for packed variable-length batches and sliding windows ([`Backend::Varlen`], [`Backend::Flex`]),
 //! which SDPA lacks. A decode batch of equal lengths runs through SDPA too ([`Sdpa::time_decode`]),
-//! on a contiguous cache and with its new tokens aligned at the end of each sequence.
+//! on a contiguous cache and with its new tokens aligned at the end of each sequence; any paged
+//! decode batch, ragged included, runs through FlashInfer ([`Backend::Flashinfer`]) on a paged
+//! cache of the batch's page size and page policy.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -14,7 +16,7 @@ use std::sync::Mutex;
 
 use attn_evidence::DType;
 use attn_kernels::{TimingMode, TimingOptions, Timings};
-use attn_oracle::DecodeSpec;
+use attn_oracle::{DecodeSpec, KvLayout};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use crate::{MeasureError, Problem, Result};
@@ -52,6 +54,12 @@ pub enum Backend {
     /// windows, on dense batches (grouped heads through `enable_gqa`). Checked on sampled rows
     /// before it is timed, as FA3's is.
     Flex,
+    /// Not SDPA: FlashInfer's paged decode, for decode batches only ([`decode_refusal`]): its
+    /// tensor-core decode wrapper when every sequence has one new token, its paged prefill
+    /// wrapper (causal, bottom-right) otherwise, on a paged cache with the batch's page size,
+    /// page policy and lengths, planned outside the timed region. Checked on sampled rows before
+    /// it is timed, as FA3's is; its version goes into the run's provenance.
+    Flashinfer,
 }
 
 /// The environment variable naming FlashAttention-3's library (a build exporting the XLA FFI
@@ -60,7 +68,7 @@ pub const FA3_LIB_VAR: &str = "ATTN_FA3_LIB";
 
 impl Backend {
     /// Every backend.
-    pub const ALL: [Backend; 8] = [
+    pub const ALL: [Backend; 9] = [
         Backend::Default,
         Backend::Flash,
         Backend::Efficient,
@@ -69,6 +77,7 @@ impl Backend {
         Backend::Fa3,
         Backend::Varlen,
         Backend::Flex,
+        Backend::Flashinfer,
     ];
 
     /// Its name on the command line and in evidence.
@@ -82,16 +91,22 @@ impl Backend {
             Backend::Fa3 => "fa3",
             Backend::Varlen => "varlen",
             Backend::Flex => "flex",
+            Backend::Flashinfer => "flashinfer",
         }
     }
 
-    /// Whether it is one of SDPA's own backends (else FlashAttention-3, varlen_attn or
-    /// FlexAttention: asked for by name, each with problems SDPA has no kernel for).
+    /// Whether it is one of SDPA's own backends (else FlashAttention-3, varlen_attn,
+    /// FlexAttention or FlashInfer: asked for by name, each with problems SDPA has no kernel for).
     pub fn is_sdpa(self) -> bool {
         matches!(
             self,
             Backend::Default | Backend::Flash | Backend::Efficient | Backend::Cudnn | Backend::Math
         )
+    }
+
+    /// Whether the helper times decode batches with it: SDPA's own backends and FlashInfer.
+    pub fn times_decode(self) -> bool {
+        self.is_sdpa() || self == Backend::Flashinfer
     }
 
     /// Refuses, in one line, a timing mode this backend cannot be timed in: FA3 runs through
@@ -138,7 +153,7 @@ impl std::str::FromStr for Backend {
             .find(|b| b.as_str() == text)
             .ok_or_else(|| {
                 MeasureError::Invalid(format!(
-                    "unknown SDPA backend `{text}` (known: default, flash, efficient, cudnn, math, fa3 for FlashAttention-3, varlen for PyTorch's varlen_attn, flex for FlexAttention)"
+                    "unknown SDPA backend `{text}` (known: default, flash, efficient, cudnn, math, fa3 for FlashAttention-3, varlen for PyTorch's varlen_attn, flex for FlexAttention, flashinfer for FlashInfer's paged decode)"
                 ))
             })
     }
@@ -149,8 +164,14 @@ impl std::str::FromStr for Backend {
 /// and FA3 take dense `[B, H, S, D]` tensors here; timing or running the bounding dense batch
 /// instead would be other work, so nothing is sent). A sliding window: SDPA has no window kernel
 /// (a boolean mask runs its dense masked paths, not a window baseline); varlen_attn, FlexAttention
-/// and FlashAttention-3 ([`Backend::Fa3`]) have one.
+/// and FlashAttention-3 ([`Backend::Fa3`]) have one. FlashInfer ([`Backend::Flashinfer`]) is a
+/// decode baseline only here: every prefill problem is refused.
 pub fn refusal(problem: &Problem, backend: Backend) -> Option<String> {
+    if backend == Backend::Flashinfer {
+        return Some(format!(
+            "{problem}: flashinfer times decode batches only (its paged decode and paged prefill over a KV cache): give a decode batch (--shape \"decode ...\" or --suite decode-llama3-8b), or another backend for a prefill problem"
+        ));
+    }
     if problem.varlen.is_some() && backend != Backend::Varlen {
         return Some(format!(
             "{problem}: {backend} is no baseline for a packed varlen batch (it takes dense batches, and a padded batch is other work); time PyTorch's varlen_attn (--sdpa-backend varlen) or a registered implementation (--baseline mma)"
@@ -164,13 +185,32 @@ pub fn refusal(problem: &Problem, backend: Backend) -> Option<String> {
     ))
 }
 
-/// Why SDPA's `backend` cannot be the baseline of decode batch `spec`, one line naming the
-/// alternative; `None` when it can. SDPA takes dense tensors, so the sequences' lengths must be
-/// equal (a padded batch is other work), and it has no window kernel (as for prefill).
+/// Head dims FlashInfer's paged decode and prefill kernels are built for.
+pub const FLASHINFER_HEAD_DIMS: [usize; 3] = [64, 128, 256];
+
+/// Why SDPA's `backend` (or FlashInfer) cannot be the baseline of decode batch `spec`, one line
+/// naming the alternative; `None` when it can. SDPA takes dense tensors, so the sequences' lengths
+/// must be equal (a padded batch is other work), and it has no window kernel (as for prefill).
+/// FlashInfer takes ragged batches and a left window, but reads a paged cache only (a contiguous
+/// batch has no page size to give it) at the head dims it is built for.
 pub fn decode_refusal(spec: &DecodeSpec, backend: Backend) -> Option<String> {
+    if backend == Backend::Flashinfer {
+        if spec.layout().page_size().is_none() {
+            return Some(format!(
+                "{spec}: flashinfer reads a paged KV cache and this batch's is contiguous: give it a page size (page=16) or use an SDPA backend"
+            ));
+        }
+        if !FLASHINFER_HEAD_DIMS.contains(&spec.head_dim()) {
+            return Some(format!(
+                "{spec}: flashinfer's paged decode is built for head dims 64, 128 and 256, not D={} — use --baseline decode-naive",
+                spec.head_dim()
+            ));
+        }
+        return None;
+    }
     if !backend.is_sdpa() {
         return Some(format!(
-            "{spec}: --sdpa-backend {backend} does not time decode batches: SDPA's own backends (default, flash, efficient, cudnn, math) or --baseline decode-naive"
+            "{spec}: --sdpa-backend {backend} does not time decode batches: SDPA's own backends (default, flash, efficient, cudnn, math), flashinfer, or --baseline decode-naive"
         ));
     }
     let (q, kv) = (spec.seqlens_q(), spec.seqlens_kv());
@@ -183,14 +223,26 @@ pub fn decode_refusal(spec: &DecodeSpec, backend: Backend) -> Option<String> {
                 .join(",")
         };
         return Some(format!(
-            "SDPA takes equal lengths: {spec} has q={} kv={} — use --baseline decode-naive",
+            "SDPA takes equal lengths: {spec} has q={} kv={} — use {}",
             list(q),
-            list(kv)
+            list(kv),
+            decode_alternatives(spec)
         ));
     }
     spec.window().filter(|w| w.is_bounded()).map(|_| format!(
-        "{spec}: PyTorch SDPA has no sliding-window kernel (a boolean mask runs its dense masked paths), so it is no baseline for a window — use --baseline decode-naive"
+        "{spec}: PyTorch SDPA has no sliding-window kernel (a boolean mask runs its dense masked paths), so it is no baseline for a window — use {}",
+        decode_alternatives(spec)
     ))
+}
+
+/// The baselines that do time `spec` when SDPA cannot: FlashInfer where it takes the batch, and
+/// the registered naive decode always.
+fn decode_alternatives(spec: &DecodeSpec) -> &'static str {
+    if decode_refusal(spec, Backend::Flashinfer).is_none() {
+        "--sdpa-backend flashinfer or --baseline decode-naive"
+    } else {
+        "--baseline decode-naive"
+    }
 }
 
 /// A varlen batch's lengths as the helper's requests carry them.
@@ -218,6 +270,10 @@ pub struct SdpaInfo {
     pub cuda: String,
     /// `torch.backends.cudnn.version()`.
     pub cudnn: String,
+    /// `flashinfer.__version__`, once a decode request has run FlashInfer ([`Sdpa::versions`]);
+    /// never in the info reply, which imports nothing that is not asked for.
+    #[serde(skip)]
+    pub flashinfer: Option<String>,
 }
 
 /// A request to the helper.
@@ -225,6 +281,8 @@ pub struct SdpaInfo {
 #[serde(tag = "kind", rename_all = "lowercase")]
 enum Request<'a> {
     Info,
+    /// Import FlashInfer's attention modules and name its version.
+    Flashinfer,
     Run(RunRequest<'a>),
     Time(TimeRequest<'a>),
     Decode(DecodeRequest<'a>),
@@ -272,7 +330,8 @@ impl Protocol {
 }
 
 /// Time SDPA on a decode batch of equal lengths with the harness's protocol: Q `[B, H, q, D]`,
-/// K and V contiguous `[B, H_kv, kv, D]`, the new tokens the last `q` of each sequence.
+/// K and V contiguous `[B, H_kv, kv, D]`, the new tokens the last `q` of each sequence; or
+/// FlashInfer on a paged cache of `layout`'s page size and policy, the lengths as they are.
 #[derive(Debug, Serialize)]
 struct DecodeRequest<'a> {
     /// Each sequence's new tokens.
@@ -285,6 +344,8 @@ struct DecodeRequest<'a> {
     dtype: DType,
     window: (i32, i32),
     scale: f64,
+    /// The kernel side's cache layout: `"contiguous"` or `{"paged": {"page_size", "policy"}}`.
+    layout: KvLayout,
     #[serde(flatten)]
     protocol: Protocol,
 }
@@ -307,6 +368,7 @@ impl<'a> DecodeRequest<'a> {
             dtype: spec.dtype(),
             window: spec.window().unwrap_or_default().abi(),
             scale: spec.params().scale,
+            layout: spec.layout(),
             protocol: Protocol::new(backend, opts, sets, seed, flush_bytes),
         }
     }
@@ -353,6 +415,21 @@ struct TimeReply {
     launches_per_sample: usize,
 }
 
+/// The helper's reply to a decode request: the timings, and the FlashInfer version that ran
+/// (`null` for SDPA).
+#[derive(Debug, Deserialize)]
+struct DecodeReply {
+    #[serde(flatten)]
+    timings: TimeReply,
+    flashinfer: Option<String>,
+}
+
+/// The helper's reply to a flashinfer request.
+#[derive(Debug, Deserialize)]
+struct FlashinferReply {
+    flashinfer: String,
+}
+
 /// The helper's reply to a run request.
 #[derive(Debug, Deserialize)]
 struct RunReply {
@@ -379,8 +456,10 @@ struct Process {
 pub struct Sdpa {
     process: Mutex<Process>,
     dir: PathBuf,
-    /// Versions.
+    /// Versions, as the info reply gave them ([`Sdpa::versions`] adds FlashInfer's).
     pub info: SdpaInfo,
+    /// The FlashInfer version the helper reported, once it ran FlashInfer.
+    flashinfer: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for Sdpa {
@@ -438,7 +517,9 @@ impl Sdpa {
                 torch: String::new(),
                 cuda: String::new(),
                 cudnn: String::new(),
+                flashinfer: None,
             },
+            flashinfer: Mutex::new(None),
         };
         sdpa.info = sdpa.call(&Request::Info)?;
         Ok(sdpa)
@@ -467,6 +548,27 @@ impl Sdpa {
                 answer.trim()
             ))),
         }
+    }
+
+    /// The versions for a run's provenance: the info reply's, with FlashInfer's when it ran.
+    pub fn versions(&self) -> SdpaInfo {
+        let flashinfer = self.flashinfer.lock().unwrap_or_else(|e| e.into_inner());
+        SdpaInfo {
+            flashinfer: flashinfer.clone(),
+            ..self.info.clone()
+        }
+    }
+
+    /// Imports FlashInfer in the helper and returns its version (recorded for provenance), so
+    /// that a missing or broken install is one line before anything is timed.
+    pub fn probe_flashinfer(&self) -> Result<String> {
+        // The helper's line already names FlashInfer and the fix: not prefixed as SDPA's.
+        let reply: FlashinferReply = self.call(&Request::Flashinfer).map_err(|e| match e {
+            MeasureError::Sdpa(line) => MeasureError::Invalid(line),
+            other => other,
+        })?;
+        *self.flashinfer.lock().unwrap_or_else(|e| e.into_inner()) = Some(reply.flashinfer.clone());
+        Ok(reply.flashinfer)
     }
 
     /// A path in the helper's scratch folder.
@@ -532,9 +634,9 @@ impl Sdpa {
         Ok(reply.timings(opts, sets))
     }
 
-    /// Times SDPA on decode batch `spec` ([`decode_refusal`] first) with the harness's protocol
-    /// on `sets` input sets drawn from `seed`; the helper checks its output on sampled rows
-    /// against a float64 reference before it times.
+    /// Times SDPA (or FlashInfer) on decode batch `spec` ([`decode_refusal`] first) with the
+    /// harness's protocol on `sets` input sets drawn from `seed`; the helper checks its output on
+    /// sampled rows against a float64 reference before it times.
     pub fn time_decode(
         &self,
         spec: &DecodeSpec,
@@ -548,10 +650,19 @@ impl Sdpa {
             return Err(MeasureError::Invalid(why));
         }
         let request = DecodeRequest::new(spec, backend, opts, sets, seed, flush_bytes);
-        let reply: TimeReply = self
+        let reply: DecodeReply = self
             .call(&Request::Decode(request))
             .map_err(|e| MeasureError::Sdpa(format!("{backend} on {spec}: {e}")))?;
-        Ok(reply.timings(opts, sets))
+        if backend == Backend::Flashinfer {
+            // Evidence must say which FlashInfer ran: a reply without its version is refused.
+            let version = reply.flashinfer.clone().ok_or_else(|| {
+                MeasureError::Sdpa(format!(
+                    "{backend} on {spec}: the helper's reply did not name FlashInfer's version"
+                ))
+            })?;
+            *self.flashinfer.lock().unwrap_or_else(|e| e.into_inner()) = Some(version);
+        }
+        Ok(reply.timings.timings(opts, sets))
     }
 }
 
@@ -771,6 +882,10 @@ mod tests {
         assert_eq!(value["mode"], "graph");
         assert_eq!(value["window"], serde_json::json!([-1, -1]));
         assert_eq!(
+            value["layout"],
+            serde_json::json!({"paged": {"page_size": 16, "policy": "in-order"}})
+        );
+        assert_eq!(
             (&value["sets"], &value["seed"]),
             (&serde_json::json!(4), &serde_json::json!(9))
         );
@@ -818,6 +933,92 @@ mod tests {
     }
 
     #[test]
+    fn flashinfer_takes_paged_decode_batches_ragged_and_windowed_and_nothing_else() {
+        let ragged: DecodeSpec =
+            "decode B=4 q=1,2,4,1 kv=100,512,1000,17 H=8/2 D=64 page=16 pages=shuffled"
+                .parse()
+                .unwrap();
+        assert_eq!(decode_refusal(&ragged, Backend::Flashinfer), None);
+        let windowed: DecodeSpec = "decode B=2 q=1 kv=512 H=32/8 D=128 page=16 window=128,0"
+            .parse()
+            .unwrap();
+        assert_eq!(decode_refusal(&windowed, Backend::Flashinfer), None);
+        // SDPA's refusal of what FlashInfer takes names it.
+        let why = decode_refusal(&ragged, Backend::Default).unwrap();
+        assert!(
+            why.ends_with("— use --sdpa-backend flashinfer or --baseline decode-naive"),
+            "{why}"
+        );
+        let contiguous: DecodeSpec = "decode B=2 q=1,2 kv=100,512 H=8/2 D=64".parse().unwrap();
+        let why = decode_refusal(&contiguous, Backend::Flashinfer).unwrap();
+        assert!(
+            why.contains("paged KV cache") && why.contains("page=16"),
+            "{why}"
+        );
+        let odd: DecodeSpec = "decode B=2 q=1 kv=512 H=8/2 D=96 page=16".parse().unwrap();
+        let why = decode_refusal(&odd, Backend::Flashinfer).unwrap();
+        assert!(
+            why.contains("D=96") && why.contains("decode-naive"),
+            "{why}"
+        );
+        for why in [
+            decode_refusal(&contiguous, Backend::Flashinfer),
+            decode_refusal(&odd, Backend::Flashinfer),
+        ] {
+            assert!(!why.unwrap().contains('\n'));
+        }
+        // Every prefill problem is refused, in one line naming decode.
+        for text in ["2,32/8,4096,128", "varlen=512,300 H=8 D=64 causal"] {
+            let problem = Problem::parse(text).unwrap();
+            let why = refusal(&problem, Backend::Flashinfer).unwrap();
+            assert!(
+                why.contains("flashinfer times decode batches only") && !why.contains('\n'),
+                "{why}"
+            );
+        }
+        // A decode request for it carries the kernel side's layout and lengths as they are.
+        let opts = TimingOptions::default();
+        let request = Request::Decode(DecodeRequest::new(
+            &ragged,
+            Backend::Flashinfer,
+            &opts,
+            2,
+            5,
+            16,
+        ));
+        let value: serde_json::Value = serde_json::to_value(&request).unwrap();
+        assert_eq!(value["backend"], "flashinfer");
+        assert_eq!(value["q"], serde_json::json!([1, 2, 4, 1]));
+        assert_eq!(
+            value["layout"],
+            serde_json::json!({"paged": {"page_size": 16, "policy": "shuffled"}})
+        );
+        let probe = serde_json::to_string(&Request::Flashinfer).unwrap();
+        assert_eq!(probe, r#"{"kind":"flashinfer"}"#);
+    }
+
+    #[test]
+    fn a_decode_reply_names_the_flashinfer_that_ran() {
+        let reply = r#"{"ok": {"samples_us": [1.0], "wall_us": [], "guard_event_us": [], "launches_per_sample": 1, "flashinfer": "0.7.4"}}"#;
+        let Ok(Reply::Ok { ok }) = serde_json::from_str::<Reply<DecodeReply>>(reply) else {
+            panic!("a decode reply: {reply}")
+        };
+        assert_eq!(ok.flashinfer.as_deref(), Some("0.7.4"));
+        assert_eq!(ok.timings.samples_us, vec![1.0]);
+        let sdpa = r#"{"ok": {"samples_us": [1.0], "wall_us": [], "guard_event_us": [], "launches_per_sample": 1, "flashinfer": null}}"#;
+        let Ok(Reply::Ok { ok }) = serde_json::from_str::<Reply<DecodeReply>>(sdpa) else {
+            panic!("an SDPA decode reply: {sdpa}")
+        };
+        assert_eq!(ok.flashinfer, None);
+        let probe = r#"{"ok": {"flashinfer": "0.7.4"}}"#;
+        assert!(matches!(
+            serde_json::from_str::<Reply<FlashinferReply>>(probe),
+            Ok(Reply::Ok { ok }) if ok.flashinfer == "0.7.4"
+        ));
+        assert!(serde_json::from_str::<Reply<FlashinferReply>>(r#"{"ok": {}}"#).is_err());
+    }
+
+    #[test]
     fn a_reply_missing_a_field_is_an_error_not_a_default() {
         let full = r#"{"ok": {"samples_us": [1.0], "wall_us": [], "guard_event_us": [], "launches_per_sample": 1}}"#;
         assert!(matches!(
@@ -838,13 +1039,23 @@ mod tests {
         assert_eq!("flash".parse::<Backend>().unwrap(), Backend::Flash);
         assert_eq!("varlen".parse::<Backend>().unwrap(), Backend::Varlen);
         assert_eq!("flex".parse::<Backend>().unwrap(), Backend::Flex);
+        assert_eq!(
+            "flashinfer".parse::<Backend>().unwrap(),
+            Backend::Flashinfer
+        );
         assert!(Backend::Cudnn.is_sdpa() && !Backend::Flex.is_sdpa() && !Backend::Fa3.is_sdpa());
+        assert!(!Backend::Flashinfer.is_sdpa() && Backend::Flashinfer.times_decode());
+        assert!(Backend::Default.times_decode() && !Backend::Varlen.times_decode());
+        assert!(Backend::Flashinfer.check_mode(TimingMode::Graph).is_ok());
         for backend in Backend::ALL {
             assert_eq!(backend.as_str().parse::<Backend>().unwrap(), backend);
         }
         let err = "fast".parse::<Backend>().unwrap_err().to_string();
         assert!(
-            err.contains("varlen") && err.contains("fa3") && err.contains("flex"),
+            err.contains("varlen")
+                && err.contains("fa3")
+                && err.contains("flex")
+                && err.contains("flashinfer"),
             "{err}"
         );
     }

@@ -10,11 +10,16 @@ with cumulative offsets and a sliding window): PyTorch's kernel for varlen batch
 which SDPA has none of; a dense batch runs through it as B sequences of equal length. The backend
 "flex" is FlexAttention (torch.nn.attention.flex_attention, compiled once per process) with a block
 mask of attn's mask: PyTorch's compiled kernel that skips the blocks a window or causal mask hides
-(dense batches only).
+(dense batches only). The backend "flashinfer" is FlashInfer's paged decode, for decode requests
+only: its tensor-core decode wrapper when every sequence has one new token, else its paged prefill
+wrapper (causal, bottom-right), on a paged cache of the request's page size and page policy and
+its lengths as they are (ragged included), checked on sampled rows before it is timed by the same
+protocol as SDPA's decode side.
 
 Usage: python3 sdpa_helper.py   (requests on stdin, replies on stdout, one JSON object a line)
 Requests (attn-measure's `sdpa::Request`):
   {"kind": "info"}
+  {"kind": "flashinfer"}   (imports FlashInfer's attention modules: {"flashinfer": version})
   {"kind": "run", "q": path, "k": path, "v": path, "out": path, "dtype": "fp16"|"bf16",
    "causal": bool, "window": [left, right] (-1 unbounded), "scale": float,
    "backend": "default"|"flash"|"efficient"|"cudnn"|"math"|"fa3"|"varlen"|"flex",
@@ -24,11 +29,14 @@ Requests (attn-measure's `sdpa::Request`):
    "backend": ..., "warmup": int, "samples": int, "mode": "graph"|"flushed"|"batch",
    "batch_launches": int, "guard_launches": int, "sets": int, "seed": int, "flush_bytes": int}
   {"kind": "decode", "q": [lengths], "kv": [lengths], "heads": int, "kv_heads": int, "head_dim": int,
-   "dtype": ..., "window": [left, right], "scale": float, "backend": an SDPA backend, "warmup": int,
-   "samples": int, "mode": ..., "batch_launches": int, "guard_launches": int, "sets": int,
-   "seed": int, "flush_bytes": int}
-   (a decode batch of equal lengths timed as the dense batch Q [B, H, q, D], K and V contiguous
-   [B, H_kv, kv, D], the new tokens the last q keys of each sequence; checked before it is timed)
+   "dtype": ..., "window": [left, right], "scale": float,
+   "layout": "contiguous" | {"paged": {"page_size": int, "policy": "in-order"|"shuffled"|...}},
+   "backend": an SDPA backend or "flashinfer", "warmup": int, "samples": int, "mode": ...,
+   "batch_launches": int, "guard_launches": int, "sets": int, "seed": int, "flush_bytes": int}
+   (SDPA: a decode batch of equal lengths timed as the dense batch Q [B, H, q, D], K and V
+   contiguous [B, H_kv, kv, D], the new tokens the last q keys of each sequence; flashinfer: a
+   paged batch as FlashInfer's paged NHD cache; checked before it is timed; the reply's timings
+   carry "flashinfer": its version, or null)
 Replies: {"ok": {...}} or {"error": "one line"}. A reply {"fatal": "..."} to the first request
 means PyTorch cannot be used at all. bf16 .npy files hold uint16 bit patterns (attn-oracle's
 convention); a varlen batch's files are packed, Q and O [1, total_q, H, D], K and V
@@ -69,6 +77,111 @@ def offsets(lens):
     for n in lens:
         out.append(out[-1] + n)
     return out
+
+
+class Unavailable(Exception):
+    """A baseline that cannot run on this machine, said in one line as it is (no type name)."""
+
+
+FLASHINFER_HEAD_DIMS = (64, 128, 256)  # attn-measure's FLASHINFER_HEAD_DIMS: what it is built for
+
+
+def import_flashinfer():
+    """FlashInfer with its decode and paged prefill modules (a slimmed wheel has little else),
+    or Unavailable naming the package and how this project installs it."""
+    try:
+        import flashinfer
+        import flashinfer.decode  # noqa: F401 - the wrappers live here, not on the package
+        import flashinfer.prefill  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - any failure to import is the same one line
+        text = str(exc).splitlines()[0] if str(exc) else ""
+        raise Unavailable(
+            f"FlashInfer (package flashinfer-python) is not importable ({type(exc).__name__}: {text}): "
+            "fetch its wheels with scripts/fetch-flashinfer.sh, install them with pip install --no-index "
+            "--no-deps --target DIR, put DIR on PYTHONPATH and set FLASHINFER_CUDA_ARCH_LIST (9.0a on an H100/H200)"
+        ) from None
+    return flashinfer
+
+
+def page_lists(lens_kv, page_size, policy, seed):
+    """The block table attn's oracle builds for `policy` (attn_oracle::block_table): one list of
+    physical pages per sequence, and the pool's page count, spare and gap pages included. The
+    layout is the oracle's; a shuffled table's permutation is drawn from `seed` by Python's own
+    generator (the same kind of table, not the same draw)."""
+    import random
+    counts = [(n + page_size - 1) // page_size for n in lens_kv]
+    used = sum(counts)
+
+    def in_order(first):
+        lists, next_page = [], first
+        for n in counts:
+            lists.append(list(range(next_page, next_page + n)))
+            next_page += n
+        return lists, next_page
+
+    if policy == "in-order":
+        return in_order(0)[0], used + 1
+    if policy == "shuffled":
+        total = used + max(1, used // 8)
+        order = list(range(total))
+        random.Random(seed).shuffle(order)
+        return [[order[p] for p in pages] for pages in in_order(0)[0]], total
+    if policy == "interleaved":
+        lists, next_page = [[] for _ in counts], 0
+        for j in range(max(counts, default=0)):
+            for pages, n in zip(lists, counts):
+                if j < n:
+                    pages.append(next_page)
+                    next_page += 1
+            next_page += 1  # the gap
+        return lists, max(next_page, 1)
+    if policy.startswith("shared-prefix="):
+        shared = int(policy.split("=", 1)[1])
+        lists, next_page = [], shared
+        for n in counts:
+            own = max(n - shared, 0)
+            lists.append(list(range(min(n, shared))) + list(range(next_page, next_page + own)))
+            next_page += own
+        return lists, next_page + 1
+    raise ValueError(f"unknown page policy {policy!r}")
+
+
+def paged_batch(lens_q, lens_kv, lists, page_size):
+    """FlashInfer's description of a paged batch as Python lists: qo_indptr, kv_indptr,
+    kv_indices and kv_last_page_len of the sequences that have keys, with their indices into the
+    batch. Idle slots (q = kv = 0) are left out: they do no work, and FlashInfer has no last-page
+    length for a sequence without pages."""
+    keep = [s for s, n in enumerate(lens_kv) if n > 0]
+    indices, last = [], []
+    for s in keep:
+        pages = (lens_kv[s] + page_size - 1) // page_size
+        indices.extend(lists[s][:pages])
+        last.append(lens_kv[s] - (pages - 1) * page_size)
+    kv_indptr = offsets([(lens_kv[s] + page_size - 1) // page_size for s in keep])
+    return {"keep": keep, "qo_indptr": offsets([lens_q[s] for s in keep]), "kv_indptr": kv_indptr,
+            "kv_indices": indices, "kv_last_page_len": last}
+
+
+class PagedRows:
+    """A paged K or V pool [pages, P, H_kv, D] read as check_rows' packed rows [total_kv, H_kv, D]
+    of sequences with `lens_kv` keys and page `lists`: an index (one sequence's keys, a head,
+    dims) gathers only that sequence's pages, so checking needs no contiguous copy of the cache."""
+
+    def __init__(self, pool, lists, lens_kv):
+        self.pool, self.lists, self.lens = pool, lists, lens_kv
+        self.cu = offsets(lens_kv)
+        self.shape = (self.cu[-1], pool.shape[2], pool.shape[3])
+        self.first = {self.cu[s]: s for s, n in enumerate(lens_kv) if n > 0}
+
+    def __getitem__(self, index):
+        keys, head, dims = index
+        s = self.first[keys.start]
+        if keys.stop != self.cu[s + 1]:
+            raise IndexError("PagedRows reads whole sequences only")
+        page_size = self.pool.shape[1]
+        pages = self.lists[s][:(self.lens[s] + page_size - 1) // page_size]
+        rows = self.pool[pages].reshape(-1, self.shape[1], self.shape[2])[:self.lens[s]]
+        return rows[:, head, dims]
 
 
 def check_rows(np, host, out, q, k, v, cu_q, cu_kv, job, name, rows=8):
@@ -126,6 +239,8 @@ def main():
         try:
             request = json.loads(line)
             reply({"ok": state.handle(request)})
+        except Unavailable as exc:
+            reply({"error": str(exc).splitlines()[0]})
         except Exception as exc:  # noqa: BLE001 - one line per failed request
             text = str(exc).splitlines()[0] if str(exc) else ""
             reply({"error": f"{type(exc).__name__}: {text}"})
@@ -139,6 +254,8 @@ class Helper:
         self.timing_key, self.timing_state = None, None
         self._fa3 = None
         self._flex = None
+        self._flashinfer = None
+        self._flashinfer_workspace = None
 
     def handle(self, request):
         kind = request["kind"]
@@ -155,11 +272,13 @@ class Helper:
             return self.decode(request)
         if kind in ("backward", "backward_run"):
             return self.backward().handle(request)
+        if kind == "flashinfer":
+            return {"flashinfer": self.flashinfer().__version__}
         raise ValueError(f"unknown request kind {kind}")
 
     def backend(self, name):
         import contextlib
-        if name in ("default", "varlen", "flex"):
+        if name in ("default", "varlen", "flex", "flashinfer"):
             return contextlib.nullcontext()
         from torch.nn.attention import SDPBackend, sdpa_kernel
         table = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
@@ -185,7 +304,12 @@ class Helper:
 
     def decode(self, job):
         """A decode batch through SDPA as the dense causal batch of its equal lengths (the new
-        tokens the last q of kv keys: bottom-right, Helper.sdpa), checked, then timed by time()."""
+        tokens the last q of kv keys: bottom-right, Helper.sdpa), or through FlashInfer on a paged
+        cache (Helper.flashinfer_job), checked, then timed by time()."""
+        if job["backend"] == "flashinfer":
+            timed = self.time(self.flashinfer_job(job))
+            timed["flashinfer"] = self.flashinfer().__version__
+            return timed
         lens_q, lens_kv = list(job["q"]), list(job["kv"])
         if len(set(lens_q)) != 1 or len(set(lens_kv)) != 1 or lens_q[0] == 0:
             raise ValueError(f"SDPA takes equal lengths: q={lens_q} kv={lens_kv} — use --baseline decode-naive")
@@ -195,7 +319,72 @@ class Helper:
                                      "batch_launches", "guard_launches", "sets", "seed", "flush_bytes")}
         dense.update(shape=[len(lens_q), job["heads"], lens_q[0], lens_kv[0], job["head_dim"]],
                      kv_heads=job["kv_heads"], causal=True, varlen=None, check=True)
-        return self.time(dense)
+        timed = self.time(dense)
+        timed["flashinfer"] = None
+        return timed
+
+    def flashinfer(self):
+        if self._flashinfer is None:
+            self._flashinfer = import_flashinfer()
+        return self._flashinfer
+
+    def flashinfer_job(self, job):
+        """A decode request as time()'s job for FlashInfer: its lengths as they are, its page size
+        and policy, refused in one line where FlashInfer has no kernel (attn refuses these first)."""
+        layout = job["layout"]
+        if not isinstance(layout, dict) or "paged" not in layout:
+            raise ValueError("flashinfer reads a paged KV cache: give the batch a page size (page=16)")
+        if job["head_dim"] not in FLASHINFER_HEAD_DIMS:
+            raise ValueError(f"flashinfer's paged decode is built for head dims 64, 128 and 256, not {job['head_dim']}")
+        if job["window"][1] > 0:
+            raise ValueError(f"a decode window bounds the left side only, not {job['window']}")
+        lens_q, lens_kv = list(job["q"]), list(job["kv"])
+        fi = {k: job[k] for k in ("dtype", "window", "scale", "backend", "warmup", "samples", "mode",
+                                  "batch_launches", "guard_launches", "sets", "seed", "flush_bytes", "layout")}
+        fi.update(shape=[len(lens_q), job["heads"], max(lens_q), max(lens_kv), job["head_dim"]],
+                  kv_heads=job["kv_heads"], causal=True, varlen={"q": lens_q, "kv": lens_kv})
+        return fi
+
+    def flashinfer_plan(self, job):
+        """FlashInfer's wrapper for `job`, planned: the tensor-core decode wrapper when every
+        sequence with keys has one new token, else the paged prefill wrapper with causal=True (its
+        causal mask is bottom-right aligned for fewer queries than keys, attn's convention); with
+        the page lists, offsets and pool size its inputs are built for."""
+        torch = self.torch
+        fi = self.flashinfer()
+        paged = job["layout"]["paged"]
+        page_size, policy = int(paged["page_size"]), paged.get("policy", "in-order")
+        lens_q, lens_kv = lengths(job)
+        _, h, _, _, d = job["shape"]
+        hkv = job["kv_heads"]
+        # One table and one plan serve every input set: the sets differ in their values only, as
+        # successive steps of one batch would.
+        lists, num_pages = page_lists(lens_kv, page_size, policy, job["seed"])
+        batch = paged_batch(lens_q, lens_kv, lists, page_size)
+        keep = batch["keep"]
+
+        def ints(values):
+            return torch.tensor(values, dtype=torch.int32, device=self.dev)
+
+        if self._flashinfer_workspace is None:
+            # FlashInfer's float workspace (split-KV partial outputs), shared by every plan.
+            self._flashinfer_workspace = torch.zeros(256 << 20, dtype=torch.uint8, device=self.dev)
+        dtype = self.dtypes[job["dtype"]]
+        left = int(job["window"][0])
+        kv = (ints(batch["kv_indptr"]), ints(batch["kv_indices"]), ints(batch["kv_last_page_len"]))
+        common = dict(q_data_type=dtype, kv_data_type=dtype, sm_scale=float(job["scale"]),
+                      window_left=left if left >= 0 else -1)
+        # plan() runs here, outside the timed region: a serving engine plans once per batch step,
+        # outside attention, and every timed call then reuses the plan.
+        if all(lens_q[s] == 1 for s in keep):
+            wrapper = fi.decode.BatchDecodeWithPagedKVCacheWrapper(self._flashinfer_workspace, "NHD",
+                                                                   use_tensor_cores=True)
+            wrapper.plan(*kv, h, hkv, d, page_size, **common)
+        else:
+            wrapper = fi.prefill.BatchPrefillWithPagedKVCacheWrapper(self._flashinfer_workspace, "NHD")
+            wrapper.plan(ints(batch["qo_indptr"]), *kv, h, hkv, d, page_size, causal=True, **common)
+        return {"wrapper": wrapper, "lists": [lists[s] for s in keep], "lens_q": [lens_q[s] for s in keep],
+                "lens_kv": [lens_kv[s] for s in keep], "num_pages": num_pages, "page_size": page_size}
 
     def packing(self, lens_q, lens_kv):
         """varlen_attn's offsets on the device and longest lengths, for sequences of these lengths."""
@@ -257,7 +446,11 @@ class Helper:
     def attend(self, qkv, aux, job):
         """The job's backend on one input set, in that backend's layout: packed for varlen_attn
         (`aux` its Helper.packing), [B, H, S, D] for FlexAttention (`aux` its Helper.block_mask)
-        and SDPA (no `aux`)."""
+        and SDPA (no `aux`); FlashInfer's q packed, K and V its paged pools (`aux` its
+        Helper.flashinfer_plan)."""
+        if job["backend"] == "flashinfer":
+            q, k, v = qkv
+            return aux["wrapper"].run(q, (k, v))
         if job["backend"] == "varlen":
             return self.varlen(*qkv, aux, job)
         if job.get("varlen") is not None:
@@ -279,6 +472,8 @@ class Helper:
         if job["backend"] == "fa3":
             # FA3 is a timing baseline; its output is checked in Fa3.verify before it is timed.
             raise ValueError("FA3 runs no .npy inputs here: it is a timing baseline (--baseline fa3)")
+        if job["backend"] == "flashinfer":
+            raise ValueError("flashinfer runs no .npy inputs here: it is a decode timing baseline")
         q, k, v = (self.load(job[x], job["dtype"]) for x in ("q", "k", "v"))
         with self.backend(job["backend"]), torch.no_grad():
             if job["backend"] == "varlen":
@@ -308,7 +503,8 @@ class Helper:
     def prepare_timing(self, job):
         """Inputs, flush buffer and graphs of one problem, kept while the same problem is timed."""
         key = json.dumps({k: job.get(k) for k in ("shape", "kv_heads", "dtype", "causal", "window", "scale",
-                                                  "varlen", "backend", "mode", "sets", "seed", "flush_bytes", "check")},
+                                                  "varlen", "backend", "mode", "sets", "seed", "flush_bytes", "check",
+                                                  "layout")},
                          sort_keys=True)
         if key == self.timing_key:
             return self.timing_state
@@ -321,7 +517,11 @@ class Helper:
         gen.manual_seed(job["seed"])
         aux = None
         lens_q, lens_kv = lengths(job)
-        if job["backend"] == "varlen":
+        if job["backend"] == "flashinfer":
+            aux = self.flashinfer_plan(job)
+            pool = (aux["num_pages"], aux["page_size"], hkv, d)
+            dims = [(sum(lens_q), h, d), pool, pool]
+        elif job["backend"] == "varlen":
             aux = self.packing(lens_q, lens_kv)
             dims = [(sum(lens_q), h, d), (sum(lens_kv), hkv, d), (sum(lens_kv), hkv, d)]
         else:
@@ -331,7 +531,15 @@ class Helper:
         sets = [tuple(torch.randn(dim, generator=gen, device=self.dev, dtype=torch.float32).to(dtype)
                       for dim in dims)
                 for _ in range(max(1, job["sets"]))]
-        if job["backend"] in ("varlen", "flex") or job.get("check"):
+        if job["backend"] == "flashinfer":
+            # Checked like FlashAttention-3 before it is timed, its K and V read through the table.
+            with torch.no_grad():
+                out = self.attend(sets[0], aux, job)
+            q, k, v = sets[0]
+            rows = [PagedRows(pool, aux["lists"], aux["lens_kv"]) for pool in (k, v)]
+            check_rows(self.np, lambda x: x.double().cpu().numpy(), out, q, *rows,
+                       offsets(aux["lens_q"]), offsets(aux["lens_kv"]), job, "FlashInfer")
+        elif job["backend"] in ("varlen", "flex") or job.get("check"):
             # Not SDPA, or SDPA on a decode batch: checked like FlashAttention-3 before it is
             # timed ([B, H, S, D] as check_rows' packed layout: B sequences of equal length).
             with torch.no_grad():
@@ -377,6 +585,8 @@ class Helper:
     def time(self, job):
         if job["backend"] == "fa3":
             return self.fa3().time(job)
+        if job["backend"] == "flashinfer" and "layout" not in job:
+            raise ValueError("flashinfer times decode batches only: a prefill problem has no paged cache to give it")
         torch = self.torch
         state = self.prepare_timing(job)
         sets, graphs, flush = state["sets"], state["graphs"], state["flush"]

@@ -1,4 +1,4 @@
-//! GPU: a decode gate case end to end, `decode` against `decode-naive`.
+//! GPU: a decode gate case end to end, `decode` against `decode-naive`, SDPA and FlashInfer.
 
 use std::time::Duration;
 
@@ -96,6 +96,53 @@ fn decode_against_sdpa_is_timed_on_as_many_sets() {
         assert_eq!(cand.input_sets, base.input_sets, "the same-input-sets rule");
         assert!(case.decode.as_ref().unwrap().baseline_gbs.unwrap() > 0.0);
     }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU, PyTorch and FlashInfer (skipped without it)"]
+fn decode_against_flashinfer_is_checked_and_timed_on_ragged_paged_batches() {
+    let gpu = Gpu::open(0).expect("a CUDA GPU");
+    let plan = plan(&gpu);
+    let sdpa = attn_measure::sdpa::Sdpa::detect().expect("PyTorch");
+    // FlashInfer is fetched separately (scripts/fetch-flashinfer.sh): skipped where it is not
+    // installed, unless ATTN_FLASHINFER_TEST=required says it must be.
+    let version = match sdpa.probe_flashinfer() {
+        Ok(version) => version,
+        Err(err) => {
+            let required = std::env::var("ATTN_FLASHINFER_TEST").as_deref() == Ok("required");
+            assert!(!required, "{err}");
+            eprintln!("SKIPPED: {err}");
+            return;
+        }
+    };
+    let backend = attn_measure::sdpa::Backend::Flashinfer;
+    let baseline = DecodeBaseline::from_args("sdpa", backend).unwrap();
+    let gate = DecodeGate::new(&gpu, "decode", Config::default(), &baseline, &plan, None).unwrap();
+    let mut gate = gate.with_sdpa(&sdpa);
+    // One new token (the tensor-core decode wrapper), several (paged prefill), a ragged batch
+    // with an idle slot on shuffled pages, and a window.
+    for text in [
+        "decode B=16 q=1 kv=8192 H=32/8 D=128 page=16 bf16",
+        "decode B=8 q=4 kv=2048 H=32/8 D=128 page=16 pages=shuffled bf16",
+        "decode B=4 q=1,0,4,16 kv=1000,0,4096,300 H=32/8 D=128 page=64 pages=shuffled bf16",
+        "decode B=4 q=1 kv=4096 H=8/2 D=64 page=16 window=256,0",
+    ] {
+        let spec: DecodeSpec = text.parse().unwrap();
+        let case = gate.case(&spec, 7);
+        println!("{text}: {:?} {}", case.status, case.reason);
+        assert_ne!(
+            case.status,
+            Some(CaseStatus::CouldNotRun),
+            "{}",
+            case.reason
+        );
+        let (cand, base) = (
+            case.candidate.as_ref().unwrap(),
+            case.baseline.as_ref().unwrap(),
+        );
+        assert_eq!(cand.input_sets, base.input_sets, "the same-input-sets rule");
+    }
+    assert_eq!(sdpa.versions().flashinfer, Some(version));
 }
 
 #[test]

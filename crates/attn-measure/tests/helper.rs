@@ -8,7 +8,9 @@
 //! none, passes its folder in `ATTN_HELPER_PYTHONPATH` and sets `ATTN_HELPER_TEST=required`, so
 //! that a missing numpy fails the test there instead of skipping it. The helper's PyTorch paths
 //! that need no GPU (FlexAttention's mask, varlen_attn's layouts) run on the CPU in an ignored
-//! test, with the GPU tests where PyTorch is (`tests/fixtures/helper_torch.py`).
+//! test, with the GPU tests where PyTorch is (`tests/fixtures/helper_torch.py`). FlashInfer's
+//! block tables, indices and import error are pure Python (`tests/fixtures/helper_flashinfer.py`)
+//! and run with python3 alone.
 
 use std::path::Path;
 use std::process::Command;
@@ -65,6 +67,64 @@ fn the_baselines_row_check_passes_attns_mask_and_nothing_else() {
         report["dense lengths"],
         serde_json::json!([[12, 12, 12, 12, 12], [16, 16, 16, 16, 16]])
     );
+}
+
+#[test]
+fn flashinfers_tables_and_indices_are_built_as_the_kernel_sides_are() {
+    // Pure Python: always runs (its numpy case, the paged view under check_rows, only with numpy).
+    let report = fixture_report("helper_flashinfer.py");
+    for case in [
+        "in-order",
+        "shuffled",
+        "interleaved",
+        "shared-prefix",
+        "paged batch",
+        "unknown policy",
+        "missing flashinfer",
+    ] {
+        assert_eq!(report[case], "passed", "{case}: {report}");
+    }
+    let rows = report["paged rows"].as_str().unwrap_or_default();
+    assert!(rows == "passed" || rows == "skipped: no numpy", "{report}");
+}
+
+#[test]
+fn flashinfers_block_tables_follow_the_oracles_page_policies() {
+    // The helper's tables against attn_oracle::block_table, the kernel side's: the same lists for
+    // every deterministic policy; for a shuffled one the same pool and pages per sequence.
+    for text in [
+        "decode B=4 q=1,2,4,1 kv=100,512,1000,17 H=8/2 D=64 page=16",
+        "decode B=3 q=1,0,2 kv=48,0,32 H=8/2 D=64 page=16 pages=interleaved",
+        "decode B=3 q=1,1,2 kv=64,16,40 H=8/2 D=64 page=16 pages=shared-prefix=2",
+        "decode B=4 q=1,2,4,1 kv=100,512,1000,17 H=8/2 D=64 page=16 pages=shuffled",
+        "decode B=5 q=1 kv=9 H=6/1 D=64 page=1 pages=interleaved",
+    ] {
+        let spec: attn_oracle::DecodeSpec = text.parse().unwrap();
+        let table = attn_oracle::block_table(&spec, 9).unwrap().unwrap();
+        let attn_oracle::KvLayout::Paged { page_size, policy } = spec.layout() else {
+            unreachable!("{text} is paged")
+        };
+        let script = format!(
+            "import json, sys; sys.path.insert(0, 'src'); import sdpa_helper as h; \
+             print(json.dumps(h.page_lists({:?}, {page_size}, '{policy}', 9)), file=h.PROTOCOL)",
+            spec.seqlens_kv()
+        );
+        let output = python()
+            .args(["-c", &script])
+            .output()
+            .expect("python3 runs");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let (lists, pages): (Vec<Vec<i32>>, usize) =
+            serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{text}: {e}: {stdout}"));
+        assert_eq!(pages, table.num_pages(), "{text}");
+        for (b, list) in lists.iter().enumerate() {
+            if policy == attn_oracle::PagePolicy::Shuffled {
+                assert_eq!(list.len(), table.pages(b).len(), "{text}: sequence {b}");
+            } else {
+                assert_eq!(list, table.pages(b), "{text}: sequence {b}");
+            }
+        }
+    }
 }
 
 /// Runs `tests/fixtures/NAME` with the helper's folder; its one JSON object.

@@ -63,6 +63,55 @@ fn decode_problems_are_checked_before_the_gpu_probe() {
         &["gate", "--shape", DECODE, "--sdpa-backend", "varlen"],
         &["--sdpa-backend varlen", "decode-naive"],
     );
+    // FlashInfer takes what SDPA cannot (a ragged paged batch), but not a contiguous cache or a
+    // head dim it is not built for; a prefill problem not at all.
+    one_error_line(
+        d,
+        &[
+            "gate",
+            "--shape",
+            "decode B=2 q=1,2 kv=100,512 H=8/2 D=64 page=16",
+        ],
+        &[
+            "SDPA takes equal lengths",
+            "--sdpa-backend flashinfer or --baseline decode-naive",
+        ],
+    );
+    one_error_line(
+        d,
+        &[
+            "gate",
+            "--shape",
+            "decode B=2 q=1,2 kv=100,512 H=8/2 D=64",
+            "--sdpa-backend",
+            "flashinfer",
+        ],
+        &["flashinfer reads a paged KV cache", "page=16"],
+    );
+    one_error_line(
+        d,
+        &[
+            "gate",
+            "--shape",
+            "decode B=2 q=1 kv=512 H=8/2 D=96 page=16",
+            "--sdpa-backend",
+            "flashinfer",
+        ],
+        &["flashinfer", "not D=96", "decode-naive"],
+    );
+    one_error_line(
+        d,
+        &[
+            "gate",
+            "--impl",
+            "mma",
+            "--shape",
+            "1,8,512,64",
+            "--sdpa-backend",
+            "flashinfer",
+        ],
+        &["flashinfer times decode batches only", "decode"],
+    );
     one_error_line(
         d,
         &[
@@ -164,7 +213,26 @@ fn bench_checks_decode_before_the_gpu_probe() {
     one_error_line(
         d,
         &["bench", "--shape", DECODE, "--sdpa-backends", "default,fa3"],
-        &["--sdpa-backends fa3", "decode"],
+        &["--sdpa-backends fa3", "decode", "flashinfer"],
+    );
+    one_error_line(
+        d,
+        &["bench", "--shape", DECODE, "--sdpa-backends", "flashinfr"],
+        &["unknown SDPA backend `flashinfr`", "flashinfer"],
+    );
+    // FlashInfer is a decode baseline only: a prefill bench refuses it before the GPU.
+    one_error_line(
+        d,
+        &[
+            "bench",
+            "--impl",
+            "mma",
+            "--shape",
+            "1,8,512,64",
+            "--sdpa-backends",
+            "default,flashinfer",
+        ],
+        &["--sdpa-backends flashinfer times decode batches only"],
     );
 }
 

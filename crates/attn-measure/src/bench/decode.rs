@@ -1,6 +1,7 @@
-//! `bench` on decode batches: each decode implementation and SDPA backend timed on every batch
-//! (the gate's decode sides, one block of samples each), one entry each with its bandwidth and
-//! the copy bandwidth measured in the same run ([`crate::decode::copy_bandwidth`]).
+//! `bench` on decode batches: each decode implementation and SDPA backend (FlashInfer included)
+//! timed on every batch (the gate's decode sides, one block of samples each), one entry each with
+//! its bandwidth and the copy bandwidth measured in the same run
+//! ([`crate::decode::copy_bandwidth`]).
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
@@ -25,7 +26,7 @@ pub struct DecodeBenchRequest {
     pub specs: Vec<DecodeSpec>,
     /// The decode implementations timed, each with its overrides.
     pub implementations: Vec<(String, Config)>,
-    /// The SDPA backends timed alongside (none: PyTorch is not looked for).
+    /// The SDPA backends (and FlashInfer) timed alongside (none: PyTorch is not looked for).
     pub backends: Vec<Backend>,
     /// The harness options of every entry.
     pub timing: TimingOptions,
@@ -81,8 +82,20 @@ pub fn run_decode_bench(
             })
             .ok()
     };
-    let per_spec =
-        request.implementations.len() + sdpa.as_ref().map_or(0, |_| request.backends.len());
+    let mut backends = request.backends.clone();
+    if let (Some(sdpa), true) = (&sdpa, backends.contains(&Backend::Flashinfer)) {
+        // FlashInfer imported once up front: a missing install is one line, not one per batch.
+        match sdpa.probe_flashinfer() {
+            Ok(version) => report(Event::Line(format!("FlashInfer {version}"))),
+            Err(err) => {
+                report(Event::Line(format!(
+                    "FlashInfer is unavailable ({err}): not timing sdpa:flashinfer"
+                )));
+                backends.retain(|&b| b != Backend::Flashinfer);
+            }
+        }
+    }
+    let per_spec = request.implementations.len() + sdpa.as_ref().map_or(0, |_| backends.len());
     report(Event::Start((per_spec * request.specs.len()) as u64));
     let copy = copy_bandwidth(gpu)?;
     report(Event::Line(format!(
@@ -127,7 +140,7 @@ pub fn run_decode_bench(
             push(&mut entries, report, timed, name, spec);
         }
         let Some(sdpa) = &sdpa else { continue };
-        for &backend in &request.backends {
+        for &backend in &backends {
             if let Some(why) = decode_refusal(spec, backend) {
                 report(Event::Line(format!("  sdpa:{backend} skipped: {why}")));
                 report(Event::Done(1));
@@ -149,7 +162,8 @@ pub fn run_decode_bench(
     }
     report(Event::Finished);
     let after = attn_kernels::telemetry::read_clocks(0);
-    let torch = sdpa.as_ref().map(|s| &s.info);
+    let versions = sdpa.as_ref().map(Sdpa::versions);
+    let torch = versions.as_ref();
     let (git_rev, git_dirty) = request.git.clone();
     Ok(BenchRun {
         schema: attn_evidence::SCHEMA_VERSION,

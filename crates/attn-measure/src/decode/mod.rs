@@ -11,9 +11,11 @@
 //! - record: the bandwidth achieved beside the time, the copy bandwidth measured in the run
 //!   ([`copy_bandwidth`]) and the floor of the case's bytes at it.
 //!
-//! The baseline is a registered decode implementation (`decode-naive`) or PyTorch SDPA on a
+//! The baseline is a registered decode implementation (`decode-naive`), PyTorch SDPA on a
 //! contiguous cache through the helper ([`crate::sdpa::Sdpa::time_decode`]: equal lengths only,
-//! no window, refused in one line otherwise), each on as many input sets as the candidate.
+//! no window, refused in one line otherwise) or FlashInfer on a paged cache through the same
+//! helper (`--sdpa-backend flashinfer`: paged batches, ragged included), each on as many input
+//! sets as the candidate.
 
 pub mod check;
 pub mod sets;
@@ -76,7 +78,8 @@ pub fn check_decode_implementation(name: &str) -> Result<()> {
 pub enum DecodeBaseline {
     /// A registered decode implementation at its defaults (`decode-naive`).
     Registered(String),
-    /// PyTorch SDPA with one of its own backends, on a contiguous cache ([`SdpaDecodeSide`]).
+    /// PyTorch SDPA with one of its own backends, on a contiguous cache, or FlashInfer on a
+    /// paged one ([`SdpaDecodeSide`]).
     Sdpa(Backend),
 }
 
@@ -87,13 +90,13 @@ impl DecodeBaseline {
         DecodeBaseline::from_args(name, Backend::Default)
     }
 
-    /// [`DecodeBaseline::from_name`] with `--sdpa-backend`, which only SDPA's own backends
-    /// answer for decode.
+    /// [`DecodeBaseline::from_name`] with `--sdpa-backend`, which only SDPA's own backends and
+    /// FlashInfer answer for decode.
     pub fn from_args(name: &str, backend: Backend) -> Result<DecodeBaseline> {
         if name == "sdpa" {
-            if !backend.is_sdpa() {
+            if !backend.times_decode() {
                 return Err(MeasureError::Invalid(format!(
-                    "--sdpa-backend {backend} does not time decode batches: give an SDPA backend (default, flash, efficient, cudnn, math) or --baseline decode-naive"
+                    "--sdpa-backend {backend} does not time decode batches: give an SDPA backend (default, flash, efficient, cudnn, math), flashinfer, or --baseline decode-naive"
                 )));
             }
             return Ok(DecodeBaseline::Sdpa(backend));
@@ -107,7 +110,8 @@ impl DecodeBaseline {
         Ok(DecodeBaseline::Registered(name.into()))
     }
 
-    /// Refuses, in one line, a batch this baseline cannot run (SDPA: unequal lengths, a window).
+    /// Refuses, in one line, a batch this baseline cannot run (SDPA: unequal lengths, a window;
+    /// FlashInfer: a contiguous cache, a head dim it is not built for).
     pub fn check_supports(&self, spec: &DecodeSpec) -> Result<()> {
         match self {
             DecodeBaseline::Sdpa(backend) => match decode_refusal(spec, *backend) {
@@ -390,5 +394,35 @@ impl<'a> DecodeGate<'a> {
                 _ => reason,
             },
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decode_baselines_are_sdpas_backends_flashinfer_or_a_decode_implementation() {
+        let flashinfer = DecodeBaseline::from_args("sdpa", Backend::Flashinfer).unwrap();
+        assert_eq!(flashinfer.implementation().label(), "sdpa:flashinfer");
+        let ragged: DecodeSpec =
+            "decode B=3 q=1,4,16 kv=100,8192,17 H=32/8 D=128 page=16 pages=shuffled"
+                .parse()
+                .unwrap();
+        assert!(flashinfer.check_supports(&ragged).is_ok());
+        let sdpa = DecodeBaseline::from_name("sdpa").unwrap();
+        let why = sdpa.check_supports(&ragged).unwrap_err().to_string();
+        assert!(why.contains("--sdpa-backend flashinfer"), "{why}");
+        let contiguous: DecodeSpec = "decode B=2 q=1 kv=512 H=8/2 D=64".parse().unwrap();
+        assert!(flashinfer.check_supports(&contiguous).is_err());
+        for backend in [Backend::Varlen, Backend::Flex, Backend::Fa3] {
+            let err = DecodeBaseline::from_args("sdpa", backend)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("flashinfer") && err.contains("decode-naive") && !err.contains('\n'),
+                "{err}"
+            );
+        }
     }
 }

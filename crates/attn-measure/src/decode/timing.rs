@@ -388,9 +388,9 @@ impl SampleHooks for DecodeHooks<'_, '_> {
     }
 }
 
-/// PyTorch SDPA on a decode batch of equal lengths as a timed side: the helper's own input sets,
-/// as many as the candidate's (see evidence/METHOD.md, `equal-input-sets`), its output checked
-/// by the helper before it times.
+/// PyTorch SDPA on a decode batch of equal lengths (or FlashInfer on a paged one) as a timed
+/// side: the helper's own input sets, as many as the candidate's (see evidence/METHOD.md,
+/// `equal-input-sets`), its output checked by the helper before it times.
 #[derive(Debug)]
 pub struct SdpaDecodeSide<'a> {
     gpu: &'a Gpu,
@@ -403,7 +403,7 @@ pub struct SdpaDecodeSide<'a> {
 }
 
 impl<'a> SdpaDecodeSide<'a> {
-    /// SDPA's `backend` on `sets` input sets of `spec` drawn from `seed`.
+    /// SDPA's `backend` (or FlashInfer) on `sets` input sets of `spec` drawn from `seed`.
     pub fn new(
         gpu: &'a Gpu,
         sdpa: &'a crate::sdpa::Sdpa,
