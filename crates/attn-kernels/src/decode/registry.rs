@@ -78,7 +78,7 @@ static DECODE_KNOBS: [Knob; 6] = [
     Knob {
         name: ROW_WARPS,
         domain: &[1, 2, 4, 8],
-        doc: "the most warps of a block that take distinct rows, so that a K/V tile serves up to ROW_WARPS x BLOCK_M rows (at most NUM_WARPS; default NUM_WARPS; 1: every warp takes the same BLOCK_M rows)",
+        doc: "the most warps of a block that take distinct rows, so that a K/V tile serves up to ROW_WARPS x BLOCK_M rows (at most NUM_WARPS; 1, the default: every warp takes the same BLOCK_M rows)",
     },
     Knob {
         name: SPLITS,
@@ -116,7 +116,7 @@ static DECODE_REGISTRY: [DecodeImplementation; 2] = [
                 (NUM_WARPS, 4),
                 (STAGES, 3),
                 (BLOCK_M, 16),
-                (ROW_WARPS, 4),
+                (ROW_WARPS, 1),
                 (SPLITS, 0),
             ])
         },
@@ -180,12 +180,8 @@ impl DecodeImplementation {
             reason,
         };
         overrides.check_domains(self.knobs).map_err(invalid)?;
-        let mut cfg = self.default_config(head_dim).merged(overrides);
+        let cfg = self.default_config(head_dim).merged(overrides);
         if self.kernel == DecodeKernel::Split {
-            // ROW_WARPS follows NUM_WARPS unless it is set.
-            if overrides.get(ROW_WARPS).is_none() {
-                cfg = cfg.merged(&Config::from_pairs(&[(ROW_WARPS, knob(&cfg, NUM_WARPS) as i64)]));
-            }
             let (row_warps, warps) = (knob(&cfg, ROW_WARPS), knob(&cfg, NUM_WARPS));
             if row_warps > warps {
                 return Err(invalid(ConfigError::Rule(format!(

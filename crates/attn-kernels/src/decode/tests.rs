@@ -43,9 +43,8 @@ fn bad_configs_are_refused_with_their_reason() {
     assert!(err("", 96).contains("head dim 96"));
     assert!(err("BLOCK_M=32", 128).contains("BLOCK_M=32 is for head dim 64"));
     assert!(err("ROW_WARPS=4,NUM_WARPS=2", 128).contains("ROW_WARPS=4 needs NUM_WARPS >= 4"));
-    // Without ROW_WARPS, it follows NUM_WARPS.
     let two = decode()
-        .resolve(&"NUM_WARPS=2".parse().unwrap(), 128, &limits)
+        .resolve(&"NUM_WARPS=2,ROW_WARPS=2".parse().unwrap(), 128, &limits)
         .unwrap();
     assert_eq!(two.get("ROW_WARPS"), Some(2));
     // SPLITS=auto reads as 0, and SPLITS is no define.
@@ -102,14 +101,14 @@ fn splits_fill_the_gpu_in_whole_waves_and_stop_at_the_tiles() {
         )
         .unwrap();
     assert_eq!(short.splits, 2);
-    // MQA, 16 tokens × 7 heads = 112 rows: two row tiles of 4 warps × 16 rows, or seven when
-    // every warp takes the same 16 rows (ROW_WARPS=1).
+    // MQA, 16 tokens × 7 heads = 112 rows: seven row tiles when every warp takes the same 16
+    // rows (the default), two of 4 warps × 16 rows with ROW_WARPS=4.
     let mqa_spec = spec("decode B=2 q=16 kv=4000 H=7/1 D=128 page=256");
-    let mqa = decode().plan(&cfg, &mqa_spec, slots).unwrap();
-    assert_eq!(mqa.grid.0, 2);
-    let one_row_group = cfg.merged(&"ROW_WARPS=1".parse().unwrap());
-    let narrow = decode().plan(&one_row_group, &mqa_spec, slots).unwrap();
+    let narrow = decode().plan(&cfg, &mqa_spec, slots).unwrap();
     assert_eq!(narrow.grid.0, 7);
+    let four_row_groups = cfg.merged(&"ROW_WARPS=4".parse().unwrap());
+    let mqa = decode().plan(&four_row_groups, &mqa_spec, slots).unwrap();
+    assert_eq!(mqa.grid.0, 2);
     // The Q tile grows with the row tile: 64 rows instead of 16, 48 rows × 256 bytes more.
     assert_eq!(mqa.shared_bytes - narrow.shared_bytes, 48 * 256);
     // A named count is taken as it is.

@@ -7,9 +7,9 @@ mod gates;
 mod profiles;
 mod searches;
 
+pub use comparisons::FA3_DEVICE_SPAN_SINCE;
 pub use decode::DecodeSection;
 pub use gates::GateSection;
-pub use comparisons::FA3_DEVICE_SPAN_SINCE;
 
 use crate::charts::{ConvergenceChart, RooflineChart};
 use crate::format::{short_date, short_rev};
