@@ -8,7 +8,8 @@
 # attention modules alone. Which of the remaining requirements `import flashinfer` really
 # needs is for the first device call to find: `python3 -c "import flashinfer; print(flashinfer.__version__)"`.
 # Usage: scripts/fetch-flashinfer.sh [VERSION]   (then, there: python3 -m pip install --no-index
-#   --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site)
+#   --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+#   FLASHINFER_CUDA_ARCH_LIST=9.0a, the arch of the kernels it compiles at first use on H100/H200)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VERSION=${1:-0.7.4}

@@ -589,49 +589,56 @@ class Helper:
             raise ValueError("flashinfer times decode batches only: a prefill problem has no paged cache to give it")
         torch = self.torch
         state = self.prepare_timing(job)
-        sets, graphs, flush = state["sets"], state["graphs"], state["flush"]
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        per_sample = job["batch_launches"] if job["mode"] == "batch" else 1
-
-        def next_set():
-            state["counter"] += 1
-            return state["counter"] % len(sets)
+        sets, graphs = state["sets"], state["graphs"]
 
         def launch(i):
             return self.attend(sets[i], state["aux"], job)
 
-        def timed():
-            i = next_set()
-            if graphs is not None:
-                graphs[i].replay()
-            else:
-                launch(i)
+        def replay(i):
+            graphs[i].replay()
 
-        samples, wall, guard_events = [], [], []
         with self.backend(job["backend"]), torch.no_grad():
-            for _ in range(job["warmup"]):
-                timed()
-            torch.cuda.synchronize()
-            for i in range(job["samples"]):
-                if job["mode"] != "batch":
-                    flush.fill_(i % 251)
-                start.record()
-                for _ in range(per_sample):
-                    timed()
-                end.record()
-                end.synchronize()
-                samples.append(start.elapsed_time(end) * 1000.0 / per_sample)
-            torch.cuda.synchronize()
-            for i in range(job["guard_launches"]):
-                t0 = time.perf_counter()
-                start.record()
-                launch(i % len(sets))
-                end.record()
-                torch.cuda.synchronize()
-                wall.append((time.perf_counter() - t0) * 1e6)
-                guard_events.append(start.elapsed_time(end) * 1000.0)
-        return {"samples_us": samples, "wall_us": wall, "guard_event_us": guard_events,
-                "launches_per_sample": per_sample}
+            return event_protocol(torch, job, state, len(sets), launch,
+                                  replay if graphs is not None else launch)
+
+
+def event_protocol(torch, job, state, n_sets, launch, timed):
+    """Every SDPA-side timing's protocol: warm-up, samples between CUDA events (one launch, or
+    batch_launches of them on consecutive sets, the L2 flushed before each outside batch mode),
+    then guard launches timed by the host clock and by events. `timed(i)` runs set i as timed (a
+    graph's replay or a launch); `launch(i)` runs it uncaptured; state["counter"] rotates the sets
+    across calls, state["flush"] is the flush buffer."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    per_sample = job["batch_launches"] if job["mode"] == "batch" else 1
+
+    def next_timed():
+        state["counter"] += 1
+        timed(state["counter"] % n_sets)
+
+    samples, wall, guard_events = [], [], []
+    for _ in range(job["warmup"]):
+        next_timed()
+    torch.cuda.synchronize()
+    for i in range(job["samples"]):
+        if job["mode"] != "batch":
+            state["flush"].fill_(i % 251)
+        start.record()
+        for _ in range(per_sample):
+            next_timed()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1000.0 / per_sample)
+    torch.cuda.synchronize()
+    for i in range(job["guard_launches"]):
+        t0 = time.perf_counter()
+        start.record()
+        launch(i % n_sets)
+        end.record()
+        torch.cuda.synchronize()
+        wall.append((time.perf_counter() - t0) * 1e6)
+        guard_events.append(start.elapsed_time(end) * 1000.0)
+    return {"samples_us": samples, "wall_us": wall, "guard_event_us": guard_events,
+            "launches_per_sample": per_sample}
 
 
 class Fa3:
@@ -898,51 +905,21 @@ class Backward:
         return state
 
     def time(self, job):
-        """The forward side's protocol (Helper.time) on the backward: warm-up, samples between
-        CUDA events (one replay, or batch_launches of them on consecutive sets), guard launches."""
+        """The forward side's protocol (event_protocol) on the backward."""
         torch = self.torch
         state = self.prepare(job)
-        fwds, graphs, flush = state["fwds"], state["graphs"], state["flush"]
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        per_sample = job["batch_launches"] if job["mode"] == "batch" else 1
+        fwds, graphs = state["fwds"], state["graphs"]
 
-        def next_set():
-            state["counter"] += 1
-            return state["counter"] % len(fwds)
+        def launch(i):
+            self.grads(fwds[i], job)
 
-        def timed():
-            i = next_set()
-            if graphs is not None:
-                graphs[i][0].replay()
-            else:
-                self.grads(fwds[i], job)
+        def replay(i):
+            graphs[i][0].replay()
 
-        samples, wall, guard_events = [], [], []
         # The forwards' stream: uncaptured backward ops run there, so the events are recorded there.
         with torch.cuda.stream(state["stream"]):
-            for _ in range(job["warmup"]):
-                timed()
-            torch.cuda.synchronize()
-            for i in range(job["samples"]):
-                if job["mode"] != "batch":
-                    flush.fill_(i % 251)
-                start.record()
-                for _ in range(per_sample):
-                    timed()
-                end.record()
-                end.synchronize()
-                samples.append(start.elapsed_time(end) * 1000.0 / per_sample)
-            torch.cuda.synchronize()
-            for i in range(job["guard_launches"]):
-                t0 = time.perf_counter()
-                start.record()
-                self.grads(fwds[i % len(fwds)], job)
-                end.record()
-                torch.cuda.synchronize()
-                wall.append((time.perf_counter() - t0) * 1e6)
-                guard_events.append(start.elapsed_time(end) * 1000.0)
-        return {"samples_us": samples, "wall_us": wall, "guard_event_us": guard_events,
-                "launches_per_sample": per_sample}
+            return event_protocol(torch, job, state, len(fwds), launch,
+                                  replay if graphs is not None else launch)
 
 
 if __name__ == "__main__":

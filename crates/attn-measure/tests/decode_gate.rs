@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use attn_evidence::{CaseStatus, GateRule};
+use attn_evidence::{CaseStatus, GateCase, GateRule};
 use attn_kernels::{Config, Gpu, TimingMode, TimingOptions};
 use attn_measure::decode::{DecodeBaseline, DecodeGate};
 use attn_measure::gate::GatePlan;
@@ -67,6 +67,26 @@ fn decode_against_decode_naive_is_checked_timed_and_its_bandwidth_recorded() {
     }
 }
 
+/// The gate's case of `text` (seed 7), which ran (not "could not run") with its baseline timed
+/// on as many input sets as the candidate.
+fn timed_on_as_many_sets(gate: &mut DecodeGate<'_>, text: &str) -> GateCase {
+    let spec: DecodeSpec = text.parse().unwrap();
+    let case = gate.case(&spec, 7);
+    println!("{text}: {:?} {}", case.status, case.reason);
+    assert_ne!(
+        case.status,
+        Some(CaseStatus::CouldNotRun),
+        "{}",
+        case.reason
+    );
+    let (cand, base) = (
+        case.candidate.as_ref().unwrap(),
+        case.baseline.as_ref().unwrap(),
+    );
+    assert_eq!(cand.input_sets, base.input_sets, "the same-input-sets rule");
+    case
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU and PyTorch"]
 fn decode_against_sdpa_is_timed_on_as_many_sets() {
@@ -80,20 +100,7 @@ fn decode_against_sdpa_is_timed_on_as_many_sets() {
         "decode B=16 q=1 kv=8192 H=32/8 D=128 page=16 bf16",
         "decode B=8 q=4 kv=2048 H=32/8 D=128",
     ] {
-        let spec: DecodeSpec = text.parse().unwrap();
-        let case = gate.case(&spec, 7);
-        println!("{text}: {:?} {}", case.status, case.reason);
-        assert_ne!(
-            case.status,
-            Some(CaseStatus::CouldNotRun),
-            "{}",
-            case.reason
-        );
-        let (cand, base) = (
-            case.candidate.as_ref().unwrap(),
-            case.baseline.as_ref().unwrap(),
-        );
-        assert_eq!(cand.input_sets, base.input_sets, "the same-input-sets rule");
+        let case = timed_on_as_many_sets(&mut gate, text);
         assert!(case.decode.as_ref().unwrap().baseline_gbs.unwrap() > 0.0);
     }
 }
@@ -127,20 +134,7 @@ fn decode_against_flashinfer_is_checked_and_timed_on_ragged_paged_batches() {
         "decode B=4 q=1,0,4,16 kv=1000,0,4096,300 H=32/8 D=128 page=64 pages=shuffled bf16",
         "decode B=4 q=1 kv=4096 H=8/2 D=64 page=16 window=256,0",
     ] {
-        let spec: DecodeSpec = text.parse().unwrap();
-        let case = gate.case(&spec, 7);
-        println!("{text}: {:?} {}", case.status, case.reason);
-        assert_ne!(
-            case.status,
-            Some(CaseStatus::CouldNotRun),
-            "{}",
-            case.reason
-        );
-        let (cand, base) = (
-            case.candidate.as_ref().unwrap(),
-            case.baseline.as_ref().unwrap(),
-        );
-        assert_eq!(cand.input_sets, base.input_sets, "the same-input-sets rule");
+        timed_on_as_many_sets(&mut gate, text);
     }
     assert_eq!(sdpa.versions().flashinfer, Some(version));
 }
