@@ -37,7 +37,8 @@
 //   NUM_WARPS ∈ {1, 2, 4, 8}   warps per block, each taking BLOCK_N keys of every tile; default 4
 //   BLOCK_M   ∈ {16, 32}       rows (query heads × tokens) per warp; default 16
 //   ROW_WARPS ∈ {1, 2, 4, 8}   the most warps of a block that take distinct rows (<= NUM_WARPS);
-//                              default 1 (every warp takes the same BLOCK_M rows)
+//                              default 4, or NUM_WARPS if fewer (1: every warp takes the
+//                              same BLOCK_M rows)
 //   BLOCK_N   ∈ {16, 32, 64}   keys per warp per tile; default 32 at D=64, 16 at D=128
 //   STAGES    ∈ {1, 2, 3, 4}   cp.async ring depth; default 3
 //   num_splits is a launch parameter (the host's SPLITS knob: auto or a count), not a define.
@@ -73,7 +74,7 @@
 #define STAGES 3
 #endif
 #ifndef ROW_WARPS
-#define ROW_WARPS 1
+#define ROW_WARPS (NUM_WARPS < 4 ? NUM_WARPS : 4)
 #endif
 
 static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "decode.cu: HEAD_DIM must be 64 or 128");

@@ -14,7 +14,7 @@ const OPT_IN: [(&str, &str, usize); 9] = [
     ("decode", "NUM_WARPS=1,STAGES=1", 128),
     ("decode", "NUM_WARPS=8,STAGES=2", 128),
     ("decode", "BLOCK_M=32", 64),
-    ("decode", "ROW_WARPS=4", 128),
+    ("decode", "ROW_WARPS=1", 128),
     ("decode", "BLOCK_M=32,ROW_WARPS=2", 64),
     ("decode", "BLOCK_N=64,STAGES=2", 64),
     ("decode", "BLOCK_N=32,STAGES=2", 128),

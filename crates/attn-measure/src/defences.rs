@@ -143,12 +143,23 @@ fn defence(name: DefenceName, case: &GateCase, rule: &GateRule, facts: &CaseFact
             if twice.is_empty() {
                 return Defence::not_run(name, not_reached(case, "a check launched twice"));
             }
+            // A backward kernel may declare itself non-deterministic (dQ added up with atomics):
+            // its launches may differ, but the second must pass the same tolerance.
+            let declared_unstable = case.backward.as_ref().is_some_and(|b| !b.deterministic);
             let caught = failed_with(&checks, CheckFailure::NonDeterministic)
-                || twice.iter().any(|g| !g.identical);
+                || (!declared_unstable && twice.iter().any(|g| !g.identical));
+            let compared = if declared_unstable {
+                let differ = twice.iter().filter(|g| !g.identical).count();
+                format!(
+                    "declared non-deterministic: the second launch judged by the same tolerance ({differ} differed bitwise from the first)"
+                )
+            } else {
+                "outputs compared bitwise".to_string()
+            };
             Defence::ran(
                 name,
                 format!(
-                    "{} checks launched twice on the same inputs, outputs compared bitwise",
+                    "{} checks launched twice on the same inputs, {compared}",
                     twice.len()
                 ),
                 caught,
@@ -396,5 +407,26 @@ mod tests {
             !battery.ran && battery.covered.contains("not reached"),
             "{battery:?}"
         );
+    }
+
+    #[test]
+    fn launches_that_differ_are_caught_only_where_the_kernel_declared_itself_deterministic() {
+        let mut case = checked_case();
+        for c in &mut case.correctness {
+            c.guards.as_mut().unwrap().identical = false;
+        }
+        for (deterministic, caught) in [(true, true), (false, false)] {
+            let shape = case.shape.clone();
+            case.backward = Some(attn_evidence::BackwardRecord::new(&shape, deterministic, false));
+            let defences = case_defences(&case, &GateRule::default(), &CaseFacts::default());
+            let d = find(&defences, DefenceName::Determinism);
+            assert_eq!(d.outcome == DefenceOutcome::Failed, caught, "{d:?}");
+            assert_eq!(d.covered.contains("2 differed bitwise"), !deterministic, "{d:?}");
+        }
+        // A non-deterministic kernel whose second launch is wrong is caught all the same.
+        case.correctness[1].passed = false;
+        case.correctness[1].failure = Some(CheckFailure::NonDeterministic);
+        let defences = case_defences(&case, &GateRule::default(), &CaseFacts::default());
+        assert_eq!(find(&defences, DefenceName::Determinism).outcome, DefenceOutcome::Failed);
     }
 }

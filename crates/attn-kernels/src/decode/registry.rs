@@ -78,7 +78,7 @@ static DECODE_KNOBS: [Knob; 6] = [
     Knob {
         name: ROW_WARPS,
         domain: &[1, 2, 4, 8],
-        doc: "the most warps of a block that take distinct rows, so that a K/V tile serves up to ROW_WARPS x BLOCK_M rows (at most NUM_WARPS; 1, the default: every warp takes the same BLOCK_M rows)",
+        doc: "the most warps of a block that take distinct rows, so that a K/V tile serves up to ROW_WARPS x BLOCK_M rows (at most NUM_WARPS; default 4, or NUM_WARPS where that is fewer; 1: every warp takes the same BLOCK_M rows)",
     },
     Knob {
         name: SPLITS,
@@ -116,7 +116,7 @@ static DECODE_REGISTRY: [DecodeImplementation; 2] = [
                 (NUM_WARPS, 4),
                 (STAGES, 3),
                 (BLOCK_M, 16),
-                (ROW_WARPS, 1),
+                (ROW_WARPS, 4),
                 (SPLITS, 0),
             ])
         },
@@ -180,7 +180,13 @@ impl DecodeImplementation {
             reason,
         };
         overrides.check_domains(self.knobs).map_err(invalid)?;
-        let cfg = self.default_config(head_dim).merged(overrides);
+        let mut cfg = self.default_config(head_dim).merged(overrides);
+        if self.kernel == DecodeKernel::Split && overrides.get(ROW_WARPS).is_none() {
+            // The default row split is the most the block's warps allow (see kernels/TUNING.md,
+            // `decode-row-warps`); a named ROW_WARPS is taken as it is, or refused.
+            let fits = knob(&cfg, ROW_WARPS).min(knob(&cfg, NUM_WARPS)) as i64;
+            cfg = cfg.merged(&Config::from_pairs(&[(ROW_WARPS, fits)]));
+        }
         if self.kernel == DecodeKernel::Split {
             let (row_warps, warps) = (knob(&cfg, ROW_WARPS), knob(&cfg, NUM_WARPS));
             if row_warps > warps {

@@ -47,6 +47,11 @@ fn bad_configs_are_refused_with_their_reason() {
         .resolve(&"NUM_WARPS=2,ROW_WARPS=2".parse().unwrap(), 128, &limits)
         .unwrap();
     assert_eq!(two.get("ROW_WARPS"), Some(2));
+    // Fewer warps than the default row split: the default shrinks to them, a named one is refused.
+    for (warps, rows) in [("NUM_WARPS=1,STAGES=1", 1), ("NUM_WARPS=2", 2), ("NUM_WARPS=8", 4)] {
+        let cfg = decode().resolve(&warps.parse().unwrap(), 128, &limits).unwrap();
+        assert_eq!(cfg.get("ROW_WARPS"), Some(rows), "{warps}");
+    }
     // SPLITS=auto reads as 0, and SPLITS is no define.
     let auto = decode()
         .resolve(&"SPLITS=auto".parse().unwrap(), 64, &limits)
@@ -64,7 +69,7 @@ fn bad_configs_are_refused_with_their_reason() {
 #[test]
 fn splits_fill_the_gpu_in_whole_waves_and_stop_at_the_tiles() {
     let cfg = decode().default_config(128);
-    // 132 SMs holding two blocks each (the defaults' ~100 KiB of shared memory).
+    // 132 SMs holding two blocks each (the defaults' ~110 KiB of shared memory).
     let slots = 264;
     // B=1, H_kv=8, one row tile: 32 splits keep 256 of the 264 slots busy (33 would fill them
     // all; 32 is the fewest within 5% of that), within the 32k keys' 512 tiles.
@@ -101,13 +106,13 @@ fn splits_fill_the_gpu_in_whole_waves_and_stop_at_the_tiles() {
         )
         .unwrap();
     assert_eq!(short.splits, 2);
-    // MQA, 16 tokens × 7 heads = 112 rows: seven row tiles when every warp takes the same 16
-    // rows (the default), two of 4 warps × 16 rows with ROW_WARPS=4.
+    // MQA, 16 tokens × 7 heads = 112 rows: two row tiles of 4 warps × 16 rows (the default),
+    // seven when every warp takes the same 16 rows (ROW_WARPS=1).
     let mqa_spec = spec("decode B=2 q=16 kv=4000 H=7/1 D=128 page=256");
-    let narrow = decode().plan(&cfg, &mqa_spec, slots).unwrap();
+    let same_rows = cfg.merged(&"ROW_WARPS=1".parse().unwrap());
+    let narrow = decode().plan(&same_rows, &mqa_spec, slots).unwrap();
     assert_eq!(narrow.grid.0, 7);
-    let four_row_groups = cfg.merged(&"ROW_WARPS=4".parse().unwrap());
-    let mqa = decode().plan(&four_row_groups, &mqa_spec, slots).unwrap();
+    let mqa = decode().plan(&cfg, &mqa_spec, slots).unwrap();
     assert_eq!(mqa.grid.0, 2);
     // The Q tile grows with the row tile: 64 rows instead of 16, 48 rows × 256 bytes more.
     assert_eq!(mqa.shared_bytes - narrow.shared_bytes, 48 * 256);
