@@ -56,6 +56,8 @@
 #include "attn_common.cuh"
 // mma.cu's PTX wrappers, swizzle and ldmatrix lane addressing, one copy for both kernels.
 #include "mma_ptx.cuh"
+// The cache's layout (KvView, token_offset) and the split combine, shared with decode_hopper.cu.
+#include "decode_common.cuh"
 
 #ifndef NUM_WARPS
 #define NUM_WARPS 4
@@ -91,6 +93,8 @@ namespace decode_attn {
 using attn::exp2_ftz;
 using attn::pack_elem2;
 using attn::smem_addr;
+using decode_common::KvView;
+using decode_common::token_offset;
 using mma_ptx::cp_async_16;
 using mma_ptx::cp_async_commit;
 using mma_ptx::cp_async_wait;
@@ -120,28 +124,6 @@ constexpr int Q_PASSES = (BLOCK_ROWS * CHUNKS + THREADS - 1) / THREADS;
 
 static_assert(THREADS % CHUNKS == 0, "a thread copies one fixed chunk of its rows");
 static_assert(TILE_N % ROWS_PER_PASS == 0, "K/V tile rows must split evenly over the passes");
-
-#define DECODE_NEG_INF __int_as_float(0xff800000u)
-
-// ---- the cache's layout --------------------------------------------------------------------------
-
-// Where one sequence's keys of one K/V head live.
-struct KvView {
-    const int* __restrict__ table;  // this sequence's row of the block table (paged), else unused
-    long long slab;                 // contiguous: element offset of the (sequence, K/V head) slab
-    long long head;                 // paged: element offset of the K/V head within a token's row
-    int page_size;                  // 0: contiguous
-    int kv_row;                     // paged: elements between consecutive tokens (H_kv · D)
-};
-
-// Element offset of token t's row (of the view's K/V head) in K and V alike.
-__device__ __forceinline__ long long token_offset(const KvView& view, int t) {
-    if (view.page_size > 0) {
-        const int page = __ldg(view.table + t / view.page_size);
-        return (static_cast<long long>(page) * view.page_size + t % view.page_size) * view.kv_row + view.head;
-    }
-    return view.slab + static_cast<long long>(t) * D;
-}
 
 // Tile rows row0 .. row0 + TILE_N − 1 of K and V into the swizzled tiles, gathered row by row through
 // the view; rows >= limit (the sequence's KV length) are zero-filled without a read. Each thread
@@ -511,39 +493,4 @@ extern "C" __global__ void __launch_bounds__(NUM_WARPS * 32, 1)
                 if (t4 == 0) ws_lse[at] = l > 0.f ? row_max[r][h] + __log2f(l) : DECODE_NEG_INF;
             }
         }
-}
-
-// Merges the splits of every packed row (token, head): O = Σ_s 2^(lse_s − M) · O_s / Σ_s 2^(lse_s − M)
-// with M = max_s lse_s; a split whose LSE is −inf is skipped (its O is not read); a row with no
-// finite LSE writes zeros. One warp per row, each lane D / 32 consecutive elements.
-extern "C" __global__ void __launch_bounds__(128)
-    attn_decode_combine(const float* __restrict__ workspace, elem_t* __restrict__ o, int total_rows, int num_splits) {
-    constexpr int PER_LANE = HEAD_DIM / 32;
-    const int lane = threadIdx.x & 31;
-    const long long row = static_cast<long long>(blockIdx.x) * 4 + (threadIdx.x >> 5);
-    if (row >= total_rows) return;
-    const float* lse = workspace + static_cast<long long>(num_splits) * total_rows * HEAD_DIM;
-    float m = DECODE_NEG_INF;
-    for (int s = 0; s < num_splits; ++s) m = fmaxf(m, lse[s * static_cast<long long>(total_rows) + row]);
-    float acc[PER_LANE];
-#pragma unroll
-    for (int e = 0; e < PER_LANE; ++e) acc[e] = 0.f;
-    float weights = 0.f;
-    if (m != DECODE_NEG_INF) {
-        for (int s = 0; s < num_splits; ++s) {
-            const long long at = s * static_cast<long long>(total_rows) + row;
-            const float l = lse[at];
-            if (l == DECODE_NEG_INF) continue;
-            const float w = exp2f(l - m);
-            weights += w;
-            const float* part = workspace + at * HEAD_DIM + lane * PER_LANE;
-#pragma unroll
-            for (int e = 0; e < PER_LANE; ++e) acc[e] += w * part[e];
-        }
-    }
-    const float inv = weights > 0.f ? 1.f / weights : 0.f;
-    elem_t* o_row = o + row * HEAD_DIM + lane * PER_LANE;
-#pragma unroll
-    for (int e = 0; e < PER_LANE; e += 2)
-        *reinterpret_cast<elem2_t*>(o_row + e) = from_float2(acc[e] * inv, acc[e + 1] * inv);
 }

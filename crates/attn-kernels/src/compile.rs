@@ -15,7 +15,7 @@ use crate::error::{KernelError, Result};
 use crate::toolkit;
 
 /// Headers that kernels may include by name.
-pub const HEADERS: [(&str, &str); 9] = [
+pub const HEADERS: [(&str, &str); 10] = [
     (
         "attn_common.cuh",
         include_str!("../../../kernels/attn_common.cuh"),
@@ -45,6 +45,10 @@ pub const HEADERS: [(&str, &str); 9] = [
         include_str!("../../../kernels/hybrid_common.cuh"),
     ),
     ("mma_ptx.cuh", include_str!("../../../kernels/mma_ptx.cuh")),
+    (
+        "decode_common.cuh",
+        include_str!("../../../kernels/decode_common.cuh"),
+    ),
     (
         "backward_common.cuh",
         include_str!("../../../kernels/backward_common.cuh"),

@@ -9,7 +9,7 @@ use attn_kernels::Config;
 use attn_oracle::DType;
 
 /// Configs beside the defaults, per implementation and head dim: the knobs' ends.
-const OPT_IN: [(&str, &str, usize); 9] = [
+const OPT_IN: [(&str, &str, usize); 11] = [
     ("decode", "NUM_WARPS=1,STAGES=1", 64),
     ("decode", "NUM_WARPS=1,STAGES=1", 128),
     ("decode", "NUM_WARPS=8,STAGES=2", 128),
@@ -19,6 +19,8 @@ const OPT_IN: [(&str, &str, usize); 9] = [
     ("decode", "BLOCK_N=64,STAGES=2", 64),
     ("decode", "BLOCK_N=32,STAGES=2", 128),
     ("decode-naive", "ROWS_PER_BLOCK=8", 128),
+    ("decode-hopper", "BLOCK_N=128,STAGES=2", 128),
+    ("decode-hopper", "BLOCK_N=128,STAGES=4", 64),
 ];
 
 #[test]
@@ -40,6 +42,10 @@ fn every_decode_variant_compiles_without_local_memory() {
                     .unwrap_or_else(|e| panic!("{e}"));
                 for dtype in [DType::F16, DType::Bf16] {
                     for arch in ["compute_80", "compute_90a"] {
+                        // decode-hopper's wgmma exist on sm_90a alone.
+                        if arch == "compute_80" && !imp.gpus.include((8, 0)) {
+                            continue;
+                        }
                         let arch = Arch(arch.into());
                         let mut defines = CompileRequest::abi_defines(dtype, head_dim).unwrap();
                         defines.extend(imp.defines(&config));
@@ -57,11 +63,10 @@ fn every_decode_variant_compiles_without_local_memory() {
                             arch: arch.clone(),
                         };
                         let compiled = compile::compile(&request).unwrap_or_else(|e| panic!("{e}"));
-                        let entries: &[&str] = match imp.kernel {
-                            attn_kernels::decode::DecodeKernel::Naive => &["attn_decode"],
-                            attn_kernels::decode::DecodeKernel::Split => {
-                                &["attn_decode", "attn_decode_combine"]
-                            }
+                        let entries: &[&str] = if imp.kernel.combines() {
+                            &["attn_decode", "attn_decode_combine"]
+                        } else {
+                            &["attn_decode"]
                         };
                         for entry in entries {
                             assert!(

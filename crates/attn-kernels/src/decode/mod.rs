@@ -95,9 +95,9 @@ impl PreparedDecode {
         let per_sm = decode
             .occupancy_max_active_blocks_per_multiprocessor(threads, shared as usize, None)
             .during("cuOccupancyMaxActiveBlocksPerMultiprocessor (attn_decode)")?;
-        let combine = match implementation.kernel {
-            DecodeKernel::Naive => None,
-            DecodeKernel::Split => Some(gpu.load(&request, "attn_decode_combine", 0)?),
+        let combine = match implementation.kernel.combines() {
+            false => None,
+            true => Some(gpu.load(&request, "attn_decode_combine", 0)?),
         };
         Ok(PreparedDecode {
             implementation,

@@ -24,7 +24,19 @@ pub enum DecodeKernel {
     /// `decode.cu`: a block per (row tile, K/V head, sequence, split), then
     /// `attn_decode_combine` when there is more than one split.
     Split,
+    /// `decode_hopper.cu`: as `Split`, one warpgroup per block on a 64-row tile (wgmma, sm_90a).
+    Wgmma,
 }
+
+impl DecodeKernel {
+    /// Whether its splits are merged by `attn_decode_combine`.
+    pub fn combines(self) -> bool {
+        self != DecodeKernel::Naive
+    }
+}
+
+/// Rows of `decode_hopper.cu`'s tile: one warpgroup's wgmma M.
+const WGMMA_TILE_ROWS: usize = 64;
 
 /// A registered decode implementation.
 #[derive(Debug)]
@@ -88,7 +100,26 @@ static DECODE_KNOBS: [Knob; 6] = [
     },
 ];
 
-static DECODE_REGISTRY: [DecodeImplementation; 2] = [
+static HOPPER_KNOBS: [Knob; 3] = [
+    Knob {
+        name: BLOCK_N,
+        domain: &[64, 128],
+        doc: "keys per K/V tile (the N of the Q·Kᵀ wgmma)",
+    },
+    Knob {
+        name: STAGES,
+        domain: &[2, 3, 4],
+        doc: "cp.async K/V ring depth",
+    },
+    Knob {
+        name: SPLITS,
+        domain: &[0, 1, 2, 4, 8, 16, 32, 64],
+        doc:
+            "splits of each sequence's keys (0 = auto: the fewest that fill the GPU in whole waves)",
+    },
+];
+
+static DECODE_REGISTRY: [DecodeImplementation; 3] = [
     DecodeImplementation {
         name: "decode-naive",
         summary: "one warp per (query row, head), f32 dot products and expf, read through the block table: the yardstick",
@@ -120,6 +151,17 @@ static DECODE_REGISTRY: [DecodeImplementation; 2] = [
                 (SPLITS, 0),
             ])
         },
+    },
+    DecodeImplementation {
+        name: "decode-hopper",
+        summary: "split-KV decode on Hopper: 64 rows (query heads x new tokens) of a K/V head per warpgroup, pages gathered by cp.async into swizzled tiles, wgmma Q·Kᵀ and P·V, LSE combine",
+        file: "decode_hopper.cu",
+        source: include_str!("../../../../kernels/decode_hopper.cu"),
+        knobs: &HOPPER_KNOBS,
+        head_dims: Some(&[64, 128]),
+        gpus: Gpus::Only((9, 0)),
+        kernel: DecodeKernel::Wgmma,
+        defaults: |_| Config::from_pairs(&[(BLOCK_N, 64), (STAGES, 3), (SPLITS, 0)]),
     },
 ];
 
@@ -226,13 +268,21 @@ impl DecodeImplementation {
         let warps = match self.kernel {
             DecodeKernel::Naive => knob(cfg, ROWS_PER_BLOCK),
             DecodeKernel::Split => knob(cfg, NUM_WARPS),
+            DecodeKernel::Wgmma => 4,
         };
         (warps * 32) as u32
     }
 
-    /// Rows of a split decode block's row tile: ROW_WARPS x BLOCK_M.
-    fn tile_rows(cfg: &Config) -> usize {
-        knob(cfg, ROW_WARPS).max(1) * knob(cfg, BLOCK_M)
+    /// Rows of a split decode block's row tile (decode.cu: ROW_WARPS x BLOCK_M) and keys of its
+    /// K/V tile (decode.cu: NUM_WARPS x BLOCK_N).
+    fn tile(&self, cfg: &Config) -> (usize, usize) {
+        match self.kernel {
+            DecodeKernel::Wgmma => (WGMMA_TILE_ROWS, knob(cfg, BLOCK_N)),
+            _ => (
+                knob(cfg, ROW_WARPS).max(1) * knob(cfg, BLOCK_M),
+                knob(cfg, NUM_WARPS) * knob(cfg, BLOCK_N),
+            ),
+        }
     }
 
     /// Dynamic shared memory of a resolved config: decode.cu's header formula (0 for the naive).
@@ -249,7 +299,12 @@ impl DecodeImplementation {
                 let d = head_dim;
                 let ring = 2 * stages * w * n * d * 2;
                 let merge = w.saturating_sub(1) * m * (4 * d + 32);
-                (Self::tile_rows(cfg) * d * 2 + ring.max(merge)) as u32
+                (self.tile(cfg).0 * d * 2 + ring.max(merge)) as u32
+            }
+            // decode_hopper.cu's header: alignment slack, the Q tile, the K and V rings.
+            DecodeKernel::Wgmma => {
+                let (n, stages) = (knob(cfg, BLOCK_N), knob(cfg, STAGES));
+                (1024 + WGMMA_TILE_ROWS * head_dim * 2 + 2 * stages * n * head_dim * 2) as u32
             }
         }
     }
@@ -283,11 +338,8 @@ impl DecodeImplementation {
                     combine_grid: None,
                 })
             }
-            DecodeKernel::Split => {
-                let (block_m, tile) = (
-                    Self::tile_rows(cfg),
-                    knob(cfg, NUM_WARPS) * knob(cfg, BLOCK_N),
-                );
+            DecodeKernel::Split | DecodeKernel::Wgmma => {
+                let (block_m, tile) = self.tile(cfg);
                 let group = heads / kv_heads;
                 let longest_q = spec.seqlens_q().iter().copied().max().unwrap_or(0);
                 let row_tiles = (longest_q * group).div_ceil(block_m).max(1);

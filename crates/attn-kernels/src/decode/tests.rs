@@ -12,11 +12,11 @@ fn decode() -> &'static DecodeImplementation {
 }
 
 #[test]
-fn the_registry_names_both_and_refuses_others_in_one_line() {
+fn the_registry_names_every_kernel_and_refuses_others_in_one_line() {
     let names: Vec<&str> = decode_registry().iter().map(|i| i.name).collect();
-    assert_eq!(names, ["decode-naive", "decode"]);
+    assert_eq!(names, ["decode-naive", "decode", "decode-hopper"]);
     let err = find_decode("decode-fast").unwrap_err().to_string();
-    assert!(err.contains("decode-naive, decode"), "{err}");
+    assert!(err.contains("decode-naive, decode, decode-hopper"), "{err}");
     for imp in decode_registry() {
         for d in [64, 128] {
             let cfg = imp
@@ -24,8 +24,45 @@ fn the_registry_names_both_and_refuses_others_in_one_line() {
                 .unwrap();
             assert_eq!(cfg, imp.default_config(d));
         }
-        assert!(imp.gpus.include((8, 0)) && imp.gpus.include((9, 0)));
+        assert!(imp.gpus.include((9, 0)));
+        // Only the wgmma kernel is Hopper's alone.
+        assert_eq!(imp.gpus.include((8, 0)), imp.kernel != DecodeKernel::Wgmma);
     }
+}
+
+#[test]
+fn the_wgmma_kernel_takes_64_rows_a_block_and_its_tiles_of_keys() {
+    let hopper = find_decode("decode-hopper").unwrap();
+    let limits = DeviceLimits::H100;
+    let cfg = hopper.resolve(&Config::default(), 128, &limits).unwrap();
+    // 16 tokens × 8 query heads a K/V head = 128 rows: two row tiles; one warpgroup a block.
+    let plan = hopper
+        .plan(
+            &cfg,
+            &spec("decode B=8 q=16 kv=65536 H=64/8 D=128 page=256"),
+            264,
+        )
+        .unwrap();
+    assert_eq!((plan.grid.0, plan.grid.1, plan.block), (16, 8, 128));
+    // Its header's formula: alignment slack, the 64-row Q tile, three stages of 64-key K and V.
+    assert_eq!(plan.shared_bytes, 1024 + 64 * 256 + 2 * 3 * 64 * 256);
+    // Two blocks of the defaults fit an SM's 228 KiB, with the driver's 1 KiB each.
+    assert!(2 * (plan.shared_bytes + 1024) <= 233_472);
+    // A sequence of 100 keys has two 64-key tiles, so at most two splits.
+    let short = hopper
+        .plan(&cfg, &spec("decode B=1 q=4 kv=100 H=8/1 D=128 page=7"), 264)
+        .unwrap();
+    assert_eq!(short.splits, 2);
+    let err = hopper
+        .resolve(&"NUM_WARPS=8".parse().unwrap(), 128, &limits)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("unknown knob NUM_WARPS"), "{err}");
+    let wide = hopper
+        .resolve(&"BLOCK_N=128,STAGES=4".parse().unwrap(), 128, &limits)
+        .unwrap_err()
+        .to_string();
+    assert!(wide.contains("bytes of shared memory"), "{wide}");
 }
 
 #[test]

@@ -20,8 +20,9 @@ use crate::oracle::base_seed;
 /// The implementations and configs run: the yardstick, the defaults (SPLITS=auto, up to four
 /// warps on distinct rows), one split (O written by the decode kernel), more splits than most
 /// batches have tiles (empty splits), one warp without a pipeline, two row blocks per warp (head
-/// dim 64 only), every warp on the same rows, and two warps split either way.
-const RUNS: [(&str, &str); 8] = [
+/// dim 64 only), every warp on the same rows, and two warps split either way; then the wgmma
+/// kernel (on sm_90 alone) with its defaults, one split, and 128-key tiles.
+const RUNS: [(&str, &str); 11] = [
     ("decode-naive", ""),
     ("decode", ""),
     ("decode", "SPLITS=1"),
@@ -30,6 +31,9 @@ const RUNS: [(&str, &str); 8] = [
     ("decode", "BLOCK_M=32"),
     ("decode", "ROW_WARPS=1"),
     ("decode", "NUM_WARPS=2,ROW_WARPS=2"),
+    ("decode-hopper", ""),
+    ("decode-hopper", "SPLITS=1"),
+    ("decode-hopper", "BLOCK_N=128,STAGES=2"),
 ];
 
 /// Every table policy a paged batch is run under.
@@ -103,7 +107,7 @@ fn rows_for(spec: &DecodeSpec, seed: u64) -> RowSelection {
 }
 
 /// The compiled runs, by (run index, dtype, head dim); `None` where the config does not take the
-/// head dim (BLOCK_M=32 at D=128).
+/// head dim (BLOCK_M=32 at D=128) or the implementation not the GPU (decode-hopper off sm_90).
 type Prepared = HashMap<(usize, DType, usize), Option<PreparedDecode>>;
 
 fn prepared<'a>(
@@ -120,7 +124,7 @@ fn prepared<'a>(
             let overrides: Config = overrides.parse().unwrap();
             match PreparedDecode::new(gpu, name, &overrides, dtype, head_dim) {
                 Ok(p) => Some(p),
-                Err(KernelError::InvalidConfig { .. }) => None,
+                Err(KernelError::InvalidConfig { .. } | KernelError::Unsupported { .. }) => None,
                 Err(e) => panic!("{name} [{overrides}] {dtype} D={head_dim}: {e}"),
             }
         })

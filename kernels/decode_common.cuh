@@ -1,0 +1,66 @@
+// decode_common.cuh — what the split-KV decode kernels (decode.cu, decode_hopper.cu) share: where a
+// sequence's keys live in the cache (paged through the block table, or a contiguous slab), and the
+// combine kernel that merges the splits' partial O through their log-sum-exp (the workspace layout
+// of decode.cu's header). Include after attn_common.cuh, once HEAD_DIM is defined.
+#pragma once
+
+#define DECODE_NEG_INF __int_as_float(0xff800000u)
+
+namespace decode_common {
+
+// ---- the cache's layout --------------------------------------------------------------------------
+
+// Where one sequence's keys of one K/V head live.
+struct KvView {
+    const int* __restrict__ table;  // this sequence's row of the block table (paged), else unused
+    long long slab;                 // contiguous: element offset of the (sequence, K/V head) slab
+    long long head;                 // paged: element offset of the K/V head within a token's row
+    int page_size;                  // 0: contiguous
+    int kv_row;                     // paged: elements between consecutive tokens (H_kv · D)
+};
+
+// Element offset of token t's row (of the view's K/V head) in K and V alike.
+__device__ __forceinline__ long long token_offset(const KvView& view, int t) {
+    if (view.page_size > 0) {
+        const int page = __ldg(view.table + t / view.page_size);
+        return (static_cast<long long>(page) * view.page_size + t % view.page_size) * view.kv_row + view.head;
+    }
+    return view.slab + static_cast<long long>(t) * HEAD_DIM;
+}
+
+}  // namespace decode_common
+
+// Merges the splits of every packed row (token, head): O = Σ_s 2^(lse_s − M) · O_s / Σ_s 2^(lse_s − M)
+// with M = max_s lse_s; a split whose LSE is −inf is skipped (its O is not read); a row with no
+// finite LSE writes zeros. One warp per row, each lane D / 32 consecutive elements.
+extern "C" __global__ void __launch_bounds__(128)
+    attn_decode_combine(const float* __restrict__ workspace, elem_t* __restrict__ o, int total_rows, int num_splits) {
+    constexpr int PER_LANE = HEAD_DIM / 32;
+    const int lane = threadIdx.x & 31;
+    const long long row = static_cast<long long>(blockIdx.x) * 4 + (threadIdx.x >> 5);
+    if (row >= total_rows) return;
+    const float* lse = workspace + static_cast<long long>(num_splits) * total_rows * HEAD_DIM;
+    float m = DECODE_NEG_INF;
+    for (int s = 0; s < num_splits; ++s) m = fmaxf(m, lse[s * static_cast<long long>(total_rows) + row]);
+    float acc[PER_LANE];
+#pragma unroll
+    for (int e = 0; e < PER_LANE; ++e) acc[e] = 0.f;
+    float weights = 0.f;
+    if (m != DECODE_NEG_INF) {
+        for (int s = 0; s < num_splits; ++s) {
+            const long long at = s * static_cast<long long>(total_rows) + row;
+            const float l = lse[at];
+            if (l == DECODE_NEG_INF) continue;
+            const float w = exp2f(l - m);
+            weights += w;
+            const float* part = workspace + at * HEAD_DIM + lane * PER_LANE;
+#pragma unroll
+            for (int e = 0; e < PER_LANE; ++e) acc[e] += w * part[e];
+        }
+    }
+    const float inv = weights > 0.f ? 1.f / weights : 0.f;
+    elem_t* o_row = o + row * HEAD_DIM + lane * PER_LANE;
+#pragma unroll
+    for (int e = 0; e < PER_LANE; e += 2)
+        *reinterpret_cast<elem2_t*>(o_row + e) = from_float2(acc[e] * inv, acc[e + 1] * inv);
+}
