@@ -41,6 +41,8 @@
 //                              same BLOCK_M rows)
 //   BLOCK_N   ∈ {16, 32, 64}   keys per warp per tile; default 32 at D=64, 16 at D=128
 //   STAGES    ∈ {1, 2, 3, 4}   cp.async ring depth; default 3
+//   PAGE_AHEAD ∈ {0, 1}        1: a thread reads the table entries of the next tile's rows right
+//                              after gathering a tile (decode_common.cuh's read_pages); default 0
 //   num_splits is a launch parameter (the host's SPLITS knob: auto or a count), not a define.
 //
 // Launch geometry
@@ -56,7 +58,7 @@
 #include "attn_common.cuh"
 // mma.cu's PTX wrappers, swizzle and ldmatrix lane addressing, one copy for both kernels.
 #include "mma_ptx.cuh"
-// The cache's layout (KvView, token_offset) and the split combine, shared with decode_hopper.cu.
+// The cache's layout (KvView, page_of, offset_in_page, read_pages) and the split combine, shared with decode_hopper.cu.
 #include "decode_common.cuh"
 
 #ifndef NUM_WARPS
@@ -78,6 +80,9 @@
 #ifndef ROW_WARPS
 #define ROW_WARPS (NUM_WARPS < 4 ? NUM_WARPS : 4)
 #endif
+#ifndef PAGE_AHEAD
+#define PAGE_AHEAD 0
+#endif
 
 static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "decode.cu: HEAD_DIM must be 64 or 128");
 static_assert(NUM_WARPS == 1 || NUM_WARPS == 2 || NUM_WARPS == 4 || NUM_WARPS == 8,
@@ -94,7 +99,9 @@ using attn::exp2_ftz;
 using attn::pack_elem2;
 using attn::smem_addr;
 using decode_common::KvView;
-using decode_common::token_offset;
+using decode_common::offset_in_page;
+using decode_common::page_of;
+using decode_common::read_pages;
 using mma_ptx::cp_async_16;
 using mma_ptx::cp_async_commit;
 using mma_ptx::cp_async_wait;
@@ -128,20 +135,24 @@ static_assert(TILE_N % ROWS_PER_PASS == 0, "K/V tile rows must split evenly over
 // Tile rows row0 .. row0 + TILE_N − 1 of K and V into the swizzled tiles, gathered row by row through
 // the view; rows >= limit (the sequence's KV length) are zero-filled without a read. Each thread
 // copies chunk tid % CHUNKS of KV_PASSES rows, one table read per row serving K and V.
+// Under PAGE_AHEAD the rows' pages come from `pages` (read_pages of this tile), and the next tile's
+// are read into it.
 __device__ __forceinline__ void load_kv_tile(u32 k_dst, u32 v_dst, const elem_t* __restrict__ k,
                                              const elem_t* __restrict__ v, const KvView& view, int row0,
-                                             int limit, int tid) {
+                                             int limit, int tid, int (&pages)[KV_PASSES]) {
     const int chunk = tid % CHUNKS;
 #pragma unroll
     for (int i = 0; i < KV_PASSES; ++i) {
         const int row = tid / CHUNKS + i * ROWS_PER_PASS;
         const int t = row0 + row;
         const bool in_range = t < limit;
-        const long long at = (in_range ? token_offset(view, t) : 0) + chunk * 8;
+        const int page = PAGE_AHEAD ? pages[i] : page_of(view, t, limit);
+        const long long at = (in_range ? offset_in_page(view, page, t) : 0) + chunk * 8;
         const u32 offset = swizzled(row, chunk);
         cp_async_16(k_dst + offset, k + at, in_range);
         cp_async_16(v_dst + offset, v + at, in_range);
     }
+    if (PAGE_AHEAD) read_pages<KV_PASSES, ROWS_PER_PASS>(pages, view, row0 + TILE_N, limit, tid / CHUNKS);
 }
 
 // exp2(a − b) of running maxima, with b = 0 standing in for −inf (a row that saw no key yet).
@@ -263,13 +274,16 @@ extern "C" __global__ void __launch_bounds__(NUM_WARPS * 32, 1)
         }
     }
     cp_async_commit();
+    // PAGE_AHEAD: the table entries of the next tile to gather (tiles are gathered in order).
+    int pages[KV_PASSES];
+    if (PAGE_AHEAD) read_pages<KV_PASSES, ROWS_PER_PASS>(pages, view, tile_begin * TILE_N, skv, tid / CHUNKS);
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
         const int tile = tile_begin + s;
         if (tile < tile_end) {
             const int slot = tile % STAGES;
             load_kv_tile(k_tiles + slot * KV_TILE_BYTES, v_tiles + slot * KV_TILE_BYTES, k_cache, v_cache, view,
-                         tile * TILE_N, skv, tid);
+                         tile * TILE_N, skv, tid, pages);
         }
         cp_async_commit();  // committed even when empty, so that the group count stays uniform
     }
@@ -296,7 +310,7 @@ extern "C" __global__ void __launch_bounds__(NUM_WARPS * 32, 1)
 
     for (int j = tile_begin; j < tile_end; ++j) {
 #if STAGES == 1
-        load_kv_tile(k_tiles, v_tiles, k_cache, v_cache, view, j * TILE_N, skv, tid);
+        load_kv_tile(k_tiles, v_tiles, k_cache, v_cache, view, j * TILE_N, skv, tid, pages);
         cp_async_commit();
         cp_async_wait<0>();
         __syncthreads();
@@ -310,7 +324,7 @@ extern "C" __global__ void __launch_bounds__(NUM_WARPS * 32, 1)
             if (next < tile_end) {
                 const int slot = next % STAGES;
                 load_kv_tile(k_tiles + slot * KV_TILE_BYTES, v_tiles + slot * KV_TILE_BYTES, k_cache, v_cache,
-                             view, next * TILE_N, skv, tid);
+                             view, next * TILE_N, skv, tid, pages);
             }
             cp_async_commit();
         }

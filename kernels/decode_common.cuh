@@ -19,13 +19,27 @@ struct KvView {
     int kv_row;                     // paged: elements between consecutive tokens (H_kv · D)
 };
 
-// Element offset of token t's row (of the view's K/V head) in K and V alike.
-__device__ __forceinline__ long long token_offset(const KvView& view, int t) {
-    if (view.page_size > 0) {
-        const int page = __ldg(view.table + t / view.page_size);
+// The block-table entry of token t (0 where t >= limit, or the cache is contiguous): the read that
+// the gather of t's row waits for.
+__device__ __forceinline__ int page_of(const KvView& view, int t, int limit) {
+    return view.page_size > 0 && t < limit ? __ldg(view.table + t / view.page_size) : 0;
+}
+
+// Element offset of token t's row (of the view's K/V head) in K and V alike, t's page given.
+__device__ __forceinline__ long long offset_in_page(const KvView& view, int page, int t) {
+    if (view.page_size > 0)
         return (static_cast<long long>(page) * view.page_size + t % view.page_size) * view.kv_row + view.head;
-    }
     return view.slab + static_cast<long long>(t) * HEAD_DIM;
+}
+
+// The pages of the PASSES rows one thread gathers of the tile at row0 (rows first_row +
+// i · ROWS_PER_PASS), read ahead of the gather (the PAGE_AHEAD knob): the loads are in flight
+// while the current tile is computed, and the next gather issues its copies without waiting.
+template <int PASSES, int ROWS_PER_PASS>
+__device__ __forceinline__ void read_pages(int (&pages)[PASSES], const KvView& view, int row0, int limit,
+                                           int first_row) {
+#pragma unroll
+    for (int i = 0; i < PASSES; ++i) pages[i] = page_of(view, row0 + first_row + i * ROWS_PER_PASS, limit);
 }
 
 }  // namespace decode_common

@@ -23,6 +23,8 @@
 //   HEAD_DIM ∈ {64, 128}   (required)
 //   BLOCK_N  ∈ {64, 128}   keys per tile; default 64
 //   STAGES   ∈ {2, 3, 4}   cp.async ring depth; default 3
+//   PAGE_AHEAD ∈ {0, 1}    1: a thread reads the table entries of the next tile's rows right after
+//                          gathering a tile (decode_common.cuh's read_pages); default 0
 //   num_splits is a launch parameter (the host's SPLITS knob), as for decode.cu.
 //
 // Launch geometry
@@ -41,6 +43,9 @@
 #ifndef STAGES
 #define STAGES 3
 #endif
+#ifndef PAGE_AHEAD
+#define PAGE_AHEAD 0
+#endif
 // hopper_pipeline.cuh's switches: one N = 128 P·V wgmma at D = 128, the exact running max.
 #if HEAD_DIM == 128
 #define PV_N 128
@@ -57,7 +62,9 @@ using attn::exp2_ftz;
 using attn::pack_elem2;
 using attn::smem_addr;
 using decode_common::KvView;
-using decode_common::token_offset;
+using decode_common::offset_in_page;
+using decode_common::page_of;
+using decode_common::read_pages;
 using mma_ptx::cp_async_16;
 using mma_ptx::cp_async_commit;
 using mma_ptx::cp_async_wait;
@@ -89,20 +96,24 @@ __device__ __forceinline__ u32 swizzled(int rows, int r, int c) {
 
 // K/V tile rows row0 .. row0 + BLOCK_N − 1 into the slot's tiles, gathered through the view; rows
 // >= limit are zero-filled without a read. Each thread copies chunk tid % CHUNKS of KV_PASSES rows.
+// Under PAGE_AHEAD the rows' pages come from `pages` (read_pages of this tile), and the next tile's
+// are read into it.
 __device__ __forceinline__ void load_kv(u32 k_dst, u32 v_dst, const elem_t* __restrict__ k,
                                         const elem_t* __restrict__ v, const KvView& view, int row0, int limit,
-                                        int tid) {
+                                        int tid, int (&pages)[KV_PASSES]) {
     const int chunk = tid % CHUNKS;
 #pragma unroll
     for (int i = 0; i < KV_PASSES; ++i) {
         const int row = tid / CHUNKS + i * ROWS_PER_PASS;
         const int t = row0 + row;
         const bool in_range = t < limit;
-        const long long at = (in_range ? token_offset(view, t) : 0) + chunk * 8;
+        const int page = PAGE_AHEAD ? pages[i] : page_of(view, t, limit);
+        const long long at = (in_range ? offset_in_page(view, page, t) : 0) + chunk * 8;
         const u32 offset = swizzled(BLOCK_N, row, chunk);
         cp_async_16(k_dst + offset, k + at, in_range);
         cp_async_16(v_dst + offset, v + at, in_range);
     }
+    if (PAGE_AHEAD) read_pages<KV_PASSES, ROWS_PER_PASS>(pages, view, row0 + BLOCK_N, limit, tid / CHUNKS);
 }
 
 }  // namespace decode_hopper
@@ -196,12 +207,15 @@ extern "C" __global__ void __launch_bounds__(128, 1)
         cp_async_16(q_tile + swizzled(BLOCK_M, r, c), in_range ? q + row_offset(m0 + r) + c * 8 : q, in_range);
     }
     cp_async_commit();
+    // PAGE_AHEAD: the table entries of the next tile to gather (tiles are gathered in order).
+    int pages[KV_PASSES];
+    if (PAGE_AHEAD) read_pages<KV_PASSES, ROWS_PER_PASS>(pages, view, tile_begin * BLOCK_N, skv, tid / CHUNKS);
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
         const int tile = tile_begin + s;
         if (tile < tile_end)
             load_kv(k_tiles + (tile % STAGES) * KV_TILE_BYTES, v_tiles + (tile % STAGES) * KV_TILE_BYTES, k_cache,
-                    v_cache, view, tile * BLOCK_N, skv, tid);
+                    v_cache, view, tile * BLOCK_N, skv, tid, pages);
         cp_async_commit();  // committed even when empty: the group count stays uniform
     }
 
@@ -222,7 +236,7 @@ extern "C" __global__ void __launch_bounds__(128, 1)
             const int next = j + STAGES - 1;
             if (next < tile_end)
                 load_kv(k_tiles + (next % STAGES) * KV_TILE_BYTES, v_tiles + (next % STAGES) * KV_TILE_BYTES,
-                        k_cache, v_cache, view, next * BLOCK_N, skv, tid);
+                        k_cache, v_cache, view, next * BLOCK_N, skv, tid, pages);
             cp_async_commit();
         }
         const int slot = j % STAGES;

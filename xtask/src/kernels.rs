@@ -478,7 +478,7 @@ mod tests {
         assert_eq!(distinct.len(), lines.len());
         // The D=64 defaults; BLOCK_M=32 only at D=64 (the registry's rule).
         assert!(lines.contains(
-            &"HEAD_DIM=64 BLOCK_M=16 BLOCK_N=32 NUM_WARPS=4 ROW_WARPS=4 STAGES=3 SHARED_BYTES=106496"
+            &"HEAD_DIM=64 BLOCK_M=16 BLOCK_N=32 NUM_WARPS=4 PAGE_AHEAD=0 ROW_WARPS=4 STAGES=3 SHARED_BYTES=106496"
                 .to_string()
         ));
         assert!(!lines

@@ -103,6 +103,8 @@ pub mod names {
         SPLITS,
         /// decode: the most warps of a block that take distinct rows.
         ROW_WARPS,
+        /// decode: block-table entries read a tile before their rows are gathered.
+        PAGE_AHEAD,
     }
 }
 

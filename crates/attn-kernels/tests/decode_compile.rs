@@ -9,7 +9,7 @@ use attn_kernels::Config;
 use attn_oracle::DType;
 
 /// Configs beside the defaults, per implementation and head dim: the knobs' ends.
-const OPT_IN: [(&str, &str, usize); 11] = [
+const OPT_IN: [(&str, &str, usize); 14] = [
     ("decode", "NUM_WARPS=1,STAGES=1", 64),
     ("decode", "NUM_WARPS=1,STAGES=1", 128),
     ("decode", "NUM_WARPS=8,STAGES=2", 128),
@@ -18,9 +18,12 @@ const OPT_IN: [(&str, &str, usize); 11] = [
     ("decode", "BLOCK_M=32,ROW_WARPS=2", 64),
     ("decode", "BLOCK_N=64,STAGES=2", 64),
     ("decode", "BLOCK_N=32,STAGES=2", 128),
+    ("decode", "PAGE_AHEAD=1", 128),
+    ("decode", "PAGE_AHEAD=1,NUM_WARPS=1,STAGES=1", 64),
     ("decode-naive", "ROWS_PER_BLOCK=8", 128),
     ("decode-hopper", "BLOCK_N=128,STAGES=2", 128),
     ("decode-hopper", "BLOCK_N=128,STAGES=4", 64),
+    ("decode-hopper", "BLOCK_N=128,PAGE_AHEAD=1", 128),
 ];
 
 #[test]

@@ -7,7 +7,7 @@
 use attn_oracle::DecodeSpec;
 
 use crate::config::names::{
-    BLOCK_M, BLOCK_N, NUM_WARPS, ROWS_PER_BLOCK, ROW_WARPS, SPLITS, STAGES,
+    BLOCK_M, BLOCK_N, NUM_WARPS, PAGE_AHEAD, ROWS_PER_BLOCK, ROW_WARPS, SPLITS, STAGES,
 };
 use crate::config::{Config, ConfigError, Knob};
 use crate::error::{KernelError, Result};
@@ -66,7 +66,7 @@ static NAIVE_KNOBS: [Knob; 1] = [Knob {
     doc: "packed (token, head) rows (warps) per block",
 }];
 
-static DECODE_KNOBS: [Knob; 6] = [
+static DECODE_KNOBS: [Knob; 7] = [
     Knob {
         name: BLOCK_N,
         domain: &[16, 32, 64],
@@ -93,6 +93,11 @@ static DECODE_KNOBS: [Knob; 6] = [
         doc: "the most warps of a block that take distinct rows, so that a K/V tile serves up to ROW_WARPS x BLOCK_M rows (at most NUM_WARPS; default 4, or NUM_WARPS where that is fewer; 1: every warp takes the same BLOCK_M rows)",
     },
     Knob {
+        name: PAGE_AHEAD,
+        domain: &[0, 1],
+        doc: "1: each thread reads the block-table entries of the next tile's rows while the current one is computed, so that a gather waits for no table read (paged caches)",
+    },
+    Knob {
         name: SPLITS,
         domain: &[0, 1, 2, 4, 8, 16, 32, 64],
         doc:
@@ -100,7 +105,7 @@ static DECODE_KNOBS: [Knob; 6] = [
     },
 ];
 
-static HOPPER_KNOBS: [Knob; 3] = [
+static HOPPER_KNOBS: [Knob; 4] = [
     Knob {
         name: BLOCK_N,
         domain: &[64, 128],
@@ -110,6 +115,11 @@ static HOPPER_KNOBS: [Knob; 3] = [
         name: STAGES,
         domain: &[2, 3, 4],
         doc: "cp.async K/V ring depth",
+    },
+    Knob {
+        name: PAGE_AHEAD,
+        domain: &[0, 1],
+        doc: "1: each thread reads the block-table entries of the next tile's rows while the current one is computed, so that a gather waits for no table read (paged caches)",
     },
     Knob {
         name: SPLITS,
@@ -148,6 +158,7 @@ static DECODE_REGISTRY: [DecodeImplementation; 3] = [
                 (STAGES, 3),
                 (BLOCK_M, 16),
                 (ROW_WARPS, 4),
+                (PAGE_AHEAD, 0),
                 (SPLITS, 0),
             ])
         },
@@ -161,7 +172,9 @@ static DECODE_REGISTRY: [DecodeImplementation; 3] = [
         head_dims: Some(&[64, 128]),
         gpus: Gpus::Only((9, 0)),
         kernel: DecodeKernel::Wgmma,
-        defaults: |_| Config::from_pairs(&[(BLOCK_N, 64), (STAGES, 3), (SPLITS, 0)]),
+        defaults: |_| {
+            Config::from_pairs(&[(BLOCK_N, 64), (STAGES, 3), (PAGE_AHEAD, 0), (SPLITS, 0)])
+        },
     },
 ];
 

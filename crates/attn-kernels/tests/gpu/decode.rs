@@ -20,9 +20,10 @@ use crate::oracle::base_seed;
 /// The implementations and configs run: the yardstick, the defaults (SPLITS=auto, up to four
 /// warps on distinct rows), one split (O written by the decode kernel), more splits than most
 /// batches have tiles (empty splits), one warp without a pipeline, two row blocks per warp (head
-/// dim 64 only), every warp on the same rows, and two warps split either way; then the wgmma
-/// kernel (on sm_90 alone) with its defaults, one split, and 128-key tiles.
-const RUNS: [(&str, &str); 11] = [
+/// dim 64 only), every warp on the same rows, two warps split either way, and the table read a
+/// tile ahead; then the wgmma kernel (on sm_90 alone) with its defaults, one split, 128-key tiles,
+/// and 128-key tiles with the table read ahead.
+const RUNS: [(&str, &str); 13] = [
     ("decode-naive", ""),
     ("decode", ""),
     ("decode", "SPLITS=1"),
@@ -31,10 +32,28 @@ const RUNS: [(&str, &str); 11] = [
     ("decode", "BLOCK_M=32"),
     ("decode", "ROW_WARPS=1"),
     ("decode", "NUM_WARPS=2,ROW_WARPS=2"),
+    ("decode", "PAGE_AHEAD=1"),
     ("decode-hopper", ""),
     ("decode-hopper", "SPLITS=1"),
     ("decode-hopper", "BLOCK_N=128,STAGES=2"),
+    ("decode-hopper", "PAGE_AHEAD=1,BLOCK_N=128"),
 ];
+
+/// Whether run `run` is selected by `ATTN_DECODE_RUNS` (unset: every run): `;`-separated entries,
+/// each an implementation (all its runs) or `name[overrides]` (that run alone), e.g.
+/// `decode[];decode-hopper`, so that a change to one kernel can be checked on the device without
+/// compiling the others.
+fn selected(run: usize) -> bool {
+    let Ok(filter) = std::env::var("ATTN_DECODE_RUNS") else {
+        return true;
+    };
+    let (name, overrides) = RUNS[run];
+    let label = format!("{name}[{overrides}]");
+    filter
+        .split(';')
+        .map(str::trim)
+        .any(|entry| entry == name || entry == label)
+}
 
 /// Every table policy a paged batch is run under.
 const POLICIES: [PagePolicy; 4] = [
@@ -157,6 +176,10 @@ fn decode_kernels_match_the_oracle_through_the_block_table() {
     let gpu = Gpu::open(0).expect("a CUDA GPU");
     let seed = base_seed();
     println!("decode: base seed {seed} (ATTN_TEST_SEED={seed} to replay)");
+    assert!(
+        (0..RUNS.len()).any(selected),
+        "ATTN_DECODE_RUNS selects none of the runs"
+    );
     let mut compiled = Prepared::new();
     // Per run: cases, failures, worst max abs error.
     let mut tally = vec![(0usize, Vec::<String>::new(), 0.0f64); RUNS.len()];
@@ -175,6 +198,9 @@ fn decode_kernels_match_the_oracle_through_the_block_table() {
                 let reference = reference_decode(&spec, &inputs.q, &inputs.cache, &rows).unwrap();
                 let tol = tolerance(dtype, Distribution::Normal);
                 for (run, (name, overrides)) in RUNS.iter().enumerate() {
+                    if !selected(run) {
+                        continue;
+                    }
                     let Some(decode) = prepared(&gpu, &mut compiled, run, dtype, head_dim) else {
                         continue;
                     };
@@ -199,6 +225,10 @@ fn decode_kernels_match_the_oracle_through_the_block_table() {
     let mut all = Vec::new();
     for (run, (count, failures, worst)) in tally.into_iter().enumerate() {
         let (name, overrides) = RUNS[run];
+        if !selected(run) {
+            println!("{name} [{overrides}] decode: not selected by ATTN_DECODE_RUNS");
+            continue;
+        }
         println!(
             "{name} [{overrides}] decode: {count} cases, {} failed, worst max abs error {worst:.3e}",
             failures.len()
