@@ -58,7 +58,7 @@
 #include "attn_common.cuh"
 // mma.cu's PTX wrappers, swizzle and ldmatrix lane addressing, one copy for both kernels.
 #include "mma_ptx.cuh"
-// The cache's layout (KvView, page_of, offset_in_page, read_pages) and the split combine, shared with decode_hopper.cu.
+// The cache's layout (KvView, token_offset, read_pages) and the split combine, shared with decode_hopper.cu.
 #include "decode_common.cuh"
 
 #ifndef NUM_WARPS
@@ -99,9 +99,10 @@ using attn::exp2_ftz;
 using attn::pack_elem2;
 using attn::smem_addr;
 using decode_common::KvView;
+using decode_common::make_view;
 using decode_common::offset_in_page;
-using decode_common::page_of;
 using decode_common::read_pages;
+using decode_common::token_offset;
 using mma_ptx::cp_async_16;
 using mma_ptx::cp_async_commit;
 using mma_ptx::cp_async_wait;
@@ -146,8 +147,8 @@ __device__ __forceinline__ void load_kv_tile(u32 k_dst, u32 v_dst, const elem_t*
         const int row = tid / CHUNKS + i * ROWS_PER_PASS;
         const int t = row0 + row;
         const bool in_range = t < limit;
-        const int page = PAGE_AHEAD ? pages[i] : page_of(view, t, limit);
-        const long long at = (in_range ? offset_in_page(view, page, t) : 0) + chunk * 8;
+        const long long at =
+            (in_range ? (PAGE_AHEAD ? offset_in_page(view, pages[i], t) : token_offset(view, t)) : 0) + chunk * 8;
         const u32 offset = swizzled(row, chunk);
         cp_async_16(k_dst + offset, k + at, in_range);
         cp_async_16(v_dst + offset, v + at, in_range);
@@ -225,12 +226,7 @@ extern "C" __global__ void __launch_bounds__(NUM_WARPS * 32, 1)
         return;
     }
 
-    KvView view;
-    view.table = block_table + static_cast<long long>(b) * max_pages_per_seq;
-    view.slab = (static_cast<long long>(b) * kv_heads + kv_head) * s_max * D;
-    view.head = static_cast<long long>(kv_head) * D;
-    view.page_size = page_size;
-    view.kv_row = kv_heads * D;
+    const KvView view = make_view(block_table, max_pages_per_seq, page_size, s_max, kv_heads, b, kv_head);
 
     extern __shared__ __align__(128) unsigned char smem[];
     const u32 q_tile = smem_addr(smem);

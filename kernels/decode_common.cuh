@@ -10,6 +10,34 @@ namespace decode_common {
 
 // ---- the cache's layout --------------------------------------------------------------------------
 
+// Division of non-negative ints below 2^31 by a divisor fixed for the whole launch (the page size),
+// as a multiply-high, an add and a shift (the round-up method of Granlund and Montgomery): the
+// gather splits every row's token into page and row within it, and a hardware-less integer
+// division there costs a score of instructions per row.
+struct FastDiv {
+    unsigned int mul;
+    unsigned int shift;
+    int divisor;
+};
+
+__device__ __forceinline__ FastDiv make_fast_div(int divisor) {
+    FastDiv f;
+    f.divisor = divisor;
+    unsigned int shift = 0;
+    while ((1u << shift) < static_cast<unsigned int>(divisor)) ++shift;  // ceil(log2 divisor)
+    f.shift = shift;
+    // mul = floor(2^32 · (2^shift − d) / d) + 1 (< 2^32 for d ≥ 1).
+    const unsigned long long d = static_cast<unsigned long long>(divisor);
+    f.mul = static_cast<unsigned int>((((1ull << shift) - d) << 32) / d + 1);
+    return f;
+}
+
+// n / divisor for 0 <= n < 2^31: umulhi(mul, n) < n, so the sum stays below 2^32.
+__device__ __forceinline__ int fast_div(const FastDiv& f, int n) {
+    const unsigned int u = static_cast<unsigned int>(n);
+    return static_cast<int>((__umulhi(f.mul, u) + u) >> f.shift);
+}
+
 // Where one sequence's keys of one K/V head live.
 struct KvView {
     const int* __restrict__ table;  // this sequence's row of the block table (paged), else unused
@@ -17,18 +45,47 @@ struct KvView {
     long long head;                 // paged: element offset of the K/V head within a token's row
     int page_size;                  // 0: contiguous
     int kv_row;                     // paged: elements between consecutive tokens (H_kv · D)
+    FastDiv page;                   // paged: division by page_size
 };
+
+// The view of sequence b's keys of K/V head kv_head, from the decode ABI's arguments.
+__device__ __forceinline__ KvView make_view(const int* __restrict__ block_table, int max_pages_per_seq,
+                                            int page_size, int s_max, int kv_heads, int b, int kv_head) {
+    KvView view;
+    view.table = block_table + static_cast<long long>(b) * max_pages_per_seq;
+    view.slab = (static_cast<long long>(b) * kv_heads + kv_head) * s_max * HEAD_DIM;
+    view.head = static_cast<long long>(kv_head) * HEAD_DIM;
+    view.page_size = page_size;
+    view.kv_row = kv_heads * HEAD_DIM;
+    view.page = make_fast_div(page_size > 0 ? page_size : 1);
+    return view;
+}
 
 // The block-table entry of token t (0 where t >= limit, or the cache is contiguous): the read that
 // the gather of t's row waits for.
 __device__ __forceinline__ int page_of(const KvView& view, int t, int limit) {
-    return view.page_size > 0 && t < limit ? __ldg(view.table + t / view.page_size) : 0;
+    return view.page_size > 0 && t < limit ? __ldg(view.table + fast_div(view.page, t)) : 0;
 }
 
-// Element offset of token t's row (of the view's K/V head) in K and V alike, t's page given.
+// Element offset of token t's row (of the view's K/V head) in K and V alike, t's page given
+// (page_of's).
 __device__ __forceinline__ long long offset_in_page(const KvView& view, int page, int t) {
-    if (view.page_size > 0)
-        return (static_cast<long long>(page) * view.page_size + t % view.page_size) * view.kv_row + view.head;
+    if (view.page_size > 0) {
+        const int in_page = t - fast_div(view.page, t) * view.page_size;
+        return (static_cast<long long>(page) * view.page_size + in_page) * view.kv_row + view.head;
+    }
+    return view.slab + static_cast<long long>(t) * HEAD_DIM;
+}
+
+// Element offset of token t's row, its page read now (one division gives the page and the row
+// within it).
+__device__ __forceinline__ long long token_offset(const KvView& view, int t) {
+    if (view.page_size > 0) {
+        const int index = fast_div(view.page, t);
+        const int page = __ldg(view.table + index);
+        return (static_cast<long long>(page) * view.page_size + (t - index * view.page_size)) * view.kv_row +
+               view.head;
+    }
     return view.slab + static_cast<long long>(t) * HEAD_DIM;
 }
 

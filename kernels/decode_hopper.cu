@@ -62,9 +62,10 @@ using attn::exp2_ftz;
 using attn::pack_elem2;
 using attn::smem_addr;
 using decode_common::KvView;
+using decode_common::make_view;
 using decode_common::offset_in_page;
-using decode_common::page_of;
 using decode_common::read_pages;
+using decode_common::token_offset;
 using mma_ptx::cp_async_16;
 using mma_ptx::cp_async_commit;
 using mma_ptx::cp_async_wait;
@@ -107,8 +108,8 @@ __device__ __forceinline__ void load_kv(u32 k_dst, u32 v_dst, const elem_t* __re
         const int row = tid / CHUNKS + i * ROWS_PER_PASS;
         const int t = row0 + row;
         const bool in_range = t < limit;
-        const int page = PAGE_AHEAD ? pages[i] : page_of(view, t, limit);
-        const long long at = (in_range ? offset_in_page(view, page, t) : 0) + chunk * 8;
+        const long long at =
+            (in_range ? (PAGE_AHEAD ? offset_in_page(view, pages[i], t) : token_offset(view, t)) : 0) + chunk * 8;
         const u32 offset = swizzled(BLOCK_N, row, chunk);
         cp_async_16(k_dst + offset, k + at, in_range);
         cp_async_16(v_dst + offset, v + at, in_range);
@@ -176,12 +177,7 @@ extern "C" __global__ void __launch_bounds__(128, 1)
         return;
     }
 
-    KvView view;
-    view.table = block_table + static_cast<long long>(b) * max_pages_per_seq;
-    view.slab = (static_cast<long long>(b) * kv_heads + kv_head) * s_max * D;
-    view.head = static_cast<long long>(kv_head) * D;
-    view.page_size = page_size;
-    view.kv_row = kv_heads * D;
+    const KvView view = make_view(block_table, max_pages_per_seq, page_size, s_max, kv_heads, b, kv_head);
 
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const u32 base = (smem_addr(smem_raw) + 1023u) & ~1023u;

@@ -4,7 +4,9 @@
 config of `micro_hopper.cu` (`xtask micro`'s, crates/attn-measure/src/micro.rs) with NVRTC, as the
 registry does (compute_90a, the host's flags from `cargo xtask kernels --nvrtc-flags`, the kernels'
 folder then the CUDA headers on the include path, the ABI's and the knobs' defines), from the
-kernels of two git revisions, and compares the PTX byte for byte.
+kernels of two git revisions, and compares the PTX byte for byte, kernel entry by kernel entry:
+the order of the entries, the hash NVRTC puts in internal names and the numbering of basic-block
+labels are set aside, since moving a kernel into a header changes them and no instruction.
 
     export LD_LIBRARY_PATH=$PWD/target/cuda-wheels/nvidia/cu13/lib
     python3 kernels/tools/ptx_identity.py BEFORE [AFTER]   # AFTER: the working tree
@@ -31,6 +33,7 @@ import argparse
 import ctypes
 import itertools
 import os
+import re
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -60,6 +63,16 @@ def compile_ptx(source: str, options: list[str]) -> str:
     check(nvrtc.nvrtcGetPTX(prog, ptx))
     nvrtc.nvrtcDestroyProgram(ctypes.byref(prog))
     return ptx.value.decode()
+
+
+def canonical(ptx: str) -> list[str]:
+    """The PTX's kernel entries, sorted, with NVRTC's per-source hash in internal names and the
+    function index in basic-block labels replaced: what is left is each entry's instructions."""
+    text = re.sub(r"_INTERNAL_[0-9a-f_]+_kernel_cu_[0-9a-f]+", "_INTERNAL_", ptx)
+    text = re.sub(r"\$L__BB\d+_", "$L__BB_", text)
+    text = re.sub(r"\s*// \.globl\s+\S+", "", text)
+    head, *entries = re.split(r"(?=^\.visible \.entry )", text, flags=re.M)
+    return [head.strip()] + sorted(e.strip() for e in entries)
 
 
 def check(code: int) -> None:
@@ -164,7 +177,7 @@ def main() -> int:
                 if "static assertion failed" in str(e):
                     return None
                 raise
-            return before_ptx == after_ptx
+            return canonical(before_ptx) == canonical(after_ptx)
 
         with ThreadPoolExecutor(jobs) as pool:
             outcome = list(pool.map(compare, variants))
