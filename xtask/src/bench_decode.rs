@@ -37,6 +37,9 @@ pub fn request(args: &Args, specs: Vec<DecodeSpec>) -> anyhow::Result<DecodeBenc
     let mut backends = Vec::new();
     for text in args.sdpa_backends.iter().filter(|b| !b.is_empty()) {
         let backend: Backend = text.parse()?;
+        if backend == Backend::Fa3 {
+            bail!("--sdpa-backends fa3: {}", attn_measure::sdpa::FA3_NO_DECODE);
+        }
         if !backend.times_decode() {
             bail!("--sdpa-backends {backend} does not time decode batches: give SDPA's own (default, flash, efficient, cudnn, math) or flashinfer");
         }

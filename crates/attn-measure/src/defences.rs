@@ -417,16 +417,27 @@ mod tests {
         }
         for (deterministic, caught) in [(true, true), (false, false)] {
             let shape = case.shape.clone();
-            case.backward = Some(attn_evidence::BackwardRecord::new(&shape, deterministic, false));
+            case.backward = Some(attn_evidence::BackwardRecord::new(
+                &shape,
+                deterministic,
+                false,
+            ));
             let defences = case_defences(&case, &GateRule::default(), &CaseFacts::default());
             let d = find(&defences, DefenceName::Determinism);
             assert_eq!(d.outcome == DefenceOutcome::Failed, caught, "{d:?}");
-            assert_eq!(d.covered.contains("2 differed bitwise"), !deterministic, "{d:?}");
+            assert_eq!(
+                d.covered.contains("2 differed bitwise"),
+                !deterministic,
+                "{d:?}"
+            );
         }
         // A non-deterministic kernel whose second launch is wrong is caught all the same.
         case.correctness[1].passed = false;
         case.correctness[1].failure = Some(CheckFailure::NonDeterministic);
         let defences = case_defences(&case, &GateRule::default(), &CaseFacts::default());
-        assert_eq!(find(&defences, DefenceName::Determinism).outcome, DefenceOutcome::Failed);
+        assert_eq!(
+            find(&defences, DefenceName::Determinism).outcome,
+            DefenceOutcome::Failed
+        );
     }
 }

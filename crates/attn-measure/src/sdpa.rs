@@ -188,6 +188,11 @@ pub fn refusal(problem: &Problem, backend: Backend) -> Option<String> {
 /// Head dims FlashInfer's paged decode and prefill kernels are built for.
 pub const FLASHINFER_HEAD_DIMS: [usize; 3] = [64, 128, 256];
 
+/// Why FlashAttention-3 times no decode batch: the build the toolkit loads (dew-flash-attn-cu13's,
+/// the library of [`FA3_LIB_VAR`]) is compiled without its paged-KV and split-KV paths, which say
+/// so themselves ("This build does not support paged KV.", "... does not support splits.").
+pub const FA3_NO_DECODE: &str = "FlashAttention-3's library here is built without paged KV and without split-KV, so it is no decode baseline: use flashinfer, an SDPA backend or --baseline decode-naive";
+
 /// Why SDPA's `backend` (or FlashInfer) cannot be the baseline of decode batch `spec`, one line
 /// naming the alternative; `None` when it can. SDPA takes dense tensors, so the sequences' lengths
 /// must be equal (a padded batch is other work), and it has no window kernel (as for prefill).
@@ -207,6 +212,9 @@ pub fn decode_refusal(spec: &DecodeSpec, backend: Backend) -> Option<String> {
             ));
         }
         return None;
+    }
+    if backend == Backend::Fa3 {
+        return Some(format!("{spec}: {FA3_NO_DECODE}"));
     }
     if !backend.is_sdpa() {
         return Some(format!(
@@ -921,7 +929,12 @@ mod tests {
             "{why}"
         );
         let equal: DecodeSpec = "decode B=2 q=1 kv=512 H=8/2 D=64".parse().unwrap();
-        assert!(decode_refusal(&equal, Backend::Fa3)
+        let fa3 = decode_refusal(&equal, Backend::Fa3).unwrap();
+        assert!(
+            fa3.contains("paged KV") && fa3.contains("decode-naive"),
+            "{fa3}"
+        );
+        assert!(decode_refusal(&equal, Backend::Flex)
             .unwrap()
             .contains("decode-naive"));
         for why in [

@@ -85,8 +85,14 @@ fn bad_configs_are_refused_with_their_reason() {
         .unwrap();
     assert_eq!(two.get("ROW_WARPS"), Some(2));
     // Fewer warps than the default row split: the default shrinks to them, a named one is refused.
-    for (warps, rows) in [("NUM_WARPS=1,STAGES=1", 1), ("NUM_WARPS=2", 2), ("NUM_WARPS=8", 4)] {
-        let cfg = decode().resolve(&warps.parse().unwrap(), 128, &limits).unwrap();
+    for (warps, rows) in [
+        ("NUM_WARPS=1,STAGES=1", 1),
+        ("NUM_WARPS=2", 2),
+        ("NUM_WARPS=8", 4),
+    ] {
+        let cfg = decode()
+            .resolve(&warps.parse().unwrap(), 128, &limits)
+            .unwrap();
         assert_eq!(cfg.get("ROW_WARPS"), Some(rows), "{warps}");
     }
     // SPLITS=auto reads as 0, and SPLITS is no define.

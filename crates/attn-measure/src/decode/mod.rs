@@ -93,6 +93,9 @@ impl DecodeBaseline {
     /// [`DecodeBaseline::from_name`] with `--sdpa-backend`, which only SDPA's own backends and
     /// FlashInfer answer for decode.
     pub fn from_args(name: &str, backend: Backend) -> Result<DecodeBaseline> {
+        if name == "fa3" || (name == "sdpa" && backend == Backend::Fa3) {
+            return Err(MeasureError::Invalid(crate::sdpa::FA3_NO_DECODE.into()));
+        }
         if name == "sdpa" {
             if !backend.times_decode() {
                 return Err(MeasureError::Invalid(format!(
@@ -101,7 +104,7 @@ impl DecodeBaseline {
             }
             return Ok(DecodeBaseline::Sdpa(backend));
         }
-        if name == "fa3" || name == "cublas" || name.starts_with("rev:") {
+        if name == "cublas" || name.starts_with("rev:") {
             return Err(MeasureError::Invalid(format!(
                 "--baseline {name} cannot time a decode batch: give --baseline sdpa, decode-naive or another decode implementation"
             )));
@@ -421,6 +424,18 @@ mod tests {
                 .to_string();
             assert!(
                 err.contains("flashinfer") && err.contains("decode-naive") && !err.contains('\n'),
+                "{err}"
+            );
+        }
+        // FA3's build has neither paged KV nor split-KV: said whichever way it is named.
+        for err in [
+            DecodeBaseline::from_name("fa3").unwrap_err().to_string(),
+            DecodeBaseline::from_args("sdpa", Backend::Fa3)
+                .unwrap_err()
+                .to_string(),
+        ] {
+            assert!(
+                err.contains("without paged KV") && err.contains("split-KV"),
                 "{err}"
             );
         }
