@@ -71,6 +71,34 @@ pub fn source_candidate(
     Ok(candidate)
 }
 
+/// A user's Triton kernel (`--triton FILE.py[:KERNEL]`), refused on one line when the file is not
+/// there or KERNEL is no Python name; Triton itself judges the rest when it compiles.
+pub fn triton_candidate(spec: &str, defines: &[String]) -> anyhow::Result<Candidate> {
+    let (file, kernel) = match spec.rsplit_once(':') {
+        Some((file, kernel)) if !kernel.contains('/') => (file, kernel),
+        _ => (spec, "attn_fwd"),
+    };
+    let identifier = kernel
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && kernel
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !identifier {
+        bail!("--triton {spec}: `{kernel}` is not a Python function name (FILE.py:KERNEL)");
+    }
+    let path = Path::new(file);
+    if !path.is_file() {
+        bail!("--triton {spec}: no file {file}");
+    }
+    let defines: Config = defines
+        .join(",")
+        .parse()
+        .map_err(|e: ConfigError| anyhow::anyhow!("--define: {e}"))?;
+    Ok(Candidate::from_triton(path, kernel, defines)?)
+}
+
 /// The files a source includes with quotes (`#include "x.cuh"`), looked for beside it.
 fn local_includes(source: &str) -> impl Iterator<Item = &str> {
     source.lines().filter_map(|line| {
@@ -151,8 +179,14 @@ pub struct CandidateArgs {
     /// Entry point of --src.
     #[arg(long, requires = "src")]
     pub entry: Option<String>,
-    /// Defines for --src, `K=V` (repeatable); BLOCK_M, NUM_WARPS, SHARED_BYTES set its geometry.
-    #[arg(long = "define", requires = "src")]
+    /// Your own Triton kernel of the same ABI, `FILE.py:KERNEL` (KERNEL default `attn_fwd`),
+    /// compiled by Triton for the GPU (instead of --impl or --src).
+    #[arg(long, conflicts_with_all = ["implementation", "src"])]
+    pub triton: Option<String>,
+    /// Defines for --src or --triton, `K=V` (repeatable). --src: BLOCK_M, NUM_WARPS, SHARED_BYTES
+    /// set its geometry; --triton: BLOCK_M sets the grid, NUM_WARPS and STAGES are Triton's
+    /// num_warps and num_stages, the rest are the kernel's constexprs.
+    #[arg(long = "define")]
     pub defines: Vec<String>,
 }
 
@@ -171,6 +205,12 @@ impl CandidateArgs {
     /// What to run, checked as far as can be without a GPU; for a named implementation its line
     /// (which and why) is printed, the command's first.
     pub fn choose(&self) -> anyhow::Result<Chosen> {
+        if let Some(spec) = &self.triton {
+            return Ok(Chosen::Named(triton_candidate(spec, &self.defines)?));
+        }
+        if self.src.is_none() && !self.defines.is_empty() {
+            bail!("--define sets a --src or --triton kernel's defines; an --impl takes --config K=V,K=V");
+        }
         match &self.src {
             Some(path) => Ok(Chosen::Named(source_candidate(
                 path,
@@ -449,6 +489,25 @@ pub fn validate(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_triton_kernel_is_named_file_colon_function() {
+        let starter = crate::workspace_root().join("kernels/examples/starter_triton.py");
+        let spec = starter.display().to_string();
+        let named = triton_candidate(&format!("{spec}:attn_fwd"), &["BLOCK_M=64".into()]).unwrap();
+        let plain = triton_candidate(&spec, &[]).unwrap();
+        for candidate in [named, plain] {
+            assert!(matches!(&candidate, Candidate::Triton { kernel, .. } if kernel == "attn_fwd"));
+        }
+        let err = triton_candidate(&format!("{spec}:not-a-name"), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not a Python function name"), "{err}");
+        let err = triton_candidate("missing.py:attn_fwd", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no file missing.py"), "{err}");
+    }
 
     fn suite_args(suite: &str, causal: bool) -> ProblemArgs {
         ProblemArgs {

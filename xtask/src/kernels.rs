@@ -37,16 +37,15 @@ pub struct Args {
     /// Entry point of --src.
     #[arg(long, requires = "src")]
     pub entry: Option<String>,
-    /// Defines for --src, `K=V` (repeatable), as `gate --src` takes them.
-    #[arg(long = "define", requires = "src")]
+    /// With --ptxas: your own Triton kernel, `FILE.py:KERNEL`, compiled by Triton (no GPU needed)
+    /// in fp16 and bf16 at each --head-dim, its PTX through ptxas.
+    #[arg(long, requires = "ptxas", conflicts_with = "src")]
+    pub triton: Option<String>,
+    /// Defines for --src or --triton, `K=V` (repeatable), as `gate` takes them.
+    #[arg(long = "define")]
     pub defines: Vec<String>,
-    /// Head dims to compile --src at, comma-separated.
-    #[arg(
-        long,
-        requires = "src",
-        value_delimiter = ',',
-        default_value = "64,128"
-    )]
+    /// Head dims to compile --src or --triton at, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "64,128")]
     pub head_dim: Vec<usize>,
     /// Print every valid config of this implementation (prefill, decode or backward) instead, one per
     /// line: `HEAD_DIM=D` and its knobs (space-separated `NAME=VALUE`), then `SHARED_BYTES=` its
@@ -93,7 +92,15 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         return Ok(0);
     }
     if let Some(path) = &args.src {
-        return source_report(&args, path);
+        let candidate = crate::args::source_candidate(path, args.entry.as_deref(), &args.defines)?;
+        return source_report(&args, &candidate, &path.display().to_string());
+    }
+    if let Some(spec) = &args.triton {
+        let candidate = crate::args::triton_candidate(spec, &args.defines)?;
+        return source_report(&args, &candidate, spec);
+    }
+    if !args.defines.is_empty() {
+        anyhow::bail!("--define is for --ptxas --src or --ptxas --triton");
     }
     for imp in registry() {
         println!("{:<8} {}", imp.name, imp.summary);
@@ -147,11 +154,10 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     finish(spills, "default variant(s)")
 }
 
-/// `--ptxas --src FILE`: the user's kernel in fp16 and bf16 at each `--head-dim`, through the
-/// same variant, compile and ptxas calls as the gate's (so a define or geometry the gate would
-/// refuse is refused here too).
-fn source_report(args: &Args, path: &std::path::Path) -> anyhow::Result<u8> {
-    let candidate = crate::args::source_candidate(path, args.entry.as_deref(), &args.defines)?;
+/// `--ptxas --src FILE` or `--ptxas --triton FILE.py:KERNEL`: the user's kernel in fp16 and bf16
+/// at each `--head-dim`, through the same variant (or Triton build), compile and ptxas calls as
+/// the gate's (so a define or geometry the gate would refuse is refused here too).
+fn source_report(args: &Args, candidate: &Candidate, what: &str) -> anyhow::Result<u8> {
     let arch = Arch(args.arch.clone().unwrap_or_else(|| SOURCE_ARCH.into()));
     let mut jobs = Vec::new();
     for dtype in [DType::F16, DType::Bf16] {
@@ -161,10 +167,9 @@ fn source_report(args: &Args, path: &std::path::Path) -> anyhow::Result<u8> {
     }
     let (table, spills) = ptxas_table(&jobs, &arch)?;
     println!(
-        "\nptxas -arch={} on the NVRTC output of {} in each dtype and head dim.\n\
-         static smem: shared memory declared in the kernel (ptxas); dyn smem: the launch's SHARED_BYTES (not in ptxas's count); bytes per block.",
+        "\nptxas -arch={} on the NVRTC (or Triton) output of {what} in each dtype and head dim.\n\
+         static smem: shared memory declared in the kernel (ptxas); dyn smem: the launch's SHARED_BYTES, or Triton's shared memory (not in ptxas's count); bytes per block.",
         arch.sm(),
-        path.display()
     );
     print!("{table}");
     finish(spills, "variant(s)")
@@ -200,17 +205,16 @@ fn ptxas_table(jobs: &[(Candidate, DType, usize)], arch: &Arch) -> anyhow::Resul
         let (dtype, d) = (*dtype, *d);
         let label = candidate.label();
         bar.set_message(format!("{label} {dtype} D={d}"));
-        let variant = candidate.variant(dtype, d, arch, &Limits::H100)?;
-        let (req, cfg, entry) = (&variant.request, &variant.config, variant.entry);
-        let compiled = compile::compile(req)?;
-        if !compile::ptx_has_entry(&compiled.ptx, entry) {
+        let built = build(candidate, dtype, d, arch)?;
+        let (cfg, entry) = (&built.config, built.entry.as_str());
+        if !compile::ptx_has_entry(&built.ptx, entry) {
             anyhow::bail!(
                 "{}: no kernel `{entry}` in its PTX (declare it `extern \"C\" __global__`, or name it with --entry)",
-                req.name
+                built.name
             );
         }
-        let res = compile::ptxas_resources(&compiled.ptx, &req.arch, entry)
-            .with_context(|| format!("ptxas on {} ({dtype}, D={d})", req.name))?;
+        let res = compile::ptxas_resources(&built.ptx, &built.arch, entry)
+            .with_context(|| format!("ptxas on {} ({dtype}, D={d})", built.name))?;
         if res.uses_local_memory() {
             spills += 1;
         }
@@ -225,7 +229,7 @@ fn ptxas_table(jobs: &[(Candidate, DType, usize)], arch: &Arch) -> anyhow::Resul
             d.to_string(),
             res.registers.to_string(),
             res.shared_bytes.to_string(),
-            variant.shared_bytes.to_string(),
+            built.shared_bytes.to_string(),
             res.stack_bytes.to_string(),
             (res.spill_stores + res.spill_loads).to_string(),
             shown,
@@ -234,6 +238,61 @@ fn ptxas_table(jobs: &[(Candidate, DType, usize)], arch: &Arch) -> anyhow::Resul
     }
     bar.finish_and_clear();
     Ok((table.to_text(), spills))
+}
+
+/// One variant's PTX and what the report shows of it.
+struct Built {
+    name: String,
+    ptx: String,
+    entry: String,
+    arch: Arch,
+    shared_bytes: u32,
+    config: Config,
+}
+
+/// `candidate` at `dtype` and head dim `d` for `arch`: through NVRTC as the gate compiles it, or
+/// for a Triton kernel through Triton (ptxas then reads Triton's PTX as it reads NVRTC's).
+fn build(candidate: &Candidate, dtype: DType, d: usize, arch: &Arch) -> anyhow::Result<Built> {
+    if let Candidate::Triton {
+        path,
+        kernel,
+        defines,
+        ..
+    } = candidate
+    {
+        let capability: u32 = arch
+            .0
+            .trim_start_matches("compute_")
+            .trim_end_matches('a')
+            .parse()
+            .with_context(|| format!("--arch {}: not compute_NN", arch.0))?;
+        let triton = attn_kernels::triton::compile(&attn_kernels::triton::TritonRequest {
+            path,
+            kernel,
+            dtype,
+            head_dim: d,
+            defines,
+            arch: capability,
+        })?;
+        return Ok(Built {
+            name: candidate.label(),
+            ptx: triton.ptx,
+            entry: triton.name,
+            arch: arch.clone(),
+            shared_bytes: triton.shared,
+            config: defines.clone(),
+        });
+    }
+    let variant = candidate.variant(dtype, d, arch, &Limits::H100)?;
+    let compiled = compile::compile(&variant.request)?;
+    Ok(Built {
+        name: variant.request.name.clone(),
+        ptx: compiled.ptx,
+        entry: variant.entry.to_string(),
+        arch: variant.request.arch.clone(),
+        shared_bytes: variant.shared_bytes,
+        config: variant.config,
+    })
 }
 
 /// Every combination of the knobs' values, as overrides (one empty config for no knob).

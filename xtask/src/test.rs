@@ -1,6 +1,7 @@
 //! `cargo xtask test`: makes sure NVRTC, ptxas and the CUDA headers are available (installing NVIDIA's
-//! pinned wheels into `target/` when no toolkit is found) and numpy for the SDPA helper's row check
-//! (a pinned wheel into `target/` when python3 has none), then runs the whole workspace test suite,
+//! pinned wheels into `target/` when no toolkit is found), numpy for the SDPA helper's row check
+//! and Triton for the Triton front end's compile test (pinned wheels into `target/` when python3
+//! has none), then runs the whole workspace test suite,
 //! kernel compile checks included. The report's browser test runs when a headless Chromium is
 //! found; only when asked (`--install-browser`, or `CI=true`) is Debian's `chromium` installed
 //! with apt-get, the one step that changes the system. No GPU needed: GPU tests are `#[ignore]`d
@@ -87,10 +88,15 @@ fn steps(args: &Args) -> anyhow::Result<Option<&'static str>> {
         tests.env("ATTN_BROWSER_TEST", "required");
     }
     // The helper's row-check test then fails instead of skipping if numpy is missing.
-    if let Some(path) = ensure_numpy(&workspace) {
+    if let Some(path) = ensure_python_package(&workspace, &NUMPY) {
         tests.env("ATTN_HELPER_PYTHONPATH", path);
     }
     tests.env("ATTN_HELPER_TEST", "required");
+    // The Triton compile test likewise.
+    if let Some(path) = ensure_python_package(&workspace, &TRITON) {
+        tests.env(attn_kernels::triton::PYTHONPATH_VAR, path);
+    }
+    tests.env("ATTN_TRITON_TEST", "required");
     if !tests.status().context("running cargo test")?.success() {
         return Ok(Some("workspace tests"));
     }
@@ -252,17 +258,45 @@ fn apt_get(args: &[&str]) -> bool {
         .is_ok_and(|status| status.success())
 }
 
-/// numpy for the SDPA helper's row-check test (`crates/attn-measure/tests/helper.rs`): `None` when
-/// python3 imports it already, else the folder a pinned wheel was installed into with pip (a
-/// failed install is said on one line; the test then fails on it).
-fn ensure_numpy(workspace: &Path) -> Option<std::path::PathBuf> {
+/// A Python package some tests need, pinned.
+struct PythonPackage {
+    /// What `import` names.
+    module: &'static str,
+    /// The wheel pip installs, with its version.
+    pinned: &'static str,
+    /// Where in the workspace.
+    dir: &'static str,
+    /// The tests it is for, in a phrase.
+    for_what: &'static str,
+}
+
+/// numpy for the SDPA helper's row-check test (`crates/attn-measure/tests/helper.rs`).
+const NUMPY: PythonPackage = PythonPackage {
+    module: "numpy",
+    pinned: "numpy==2.2.6",
+    dir: "target/py-numpy",
+    for_what: "the SDPA helper's row-check test",
+};
+
+/// Triton for the Triton front end's compile test (`crates/attn-kernels/tests/triton_compile.rs`),
+/// the version the GPU machine has.
+const TRITON: PythonPackage = PythonPackage {
+    module: "triton",
+    pinned: "triton==3.6.0",
+    dir: "target/py-triton",
+    for_what: "the Triton front end's compile test",
+};
+
+/// `package` for python3: `None` when python3 imports it already, else the folder a pinned wheel
+/// was installed into with pip (a failed install is said on one line; its tests then fail on it).
+fn ensure_python_package(workspace: &Path, package: &PythonPackage) -> Option<std::path::PathBuf> {
     let imports = |path: Option<&Path>| {
         let mut python = Command::new("python3");
         if let Some(path) = path {
             python.env("PYTHONPATH", path);
         }
         python
-            .args(["-c", "import numpy"])
+            .args(["-c", &format!("import {}", package.module)])
             .stderr(Stdio::null())
             .status()
             .is_ok_and(|status| status.success())
@@ -270,18 +304,23 @@ fn ensure_numpy(workspace: &Path) -> Option<std::path::PathBuf> {
     if imports(None) {
         return None;
     }
-    let target = workspace.join(NUMPY_DIR);
+    let target = workspace.join(package.dir);
     if !imports(Some(&target)) {
         println!(
-            "installing {PINNED_NUMPY} into {} (for the SDPA helper's row-check test)",
-            target.display()
+            "installing {} into {} (for {})",
+            package.pinned,
+            target.display(),
+            package.for_what
         );
-        let installed = pinned_install("python3", &target, &[PINNED_NUMPY])
+        let installed = pinned_install("python3", &target, &[package.pinned])
             .arg("--quiet")
             .status()
             .is_ok_and(|status| status.success());
         if !installed {
-            println!("could not install {PINNED_NUMPY} with pip: the SDPA helper's row-check test will fail");
+            println!(
+                "could not install {} with pip: {} will fail",
+                package.pinned, package.for_what
+            );
         }
     }
     Some(target)
@@ -298,10 +337,6 @@ fn pinned_install(python: &str, target: &Path, wheels: &[&str]) -> Command {
         .args(wheels);
     pip
 }
-
-/// The numpy the helper's row-check test installs when python3 has none, and where.
-const PINNED_NUMPY: &str = "numpy==2.2.6";
-const NUMPY_DIR: &str = "target/py-numpy";
 
 /// Finds a toolkit (`attn_kernels::toolkit`), installing the pinned wheels with pip when there is
 /// none.
@@ -367,7 +402,7 @@ mod tests {
     fn every_wheel_is_pinned_exactly_and_pip_adds_none() {
         let names: Vec<&str> = PINNED_WHEELS
             .iter()
-            .chain([&PINNED_NUMPY])
+            .chain([&NUMPY.pinned, &TRITON.pinned])
             .map(|w| {
                 let (name, version) = w
                     .split_once("==")

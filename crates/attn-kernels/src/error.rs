@@ -97,6 +97,10 @@ pub enum KernelError {
         /// cuBLAS's error.
         message: String,
     },
+    /// The Triton front end could not build a kernel (no Python or Triton, a signature off the
+    /// ABI, Triton's own compile error), in one line.
+    #[error("Triton: {0}")]
+    Triton(String),
     /// ptxas (for the resource report) is missing or failed.
     #[error("ptxas: {0}")]
     Ptxas(String),

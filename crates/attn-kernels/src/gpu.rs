@@ -278,23 +278,72 @@ impl Gpu {
             req.defines.join(" "),
             req.arch.0
         );
+        let what = || {
+            (
+                req.name.to_string(),
+                req.defines.join(" "),
+                req.arch.0.clone(),
+            )
+        };
+        self.load_with(
+            key,
+            || Ok(compile::compile(req)?.ptx),
+            what,
+            entry,
+            shared_bytes,
+        )
+    }
+
+    /// Loads entry `entry` of PTX built by another compiler (the Triton front end), as
+    /// [`Gpu::load`] loads NVRTC's: cached by the text, with its dynamic shared memory allowed.
+    pub fn load_ptx(
+        &self,
+        name: &str,
+        ptx: &str,
+        entry: &str,
+        shared_bytes: u32,
+    ) -> Result<CudaFunction> {
+        let key = format!(
+            "ptx\u{1f}{}\u{1f}{entry}",
+            compile::sha256_hex(ptx.as_bytes())
+        );
+        let what = || {
+            (
+                name.to_string(),
+                "prebuilt PTX".to_string(),
+                "its own target".to_string(),
+            )
+        };
+        self.load_with(key, || Ok(ptx.to_string()), what, entry, shared_bytes)
+    }
+
+    /// The cached function of `key`, or `ptx()`'s module loaded and its `entry` found; then its
+    /// dynamic shared memory allowed. `what`: (name, config, arch) for a missing entry's message.
+    fn load_with(
+        &self,
+        key: String,
+        ptx: impl FnOnce() -> Result<String>,
+        what: impl FnOnce() -> (String, String, String),
+        entry: &str,
+        shared_bytes: u32,
+    ) -> Result<CudaFunction> {
         let mut functions = self.functions.lock().unwrap_or_else(|e| e.into_inner());
         let function = match functions.get(&key) {
             Some(f) => f.clone(),
             None => {
-                let compiled = compile::compile(req)?;
                 let module = self
                     .ctx
-                    .load_module(cudarc::nvrtc::Ptx::from_src(compiled.ptx))
+                    .load_module(cudarc::nvrtc::Ptx::from_src(ptx()?))
                     .during("cuModuleLoadData")?;
-                let function = module
-                    .load_function(entry)
-                    .map_err(|e| KernelError::Compile {
-                        implementation: req.name.to_string(),
-                        config: req.defines.join(" "),
-                        arch: req.arch.0.clone(),
+                let function = module.load_function(entry).map_err(|e| {
+                    let (implementation, config, arch) = what();
+                    KernelError::Compile {
+                        implementation,
+                        config,
+                        arch,
                         log: format!("no kernel named `{entry}` in the module ({e})"),
-                    })?;
+                    }
+                })?;
                 functions.insert(key, function.clone());
                 function
             }

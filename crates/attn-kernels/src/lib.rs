@@ -19,6 +19,8 @@
 //! - [`reference`]: the whole-output check on the GPU (an f32 reference kernel and a per-row
 //!   comparison).
 //! - [`telemetry`]: SM clock and temperature, to flag a throttled run.
+//! - [`triton`]: the Triton front end: a Triton kernel of the forward ABI compiled ahead of time to
+//!   PTX (`kernels/triton_aot.py`, no GPU needed).
 //! - [`guard`]: the gate's defences around a candidate's buffers (canary guards, input
 //!   checksums) and its device clock probe (`kernels/harness.cu`).
 //!
@@ -49,6 +51,7 @@ pub mod telemetry;
 pub mod tensormap;
 pub mod timing;
 pub mod toolkit;
+pub mod triton;
 
 pub use attention::{Candidate, Prepared};
 pub use config::{Config, ConfigError, Knob, KnobName};

@@ -177,6 +177,9 @@ pub fn candidate_implementation(
         }
         Candidate::Source {
             source, defines, ..
+        }
+        | Candidate::Triton {
+            source, defines, ..
         } => {
             imp.config = defines.0.clone();
             Some(source.clone())

@@ -61,7 +61,7 @@ pub fn ncu(
     timeout: Duration,
 ) -> Result<attn_ncu::Profile> {
     let opts = attn_ncu::kernel_options(
-        profiled_entry(candidate),
+        &profiled_entry(candidate),
         purpose,
         ncu.to_path_buf(),
         launches,
@@ -86,7 +86,7 @@ pub fn ncu_source(
     timeout: Duration,
 ) -> Result<(Vec<String>, Vec<attn_ncu::source::SourceProfile>, String)> {
     let mut opts = attn_ncu::kernel_options(
-        profiled_entry(candidate),
+        &profiled_entry(candidate),
         Purpose::Overview,
         ncu.to_path_buf(),
         1,
@@ -152,13 +152,15 @@ fn run_ncu(
 }
 
 /// The kernel name ncu is filtered to for `candidate` (the cuBLAS path launches several).
-pub fn profiled_entry(candidate: &Candidate) -> &'static str {
+pub fn profiled_entry(candidate: &Candidate) -> String {
     match candidate {
         Candidate::Registered { implementation, .. } => match implementation.engine {
-            Engine::Kernel { .. } => "attn_fwd",
-            Engine::Library { .. } => ".*",
+            Engine::Kernel { .. } => "attn_fwd".into(),
+            Engine::Library { .. } => ".*".into(),
         },
-        Candidate::Source { .. } => "attn_fwd",
+        Candidate::Source { entry, .. } => entry.clone(),
+        // Triton names the entry after the function.
+        Candidate::Triton { kernel, .. } => kernel.clone(),
         Candidate::Revision { of, .. } => profiled_entry(of),
     }
 }
@@ -198,6 +200,15 @@ pub enum TargetCandidate {
         /// Its defines.
         defines: Config,
     },
+    /// A Triton kernel, built again by the target.
+    Triton {
+        /// The `.py` file.
+        path: PathBuf,
+        /// The `@triton.jit` function.
+        kernel: String,
+        /// Its constexprs and Triton options.
+        defines: Config,
+    },
 }
 
 /// What a target-mode process launches: `candidate` on each shape, one warm-up launch and
@@ -232,6 +243,16 @@ impl Target {
             } => TargetCandidate::Source {
                 path: path.clone(),
                 entry: entry.clone(),
+                defines: defines.clone(),
+            },
+            Candidate::Triton {
+                path,
+                kernel,
+                defines,
+                ..
+            } => TargetCandidate::Triton {
+                path: path.clone(),
+                kernel: kernel.clone(),
                 defines: defines.clone(),
             },
             Candidate::Revision { revision, .. } => {
@@ -269,6 +290,11 @@ impl Target {
                 entry,
                 defines,
             } => Candidate::from_file(path, Some(entry), defines.clone())?,
+            TargetCandidate::Triton {
+                path,
+                kernel,
+                defines,
+            } => Candidate::from_triton(path, kernel, defines.clone())?,
         })
     }
 

@@ -143,6 +143,12 @@ pub fn at_revision(candidate: &Candidate, reference: &str, repo: &Repo) -> Resul
             (path, dir)
         }
         Candidate::Revision { .. } => return Err(bad(reference, "already a revision")),
+        Candidate::Triton { .. } => {
+            return Err(bad(
+                reference,
+                "a Triton kernel is built by Triton from the working tree; rev: rebuilds CUDA kernels only",
+            ))
+        }
     };
     let source = repo.read(&commit, &path)?;
     let mut headers: Vec<(String, String)> = Vec::new();

@@ -37,6 +37,20 @@ pub enum Candidate {
         /// Defines passed to NVRTC.
         defines: Config,
     },
+    /// `--triton FILE.py:KERNEL [--define K=V ...]`: a Triton kernel of the same ABI, compiled
+    /// ahead of time to PTX by Triton ([`crate::triton`]) and launched as a `Source` kernel is,
+    /// with Triton's two scratch pointers appended as null. Its grid comes from `BLOCK_M` (default
+    /// 64) as a `Source` kernel's does; its block and shared memory from Triton's build.
+    Triton {
+        /// The `.py` file.
+        path: PathBuf,
+        /// Its text (for cache keys and evidence; Triton reads the file itself).
+        source: String,
+        /// The `@triton.jit` function.
+        kernel: String,
+        /// Its constexprs and Triton's options (`NUM_WARPS`, `STAGES`), and `VARIANTS`.
+        defines: Config,
+    },
     /// A candidate's kernel as committed at a git revision (`gate --baseline rev:REF`): that
     /// revision's source, with that revision's headers searched first, compiled with today's
     /// knobs, tuned configs, geometry, ABI and entry point (those of `of`).
@@ -75,6 +89,21 @@ impl Candidate {
         })
     }
 
+    /// A user's Triton kernel: `kernel` of the Python file `path`.
+    pub fn from_triton(path: &Path, kernel: &str, defines: Config) -> Result<Candidate> {
+        crate::triton::check_defines(&defines)?;
+        let source = std::fs::read_to_string(path).map_err(|source| KernelError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Ok(Candidate::Triton {
+            path: path.to_path_buf(),
+            source,
+            kernel: kernel.to_string(),
+            defines,
+        })
+    }
+
     /// The candidate to run on `shape` under `params` (its mask): a registered implementation gets
     /// the knobs tuned for that problem on `device`, under the user's own overrides; a user's kernel is
     /// unchanged.
@@ -106,7 +135,7 @@ impl Candidate {
     pub fn knobs(&self) -> &Config {
         match self {
             Candidate::Registered { overrides, .. } => overrides,
-            Candidate::Source { defines, .. } => defines,
+            Candidate::Source { defines, .. } | Candidate::Triton { defines, .. } => defines,
             Candidate::Revision { of, .. } => of.knobs(),
         }
     }
@@ -172,6 +201,12 @@ impl Candidate {
                     arch.clone(),
                     shared,
                 )
+            }
+            Candidate::Triton { kernel, .. } => {
+                return Err(KernelError::Triton(format!(
+                    "{}: Triton compiles `{kernel}`, not NVRTC (its build is made when it is prepared for a GPU; `cargo xtask kernels --ptxas --triton` reports it)",
+                    self.label()
+                )))
             }
             Candidate::Revision {
                 of,
@@ -247,13 +282,13 @@ impl Candidate {
                 implementation: self.label(),
                 what: match self.today() {
                     Candidate::Registered { .. } => what.to_string(),
-                    _ => format!("{what} (a --src kernel that reads the variant parameters declares it with --define VARIANTS=1)"),
+                    _ => format!("{what} (a --src or --triton kernel that reads the variant parameters declares it with --define VARIANTS=1)"),
                 },
             }),
         }
     }
 
-    /// A short label: the implementation's name, or `src:<file name>`; `@<commit>` (7
+    /// A short label: the implementation's name, `src:<file name>` or `triton:<file name>:<kernel>`; `@<commit>` (7
     /// characters) after either for a revision.
     pub fn label(&self) -> String {
         match self {
@@ -264,6 +299,14 @@ impl Candidate {
             Candidate::Source { path, .. } => {
                 format!(
                     "src:{}",
+                    path.file_name()
+                        .map(|n| n.to_string_lossy())
+                        .unwrap_or_default()
+                )
+            }
+            Candidate::Triton { path, kernel, .. } => {
+                format!(
+                    "triton:{}:{kernel}",
                     path.file_name()
                         .map(|n| n.to_string_lossy())
                         .unwrap_or_default()
@@ -324,7 +367,7 @@ impl SourceGeometry {
         (self.warps + self.producer_warps) * 32
     }
 
-    fn check(&self, label: &str, limits: &Limits) -> Result<()> {
+    pub(super) fn check(&self, label: &str, limits: &Limits) -> Result<()> {
         let SourceGeometry {
             block_m,
             warps,
@@ -362,6 +405,19 @@ impl SourceGeometry {
             (other, _) => Err(invalid(format!(
                 "TENSOR_MAPS={other} must be 0 (plain ABI) or 1 (Q, K, V maps appended)"
             ))),
+        }
+    }
+
+    /// The geometry of a Triton kernel: the grid of its `BLOCK_M`, Triton's warps and shared
+    /// memory, no maps, no clusters.
+    pub(super) fn built_by_triton(self, num_warps: u32, shared_bytes: u32) -> SourceGeometry {
+        SourceGeometry {
+            warps: i64::from(num_warps),
+            producer_warps: 0,
+            shared_bytes: i64::from(shared_bytes),
+            tensor_maps: 0,
+            cluster: 1,
+            ..self
         }
     }
 

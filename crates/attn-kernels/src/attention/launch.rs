@@ -8,7 +8,7 @@ use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr, LaunchConfig, PushKerne
 
 use crate::error::{DriverContext, KernelError, Result};
 use crate::gpu::{DeviceTensor, Gpu};
-use crate::registry::{Geometry, LibraryPlan};
+use crate::registry::{Geometry, LibraryPlan, Variants};
 use crate::tensormap;
 
 use super::checks::{check_packed, check_shapes};
@@ -27,6 +27,9 @@ pub(super) enum Launcher {
         tensor_maps: Option<BoxRows>,
         /// `Some` for a persistent kernel ([`Geometry::persistent`]).
         persistent: Option<Persistent>,
+        /// A Triton kernel: the variant parameters only if it declares them (`VARIANTS=1`), then
+        /// Triton's global and profile scratch pointers, null (its build asked for no scratch).
+        triton_scratch: bool,
     },
     Library {
         plan: LibraryPlan,
@@ -190,6 +193,7 @@ impl Prepared {
                 geometry,
                 tensor_maps,
                 persistent,
+                triton_scratch,
             } => {
                 let g = geometry(&shape)?;
                 if let Some(what) = declined(&g, &shape) {
@@ -247,12 +251,20 @@ impl Prepared {
                 if let Some(maps) = &maps {
                     launch.arg(&maps[0]).arg(&maps[1]).arg(&maps[2]);
                 }
-                launch
-                    .arg(&kv_heads)
-                    .arg(&window_left)
-                    .arg(&window_right)
-                    .arg(&cu_q)
-                    .arg(&cu_kv);
+                // A Triton kernel's parameter list ends where it ends: its scratch pointers follow.
+                let variant_params = !*triton_scratch || self.variants != Variants::NONE;
+                if variant_params {
+                    launch
+                        .arg(&kv_heads)
+                        .arg(&window_left)
+                        .arg(&window_right)
+                        .arg(&cu_q)
+                        .arg(&cu_kv);
+                }
+                let null_scratch: u64 = 0;
+                if *triton_scratch {
+                    launch.arg(&null_scratch).arg(&null_scratch);
+                }
                 if let Some(p) = persistent {
                     launch.arg(&p.counter);
                 }
@@ -266,7 +278,9 @@ impl Prepared {
                 // buffer alone; the variant parameters after the plain ones and Q's, K's and V's
                 // maps, which a kernel declaring fewer parameters never reads, null offsets for a dense
                 // batch, else live int32 arrays of sequences + 1 offsets that match the packed
-                // tensors, checked above); the grid covers every output row, or for a persistent
+                // tensors, checked above; a Triton kernel's list as triton_aot.py compiled it, the
+                // variant parameters where it declared them, then its two scratch pointers, null
+                // because its build reported no scratch); the grid covers every output row, or for a persistent
                 // kernel its blocks loop over every row block, and its one extra parameter is its
                 // own live pair of u32 counter words, zeroed at allocation and left zero by every
                 // launch, followed by the workspace its geometry asked for for as many blocks as

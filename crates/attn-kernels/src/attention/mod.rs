@@ -71,6 +71,15 @@ impl Prepared {
                 }
             }
         }
+        if let Candidate::Triton {
+            path,
+            kernel,
+            defines,
+            ..
+        } = candidate
+        {
+            return Prepared::triton(gpu, candidate, (path, kernel, defines), dtype, head_dim);
+        }
         let limits = gpu.limits();
         let variant = candidate.variant(dtype, head_dim, &gpu.arch(), &limits)?;
         let function = gpu.load(&variant.request, variant.entry, variant.shared_bytes)?;
@@ -105,6 +114,7 @@ impl Prepared {
                         geometry: Box::new(move |shape| imp.geometry(&cfg, shape)),
                         tensor_maps,
                         persistent,
+                        triton_scratch: false,
                     }
                 }
                 Engine::Library { plan, .. } => {
@@ -117,14 +127,15 @@ impl Prepared {
                     }
                 }
             },
-            // today() is never a revision.
-            Candidate::Source { .. } | Candidate::Revision { .. } => {
+            // today() is never a revision; a Triton kernel returned above.
+            Candidate::Source { .. } | Candidate::Revision { .. } | Candidate::Triton { .. } => {
                 let geometry = source_geometry(&config);
                 Launcher::Kernel {
                     function,
                     geometry: Box::new(move |shape: &Shape| Ok(geometry.for_shape(shape))),
                     tensor_maps: geometry.box_rows(),
                     persistent: None,
+                    triton_scratch: false,
                 }
             }
         };
@@ -135,6 +146,44 @@ impl Prepared {
             dtype,
             head_dim,
             engine,
+        })
+    }
+
+    /// A Triton kernel ([`Candidate::Triton`]): built by Triton for this GPU's architecture, its
+    /// PTX loaded, launched with the `--src` grid of its `BLOCK_M` and Triton's block and shared
+    /// memory.
+    fn triton(
+        gpu: &Gpu,
+        candidate: &Candidate,
+        (path, kernel, defines): (&std::path::Path, &str, &Config),
+        dtype: DType,
+        head_dim: usize,
+    ) -> Result<Prepared> {
+        let (major, minor) = gpu.info().capability;
+        let build = crate::triton::compile(&crate::triton::TritonRequest {
+            path,
+            kernel,
+            dtype,
+            head_dim,
+            defines,
+            arch: (major * 10 + minor) as u32,
+        })?;
+        let geometry = source_geometry(defines).built_by_triton(build.num_warps, build.shared);
+        geometry.check(&candidate.label(), &gpu.limits())?;
+        let function = gpu.load_ptx(&candidate.label(), &build.ptx, &build.name, build.shared)?;
+        Ok(Prepared {
+            label: candidate.label(),
+            variants: candidate.variants(),
+            config: defines.clone(),
+            dtype,
+            head_dim,
+            engine: Launcher::Kernel {
+                function,
+                geometry: Box::new(move |shape: &Shape| Ok(geometry.for_shape(shape))),
+                tensor_maps: None,
+                persistent: None,
+                triton_scratch: true,
+            },
         })
     }
 

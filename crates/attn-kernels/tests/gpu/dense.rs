@@ -303,3 +303,35 @@ fn tempfile_dir() -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// The starter Triton kernel (kernels/examples/starter_triton.py), built by the device's Triton
+/// for its architecture, over the same matrix of shapes: the Triton front end's build, PTX load,
+/// grid, block, shared memory and null scratch pointers, checked as any kernel is.
+#[test]
+#[ignore = "needs a CUDA GPU and Triton"]
+fn the_starter_triton_kernel_matches_the_oracle() {
+    // One GPU test at a time on the device (tests of other executables too).
+    let _device = attn_kernels::device_lock(0);
+    let gpu = Gpu::open(0).expect("a CUDA GPU");
+    let seed = base_seed();
+    let starter = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../kernels/examples/starter_triton.py");
+    let defines: Config = "BLOCK_M=64,BLOCK_N=64".parse().unwrap();
+    let candidate = Candidate::from_triton(&starter, "attn_fwd", defines).unwrap();
+    println!("starter_triton: base seed {seed} (ATTN_TEST_SEED={seed} to replay)");
+    let (mut failures, mut worst, mut count) = (Vec::new(), 0.0f64, 0);
+    for (i, case) in matrix(&[64, 128], &[]).iter().enumerate() {
+        let prepared = Prepared::new(&gpu, &candidate, case.dtype, case.head_dim)
+            .unwrap_or_else(|e| panic!("{e}"));
+        count += 1;
+        match check(&gpu, &prepared, case, seed.wrapping_add(i as u64)) {
+            Ok(max_abs) => worst = worst.max(max_abs),
+            Err(msg) => failures.push(msg),
+        }
+    }
+    println!(
+        "starter_triton: {count} cases, {} failed, worst max abs error {worst:.3e}",
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

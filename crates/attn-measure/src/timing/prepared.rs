@@ -34,6 +34,17 @@ pub enum CandidateKey {
         /// The defines passed to NVRTC.
         defines: Config,
     },
+    /// A user's Triton kernel.
+    Triton {
+        /// The `.py` file.
+        path: PathBuf,
+        /// The `@triton.jit` function.
+        kernel: String,
+        /// The SHA-256 of its text.
+        source_sha256: String,
+        /// Its constexprs and Triton options.
+        defines: Config,
+    },
     /// A candidate at a revision (a ratchet's baseline): another kernel than the candidate today.
     Revision {
         /// The candidate as built today.
@@ -64,6 +75,17 @@ impl CandidateKey {
             } => CandidateKey::Source {
                 path: path.clone(),
                 entry: entry.clone(),
+                source_sha256: sha256_hex(source.as_bytes()),
+                defines: defines.clone(),
+            },
+            Candidate::Triton {
+                path,
+                source,
+                kernel,
+                defines,
+            } => CandidateKey::Triton {
+                path: path.clone(),
+                kernel: kernel.clone(),
                 source_sha256: sha256_hex(source.as_bytes()),
                 defines: defines.clone(),
             },
