@@ -9,12 +9,14 @@ use std::collections::HashMap;
 use attn_evidence::{decode_shape, BenchEntry, BenchRun, DecodeRecord, Implementation};
 use attn_kernels::decode::PreparedDecode;
 use attn_kernels::{Config, Gpu, TimingOptions, Timings};
-use attn_oracle::{DType, DecodeSpec};
+use attn_oracle::{DType, DecodeInputs, DecodeSpec};
 use attn_stats::Sample;
 
 use super::{Event, Report};
 use crate::baseline::{sdpa_implementation, timing_evidence};
-use crate::decode::{copy_bandwidth, decode_set_count, DecodeSide, SdpaDecodeSide};
+use crate::decode::{
+    copy_bandwidth, decode_set_count, draw_decode_sets, DecodeSide, SdpaDecodeSide,
+};
 use crate::sdpa::{decode_refusal, Backend, Sdpa};
 use crate::timing::{clocked_block, TimedSide};
 use crate::Result;
@@ -114,6 +116,8 @@ pub fn run_decode_bench(
             continue;
         }
         let sets = decode_set_count(spec, info.l2_bytes as usize, info.total_memory);
+        // Drawn at the first implementation's turn, then shared by the others.
+        let mut drawn: Option<Vec<DecodeInputs>> = None;
         for (i, (name, config)) in request.implementations.iter().enumerate() {
             report(Event::Step(format!("{name} {spec}")));
             let (dtype, d) = (spec.dtype(), spec.head_dim());
@@ -122,7 +126,11 @@ pub fn run_decode_bench(
                     Entry::Occupied(e) => e.into_mut(),
                     Entry::Vacant(e) => e.insert(PreparedDecode::new(gpu, name, config, dtype, d)?),
                 };
-                let mut side = DecodeSide::new(gpu, p, spec, sets, seed, false)?;
+                let inputs = match &mut drawn {
+                    Some(inputs) => inputs,
+                    empty => empty.insert(draw_decode_sets(spec, sets, seed)?),
+                };
+                let mut side = DecodeSide::on_inputs(gpu, p, spec, inputs, seed, false)?;
                 if n == 0 && i == 0 {
                     // The GPU starts cool and would favour what runs first (evidence/METHOD.md,
                     // `bench-warm-up`): one block thrown away.

@@ -46,7 +46,7 @@ use crate::timing::{interleave, TimedSide};
 use crate::{MeasureError, Result};
 
 pub use check::{check_plan, check_policies, check_scales, run_decode_checks};
-pub use timing::{decode_set_count, DecodeSide, SdpaDecodeSide};
+pub use timing::{decode_set_count, draw_decode_sets, DecodeSide, SdpaDecodeSide};
 
 /// Copies timed for the copy bandwidth; their median is recorded.
 pub const COPY_REPEATS: usize = 5;

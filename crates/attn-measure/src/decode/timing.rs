@@ -16,8 +16,8 @@ use attn_kernels::{
     ReferenceOutput, RowMask, SampleHooks, TimingOptions, Timings,
 };
 use attn_oracle::{
-    generate_decode, reference_decode, tolerance, DecodeCase, DecodeSpec, Distribution,
-    RowSelection,
+    generate_decode, reference_decode, tolerance, DecodeCase, DecodeInputs, DecodeSpec,
+    Distribution, RowSelection,
 };
 
 use super::sets::{changed_inputs, GuardedDecodeSet, Guards};
@@ -69,6 +69,22 @@ impl std::fmt::Debug for DecodeSide<'_> {
     }
 }
 
+/// The `sets` input sets of `spec` drawn from `seed` (normal inputs, set i from seed + i), as
+/// [`DecodeSide::new`] draws them: drawn once, they serve every implementation a bench times on
+/// the batch (a long cache takes seconds to draw on the CPU).
+pub fn draw_decode_sets(spec: &DecodeSpec, sets: usize, seed: u64) -> Result<Vec<DecodeInputs>> {
+    (0..sets.max(1))
+        .map(|i| {
+            let case = DecodeCase {
+                spec: spec.clone(),
+                distribution: Distribution::Normal,
+                seed: seed.wrapping_add(i as u64),
+            };
+            Ok(generate_decode(&case)?)
+        })
+        .collect()
+}
+
 impl<'a> DecodeSide<'a> {
     /// `prepared` on `sets` input sets of `spec` drawn from `seed` (normal inputs); with `verify`,
     /// every timed output is checked (see the module).
@@ -80,23 +96,32 @@ impl<'a> DecodeSide<'a> {
         seed: u64,
         verify: bool,
     ) -> Result<DecodeSide<'a>> {
+        let inputs = draw_decode_sets(spec, sets, seed)?;
+        DecodeSide::on_inputs(gpu, prepared, spec, &inputs, seed, verify)
+    }
+
+    /// [`DecodeSide::new`] on input sets drawn before ([`draw_decode_sets`] of `spec`), each
+    /// uploaded between fresh guards.
+    pub fn on_inputs(
+        gpu: &'a Gpu,
+        prepared: &'a PreparedDecode,
+        spec: &DecodeSpec,
+        inputs: &[DecodeInputs],
+        seed: u64,
+        verify: bool,
+    ) -> Result<DecodeSide<'a>> {
         let problem = rows_problem(spec)?;
         let mut batches = Vec::new();
         let mut outs = Vec::new();
         let mut verifier = verify
             .then(|| DecodeVerifier::new(gpu, spec, seed))
             .transpose()?;
-        for i in 0..sets.max(1) {
-            let case = DecodeCase {
-                spec: spec.clone(),
-                distribution: Distribution::Normal,
-                seed: seed.wrapping_add(i as u64),
-            };
-            let inputs = generate_decode(&case)?;
-            let guard_seed = case.seed ^ 0x9a2d_5e75;
-            let set = GuardedDecodeSet::upload(gpu, &inputs, guard_seed, Guards::Writes)?;
+        let sets = inputs.len();
+        for (i, inputs) in inputs.iter().enumerate() {
+            let guard_seed = inputs.case.seed ^ 0x9a2d_5e75;
+            let set = GuardedDecodeSet::upload(gpu, inputs, guard_seed, Guards::Writes)?;
             if let Some(v) = verifier.as_mut() {
-                v.add_set(gpu, &problem, &inputs, i == 0)?;
+                v.add_set(gpu, &problem, inputs, i == 0)?;
             }
             let (dims, dtype) = (set.q.dims, spec.dtype());
             outs.push(GuardedTensor::alloc_poisoned(
