@@ -1,5 +1,6 @@
-//! The adversarial suite: planted kernels (`tests/planted/planted.cu`, one defect each) judged by
-//! the real gate pipeline on the GPU, each of which must be rejected for its own reason. Each
+//! The adversarial suite: planted kernels (`tests/planted/planted.cu`, one defect each, and the
+//! Triton ones of `tests/planted/planted_triton.py`) judged by the real gate pipeline on the GPU,
+//! each of which must be rejected for its own reason. Each
 //! case runs in a child process of this test executable: a fault loses the CUDA context and a
 //! hang ends the process (that is how the gate bounds it), so neither may take the others down.
 //!
@@ -18,6 +19,11 @@ use attn_measure::{Baseline, Problem};
 use attn_stats::CompareOptions;
 
 const SOURCE: &str = include_str!("planted/planted.cu");
+/// The planted Triton kernels (`PLANT` chooses the defect; 0 is the honest starter).
+const TRITON_FILE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/planted/planted_triton.py"
+);
 /// The hang bound the children use (the gate's default is 10 s).
 const HANG_BOUND: Duration = Duration::from_secs(3);
 
@@ -41,6 +47,8 @@ struct Planted {
     baseline: &'static str,
     /// Whether the planted kernel reads the variant parameters (`VARIANTS=1`).
     variants: bool,
+    /// Whether the plant is a Triton kernel of `planted_triton.py` (through `--triton`).
+    triton: bool,
 }
 
 /// Work the session plants around the candidate's launches (not in its kernel).
@@ -70,6 +78,7 @@ const fn planted(
         around: Around::Nothing,
         baseline: "sdpa",
         variants: false,
+        triton: false,
     }
 }
 
@@ -89,6 +98,13 @@ impl Planted {
     /// Against `baseline` (a registered implementation: SDPA is no varlen baseline).
     const fn against(self, baseline: &'static str) -> Planted {
         Planted { baseline, ..self }
+    }
+    /// A Triton kernel of `planted_triton.py` rather than planted.cu.
+    const fn in_triton(self) -> Planted {
+        Planted {
+            triton: true,
+            ..self
+        }
     }
     /// A planted kernel that reads the variant parameters (grouped heads, windows, varlen).
     const fn with_variants(self) -> Planted {
@@ -362,6 +378,70 @@ const VARLEN: &[Planted] = &[
     .because("against the f64 oracle"),
 ];
 
+/// #60: Triton kernels through the same gate: the honest starter passes (or is not faster) in
+/// both timing modes, and each planted defect of planted.cu, written in Triton, is rejected by
+/// the same defence for the same reason.
+const TRITON: &[Planted] = &[
+    planted("triton-honest", 0, "1,8,512,64", CaseStatus::Passed).in_triton(),
+    planted(
+        "triton-honest-causal-bf16",
+        0,
+        "2,4,1000,128 causal bf16",
+        CaseStatus::Passed,
+    )
+    .in_triton(),
+    planted(
+        "triton-writes-nothing",
+        1,
+        "1,4,256,64",
+        CaseStatus::Unwritten,
+    )
+    .in_triton(),
+    planted(
+        "triton-no-running-max",
+        2,
+        "1,4,256,64",
+        CaseStatus::NonFinite,
+    )
+    .in_triton(),
+    planted(
+        "triton-ignores-causal",
+        3,
+        "1,4,256,64 causal",
+        CaseStatus::Incorrect,
+    )
+    .in_triton(),
+    planted(
+        "triton-ignores-scale",
+        4,
+        "1,4,256,64",
+        CaseStatus::Incorrect,
+    )
+    .in_triton()
+    .because("scale "),
+];
+
+/// A planted case's candidate: its registered implementation, its Triton plant, or its
+/// planted.cu kernel with `defines`.
+fn candidate_of(p: &Planted, mut defines: Config) -> Candidate {
+    if let Some(name) = p.registered {
+        return Candidate::registered(name, Config::default()).unwrap();
+    }
+    if p.triton {
+        defines.0.insert("BLOCK_M".into(), 64);
+        defines.0.insert("BLOCK_N".into(), 64);
+        defines.0.insert("PLANT".into(), p.plant);
+        return Candidate::from_triton(std::path::Path::new(TRITON_FILE), "attn_fwd", defines)
+            .unwrap();
+    }
+    Candidate::Source {
+        path: "planted.cu".into(),
+        source: SOURCE.into(),
+        entry: "attn_fwd".into(),
+        defines,
+    }
+}
+
 const fn honest(name: &'static str, implementation: &'static str, shape: &'static str) -> Planted {
     Planted {
         registered: Some(implementation),
@@ -379,15 +459,10 @@ fn judge(p: &Planted) {
     if p.variants {
         defines.0.insert("VARIANTS".into(), 1);
     }
-    let candidate = match p.registered {
-        Some(name) => Candidate::registered(name, Config::default()).unwrap(),
-        None => Candidate::Source {
-            path: "planted.cu".into(),
-            source: SOURCE.into(),
-            entry: "attn_fwd".into(),
-            defines,
-        },
-    };
+    if p.triton {
+        defines = Config::default();
+    }
+    let candidate = candidate_of(p, defines);
     let (baseline, note) = Baseline::from_name(p.baseline, Backend::Default).unwrap();
     if let Some(note) = note {
         println!("{note}");
@@ -622,23 +697,13 @@ fn neighbour_child() {
 fn every_case_is_a_problem_its_kernel_and_baseline_support() {
     // CPU: a case whose shape the candidate or baseline refuses would be "could not run" on the
     // GPU, not the verdict it is there for.
-    for p in PLANTED.iter().chain(HONEST).chain(VARLEN) {
+    for p in PLANTED.iter().chain(HONEST).chain(VARLEN).chain(TRITON) {
         let problem = Problem::parse(p.shape).unwrap_or_else(|e| panic!("{}: {e}", p.name));
-        let candidate = match p.registered {
-            Some(name) => Candidate::registered(name, Config::default()).unwrap(),
-            None => {
-                let mut defines = Config::default();
-                if p.variants {
-                    defines.0.insert("VARIANTS".into(), 1);
-                }
-                Candidate::Source {
-                    path: "planted.cu".into(),
-                    source: SOURCE.into(),
-                    entry: "attn_fwd".into(),
-                    defines,
-                }
-            }
-        };
+        let mut defines = Config::default();
+        if p.variants {
+            defines.0.insert("VARIANTS".into(), 1);
+        }
+        let candidate = candidate_of(p, defines);
         problem
             .check_supported_by(&candidate)
             .unwrap_or_else(|e| panic!("{}: {e}", p.name));
@@ -669,6 +734,7 @@ fn planted_case_child() {
             .iter()
             .chain(HONEST)
             .chain(VARLEN)
+            .chain(TRITON)
             .find(|p| p.name == name)
             .expect("a planted case");
         let mode = match std::env::var("ATTN_PLANTED_MODE").as_deref() {
@@ -805,6 +871,72 @@ fn varlen_batches_are_judged_through_the_gate() {
     assert!(
         wrong.is_empty(),
         "varlen cases judged wrongly:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn every_planted_triton_kernel_compiles() {
+    // CPU (Triton, which `cargo xtask test` installs and requires): a plant that does not build
+    // would be "could not run" on the GPU, not the defect it plants.
+    let mut python = Command::new("python3");
+    if let Some(path) = std::env::var_os(attn_kernels::triton::PYTHONPATH_VAR) {
+        python.env("PYTHONPATH", path);
+    }
+    let importable = python
+        .args(["-c", "import triton"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !importable {
+        assert!(
+            std::env::var("ATTN_TRITON_TEST").as_deref() != Ok("required"),
+            "ATTN_TRITON_TEST=required but python3 cannot import triton"
+        );
+        println!("skipped: python3 cannot import triton");
+        return;
+    }
+    for p in TRITON {
+        let problem = Problem::parse(p.shape).unwrap();
+        let Candidate::Triton {
+            path,
+            kernel,
+            defines,
+            ..
+        } = candidate_of(p, Config::default())
+        else {
+            unreachable!("{}: a Triton plant", p.name)
+        };
+        attn_kernels::triton::compile(&attn_kernels::triton::TritonRequest {
+            path: &path,
+            kernel: &kernel,
+            dtype: problem.dtype,
+            head_dim: problem.shape.head_dim,
+            defines: &defines,
+            arch: 90,
+        })
+        .unwrap_or_else(|e| panic!("{}: {e}", p.name));
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU and Triton"]
+fn triton_kernels_are_judged_as_cuda_kernels_are() {
+    // One GPU test at a time on the device (tests of other executables too).
+    let _device = attn_kernels::device_lock(0);
+    // The honest ones in both timing modes, the planted ones in their own.
+    let cases = TRITON.iter().filter(chosen).flat_map(|p| {
+        let modes: Vec<TimingMode> = if p.expect == CaseStatus::Passed {
+            MODES.to_vec()
+        } else {
+            vec![p.mode]
+        };
+        modes.into_iter().map(|mode| Planted { mode, ..*p })
+    });
+    let wrong = judge_all(cases);
+    assert!(
+        wrong.is_empty(),
+        "Triton kernels judged wrongly:\n{}",
         wrong.join("\n")
     );
 }
