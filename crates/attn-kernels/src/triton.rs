@@ -81,6 +81,35 @@ pub fn check_defines(defines: &Config) -> Result<()> {
     Ok(())
 }
 
+/// The Python the script runs with ([`PYTHON_VAR`], else `python3`), with [`PYTHONPATH_VAR`]
+/// first on its `PYTHONPATH`.
+fn python() -> Result<(String, Command)> {
+    let python = std::env::var(PYTHON_VAR).unwrap_or_else(|_| "python3".into());
+    let mut cmd = Command::new(&python);
+    if let Some(extra) = std::env::var_os(PYTHONPATH_VAR) {
+        let mut paths = vec![std::path::PathBuf::from(extra)];
+        if let Some(old) = std::env::var_os("PYTHONPATH") {
+            paths.extend(std::env::split_paths(&old));
+        }
+        let joined = std::env::join_paths(paths).map_err(|e| {
+            KernelError::Triton(format!("{PYTHONPATH_VAR} cannot join PYTHONPATH: {e}"))
+        })?;
+        cmd.env("PYTHONPATH", joined);
+    }
+    Ok((python, cmd))
+}
+
+/// Whether that Python imports Triton (what the front end's tests skip on, unless required).
+pub fn importable() -> bool {
+    python().is_ok_and(|(_, mut cmd)| {
+        cmd.args(["-c", "import triton"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+}
+
 /// The script's request for `req`, as JSON.
 fn request_json(req: &TritonRequest<'_>) -> Result<serde_json::Value> {
     check_defines(req.defines)?;
@@ -139,18 +168,7 @@ pub fn compile(req: &TritonRequest<'_>) -> Result<TritonBuild> {
 
 /// One run of the compile script on `request`.
 fn run_script(req: &TritonRequest<'_>, request: &serde_json::Value) -> Result<TritonBuild> {
-    let python = std::env::var(PYTHON_VAR).unwrap_or_else(|_| "python3".into());
-    let mut cmd = Command::new(&python);
-    if let Some(extra) = std::env::var_os(PYTHONPATH_VAR) {
-        let mut paths = vec![std::path::PathBuf::from(extra)];
-        if let Some(old) = std::env::var_os("PYTHONPATH") {
-            paths.extend(std::env::split_paths(&old));
-        }
-        let joined = std::env::join_paths(paths).map_err(|e| {
-            KernelError::Triton(format!("{PYTHONPATH_VAR} cannot join PYTHONPATH: {e}"))
-        })?;
-        cmd.env("PYTHONPATH", joined);
-    }
+    let (python, mut cmd) = python()?;
     let mut child = cmd
         .args(["-c", SCRIPT])
         .stdin(Stdio::piped())

@@ -18,17 +18,7 @@ fn workspace() -> PathBuf {
 
 /// Whether Triton is there; panics when it is required and is not.
 fn triton_available() -> bool {
-    let mut python = std::process::Command::new(
-        std::env::var(triton::PYTHON_VAR).unwrap_or_else(|_| "python3".into()),
-    );
-    if let Some(path) = std::env::var_os(triton::PYTHONPATH_VAR) {
-        python.env("PYTHONPATH", path);
-    }
-    let ok = python
-        .args(["-c", "import triton"])
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
+    let ok = triton::importable();
     if !ok {
         assert!(
             std::env::var("ATTN_TRITON_TEST").as_deref() != Ok("required"),

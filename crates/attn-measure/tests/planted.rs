@@ -879,16 +879,7 @@ fn varlen_batches_are_judged_through_the_gate() {
 fn every_planted_triton_kernel_compiles() {
     // CPU (Triton, which `cargo xtask test` installs and requires): a plant that does not build
     // would be "could not run" on the GPU, not the defect it plants.
-    let mut python = Command::new("python3");
-    if let Some(path) = std::env::var_os(attn_kernels::triton::PYTHONPATH_VAR) {
-        python.env("PYTHONPATH", path);
-    }
-    let importable = python
-        .args(["-c", "import triton"])
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !importable {
+    if !attn_kernels::triton::importable() {
         assert!(
             std::env::var("ATTN_TRITON_TEST").as_deref() != Ok("required"),
             "ATTN_TRITON_TEST=required but python3 cannot import triton"
