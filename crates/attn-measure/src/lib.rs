@@ -37,6 +37,7 @@ pub mod decode;
 pub mod defences;
 mod error;
 pub mod gate;
+pub mod guards;
 pub mod micro;
 mod problem;
 pub mod profile;

@@ -11,18 +11,18 @@
 //! a deterministic implementation must give the same bits, any other must pass both times.
 
 use attn_evidence::{CheckFailure, CorrectnessCheck, LaunchGuards};
-use attn_kernels::backward::{
-    BackwardArgs, BackwardWorkspace, F32Tensor, GpuBackwardReference, PreparedBackward,
-};
+use attn_kernels::backward::{BackwardArgs, F32Tensor, GpuBackwardReference, PreparedBackward};
 use attn_kernels::guard::GUARD_BYTES;
-use attn_kernels::{DeviceTensor, Gpu, GuardedTensor, HarnessKernels};
+use attn_kernels::{DeviceTensor, Gpu, HarnessKernels};
 use attn_oracle::{
     backward_rows, backward_tolerance, backward_varlen_with_scales, backward_with_scales,
     compare_gradient, BackwardTolerance, Distribution, Gradient, Gradients, HostData, HostTensor,
     RowId, RowSelection, Verdict,
 };
 
+use super::sets::{BackwardInputs, BackwardOutputs, INPUT_NAMES};
 use crate::check::{check_scale, failed, Watched};
+use crate::guards::Guards;
 use crate::problem::Problem;
 use crate::Result;
 
@@ -32,9 +32,6 @@ pub const FULL_ORACLE_WORK: f64 = 2e9;
 
 /// Query rows (and keys) per head the oracle computes beyond [`FULL_ORACLE_WORK`].
 pub const SAMPLED_ROWS_PER_HEAD: usize = 8;
-
-/// f32 words of NaN past the workspace a plan asks for: a write there is a write outside it.
-pub const WORKSPACE_TAIL: usize = 256;
 
 /// The (distribution, scale) of each of a case's `checks` checks seeded `seed`: the distributions
 /// cycle through [`Distribution::CHECKS`], the scale is [`check_scale`]'s (check 0 never at
@@ -113,45 +110,6 @@ pub struct CheckInputs<'a> {
     pub scale: f64,
 }
 
-/// The inputs of one check on the device, between guards.
-struct Guarded {
-    q: GuardedTensor,
-    k: GuardedTensor,
-    v: GuardedTensor,
-    o: GuardedTensor,
-    d_o: GuardedTensor,
-    lse: F32Tensor,
-    offsets: Option<attn_kernels::VarlenOffsets>,
-}
-
-impl Guarded {
-    fn args<'a>(&'a self, problem: &Problem, params: attn_oracle::Params) -> BackwardArgs<'a> {
-        BackwardArgs {
-            shape: problem.shape,
-            params,
-            q: &self.q,
-            k: &self.k,
-            v: &self.v,
-            o: &self.o,
-            d_o: &self.d_o,
-            lse: &self.lse,
-            offsets: self.offsets.as_ref(),
-        }
-    }
-
-    fn inputs(&self) -> [&GuardedTensor; 5] {
-        [&self.q, &self.k, &self.v, &self.o, &self.d_o]
-    }
-}
-
-/// The candidate's outputs between guards and its workspace with a NaN tail.
-struct Outputs {
-    dq: GuardedTensor,
-    dk: GuardedTensor,
-    dv: GuardedTensor,
-    workspace: BackwardWorkspace,
-}
-
 /// One check (see the module); returns it and the first launch's gradients' bytes.
 pub fn check_one(
     gpu: &Gpu,
@@ -170,30 +128,14 @@ pub fn check_one(
     let params = problem.params.with_scale(scale);
     let inputs = problem.generate(distribution, seed);
     let d_o = problem.generate(distribution, seed ^ 0x5eed_d0d0).q;
-    let reads =
-        |name: &str, t: &HostTensor, s: u64| GuardedTensor::upload_for_reads(gpu, name, t, s);
-    let (q, k, v) = (
-        reads("Q", &inputs.q, seed)?,
-        reads("K", &inputs.k, seed ^ 1)?,
-        reads("V", &inputs.v, seed ^ 2)?,
-    );
-    let offsets = problem
-        .varlen
-        .as_ref()
-        .map(|v| gpu.upload_offsets(v))
-        .transpose()?;
-    // O and the LSE as a training step's forward would hand them over: the gate's reference.
-    let (o, lse) = reference.forward_lse(gpu, &q, &k, &v, &params, offsets.as_ref())?;
-    let o_host = gpu.download(&o)?;
-    let g = Guarded {
-        o: reads("O", &o_host, seed ^ 3)?,
-        d_o: reads("dO", &d_o, seed ^ 4)?,
-        q,
-        k,
-        v,
-        lse,
-        offsets,
-    };
+    let (g, o_host) = BackwardInputs::upload(
+        gpu,
+        problem,
+        &params,
+        reference,
+        [&inputs.q, &inputs.k, &inputs.v, &d_o],
+        (seed, Guards::Reads),
+    )?;
     let lse_host = g.lse.download(gpu)?;
     let args = g.args(problem, params);
     let exact_gpu = reference.gradients(gpu, &args)?;
@@ -208,31 +150,18 @@ pub fn check_one(
         dk: download(&exact_gpu.dk_scale)?,
         dv: download(&exact_gpu.dv_scale)?,
     };
-    let before = checksums(gpu, harness, &g, seed)?;
+    let before = g.checksums(gpu, harness, seed)?;
 
-    let (dtype, kv_dims) = (problem.dtype, problem.kv_dims());
-    let mut out = Outputs {
-        dq: GuardedTensor::alloc_poisoned(gpu, "dQ", problem.q_dims(), dtype, seed ^ 5)?,
-        dk: GuardedTensor::alloc_poisoned(gpu, "dK", kv_dims, dtype, seed ^ 6)?,
-        dv: GuardedTensor::alloc_poisoned(gpu, "dV", kv_dims, dtype, seed ^ 7)?,
-        workspace: BackwardWorkspace::alloc(
-            gpu,
-            &prepared.plan(&problem.shape, problem.varlen.as_ref())?,
-            WORKSPACE_TAIL,
-        )?,
-    };
+    let dtype = problem.dtype;
+    let plan = prepared.plan(&problem.shape, problem.varlen.as_ref())?;
+    let mut out = BackwardOutputs::alloc(gpu, problem, &plan, seed)?;
     let first = launch(gpu, prepared, &args, &mut out, watched)?;
     let second = launch(gpu, prepared, &args, &mut out, watched)?;
-    let after = checksums(gpu, harness, &g, seed)?;
+    let after = g.checksums(gpu, harness, seed)?;
 
-    let mut outside = Vec::new();
-    for t in g.inputs().into_iter().chain([&out.dq, &out.dk, &out.dv]) {
-        outside.extend(t.check(gpu)?.map(|violation| violation.to_string()));
-    }
-    if let Some(at) = out.workspace.tail_written(gpu)? {
-        outside.push(format!("{at} bytes past the workspace its plan asks for"));
-    }
-    let mut inputs_written: Vec<String> = ["Q", "K", "V", "O", "dO"]
+    let mut outside = g.outside(gpu)?;
+    outside.extend(out.outside(gpu)?);
+    let mut inputs_written: Vec<String> = INPUT_NAMES
         .into_iter()
         .zip(before.iter().zip(&after))
         .filter(|(_, (b, a))| b != a)
@@ -294,7 +223,7 @@ pub fn check_one(
     let guards = LaunchGuards {
         guard_bytes: GUARD_BYTES as u64,
         input_guards_after: g
-            .inputs()
+            .tensors()
             .iter()
             .map(|t| t.guard_bytes()[1] as u64)
             .collect(),
@@ -511,28 +440,20 @@ pub fn gather_rows(
     }
 }
 
-/// Checksums of the five u16 inputs.
-fn checksums(gpu: &Gpu, harness: &HarnessKernels, g: &Guarded, seed: u64) -> Result<Vec<u64>> {
-    g.inputs()
-        .iter()
-        .map(|t| Ok(harness.checksum(gpu, t, false, seed)?))
-        .collect()
-}
-
 /// One launch of the candidate on `args` into `out` (poisoned, workspace NaN-filled first),
 /// under the watchdog; the gradients downloaded.
 fn launch(
     gpu: &Gpu,
     prepared: &PreparedBackward,
     args: &BackwardArgs<'_>,
-    out: &mut Outputs,
+    out: &mut BackwardOutputs,
     watched: Watched<'_>,
 ) -> Result<Gradients> {
     for t in [&mut out.dq, &mut out.dk, &mut out.dv] {
         gpu.poison(t)?;
     }
     out.workspace.poison(gpu)?;
-    let Outputs {
+    let BackwardOutputs {
         dq,
         dk,
         dv,

@@ -15,17 +15,12 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use attn_evidence::TimedOutputCheck;
-use attn_kernels::backward::{
-    BackwardArgs, BackwardWorkspace, F32Tensor, GpuBackwardReference, PreparedBackward,
-    ReferenceGradients,
-};
-use attn_kernels::{
-    Counters, Gpu, GuardedTensor, Harness, HarnessKernels, SampleHooks, TimingOptions, Timings,
-    VarlenOffsets,
-};
+use attn_kernels::backward::{GpuBackwardReference, PreparedBackward, ReferenceGradients};
+use attn_kernels::{Counters, Gpu, Harness, HarnessKernels, SampleHooks, TimingOptions, Timings};
 use attn_oracle::{backward_tolerance, Distribution, Gradient, Tolerance};
 
-use super::check::WORKSPACE_TAIL;
+use super::sets::{BackwardInputs, BackwardOutputs};
+use crate::guards::Guards;
 use crate::supervise::Watchdog;
 use crate::timing::{TimedSide, TimingWatch, VerifiedOutputs};
 use crate::{Problem, Result};
@@ -43,26 +38,11 @@ pub fn backward_set_count(problem: &Problem, l2_bytes: usize, total_memory: usiz
 
 /// One input set and its outputs on the device.
 struct BackwardSet {
-    q: GuardedTensor,
-    k: GuardedTensor,
-    v: GuardedTensor,
-    o: GuardedTensor,
-    d_o: GuardedTensor,
-    lse: F32Tensor,
-    offsets: Option<VarlenOffsets>,
-    dq: GuardedTensor,
-    dk: GuardedTensor,
-    dv: GuardedTensor,
-    workspace: BackwardWorkspace,
+    inputs: BackwardInputs,
+    outputs: BackwardOutputs,
     /// The GPU reference's gradients and scales, and each gradient's bound on them (the
     /// candidate's sets only).
     reference: Option<(ReferenceGradients, [Tolerance; 3])>,
-}
-
-impl BackwardSet {
-    fn inputs(&self) -> [&GuardedTensor; 5] {
-        [&self.q, &self.k, &self.v, &self.o, &self.d_o]
-    }
 }
 
 /// A backward kernel on its own input sets (see the module).
@@ -110,37 +90,21 @@ impl<'a> BackwardSide<'a> {
                 .generate(Distribution::Normal, set_seed ^ 0x5eed_d0d0)
                 .q;
             let guard = set_seed ^ 0x9a2d_5e75;
-            let (q, k, v) = (
-                GuardedTensor::upload(gpu, "Q", &inputs.q, guard)?,
-                GuardedTensor::upload(gpu, "K", &inputs.k, guard ^ 1)?,
-                GuardedTensor::upload(gpu, "V", &inputs.v, guard ^ 2)?,
-            );
-            let offsets = problem
-                .varlen
-                .as_ref()
-                .map(|v| gpu.upload_offsets(v))
-                .transpose()?;
-            let (o, lse) =
-                reference.forward_lse(gpu, &q, &k, &v, &problem.params, offsets.as_ref())?;
-            let o = GuardedTensor::upload(gpu, "O", &gpu.download(&o)?, guard ^ 3)?;
-            let d_o = GuardedTensor::upload(gpu, "dO", &d_o, guard ^ 4)?;
-            let (q_dims, kv_dims) = (problem.q_dims(), problem.kv_dims());
+            let (inputs, _) = BackwardInputs::upload(
+                gpu,
+                problem,
+                &problem.params,
+                &reference,
+                [&inputs.q, &inputs.k, &inputs.v, &d_o],
+                (guard, Guards::Writes),
+            )?;
             let mut set = BackwardSet {
-                dq: GuardedTensor::alloc_poisoned(gpu, "dQ", q_dims, dtype, guard ^ 5)?,
-                dk: GuardedTensor::alloc_poisoned(gpu, "dK", kv_dims, dtype, guard ^ 6)?,
-                dv: GuardedTensor::alloc_poisoned(gpu, "dV", kv_dims, dtype, guard ^ 7)?,
-                workspace: BackwardWorkspace::alloc(gpu, &plan, WORKSPACE_TAIL)?,
-                q,
-                k,
-                v,
-                o,
-                d_o,
-                lse,
-                offsets,
+                outputs: BackwardOutputs::alloc(gpu, problem, &plan, guard)?,
+                inputs,
                 reference: None,
             };
             if verify {
-                let args = args_of(&set, problem);
+                let args = set.inputs.args(problem, problem.params);
                 let r = reference.gradients(gpu, &args)?;
                 let table = backward_tolerance(dtype, Distribution::Normal);
                 let bounds = [
@@ -208,16 +172,11 @@ impl<'a> BackwardSide<'a> {
         let sets = self.sets.borrow();
         let mut watch = TimingWatch::default();
         for (i, set) in sets.iter().enumerate() {
-            for t in set.inputs().into_iter().chain([&set.dq, &set.dk, &set.dv]) {
-                if let Some(violation) = t.check(self.gpu)? {
-                    watch.outside.push(format!("{violation} of input set {i}"));
-                }
-            }
-            if let Some(at) = set.workspace.tail_written(self.gpu)? {
-                watch.outside.push(format!(
-                    "{at} bytes past the workspace its plan asks for, input set {i}"
-                ));
-            }
+            let mut outside = set.inputs.outside(self.gpu)?;
+            outside.extend(set.outputs.outside(self.gpu)?);
+            watch
+                .outside
+                .extend(outside.into_iter().map(|w| format!("{w} of input set {i}")));
             if let Some((kernels, seed, before)) = &self.sums {
                 let after = checksums(self.gpu, kernels, set, *seed)?;
                 for ((name, b), a) in ["Q", "K", "V", "O", "dO", "LSE"]
@@ -258,21 +217,6 @@ impl<'a> BackwardSide<'a> {
     }
 }
 
-/// A set's inputs as a launch takes them.
-fn args_of<'s>(set: &'s BackwardSet, problem: &Problem) -> BackwardArgs<'s> {
-    BackwardArgs {
-        shape: problem.shape,
-        params: problem.params,
-        q: &set.q,
-        k: &set.k,
-        v: &set.v,
-        o: &set.o,
-        d_o: &set.d_o,
-        lse: &set.lse,
-        offsets: set.offsets.as_ref(),
-    }
-}
-
 /// Checksums of a set's five u16 inputs, and of its LSE's bits.
 fn checksums(
     gpu: &Gpu,
@@ -280,12 +224,8 @@ fn checksums(
     set: &BackwardSet,
     seed: u64,
 ) -> Result<Vec<u64>> {
-    let mut sums = set
-        .inputs()
-        .iter()
-        .map(|t| Ok(kernels.checksum(gpu, t, false, seed)?))
-        .collect::<Result<Vec<_>>>()?;
-    let lse = set.lse.download(gpu)?;
+    let mut sums = set.inputs.checksums(gpu, kernels, seed)?;
+    let lse = set.inputs.lse.download(gpu)?;
     sums.push(
         lse.as_bytes()
             .iter()
@@ -321,8 +261,8 @@ impl SampleHooks for Hooks<'_> {
         }
         let mut sets = self.sets.borrow_mut();
         for &i in sample_sets {
-            let set = &mut sets[i];
-            for t in [&mut set.dq, &mut set.dk, &mut set.dv] {
+            let out = &mut sets[i].outputs;
+            for t in [&mut out.dq, &mut out.dk, &mut out.dv] {
                 self.gpu.poison(t)?;
             }
         }
@@ -338,10 +278,11 @@ impl SampleHooks for Hooks<'_> {
         for (n, &i) in sample_sets.iter().enumerate() {
             let set = &sets[i];
             let (reference, bounds) = set.reference.as_ref().expect("a verified side's sets");
+            let out = &set.outputs;
             let gradients = [
-                (&set.dq, &reference.dq, &reference.dq_scale),
-                (&set.dk, &reference.dk, &reference.dk_scale),
-                (&set.dv, &reference.dv, &reference.dv_scale),
+                (&out.dq, &reference.dq, &reference.dq_scale),
+                (&out.dk, &reference.dk, &reference.dk_scale),
+                (&out.dv, &reference.dv, &reference.dv_scale),
             ];
             for (g, (out, want, scale)) in gradients.into_iter().enumerate() {
                 verifier.reference.count_bad_async(
@@ -368,32 +309,16 @@ impl TimedSide for BackwardSide<'_> {
         let sets = &self.sets;
         let mut launch = |i: usize| -> attn_kernels::Result<()> {
             let mut all = sets.borrow_mut();
-            let set = &mut all[i];
             let BackwardSet {
-                q,
-                k,
-                v,
-                o,
-                d_o,
-                lse,
-                offsets,
+                inputs, outputs, ..
+            } = &mut all[i];
+            let args = inputs.args(problem, problem.params);
+            let BackwardOutputs {
                 dq,
                 dk,
                 dv,
                 workspace,
-                ..
-            } = set;
-            let args = BackwardArgs {
-                shape: problem.shape,
-                params: problem.params,
-                q,
-                k,
-                v,
-                o,
-                d_o,
-                lse,
-                offsets: offsets.as_ref(),
-            };
+            } = outputs;
             prepared.launch_args(gpu, &args, dq, dk, dv, workspace.buffer())?;
             Ok(())
         };

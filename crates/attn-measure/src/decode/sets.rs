@@ -6,16 +6,8 @@ use attn_kernels::decode::{DecodeArgs, DeviceTable, LengthBuffers};
 use attn_kernels::{Gpu, GuardedTensor, HarnessKernels};
 use attn_oracle::{BlockTable, DecodeInputs, DecodeSpec};
 
+pub use crate::guards::Guards;
 use crate::Result;
-
-/// What lies around a set's Q, K and V.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Guards {
-    /// NaN guards, a read probe's (a check's inputs: what is read outside them is NaN).
-    Reads,
-    /// Finite seeded canaries (a timed set's: only writes are looked for).
-    Writes,
-}
 
 /// One decode batch's inputs between guards, with the host copy of its block table to compare
 /// the device's with.
@@ -43,10 +35,7 @@ impl GuardedDecodeSet {
         guards: Guards,
     ) -> Result<GuardedDecodeSet> {
         let spec = &inputs.case.spec;
-        let up = |name: &str, t, s| match guards {
-            Guards::Reads => GuardedTensor::upload_for_reads(gpu, name, t, s),
-            Guards::Writes => GuardedTensor::upload(gpu, name, t, s),
-        };
+        let up = |name: &str, t, s| guards.upload(gpu, name, t, s);
         Ok(GuardedDecodeSet {
             q: up("Q", &inputs.q, seed)?,
             k: up("K", inputs.cache.k(), seed ^ 1)?,
