@@ -100,9 +100,7 @@ using attn::pack_elem2;
 using attn::smem_addr;
 using decode_common::KvView;
 using decode_common::make_view;
-using decode_common::offset_in_page;
 using decode_common::read_pages;
-using decode_common::token_offset;
 using mma_ptx::cp_async_16;
 using mma_ptx::cp_async_commit;
 using mma_ptx::cp_async_wait;
@@ -133,27 +131,13 @@ constexpr int Q_PASSES = (BLOCK_ROWS * CHUNKS + THREADS - 1) / THREADS;
 static_assert(THREADS % CHUNKS == 0, "a thread copies one fixed chunk of its rows");
 static_assert(TILE_N % ROWS_PER_PASS == 0, "K/V tile rows must split evenly over the passes");
 
-// Tile rows row0 .. row0 + TILE_N − 1 of K and V into the swizzled tiles, gathered row by row through
-// the view; rows >= limit (the sequence's KV length) are zero-filled without a read. Each thread
-// copies chunk tid % CHUNKS of KV_PASSES rows, one table read per row serving K and V.
-// Under PAGE_AHEAD the rows' pages come from `pages` (read_pages of this tile), and the next tile's
-// are read into it.
+// Tile rows row0 .. row0 + TILE_N − 1 of K and V into the swizzled tiles (decode_common.cuh's
+// gather_tile; under PAGE_AHEAD the next tile's pages are read into `pages`).
 __device__ __forceinline__ void load_kv_tile(u32 k_dst, u32 v_dst, const elem_t* __restrict__ k,
                                              const elem_t* __restrict__ v, const KvView& view, int row0,
                                              int limit, int tid, int (&pages)[KV_PASSES]) {
-    const int chunk = tid % CHUNKS;
-#pragma unroll
-    for (int i = 0; i < KV_PASSES; ++i) {
-        const int row = tid / CHUNKS + i * ROWS_PER_PASS;
-        const int t = row0 + row;
-        const bool in_range = t < limit;
-        const long long at =
-            (in_range ? (PAGE_AHEAD ? offset_in_page(view, pages[i], t) : token_offset(view, t)) : 0) + chunk * 8;
-        const u32 offset = swizzled(row, chunk);
-        cp_async_16(k_dst + offset, k + at, in_range);
-        cp_async_16(v_dst + offset, v + at, in_range);
-    }
-    if (PAGE_AHEAD) read_pages<KV_PASSES, ROWS_PER_PASS>(pages, view, row0 + TILE_N, limit, tid / CHUNKS);
+    decode_common::gather_tile<PAGE_AHEAD != 0, KV_PASSES, ROWS_PER_PASS, CHUNKS>(
+        k_dst, v_dst, k, v, view, row0, limit, tid, pages, [](int row, int chunk) { return swizzled(row, chunk); });
 }
 
 // exp2(a − b) of running maxima, with b = 0 standing in for −inf (a row that saw no key yet).

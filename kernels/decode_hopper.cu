@@ -63,9 +63,7 @@ using attn::pack_elem2;
 using attn::smem_addr;
 using decode_common::KvView;
 using decode_common::make_view;
-using decode_common::offset_in_page;
 using decode_common::read_pages;
-using decode_common::token_offset;
 using mma_ptx::cp_async_16;
 using mma_ptx::cp_async_commit;
 using mma_ptx::cp_async_wait;
@@ -95,26 +93,15 @@ __device__ __forceinline__ u32 swizzled(int rows, int r, int c) {
     return (c >> 3) * rows * 128 + r * 128 + ((((c & 7) ^ (r & 7))) << 4);
 }
 
-// K/V tile rows row0 .. row0 + BLOCK_N − 1 into the slot's tiles, gathered through the view; rows
-// >= limit are zero-filled without a read. Each thread copies chunk tid % CHUNKS of KV_PASSES rows.
-// Under PAGE_AHEAD the rows' pages come from `pages` (read_pages of this tile), and the next tile's
-// are read into it.
+// K/V tile rows row0 .. row0 + BLOCK_N − 1 into the slot's tiles (decode_common.cuh's
+// gather_tile, in the TMA's swizzled layout; under PAGE_AHEAD the next tile's pages are read into
+// `pages`).
 __device__ __forceinline__ void load_kv(u32 k_dst, u32 v_dst, const elem_t* __restrict__ k,
                                         const elem_t* __restrict__ v, const KvView& view, int row0, int limit,
                                         int tid, int (&pages)[KV_PASSES]) {
-    const int chunk = tid % CHUNKS;
-#pragma unroll
-    for (int i = 0; i < KV_PASSES; ++i) {
-        const int row = tid / CHUNKS + i * ROWS_PER_PASS;
-        const int t = row0 + row;
-        const bool in_range = t < limit;
-        const long long at =
-            (in_range ? (PAGE_AHEAD ? offset_in_page(view, pages[i], t) : token_offset(view, t)) : 0) + chunk * 8;
-        const u32 offset = swizzled(BLOCK_N, row, chunk);
-        cp_async_16(k_dst + offset, k + at, in_range);
-        cp_async_16(v_dst + offset, v + at, in_range);
-    }
-    if (PAGE_AHEAD) read_pages<KV_PASSES, ROWS_PER_PASS>(pages, view, row0 + BLOCK_N, limit, tid / CHUNKS);
+    decode_common::gather_tile<PAGE_AHEAD != 0, KV_PASSES, ROWS_PER_PASS, CHUNKS>(
+        k_dst, v_dst, k, v, view, row0, limit, tid, pages,
+        [](int row, int chunk) { return swizzled(BLOCK_N, row, chunk); });
 }
 
 }  // namespace decode_hopper
@@ -151,6 +138,10 @@ extern "C" __global__ void __launch_bounds__(128, 1)
     const int last = min(m0 + BLOCK_M, rows) - 1;
     const int block_lo = attn::row_kv_lo(m0 / group, sq, skv, window_left);
     const int block_hi = attn::row_kv_hi(last / group, sq, skv, 1, 0);
+    // Every real row of the tile sees keys [mask_lo_below, mask_hi_from) at least: a key tile
+    // inside that range needs no mask (padding rows past `rows` are never written).
+    const int mask_hi_from = attn::row_kv_hi(m0 / group, sq, skv, 1, 0);
+    const int mask_lo_below = attn::row_kv_lo(last / group, sq, skv, window_left);
     const int first_tile = block_lo / BLOCK_N;
     const int all_end = block_hi > block_lo ? (block_hi + BLOCK_N - 1) / BLOCK_N : first_tile;
     const int per_split = (all_end - first_tile + num_splits - 1) / num_splits;
@@ -239,7 +230,9 @@ extern "C" __global__ void __launch_bounds__(128, 1)
         const int kv0 = j * BLOCK_N;
         issue_qk(s_acc, q_tile, k_tiles + slot * KV_TILE_BYTES);
         wgmma_wait<0>();
-        softmax_scores(s_acc, kv0, true, true, lane_lo, lane_hi, t4, scale_log2, 0.f, row_max, row_sum, rescale);
+        const bool mask_hi = kv0 + BLOCK_N > mask_hi_from, mask_lo = kv0 < mask_lo_below;
+        softmax_scores(s_acc, kv0, mask_hi, mask_lo, lane_lo, lane_hi, t4, scale_log2, 0.f, row_max, row_sum,
+                       rescale);
         pack_p(s_acc, p_frag);
         rescale_o(o_acc, rescale);
         u64 desc_v[PV_K_STEPS][PANELS];
