@@ -8,7 +8,7 @@
 //! the grid, among them); `HEAD_DIM` is the ABI's.
 
 use std::collections::HashMap;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, OnceLock};
@@ -26,6 +26,21 @@ const SCRIPT: &str = include_str!("../../../kernels/triton_aot.py");
 pub const PYTHON_VAR: &str = "ATTN_PYTHON";
 /// A folder put first on the script's `PYTHONPATH` (where `cargo xtask test` installs Triton).
 pub const PYTHONPATH_VAR: &str = "ATTN_TRITON_PYTHONPATH";
+
+/// Seconds a Triton build may take (default [`DEFAULT_TIMEOUT_S`]).
+pub const TIMEOUT_VAR: &str = "ATTN_TRITON_TIMEOUT";
+/// A first build of a large kernel takes tens of seconds; a hang is ended at this bound.
+pub const DEFAULT_TIMEOUT_S: u64 = 300;
+
+/// The bound of one build: [`TIMEOUT_VAR`] in seconds, else [`DEFAULT_TIMEOUT_S`].
+fn compile_timeout() -> std::time::Duration {
+    let seconds = std::env::var(TIMEOUT_VAR)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&s| s > 0)
+        .unwrap_or(DEFAULT_TIMEOUT_S);
+    std::time::Duration::from_secs(seconds)
+}
 
 /// Triton's `num_warps` when `NUM_WARPS` is not defined.
 pub const DEFAULT_NUM_WARPS: i64 = 4;
@@ -158,7 +173,7 @@ pub fn compile(req: &TritonRequest<'_>) -> Result<TritonBuild> {
     if let Some(build) = builds.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
         return Ok(build.clone());
     }
-    let build = run_script(req, &request)?;
+    let build = run_script(req, &request, compile_timeout())?;
     builds
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -166,8 +181,18 @@ pub fn compile(req: &TritonRequest<'_>) -> Result<TritonBuild> {
     Ok(build)
 }
 
-/// One run of the compile script on `request`.
-fn run_script(req: &TritonRequest<'_>, request: &serde_json::Value) -> Result<TritonBuild> {
+/// One build of `req`, not remembered, ended after `limit` ([`compile`] bounds it by
+/// [`TIMEOUT_VAR`]).
+pub fn build_within(req: &TritonRequest<'_>, limit: std::time::Duration) -> Result<TritonBuild> {
+    run_script(req, &request_json(req)?, limit)
+}
+
+/// One run of the compile script on `request`, within `limit`.
+fn run_script(
+    req: &TritonRequest<'_>,
+    request: &serde_json::Value,
+    limit: std::time::Duration,
+) -> Result<TritonBuild> {
     let (python, mut cmd) = python()?;
     let mut child = cmd
         .args(["-c", SCRIPT])
@@ -185,9 +210,54 @@ fn run_script(req: &TritonRequest<'_>, request: &serde_json::Value) -> Result<Tr
             .write_all(request.to_string().as_bytes())
             .map_err(|e| KernelError::Triton(format!("writing to `{python}`: {e}")))?;
     }
-    let output = child
-        .wait_with_output()
-        .map_err(|e| KernelError::Triton(format!("waiting for `{python}`: {e}")))?;
+    // The user's module runs at import: a hang there must end in a line, not hang the caller.
+    // The pipes are drained on their own threads, so that a chatty child cannot block on them.
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
+    );
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
+    );
+    let started = std::time::Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if started.elapsed() < limit => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(KernelError::Triton(format!(
+                    "{}:{}: the compile did not finish within {} s (importing the file or Triton's build hung; {TIMEOUT_VAR} sets the bound)",
+                    req.path.display(),
+                    req.kernel,
+                    limit.as_secs()
+                )));
+            }
+            Err(e) => return Err(KernelError::Triton(format!("waiting for `{python}`: {e}"))),
+        }
+    };
+    let output = std::process::Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    };
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         // The script's own refusals are one line; a crash's traceback ends with what happened.

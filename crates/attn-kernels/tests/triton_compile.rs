@@ -131,3 +131,33 @@ fn a_triton_kernel_off_the_abi_is_refused_in_one_line() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn a_triton_file_that_hangs_at_import_is_ended_in_one_line() {
+    if !triton_available() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("attn-triton-hang-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("hangs.py");
+    std::fs::write(&path, "import time\ntime.sleep(60)\n").unwrap();
+    let defines = Config::default();
+    let req = TritonRequest {
+        path: &path,
+        kernel: "attn_fwd",
+        dtype: DType::F16,
+        head_dim: 64,
+        defines: &defines,
+        arch: 90,
+    };
+    let started = std::time::Instant::now();
+    let err = triton::build_within(&req, std::time::Duration::from_secs(2))
+        .unwrap_err()
+        .to_string();
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    assert!(
+        err.contains("did not finish within 2 s") && !err.contains('\n'),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
