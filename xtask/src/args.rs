@@ -122,7 +122,8 @@ fn names_identifier(text: &str, name: &str) -> bool {
 }
 
 /// Refuses, before PyTorch or a GPU is probed, what `--baseline NAME` could never time. An SDPA
-/// baseline (`sdpa` with `backend`, or `fa3`): a problem it has no kernel for ([`sdpa::refusal`]:
+/// baseline (`sdpa` with `backend`, `fa3`, or a Python callable `py:FILE.py:FUNCTION`, whose file
+/// and name are checked here): a problem it has no kernel for ([`sdpa::refusal`]:
 /// a window for SDPA's own backends, a varlen batch), or FA3 outside batch mode; without PyTorch
 /// `sdpa` would fall back to cuBLAS, whose own refusal would not name the baselines that work. A
 /// registered implementation: a problem outside its variants. (`rev:REF` is read later, from git.)
@@ -136,6 +137,10 @@ pub fn check_baseline(
         "fa3" => Backend::Fa3,
         "sdpa" => backend,
         _ if name.starts_with("rev:") => return Ok(()),
+        _ if name.starts_with("py:") => {
+            attn_measure::baseline::PyCallable::parse(&name["py:".len()..])?;
+            Backend::Py
+        }
         _ => {
             refuse_decode_implementation("--baseline", name)?;
             let baseline = Candidate::registered(name, Config::default())?;

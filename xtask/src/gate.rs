@@ -35,9 +35,10 @@ pub struct Args {
     #[command(flatten)]
     pub problems: ProblemArgs,
     /// What to beat: sdpa (falls back to cublas without PyTorch), fa3 (FlashAttention-3 through
-    /// JAX, its library in ATTN_FA3_LIB; --mode batch), cublas, a registered implementation, or
-    /// rev:REF, the candidate as committed at git revision REF (a ratchet: fails only on a
-    /// regression). With --pass backward: a backward implementation, or sdpa (or sdpa:cudnn,
+    /// JAX, its library in ATTN_FA3_LIB; --mode batch), cublas, a registered implementation,
+    /// py:FILE.py:FUNCTION (your Python callable, fn(q, k, v, scale=, causal=) -> O, timed with
+    /// fresh inputs and every output checked), or rev:REF, the candidate as committed at git
+    /// revision REF (a ratchet: fails only on a regression). With --pass backward: a backward implementation, or sdpa (or sdpa:cudnn,
     /// sdpa:flash, sdpa:efficient, sdpa:math), PyTorch SDPA's backward through autograd, no
     /// fallback.
     #[arg(long, default_value = "sdpa")]

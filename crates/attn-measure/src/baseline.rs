@@ -9,16 +9,70 @@ use crate::revision::{at_revision, Repo};
 use crate::sdpa::{Backend, Sdpa};
 use crate::{MeasureError, Problem, Result};
 
+/// A user's Python callable as a baseline (`--baseline py:FILE.py:FUNCTION`), as evidence names
+/// it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PyCallable {
+    /// The `.py` file.
+    pub file: std::path::PathBuf,
+    /// The function.
+    pub function: String,
+    /// The SHA-256 of the file's text when it was loaded.
+    pub source_sha256: String,
+}
+
+impl PyCallable {
+    /// `FILE.py:FUNCTION`, refused in one line when the file is not there or FUNCTION is no
+    /// Python name.
+    pub fn parse(spec: &str) -> Result<PyCallable> {
+        let bad = |why: String| MeasureError::Invalid(format!("--baseline py:{spec}: {why}"));
+        let (file, function) = spec
+            .rsplit_once(':')
+            .filter(|(_, f)| !f.contains('/'))
+            .ok_or_else(|| bad("give FILE.py:FUNCTION".into()))?;
+        let identifier = function
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && function
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !identifier {
+            return Err(bad(format!("`{function}` is not a Python function name")));
+        }
+        let text = std::fs::read(file).map_err(|e| bad(format!("{file}: {e}")))?;
+        Ok(PyCallable {
+            file: file.into(),
+            function: function.to_string(),
+            source_sha256: attn_kernels::compile::sha256_hex(&text),
+        })
+    }
+
+    /// Its evidence description: `py:<file name>:<function>` and the file's hash.
+    pub fn implementation(&self) -> Implementation {
+        let name = self
+            .file
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let mut imp = Implementation::named(format!("py:{name}:{}", self.function));
+        imp.source_sha256 = Some(self.source_sha256.clone());
+        imp
+    }
+}
+
 /// The baseline of a comparison.
 #[derive(Debug)]
 pub enum Baseline {
     /// PyTorch SDPA through the helper, with a backend (or FlashAttention-3 through the same
-    /// helper: [`Backend::Fa3`]).
+    /// helper: [`Backend::Fa3`]; or a user's Python callable: [`Backend::Py`]).
     Sdpa {
         /// The running helper.
         sdpa: Sdpa,
         /// The backend asked for.
         backend: Backend,
+        /// The py backend's callable.
+        callable: Option<Box<PyCallable>>,
     },
     /// A registered implementation (`cublas`, or any other, the candidate itself included), or
     /// the candidate at a git revision (a ratchet, [`Candidate::Revision`]).
@@ -32,6 +86,17 @@ impl Baseline {
     /// through the helper; its library and PyTorch must be there, no fallback), `cublas`, or any
     /// registered implementation.
     pub fn from_name(name: &str, backend: Backend) -> Result<(Baseline, Option<String>)> {
+        if let Some(spec) = name.strip_prefix("py:") {
+            let callable = PyCallable::parse(spec)?;
+            let sdpa = Sdpa::detect()?;
+            sdpa.load_callable(&callable.file, &callable.function)?;
+            let baseline = Baseline::Sdpa {
+                sdpa,
+                backend: Backend::Py,
+                callable: Some(Box::new(callable)),
+            };
+            return Ok((baseline, None));
+        }
         // A backend asked for by name (FA3, varlen_attn, FlexAttention): no fallback.
         let named = if name == "fa3" {
             Some(Backend::Fa3)
@@ -43,11 +108,23 @@ impl Baseline {
                 Backend::fa3_library()?;
             }
             let sdpa = Sdpa::detect()?;
-            return Ok((Baseline::Sdpa { sdpa, backend }, None));
+            let baseline = Baseline::Sdpa {
+                sdpa,
+                backend,
+                callable: None,
+            };
+            return Ok((baseline, None));
         }
         if name == "sdpa" {
             return Ok(match Sdpa::detect() {
-                Ok(sdpa) => (Baseline::Sdpa { sdpa, backend }, None),
+                Ok(sdpa) => (
+                    Baseline::Sdpa {
+                        sdpa,
+                        backend,
+                        callable: None,
+                    },
+                    None,
+                ),
                 Err(err) => (
                     Baseline::Registered(Candidate::registered("cublas", Config::default())?),
                     Some(format!(
@@ -126,6 +203,9 @@ impl Baseline {
     /// The evidence description.
     pub fn implementation(&self) -> Implementation {
         match self {
+            Baseline::Sdpa {
+                callable: Some(c), ..
+            } => c.implementation(),
             Baseline::Sdpa { backend, .. } => sdpa_implementation(*backend),
             Baseline::Registered(c) => candidate_implementation(c, None),
         }
@@ -219,6 +299,31 @@ pub fn median(values: &[f64]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_python_callable_is_named_file_colon_function_and_hashed() {
+        let dir = std::env::temp_dir().join(format!("attn-py-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("mine.py");
+        std::fs::write(&file, "def attend(q, k, v, scale, causal):\n    return q\n").unwrap();
+        let spec = format!("{}:attend", file.display());
+        let callable = PyCallable::parse(&spec).unwrap();
+        let imp = callable.implementation();
+        assert_eq!(imp.name, "py:mine.py:attend");
+        assert_eq!(imp.source_sha256.as_deref().map(str::len), Some(64));
+        for (bad, says) in [
+            (file.display().to_string(), "FILE.py:FUNCTION"),
+            (
+                format!("{}:not-a-name", file.display()),
+                "not a Python function name",
+            ),
+            ("missing.py:attend".to_string(), "missing.py"),
+        ] {
+            let err = PyCallable::parse(&bad).unwrap_err().to_string();
+            assert!(err.contains(says) && !err.contains('\n'), "{bad}: {err}");
+        }
+        std::fs::remove_dir_all(&dir).ok();
+    }
 
     #[test]
     fn median_takes_a_single_sample_and_is_nan_only_for_none() {

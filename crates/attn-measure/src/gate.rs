@@ -565,7 +565,7 @@ fn baseline_side<'s>(
     seed: u64,
 ) -> Result<Box<dyn TimedSide + 's>> {
     Ok(match baseline {
-        Baseline::Sdpa { sdpa, backend } => {
+        Baseline::Sdpa { sdpa, backend, .. } => {
             Box::new(SdpaSide::new(gpu, sdpa, *backend, problem, seed ^ 0xba5e))
         }
         Baseline::Registered(c) => {

@@ -60,6 +60,12 @@ pub enum Backend {
     /// page policy and lengths, planned outside the timed region. Checked on sampled rows before
     /// it is timed, as FA3's is; its version goes into the run's provenance.
     Flashinfer,
+    /// Not SDPA: a user's Python callable, `fn(q, k, v, scale=, causal=) -> O` on `[B, H, S, D]`
+    /// tensors, named by `--baseline py:FILE.py:FUNCTION` ([`Sdpa::load_callable`] loads it into
+    /// the helper; it is never parsed from a backend name). Checked on sampled rows, then timed
+    /// eagerly with fresh inputs for every sample, every timed output checked, by a timer bound
+    /// before its module ran (sdpa_helper.py's `PyCallable` says what that covers).
+    Py,
 }
 
 /// The environment variable naming FlashAttention-3's library (a build exporting the XLA FFI
@@ -68,7 +74,7 @@ pub const FA3_LIB_VAR: &str = "ATTN_FA3_LIB";
 
 impl Backend {
     /// Every backend.
-    pub const ALL: [Backend; 9] = [
+    pub const ALL: [Backend; 10] = [
         Backend::Default,
         Backend::Flash,
         Backend::Efficient,
@@ -78,6 +84,7 @@ impl Backend {
         Backend::Varlen,
         Backend::Flex,
         Backend::Flashinfer,
+        Backend::Py,
     ];
 
     /// Its name on the command line and in evidence.
@@ -92,6 +99,7 @@ impl Backend {
             Backend::Varlen => "varlen",
             Backend::Flex => "flex",
             Backend::Flashinfer => "flashinfer",
+            Backend::Py => "py",
         }
     }
 
@@ -148,6 +156,11 @@ impl std::str::FromStr for Backend {
     type Err = MeasureError;
 
     fn from_str(text: &str) -> Result<Backend> {
+        if text == "py" {
+            return Err(MeasureError::Invalid(
+                "a Python callable is named by --baseline py:FILE.py:FUNCTION, not by a backend name".into(),
+            ));
+        }
         Backend::ALL
             .into_iter()
             .find(|b| b.as_str() == text)
@@ -175,6 +188,11 @@ pub fn refusal(problem: &Problem, backend: Backend) -> Option<String> {
     if problem.varlen.is_some() && backend != Backend::Varlen {
         return Some(format!(
             "{problem}: {backend} is no baseline for a packed varlen batch (it takes dense batches, and a padded batch is other work); time PyTorch's varlen_attn (--sdpa-backend varlen) or a registered implementation (--baseline mma)"
+        ));
+    }
+    if backend == Backend::Py && problem.params.window.is_bounded() {
+        return Some(format!(
+            "{problem}: a py callable is called as fn(q, k, v, scale=, causal=), with no window to pass; gate a window against --sdpa-backend varlen or flex, or a registered implementation"
         ));
     }
     if !backend.is_sdpa() {
@@ -291,6 +309,11 @@ enum Request<'a> {
     Info,
     /// Import FlashInfer's attention modules and name its version.
     Flashinfer,
+    /// Load the py backend's callable.
+    Callable {
+        file: &'a Path,
+        function: &'a str,
+    },
     Run(RunRequest<'a>),
     Time(TimeRequest<'a>),
     Decode(DecodeRequest<'a>),
@@ -410,8 +433,19 @@ struct TimeRequest<'a> {
     scale: f64,
     /// A varlen batch's lengths, or `None` for a dense batch.
     varlen: Option<PackedLengths<'a>>,
+    /// The bound every timed output of a py callable is held to (the oracle's table for normal
+    /// inputs); absent for the other backends.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tolerance: Option<attn_oracle::Tolerance>,
     #[serde(flatten)]
     protocol: Protocol,
+}
+
+/// The helper's reply to a callable request.
+#[derive(Debug, Deserialize)]
+struct CallableReply {
+    #[allow(dead_code)] // read to check the reply's form
+    callable: String,
 }
 
 /// The helper's reply to a time request.
@@ -612,6 +646,15 @@ impl Sdpa {
         Ok(())
     }
 
+    /// Loads `function` of the Python file `file` as the helper's py backend ([`Backend::Py`]):
+    /// importing it runs its module in the helper's process, after the helper has bound its timer.
+    pub fn load_callable(&self, file: &Path, function: &str) -> Result<()> {
+        let _: CallableReply = self
+            .call(&Request::Callable { file, function })
+            .map_err(|e| MeasureError::Sdpa(format!("py:{}:{function}: {e}", file.display())))?;
+        Ok(())
+    }
+
     /// Times SDPA on `problem` with the harness's protocol: `sets` input sets drawn from `seed`,
     /// the L2 flushed with `flush_bytes`. Repeated calls on one problem continue its rotation.
     pub fn time(
@@ -636,6 +679,8 @@ impl Sdpa {
                 window: problem.params.window.abi(),
                 scale: problem.params.scale,
                 varlen: PackedLengths::of(problem),
+                tolerance: (backend == Backend::Py)
+                    .then(|| attn_oracle::tolerance(s.dtype, attn_oracle::Distribution::Normal)),
                 protocol: Protocol::new(backend, opts, sets, seed, flush_bytes),
             }))
             .map_err(|e| MeasureError::Sdpa(format!("{backend} on {problem}: {e}")))?;
@@ -821,6 +866,7 @@ mod tests {
             window: (16, -1),
             scale: 0.125,
             varlen: None,
+            tolerance: None,
             protocol: Protocol {
                 backend: Backend::Flash,
                 warmup: 1,
@@ -835,6 +881,8 @@ mod tests {
         });
         let value: serde_json::Value = serde_json::to_value(&time).unwrap();
         assert_eq!(value["kind"], "time");
+        // Only a py callable's request carries the bound its timed outputs are held to.
+        assert!(value.get("tolerance").is_none());
         assert_eq!(value["dtype"], "bf16");
         assert_eq!(value["backend"], "flash");
         assert_eq!(value["mode"], "graph");
@@ -1060,9 +1108,13 @@ mod tests {
         assert!(!Backend::Flashinfer.is_sdpa() && Backend::Flashinfer.times_decode());
         assert!(Backend::Default.times_decode() && !Backend::Varlen.times_decode());
         assert!(Backend::Flashinfer.check_mode(TimingMode::Graph).is_ok());
-        for backend in Backend::ALL {
+        for backend in Backend::ALL.into_iter().filter(|&b| b != Backend::Py) {
             assert_eq!(backend.as_str().parse::<Backend>().unwrap(), backend);
         }
+        // A callable has a file: never a bare backend name.
+        let py = "py".parse::<Backend>().unwrap_err().to_string();
+        assert!(py.contains("--baseline py:FILE.py:FUNCTION"), "{py}");
+        assert!(!Backend::Py.is_sdpa() && !Backend::Py.times_decode());
         let err = "fast".parse::<Backend>().unwrap_err().to_string();
         assert!(
             err.contains("varlen")

@@ -14,12 +14,17 @@ mask of attn's mask: PyTorch's compiled kernel that skips the blocks a window or
 only: its tensor-core decode wrapper when every sequence has one new token, else its paged prefill
 wrapper (causal, bottom-right), on a paged cache of the request's page size and page policy and
 its lengths as they are (ragged included), checked on sampled rows before it is timed by the same
-protocol as SDPA's decode side.
+protocol as SDPA's decode side. The backend "py" is a user's Python callable, loaded once by a
+"callable" request (see PyCallable): called as fn(q, k, v, scale=, causal=) on [B, H, S, D] tensors
+(K and V with their own heads), checked on sampled rows, then timed eagerly with every sample's
+inputs drawn afresh in place and every timed output checked against a float32 reference, by a
+timer bound before the callable's module ran.
 
 Usage: python3 sdpa_helper.py   (requests on stdin, replies on stdout, one JSON object a line)
 Requests (attn-measure's `sdpa::Request`):
   {"kind": "info"}
   {"kind": "flashinfer"}   (imports FlashInfer's attention modules: {"flashinfer": version})
+  {"kind": "callable", "file": path, "function": name}   (loads the "py" backend's callable)
   {"kind": "run", "q": path, "k": path, "v": path, "out": path, "dtype": "fp16"|"bf16",
    "causal": bool, "window": [left, right] (-1 unbounded), "scale": float,
    "backend": "default"|"flash"|"efficient"|"cudnn"|"math"|"fa3"|"varlen"|"flex",
@@ -256,6 +261,7 @@ class Helper:
         self._flex = None
         self._flashinfer = None
         self._flashinfer_workspace = None
+        self.py = None
 
     def handle(self, request):
         kind = request["kind"]
@@ -274,6 +280,9 @@ class Helper:
             return self.backward().handle(request)
         if kind == "flashinfer":
             return {"flashinfer": self.flashinfer().__version__}
+        if kind == "callable":
+            self.py = PyCallable(self, request["file"], request["function"])
+            return {"callable": f"{request['file']}:{request['function']}"}
         raise ValueError(f"unknown request kind {kind}")
 
     def backend(self, name):
@@ -451,6 +460,8 @@ class Helper:
         if job["backend"] == "flashinfer":
             q, k, v = qkv
             return aux["wrapper"].run(q, (k, v))
+        if job["backend"] == "py":
+            return self.callable().call(*qkv, job)
         if job["backend"] == "varlen":
             return self.varlen(*qkv, aux, job)
         if job.get("varlen") is not None:
@@ -474,6 +485,8 @@ class Helper:
             raise ValueError("FA3 runs no .npy inputs here: it is a timing baseline (--baseline fa3)")
         if job["backend"] == "flashinfer":
             raise ValueError("flashinfer runs no .npy inputs here: it is a decode timing baseline")
+        if job["backend"] == "py":
+            raise ValueError("a py callable runs no .npy inputs here: it is a timing baseline (--baseline py:FILE.py:FUNCTION)")
         q, k, v = (self.load(job[x], job["dtype"]) for x in ("q", "k", "v"))
         with self.backend(job["backend"]), torch.no_grad():
             if job["backend"] == "varlen":
@@ -572,6 +585,11 @@ class Helper:
         self.timing_key, self.timing_state = key, state
         return state
 
+    def callable(self):
+        if self.py is None:
+            raise ValueError("the py backend has no callable: send a callable request first")
+        return self.py
+
     def fa3(self):
         if self._fa3 is None:
             self._fa3 = Fa3(self.np)
@@ -585,6 +603,8 @@ class Helper:
     def time(self, job):
         if job["backend"] == "fa3":
             return self.fa3().time(job)
+        if job["backend"] == "py":
+            return self.callable().time(job)
         if job["backend"] == "flashinfer" and "layout" not in job:
             raise ValueError("flashinfer times decode batches only: a prefill problem has no paged cache to give it")
         torch = self.torch
@@ -639,6 +659,209 @@ def event_protocol(torch, job, state, n_sets, launch, timed):
         guard_events.append(start.elapsed_time(end) * 1000.0)
     return {"samples_us": samples, "wall_us": wall, "guard_event_us": guard_events,
             "launches_per_sample": per_sample}
+
+
+class PyCallable:
+    """A user's Python callable as a baseline (backend "py"): fn(q, k, v, scale=, causal=) -> O.
+
+    Its module runs in this process, so what it could reach is taken first: the timer's functions
+    (CUDA events, device synchronisation, the host clock, the current stream) are bound before the
+    module is imported, and the timing calls those bindings; a sample after which torch's own names
+    no longer point at them is refused ("patched the timer"). Each call must return a new tensor of
+    the inputs' shape, dtype and device, sharing no memory with them or with another call's output
+    in the same sample (a view of V, a remembered output), and leave the current stream as it
+    found it.
+    Every sample's inputs are drawn afresh in place (the same addresses, new values: an output
+    remembered by address is stale), its inputs must come back unchanged, and every timed output is
+    checked against a float32 reference of those inputs within the request's tolerance (the oracle's
+    table for normal inputs, from the request). Work that outlives the timed stream's last event in
+    most samples (another stream) is refused: measured by the host's wait for the whole device, the
+    one clock that sees streams it was not told of. Not covered: a callable that writes outside its
+    own allocations, or that inspects this module's frames to find and patch the bound timer."""
+
+    def __init__(self, helper, path, function):
+        import importlib.util
+        torch = helper.torch
+        self.helper, self.torch = helper, torch
+        self.bound = self.timer_names()
+        spec = importlib.util.spec_from_file_location("attn_py_callable", path)
+        if spec is None or spec.loader is None:
+            raise ValueError(f"{path}: not a Python file")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        fn = getattr(module, function, None)
+        if not callable(fn):
+            raise ValueError(f"{path} has no callable `{function}`")
+        self.fn, self.name = fn, f"{path}:{function}"
+
+    def timer_names(self):
+        torch = self.torch
+        return {"torch.cuda.Event": torch.cuda.Event, "torch.cuda.Event.record": torch.cuda.Event.record,
+                "torch.cuda.Event.synchronize": torch.cuda.Event.synchronize,
+                "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time,
+                "torch.cuda.synchronize": torch.cuda.synchronize, "time.perf_counter": time.perf_counter,
+                "torch.cuda.current_stream": torch.cuda.current_stream}
+
+    def check_timer(self):
+        now = self.timer_names()
+        patched = [name for name, fn in self.bound.items() if now[name] is not fn]
+        if patched:
+            raise ValueError(f"the callable patched the timer ({', '.join(patched)})")
+
+    @staticmethod
+    def span(t):
+        start = t.untyped_storage().data_ptr()
+        return start, start + t.untyped_storage().nbytes()
+
+    def call(self, q, k, v, job):
+        """One checked call (outside the timed region): the output, or why it is refused."""
+        stream = self.bound["torch.cuda.current_stream"]()
+        o = self.fn(q, k, v, scale=job["scale"], causal=bool(job["causal"]))
+        self.validate(o, (q, k, v), stream)
+        return o
+
+    def validate(self, o, qkv, stream):
+        """A returned output: a new tensor of Q's shape, dtype and device, sharing no memory with
+        the inputs, the current stream left as it was."""
+        torch = self.torch
+        q = qkv[0]
+        if self.bound["torch.cuda.current_stream"]() != stream:
+            raise ValueError("the callable left another stream current")
+        if not isinstance(o, torch.Tensor):
+            raise ValueError(f"the callable returned {type(o).__name__}, not a tensor")
+        if o.device != q.device or tuple(o.shape) != tuple(q.shape):
+            raise ValueError(f"the callable returned {tuple(o.shape)} on {o.device}; Q is {tuple(q.shape)} on {q.device}")
+        if o.dtype != q.dtype:
+            raise ValueError(f"the callable returned {o.dtype} for {q.dtype} inputs (a down-cast?)")
+        lo, hi = self.span(o)
+        for name, t in zip(("Q", "K", "V"), qkv):
+            a, b = self.span(t)
+            if lo < b and a < hi:
+                raise ValueError(f"the callable returned memory of its input {name} (a view of its inputs?)")
+
+    def reference(self, q, k, v, job):
+        helper = self.helper
+        with helper.backend("math"):
+            return helper.sdpa(q.float(), k.float(), v.float(), job)
+
+    def judge(self, o, ref, job, what):
+        tol = job["tolerance"]
+        torch = self.torch
+        err = (o.float() - ref).abs()
+        bound = torch.clamp(ref.abs() * tol["rel_l2"], min=tol["max_abs"])
+        bad = int((~(err <= bound)).sum())  # NaN counts as bad
+        rel = float(torch.linalg.vector_norm(o.float() - ref) / torch.linalg.vector_norm(ref).clamp(min=1e-30))
+        if bad or not rel <= tol["rel_l2"]:
+            raise ValueError(f"{what}: {bad} elements off a float32 reference (relative L2 {rel:.3g}): a stale, remembered or wrong output")
+
+    def time(self, job):
+        torch, helper = self.torch, self.helper
+        b, h, sq, skv, d = job["shape"]
+        if job.get("varlen") is not None or any(w >= 0 for w in job.get("window", [-1, -1])):
+            raise ValueError("a py callable takes dense batches without a window (fn(q, k, v, scale=, causal=))")
+        hkv = job.get("kv_heads", h)
+        dtype = helper.dtypes[job["dtype"]]
+        gen = torch.Generator(device=helper.dev)
+        gen.manual_seed(job["seed"])
+        n_sets = max(1, job["sets"])
+        sets = [tuple(torch.empty(dim, device=helper.dev, dtype=dtype)
+                      for dim in ((b, h, sq, d), (b, hkv, skv, d), (b, hkv, skv, d)))
+                for _ in range(n_sets)]
+
+        def refill(i):
+            for t in sets[i]:
+                t.copy_(torch.randn(t.shape, generator=gen, device=helper.dev, dtype=torch.float32))
+
+        def sums(i):
+            return [int(t.view(torch.int16).sum(dtype=torch.int64)) for t in sets[i]]
+
+        for i in range(n_sets):
+            refill(i)
+        with torch.no_grad():
+            before = sums(0)
+            out = self.call(*sets[0], job)
+            # Whatever it ran, on any stream, done before its inputs and output are read.
+            self.bound["torch.cuda.synchronize"]()
+            if sums(0) != before:
+                raise ValueError("the callable changed its inputs")
+            q, k, v = sets[0]
+            check_rows(helper.np, lambda x: x.double().cpu().numpy(), to_packed(out), to_packed(q), to_packed(k),
+                       to_packed(v), offsets([sq] * b), offsets([skv] * b), job, self.name)
+        bound = self.bound
+        start, end = bound["torch.cuda.Event"](enable_timing=True), bound["torch.cuda.Event"](enable_timing=True)
+        record, ev_sync, elapsed = (bound["torch.cuda.Event.record"], bound["torch.cuda.Event.synchronize"],
+                                    bound["torch.cuda.Event.elapsed_time"])
+        sync, clock = bound["torch.cuda.synchronize"], bound["time.perf_counter"]
+        flush = torch.empty(job["flush_bytes"], dtype=torch.uint8, device=helper.dev)
+        per_sample = job["batch_launches"] if job["mode"] == "batch" else 1
+        counter = [0]
+
+        def next_sets():
+            chosen = []
+            for _ in range(per_sample):
+                counter[0] += 1
+                chosen.append(counter[0] % n_sets)
+            return chosen
+
+        samples, wall, guard_events, escaped = [], [], [], []
+        with torch.no_grad():
+            for _ in range(job["warmup"]):
+                for i in next_sets():
+                    self.call(*sets[i], job)
+            sync()
+            for n in range(job["samples"]):
+                chosen = next_sets()
+                for i in set(chosen):
+                    refill(i)
+                refs = {i: self.reference(*sets[i], job) for i in set(chosen)}
+                before = {i: sums(i) for i in set(chosen)}
+                if job["mode"] != "batch":
+                    flush.fill_(n % 251)
+                sync()
+                # Nothing but the calls between the events; their outputs are judged after.
+                stream = bound["torch.cuda.current_stream"]()
+                fn, scale, causal = self.fn, job["scale"], bool(job["causal"])
+                outs = []
+                record(start)
+                for i in chosen:
+                    outs.append((i, fn(*sets[i], scale=scale, causal=causal)))
+                record(end)
+                ev_sync(end)
+                t_end = clock()
+                sync()
+                escaped_us = (clock() - t_end) * 1e6
+                sample_us = elapsed(start, end) * 1000.0
+                self.check_timer()
+                escaped.append(escaped_us if escaped_us > max(50.0, 0.25 * sample_us) else 0.0)
+                for i, o in outs:
+                    self.validate(o, sets[i], stream)
+                    self.judge(o, refs[i], job, f"timed sample {n}, input set {i}")
+                live = sorted(self.span(o) for _, o in outs)
+                if any(a[1] > b[0] for a, b in zip(live, live[1:])):
+                    raise ValueError(f"timed sample {n}: two calls returned the same memory (a remembered output?)")
+                for i in set(chosen):
+                    if sums(i) != before[i]:
+                        raise ValueError(f"timed sample {n}: the callable changed its inputs (set {i})")
+                samples.append(sample_us / per_sample)
+            # The host's wait for the whole device after the timed stream's end, which another
+            # process's use of the GPU can stretch now and then: work that escapes the timed
+            # stream stretches most samples' wait, so most must.
+            late = sorted(e for e in escaped if e > 0.0)
+            if len(late) > len(escaped) // 2:
+                raise ValueError(f"work outlived the timed stream in {len(late)} of {len(escaped)} samples "
+                                 f"(median {late[len(late) // 2]:.0f} us): the callable runs work on another stream")
+            for n in range(job["guard_launches"]):
+                i = n % n_sets
+                t0 = clock()
+                record(start)
+                self.fn(*sets[i], scale=job["scale"], causal=bool(job["causal"]))
+                record(end)
+                sync()
+                wall.append((clock() - t0) * 1e6)
+                guard_events.append(elapsed(start, end) * 1000.0)
+            self.check_timer()
+        return {"samples_us": samples, "wall_us": wall, "guard_event_us": guard_events,
+                "launches_per_sample": per_sample}
 
 
 class Fa3:

@@ -10,7 +10,10 @@
 //! that need no GPU (FlexAttention's mask, varlen_attn's layouts) run on the CPU in an ignored
 //! test, with the GPU tests where PyTorch is (`tests/fixtures/helper_torch.py`). FlashInfer's
 //! block tables, indices and import error are pure Python (`tests/fixtures/helper_flashinfer.py`)
-//! and run with python3 alone.
+//! and run with python3 alone. The py baseline's defences (a Python callable that remembers
+//! outputs, returns V, works on a side stream, down-casts, changes its inputs or patches the
+//! timer, each refused for its own reason, and an honest one timed) run on the GPU
+//! (`tests/fixtures/helper_callables.py`).
 
 use std::path::Path;
 use std::process::Command;
@@ -182,4 +185,33 @@ fn sdpa_backward_gradients_match_float64_and_a_captured_replay_is_a_plain_call()
     }
     assert!(checked >= 20, "{report}");
     assert_eq!(report["flex refused"], "passed", "{report}");
+}
+
+#[test]
+#[ignore = "needs PyTorch and a GPU (run with the GPU tests)"]
+fn a_python_callable_baseline_is_refused_for_each_known_exploit() {
+    let report = fixture_report("helper_callables.py");
+    for mode in ["graph", "batch"] {
+        let verdict = |name: &str| {
+            report[format!("{name} {mode}")]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        };
+        assert_eq!(verdict("honest"), "passed", "{report}");
+        for (name, says) in [
+            ("remembers_outputs", "a stale, remembered or wrong output"),
+            ("returns_v", "memory of its input V"),
+            ("side_stream", "another stream"),
+            ("down_casts", "a down-cast"),
+            ("zeros_inputs", "changed its inputs"),
+            (
+                "attend",
+                "patched the timer (torch.cuda.Event.elapsed_time)",
+            ),
+        ] {
+            let why = verdict(name);
+            assert!(why.contains(says), "{name} {mode}: {why}\n{report}");
+        }
+    }
 }

@@ -365,7 +365,7 @@ impl Worker {
         let (baseline, _) = Baseline::from_name(name, sdpa_backend)?;
         let (gpu, problem) = (&self.gpu, &self.problem);
         let timings = match &baseline {
-            Baseline::Sdpa { sdpa, backend } => {
+            Baseline::Sdpa { sdpa, backend, .. } => {
                 SdpaSide::new(gpu, sdpa, *backend, problem, seed).block(&self.timing)?
             }
             Baseline::Registered(candidate) => {
