@@ -153,3 +153,98 @@ fn a_window_against_sdpa_says_which_baselines_have_a_window_kernel() {
         &["cublas", "sliding windows"],
     );
 }
+
+#[test]
+fn triton_kernels_and_python_baselines_are_checked_before_the_gpu_probe() {
+    let dir = inputs();
+    let d = dir.path();
+    std::fs::write(
+        d.join("mine.py"),
+        "def attend(q, k, v, scale, causal):\n    return q\n",
+    )
+    .unwrap();
+    for (args, expected) in [
+        (
+            vec![
+                "gate",
+                "--triton",
+                "missing.py:attn_fwd",
+                "--shape",
+                "1,8,512,64",
+            ],
+            vec!["--triton missing.py:attn_fwd", "no file missing.py"],
+        ),
+        (
+            vec![
+                "gate",
+                "--triton",
+                "mine.py:not-a-name",
+                "--shape",
+                "1,8,512,64",
+            ],
+            vec!["not-a-name", "not a Python function name"],
+        ),
+        (
+            vec![
+                "gate",
+                "--triton",
+                "mine.py:attend",
+                "--define",
+                "SHARED_BYTES=1024",
+                "--shape",
+                "1,8,512,64",
+            ],
+            vec!["SHARED_BYTES", "Triton sizes"],
+        ),
+        (
+            vec![
+                "gate",
+                "--impl",
+                "mma",
+                "--define",
+                "BLOCK_M=64",
+                "--shape",
+                "1,8,512,64",
+            ],
+            vec!["--define", "--config"],
+        ),
+        (
+            vec![
+                "gate",
+                "--impl",
+                "mma",
+                "--baseline",
+                "py:missing.py:attend",
+                "--shape",
+                "1,8,512,64",
+            ],
+            vec!["py:missing.py:attend", "missing.py"],
+        ),
+        (
+            vec![
+                "gate",
+                "--impl",
+                "mma",
+                "--baseline",
+                "py:mine.py",
+                "--shape",
+                "1,8,512,64",
+            ],
+            vec!["py:mine.py", "FILE.py:FUNCTION"],
+        ),
+        (
+            vec![
+                "gate",
+                "--impl",
+                "mma",
+                "--baseline",
+                "py:mine.py:attend",
+                "--shape",
+                "1,8/2,700,64 causal window=128,0",
+            ],
+            vec!["py callable", "no window"],
+        ),
+    ] {
+        one_error_line(d, &args, &expected);
+    }
+}
