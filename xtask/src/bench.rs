@@ -26,6 +26,14 @@ pub struct Args {
     /// their defaults and per-shape tuning.
     #[arg(long, default_value = "")]
     pub config: String,
+    /// Your Triton kernels of the ABI to time too, `FILE.py:KERNEL` (repeatable); with no --impl,
+    /// only they (and the SDPA backends) are timed.
+    #[arg(long)]
+    pub triton: Vec<String>,
+    /// Defines of every --triton kernel, `K=V` (repeatable): BLOCK_M, NUM_WARPS, STAGES and its
+    /// constexprs.
+    #[arg(long = "define")]
+    pub defines: Vec<String>,
     /// SDPA backends to time alongside, comma-separated (empty for none); `fa3` is
     /// FlashAttention-3 through JAX (its library in ATTN_FA3_LIB; batch mode only), `varlen`
     /// PyTorch's varlen_attn (varlen batches and windows), `flex` FlexAttention (windows),
@@ -124,7 +132,19 @@ fn request(
         .map(String::as_str)
         .filter(|n| !n.is_empty())
         .collect();
-    let named = if names.is_empty() {
+    if args.triton.is_empty() && !args.defines.is_empty() {
+        anyhow::bail!("--define sets --triton kernels' defines; an --impl takes --config K=V,K=V");
+    }
+    let tritons = (args.triton.iter())
+        .map(|spec| crate::args::triton_candidate(spec, &args.defines))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let named = if names.is_empty() && !tritons.is_empty() {
+        let line = format!(
+            "Triton kernels {}: named by --triton",
+            args.triton.join(", ")
+        );
+        Some((Vec::new(), line))
+    } else if names.is_empty() {
         registry::named(None)?
             .map(|selection| (vec![selection.implementation.name], selection.reason))
     } else {
@@ -133,7 +153,8 @@ fn request(
     };
     let candidates = match &named {
         Some((names, line)) => {
-            let candidates = registered(names, overrides)?;
+            let mut candidates = registered(names, overrides)?;
+            candidates.extend(tritons);
             println!("{line}");
             validate(&candidates, &problems, &Limits::H100)?;
             candidates

@@ -17,6 +17,9 @@ use crate::progress::Progress;
 /// probe: `--impl` decode implementations (default `decode`), `--sdpa-backends` SDPA's own and
 /// `flashinfer`.
 pub fn request(args: &Args, specs: Vec<DecodeSpec>) -> anyhow::Result<DecodeBenchRequest> {
+    if !args.triton.is_empty() || !args.defines.is_empty() {
+        bail!("--triton kernels follow the forward ABI: they take prefill problems, not decode batches");
+    }
     let overrides: Config = args
         .config
         .parse()

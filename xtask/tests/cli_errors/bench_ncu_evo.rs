@@ -113,3 +113,48 @@ fn numbers_of_seconds_are_checked_when_parsed() {
         &["--synthetic needs --knob"],
     );
 }
+
+#[test]
+fn bench_takes_triton_kernels_for_prefill_problems_only() {
+    let dir = crate::inputs();
+    let d = dir.path();
+    crate::one_error_line(
+        d,
+        &[
+            "bench",
+            "--triton",
+            "missing.py:attn_fwd",
+            "--shape",
+            "1,8,512,64",
+        ],
+        &["--triton missing.py:attn_fwd", "no file missing.py"],
+    );
+    crate::one_error_line(
+        d,
+        &[
+            "bench",
+            "--impl",
+            "mma",
+            "--define",
+            "BLOCK_M=64",
+            "--shape",
+            "1,8,512,64",
+        ],
+        &["--define", "--config"],
+    );
+    let starter = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../kernels/examples/starter_triton.py:attn_fwd")
+        .display()
+        .to_string();
+    crate::one_error_line(
+        d,
+        &[
+            "bench",
+            "--triton",
+            &starter,
+            "--shape",
+            "decode B=2 q=1 kv=512 H=8/2 D=64 page=16",
+        ],
+        &["--triton", "not decode batches"],
+    );
+}
