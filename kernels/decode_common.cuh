@@ -18,12 +18,10 @@ namespace decode_common {
 struct FastDiv {
     unsigned int mul;
     unsigned int shift;
-    int divisor;
 };
 
 __device__ __forceinline__ FastDiv make_fast_div(int divisor) {
     FastDiv f;
-    f.divisor = divisor;
     unsigned int shift = 0;
     while ((1u << shift) < static_cast<unsigned int>(divisor)) ++shift;  // ceil(log2 divisor)
     f.shift = shift;

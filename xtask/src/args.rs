@@ -78,14 +78,7 @@ pub fn triton_candidate(spec: &str, defines: &[String]) -> anyhow::Result<Candid
         Some((file, kernel)) if !kernel.contains('/') => (file, kernel),
         _ => (spec, "attn_fwd"),
     };
-    let identifier = kernel
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && kernel
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if !identifier {
+    if !attn_kernels::triton::is_python_name(kernel) {
         bail!("--triton {spec}: `{kernel}` is not a Python function name (FILE.py:KERNEL)");
     }
     let path = Path::new(file);

@@ -260,11 +260,8 @@ fn build(candidate: &Candidate, dtype: DType, d: usize, arch: &Arch) -> anyhow::
         ..
     } = candidate
     {
-        let capability: u32 = arch
-            .0
-            .trim_start_matches("compute_")
-            .trim_end_matches('a')
-            .parse()
+        let capability = arch
+            .capability()
             .with_context(|| format!("--arch {}: not compute_NN", arch.0))?;
         let triton = attn_kernels::triton::compile(&attn_kernels::triton::TritonRequest {
             path,

@@ -68,6 +68,15 @@ impl Arch {
     pub fn sm(&self) -> String {
         self.0.replace("compute_", "sm_")
     }
+    /// The compute capability as one number (`compute_90a` → 90), as Triton's targets take it;
+    /// `None` for a name not of the form `compute_NN[a]`.
+    pub fn capability(&self) -> Option<u32> {
+        self.0
+            .strip_prefix("compute_")?
+            .trim_end_matches('a')
+            .parse()
+            .ok()
+    }
 }
 
 /// What to compile: a source, its name for messages, and its defines.

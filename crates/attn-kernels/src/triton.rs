@@ -84,6 +84,16 @@ pub struct TritonBuild {
     pub triton: String,
 }
 
+/// Whether `name` can name a Python function (ASCII letters, digits and `_`, not starting with a
+/// digit): what `--triton FILE.py:KERNEL` and `--baseline py:FILE.py:FUNCTION` check before any
+/// Python runs.
+pub fn is_python_name(name: &str) -> bool {
+    name.chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 /// Refuses, in one line, defines a Triton kernel cannot take (the `--src` launch ABI's).
 pub fn check_defines(defines: &Config) -> Result<()> {
     for name in NOT_FOR_TRITON {

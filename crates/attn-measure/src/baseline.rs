@@ -30,14 +30,7 @@ impl PyCallable {
             .rsplit_once(':')
             .filter(|(_, f)| !f.contains('/'))
             .ok_or_else(|| bad("give FILE.py:FUNCTION".into()))?;
-        let identifier = function
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-            && function
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !identifier {
+        if !attn_kernels::triton::is_python_name(function) {
             return Err(bad(format!("`{function}` is not a Python function name")));
         }
         let text = std::fs::read(file).map_err(|e| bad(format!("{file}: {e}")))?;

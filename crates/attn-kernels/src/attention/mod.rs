@@ -159,14 +159,21 @@ impl Prepared {
         dtype: DType,
         head_dim: usize,
     ) -> Result<Prepared> {
-        let (major, minor) = gpu.info().capability;
+        let arch = gpu.arch();
+        let capability = arch.capability().ok_or_else(|| {
+            KernelError::Triton(format!(
+                "{}: no compute capability in `{}`",
+                candidate.label(),
+                arch.0
+            ))
+        })?;
         let build = crate::triton::compile(&crate::triton::TritonRequest {
             path,
             kernel,
             dtype,
             head_dim,
             defines,
-            arch: (major * 10 + minor) as u32,
+            arch: capability,
         })?;
         let geometry = source_geometry(defines).built_by_triton(build.num_warps, build.shared);
         geometry.check(&candidate.label(), &gpu.limits())?;
