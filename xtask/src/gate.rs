@@ -106,6 +106,12 @@ pub struct Args {
     /// finding fails the run before any timing.
     #[arg(long, num_args = 0..=1, default_missing_value = "compute-sanitizer", value_name = "PATH")]
     pub sanitize: Option<PathBuf>,
+    /// A Python callable as the candidate, `FILE.py:FUNCTION`: `fn(q, k, v, scale=, causal=) -> O`
+    /// on [B, H, S, D] tensors, called in a helper process of its own on the gate's inputs,
+    /// every check and timed output verified (instead of --impl, --src or --triton; prefill
+    /// shapes without a window).
+    #[arg(long, conflicts_with_all = ["implementation", "src", "triton", "replay"])]
+    pub py: Option<String>,
     /// Recompute the decision from a stored evidence file (no GPU needed).
     #[arg(long, conflicts_with_all = ["implementation", "src", "shapes", "suite"])]
     pub replay: Option<PathBuf>,
@@ -171,6 +177,15 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         Some(other) => bail!("unknown --plant {other} (known: side-stream)"),
     };
     let decode = args.problems.decode_problems()?;
+    if let Some(spec) = &args.py {
+        if args.pass == Pass::Backward || decode.is_some() {
+            bail!("--py {spec}: a callable is gated on the forward of prefill shapes");
+        }
+        let callable = crate::gate_py::check(&args, spec)?;
+        let seed = args.seed.unwrap_or_else(fresh_seed);
+        let compare = compare_options(&args, seed)?;
+        return crate::gate_py::run(&args, callable, block, compare, seed, budget);
+    }
     if args.pass == Pass::Backward {
         if decode.is_some() {
             bail!("--pass backward takes prefill shapes or suites: a decode batch has no backward pass here");

@@ -17,6 +17,7 @@ mod evo;
 mod gate;
 mod gate_backward;
 mod gate_decode;
+mod gate_py;
 mod kernels;
 mod micro;
 mod ncu;

@@ -26,6 +26,9 @@ pub enum CheckFailure {
     ReadOutside,
     /// Two launches on the same inputs gave outputs that are not bitwise identical.
     NonDeterministic,
+    /// A Python callable broke its calling contract (a view of its inputs, a down-cast, another
+    /// stream left current, a patched timer).
+    BrokeContract,
 }
 
 impl CheckFailure {
@@ -38,6 +41,7 @@ impl CheckFailure {
                 | CheckFailure::WroteInputs
                 | CheckFailure::ReadOutside
                 | CheckFailure::NonDeterministic
+                | CheckFailure::BrokeContract
         )
     }
 }
@@ -341,6 +345,9 @@ pub enum CaseStatus {
     TimedOutputDiffers,
     /// Work ran outside the timed stream.
     EscapedStream,
+    /// A Python callable broke its calling contract: it returned a view of its inputs, a
+    /// down-cast or no tensor of Q's shape, left another stream current or patched the timer.
+    BrokeContract,
     /// A launch did not finish within the bound.
     Hang,
     /// The kernel faulted (the CUDA context is lost).
@@ -373,6 +380,7 @@ impl CaseStatus {
             CaseStatus::NonDeterministic => "non-deterministic output",
             CaseStatus::TimedOutputDiffers => "timed output differs",
             CaseStatus::EscapedStream => "work escapes the stream",
+            CaseStatus::BrokeContract => "broke the calling contract",
             CaseStatus::Hang => "hang",
             CaseStatus::Fault => "fault",
             CaseStatus::CouldNotRun => "could not run",

@@ -25,7 +25,12 @@ impl PyCallable {
     /// `FILE.py:FUNCTION`, refused in one line when the file is not there or FUNCTION is no
     /// Python name.
     pub fn parse(spec: &str) -> Result<PyCallable> {
-        let bad = |why: String| MeasureError::Invalid(format!("--baseline py:{spec}: {why}"));
+        PyCallable::parse_as("--baseline py:", spec)
+    }
+
+    /// [`PyCallable::parse`] for the option `flag` (`"--py "`), which its errors name.
+    pub fn parse_as(flag: &str, spec: &str) -> Result<PyCallable> {
+        let bad = |why: String| MeasureError::Invalid(format!("{flag}{spec}: {why}"));
         let (file, function) = spec
             .rsplit_once(':')
             .filter(|(_, f)| !f.contains('/'))

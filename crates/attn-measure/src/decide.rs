@@ -226,6 +226,7 @@ fn check_failed(bad: &CorrectnessCheck, battery: Option<&str>) -> Decision {
         CheckFailure::WroteInputs => CaseStatus::WroteInputs,
         CheckFailure::ReadOutside => CaseStatus::ReadOutside,
         CheckFailure::NonDeterministic => CaseStatus::NonDeterministic,
+        CheckFailure::BrokeContract => CaseStatus::BrokeContract,
     };
     let why = bad.reason.as_deref().unwrap_or("wrong result");
     let mut inputs = format!("{} inputs, seed {}", bad.distribution, bad.seed);

@@ -29,6 +29,15 @@ pub enum MeasureError {
     /// PyTorch SDPA could not be used or failed on a job.
     #[error("PyTorch SDPA: {0}")]
     Sdpa(String),
+    /// A Python callable broke its calling contract, in the helper's words: a candidate's
+    /// verdict ([`crate::py_gate::Refusal::status`]), a baseline's reason it cannot run.
+    #[error("{message}")]
+    Refused {
+        /// How.
+        refusal: crate::py_gate::Refusal,
+        /// One line.
+        message: String,
+    },
     /// A file or process operation failed.
     #[error("{what}: {source}")]
     Io {

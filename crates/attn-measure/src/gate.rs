@@ -556,7 +556,7 @@ fn verified_side<'s>(
 
 /// The baseline's side on inputs of its own: SDPA in the helper's process, or a registered
 /// kernel compiled once per run through `baselines` (held in `compiled` while it is timed).
-fn baseline_side<'s>(
+pub(crate) fn baseline_side<'s>(
     gpu: &'s Gpu,
     baseline: &'s Baseline,
     baselines: &mut PreparedCache,

@@ -42,6 +42,7 @@ pub mod micro;
 mod problem;
 pub mod profile;
 pub mod provenance;
+pub mod py_gate;
 mod random;
 pub mod replay;
 pub mod revision;

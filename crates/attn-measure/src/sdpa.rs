@@ -419,6 +419,9 @@ struct RunRequest<'a> {
     backend: Backend,
     /// A varlen batch's lengths (its files packed), or `None` for a dense batch.
     varlen: Option<PackedLengths<'a>>,
+    /// Where a py callable's second call on the same inputs writes its output.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    second: Option<&'a Path>,
 }
 
 /// Time SDPA with the harness's protocol.
@@ -483,9 +486,20 @@ struct RunReply {
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 enum Reply<T> {
-    Ok { ok: T },
-    Error { error: String },
-    Fatal { fatal: String },
+    Ok {
+        ok: T,
+    },
+    // Before `Error`: an untagged reply with both fields is a refusal.
+    Refused {
+        refused: crate::py_gate::Refusal,
+        error: String,
+    },
+    Error {
+        error: String,
+    },
+    Fatal {
+        fatal: String,
+    },
 }
 
 struct Process {
@@ -583,6 +597,10 @@ impl Sdpa {
         }
         match serde_json::from_str::<Reply<T>>(&answer) {
             Ok(Reply::Ok { ok }) => Ok(ok),
+            Ok(Reply::Refused { refused, error }) => Err(MeasureError::Refused {
+                refusal: refused,
+                message: error,
+            }),
             Ok(Reply::Error { error }) => Err(MeasureError::Sdpa(error)),
             Ok(Reply::Fatal { fatal }) => Err(MeasureError::Sdpa(fatal)),
             Err(e) => Err(MeasureError::Sdpa(format!(
@@ -642,6 +660,38 @@ impl Sdpa {
             scale: problem.params.scale,
             backend,
             varlen: PackedLengths::of(problem),
+            second: None,
+        }))?;
+        Ok(())
+    }
+
+    /// The loaded py callable ([`Sdpa::load_callable`]) called twice on `.npy` inputs `[q, k, v]`
+    /// of a dense `problem` (a candidate's check): the first output written to `out`, the second
+    /// to `second`; a broken calling contract (a view of the inputs, changed inputs, a down-cast,
+    /// another stream, a patched timer, one memory for both outputs) is [`MeasureError::Refused`].
+    pub fn run_callable(
+        &self,
+        qkv: [&Path; 3],
+        out: &Path,
+        second: &Path,
+        problem: &Problem,
+    ) -> Result<()> {
+        if let Some(why) = refusal(problem, Backend::Py) {
+            return Err(MeasureError::Invalid(why));
+        }
+        let [q, k, v] = qkv;
+        let _: RunReply = self.call(&Request::Run(RunRequest {
+            q,
+            k,
+            v,
+            out,
+            dtype: problem.spec.dtype,
+            causal: problem.params.causal,
+            window: problem.params.window.abi(),
+            scale: problem.params.scale,
+            backend: Backend::Py,
+            varlen: PackedLengths::of(problem),
+            second: Some(second),
         }))?;
         Ok(())
     }
@@ -902,9 +952,12 @@ mod tests {
             scale: 0.125,
             backend: Backend::Varlen,
             varlen: PackedLengths::of(&problem),
+            second: None,
         });
         let value: serde_json::Value = serde_json::to_value(&run).unwrap();
         assert_eq!(value["backend"], "varlen");
+        // Only a callable's check asks for a second call's output.
+        assert!(value.get("second").is_none());
         assert_eq!(
             value["varlen"],
             serde_json::json!({"q": [512, 0, 300], "kv": [512, 0, 700]})
@@ -1091,6 +1144,21 @@ mod tests {
         let error = r#"{"error": "RuntimeError: no kernel"}"#;
         assert!(matches!(
             serde_json::from_str::<Reply<TimeReply>>(error),
+            Ok(Reply::Error { .. })
+        ));
+        // A callable's refusal is typed, whatever its words; an unknown kind is no refusal.
+        let refused =
+            r#"{"refused": "contract", "error": "the callable left another stream current"}"#;
+        assert!(matches!(
+            serde_json::from_str::<Reply<TimeReply>>(refused),
+            Ok(Reply::Refused {
+                refused: crate::py_gate::Refusal::Contract,
+                ..
+            })
+        ));
+        let unknown = r#"{"refused": "bored", "error": "x"}"#;
+        assert!(matches!(
+            serde_json::from_str::<Reply<TimeReply>>(unknown),
             Ok(Reply::Error { .. })
         ));
     }

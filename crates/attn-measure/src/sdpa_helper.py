@@ -88,6 +88,18 @@ class Unavailable(Exception):
     """A baseline that cannot run on this machine, said in one line as it is (no type name)."""
 
 
+class Refused(ValueError):
+    """A py callable that broke its calling contract, and how (its reply's "refused"): "wrong" (an
+    output off the reference), "remembered" (two calls' outputs in one memory), "inputs" (it
+    changed its inputs), "escaped" (work outlived the timed stream) or "contract" (a view of its
+    inputs, a down-cast, another stream left current, a patched timer, not a tensor of Q's shape).
+    A candidate's case takes its verdict from it; a baseline's cannot run."""
+
+    def __init__(self, kind, message):
+        super().__init__(message)
+        self.kind = kind
+
+
 FLASHINFER_HEAD_DIMS = (64, 128, 256)  # attn-measure's FLASHINFER_HEAD_DIMS: what it is built for
 
 
@@ -223,7 +235,7 @@ def check_rows(np, host, out, q, k, v, cu_q, cu_kv, job, name, rows=8):
         errors.append(float(np.abs(host(out[row, hi, :]) - expected).max()))
     worst = float(np.max(errors, initial=0.0))  # NaN stays NaN (Python's max would drop it)
     if not worst < 2e-2:
-        raise ValueError(f"{name}'s output differs from the reference by {worst:.3g} on sampled rows")
+        raise Refused("wrong", f"{name}'s output differs from the reference by {worst:.3g} on sampled rows")
 
 
 def main():
@@ -246,6 +258,8 @@ def main():
             reply({"ok": state.handle(request)})
         except Unavailable as exc:
             reply({"error": str(exc).splitlines()[0]})
+        except Refused as exc:
+            reply({"refused": exc.kind, "error": str(exc).splitlines()[0]})
         except Exception as exc:  # noqa: BLE001 - one line per failed request
             text = str(exc).splitlines()[0] if str(exc) else ""
             reply({"error": f"{type(exc).__name__}: {text}"})
@@ -486,7 +500,7 @@ class Helper:
         if job["backend"] == "flashinfer":
             raise ValueError("flashinfer runs no .npy inputs here: it is a decode timing baseline")
         if job["backend"] == "py":
-            raise ValueError("a py callable runs no .npy inputs here: it is a timing baseline (--baseline py:FILE.py:FUNCTION)")
+            return self.run_callable(job)
         q, k, v = (self.load(job[x], job["dtype"]) for x in ("q", "k", "v"))
         with self.backend(job["backend"]), torch.no_grad():
             if job["backend"] == "varlen":
@@ -495,11 +509,38 @@ class Helper:
                 mask = self.block_mask(job, q.shape[2], k.shape[2]) if job["backend"] == "flex" else None
                 o = self.attend((q, k, v), mask, job)
         torch.cuda.synchronize()
-        if job["dtype"] == "bf16":
-            arr = o.view(torch.int16).cpu().numpy().view(np.uint16)
-        else:
-            arr = o.cpu().numpy()
-        np.save(job["out"], arr)
+        self.save(o, job["out"], job["dtype"])
+        return {"out": job["out"]}
+
+    def save(self, o, path, dtype):
+        np, torch = self.np, self.torch
+        np.save(path, o.view(torch.int16).cpu().numpy().view(np.uint16) if dtype == "bf16" else o.cpu().numpy())
+
+    def run_callable(self, job):
+        """The py callable on a check's .npy inputs (a candidate's check): called twice on them, each
+        output validated as a timed one is, the inputs compared bit for bit after both calls with
+        copies taken before, the first output written to "out" and the second to "second" (the
+        caller judges the first and compares the two)."""
+        torch = self.torch
+        if job.get("varlen") is not None or any(w >= 0 for w in job.get("window", [-1, -1])):
+            raise ValueError("a py callable takes dense batches without a window (fn(q, k, v, scale=, causal=))")
+        py = self.callable()
+        q, k, v = (self.load(job[x], job["dtype"]) for x in ("q", "k", "v"))
+        copies = [t.clone() for t in (q, k, v)]
+        with torch.no_grad():
+            first = py.call(q, k, v, job)
+            second = py.call(q, k, v, job)
+        # Whatever it ran, on any stream, done before its inputs and outputs are read.
+        py.bound["torch.cuda.synchronize"]()
+        py.check_timer()
+        for name, t, c in zip("QKV", (q, k, v), copies):
+            if not torch.equal(t.view(torch.int16), c.view(torch.int16)):
+                raise Refused("inputs", f"the callable changed its input {name}")
+        (a, b), (c, d) = py.span(first), py.span(second)
+        if a < d and c < b:
+            raise Refused("remembered", "two calls on the same inputs returned the same memory (a remembered output?)")
+        self.save(first, job["out"], job["dtype"])
+        self.save(second, job["second"], job["dtype"])
         return {"out": job["out"]}
 
     def run_varlen(self, q, k, v, job):
@@ -706,7 +747,7 @@ class PyCallable:
         now = self.timer_names()
         patched = [name for name, fn in self.bound.items() if now[name] is not fn]
         if patched:
-            raise ValueError(f"the callable patched the timer ({', '.join(patched)})")
+            raise Refused("contract", f"the callable patched the timer ({', '.join(patched)})")
 
     @staticmethod
     def span(t):
@@ -726,18 +767,18 @@ class PyCallable:
         torch = self.torch
         q = qkv[0]
         if self.bound["torch.cuda.current_stream"]() != stream:
-            raise ValueError("the callable left another stream current")
+            raise Refused("contract", "the callable left another stream current")
         if not isinstance(o, torch.Tensor):
-            raise ValueError(f"the callable returned {type(o).__name__}, not a tensor")
+            raise Refused("contract", f"the callable returned {type(o).__name__}, not a tensor")
         if o.device != q.device or tuple(o.shape) != tuple(q.shape):
-            raise ValueError(f"the callable returned {tuple(o.shape)} on {o.device}; Q is {tuple(q.shape)} on {q.device}")
+            raise Refused("contract", f"the callable returned {tuple(o.shape)} on {o.device}; Q is {tuple(q.shape)} on {q.device}")
         if o.dtype != q.dtype:
-            raise ValueError(f"the callable returned {o.dtype} for {q.dtype} inputs (a down-cast?)")
+            raise Refused("contract", f"the callable returned {o.dtype} for {q.dtype} inputs (a down-cast?)")
         lo, hi = self.span(o)
         for name, t in zip(("Q", "K", "V"), qkv):
             a, b = self.span(t)
             if lo < b and a < hi:
-                raise ValueError(f"the callable returned memory of its input {name} (a view of its inputs?)")
+                raise Refused("contract", f"the callable returned memory of its input {name} (a view of its inputs?)")
 
     def reference(self, q, k, v, job):
         helper = self.helper
@@ -752,7 +793,7 @@ class PyCallable:
         bad = int((~(err <= bound)).sum())  # NaN counts as bad
         rel = float(torch.linalg.vector_norm(o.float() - ref) / torch.linalg.vector_norm(ref).clamp(min=1e-30))
         if bad or not rel <= tol["rel_l2"]:
-            raise ValueError(f"{what}: {bad} elements off a float32 reference (relative L2 {rel:.3g}): a stale, remembered or wrong output")
+            raise Refused("wrong", f"{what}: {bad} elements off a float32 reference (relative L2 {rel:.3g}): a stale, remembered or wrong output")
 
     def time(self, job):
         torch, helper = self.torch, self.helper
@@ -783,7 +824,7 @@ class PyCallable:
             # Whatever it ran, on any stream, done before its inputs and output are read.
             self.bound["torch.cuda.synchronize"]()
             if sums(0) != before:
-                raise ValueError("the callable changed its inputs")
+                raise Refused("inputs", "the callable changed its inputs")
             q, k, v = sets[0]
             check_rows(helper.np, lambda x: x.double().cpu().numpy(), to_packed(out), to_packed(q), to_packed(k),
                        to_packed(v), offsets([sq] * b), offsets([skv] * b), job, self.name)
@@ -838,17 +879,17 @@ class PyCallable:
                     self.judge(o, refs[i], job, f"timed sample {n}, input set {i}")
                 live = sorted(self.span(o) for _, o in outs)
                 if any(a[1] > b[0] for a, b in zip(live, live[1:])):
-                    raise ValueError(f"timed sample {n}: two calls returned the same memory (a remembered output?)")
+                    raise Refused("remembered", f"timed sample {n}: two calls returned the same memory (a remembered output?)")
                 for i in set(chosen):
                     if sums(i) != before[i]:
-                        raise ValueError(f"timed sample {n}: the callable changed its inputs (set {i})")
+                        raise Refused("inputs", f"timed sample {n}: the callable changed its inputs (set {i})")
                 samples.append(sample_us / per_sample)
             # The host's wait for the whole device after the timed stream's end, which another
             # process's use of the GPU can stretch now and then: work that escapes the timed
             # stream stretches most samples' wait, so most must.
             late = sorted(e for e in escaped if e > 0.0)
             if len(late) > len(escaped) // 2:
-                raise ValueError(f"work outlived the timed stream in {len(late)} of {len(escaped)} samples "
+                raise Refused("escaped", f"work outlived the timed stream in {len(late)} of {len(escaped)} samples "
                                  f"(median {late[len(late) // 2]:.0f} us): the callable runs work on another stream")
             for n in range(job["guard_launches"]):
                 i = n % n_sets

@@ -155,7 +155,7 @@ fn a_window_against_sdpa_says_which_baselines_have_a_window_kernel() {
 }
 
 #[test]
-fn triton_kernels_and_python_baselines_are_checked_before_the_gpu_probe() {
+fn triton_kernels_and_python_callables_are_checked_before_the_gpu_probe() {
     let dir = inputs();
     let d = dir.path();
     std::fs::write(
@@ -243,6 +243,64 @@ fn triton_kernels_and_python_baselines_are_checked_before_the_gpu_probe() {
                 "1,8/2,700,64 causal window=128,0",
             ],
             vec!["py callable", "no window"],
+        ),
+        (
+            vec!["gate", "--py", "missing.py:attend", "--shape", "1,8,512,64"],
+            vec!["--py missing.py:attend", "missing.py"],
+        ),
+        (
+            vec![
+                "gate",
+                "--py",
+                "mine.py:not-a-name",
+                "--shape",
+                "1,8,512,64",
+            ],
+            vec!["--py mine.py:not-a-name", "not a Python function name"],
+        ),
+        (
+            vec![
+                "gate",
+                "--py",
+                "mine.py:attend",
+                "--define",
+                "BLOCK_M=64",
+                "--shape",
+                "1,8,512,64",
+            ],
+            vec!["--py mine.py:attend", "no --define or --config"],
+        ),
+        (
+            vec![
+                "gate",
+                "--py",
+                "mine.py:attend",
+                "--shape",
+                "1,8/2,700,64 causal window=128,0",
+            ],
+            vec!["--py", "no window"],
+        ),
+        (
+            vec![
+                "gate",
+                "--py",
+                "mine.py:attend",
+                "--shape",
+                "decode B=2 q=1 kv=512 H=8/2 D=64",
+            ],
+            vec!["--py mine.py:attend", "prefill shapes"],
+        ),
+        (
+            vec![
+                "gate",
+                "--py",
+                "mine.py:attend",
+                "--baseline",
+                "rev:HEAD",
+                "--shape",
+                "1,8,512,64",
+            ],
+            vec!["rev:REF", "its own history"],
         ),
     ] {
         one_error_line(d, &args, &expected);

@@ -265,21 +265,21 @@ pub(crate) fn check_one(
     }
 
     // Correctness before determinism: the first output against both references.
-    let tol = tolerance(problem.dtype, distribution);
-    let exact = problem.oracle(&inputs, &params, seed)?;
-    let verdict = problem.compare(&output, &exact, &tol);
-
-    // The GPU reference: its own error on the f64 rows first, then every element of the output.
-    let gpu_ref = gpu_reference.compute(gpu, &q, &k, &v, &params, offsets.as_ref())?;
-    let reference_vs_f64 = reference_error(&gpu_ref.download(gpu)?, &exact, problem);
-    let bound = whole_output_bound(reference_vs_f64, &tol, || {
-        format!("{problem} ({distribution}, seed {seed}, scale {scale:.4})")
-    })?;
-    let errors = gpu_reference.compare(gpu, &o, &gpu_ref, bound)?;
-    let full = full_check(&errors, problem, bound.floor(), reference_vs_f64);
-
-    let stale = previous.is_some_and(|p| p.as_bytes() == output.as_bytes());
-    let value_failure = failure_of(&verdict, &full, &tol, stale);
+    let Values {
+        verdict,
+        full,
+        failure: value_failure,
+        reason: value_reason,
+        exact,
+    } = judge_values(
+        (gpu, gpu_reference),
+        problem,
+        &inputs,
+        [&q, &k, &v, &o],
+        (&output, previous),
+        offsets.as_ref(),
+        (seed, distribution, scale),
+    )?;
     // A wrong value may come from memory outside the inputs: relaunched with their guards
     // refilled, an output that changes names the guards it read.
     let probe = match value_failure {
@@ -296,7 +296,6 @@ pub(crate) fn check_one(
         }
         _ => reads::ReadProbe::default(),
     };
-    let value_reason = value_failure.map(|f| failure_reason(f, &verdict, &full, &tol));
     let (failure, reason) = judged(
         value_failure,
         value_reason,
@@ -337,6 +336,58 @@ pub(crate) fn check_one(
         inputs,
         output,
         reference: exact,
+    })
+}
+
+/// The values of a check's first output, judged.
+pub(crate) struct Values {
+    /// Against the f64 oracle on the checked rows.
+    pub verdict: attn_oracle::Verdict,
+    /// Every element against the GPU reference.
+    pub full: FullCheck,
+    /// What failed, if anything ([`failure_of`]'s order).
+    pub failure: Option<CheckFailure>,
+    /// Its reason.
+    pub reason: Option<String>,
+    /// The f64 oracle on the checked rows.
+    pub exact: Reference,
+}
+
+/// Judges `output` (the device's copy in `qkvo[3]`) of a check on `inputs` (on the device in
+/// `qkvo[..3]`) drawn with `draw` (seed, distribution, softmax scale): the f64 oracle on its
+/// rows, then the GPU reference on every element within the bound its own error on those rows
+/// leaves; byte-identical to `previous` is stale.
+pub(crate) fn judge_values(
+    (gpu, gpu_reference): (&Gpu, &GpuReference),
+    problem: &Problem,
+    inputs: &Inputs,
+    qkvo: [&GuardedTensor; 4],
+    (output, previous): (&HostTensor, Option<&HostTensor>),
+    offsets: Option<&VarlenOffsets>,
+    (seed, distribution, scale): (u64, Distribution, f64),
+) -> Result<Values> {
+    let [q, k, v, o] = qkvo;
+    let params = problem.params.with_scale(scale);
+    let tol = tolerance(problem.dtype, distribution);
+    let exact = problem.oracle(inputs, &params, seed)?;
+    let verdict = problem.compare(output, &exact, &tol);
+    // The GPU reference: its own error on the f64 rows first, then every element of the output.
+    let gpu_ref = gpu_reference.compute(gpu, q, k, v, &params, offsets)?;
+    let reference_vs_f64 = reference_error(&gpu_ref.download(gpu)?, &exact, problem);
+    let bound = whole_output_bound(reference_vs_f64, &tol, || {
+        format!("{problem} ({distribution}, seed {seed}, scale {scale:.4})")
+    })?;
+    let errors = gpu_reference.compare(gpu, o, &gpu_ref, bound)?;
+    let full = full_check(&errors, problem, bound.floor(), reference_vs_f64);
+    let stale = previous.is_some_and(|p| p.as_bytes() == output.as_bytes());
+    let failure = failure_of(&verdict, &full, &tol, stale);
+    let reason = failure.map(|f| failure_reason(f, &verdict, &full, &tol));
+    Ok(Values {
+        verdict,
+        full,
+        failure,
+        reason,
+        exact,
     })
 }
 
@@ -594,7 +645,8 @@ fn failure_reason(
         CheckFailure::WroteOutside
         | CheckFailure::WroteInputs
         | CheckFailure::ReadOutside
-        | CheckFailure::NonDeterministic => "wrong result".into(),
+        | CheckFailure::NonDeterministic
+        | CheckFailure::BrokeContract => "wrong result".into(),
     }
 }
 

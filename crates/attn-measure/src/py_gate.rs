@@ -1,0 +1,499 @@
+//! A user's Python callable as the gate's candidate (`gate --py FILE.py:FUNCTION`): called as
+//! `fn(q, k, v, scale=, causal=) -> O` in a helper process of its own (never the baseline's), on
+//! the gate's inputs, and judged by the prefill gate's phases and decision as far as a callable
+//! allows; what it does not allow is said in the case's defences, so that a PASS says what it
+//! proves.
+//!
+//! - check: each check's inputs drawn by the gate (the check distributions, the softmax scale
+//!   drawn per check), written for the helper, which calls the callable twice on them and refuses
+//!   a broken calling contract (a view of the inputs, changed inputs, a down-cast, another stream
+//!   left current, a patched timer, one memory for both outputs); the first output against the
+//!   f64 oracle on its rows and the GPU reference on every element, stale against the previous
+//!   check's, the two outputs bitwise compared;
+//! - battery: the prefill battery's dense and grouped edge shapes through the same check;
+//! - time: the helper's callable protocol ([`crate::sdpa::Sdpa::time`] with [`Backend::Py`]):
+//!   fresh inputs drawn in place for every sample, every timed output against a float32
+//!   reference, aliasing, changed inputs, a patched timer and escaped work refused; interleaved
+//!   with the baseline in ABBA blocks under the clock guard, the whole helper call under the
+//!   watchdog.
+//!
+//! A refusal during timing ends the case with the refusal's own status ([`Refusal::status`]).
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::time::Duration;
+
+use attn_evidence::{CaseStatus, CheckFailure, CorrectnessCheck, Defence, DefenceName, GateCase};
+use attn_kernels::registry::Variants;
+use attn_kernels::{Gpu, GpuReference, GuardedTensor, TimingOptions, Timings};
+use attn_oracle::{npy, Distribution, HostTensor};
+use serde::Deserialize;
+
+use crate::baseline::{median, timing_evidence, Baseline};
+use crate::battery::{battery_problems, tile_sizes};
+use crate::check::{check_scale, judge_values, scale_factor, Values};
+use crate::defences::{case_defences, CaseFacts};
+use crate::gate::{
+    baseline_side, compare_sides, ended_by, ended_case, escaped_work, memory_floor,
+    plausibility_flag, GatePlan,
+};
+use crate::sdpa::{Backend, Sdpa};
+use crate::supervise::Watchdog;
+use crate::timing::{interleave, PreparedCache, SdpaSide, TimedSide};
+use crate::{MeasureError, Problem, Result};
+
+/// How a Python callable broke its calling contract, as the helper names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Refusal {
+    /// An output off the reference (during timing: a stale or remembered output).
+    Wrong,
+    /// Two calls' outputs in one memory (a remembered output).
+    Remembered,
+    /// It changed its inputs.
+    Inputs,
+    /// Work outlived the timed stream in most samples.
+    Escaped,
+    /// A view of its inputs, a down-cast, not a tensor of Q's shape, another stream left current,
+    /// a patched timer.
+    Contract,
+}
+
+impl Refusal {
+    /// The case status a candidate's refusal ends its case with.
+    pub fn status(self) -> CaseStatus {
+        match self {
+            Refusal::Wrong => CaseStatus::TimedOutputDiffers,
+            Refusal::Remembered => CaseStatus::StaleOutput,
+            Refusal::Inputs => CaseStatus::WroteInputs,
+            Refusal::Escaped => CaseStatus::EscapedStream,
+            Refusal::Contract => CaseStatus::BrokeContract,
+        }
+    }
+
+    /// The failure a refusal in a correctness check records.
+    pub fn failure(self) -> CheckFailure {
+        match self {
+            Refusal::Wrong => CheckFailure::Incorrect,
+            Refusal::Remembered => CheckFailure::Stale,
+            Refusal::Inputs => CheckFailure::WroteInputs,
+            Refusal::Escaped | Refusal::Contract => CheckFailure::BrokeContract,
+        }
+    }
+}
+
+/// The edge battery's variants for a callable: grouped heads (it receives K and V with their own
+/// head count), no windows (it is given none).
+const CALLABLE_VARIANTS: Variants = Variants {
+    grouped_heads: true,
+    window: false,
+    varlen: false,
+};
+
+/// What a callable's case records as not run, and why: what a PASS does not cover.
+const NOT_COVERED: [(DefenceName, &str); 3] = [
+    (
+        DefenceName::GuardRegions,
+        "a Python callable allocates its own output: no guards or poison around it, and writes outside its own allocations are not watched",
+    ),
+    (
+        DefenceName::InputPermutations,
+        "a callable's timed inputs are drawn afresh in place for every sample instead (the same addresses, new values)",
+    ),
+    (
+        DefenceName::SideStream,
+        "no side-stream guard pass: a callable's work that outlives the timed stream is measured by the host's wait for the whole device after each sample, refused when most samples show it",
+    ),
+];
+
+/// What makes two cases' edge batteries the same: dtype, head dim, mask, head group.
+type BatteryKey = (attn_oracle::DType, usize, bool, usize);
+
+/// A py candidate's gate run: the device, the candidate's own helper with its callable loaded,
+/// the baseline, the plan.
+pub struct PyGate<'a> {
+    gpu: &'a Gpu,
+    helper: &'a Sdpa,
+    baseline: &'a Baseline,
+    plan: &'a GatePlan,
+    watchdog: Option<&'a Watchdog>,
+    baselines: PreparedCache,
+    /// The edge battery's first run in this session, by dtype, head dim, mask and group.
+    batteries: Vec<(String, BatteryKey, Option<CorrectnessCheck>)>,
+}
+
+impl std::fmt::Debug for PyGate<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PyGate").finish_non_exhaustive()
+    }
+}
+
+impl<'a> PyGate<'a> {
+    /// A session of the callable loaded in `helper` ([`Sdpa::load_callable`]), which must not be
+    /// the baseline's helper: a callable's module runs in its process.
+    pub fn new(
+        gpu: &'a Gpu,
+        helper: &'a Sdpa,
+        baseline: &'a Baseline,
+        plan: &'a GatePlan,
+        watchdog: Option<&'a Watchdog>,
+    ) -> PyGate<'a> {
+        PyGate {
+            gpu,
+            helper,
+            baseline,
+            plan,
+            watchdog,
+            baselines: PreparedCache::default(),
+            batteries: vec![],
+        }
+    }
+
+    /// Judges `problem` with inputs from `seed`.
+    pub fn case(&mut self, problem: &Problem, seed: u64) -> GateCase {
+        let mut case = match self.try_case(problem, seed) {
+            Ok(case) => return case,
+            Err(MeasureError::Refused { refusal, message }) => {
+                // Refused while timed: its own status, the helper's words.
+                let mut case = ended_case(problem, refusal.status(), format!("{message} (timing)"));
+                case.passed = false;
+                case
+            }
+            Err(err) => {
+                let (status, reason, _) = ended_by(&err);
+                ended_case(problem, status, reason)
+            }
+        };
+        case.defences = self.defences(&case);
+        case
+    }
+
+    fn try_case(&mut self, problem: &Problem, seed: u64) -> Result<GateCase> {
+        if let Some(why) = crate::sdpa::refusal(problem, Backend::Py) {
+            return Err(MeasureError::Invalid(why));
+        }
+        self.baseline.check_supports(problem)?;
+        let mut case = ended_case(problem, CaseStatus::CouldNotRun, String::new());
+        let reference = GpuReference::new(self.gpu, problem.dtype, problem.shape.head_dim)?;
+        let mut previous = None;
+        for i in 0..self.plan.checks {
+            let distribution = Distribution::CHECKS[i % Distribution::CHECKS.len()];
+            let scale = check_scale(problem, seed, i, distribution);
+            let draw = (seed.wrapping_add(i as u64), distribution, scale);
+            let (check, output) = self.check(&reference, problem, draw, previous.as_ref())?;
+            let failed = !check.passed;
+            case.correctness.push(check);
+            if failed {
+                return Ok(self.finish(case));
+            }
+            previous = output;
+        }
+        let battery = self.battery(&reference, problem, seed ^ 0xed9e)?;
+        let failed = battery.checks.iter().any(|c| !c.passed);
+        case.battery = Some(battery);
+        if failed {
+            return Ok(self.finish(case));
+        }
+        self.time(&mut case, problem, seed)?;
+        Ok(self.finish(case))
+    }
+
+    /// One check: the callable's two outputs on inputs of `draw` (seed, distribution, scale),
+    /// the first judged, the two compared; the first output when it was written.
+    fn check(
+        &self,
+        reference: &GpuReference,
+        problem: &Problem,
+        draw: (u64, Distribution, f64),
+        previous: Option<&HostTensor>,
+    ) -> Result<(CorrectnessCheck, Option<HostTensor>)> {
+        let (seed, distribution, scale) = draw;
+        let mut scaled = problem.clone();
+        scaled.params = problem.params.with_scale(scale);
+        let inputs = problem.generate(distribution, seed);
+        let path = |name: &str| self.helper.scratch(&format!("py-{name}.npy"));
+        let (q, k, v, o, second) = (path("q"), path("k"), path("v"), path("o"), path("o2"));
+        let io =
+            |e: attn_oracle::OracleError| MeasureError::Invalid(format!("a py check's files: {e}"));
+        for (file, tensor) in [(&q, &inputs.q), (&k, &inputs.k), (&v, &inputs.v)] {
+            npy::write(file, tensor).map_err(io)?;
+        }
+        let mut check = CorrectnessCheck {
+            seed,
+            distribution: distribution.to_string(),
+            passed: false,
+            max_abs: f64::NAN,
+            rel_l2: f64::NAN,
+            nan_count: 0,
+            poison_count: 0,
+            reason: None,
+            sdpa_max_abs: None,
+            closer_to: None,
+            failure: None,
+            rows: Some(problem.oracle_rows(seed)),
+            full: None,
+            scale: Some(scale),
+            shape: None,
+            guards: None,
+        };
+        let called = self.bounded(self.plan.hang_floor * 2, "a checked call", || {
+            self.helper.run_callable([&q, &k, &v], &o, &second, &scaled)
+        });
+        match called {
+            Ok(()) => {}
+            Err(MeasureError::Refused { refusal, message }) => {
+                check.failure = Some(refusal.failure());
+                check.reason = Some(message);
+                return Ok((check, None));
+            }
+            Err(e) => return Err(e),
+        }
+        let output = npy::read_as(&o, problem.dtype).map_err(io)?;
+        let again = npy::read_as(&second, problem.dtype).map_err(io)?;
+        let gpu = self.gpu;
+        let upload =
+            |name: &str, t: &HostTensor, i: u64| GuardedTensor::upload(gpu, name, t, seed ^ i);
+        let (dq, dk, dv) = (
+            upload("Q", &inputs.q, 1)?,
+            upload("K", &inputs.k, 2)?,
+            upload("V", &inputs.v, 3)?,
+        );
+        let d_out = upload("O", &output, 4)?;
+        let Values {
+            verdict,
+            full,
+            failure,
+            reason,
+            ..
+        } = judge_values(
+            (gpu, reference),
+            problem,
+            &inputs,
+            [&dq, &dk, &dv, &d_out],
+            (&output, previous),
+            None,
+            draw,
+        )?;
+        let differing = output
+            .as_bytes()
+            .chunks(2)
+            .zip(again.as_bytes().chunks(2))
+            .filter(|(a, b)| a != b)
+            .count();
+        check.max_abs = verdict.max_abs;
+        check.rel_l2 = verdict.rel_l2;
+        check.nan_count = verdict.nan_count + verdict.inf_count;
+        check.poison_count = verdict.poison_count;
+        check.full = Some(full);
+        let unstable = || {
+            format!(
+                "two calls on the same inputs differ in {differing} of {} elements",
+                problem.q_elements()
+            )
+        };
+        (check.failure, check.reason) = match (failure, reason) {
+            (Some(f), Some(why)) if differing > 0 => (
+                Some(f),
+                Some(format!("{why}; also non-deterministic: {}", unstable())),
+            ),
+            (Some(f), why) => (Some(f), why),
+            (None, _) if differing > 0 => (
+                Some(CheckFailure::NonDeterministic),
+                Some(format!("non-deterministic output: {}", unstable())),
+            ),
+            (None, _) => (None, None),
+        };
+        check.passed = check.failure.is_none();
+        Ok((check, Some(output)))
+    }
+
+    /// The dense and grouped edge shapes, once per dtype, head dim, mask and group in a run.
+    fn battery(
+        &mut self,
+        reference: &GpuReference,
+        problem: &Problem,
+        seed: u64,
+    ) -> Result<attn_evidence::EdgeBattery> {
+        let spec = &problem.spec;
+        let key = (
+            problem.dtype,
+            spec.head_dim,
+            spec.causal,
+            spec.heads / spec.kv_heads(),
+        );
+        if let Some((first, _, failed)) = self.batteries.iter().find(|b| b.1 == key) {
+            return Ok(attn_evidence::EdgeBattery {
+                shapes: vec![],
+                checks: failed.iter().cloned().collect(),
+                skipped: vec![],
+                checked_in: Some(first.clone()),
+            });
+        }
+        let problems = battery_problems(problem, &tile_sizes(&[]), CALLABLE_VARIANTS)?;
+        let mut battery = attn_evidence::EdgeBattery {
+            shapes: problems.iter().map(|p| p.to_string()).collect(),
+            checks: vec![],
+            skipped: vec![],
+            checked_in: None,
+        };
+        for (i, edge) in problems.iter().enumerate() {
+            let edge_seed = seed.wrapping_add(7919 * i as u64);
+            let distribution = Distribution::Distinct;
+            let scale = edge.params.scale * scale_factor(edge_seed, 1, distribution);
+            // The battery keeps the case's dtype and head dim: its reference serves.
+            let (mut check, _) =
+                self.check(reference, edge, (edge_seed, distribution, scale), None)?;
+            check.shape = Some(edge.to_string());
+            let failed = !check.passed;
+            battery.checks.push(check);
+            if failed {
+                break;
+            }
+        }
+        let failed = battery.checks.iter().find(|c| !c.passed).cloned();
+        self.batteries.push((spec.to_string(), key, failed));
+        Ok(battery)
+    }
+
+    /// Both sides timed interleaved, the callable through its helper's protocol; then the
+    /// evidence: verified outputs, floor, clock guard, comparison.
+    fn time(&mut self, case: &mut GateCase, problem: &Problem, seed: u64) -> Result<()> {
+        let (gpu, plan) = (self.gpu, self.plan);
+        let bound = Rc::new(Cell::new(plan.hang_floor));
+        let mut cand = Bounded {
+            side: SdpaSide::new(gpu, self.helper, Backend::Py, problem, seed ^ 0x5eed),
+            watchdog: self.watchdog,
+            bound: Rc::clone(&bound),
+        };
+        let mut compiled = None;
+        let mut base = baseline_side(
+            gpu,
+            self.baseline,
+            &mut self.baselines,
+            &mut compiled,
+            problem,
+            seed,
+        )?;
+        let (floor, factor) = (plan.hang_floor, plan.hang_factor);
+        let timed = interleave(gpu, &mut cand, base.as_mut(), &plan.interleave, |first| {
+            let scaled = Duration::try_from_secs_f64(factor * median(&first.samples_us) * 1e-6);
+            bound.set(scaled.map_or(floor, |scaled| floor.max(scaled)));
+        })?;
+        let timing = &plan.interleave.timing;
+        // The helper refuses a sample with any output off its reference: every one it returned
+        // was verified.
+        case.timed_outputs = Some(attn_evidence::TimedOutputCheck {
+            sets: timed.a.input_sets,
+            samples_checked: timed.a.samples_us.len(),
+            samples_bad: 0,
+            first_bad: None,
+            inputs_scrambled: false,
+            launches_per_sample: Some(timed.a.launches_per_sample),
+            reference_masked: false,
+            outside: vec![],
+            inputs_written: vec![],
+        });
+        case.memory_floor_us = memory_floor(problem, gpu, timing);
+        case.flags.extend(escaped_work(&timed.a));
+        case.clock_guard = Some(timed.guard.clone());
+        if let Some(comparison) = compare_sides(&timed, &plan.compare)? {
+            case.candidate_tflops = Some(problem.spec.tflops(comparison.candidate.median));
+            case.baseline_tflops = Some(problem.spec.tflops(comparison.baseline.median));
+            case.comparison = Some(comparison);
+        }
+        case.candidate = Some(timing_evidence(&timed.a));
+        case.baseline = Some(timing_evidence(&timed.b));
+        case.flags.extend(plausibility_flag(case, plan));
+        Ok(())
+    }
+
+    /// `f` under the watchdog with `bound`, when there is one.
+    fn bounded<T>(&self, bound: Duration, what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        match self.watchdog {
+            Some(w) => w.guard(bound, what, f),
+            None => f(),
+        }
+    }
+
+    fn facts(&self) -> CaseFacts {
+        self.plan.case_facts(self.watchdog.is_some(), 0)
+    }
+
+    /// The defences that ran, with what a callable's case does not cover said as not run.
+    fn defences(&self, case: &GateCase) -> Vec<Defence> {
+        let mut defences = case_defences(case, &self.plan.rule, &self.facts());
+        for (name, why) in NOT_COVERED {
+            if let Some(d) = defences.iter_mut().find(|d| d.name == name) {
+                *d = Defence::not_run(name, why);
+            }
+        }
+        defences
+    }
+
+    fn finish(&self, case: GateCase) -> GateCase {
+        let mut case = self.plan.settle(case, &self.facts(), |_, reason| reason);
+        case.defences = self.defences(&case);
+        case
+    }
+}
+
+/// A timed side whose every block runs under the watchdog (a callable that never returns ends
+/// the process there, as a hung kernel does).
+struct Bounded<'s> {
+    side: SdpaSide<'s>,
+    watchdog: Option<&'s Watchdog>,
+    /// Per call: the plan's floor, then the larger of it and a multiple of the baseline's first
+    /// median.
+    bound: Rc<Cell<Duration>>,
+}
+
+impl TimedSide for Bounded<'_> {
+    fn block(&mut self, opts: &TimingOptions) -> Result<Timings> {
+        let launches = (opts.warmup + opts.samples * opts.batch_launches.max(1) + 1) as u32;
+        match self.watchdog {
+            Some(w) => w.guard(self.bound.get() * launches, "a timed call", || {
+                self.side.block(opts)
+            }),
+            None => self.side.block(opts),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_refusal_ends_a_case_with_its_own_status_and_check_failure() {
+        let table = [
+            (
+                "wrong",
+                CaseStatus::TimedOutputDiffers,
+                CheckFailure::Incorrect,
+            ),
+            ("remembered", CaseStatus::StaleOutput, CheckFailure::Stale),
+            ("inputs", CaseStatus::WroteInputs, CheckFailure::WroteInputs),
+            (
+                "escaped",
+                CaseStatus::EscapedStream,
+                CheckFailure::BrokeContract,
+            ),
+            (
+                "contract",
+                CaseStatus::BrokeContract,
+                CheckFailure::BrokeContract,
+            ),
+        ];
+        for (name, status, failure) in table {
+            let refusal: Refusal = serde_json::from_str(&format!("\"{name}\"")).unwrap();
+            assert_eq!(
+                (refusal.status(), refusal.failure()),
+                (status, failure),
+                "{name}"
+            );
+            assert!(!refusal.status().passed());
+        }
+        // A broken contract is a defence's verdict: its reason is the helper's own words.
+        assert!(CheckFailure::BrokeContract.is_defence());
+    }
+}
