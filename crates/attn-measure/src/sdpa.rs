@@ -541,7 +541,10 @@ impl Sdpa {
     /// Starts the helper and reads its versions. `Err` says in one line why PyTorch is unusable.
     pub fn detect() -> Result<Sdpa> {
         let python = std::env::var("ATTN_PYTHON").unwrap_or_else(|_| "python3".into());
-        let dir = std::env::temp_dir().join(format!("attn-sdpa-{}", std::process::id()));
+        // One folder per helper: a py candidate's helper and its baseline's live side by side.
+        static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("attn-sdpa-{}-{n}", std::process::id()));
         let io = |what: &str| {
             let what = what.to_string();
             move |source| MeasureError::Io { what, source }
