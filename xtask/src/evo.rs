@@ -22,7 +22,8 @@ use attn_evo::KnobDomain;
 use attn_kernels::Config;
 use attn_measure::sdpa::Backend;
 use attn_measure::search::{
-    Event, Fitness, NewSearch, RunRequest, SearchRequest, SearchSession, Target, WorkerOptions,
+    Event, Fitness, NewSearch, RayTarget, RunRequest, SearchRequest, SearchSession, Target,
+    WorkerOptions,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -119,6 +120,16 @@ pub struct Args {
     /// The ncu executable (--fitness composite).
     #[arg(long, default_value = "ncu")]
     pub ncu: PathBuf,
+    /// Where candidates are measured: this machine's GPUs (default), or `ray[=ADDRESS]`, the GPUs
+    /// of a Ray cluster (ADDRESS default `auto`: the local one), one actor per GPU of one model,
+    /// each running this program's worker (the bundle, at the same path on every node); the
+    /// search, its log, --resume and the evidence stay here.
+    #[arg(long, value_name = "ray[=ADDRESS]")]
+    pub on: Option<String>,
+    /// With --on ray: the GPU model to measure on (Ray's accelerator_type, e.g. H100; default the
+    /// model with the most GPUs).
+    #[arg(long, requires = "on")]
+    pub ray_model: Option<String>,
     /// Test mode without a GPU: workers report a synthetic time computed from the knobs
     /// (MODE=1 crashes like an illegal address, MODE=2 hangs).
     #[arg(long, hide = true)]
@@ -166,6 +177,26 @@ fn request(args: &Args) -> anyhow::Result<SearchRequest> {
         ncu: args.ncu.clone(),
         program: std::env::current_exe().context("finding this executable")?,
         git: crate::provenance::git_revision(),
+        ray: args
+            .on
+            .as_deref()
+            .map(|on| ray_target(on, args.ray_model.clone()))
+            .transpose()?,
+    })
+}
+
+/// `--on ray[=ADDRESS]`, read.
+fn ray_target(on: &str, model: Option<String>) -> anyhow::Result<RayTarget> {
+    let address = match on.split_once('=') {
+        None if on == "ray" => "auto",
+        Some(("ray", address)) if !address.trim().is_empty() => address.trim(),
+        _ => bail!(
+            "--on {on}: give ray or ray=ADDRESS (a Ray cluster's address, e.g. ray=10.0.0.1:6379)"
+        ),
+    };
+    Ok(RayTarget {
+        address: address.into(),
+        model,
     })
 }
 

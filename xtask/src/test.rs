@@ -1,7 +1,7 @@
 //! `cargo xtask test`: makes sure NVRTC, ptxas and the CUDA headers are available (installing NVIDIA's
 //! pinned wheels into `target/` when no toolkit is found), numpy for the SDPA helper's row check
-//! and Triton for the Triton front end's compile test (pinned wheels into `target/` when python3
-//! has none), then runs the whole workspace test suite,
+//! and Triton for the Triton front end's compile test, Ray for the local-cluster search test
+//! (pinned wheels into `target/` when python3 has none), then runs the whole workspace test suite,
 //! kernel compile checks included. The report's browser test runs when a headless Chromium is
 //! found; only when asked (`--install-browser`, or `CI=true`) is Debian's `chromium` installed
 //! with apt-get, the one step that changes the system. No GPU needed: GPU tests are `#[ignore]`d
@@ -97,6 +97,11 @@ fn steps(args: &Args) -> anyhow::Result<Option<&'static str>> {
         tests.env(attn_kernels::triton::PYTHONPATH_VAR, path);
     }
     tests.env("ATTN_TRITON_TEST", "required");
+    // The local Ray cluster's test likewise.
+    if let Some(path) = ensure_python_package(&workspace, &RAY) {
+        tests.env(attn_measure::search::ray::PYTHONPATH_VAR, path);
+    }
+    tests.env("ATTN_RAY_TEST", "required");
     if !tests.status().context("running cargo test")?.success() {
         return Ok(Some("workspace tests"));
     }
@@ -263,7 +268,7 @@ struct PythonPackage {
     /// What `import` names.
     module: &'static str,
     /// The wheel pip installs, with its version.
-    pinned: &'static str,
+    pinned: &'static [&'static str],
     /// Where in the workspace.
     dir: &'static str,
     /// The tests it is for, in a phrase.
@@ -273,7 +278,7 @@ struct PythonPackage {
 /// numpy for the SDPA helper's row-check test (`crates/attn-measure/tests/helper.rs`).
 const NUMPY: PythonPackage = PythonPackage {
     module: "numpy",
-    pinned: "numpy==2.2.6",
+    pinned: &["numpy==2.2.6"],
     dir: "target/py-numpy",
     for_what: "the SDPA helper's row-check test",
 };
@@ -282,9 +287,37 @@ const NUMPY: PythonPackage = PythonPackage {
 /// the version the GPU machine has.
 const TRITON: PythonPackage = PythonPackage {
     module: "triton",
-    pinned: "triton==3.6.0",
+    pinned: &["triton==3.6.0"],
     dir: "target/py-triton",
     for_what: "the Triton front end's compile test",
+};
+
+/// Ray for `evo --on ray`'s local-cluster test (`xtask/tests/evo_ray.rs`), with every package it
+/// imports pinned (pip adds none).
+const RAY: PythonPackage = PythonPackage {
+    module: "ray",
+    pinned: &[
+        "ray==2.52.1",
+        "attrs==26.1.0",
+        "certifi==2026.10.19.post1",
+        "charset-normalizer==3.5.3",
+        "click==8.5.1",
+        "filelock==4.3.2",
+        "idna==3.21",
+        "jsonschema==4.26.0",
+        "jsonschema-specifications==2025.9.1",
+        "msgpack==1.2.4",
+        "packaging==26.4",
+        "protobuf==7.36.2",
+        "pyyaml==6.0.4",
+        "referencing==0.37.0",
+        "requests==2.34.2",
+        "rpds-py==2026.9.1",
+        "typing-extensions==4.16.0",
+        "urllib3==2.8.0",
+    ],
+    dir: "target/py-ray",
+    for_what: "the local Ray cluster's search test",
 };
 
 /// `package` for python3: `None` when python3 imports it already, else the folder a pinned wheel
@@ -308,18 +341,19 @@ fn ensure_python_package(workspace: &Path, package: &PythonPackage) -> Option<st
     if !imports(Some(&target)) {
         println!(
             "installing {} into {} (for {})",
-            package.pinned,
+            package.pinned.join(" "),
             target.display(),
             package.for_what
         );
-        let installed = pinned_install("python3", &target, &[package.pinned])
+        let installed = pinned_install("python3", &target, package.pinned)
             .arg("--quiet")
             .status()
             .is_ok_and(|status| status.success());
         if !installed {
             println!(
                 "could not install {} with pip: {} will fail",
-                package.pinned, package.for_what
+                package.pinned.join(" "),
+                package.for_what
             );
         }
     }
@@ -402,7 +436,7 @@ mod tests {
     fn every_wheel_is_pinned_exactly_and_pip_adds_none() {
         let names: Vec<&str> = PINNED_WHEELS
             .iter()
-            .chain([&NUMPY.pinned, &TRITON.pinned])
+            .chain(NUMPY.pinned.iter().chain(TRITON.pinned).chain(RAY.pinned))
             .map(|w| {
                 let (name, version) = w
                     .split_once("==")

@@ -9,6 +9,7 @@
 //! `best.json`. What the caller shows comes back as [`Event`]s.
 
 pub mod finalists;
+pub mod ray;
 pub mod target;
 pub mod worker;
 
@@ -149,6 +150,17 @@ pub struct SearchRequest {
     pub program: PathBuf,
     /// The git revision and dirty flag of the code that runs, for provenance.
     pub git: (String, bool),
+    /// Measure on a Ray cluster's GPUs instead of this machine's ([`ray`]).
+    pub ray: Option<RayTarget>,
+}
+
+/// The Ray cluster a search measures on (`evo --on ray[=ADDRESS]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RayTarget {
+    /// The cluster's address (`auto`: the local one).
+    pub address: String,
+    /// The GPU model to measure on (default: the model with the most GPUs).
+    pub model: Option<String>,
 }
 
 /// What a search tells its caller to show, in order.
@@ -225,6 +237,7 @@ pub struct SearchSession<'r> {
     gpu: Option<Gpu>,
     search: Search,
     log: attn_evidence::EvoLogAppender,
+    pool: Option<ray::RayPool>,
 }
 
 impl std::fmt::Debug for SearchSession<'_> {
@@ -245,7 +258,31 @@ impl<'r> SearchSession<'r> {
             crate::profile::find_ncu(&request.ncu)?;
         }
         let run = target::open_run(request)?;
-        let (devices, gpu) = if request.workers.synthetic {
+        let pool = match &request.ray {
+            Some(on) => Some(ray::RayPool::start(
+                &on.address,
+                &request.program,
+                on.model.as_deref(),
+            )?),
+            None => None,
+        };
+        let (devices, gpu) = if let Some(pool) = &pool {
+            for other in &pool.others {
+                let (model, gpus) = (&other.model, other.gpus);
+                report(Event::Line(format!(
+                    "ray: {gpus} {model} GPU(s) not used: their timings would not compare"
+                )));
+            }
+            for slot in &pool.slots {
+                report(Event::Line(format!("ray: GPU {slot}")));
+            }
+            let devices = pool.slots.iter().map(|s| Device {
+                ordinal: s.slot,
+                name: s.model.clone(),
+            });
+            // The driver measures nothing itself: its own GPU, if any, stays out.
+            (devices.collect(), None)
+        } else if request.workers.synthetic {
             (vec![Device::synthetic()], None)
         } else {
             let (devices, other) = same_model_devices()?;
@@ -273,6 +310,7 @@ impl<'r> SearchSession<'r> {
             gpu,
             search,
             log,
+            pool,
         })
     }
 
@@ -291,6 +329,7 @@ impl<'r> SearchSession<'r> {
             program: &request.program,
             spec,
             options: &request.workers,
+            pool: self.pool.as_ref(),
         };
         let compare = attn_evo::compare_options(request.resamples, spec.seed)?;
         let ordinals: Vec<usize> = self.devices.iter().map(|d| d.ordinal).collect();

@@ -46,6 +46,8 @@ pub struct Workers<'a> {
     pub spec: &'a SearchSpec,
     /// How candidates are measured.
     pub options: &'a WorkerOptions,
+    /// The Ray cluster's GPUs the jobs run on, when the search is on Ray (`device` is a slot).
+    pub pool: Option<&'a super::ray::RayPool>,
 }
 
 impl Workers<'_> {
@@ -78,6 +80,9 @@ impl Workers<'_> {
             synthetic: options.synthetic,
             task,
         };
+        if let Some(pool) = self.pool {
+            return pool.run(&job, device, timeout);
+        }
         self.supervise(&job, timeout)
             .unwrap_or_else(|err| Measurement::invalid(err.to_string()))
     }

@@ -1,0 +1,182 @@
+"""attn's bridge to a Ray cluster for `evo --on ray`: one actor per GPU of one model, each running
+the bundle's `PROGRAM evo-worker JOB` on its own GPU, driven over stdin/stdout by the Rust search.
+
+Usage: python3 ray_pool.py ADDRESS PROGRAM [MODEL]   (ADDRESS "auto" joins the local cluster)
+
+First reply, once the actors are up:
+  {"slots": [{"slot": i, "model": ..., "node": ..., "gpu": ...}, ...], "others": [...]}
+  (the slots of MODEL, or of the model with the most GPUs; "others" the models left out, since
+  timings of different models never mix), or {"fatal": "one line"}.
+Requests, one JSON line each: {"id": N, "slot": i, "job": "<WorkerJob JSON>", "timeout_s": T}.
+Replies, in the order jobs finish: {"id": N, "line": "<the worker's measurement line>"} or
+{"id": N, "error": "one line"}. A worker process that dies (its
+node lost) is restarted by Ray and its job retried (MAX_RETRIES), so that a job is measured or its
+failure recorded, never dropped.
+
+The workers see this process's ATTN_* variables (Ray's runtime_env).
+Models are Ray's `accelerator_type:NAME` node resources (set by Ray on NVIDIA nodes, or given to
+`ray start --resources`): a node without one is `unknown`.
+"""
+import json
+import os
+import subprocess
+import sys
+import threading
+
+PROTOCOL = sys.stdout
+sys.stdout = sys.stderr  # nothing but replies may reach the protocol stream
+MAX_RETRIES = 2
+LOCK = threading.Lock()
+
+
+def reply(obj):
+    with LOCK:
+        PROTOCOL.write(json.dumps(obj) + "\n")
+        PROTOCOL.flush()
+
+
+def models(ray):
+    """GPUs per model over the cluster's live nodes: {model: count}."""
+    found = {}
+    for node in ray.nodes():
+        if not node.get("Alive"):
+            continue
+        res = node.get("Resources", {})
+        gpus = int(res.get("GPU", 0))
+        if gpus == 0:
+            continue
+        names = [k.split(":", 1)[1] for k in res if k.startswith("accelerator_type:")]
+        model = names[0] if names else "unknown"
+        found[model] = found.get(model, 0) + gpus
+    return found
+
+
+def lose(job):
+    """A test's lost worker (ATTN_RAY_LOSE, candidates only): `once:PATH` dies mid-job the first
+    time (PATH marks it), `always` every time."""
+    how = os.environ.get("ATTN_RAY_LOSE", "")
+    if job.get("task", {}).get("kind") != "candidate" or not how:
+        return
+    if how == "always":
+        os._exit(1)
+    if how.startswith("once:") and not os.path.exists(how[5:]):
+        open(how[5:], "w").close()
+        os._exit(1)
+
+
+def make_worker(ray):
+    @ray.remote(num_gpus=1, max_restarts=MAX_RETRIES, max_task_retries=MAX_RETRIES)
+    class GpuWorker:
+        """One GPU of the model: runs the bundle's worker command on it (CUDA device 0 there)."""
+
+        def __init__(self, program, model):
+            self.program, self.model = program, model
+
+        def describe(self):
+            ids = ray.get_gpu_ids()
+            return {"model": self.model, "node": ray.util.get_node_ip_address(),
+                    "gpu": str(ids[0]) if ids else "?"}
+
+        def run(self, job, timeout_s):
+            job = json.loads(job)
+            lose(job)
+            job["device"] = 0  # Ray shows this actor its own GPU alone
+            try:
+                out = subprocess.run([self.program, "evo-worker", json.dumps(job)], capture_output=True,
+                                     text=True, timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                return {"error": f"timeout after {timeout_s} s"}
+            lines = [l for l in out.stdout.splitlines() if l.startswith("{")]
+            if lines:
+                return {"line": lines[-1]}
+            tail = (out.stderr.strip().splitlines() or [f"exit code {out.returncode}"])[-1]
+            return {"error": tail[:200]}
+
+    return GpuWorker
+
+
+def main():
+    if len(sys.argv) < 3:
+        reply({"fatal": "usage: ray_pool.py ADDRESS PROGRAM [MODEL]"})
+        return
+    address, program = sys.argv[1], sys.argv[2]
+    wanted = sys.argv[3] if len(sys.argv) > 3 else None
+    try:
+        import ray
+    except Exception as exc:  # noqa: BLE001 - one line to the caller
+        reply({"fatal": f"Ray is not importable ({exc}): pip install 'ray>=2.40'"})
+        return
+    try:
+        # attn's own settings (the kernel cache, a test's lost worker) reach the workers.
+        env = {k: v for k, v in os.environ.items() if k.startswith("ATTN_")}
+        ray.init(address=address, namespace="attn", log_to_driver=False, logging_level="ERROR",
+                 runtime_env={"env_vars": env})
+    except Exception as exc:  # noqa: BLE001
+        reply({"fatal": f"no Ray cluster at {address}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"})
+        return
+    found = models(ray)
+    if not found:
+        reply({"fatal": f"the Ray cluster at {address} has no GPU (ray start --num-gpus=N)"})
+        return
+    if wanted is not None and wanted not in found:
+        reply({"fatal": f"the Ray cluster has no {wanted} GPU (it has {', '.join(sorted(found))})"})
+        return
+    model = wanted or max(sorted(found), key=lambda m: found[m])
+    resources = {} if model == "unknown" else {f"accelerator_type:{model}": 0.001}
+    worker = make_worker(ray)
+    actors = [worker.options(resources=resources).remote(program, model) for _ in range(found[model])]
+    try:
+        slots = ray.get([a.describe.remote() for a in actors], timeout=300)
+    except Exception as exc:  # noqa: BLE001
+        reply({"fatal": f"the GPU workers did not start: {str(exc).splitlines()[0]}"})
+        return
+    for i, s in enumerate(slots):
+        s["slot"] = i
+    others = [{"model": m, "gpus": n} for m, n in sorted(found.items()) if m != model]
+    reply({"slots": slots, "others": others})
+
+    pending = {}  # ObjectRef -> (id, attempts so far)
+    cond = threading.Condition()
+    closed = [False]
+
+    def read():
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            try:
+                req = json.loads(line)
+                ref = actors[req["slot"]].run.remote(req["job"], req["timeout_s"])
+            except Exception as exc:  # noqa: BLE001
+                reply({"id": req.get("id") if isinstance(req, dict) else None, "error": f"bad request: {exc}"})
+                continue
+            with cond:
+                pending[ref] = req["id"]
+                cond.notify()
+        with cond:
+            closed[0] = True
+            cond.notify()
+
+    threading.Thread(target=read, daemon=True).start()
+    while True:
+        with cond:
+            while not pending and not closed[0]:
+                cond.wait()
+            if not pending and closed[0]:
+                return
+            refs = list(pending)
+        done, _ = ray.wait(refs, num_returns=1, timeout=1.0)
+        for ref in done:
+            with cond:
+                job_id = pending.pop(ref)
+            try:
+                result = ray.get(ref)
+            except Exception as exc:  # noqa: BLE001 - retries exhausted: recorded, not dropped
+                text = str(exc).strip().splitlines()
+                result = {"error": f"the Ray worker was lost after {MAX_RETRIES + 1} attempts: "
+                                   f"{text[0][:160] if text else type(exc).__name__}"}
+            result["id"] = job_id
+            reply(result)
+
+
+if __name__ == "__main__":
+    main()
