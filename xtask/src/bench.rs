@@ -30,6 +30,11 @@ pub struct Args {
     /// only they (and the SDPA backends) are timed.
     #[arg(long)]
     pub triton: Vec<String>,
+    /// Your Python callables to time too, `FILE.py:FUNCTION`, `fn(q, k, v, scale=, causal=) -> O`
+    /// (repeatable), each in a helper process of its own, every timed output checked; with no
+    /// --impl, only they (and the SDPA backends) are timed.
+    #[arg(long)]
+    pub py: Vec<String>,
     /// Defines of every --triton kernel, `K=V` (repeatable): BLOCK_M, NUM_WARPS, STAGES and its
     /// constexprs.
     #[arg(long = "define")]
@@ -138,12 +143,11 @@ fn request(
     let tritons = (args.triton.iter())
         .map(|spec| crate::args::triton_candidate(spec, &args.defines))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let named = if names.is_empty() && !tritons.is_empty() {
-        let line = format!(
-            "Triton kernels {}: named by --triton",
-            args.triton.join(", ")
-        );
-        Some((Vec::new(), line))
+    let named = if names.is_empty() && !(tritons.is_empty() && args.py.is_empty()) {
+        let named: Vec<String> = (args.triton.iter().map(|t| format!("--triton {t}")))
+            .chain(args.py.iter().map(|p| format!("--py {p}")))
+            .collect();
+        Some((Vec::new(), format!("timing {}", named.join(", "))))
     } else if names.is_empty() {
         registry::named(None)?
             .map(|selection| (vec![selection.implementation.name], selection.reason))
@@ -179,10 +183,14 @@ fn request(
     if args.samples < 2 {
         anyhow::bail!("--samples must be at least 2");
     }
+    let callables = (args.py.iter())
+        .map(|spec| attn_measure::baseline::PyCallable::parse_as("--py ", spec))
+        .collect::<Result<Vec<_>, _>>()?;
     let request = BenchRequest {
         problems,
         candidates,
         backends,
+        callables,
         timing: args.timing(),
         seed: args.seed,
         suite: args.problems.suite_name("large"),

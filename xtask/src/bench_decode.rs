@@ -20,6 +20,9 @@ pub fn request(args: &Args, specs: Vec<DecodeSpec>) -> anyhow::Result<DecodeBenc
     if !args.triton.is_empty() || !args.defines.is_empty() {
         bail!("--triton kernels follow the forward ABI: they take prefill problems, not decode batches");
     }
+    if !args.py.is_empty() {
+        bail!("--py callables are called as fn(q, k, v, scale=, causal=) on prefill problems, not decode batches");
+    }
     let overrides: Config = args
         .config
         .parse()

@@ -158,3 +158,41 @@ fn bench_takes_triton_kernels_for_prefill_problems_only() {
         &["--triton", "not decode batches"],
     );
 }
+
+#[test]
+fn bench_and_evo_check_callables_and_ray_targets_before_any_probe() {
+    let dir = crate::inputs();
+    let d = dir.path();
+    std::fs::write(
+        d.join("mine.py"),
+        "def attend(q, k, v, scale, causal):\n    return q\n",
+    )
+    .unwrap();
+    crate::one_error_line(
+        d,
+        &[
+            "bench",
+            "--py",
+            "missing.py:attend",
+            "--shape",
+            "1,8,512,64",
+        ],
+        &["--py missing.py:attend", "missing.py"],
+    );
+    crate::one_error_line(
+        d,
+        &[
+            "bench",
+            "--py",
+            "mine.py:attend",
+            "--shape",
+            "decode B=2 q=1 kv=512 H=8/2 D=64 page=16",
+        ],
+        &["--py", "not decode batches"],
+    );
+    crate::one_error_line(
+        d,
+        &["evo", "--synthetic", "--knob", "A=1,2", "--on", "slurm"],
+        &["--on slurm", "ray=ADDRESS"],
+    );
+}

@@ -19,6 +19,9 @@ pub struct BenchRequest {
     pub candidates: Vec<Candidate>,
     /// The SDPA backends timed alongside (none: PyTorch is not looked for).
     pub backends: Vec<Backend>,
+    /// Users' Python callables timed alongside, each in a helper process of its own, every timed
+    /// output checked (`--py FILE.py:FUNCTION`).
+    pub callables: Vec<crate::baseline::PyCallable>,
     /// The harness options of every entry.
     pub timing: TimingOptions,
     /// Base seed of the timing inputs.
@@ -54,6 +57,8 @@ pub struct BenchSession<'r> {
     report: Report<'r>,
     gpu: Gpu,
     sdpa: Option<Sdpa>,
+    /// Each callable with its own helper.
+    callables: Vec<(crate::baseline::PyCallable, Sdpa)>,
     /// Each problem's dense batch at its mean length (varlen problems only).
     dense_at_mean: Vec<Option<Problem>>,
     cache: PreparedCache,
@@ -90,6 +95,14 @@ impl<'r> BenchSession<'r> {
                 }
             }
         };
+        // Asked for by name: no PyTorch is an error, not a skip.
+        let callables = (request.callables.iter())
+            .map(|c| {
+                let helper = Sdpa::detect()?;
+                helper.load_callable(&c.file, &c.function)?;
+                Ok((c.clone(), helper))
+            })
+            .collect::<Result<Vec<_>>>()?;
         let dense_at_mean = request
             .problems
             .iter()
@@ -100,6 +113,7 @@ impl<'r> BenchSession<'r> {
             report,
             gpu,
             sdpa,
+            callables,
             dense_at_mean,
             cache: PreparedCache::default(),
             entries: Vec::new(),
@@ -121,7 +135,8 @@ impl<'r> BenchSession<'r> {
         } else {
             0
         };
-        (self.request.candidates.len() * (1 + usize::from(dense)) + sdpa) as u64
+        let callables = self.callables.len();
+        (self.request.candidates.len() * (1 + usize::from(dense)) + sdpa + callables) as u64
     }
 
     /// Times every problem that `admit` lets start (it answers why not, to skip one: a time
@@ -141,10 +156,12 @@ impl<'r> BenchSession<'r> {
                 self.time_implementation(candidate, problem, dense.as_ref())?;
             }
             self.time_backends(problem)?;
+            self.time_callables(problem)?;
         }
         (self.report)(Event::Finished);
         let after = attn_kernels::telemetry::read_clocks(0);
-        let torch = self.sdpa.as_ref().map(|s| &s.info);
+        let helper = self.sdpa.as_ref().or(self.callables.first().map(|c| &c.1));
+        let torch = helper.map(|s| &s.info);
         let (git_rev, git_dirty) = self.request.git.clone();
         let provenance =
             crate::provenance::collect(&self.gpu, torch, before, after, git_rev, git_dirty);
@@ -249,6 +266,33 @@ impl<'r> BenchSession<'r> {
         };
         (self.report)(Event::Done(1));
         Ok(dense_entry)
+    }
+
+    /// Every callable on `problem` through its helper's protocol (fresh inputs per sample, every
+    /// timed output checked); one that refuses the problem, breaks its contract or fails is
+    /// skipped, said.
+    fn time_callables(&mut self, problem: &Problem) -> Result<()> {
+        let (opts, seed) = (&self.request.timing, self.request.seed);
+        for (callable, helper) in &self.callables {
+            let label = callable.implementation().label();
+            if let Some(why) = crate::sdpa::refusal(problem, Backend::Py) {
+                (self.report)(Event::Line(format!("  {label} skipped: {why}")));
+                (self.report)(Event::Done(1));
+                continue;
+            }
+            (self.report)(Event::Step(format!("{label} {problem}")));
+            match time_sdpa(&self.gpu, helper, Backend::Py, problem, opts, seed) {
+                Ok(mut timed) => {
+                    timed.implementation = callable.implementation();
+                    self.entries.push(entry(timed, problem)?);
+                }
+                Err(err) => (self.report)(Event::Line(format!(
+                    "  skipped {label} on {problem}: {err}"
+                ))),
+            }
+            (self.report)(Event::Done(1));
+        }
+        Ok(())
     }
 
     /// Every SDPA backend asked for on `problem` (when PyTorch is there); one that refuses the
