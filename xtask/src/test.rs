@@ -441,10 +441,14 @@ mod tests {
                 let (name, version) = w
                     .split_once("==")
                     .unwrap_or_else(|| panic!("{w} is not pinned"));
-                let exact = version.split('.').count() == 3
-                    && version
-                        .split('.')
-                        .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+                // A literal release (`3.21`, `2.52.1`, `2026.10.19.post1`): no wildcard, range or
+                // pre-release pip could resolve to something else.
+                let parts: Vec<&str> = version.split('.').collect();
+                let digits = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+                let (last, release) = parts.split_last().expect("split gives one part");
+                let exact = parts.len() >= 2
+                    && release.iter().all(|p| digits(p))
+                    && (digits(last) || last.strip_prefix("post").is_some_and(digits));
                 assert!(exact, "{w}: not an exact version");
                 name
             })

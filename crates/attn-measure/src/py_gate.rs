@@ -427,6 +427,32 @@ impl<'a> PyGate<'a> {
                 *d = Defence::not_run(name, why);
             }
         }
+        // A callable's check has no launch guards to read these from: its own record.
+        let checks: Vec<&CorrectnessCheck> = (case.correctness.iter())
+            .chain(case.battery.iter().flat_map(|b| b.checks.iter()))
+            .collect();
+        let caught = |f: CheckFailure| checks.iter().any(|c| c.failure == Some(f));
+        let ran = [
+            (
+                DefenceName::InputChecksums,
+                format!("Q, K and V compared bit for bit with copies after both calls of each of {} checks, and summed around every timed sample", checks.len()),
+                caught(CheckFailure::WroteInputs),
+            ),
+            (
+                DefenceName::Determinism,
+                format!("two calls on each of {} checks' inputs compared bitwise", checks.len()),
+                caught(CheckFailure::NonDeterministic),
+            ),
+        ];
+        for (name, covered, caught) in ran {
+            if let Some(d) = defences.iter_mut().find(|d| d.name == name) {
+                *d = if checks.is_empty() {
+                    Defence::not_run(name, "not reached: the case ended before its checks")
+                } else {
+                    Defence::ran(name, covered, caught)
+                };
+            }
+        }
         defences
     }
 

@@ -93,7 +93,8 @@ fn judge(case: &Case, gpu: &Gpu, baseline: &Baseline) -> attn_evidence::GateCase
         hang_factor: 100.0,
         peak_tflops: attn_measure::provenance::peak_tflops(gpu),
     };
-    let problem = Problem::parse("1,8,512,64 causal bf16").unwrap();
+    // Long enough that the attention, not the call's host overhead, is what both sides time.
+    let problem = Problem::parse("1,8,1024,64 causal bf16").unwrap();
     let mut session = PyGate::new(gpu, &helper, baseline, &plan, None);
     session.case(&problem, 0x9e7e)
 }
@@ -127,6 +128,12 @@ fn python_callables_pass_and_fail_the_gate_for_their_own_reasons() {
             guards.covered.contains("allocates its own output"),
             "{guards:?}"
         );
+        if case.expect == CaseStatus::Passed {
+            for name in [DefenceName::InputChecksums, DefenceName::Determinism] {
+                let d = verdict.defences.iter().find(|d| d.name == name).unwrap();
+                assert!(d.ran, "{d:?}");
+            }
+        }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
