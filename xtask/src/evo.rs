@@ -42,8 +42,13 @@ pub struct Args {
     /// Entry point of --src.
     #[arg(long, requires = "src")]
     pub entry: Option<String>,
-    /// Fixed defines for --src, `K=V` (repeatable).
-    #[arg(long = "define", requires = "src")]
+    /// Your own Triton kernel of the same ABI, `FILE.py:KERNEL` (KERNEL default `attn_fwd`),
+    /// compiled by Triton for the GPU; declare its knobs (its constexprs, BLOCK_M, NUM_WARPS,
+    /// STAGES) with --knob.
+    #[arg(long, conflicts_with_all = ["implementation", "src"])]
+    pub triton: Option<String>,
+    /// Fixed defines for --src or --triton, `K=V` (repeatable).
+    #[arg(long = "define")]
     pub defines: Vec<String>,
     /// A knob and its values, `NAME=v1,v2,...` (repeatable): declares the knobs of --src, or
     /// narrows the domains of the registered implementations that have it.
@@ -215,7 +220,28 @@ fn new_search(args: &Args) -> anyhow::Result<NewSearch> {
         .map(|k| KnobDomain::parse(k).map(|d| (d.name, d.values)))
         .collect::<Result<_, _>>()
         .context("--knob")?;
+    if args.src.is_none() && args.triton.is_none() && !args.defines.is_empty() {
+        bail!("--define fixes a --src or --triton kernel's defines; --knob narrows a registered implementation's");
+    }
     let target = match (&args.implementation, &args.src) {
+        (None, None) if args.triton.is_some() => {
+            let spec = args.triton.as_deref().unwrap_or_default();
+            // Checked now (the file, the kernel's name, the defines); each worker builds it
+            // again from the same file (a `.py` source is a Triton kernel, its entry the kernel).
+            match crate::args::triton_candidate(spec, &args.defines)? {
+                attn_kernels::Candidate::Triton {
+                    path,
+                    kernel,
+                    defines,
+                    ..
+                } => Target::Source {
+                    src: path,
+                    entry: Some(kernel),
+                    defines: defines.0,
+                },
+                other => bail!("--triton {spec}: not a Triton kernel ({})", other.label()),
+            }
+        }
         (None, _) if args.synthetic => Target::Synthetic,
         (_, Some(src)) => {
             let defines = (args.defines.join(",").parse::<Config>())

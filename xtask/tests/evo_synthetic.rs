@@ -363,3 +363,36 @@ fn planted_kernels_compile() {
         assert!(ptx.contains(".entry attn_fwd"), "{defines:?}");
     }
 }
+
+#[test]
+fn a_triton_kernels_knobs_are_searched_and_its_best_is_gated_through_triton() {
+    let dir = tempfile::tempdir().unwrap();
+    let starter =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernels/examples/starter_triton.py");
+    let triton = format!("{}:attn_fwd", starter.display());
+    let options = [
+        "--triton",
+        &triton,
+        "--knob",
+        "BLOCK_N=32,64",
+        "--knob",
+        "NUM_WARPS=4,8",
+        "--population",
+        "2",
+        "--generations",
+        "2",
+        "--seed",
+        "5",
+    ];
+    let text = run_to_end(&search(&options, dir.path(), "t", 4));
+    let best: EvoBest =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("evo/t/best.json")).unwrap())
+            .unwrap();
+    assert_eq!(best.target, "triton:starter_triton.py", "{text}");
+    assert!(
+        best.reproduce.contains(&format!("--triton {triton}"))
+            && best.reproduce.contains("--define BLOCK_N="),
+        "{}",
+        best.reproduce
+    );
+}

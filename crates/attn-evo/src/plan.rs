@@ -274,11 +274,20 @@ fn push_projected(seeds: &mut Vec<Knobs>, space: &Space, partial: &Knobs, fill: 
 /// );
 /// // A varlen batch (or grouped heads, a window) keeps its whole shape text.
 /// let packed = SearchSpec {
-///     shape: "varlen=512,0,3000 H=32/8 D=128 causal bf16".parse()?, baseline: "mma".into(), ..spec
+///     shape: "varlen=512,0,3000 H=32/8 D=128 causal bf16".parse()?, baseline: "mma".into(), ..spec.clone()
 /// };
 /// assert_eq!(
 ///     attn_evo::gate_command(&packed, Some("hopper"), &Default::default()),
 ///     "cargo xtask gate --impl hopper --shape \"varlen=512,0,3000 H=32/8 D=128\" --causal --dtype bf16 --baseline mma"
+/// );
+/// // A `.py` source is a Triton kernel.
+/// let triton = SearchSpec {
+///     src: Some("k.py".into()), entry: Some("attn_fwd".into()), ..spec.clone()
+/// };
+/// let knobs = [("BLOCK_N".to_string(), 64)].into();
+/// assert_eq!(
+///     attn_evo::gate_command(&triton, None, &knobs),
+///     "cargo xtask gate --triton k.py:attn_fwd --define BLOCK_N=64 --shape 2,8,1024,64 --dtype fp16 --baseline sdpa"
 /// );
 /// # Ok::<(), attn_evidence::EvidenceError>(())
 /// ```
@@ -307,9 +316,15 @@ pub fn gate_command(spec: &SearchSpec, implementation: Option<&str>, knobs: &Kno
             }
         }
         (None, Some(src)) => {
-            cmd.push_str(&format!("--src {}", src.display()));
-            if let Some(entry) = &spec.entry {
-                cmd.push_str(&format!(" --entry {entry}"));
+            // A `.py` source is a Triton kernel (`evo --triton FILE.py:KERNEL`).
+            if src.extension().is_some_and(|e| e == "py") {
+                let kernel = spec.entry.as_deref().unwrap_or("attn_fwd");
+                cmd.push_str(&format!("--triton {}:{kernel}", src.display()));
+            } else {
+                cmd.push_str(&format!("--src {}", src.display()));
+                if let Some(entry) = &spec.entry {
+                    cmd.push_str(&format!(" --entry {entry}"));
+                }
             }
             for (k, v) in spec.defines.iter().chain(knobs.iter()) {
                 cmd.push_str(&format!(" --define {k}={v}"));

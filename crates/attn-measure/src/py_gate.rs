@@ -15,7 +15,8 @@
 //!   fresh inputs drawn in place for every sample, every timed output against a float32
 //!   reference, aliasing, changed inputs, a patched timer and escaped work refused; interleaved
 //!   with the baseline in ABBA blocks under the clock guard, the whole helper call under the
-//!   watchdog.
+//!   watchdog, the callable's process stopped ([`Sdpa::pause`]) whenever its own block is not
+//!   running, so that no thread of it shares the GPU with the baseline's blocks.
 //!
 //! A refusal during timing ends the case with the refusal's own status ([`Refusal::status`]).
 
@@ -362,9 +363,14 @@ impl<'a> PyGate<'a> {
         let bound = Rc::new(Cell::new(plan.hang_floor));
         let mut cand = Bounded {
             side: SdpaSide::new(gpu, self.helper, Backend::Py, problem, seed ^ 0x5eed),
+            helper: self.helper,
             watchdog: self.watchdog,
             bound: Rc::clone(&bound),
         };
+        // The callable's process is stopped whenever it is not being timed (the baseline's
+        // blocks included), and let go again when the timing ends, however it ends.
+        self.helper.pause()?;
+        let _paused = Paused(self.helper);
         let mut compiled = None;
         let mut base = baseline_side(
             gpu,
@@ -467,6 +473,8 @@ impl<'a> PyGate<'a> {
 /// the process there, as a hung kernel does).
 struct Bounded<'s> {
     side: SdpaSide<'s>,
+    /// The callable's helper: resumed for each of its blocks, paused after.
+    helper: &'s Sdpa,
     watchdog: Option<&'s Watchdog>,
     /// Per call: the plan's floor, then the larger of it and a multiple of the baseline's first
     /// median.
@@ -476,12 +484,24 @@ struct Bounded<'s> {
 impl TimedSide for Bounded<'_> {
     fn block(&mut self, opts: &TimingOptions) -> Result<Timings> {
         let launches = (opts.warmup + opts.samples * opts.batch_launches.max(1) + 1) as u32;
-        match self.watchdog {
+        self.helper.resume()?;
+        let timed = match self.watchdog {
             Some(w) => w.guard(self.bound.get() * launches, "a timed call", || {
                 self.side.block(opts)
             }),
             None => self.side.block(opts),
-        }
+        };
+        self.helper.pause()?;
+        timed
+    }
+}
+
+/// A paused helper, resumed when this is dropped.
+struct Paused<'s>(&'s Sdpa);
+
+impl Drop for Paused<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.resume();
     }
 }
 

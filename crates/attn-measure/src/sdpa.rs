@@ -10,6 +10,7 @@
 //! cache of the batch's page size and page policy.
 
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Mutex;
@@ -315,6 +316,8 @@ enum Request<'a> {
         function: &'a str,
     },
     Run(RunRequest<'a>),
+    /// Wait for all of the helper's device work (before it is paused).
+    Sync,
     Time(TimeRequest<'a>),
     Decode(DecodeRequest<'a>),
     Backward(BackwardRequest),
@@ -475,6 +478,13 @@ struct FlashinferReply {
     flashinfer: String,
 }
 
+/// The helper's reply to a sync request.
+#[derive(Debug, Deserialize)]
+struct SyncReply {
+    #[allow(dead_code)] // read to check the reply's form
+    synced: bool,
+}
+
 /// The helper's reply to a run request.
 #[derive(Debug, Deserialize)]
 struct RunReply {
@@ -529,6 +539,7 @@ impl std::fmt::Debug for Sdpa {
 
 impl Drop for Sdpa {
     fn drop(&mut self) {
+        let _ = self.resume();
         if let Ok(mut p) = self.process.lock() {
             let _ = p.child.kill();
             let _ = p.child.wait();
@@ -554,6 +565,9 @@ impl Sdpa {
         std::fs::write(&script, HELPER).map_err(io("writing the SDPA helper"))?;
         let mut child = Command::new(&python)
             .arg(&script)
+            // Its own process group, which `pause` stops whole; a group left stopped when this
+            // process dies is orphaned, and the kernel sends it SIGHUP and SIGCONT.
+            .process_group(0)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -582,6 +596,34 @@ impl Sdpa {
         };
         sdpa.info = sdpa.call(&Request::Info)?;
         Ok(sdpa)
+    }
+
+    /// Stops the helper's process group once its device work is done (a whole-device sync in
+    /// it), so that nothing it runs (a thread a callable started, say) shares the GPU while
+    /// another side is timed; [`Sdpa::resume`] lets it go on. Not covered: work a thread queues in
+    /// the moment between the sync's reply and the stop.
+    pub fn pause(&self) -> Result<()> {
+        let _: SyncReply = self.call(&Request::Sync)?;
+        self.signal(libc::SIGSTOP)
+    }
+
+    /// Lets a paused helper go on ([`Sdpa::pause`]); a helper not paused is unaffected.
+    pub fn resume(&self) -> Result<()> {
+        self.signal(libc::SIGCONT)
+    }
+
+    fn signal(&self, signal: libc::c_int) -> Result<()> {
+        let p = self.process.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: killpg only sends a signal; the group id is the helper's pid, its group leader
+        // (`process_group(0)` at spawn), not yet reaped while `p.child` is held.
+        let sent = unsafe { libc::killpg(p.child.id() as libc::pid_t, signal) };
+        if sent != 0 {
+            return Err(MeasureError::Io {
+                what: "signalling the Python helper".into(),
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        Ok(())
     }
 
     fn call<T: DeserializeOwned>(&self, request: &Request<'_>) -> Result<T> {

@@ -27,8 +27,10 @@ Requests (attn-measure's `sdpa::Request`):
   {"kind": "callable", "file": path, "function": name}   (loads the "py" backend's callable)
   {"kind": "run", "q": path, "k": path, "v": path, "out": path, "dtype": "fp16"|"bf16",
    "causal": bool, "window": [left, right] (-1 unbounded), "scale": float,
-   "backend": "default"|"flash"|"efficient"|"cudnn"|"math"|"fa3"|"varlen"|"flex",
-   "varlen": null | {"q": [lengths], "kv": [lengths]}}
+   "backend": "default"|"flash"|"efficient"|"cudnn"|"math"|"fa3"|"varlen"|"flex"|"py",
+   "varlen": null | {"q": [lengths], "kv": [lengths]}, "second": path (py only)}
+   (py: the callable called twice on the inputs, the second output written to "second")
+  {"kind": "sync"}   (waits for all of this process's device work; the caller then stops it)
   {"kind": "time", "shape": [B, H, Sq, Skv, D], "kv_heads": int, "dtype": ..., "causal": bool,
    "window": [left, right], "scale": float, "varlen": null | {"q": [...], "kv": [...]},
    "backend": ..., "warmup": int, "samples": int, "mode": "graph"|"flushed"|"batch",
@@ -42,7 +44,8 @@ Requests (attn-measure's `sdpa::Request`):
    contiguous [B, H_kv, kv, D], the new tokens the last q keys of each sequence; flashinfer: a
    paged batch as FlashInfer's paged NHD cache; checked before it is timed; the reply's timings
    carry "flashinfer": its version, or null)
-Replies: {"ok": {...}} or {"error": "one line"}. A reply {"fatal": "..."} to the first request
+Replies: {"ok": {...}} or {"error": "one line"}, a py callable's broken contract
+{"refused": kind, "error": "one line"} (see Refused). A reply {"fatal": "..."} to the first request
 means PyTorch cannot be used at all. bf16 .npy files hold uint16 bit patterns (attn-oracle's
 convention); a varlen batch's files are packed, Q and O [1, total_q, H, D], K and V
 [1, total_kv, H_kv, D] (a varlen job's shape is its bounding dense shape). Repeated "time"
@@ -286,6 +289,9 @@ class Helper:
                     "cudnn": str(torch.backends.cudnn.version()), "gpu": props.name}
         if kind == "run":
             return self.run(request)
+        if kind == "sync":
+            self.torch.cuda.synchronize()
+            return {"synced": True}
         if kind == "time":
             return self.time(request)
         if kind == "decode":

@@ -195,4 +195,20 @@ fn bench_and_evo_check_callables_and_ray_targets_before_any_probe() {
         &["evo", "--synthetic", "--knob", "A=1,2", "--on", "slurm"],
         &["--on slurm", "ray=ADDRESS"],
     );
+    crate::one_error_line(
+        d,
+        &["evo", "--impl", "mma", "--define", "BLOCK_M=64"],
+        &["--define", "--src or --triton"],
+    );
+    crate::one_error_line(
+        d,
+        &[
+            "evo",
+            "--triton",
+            "missing.py:attn_fwd",
+            "--knob",
+            "BLOCK_N=32,64",
+        ],
+        &["--triton missing.py:attn_fwd", "no file missing.py"],
+    );
 }

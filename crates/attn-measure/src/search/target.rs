@@ -64,13 +64,18 @@ pub fn search_spec(new: &NewSearch) -> Result<SearchSpec> {
             defines,
         } => {
             if declared.is_empty() {
-                let why = "--src needs its knobs declared with --knob NAME=v1,v2,...";
+                let why = "--src and --triton need their knobs declared with --knob NAME=v1,v2,...";
                 return Err(MeasureError::Invalid(why.into()));
             }
             spec.src = Some(src.clone());
             spec.entry = entry.clone();
             let file = src.file_name().map(|n| n.to_string_lossy());
-            spec.target = format!("src:{}", file.unwrap_or_default());
+            let kind = if src.extension().is_some_and(|e| e == "py") {
+                "triton"
+            } else {
+                "src"
+            };
+            spec.target = format!("{kind}:{}", file.unwrap_or_default());
             spec.defines = defines.clone();
         }
         Target::Implementations(names) => {
@@ -211,6 +216,10 @@ pub fn candidate(
 ) -> Result<Candidate> {
     Ok(match (implementation, src) {
         (Some(name), _) => Candidate::registered(name, config)?,
+        // A `.py` source is a Triton kernel of the ABI (`evo --triton`), its entry the kernel.
+        (None, Some(src)) if src.extension().is_some_and(|e| e == "py") => {
+            Candidate::from_triton(src, entry.unwrap_or("attn_fwd"), config)?
+        }
         (None, Some(src)) => Candidate::from_file(src, entry, config)?,
         (None, None) => {
             let why = "the worker needs --impl, --src or --baseline";
