@@ -344,6 +344,39 @@ pub(crate) fn finish(
     Ok(if run.passed { 0 } else { crate::EXIT_FAILED })
 }
 
+/// The cases of a decode, backward or py run: each of `items` judged by `judge` with its own
+/// seed (from `seed` and its index) and its line printed, unless `lost` says an earlier fault
+/// lost the CUDA context or the budget admits no more; those are `ended` as could not run.
+pub(crate) fn judge_each<T: std::fmt::Display>(
+    items: &[T],
+    seed: u64,
+    budget: &mut crate::budget::TimeBudget,
+    mut lost: impl FnMut() -> bool,
+    ended: impl Fn(&T, attn_evidence::CaseStatus, String) -> attn_evidence::GateCase,
+    mut judge: impl FnMut(&T, u64) -> attn_evidence::GateCase,
+) -> Vec<attn_evidence::GateCase> {
+    let could_not = attn_evidence::CaseStatus::CouldNotRun;
+    let mut cases = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        if lost() {
+            let why = "not run: an earlier fault lost the CUDA context".to_string();
+            cases.push(ended(item, could_not, why));
+            continue;
+        }
+        if let Err(why) = budget.admit() {
+            println!("  {item}: {why}");
+            cases.push(ended(item, could_not, why));
+            continue;
+        }
+        let case = judge(item, seed.wrapping_add(1_000_003 * i as u64));
+        let defences = attn_evidence::defences_line(&case.defences)
+            .map_or_else(String::new, |line| format!("; {line}"));
+        println!("  {item}: {}{defences}", case.reason);
+        cases.push(case);
+    }
+    cases
+}
+
 /// A decode or backward run's record from its cases (passed when every case passed), judged by
 /// `plan`; the prefill gate's is `GateSession::record`.
 pub(crate) fn gate_run(

@@ -3,7 +3,7 @@
 //! kernel against a registered backward implementation or PyTorch SDPA's backward).
 
 use anyhow::bail;
-use attn_evidence::{CaseStatus, GateMode};
+use attn_evidence::GateMode;
 use attn_kernels::{Config, ConfigError};
 use attn_measure::backward::{
     ended_backward_case, BackwardBaseline, BackwardCandidate, BackwardGate,
@@ -103,27 +103,19 @@ pub fn run(
     let mut session = BackwardGate::new(&gpu, &candidate, &baseline, &plan, Some(&watchdog))
         .with_sdpa(sdpa.as_ref());
     let clocks_before = attn_kernels::telemetry::read_clocks(0);
-    let mut cases = Vec::new();
-    for (i, problem) in problems.iter().enumerate() {
-        if session.lost {
-            cases.push(ended_backward_case(
-                problem,
-                CaseStatus::CouldNotRun,
-                "not run: an earlier fault lost the CUDA context".into(),
-            ));
-            continue;
-        }
-        if let Err(why) = budget.admit() {
-            println!("  {problem}: {why}");
-            cases.push(ended_backward_case(problem, CaseStatus::CouldNotRun, why));
-            continue;
-        }
-        let case = session.case(problem, seed.wrapping_add(1_000_003 * i as u64));
-        let defences = attn_evidence::defences_line(&case.defences)
-            .map_or_else(String::new, |line| format!("; {line}"));
-        println!("  {}: {}{defences}", case.shape, case.reason);
-        cases.push(case);
-    }
+    let lost = std::cell::Cell::new(false);
+    let cases = crate::gate::judge_each(
+        &problems,
+        seed,
+        &mut budget,
+        || lost.get(),
+        ended_backward_case,
+        |problem, seed| {
+            let case = session.case(problem, seed);
+            lost.set(session.lost);
+            case
+        },
+    );
     let clocks_after = attn_kernels::telemetry::read_clocks(0);
     let torch = sdpa.as_ref().map(|s| s.info.clone());
     let provenance = crate::provenance::collect(&gpu, torch.as_ref(), clocks_before, clocks_after);

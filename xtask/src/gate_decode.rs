@@ -4,7 +4,7 @@
 //! FlashInfer, which takes paged batches, ragged included).
 
 use anyhow::bail;
-use attn_evidence::{CaseStatus, GateMode};
+use attn_evidence::GateMode;
 use attn_kernels::decode::find_decode;
 use attn_kernels::{Config, ConfigError};
 use attn_measure::decode::{ended_decode_case, DecodeBaseline, DecodeGate};
@@ -107,25 +107,19 @@ pub fn run(
         session = session.with_sdpa(sdpa);
     }
     let clocks_before = attn_kernels::telemetry::read_clocks(0);
-    let mut cases = Vec::new();
-    for (i, spec) in specs.iter().enumerate() {
-        if session.lost {
-            cases.push(ended_decode_case(
-                spec,
-                CaseStatus::CouldNotRun,
-                "not run: an earlier fault lost the CUDA context".into(),
-            ));
-            continue;
-        }
-        if let Err(why) = budget.admit() {
-            println!("  {spec}: {why}");
-            cases.push(ended_decode_case(spec, CaseStatus::CouldNotRun, why));
-            continue;
-        }
-        let case = session.case(spec, seed.wrapping_add(1_000_003 * i as u64));
-        println!("  {spec}: {}", case.reason);
-        cases.push(case);
-    }
+    let lost = std::cell::Cell::new(false);
+    let cases = crate::gate::judge_each(
+        &specs,
+        seed,
+        &mut budget,
+        || lost.get(),
+        ended_decode_case,
+        |spec, seed| {
+            let case = session.case(spec, seed);
+            lost.set(session.lost);
+            case
+        },
+    );
     let clocks_after = attn_kernels::telemetry::read_clocks(0);
     let versions = sdpa.as_ref().map(attn_measure::sdpa::Sdpa::versions);
     let provenance =

@@ -3,7 +3,6 @@
 //! prefill gate's plan, decision and evidence.
 
 use anyhow::bail;
-use attn_evidence::CaseStatus;
 use attn_measure::baseline::PyCallable;
 use attn_measure::gate::ended_case;
 use attn_measure::py_gate::PyGate;
@@ -84,19 +83,14 @@ pub fn run(
     }));
     let mut session = PyGate::new(&gpu, &helper, &baseline, &plan, Some(&watchdog));
     let clocks_before = attn_kernels::telemetry::read_clocks(0);
-    let mut cases = Vec::new();
-    for (i, problem) in problems.iter().enumerate() {
-        if let Err(why) = budget.admit() {
-            println!("  {problem}: {why}");
-            cases.push(ended_case(problem, CaseStatus::CouldNotRun, why));
-            continue;
-        }
-        let case = session.case(problem, seed.wrapping_add(1_000_003 * i as u64));
-        let defences = attn_evidence::defences_line(&case.defences)
-            .map_or_else(String::new, |line| format!("; {line}"));
-        println!("  {}: {}{defences}", case.shape, case.reason);
-        cases.push(case);
-    }
+    let cases = crate::gate::judge_each(
+        &problems,
+        seed,
+        &mut budget,
+        || false,
+        ended_case,
+        |problem, seed| session.case(problem, seed),
+    );
     let clocks_after = attn_kernels::telemetry::read_clocks(0);
     let versions = helper.versions();
     let provenance = crate::provenance::collect(&gpu, Some(&versions), clocks_before, clocks_after);

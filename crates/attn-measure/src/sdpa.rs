@@ -690,24 +690,7 @@ impl Sdpa {
         problem: &Problem,
         backend: Backend,
     ) -> Result<()> {
-        if let Some(why) = refusal(problem, backend) {
-            return Err(MeasureError::Invalid(why));
-        }
-        let [q, k, v] = qkv;
-        let _: RunReply = self.call(&Request::Run(RunRequest {
-            q,
-            k,
-            v,
-            out,
-            dtype: problem.spec.dtype,
-            causal: problem.params.causal,
-            window: problem.params.window.abi(),
-            scale: problem.params.scale,
-            backend,
-            varlen: PackedLengths::of(problem),
-            second: None,
-        }))?;
-        Ok(())
+        self.run_request(qkv, out, None, problem, backend)
     }
 
     /// The loaded py callable ([`Sdpa::load_callable`]) called twice on `.npy` inputs `[q, k, v]`
@@ -721,10 +704,20 @@ impl Sdpa {
         second: &Path,
         problem: &Problem,
     ) -> Result<()> {
-        if let Some(why) = refusal(problem, Backend::Py) {
+        self.run_request(qkv, out, Some(second), problem, Backend::Py)
+    }
+
+    fn run_request(
+        &self,
+        [q, k, v]: [&Path; 3],
+        out: &Path,
+        second: Option<&Path>,
+        problem: &Problem,
+        backend: Backend,
+    ) -> Result<()> {
+        if let Some(why) = refusal(problem, backend) {
             return Err(MeasureError::Invalid(why));
         }
-        let [q, k, v] = qkv;
         let _: RunReply = self.call(&Request::Run(RunRequest {
             q,
             k,
@@ -734,9 +727,9 @@ impl Sdpa {
             causal: problem.params.causal,
             window: problem.params.window.abi(),
             scale: problem.params.scale,
-            backend: Backend::Py,
+            backend,
             varlen: PackedLengths::of(problem),
-            second: Some(second),
+            second,
         }))?;
         Ok(())
     }
