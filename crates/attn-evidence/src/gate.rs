@@ -400,6 +400,8 @@ impl std::fmt::Display for CaseStatus {
 pub enum FlagKind {
     /// Work escaped the timed stream (rejects the case).
     EscapedStream,
+    /// A Python callable broke its calling contract while it was timed (rejects the case).
+    BrokeContract,
     /// The SM clock was throttled or moved during timing.
     Throttled,
     /// Faster than the device or the rule allows.

@@ -149,6 +149,16 @@ pub fn decide(
             format!("rejected: {}", flag.message),
         );
     }
+    if let Some(flag) = case
+        .flags
+        .iter()
+        .find(|f| f.kind == FlagKind::BrokeContract)
+    {
+        return done(
+            CaseStatus::BrokeContract,
+            format!("rejected while timed: {}", flag.message),
+        );
+    }
     let Some(comparison) = &case.comparison else {
         return not_timed(case);
     };

@@ -18,13 +18,17 @@
 //!   watchdog, the callable's process stopped ([`Sdpa::pause`]) whenever its own block is not
 //!   running, so that no thread of it shares the GPU with the baseline's blocks.
 //!
-//! A refusal during timing ends the case with the refusal's own status ([`Refusal::status`]).
+//! A refusal during timing ends the case with the refusal's own status ([`Refusal::status`]), its
+//! checks and battery kept.
 
 use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use attn_evidence::{CaseStatus, CheckFailure, CorrectnessCheck, Defence, DefenceName, GateCase};
+use attn_evidence::{
+    CaseStatus, CheckFailure, CorrectnessCheck, Defence, DefenceName, Flag, FlagKind, GateCase,
+    TimedOutputCheck,
+};
 use attn_kernels::registry::Variants;
 use attn_kernels::{Gpu, GpuReference, GuardedTensor, TimingOptions, Timings};
 use attn_oracle::{npy, Distribution, HostTensor};
@@ -61,14 +65,40 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    /// The case status a candidate's refusal ends its case with.
+    /// The status a candidate's case ends with when it is refused while timed (what
+    /// [`crate::decide::decide`] reads from [`Refusal::record`]).
     pub fn status(self) -> CaseStatus {
         match self {
-            Refusal::Wrong => CaseStatus::TimedOutputDiffers,
-            Refusal::Remembered => CaseStatus::StaleOutput,
+            Refusal::Wrong | Refusal::Remembered => CaseStatus::TimedOutputDiffers,
             Refusal::Inputs => CaseStatus::WroteInputs,
             Refusal::Escaped => CaseStatus::EscapedStream,
             Refusal::Contract => CaseStatus::BrokeContract,
+        }
+    }
+
+    /// Records a refusal while timed in `case` where the decision reads it (so that a replay
+    /// decides as the run did): an output off its reference or remembered as a bad timed sample,
+    /// changed inputs as inputs written, escaped work and a broken contract as their flags.
+    pub fn record(self, case: &mut GateCase, message: String) {
+        // The helper stops at the sample it refuses: that one is what the record counts.
+        let timed = |samples_bad, first_bad, inputs_written| TimedOutputCheck {
+            sets: 0,
+            samples_checked: 1,
+            samples_bad,
+            first_bad,
+            inputs_scrambled: false,
+            launches_per_sample: None,
+            reference_masked: false,
+            outside: vec![],
+            inputs_written,
+        };
+        match self {
+            Refusal::Wrong | Refusal::Remembered => {
+                case.timed_outputs = Some(timed(1, Some(message), vec![]));
+            }
+            Refusal::Inputs => case.timed_outputs = Some(timed(0, None, vec![message])),
+            Refusal::Escaped => case.flags.push(Flag::new(FlagKind::EscapedStream, message)),
+            Refusal::Contract => case.flags.push(Flag::new(FlagKind::BrokeContract, message)),
         }
     }
 
@@ -152,21 +182,15 @@ impl<'a> PyGate<'a> {
 
     /// Judges `problem` with inputs from `seed`.
     pub fn case(&mut self, problem: &Problem, seed: u64) -> GateCase {
-        let mut case = match self.try_case(problem, seed) {
-            Ok(case) => return case,
-            Err(MeasureError::Refused { refusal, message }) => {
-                // Refused while timed: its own status, the helper's words.
-                let mut case = ended_case(problem, refusal.status(), format!("{message} (timing)"));
-                case.passed = false;
-                case
-            }
+        match self.try_case(problem, seed) {
+            Ok(case) => case,
             Err(err) => {
                 let (status, reason, _) = ended_by(&err);
-                ended_case(problem, status, reason)
+                let mut case = ended_case(problem, status, reason);
+                case.defences = self.defences(&case);
+                case
             }
-        };
-        case.defences = self.defences(&case);
-        case
+        }
     }
 
     fn try_case(&mut self, problem: &Problem, seed: u64) -> Result<GateCase> {
@@ -195,7 +219,12 @@ impl<'a> PyGate<'a> {
         if failed {
             return Ok(self.finish(case));
         }
-        self.time(&mut case, problem, seed)?;
+        match self.time(&mut case, problem, seed) {
+            Ok(()) => {}
+            // Refused while timed: recorded where the decision reads it, the checks kept.
+            Err(MeasureError::Refused { refusal, message }) => refusal.record(&mut case, message),
+            Err(err) => return Err(err),
+        }
         Ok(self.finish(case))
     }
 
@@ -388,7 +417,7 @@ impl<'a> PyGate<'a> {
         let timing = &plan.interleave.timing;
         // The helper refuses a sample with any output off its reference: every one it returned
         // was verified.
-        case.timed_outputs = Some(attn_evidence::TimedOutputCheck {
+        case.timed_outputs = Some(TimedOutputCheck {
             sets: timed.a.input_sets,
             samples_checked: timed.a.samples_us.len(),
             samples_bad: 0,
@@ -517,7 +546,11 @@ mod tests {
                 CaseStatus::TimedOutputDiffers,
                 CheckFailure::Incorrect,
             ),
-            ("remembered", CaseStatus::StaleOutput, CheckFailure::Stale),
+            (
+                "remembered",
+                CaseStatus::TimedOutputDiffers,
+                CheckFailure::Stale,
+            ),
             ("inputs", CaseStatus::WroteInputs, CheckFailure::WroteInputs),
             (
                 "escaped",
@@ -530,6 +563,7 @@ mod tests {
                 CheckFailure::BrokeContract,
             ),
         ];
+        let problem = Problem::parse("1,8,256,64").unwrap();
         for (name, status, failure) in table {
             let refusal: Refusal = serde_json::from_str(&format!("\"{name}\"")).unwrap();
             assert_eq!(
@@ -537,7 +571,15 @@ mod tests {
                 (status, failure),
                 "{name}"
             );
-            assert!(!refusal.status().passed());
+            // Recorded while timed, the decision (and so a replay) reads that status back.
+            let mut case = ended_case(&problem, CaseStatus::CouldNotRun, String::new());
+            case.status = None;
+            refusal.record(&mut case, format!("{name} while timed"));
+            let rule = attn_evidence::GateRule::default();
+            let options = attn_stats::CompareOptions::default();
+            let decision = crate::decide::decide(&case, &rule, &options, None);
+            assert_eq!(decision.status, status, "{name}: {}", decision.reason);
+            assert!(decision.reason.contains(name), "{}", decision.reason);
         }
         // A broken contract is a defence's verdict: its reason is the helper's own words.
         assert!(CheckFailure::BrokeContract.is_defence());

@@ -552,6 +552,11 @@ impl Sdpa {
     /// Starts the helper and reads its versions. `Err` says in one line why PyTorch is unusable.
     pub fn detect() -> Result<Sdpa> {
         let python = std::env::var("ATTN_PYTHON").unwrap_or_else(|_| "python3".into());
+        Sdpa::start(&python)
+    }
+
+    /// [`Sdpa::detect`] with the Python `python`.
+    fn start(python: &str) -> Result<Sdpa> {
         // One folder per helper: a py candidate's helper and its baseline's live side by side.
         static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -563,7 +568,7 @@ impl Sdpa {
         std::fs::create_dir_all(&dir).map_err(io("creating the SDPA scratch folder"))?;
         let script = dir.join("sdpa_helper.py");
         std::fs::write(&script, HELPER).map_err(io("writing the SDPA helper"))?;
-        let mut child = Command::new(&python)
+        let mut child = Command::new(python)
             .arg(&script)
             // Its own process group, which `pause` stops whole; a group left stopped when this
             // process dies is orphaned, and the kernel sends it SIGHUP and SIGCONT.
@@ -1199,6 +1204,48 @@ mod tests {
             serde_json::from_str::<Reply<TimeReply>>(unknown),
             Ok(Reply::Error { .. })
         ));
+    }
+
+    #[test]
+    fn a_paused_helper_is_stopped_whole_and_goes_on_when_resumed() {
+        // A stand-in helper answering info and sync as the real one does (no PyTorch needed).
+        let dir = tempfile::tempdir().unwrap();
+        let fake = dir.path().join("python");
+        let responder = r#"
+import json, sys
+for line in sys.stdin:
+    kind = json.loads(line)["kind"]
+    ok = {"torch": "fake", "cuda": "", "cudnn": ""} if kind == "info" else {"synced": True}
+    print(json.dumps({"ok": ok}), flush=True)
+"#;
+        std::fs::write(&fake, format!("#!/bin/sh\nexec python3 -c '{responder}'\n")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let sdpa = Sdpa::start(fake.to_str().unwrap()).unwrap();
+        assert_eq!(sdpa.info.torch, "fake");
+        let pid = sdpa.process.lock().unwrap().child.id();
+        // The process state, the field after the command's parenthesis in /proc/PID/stat.
+        let state = || {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+            stat.rsplit(')')
+                .next()
+                .unwrap()
+                .trim()
+                .chars()
+                .next()
+                .unwrap()
+        };
+        let becomes = |stopped: bool| {
+            (0..200).any(|_| {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                (state() == 'T') == stopped
+            })
+        };
+        sdpa.pause().unwrap();
+        assert!(becomes(true), "not stopped: {}", state());
+        sdpa.resume().unwrap();
+        assert!(becomes(false), "still stopped");
+        let _: SyncReply = sdpa.call(&Request::Sync).unwrap();
     }
 
     #[test]
