@@ -133,8 +133,11 @@ impl RayPool {
         command.arg(&script).arg(address).arg(program);
         command.args(model);
         if let Some(extra) = std::env::var_os(PYTHONPATH_VAR) {
-            let mut paths = vec![std::path::PathBuf::from(extra)];
-            paths.extend(std::env::var_os("PYTHONPATH").map(Into::into));
+            // Either may hold several folders.
+            let mut paths: Vec<std::path::PathBuf> = std::env::split_paths(&extra).collect();
+            if let Some(own) = std::env::var_os("PYTHONPATH") {
+                paths.extend(std::env::split_paths(&own));
+            }
             let joined = std::env::join_paths(paths).map_err(|e| {
                 MeasureError::Invalid(format!("{PYTHONPATH_VAR} cannot join PYTHONPATH: {e}"))
             })?;
