@@ -121,6 +121,10 @@ const CALLABLE_VARIANTS: Variants = Variants {
     varlen: false,
 };
 
+/// The least time a checked call on a shape new to the session may take before it is a hang: a
+/// callable may compile its kernels for each new shape.
+const FIRST_CALL_BOUND: Duration = Duration::from_secs(600);
+
 /// What a callable's case records as not run, and why: what a PASS does not cover.
 const NOT_COVERED: [(DefenceName, &str); 3] = [
     (
@@ -151,6 +155,8 @@ pub struct PyGate<'a> {
     baselines: PreparedCache,
     /// The edge battery's first run in this session, by dtype, head dim, mask and group.
     batteries: Vec<(String, BatteryKey, Option<CorrectnessCheck>)>,
+    /// The shapes the callable has been called on in this session.
+    called: std::cell::RefCell<std::collections::HashSet<String>>,
 }
 
 impl std::fmt::Debug for PyGate<'_> {
@@ -177,6 +183,7 @@ impl<'a> PyGate<'a> {
             watchdog,
             baselines: PreparedCache::default(),
             batteries: vec![],
+            called: Default::default(),
         }
     }
 
@@ -266,7 +273,13 @@ impl<'a> PyGate<'a> {
             shape: None,
             guards: None,
         };
-        let called = self.bounded(self.plan.hang_floor * 2, "a checked call", || {
+        // Two calls; the first on a shape may compile (torch.compile, Triton's JIT) for minutes.
+        let bound = if self.called.borrow_mut().insert(problem.spec.to_string()) {
+            (self.plan.hang_floor * 2).max(FIRST_CALL_BOUND)
+        } else {
+            self.plan.hang_floor * 2
+        };
+        let called = self.bounded(bound, "a checked call", || {
             self.helper.run_callable([&q, &k, &v], &o, &second, &scaled)
         });
         match called {
