@@ -92,8 +92,8 @@ pub use provenance::{
 };
 pub use sanitize::{SanitizeFinding, SanitizeRun, SanitizeTool};
 pub use search::{
-    EvoBest, EvoFinalist, EvoFinalists, EvoFitness, ImplConfig, SearchImplementation, SearchSpec,
-    IMPL_KNOB,
+    is_triton_source, EvoBest, EvoFinalist, EvoFinalists, EvoFitness, ImplConfig,
+    SearchImplementation, SearchSpec, IMPL_KNOB,
 };
 pub use store::{
     evidence_file_name, evidence_path, json_files, load_dir, read, read_json, slug,

@@ -64,6 +64,12 @@ pub struct SearchImplementation {
     pub knobs: BTreeMap<String, Vec<i64>>,
 }
 
+/// Whether a search's source file is a Triton kernel (`evo --triton`: a `.py` file) rather than a
+/// CUDA one (`--src`).
+pub fn is_triton_source(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "py")
+}
+
 /// What a search searches: written when a run starts, read back by `--resume`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SearchSpec {

@@ -317,7 +317,7 @@ pub fn gate_command(spec: &SearchSpec, implementation: Option<&str>, knobs: &Kno
         }
         (None, Some(src)) => {
             // A `.py` source is a Triton kernel (`evo --triton FILE.py:KERNEL`).
-            if src.extension().is_some_and(|e| e == "py") {
+            if attn_evidence::is_triton_source(src) {
                 let kernel = spec.entry.as_deref().unwrap_or("attn_fwd");
                 cmd.push_str(&format!("--triton {}:{kernel}", src.display()));
             } else {

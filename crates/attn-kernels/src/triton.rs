@@ -111,17 +111,24 @@ pub fn check_defines(defines: &Config) -> Result<()> {
 fn python() -> Result<(String, Command)> {
     let python = std::env::var(PYTHON_VAR).unwrap_or_else(|_| "python3".into());
     let mut cmd = Command::new(&python);
-    if let Some(extra) = std::env::var_os(PYTHONPATH_VAR) {
-        let mut paths = vec![std::path::PathBuf::from(extra)];
-        if let Some(old) = std::env::var_os("PYTHONPATH") {
-            paths.extend(std::env::split_paths(&old));
-        }
-        let joined = std::env::join_paths(paths).map_err(|e| {
-            KernelError::Triton(format!("{PYTHONPATH_VAR} cannot join PYTHONPATH: {e}"))
-        })?;
-        cmd.env("PYTHONPATH", joined);
-    }
+    prepend_python_path(&mut cmd, PYTHONPATH_VAR).map_err(KernelError::Triton)?;
     Ok((python, cmd))
+}
+
+/// Puts the folders of the variable `var` (one or several, as PYTHONPATH lists them) ahead of
+/// `cmd`'s PYTHONPATH, when `var` is set; why not, in one line.
+pub fn prepend_python_path(cmd: &mut Command, var: &str) -> std::result::Result<(), String> {
+    let Some(extra) = std::env::var_os(var) else {
+        return Ok(());
+    };
+    let mut paths: Vec<std::path::PathBuf> = std::env::split_paths(&extra).collect();
+    if let Some(old) = std::env::var_os("PYTHONPATH") {
+        paths.extend(std::env::split_paths(&old));
+    }
+    let joined =
+        std::env::join_paths(paths).map_err(|e| format!("{var} cannot join PYTHONPATH: {e}"))?;
+    cmd.env("PYTHONPATH", joined);
+    Ok(())
 }
 
 /// Whether that Python imports Triton (what the front end's tests skip on, unless required).

@@ -139,25 +139,23 @@ pub fn decide(
             ),
         );
     }
-    if let Some(flag) = case
-        .flags
-        .iter()
-        .find(|f| f.kind == FlagKind::EscapedStream)
-    {
-        return done(
+    // The flags that reject a case, each with its status.
+    let rejecting = [
+        (
+            FlagKind::EscapedStream,
             CaseStatus::EscapedStream,
-            format!("rejected: {}", flag.message),
-        );
-    }
-    if let Some(flag) = case
-        .flags
-        .iter()
-        .find(|f| f.kind == FlagKind::BrokeContract)
-    {
-        return done(
+            "rejected",
+        ),
+        (
+            FlagKind::BrokeContract,
             CaseStatus::BrokeContract,
-            format!("rejected while timed: {}", flag.message),
-        );
+            "rejected while timed",
+        ),
+    ];
+    for (kind, status, what) in rejecting {
+        if let Some(flag) = case.flags.iter().find(|f| f.kind == kind) {
+            return done(status, format!("{what}: {}", flag.message));
+        }
     }
     let Some(comparison) = &case.comparison else {
         return not_timed(case);

@@ -503,24 +503,7 @@ impl<'a> GateSession<'a> {
         } = t;
         let timing = &plan.interleave.timing;
         case.timed_outputs = verified.map(|v| timed_output_check(v, watch, sets, timing));
-        case.memory_floor_us = memory_floor(problem, self.gpu, timing);
-        case.flags.extend(escaped_work(&timed.a));
-        if timed.guard.blocks.iter().all(|b| b.mhz.is_none()) {
-            case.flags.push(Flag::new(
-                FlagKind::Note,
-                "the SM clock could not be measured (device probe and nvidia-smi): throttled samples could not be dropped",
-            ));
-        }
-        case.clock_guard = Some(timed.guard.clone());
-        if let Some(comparison) = compare_sides(&timed, &plan.compare)? {
-            case.candidate_tflops = Some(problem.spec.tflops(comparison.candidate.median));
-            case.baseline_tflops = Some(problem.spec.tflops(comparison.baseline.median));
-            case.comparison = Some(comparison);
-        }
-        case.candidate = Some(timing_evidence(&timed.a));
-        case.baseline = Some(timing_evidence(&timed.b));
-        case.flags.extend(plausibility_flag(case, plan));
-        Ok(())
+        record_comparison(case, problem, self.gpu, plan, &timed)
     }
 
     /// What a case's defence record needs beyond the case (see [`GatePlan::case_facts`]).
@@ -535,6 +518,35 @@ impl<'a> GateSession<'a> {
         self.plan
             .settle(case, &self.facts(side_stream_launches), |_, reason| reason)
     }
+}
+
+/// A prefill case's evidence from both sides' timing `timed` under `plan`: the memory floor,
+/// escaped work, the clock guard, the comparison, both sides' timings and plausibility.
+pub(crate) fn record_comparison(
+    case: &mut GateCase,
+    problem: &Problem,
+    gpu: &Gpu,
+    plan: &GatePlan,
+    timed: &Interleaved,
+) -> Result<()> {
+    case.memory_floor_us = memory_floor(problem, gpu, &plan.interleave.timing);
+    case.flags.extend(escaped_work(&timed.a));
+    if timed.guard.blocks.iter().all(|b| b.mhz.is_none()) {
+        case.flags.push(Flag::new(
+            FlagKind::Note,
+            "the SM clock could not be measured (device probe and nvidia-smi): throttled samples could not be dropped",
+        ));
+    }
+    case.clock_guard = Some(timed.guard.clone());
+    if let Some(comparison) = compare_sides(timed, &plan.compare)? {
+        case.candidate_tflops = Some(problem.spec.tflops(comparison.candidate.median));
+        case.baseline_tflops = Some(problem.spec.tflops(comparison.baseline.median));
+        case.comparison = Some(comparison);
+    }
+    case.candidate = Some(timing_evidence(&timed.a));
+    case.baseline = Some(timing_evidence(&timed.b));
+    case.flags.extend(plausibility_flag(case, plan));
+    Ok(())
 }
 
 /// The candidate's side on input sets for the plan's timing mode, every timed output verified

@@ -34,14 +34,13 @@ use attn_kernels::{Gpu, GpuReference, GuardedTensor, TimingOptions, Timings};
 use attn_oracle::{npy, Distribution, HostTensor};
 use serde::Deserialize;
 
-use crate::baseline::{median, timing_evidence, Baseline};
+use crate::baseline::{median, Baseline};
 use crate::battery::{battery_problems, tile_sizes};
-use crate::check::{check_scale, judge_values, scale_factor, Values};
-use crate::defences::{case_defences, CaseFacts};
-use crate::gate::{
-    baseline_side, compare_sides, ended_by, ended_case, escaped_work, memory_floor,
-    plausibility_flag, GatePlan,
+use crate::check::{
+    check_scale, differing_elements, failed, judge_values, judged, scale_factor, Values,
 };
+use crate::defences::{case_defences, CaseFacts};
+use crate::gate::{baseline_side, ended_by, ended_case, record_comparison, GatePlan};
 use crate::sdpa::{Backend, Sdpa};
 use crate::supervise::Watchdog;
 use crate::timing::{interleave, PreparedCache, SdpaSide, TimedSide};
@@ -285,9 +284,7 @@ impl<'a> PyGate<'a> {
         match called {
             Ok(()) => {}
             Err(MeasureError::Refused { refusal, message }) => {
-                check.failure = Some(refusal.failure());
-                check.reason = Some(message);
-                return Ok((check, None));
+                return Ok((failed(check, refusal.failure(), message), None));
             }
             Err(e) => return Err(e),
         }
@@ -317,35 +314,18 @@ impl<'a> PyGate<'a> {
             None,
             draw,
         )?;
-        let differing = output
-            .as_bytes()
-            .chunks(2)
-            .zip(again.as_bytes().chunks(2))
-            .filter(|(a, b)| a != b)
-            .count();
         check.max_abs = verdict.max_abs;
         check.rel_l2 = verdict.rel_l2;
         check.nan_count = verdict.nan_count + verdict.inf_count;
         check.poison_count = verdict.poison_count;
         check.full = Some(full);
-        let unstable = || {
-            format!(
-                "two calls on the same inputs differ in {differing} of {} elements",
-                problem.q_elements()
-            )
-        };
-        (check.failure, check.reason) = match (failure, reason) {
-            (Some(f), Some(why)) if differing > 0 => (
-                Some(f),
-                Some(format!("{why}; also non-deterministic: {}", unstable())),
-            ),
-            (Some(f), why) => (Some(f), why),
-            (None, _) if differing > 0 => (
-                Some(CheckFailure::NonDeterministic),
-                Some(format!("non-deterministic output: {}", unstable())),
-            ),
-            (None, _) => (None, None),
-        };
+        let differing = differing_elements(&output, &again);
+        (check.failure, check.reason) = judged(
+            failure,
+            reason,
+            &[],
+            (differing, problem.q_elements(), "calls"),
+        );
         check.passed = check.failure.is_none();
         Ok((check, Some(output)))
     }
@@ -427,7 +407,6 @@ impl<'a> PyGate<'a> {
             let scaled = Duration::try_from_secs_f64(factor * median(&first.samples_us) * 1e-6);
             bound.set(scaled.map_or(floor, |scaled| floor.max(scaled)));
         })?;
-        let timing = &plan.interleave.timing;
         // The helper refuses a sample with any output off its reference: every one it returned
         // was verified.
         case.timed_outputs = Some(TimedOutputCheck {
@@ -441,18 +420,7 @@ impl<'a> PyGate<'a> {
             outside: vec![],
             inputs_written: vec![],
         });
-        case.memory_floor_us = memory_floor(problem, gpu, timing);
-        case.flags.extend(escaped_work(&timed.a));
-        case.clock_guard = Some(timed.guard.clone());
-        if let Some(comparison) = compare_sides(&timed, &plan.compare)? {
-            case.candidate_tflops = Some(problem.spec.tflops(comparison.candidate.median));
-            case.baseline_tflops = Some(problem.spec.tflops(comparison.baseline.median));
-            case.comparison = Some(comparison);
-        }
-        case.candidate = Some(timing_evidence(&timed.a));
-        case.baseline = Some(timing_evidence(&timed.b));
-        case.flags.extend(plausibility_flag(case, plan));
-        Ok(())
+        record_comparison(case, problem, gpu, plan, &timed)
     }
 
     /// `f` under the watchdog with `bound`, when there is one.

@@ -558,16 +558,7 @@ impl Sdpa {
     /// [`Sdpa::detect`] with the Python `python`.
     fn start(python: &str) -> Result<Sdpa> {
         // One folder per helper: a py candidate's helper and its baseline's live side by side.
-        static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("attn-sdpa-{}-{n}", std::process::id()));
-        let io = |what: &str| {
-            let what = what.to_string();
-            move |source| MeasureError::Io { what, source }
-        };
-        std::fs::create_dir_all(&dir).map_err(io("creating the SDPA scratch folder"))?;
-        let script = dir.join("sdpa_helper.py");
-        std::fs::write(&script, HELPER).map_err(io("writing the SDPA helper"))?;
+        let (dir, script) = crate::supervise::script_folder("sdpa", "sdpa_helper.py", HELPER)?;
         let mut child = Command::new(python)
             .arg(&script)
             // Its own process group, which `pause` stops whole; a group left stopped when this

@@ -528,8 +528,7 @@ class Helper:
         copies taken before, the first output written to "out" and the second to "second" (the
         caller judges the first and compares the two)."""
         torch = self.torch
-        if job.get("varlen") is not None or any(w >= 0 for w in job.get("window", [-1, -1])):
-            raise ValueError("a py callable takes dense batches without a window (fn(q, k, v, scale=, causal=))")
+        PyCallable.check_layout(job)
         py = self.callable()
         q, k, v = (self.load(job[x], job["dtype"]) for x in ("q", "k", "v"))
         copies = [t.clone() for t in (q, k, v)]
@@ -542,8 +541,7 @@ class Helper:
         for name, t, c in zip("QKV", (q, k, v), copies):
             if not torch.equal(t.view(torch.int16), c.view(torch.int16)):
                 raise Refused("inputs", f"the callable changed its input {name}")
-        (a, b), (c, d) = py.span(first), py.span(second)
-        if a < d and c < b:
+        if py.overlap(first, second):
             raise Refused("remembered", "two calls on the same inputs returned the same memory (a remembered output?)")
         self.save(first, job["out"], job["dtype"])
         if job.get("second"):
@@ -757,6 +755,17 @@ class PyCallable:
             raise Refused("contract", f"the callable patched the timer ({', '.join(patched)})")
 
     @staticmethod
+    def check_layout(job):
+        if job.get("varlen") is not None or any(w >= 0 for w in job.get("window", [-1, -1])):
+            raise ValueError("a py callable takes dense batches without a window (fn(q, k, v, scale=, causal=))")
+
+    @staticmethod
+    def overlap(x, y):
+        """Whether two tensors' storages share memory."""
+        (a, b), (c, d) = PyCallable.span(x), PyCallable.span(y)
+        return a < d and c < b
+
+    @staticmethod
     def span(t):
         start = t.untyped_storage().data_ptr()
         return start, start + t.untyped_storage().nbytes()
@@ -781,10 +790,8 @@ class PyCallable:
             raise Refused("contract", f"the callable returned {tuple(o.shape)} on {o.device}; Q is {tuple(q.shape)} on {q.device}")
         if o.dtype != q.dtype:
             raise Refused("contract", f"the callable returned {o.dtype} for {q.dtype} inputs (a down-cast?)")
-        lo, hi = self.span(o)
         for name, t in zip(("Q", "K", "V"), qkv):
-            a, b = self.span(t)
-            if lo < b and a < hi:
+            if self.overlap(o, t):
                 raise Refused("contract", f"the callable returned memory of its input {name} (a view of its inputs?)")
 
     def reference(self, q, k, v, job):
@@ -805,8 +812,7 @@ class PyCallable:
     def time(self, job):
         torch, helper = self.torch, self.helper
         b, h, sq, skv, d = job["shape"]
-        if job.get("varlen") is not None or any(w >= 0 for w in job.get("window", [-1, -1])):
-            raise ValueError("a py callable takes dense batches without a window (fn(q, k, v, scale=, causal=))")
+        self.check_layout(job)
         hkv = job.get("kv_heads", h)
         dtype = helper.dtypes[job["dtype"]]
         gen = torch.Generator(device=helper.dev)

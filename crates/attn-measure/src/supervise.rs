@@ -206,6 +206,23 @@ pub fn run_json_worker<T: serde::de::DeserializeOwned>(
     Ok(Err(classify_failure(&format!("{out}\n{err}"), &why)))
 }
 
+/// `text` written as `name` in a folder of its own (`attn-<prefix>-<pid>-<n>` in the temp
+/// folder), for a child Python to run: the folder, which its owner removes, and the script.
+pub(crate) fn script_folder(
+    prefix: &str,
+    name: &str,
+    text: &str,
+) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
+    static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("attn-{prefix}-{}-{n}", std::process::id()));
+    let io = |what: String| move |source| crate::MeasureError::Io { what, source };
+    std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
+    let script = dir.join(name);
+    std::fs::write(&script, text).map_err(io(format!("writing {}", script.display())))?;
+    Ok((dir, script))
+}
+
 /// Ends this process when its parent goes away (a worker outlives no supervisor, hung or not).
 pub fn exit_with_parent() {
     let parent = std::os::unix::process::parent_id();

@@ -2,10 +2,11 @@
 //! supports (a varlen batch also as the dense batch at its mean length), one entry each, with
 //! what is skipped said and the run's progress reported to the caller.
 
-use attn_evidence::{BenchEntry, BenchRun, DenseAtMean};
+use attn_evidence::{BenchEntry, BenchRun, DenseAtMean, Implementation};
 use attn_kernels::{Candidate, Gpu, TimingOptions};
 
 use super::{dense_at_mean, entry, time_candidate, time_sdpa};
+use crate::baseline::sdpa_implementation;
 use crate::sdpa::{Backend, Sdpa};
 use crate::timing::PreparedCache;
 use crate::{Problem, Result};
@@ -269,54 +270,56 @@ impl<'r> BenchSession<'r> {
     }
 
     /// Every callable on `problem` through its helper's protocol (fresh inputs per sample, every
-    /// timed output checked); one that refuses the problem, breaks its contract or fails is
-    /// skipped, said.
+    /// timed output checked).
     fn time_callables(&mut self, problem: &Problem) -> Result<()> {
-        let (opts, seed) = (&self.request.timing, self.request.seed);
-        for (callable, helper) in &self.callables {
-            let label = callable.implementation().label();
-            if let Some(why) = crate::sdpa::refusal(problem, Backend::Py) {
-                (self.report)(Event::Line(format!("  {label} skipped: {why}")));
-                (self.report)(Event::Done(1));
-                continue;
-            }
-            (self.report)(Event::Step(format!("{label} {problem}")));
-            match time_sdpa(&self.gpu, helper, Backend::Py, problem, opts, seed) {
-                Ok(mut timed) => {
-                    timed.implementation = callable.implementation();
-                    self.entries.push(entry(timed, problem)?);
-                }
-                Err(err) => (self.report)(Event::Line(format!(
-                    "  skipped {label} on {problem}: {err}"
-                ))),
-            }
-            (self.report)(Event::Done(1));
-        }
-        Ok(())
+        let callables = std::mem::take(&mut self.callables);
+        let timed = (callables.iter()).try_for_each(|(callable, helper)| {
+            let implementation = callable.implementation();
+            self.time_in_helper(helper, Backend::Py, implementation, problem)
+        });
+        self.callables = callables;
+        timed
     }
 
-    /// Every SDPA backend asked for on `problem` (when PyTorch is there); one that refuses the
-    /// problem or fails on it is skipped.
+    /// Every SDPA backend asked for on `problem` (when PyTorch is there).
     fn time_backends(&mut self, problem: &Problem) -> Result<()> {
-        let Some(sdpa) = &self.sdpa else {
+        let Some(sdpa) = self.sdpa.take() else {
             return Ok(());
         };
+        let timed = (self.request.backends.iter()).try_for_each(|&backend| {
+            self.time_in_helper(&sdpa, backend, sdpa_implementation(backend), problem)
+        });
+        self.sdpa = Some(sdpa);
+        timed
+    }
+
+    /// `backend` of `helper` on `problem`, its entry named `implementation`; one that refuses
+    /// the problem or fails on it is skipped, said.
+    fn time_in_helper(
+        &mut self,
+        helper: &Sdpa,
+        backend: Backend,
+        implementation: Implementation,
+        problem: &Problem,
+    ) -> Result<()> {
         let (opts, seed) = (&self.request.timing, self.request.seed);
-        for &backend in &self.request.backends {
-            if let Some(why) = crate::sdpa::refusal(problem, backend) {
-                (self.report)(Event::Line(format!("  sdpa:{backend} skipped: {why}")));
-                (self.report)(Event::Done(1));
-                continue;
-            }
-            (self.report)(Event::Step(format!("sdpa:{backend} {problem}")));
-            match time_sdpa(&self.gpu, sdpa, backend, problem, opts, seed) {
-                Ok(timed) => self.entries.push(entry(timed, problem)?),
-                Err(err) => (self.report)(Event::Line(format!(
-                    "  skipped sdpa:{backend} on {problem}: {err}"
-                ))),
-            }
+        let label = implementation.label();
+        if let Some(why) = crate::sdpa::refusal(problem, backend) {
+            (self.report)(Event::Line(format!("  {label} skipped: {why}")));
             (self.report)(Event::Done(1));
+            return Ok(());
         }
+        (self.report)(Event::Step(format!("{label} {problem}")));
+        match time_sdpa(&self.gpu, helper, backend, problem, opts, seed) {
+            Ok(mut timed) => {
+                timed.implementation = implementation;
+                self.entries.push(entry(timed, problem)?);
+            }
+            Err(err) => (self.report)(Event::Line(format!(
+                "  skipped {label} on {problem}: {err}"
+            ))),
+        }
+        (self.report)(Event::Done(1));
         Ok(())
     }
 }

@@ -300,8 +300,7 @@ pub(crate) fn check_one(
         value_failure,
         value_reason,
         &probe.regions,
-        differing,
-        problem.q_elements(),
+        (differing, problem.q_elements(), "launches"),
     );
     let guards = LaunchGuards {
         guard_bytes: GUARD_BYTES as u64,
@@ -392,18 +391,18 @@ pub(crate) fn judge_values(
 }
 
 /// A check's failure and reason once its first output is judged (`value`, `value_reason`), the
-/// guards it read (`read_outside`) known, and its two launches compared (`differing` of
-/// `elements` differ): a read outside the inputs first, then the wrong value, each with any
-/// non-determinism appended; only a correct output that is unstable is non-deterministic.
-fn judged(
+/// guards it read (`read_outside`) known, and its two `runs` ("launches", "calls") compared
+/// (`differing` of `elements` differ): a read outside the inputs first, then the wrong value,
+/// each with any non-determinism appended; only a correct output that is unstable is
+/// non-deterministic.
+pub(crate) fn judged(
     value: Option<CheckFailure>,
     value_reason: Option<String>,
     read_outside: &[String],
-    differing: usize,
-    elements: usize,
+    (differing, elements, runs): (usize, usize, &str),
 ) -> (Option<CheckFailure>, Option<String>) {
     let unstable =
-        format!("two launches on the same inputs differ in {differing} of {elements} elements");
+        format!("two {runs} on the same inputs differ in {differing} of {elements} elements");
     let also = if differing > 0 {
         format!("; also non-deterministic: {unstable}")
     } else {
@@ -472,7 +471,7 @@ fn watch_launch(
 }
 
 /// Elements whose bits differ between two outputs of the same shape.
-fn differing_elements(a: &HostTensor, b: &HostTensor) -> usize {
+pub(crate) fn differing_elements(a: &HostTensor, b: &HostTensor) -> usize {
     let (a, b) = (a.as_bytes(), b.as_bytes());
     if a.len() != b.len() {
         return a.len().max(b.len()) / 2;
@@ -670,33 +669,53 @@ mod tests {
     fn correctness_is_named_before_determinism_and_reads_before_both() {
         let wrong = || Some("7 NaN/Inf output elements, first at Some(3)".to_string());
         // Correct and stable: passed.
-        assert_eq!(judged(None, None, &[], 0, 100), (None, None));
+        assert_eq!(judged(None, None, &[], (0, 100, "launches")), (None, None));
         // Correct but unstable: only then non-deterministic.
-        let (failure, reason) = judged(None, None, &[], 5, 100);
+        let (failure, reason) = judged(None, None, &[], (5, 100, "launches"));
         assert_eq!(failure, Some(CheckFailure::NonDeterministic));
         assert_eq!(
             reason.unwrap(),
             "non-deterministic output: two launches on the same inputs differ in 5 of 100 elements"
         );
         // Wrong and unstable: the wrong value, with the non-determinism appended.
-        let (failure, reason) = judged(Some(CheckFailure::NonFinite), wrong(), &[], 5, 100);
+        let (failure, reason) = judged(
+            Some(CheckFailure::NonFinite),
+            wrong(),
+            &[],
+            (5, 100, "launches"),
+        );
         assert_eq!(failure, Some(CheckFailure::NonFinite));
         assert_eq!(
             reason.unwrap(),
             "7 NaN/Inf output elements, first at Some(3); also non-deterministic: two launches on the same inputs differ in 5 of 100 elements"
         );
-        let (failure, reason) = judged(Some(CheckFailure::Incorrect), wrong(), &[], 0, 100);
+        let (failure, reason) = judged(
+            Some(CheckFailure::Incorrect),
+            wrong(),
+            &[],
+            (0, 100, "launches"),
+        );
         assert_eq!(failure, Some(CheckFailure::Incorrect));
         assert!(!reason.unwrap().contains("non-deterministic"));
         // A read outside the inputs explains the wrong value: named first, the value after it.
         let read = ["past K".to_string(), "past V".to_string()];
-        let (failure, reason) = judged(Some(CheckFailure::NonFinite), wrong(), &read, 0, 100);
+        let (failure, reason) = judged(
+            Some(CheckFailure::NonFinite),
+            wrong(),
+            &read,
+            (0, 100, "launches"),
+        );
         assert_eq!(failure, Some(CheckFailure::ReadOutside));
         assert_eq!(
             reason.unwrap(),
             "read outside its inputs (past K, past V); with NaN there: 7 NaN/Inf output elements, first at Some(3)"
         );
-        let (_, reason) = judged(Some(CheckFailure::Incorrect), wrong(), &read[..1], 9, 100);
+        let (_, reason) = judged(
+            Some(CheckFailure::Incorrect),
+            wrong(),
+            &read[..1],
+            (9, 100, "launches"),
+        );
         let reason = reason.unwrap();
         assert!(
             reason.starts_with("read outside its inputs (past K);"),

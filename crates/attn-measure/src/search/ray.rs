@@ -119,30 +119,16 @@ impl RayPool {
     /// the model with the most GPUs; errors are one line.
     pub fn start(address: &str, program: &Path, model: Option<&str>) -> Result<RayPool> {
         let python = std::env::var("ATTN_PYTHON").unwrap_or_else(|_| "python3".into());
-        static STARTED: AtomicU64 = AtomicU64::new(0);
-        let n = STARTED.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("attn-ray-{}-{n}", std::process::id()));
+        let (dir, script) = crate::supervise::script_folder("ray", "ray_pool.py", POOL)?;
         let io = |what: &str| {
             let what = what.to_string();
             move |source| MeasureError::Io { what, source }
         };
-        std::fs::create_dir_all(&dir).map_err(io("creating the Ray pool's folder"))?;
-        let script = dir.join("ray_pool.py");
-        std::fs::write(&script, POOL).map_err(io("writing the Ray pool"))?;
         let mut command = Command::new(&python);
         command.arg(&script).arg(address).arg(program);
         command.args(model);
-        if let Some(extra) = std::env::var_os(PYTHONPATH_VAR) {
-            // Either may hold several folders.
-            let mut paths: Vec<std::path::PathBuf> = std::env::split_paths(&extra).collect();
-            if let Some(own) = std::env::var_os("PYTHONPATH") {
-                paths.extend(std::env::split_paths(&own));
-            }
-            let joined = std::env::join_paths(paths).map_err(|e| {
-                MeasureError::Invalid(format!("{PYTHONPATH_VAR} cannot join PYTHONPATH: {e}"))
-            })?;
-            command.env("PYTHONPATH", joined);
-        }
+        attn_kernels::triton::prepend_python_path(&mut command, PYTHONPATH_VAR)
+            .map_err(MeasureError::Invalid)?;
         let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

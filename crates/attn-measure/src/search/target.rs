@@ -70,7 +70,7 @@ pub fn search_spec(new: &NewSearch) -> Result<SearchSpec> {
             spec.src = Some(src.clone());
             spec.entry = entry.clone();
             let file = src.file_name().map(|n| n.to_string_lossy());
-            let kind = if src.extension().is_some_and(|e| e == "py") {
+            let kind = if attn_evidence::is_triton_source(src) {
                 "triton"
             } else {
                 "src"
@@ -217,7 +217,7 @@ pub fn candidate(
     Ok(match (implementation, src) {
         (Some(name), _) => Candidate::registered(name, config)?,
         // A `.py` source is a Triton kernel of the ABI (`evo --triton`), its entry the kernel.
-        (None, Some(src)) if src.extension().is_some_and(|e| e == "py") => {
+        (None, Some(src)) if attn_evidence::is_triton_source(src) => {
             Candidate::from_triton(src, entry.unwrap_or("attn_fwd"), config)?
         }
         (None, Some(src)) => Candidate::from_file(src, entry, config)?,
