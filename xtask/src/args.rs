@@ -345,6 +345,18 @@ pub fn refuse_decode(command: &str, shapes: &[&str], suite: Option<&str>) -> any
     Ok(())
 }
 
+/// The decode batch `text` names, at the dtype written in it, else at `dtype`.
+fn decode_text(text: &str, dtype: DType) -> anyhow::Result<attn_oracle::DecodeSpec> {
+    let spec: attn_oracle::DecodeSpec = text.parse().with_context(|| format!("--shape {text}"))?;
+    let written = text
+        .split_whitespace()
+        .any(|w| DType::parse_input(w).is_ok());
+    if written {
+        return Ok(spec);
+    }
+    (spec.with_dtype(dtype)).with_context(|| format!("--shape {text}"))
+}
+
 impl ProblemArgs {
     /// The decode batches asked for, when the shapes or the suite are decode (`None`: prefill);
     /// decode and prefill shapes mixed, or --causal with decode (always causal), are refused.
@@ -368,18 +380,7 @@ impl ProblemArgs {
         };
         let mut specs = Vec::new();
         for text in &texts {
-            let spec: attn_oracle::DecodeSpec =
-                text.parse().with_context(|| format!("--shape {text}"))?;
-            // A dtype written in the text wins; else --dtype's.
-            let written = text
-                .split_whitespace()
-                .any(|w| DType::parse_input(w).is_ok());
-            let spec = if written {
-                spec
-            } else {
-                spec.with_dtype(self.dtype)
-                    .with_context(|| format!("--shape {text}"))?
-            };
+            let spec = decode_text(text, self.dtype)?;
             if !specs.contains(&spec) {
                 specs.push(spec);
             }
@@ -430,7 +431,8 @@ impl ProblemArgs {
 /// with `#[command(mut_arg("shape", ...))]`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct ShapeArgs {
-    /// The shape, `B,H,S,D` or `B,H,SQ,SKV,D`, or `varlen=L1,L2,... H=H D=D`.
+    /// The shape, `B,H,S,D` or `B,H,SQ,SKV,D`, or `varlen=L1,L2,... H=H D=D`; or, for evo, a
+    /// decode batch, "decode B=16 q=1 kv=8192 H=32/8 D=128 page=16 bf16".
     #[arg(long)]
     pub shape: String,
     /// Causal mask.
@@ -447,6 +449,18 @@ impl ShapeArgs {
     pub fn spec_for(&self, command: &str) -> anyhow::Result<attn_evidence::ShapeSpec> {
         refuse_decode(command, &[self.shape.as_str()], None)?;
         self.spec()
+    }
+
+    /// The decode batch asked for, when the shape is one (`decode ...`; always causal, so
+    /// --causal is refused).
+    pub fn decode_spec(&self) -> anyhow::Result<Option<attn_oracle::DecodeSpec>> {
+        if !is_decode_text(&self.shape) {
+            return Ok(None);
+        }
+        if self.causal {
+            bail!("--causal with a decode batch: decode is always causal (its new tokens end their sequences)");
+        }
+        decode_text(&self.shape, self.dtype).map(Some)
     }
 
     /// The problem asked for, checked as far as can be without a GPU.

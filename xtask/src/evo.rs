@@ -20,6 +20,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use attn_evo::KnobDomain;
 use attn_kernels::Config;
+use attn_measure::decode::DecodeBaseline;
 use attn_measure::sdpa::Backend;
 use attn_measure::search::{
     Event, Fitness, NewSearch, RayTarget, RunRequest, SearchRequest, SearchSession, Target,
@@ -32,7 +33,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 #[command(mut_arg("shape", |a| a.required(false).default_value("2,8,1024,64")))]
 pub struct Args {
     /// Registered implementation to tune (default, unless --src: IMPL, then the best registered
-    /// one for the device); several, comma-separated (`hopper,cublas,mma`), make the
+    /// one for the device; for a decode batch, `decode`); several, comma-separated (`hopper,cublas,mma`), make the
     /// implementation a knob of the search, each one's knobs beneath it.
     #[arg(long = "impl")]
     pub implementation: Option<String>,
@@ -58,7 +59,8 @@ pub struct Args {
     #[command(flatten)]
     pub problem: crate::args::ShapeArgs,
     /// What speedups are measured against: sdpa (falls back to cublas without PyTorch), cublas, or
-    /// a registered implementation with its default config (e.g. the one being tuned).
+    /// a registered implementation with its default config (e.g. the one being tuned); for a
+    /// decode batch sdpa (with --sdpa-backend flashinfer: FlashInfer) or a decode implementation.
     #[arg(long, default_value = "sdpa")]
     pub baseline: String,
     /// SDPA backend: default, flash, efficient, cudnn, math; or varlen (PyTorch's varlen_attn:
@@ -207,12 +209,26 @@ fn ray_target(on: &str, model: Option<String>) -> anyhow::Result<RayTarget> {
 
 /// A new search: its target, declared knobs and problem.
 fn new_search(args: &Args) -> anyhow::Result<NewSearch> {
-    let shape = args.problem.spec_for("evo")?;
+    let decode = args.problem.decode_spec()?;
+    let shape = match &decode {
+        Some(batch) => attn_evidence::decode_shape(batch),
+        None => args.problem.spec_for("evo")?,
+    };
     if !args.synthetic {
         // (Synthetic workers fake the baseline too, whatever its name.)
-        let problem = attn_measure::Problem::new(shape.clone())?;
         let (baseline, backend) = (&args.baseline, args.sdpa_backend);
-        crate::args::check_baseline(baseline, backend, std::slice::from_ref(&problem), None)?;
+        match &decode {
+            Some(batch) => {
+                let decoding = DecodeBaseline::from_args(baseline, backend)
+                    .with_context(|| format!("--baseline {baseline}"))?;
+                decoding.check_supports(batch)?;
+            }
+            None => {
+                let problem = attn_measure::Problem::new(shape.clone())?;
+                let problems = std::slice::from_ref(&problem);
+                crate::args::check_baseline(baseline, backend, problems, None)?;
+            }
+        }
     }
     let knobs = args
         .knobs
@@ -263,6 +279,11 @@ fn new_search(args: &Args) -> anyhow::Result<NewSearch> {
             );
             Target::Implementations(names)
         }
+        (None, None) if decode.is_some() => {
+            // As gate's decode default.
+            println!("implementation decode: the decode default (--impl decode-hopper or decode-naive for the others)");
+            Target::Implementations(vec!["decode".into()])
+        }
         (None, None) => {
             // IMPL, else the device's best: GPU 0's, which the search's workers time on.
             let selection = match attn_kernels::registry::named(None)? {
@@ -281,7 +302,9 @@ fn new_search(args: &Args) -> anyhow::Result<NewSearch> {
         target,
         knobs,
         shape,
+        decode,
         baseline: args.baseline.clone(),
+        sdpa_backend: args.sdpa_backend,
         seed: args.seed,
         population: args.population,
         generations: args.generations,

@@ -1,7 +1,8 @@
 //! GPU tests of `cargo xtask evo`: a search over `tiled` does at least as well as its default
 //! config, planted faulting and hanging candidates are survived, a search over `cublas`,
-//! `hybrid-pv` and `mma` measures each, and a composite-fitness search profiles its finalists with
-//! ncu. Run on a GPU
+//! `hybrid-pv` and `mma` measures each, a decode search over `decode-hopper` and `decode` checks
+//! every candidate through the block table and beats `decode-naive`, and a composite-fitness
+//! search profiles its finalists with ncu. Run on a GPU
 //! machine with `--include-ignored`.
 
 mod common;
@@ -146,6 +147,53 @@ fn a_search_over_cublas_a_hybrid_and_mma_measures_each_and_gates_the_winner() {
     let name = best.implementation.clone().unwrap();
     let gate = format!("cargo xtask gate --impl {name}");
     assert!(best.reproduce.starts_with(&gate), "{best:?}");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (Hopper, sm_90, for decode-hopper)"]
+fn a_decode_search_checks_each_candidate_and_beats_the_naive_decode() {
+    // One GPU test at a time on the device (tests of other executables too).
+    let _device = attn_kernels::device_lock(0);
+    let dir = tempfile::tempdir().unwrap();
+    let batch = "decode B=8 q=4 kv=4096 H=32/8 D=128 page=16 bf16";
+    let args = [
+        "--impl",
+        "decode-hopper,decode",
+        "--knob",
+        "SPLITS=0,2,4",
+        "--baseline",
+        "decode-naive",
+        "--shape",
+        batch,
+        "--population",
+        "4",
+        "--generations",
+        "2",
+        "--budget",
+        "6",
+        "--samples",
+        "20",
+        "--timeout",
+        "120",
+        "--seed",
+        "3",
+    ];
+    evo(&args, dir.path());
+    let rows = attn_evidence::read_evo_log(&dir.path().join("evo/t/log.csv")).unwrap();
+    assert_eq!(rows.len(), 6, "{rows:?}");
+    // Every candidate passes its checks against the oracle and is timed.
+    assert!(rows.iter().all(|r| r.status.is_ok()), "{rows:?}");
+    let best = EvoBest::read(&dir.path().join("evo/t/best.json")).unwrap();
+    // decode-naive reads the cache once per query head: the tuned kernels read it once per group.
+    let speedup = best.speedup.unwrap();
+    assert!(speedup > 1.5, "best speedup {speedup} over decode-naive: {best:?}");
+    let name = best.implementation.clone().unwrap();
+    assert!(
+        best.reproduce
+            .starts_with(&format!("cargo xtask gate --impl {name} --config "))
+            && best.reproduce.contains(&format!("--shape \"{batch}\"")),
+        "{best:?}"
+    );
 }
 
 #[test]

@@ -396,3 +396,72 @@ fn a_triton_kernels_knobs_are_searched_and_its_best_is_gated_through_triton() {
         best.reproduce
     );
 }
+
+#[test]
+fn a_decode_search_tunes_decode_knobs_and_gates_its_best_on_the_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let batch = "decode B=16 q=1 kv=8192 H=32/8 D=128 page=16 bf16";
+    let options = [
+        "--impl",
+        "decode-hopper,decode",
+        "--shape",
+        batch,
+        "--knob",
+        "SPLITS=1,2,4",
+        "--timeout",
+        "5",
+        "--population",
+        "4",
+        "--generations",
+        "3",
+        "--seed",
+        "5",
+    ];
+    let text = run_to_end(&search(&options, dir.path(), "d", 10));
+    let run = dir.path().join("evo/d");
+    let spec = SearchSpec::read(&run.join("search.json")).unwrap();
+    let decode: attn_evidence::DecodeSpec = batch.parse().unwrap();
+    assert_eq!(spec.decode.as_ref(), Some(&decode));
+    assert_eq!(spec.shape, attn_evidence::decode_shape(&decode));
+    // The decode registry's knobs, SPLITS narrowed.
+    let hopper = &spec.implementations[0];
+    let knobs: Vec<&str> = hopper.knobs.keys().map(String::as_str).collect();
+    assert_eq!(knobs, ["BLOCK_N", "PAGE_AHEAD", "SPLITS", "STAGES"], "{hopper:?}");
+    assert_eq!(hopper.knobs["SPLITS"], [1, 2, 4]);
+    assert!(spec.implementations[1].knobs.contains_key("ROW_WARPS"));
+    let rows = read_evo_log(&run.join("log.csv")).unwrap();
+    assert_eq!(rows.len(), 10, "{text}");
+    assert!(rows.iter().all(|r| r.status == CandidateStatus::Ok), "{text}");
+    let best = EvoBest::read(&run.join("best.json")).unwrap();
+    assert_eq!(best.decode.as_ref(), Some(&decode));
+    let winner = best.implementation.as_deref().unwrap();
+    assert!(
+        best.reproduce
+            .starts_with(&format!("cargo xtask gate --impl {winner} --config ")),
+        "{}",
+        best.reproduce
+    );
+    assert!(
+        best.reproduce
+            .ends_with(&format!("--shape \"{batch}\" --baseline synthetic")),
+        "{}",
+        best.reproduce
+    );
+    assert!(text.contains(&format!("on {batch} vs synthetic")), "{text}");
+
+    // A prefill implementation on a decode batch, a decode one on a prefill shape, and --causal
+    // with a decode batch are each refused in one line before anything runs.
+    for (impl_, shape, causal, says) in [
+        ("mma", batch, false, "not a decode implementation"),
+        ("decode", "2,8,1024,64", false, "is a decode implementation"),
+        ("decode", batch, true, "decode is always causal"),
+    ] {
+        let mut args = search(&["--impl", impl_, "--shape", shape], dir.path(), "x", 2);
+        if causal {
+            args.push("--causal".into());
+        }
+        let out = Command::new(xtask()).args(&args).output().unwrap();
+        let text = output_text(&out);
+        assert!(!out.status.success() && text.contains(says), "{impl_} {shape}: {text}");
+    }
+}

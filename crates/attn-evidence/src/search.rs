@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::store::{read_json, write_json_atomic};
-use crate::{EvidenceError, Provenance, ShapeSpec};
+use crate::{DecodeSpec, EvidenceError, Provenance, ShapeSpec};
 
 /// The config key (and log column) that names a config's implementation in a search over
 /// several (`--impl a,b,c`). Lower case, so that no knob (upper case) can take it. In a search's
@@ -92,10 +92,19 @@ pub struct SearchSpec {
     /// Each knob and the values searched (a search over several implementations: see
     /// [`SearchSpec::implementations`]).
     pub knobs: BTreeMap<String, Vec<i64>>,
-    /// The problem tuned for.
+    /// The problem tuned for (a decode search's: the prefill batch over its rows,
+    /// [`crate::decode_shape`]).
     pub shape: ShapeSpec,
+    /// The decode batch tuned for, when the target is a decode implementation (absent in any
+    /// other search, and in files from before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode: Option<DecodeSpec>,
     /// What speedups are measured against.
     pub baseline: String,
+    /// The SDPA backend of an `sdpa` baseline (`flashinfer` among them for decode); absent in
+    /// files from before, whose searches used the command line's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sdpa_backend: Option<String>,
     /// Seed of the search and of the inputs.
     pub seed: u64,
     /// Survivors per generation.
@@ -105,6 +114,14 @@ pub struct SearchSpec {
 }
 
 impl SearchSpec {
+    /// The problem as text: the decode batch's (`decode B=16 q=1 ...`), else the shape's.
+    pub fn problem_text(&self) -> String {
+        match &self.decode {
+            Some(decode) => decode.to_string(),
+            None => self.shape.to_string(),
+        }
+    }
+
     /// Reads `search.json`; errors name the file.
     pub fn read(path: &Path) -> Result<SearchSpec, EvidenceError> {
         read_json(path)
@@ -132,6 +149,9 @@ pub struct EvoBest {
     pub implementation: Option<String>,
     /// The problem tuned for.
     pub shape: ShapeSpec,
+    /// [`SearchSpec::decode`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode: Option<DecodeSpec>,
     /// What speedups were measured against.
     pub baseline: String,
     /// Seed of the search.

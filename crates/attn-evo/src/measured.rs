@@ -143,6 +143,7 @@ pub fn evo_best(
         target: spec.target.clone(),
         implementation,
         shape: spec.shape.clone(),
+        decode: spec.decode.clone(),
         baseline: spec.baseline.clone(),
         seed: spec.seed,
         config: knobs,

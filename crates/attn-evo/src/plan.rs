@@ -265,7 +265,8 @@ fn push_projected(seeds: &mut Vec<Knobs>, space: &Space, partial: &Knobs, fill: 
 /// let spec = SearchSpec {
 ///     target: "hopper,cublas,mma".into(), implementation: None, implementations: vec![], src: None,
 ///     entry: None, defines: Default::default(), knobs: Default::default(),
-///     shape: "2,8,1024,64".parse()?, baseline: "sdpa".into(), seed: 1, population: 8, generations: 8,
+///     shape: "2,8,1024,64".parse()?, decode: None, baseline: "sdpa".into(), sdpa_backend: None,
+///     seed: 1, population: 8, generations: 8,
 /// };
 /// let knobs = [("BLOCK_M".to_string(), 128)].into();
 /// assert_eq!(
@@ -288,6 +289,17 @@ fn push_projected(seeds: &mut Vec<Knobs>, space: &Space, partial: &Knobs, fill: 
 /// assert_eq!(
 ///     attn_evo::gate_command(&triton, None, &knobs),
 ///     "cargo xtask gate --triton k.py:attn_fwd --define BLOCK_N=64 --shape 2,8,1024,64 --dtype fp16 --baseline sdpa"
+/// );
+/// // A decode batch's text holds its dtype and mask; an SDPA backend other than the default is named.
+/// let decode: attn_evidence::DecodeSpec = "decode B=16 q=1 kv=8192 H=32/8 D=128 page=16 bf16".parse()?;
+/// let decoding = SearchSpec {
+///     shape: attn_evidence::decode_shape(&decode), decode: Some(decode),
+///     sdpa_backend: Some("flashinfer".into()), ..spec.clone()
+/// };
+/// let knobs = [("SPLITS".to_string(), 4)].into();
+/// assert_eq!(
+///     attn_evo::gate_command(&decoding, Some("decode-hopper"), &knobs),
+///     "cargo xtask gate --impl decode-hopper --config SPLITS=4 --shape \"decode B=16 q=1 kv=8192 H=32/8 D=128 page=16 bf16\" --baseline sdpa --sdpa-backend flashinfer"
 /// );
 /// # Ok::<(), attn_evidence::EvidenceError>(())
 /// ```
@@ -332,13 +344,23 @@ pub fn gate_command(spec: &SearchSpec, implementation: Option<&str>, knobs: &Kno
         }
         (None, None) => cmd.push_str("(synthetic search: nothing to gate)"),
     }
-    cmd.push_str(&format!(" --shape {shape}"));
-    if s.causal {
-        cmd.push_str(" --causal");
+    match &spec.decode {
+        // The batch's own text holds its dtype and (always causal) mask.
+        Some(decode) => cmd.push_str(&format!(" --shape \"{decode}\"")),
+        None => {
+            cmd.push_str(&format!(" --shape {shape}"));
+            if s.causal {
+                cmd.push_str(" --causal");
+            }
+            cmd.push_str(&format!(" --dtype {}", s.dtype));
+        }
     }
-    cmd.push_str(&format!(
-        " --dtype {} --baseline {}",
-        s.dtype, spec.baseline
-    ));
+    cmd.push_str(&format!(" --baseline {}", spec.baseline));
+    match spec.sdpa_backend.as_deref() {
+        Some(backend) if spec.baseline == "sdpa" && backend != "default" => {
+            cmd.push_str(&format!(" --sdpa-backend {backend}"));
+        }
+        _ => {}
+    }
     cmd
 }

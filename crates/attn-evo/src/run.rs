@@ -29,14 +29,14 @@ impl SearchRun {
     }
 
     /// A new run of `spec` in `<evidence>/evo/<name>`; the default name is the date, the target
-    /// and the shape.
+    /// and the problem.
     pub fn new(spec: SearchSpec, evidence: &Path, name: Option<String>) -> SearchRun {
         let name = name.unwrap_or_else(|| {
             format!(
                 "{}-{}-{}",
                 attn_evidence::utc_now_rfc3339().replace(':', "-"),
                 attn_evidence::slug(&spec.target),
-                attn_evidence::slug(&spec.shape.to_string())
+                attn_evidence::slug(&spec.problem_text())
             )
         });
         SearchRun {

@@ -24,7 +24,7 @@ pub(crate) fn describe_parts(
 /// What is searched and how: `configs` before constraints, up to `budget` candidates, on
 /// `workers`.
 pub fn search_line(spec: &SearchSpec, configs: u64, budget: usize, workers: &[String]) -> String {
-    let (target, shape, baseline) = (&spec.target, &spec.shape, &spec.baseline);
+    let (target, shape, baseline) = (&spec.target, spec.problem_text(), &spec.baseline);
     let (population, generations, seed) = (spec.population, spec.generations, spec.seed);
     let knobs = if spec.implementations.is_empty() {
         format!("{} knob(s)", spec.knobs.len())

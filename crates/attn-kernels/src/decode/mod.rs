@@ -26,7 +26,6 @@ use std::sync::Mutex;
 use attn_oracle::{DType, DecodeSpec, HostTensor, KvCache};
 use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
 
-use crate::compile::CompileRequest;
 use crate::config::Config;
 use crate::error::{DriverContext, KernelError, Result};
 use crate::gpu::{DeviceTensor, Gpu};
@@ -80,15 +79,7 @@ impl PreparedDecode {
         implementation.gpus.require(name, gpu.info().capability)?;
         let limits = gpu.limits();
         let config = implementation.resolve(overrides, head_dim, &limits)?;
-        let mut defines = CompileRequest::abi_defines(dtype, head_dim)?;
-        defines.extend(implementation.defines(&config));
-        let request = CompileRequest {
-            name: implementation.name.into(),
-            source: implementation.source,
-            include_dir: None,
-            defines,
-            arch: gpu.arch(),
-        };
+        let request = implementation.compile_request(&config, dtype, head_dim, gpu.arch())?;
         let shared = implementation.shared_bytes(&config, head_dim);
         let decode = gpu.load(&request, "attn_decode", shared)?;
         let threads = implementation.block_threads(&config);

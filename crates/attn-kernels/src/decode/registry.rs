@@ -221,6 +221,27 @@ impl DecodeImplementation {
         crate::registry::check_row_head_dim(self.name, self.head_dims, head_dim)
     }
 
+    /// What NVRTC compiles for a resolved `config` ([`DecodeImplementation::resolve`]) at `dtype`
+    /// and `head_dim` for `arch`: the one place a decode config becomes defines, so that a
+    /// search's precompile and the worker that loads the kernel hit the same cache entry.
+    pub fn compile_request(
+        &'static self,
+        config: &Config,
+        dtype: attn_oracle::DType,
+        head_dim: usize,
+        arch: crate::compile::Arch,
+    ) -> Result<crate::compile::CompileRequest<'static>> {
+        let mut defines = crate::compile::CompileRequest::abi_defines(dtype, head_dim)?;
+        defines.extend(self.defines(config));
+        Ok(crate::compile::CompileRequest {
+            name: self.name.into(),
+            source: self.source,
+            include_dir: None,
+            defines,
+            arch,
+        })
+    }
+
     /// The defaults with `overrides` applied, each knob checked against its domain and the shared
     /// memory against `limits`; the reason in one line otherwise.
     pub fn resolve(

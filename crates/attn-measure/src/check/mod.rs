@@ -651,12 +651,20 @@ fn failure_reason(
 
 /// The first failed check, as one line (`None` when all pass).
 pub fn first_failure(runs: &[CheckRun]) -> Option<String> {
-    runs.iter().find(|r| !r.check.passed).map(|r| {
+    first_failed_check(runs.iter().map(|r| &r.check))
+}
+
+/// The first failed check of `checks` (a decode batch's, or [`first_failure`]'s runs'), in one
+/// line: its inputs, seed and reason.
+pub fn first_failed_check<'c>(
+    checks: impl IntoIterator<Item = &'c CorrectnessCheck>,
+) -> Option<String> {
+    checks.into_iter().find(|c| !c.passed).map(|c| {
         format!(
             "{} inputs, seed {}: {}",
-            r.check.distribution,
-            r.check.seed,
-            r.check.reason.as_deref().unwrap_or("wrong result")
+            c.distribution,
+            c.seed,
+            c.reason.as_deref().unwrap_or("wrong result")
         )
     })
 }

@@ -4,10 +4,12 @@
 //! run's space with the registry's constraints and generation 0's seeds ([`target::start`]); the
 //! baseline once per GPU and every candidate measured by a worker process each ([`worker`]: both
 //! sides of the protocol, a timeout per candidate, any failure an invalid candidate) while
-//! [`Precompile`] compiles the generation, driven by attn-evo; then the summary, with
+//! [`Precompile`] compiles the generation, driven by attn-evo (a decode batch's candidates by
+//! [`decode::DecodeWorker`]); then the summary, with
 //! [`Fitness::Composite`] the finalists profiled with Nsight Compute ([`finalists`]), and
 //! `best.json`. What the caller shows comes back as [`Event`]s.
 
+pub mod decode;
 pub mod finalists;
 pub mod ray;
 pub mod target;
@@ -17,15 +19,15 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use attn_evidence::{EvoBest, EvoCandidate, ShapeSpec};
+use attn_evidence::{DecodeSpec, EvoBest, EvoCandidate, ShapeSpec};
 use attn_evo::{Search, SearchRun};
 use attn_kernels::registry::Limits;
 use attn_kernels::Gpu;
 use serde::{Deserialize, Serialize};
 
 pub use target::{
-    candidate, candidate_config, default_knobs, implementation_knobs, registry_constraint,
-    searchable_knobs,
+    candidate, candidate_config, default_knobs, implementation_knobs, is_decode_implementation,
+    registry_constraint, searchable_knobs,
 };
 pub use worker::{Measured, Precompile, Worker, WorkerJob};
 
@@ -81,10 +83,14 @@ pub struct NewSearch {
     pub target: Target,
     /// Knobs declared (`--knob`): a source's, or narrowing the implementations' domains.
     pub knobs: BTreeMap<String, Vec<i64>>,
-    /// The problem.
+    /// The problem (a decode search's: [`attn_evidence::decode_shape`] of its batch).
     pub shape: ShapeSpec,
+    /// The decode batch, when decode implementations are tuned.
+    pub decode: Option<DecodeSpec>,
     /// What speedups are measured against.
     pub baseline: String,
+    /// The SDPA backend of an `sdpa` baseline, recorded with the search.
+    pub sdpa_backend: Backend,
     /// Seed of the search and the inputs (`None`: a fresh one, recorded).
     pub seed: Option<u64>,
     /// Survivors and children per generation.
@@ -113,7 +119,7 @@ pub struct WorkerOptions {
     pub warmup: usize,
     /// Fresh inputs a candidate must pass before it is timed.
     pub checks: usize,
-    /// SDPA backend of an `sdpa` baseline.
+    /// SDPA backend of an `sdpa` baseline (a search's recorded one wins: [`SearchSpec::sdpa_backend`]).
     pub sdpa_backend: Backend,
     /// How long a candidate's worker may take before it is killed.
     pub timeout: Duration,

@@ -10,8 +10,9 @@ use attn_evidence::{
     read_evo_log, EvoLogAppender, ImplConfig, MicroBest, MicroTarget, SearchSpec, ShapeSpec,
 };
 use attn_evo::{Branch, KnobDomain, Knobs, Options, Search, SearchRun, Space};
+use attn_kernels::decode::{find_decode, DecodeImplementation};
 use attn_kernels::registry::{self, Limits};
-use attn_kernels::{Candidate, Config};
+use attn_kernels::{Candidate, Config, Knob};
 
 use super::{Event, NewSearch, Report, RunRequest, SearchRequest, Target};
 use crate::provenance::fresh_seed;
@@ -44,7 +45,9 @@ pub fn search_spec(new: &NewSearch) -> Result<SearchSpec> {
         defines: BTreeMap::new(),
         knobs: declared.clone(),
         shape: new.shape.clone(),
+        decode: new.decode.clone(),
         baseline: new.baseline.clone(),
+        sdpa_backend: Some(new.sdpa_backend.to_string()),
         seed: new.seed.unwrap_or_else(fresh_seed),
         population: new.population,
         generations: new.generations,
@@ -57,6 +60,10 @@ pub fn search_spec(new: &NewSearch) -> Result<SearchSpec> {
                 let why = "--synthetic needs --knob declarations";
                 return Err(MeasureError::Invalid(why.into()));
             }
+        }
+        Target::Source { .. } if new.decode.is_some() => {
+            let why = "--src and --triton kernels are not searched on decode batches: give --impl decode, decode-hopper or decode-naive";
+            return Err(MeasureError::Invalid(why.into()));
         }
         Target::Source {
             src,
@@ -79,6 +86,17 @@ pub fn search_spec(new: &NewSearch) -> Result<SearchSpec> {
             spec.defines = defines.clone();
         }
         Target::Implementations(names) => {
+            for name in names {
+                match (is_decode_implementation(name), new.decode.is_some()) {
+                    (true, false) => {
+                        return Err(MeasureError::Invalid(format!("--impl {name} is a decode implementation: give a decode batch (--shape \"decode ...\")")));
+                    }
+                    (false, true) => {
+                        return Err(MeasureError::Invalid(format!("--impl {name} is not a decode implementation: a decode batch takes decode, decode-hopper or decode-naive")));
+                    }
+                    _ => {}
+                }
+            }
             spec.target = names.join(",");
             let head_dim = spec.shape.head_dim;
             if let [name] = &names[..] {
@@ -234,16 +252,61 @@ pub fn candidate_config(spec: &SearchSpec, config: &ImplConfig) -> Config {
     Config(spec.defines.clone()).merged(&Config(config.knobs.clone()))
 }
 
-/// The knobs of registered implementation `name` at `head_dim`, with their domains: none for an
-/// implementation without knobs (`cublas`).
+/// A registered implementation a search tunes: the prefill registry's or the decode registry's
+/// (their names never collide, so a name alone says which).
+#[derive(Debug, Clone, Copy)]
+enum Registered {
+    Prefill(&'static registry::Implementation),
+    Decode(&'static DecodeImplementation),
+}
+
+impl Registered {
+    /// The implementation called `name`, decode's registry first.
+    fn find(name: &str) -> Result<Registered> {
+        Ok(match find_decode(name) {
+            Ok(decode) => Registered::Decode(decode),
+            Err(_) => Registered::Prefill(registry::find(name)?),
+        })
+    }
+
+    fn knobs(self) -> &'static [Knob] {
+        match self {
+            Registered::Prefill(imp) => imp.knobs,
+            Registered::Decode(imp) => imp.knobs,
+        }
+    }
+
+    fn check_head_dim(self, head_dim: usize) -> Result<()> {
+        match self {
+            Registered::Prefill(imp) => imp.check_head_dim(head_dim)?,
+            Registered::Decode(imp) => imp.check_head_dim(head_dim)?,
+        }
+        Ok(())
+    }
+
+    fn resolve(self, knobs: &Config, head_dim: usize, limits: &Limits) -> Result<Config> {
+        Ok(match self {
+            Registered::Prefill(imp) => imp.resolve(knobs, head_dim, limits)?,
+            Registered::Decode(imp) => imp.resolve(knobs, head_dim, limits)?,
+        })
+    }
+}
+
+/// Whether `name` is a registered decode implementation.
+pub fn is_decode_implementation(name: &str) -> bool {
+    find_decode(name).is_ok()
+}
+
+/// The knobs of registered implementation `name` (prefill or decode) at `head_dim`, with their
+/// domains: none for an implementation without knobs (`cublas`).
 pub fn implementation_knobs(
     name: &str,
     head_dim: usize,
 ) -> Result<Vec<(&'static str, &'static [i64])>> {
-    let imp = registry::find(name)?;
+    let imp = Registered::find(name)?;
     imp.check_head_dim(head_dim)?;
     Ok(imp
-        .knobs
+        .knobs()
         .iter()
         .map(|k| (k.name.as_str(), k.domain))
         .collect())
@@ -255,8 +318,7 @@ pub fn searchable_knobs(
     name: &str,
     head_dim: usize,
 ) -> Result<Vec<(&'static str, &'static [i64])>> {
-    let imp = registry::find(name)?;
-    if imp.knobs.is_empty() {
+    if Registered::find(name)?.knobs().is_empty() {
         return Err(MeasureError::Invalid(format!(
             "`{name}` has no knobs to search"
         )));
@@ -271,7 +333,7 @@ pub fn registry_constraint(
     head_dim: usize,
     limits: Limits,
 ) -> Result<impl Fn(&BTreeMap<String, i64>) -> std::result::Result<(), String> + Send + Sync> {
-    let imp = registry::find(name)?;
+    let imp = Registered::find(name)?;
     Ok(move |knobs: &BTreeMap<String, i64>| {
         imp.resolve(&Config(knobs.clone()), head_dim, &limits)
             .map(|_| ())
@@ -279,16 +341,21 @@ pub fn registry_constraint(
     })
 }
 
-/// `name`'s default config for `shape` on `device`, tuned values included: a search's first seed.
+/// `name`'s default config for `shape` on `device`, tuned values included (a decode
+/// implementation's defaults, resolved): a search's first seed.
 pub fn default_knobs(
     name: &str,
     shape: &ShapeSpec,
     device: &Limits,
 ) -> Result<BTreeMap<String, i64>> {
-    let imp = registry::find(name)?;
-    let problem = Problem::new(shape.clone())?;
-    let tuned = imp.tuned_for(&problem.shape, &problem.params, device);
-    Ok(imp.default_config(shape.head_dim).merged(&tuned).0)
+    match Registered::find(name)? {
+        Registered::Prefill(imp) => {
+            let problem = Problem::new(shape.clone())?;
+            let tuned = imp.tuned_for(&problem.shape, &problem.params, device);
+            Ok(imp.default_config(shape.head_dim).merged(&tuned).0)
+        }
+        decode => Ok(decode.resolve(&Config::default(), shape.head_dim, device)?.0),
+    }
 }
 
 #[cfg(test)]

@@ -14,12 +14,13 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use attn_evidence::{ImplConfig, SearchSpec, ShapeSpec};
+use attn_evidence::{DecodeSpec, ImplConfig, SearchSpec, ShapeSpec};
 use attn_evo::Measurement;
 use attn_kernels::compile::compile;
 use attn_kernels::{Candidate, Config, Gpu, GpuReference, Prepared, TimingMode, TimingOptions};
 use serde::{Deserialize, Serialize};
 
+use super::decode::DecodeWorker;
 use super::target::{candidate, candidate_config};
 use super::{Event, Report, WorkerOptions};
 use crate::sdpa::Backend;
@@ -69,14 +70,19 @@ impl Workers<'_> {
                 }
             }
         };
+        // The backend the search recorded wins over this run's (a resumed search keeps its own).
+        let sdpa_backend = (spec.sdpa_backend.as_deref())
+            .and_then(|b| b.parse().ok())
+            .unwrap_or(options.sdpa_backend);
         let job = WorkerJob {
             shape: spec.shape.clone(),
+            decode: spec.decode.clone(),
             device,
             seed,
             samples: options.samples,
             warmup: options.warmup,
             checks: options.checks,
-            sdpa_backend: options.sdpa_backend,
+            sdpa_backend,
             synthetic: options.synthetic,
             task,
         };
@@ -138,6 +144,13 @@ impl attn_evo::Measurer for Measure<'_> {
     }
 }
 
+/// One candidate of a generation to compile: a prefill candidate (`None`: it could not be built,
+/// which its worker reports), or a decode implementation's config.
+enum Compile {
+    Prefill(Option<Candidate>),
+    Decode(String, Config),
+}
+
 /// Which compiles of a generation are done, and how long each took.
 #[derive(Debug, Default)]
 struct Board {
@@ -165,15 +178,21 @@ impl Precompile {
         let (arch, limits) = (gpu.arch(), gpu.limits());
         let head_dim = spec.shape.head_dim;
         // The candidates exactly as the workers build them, so that their compiles hit the same
-        // cache entries (`Candidate::variant` is the one place a config becomes defines).
-        let jobs: VecDeque<(usize, Option<Candidate>)> = candidates
+        // cache entries (`Candidate::variant` and `DecodeImplementation::compile_request` are the
+        // places a config becomes defines).
+        let jobs: VecDeque<(usize, Compile)> = candidates
             .iter()
             .enumerate()
             .map(|(i, resolved)| {
                 let config = candidate_config(spec, resolved);
                 let name = resolved.implementation.as_deref();
-                let made = candidate(name, spec.src.as_deref(), spec.entry.as_deref(), config);
-                (i, made.ok())
+                let job = match (&spec.decode, name) {
+                    (Some(_), Some(name)) => Compile::Decode(name.to_string(), config),
+                    _ => Compile::Prefill(
+                        candidate(name, spec.src.as_deref(), spec.entry.as_deref(), config).ok(),
+                    ),
+                };
+                (i, job)
             })
             .collect();
         let board = Arc::new(Board::default());
@@ -184,12 +203,20 @@ impl Precompile {
                 for _ in 0..threads.max(1) {
                     scope.spawn(|| loop {
                         let job = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
-                        let Some((index, candidate)) = job else { break };
+                        let Some((index, job)) = job else { break };
                         let started = Instant::now();
-                        let ok = candidate.is_some_and(|c| {
-                            c.variant(dtype, head_dim, &arch, &limits)
-                                .is_ok_and(|v| compile(&v.request).is_ok())
-                        });
+                        let ok = match job {
+                            Compile::Prefill(candidate) => candidate.is_some_and(|c| {
+                                c.variant(dtype, head_dim, &arch, &limits)
+                                    .is_ok_and(|v| compile(&v.request).is_ok())
+                            }),
+                            Compile::Decode(name, config) => {
+                                let arch = arch.clone();
+                                super::decode::compiles(
+                                    &name, &config, dtype, head_dim, arch, &limits,
+                                )
+                            }
+                        };
                         let seconds = ok.then(|| started.elapsed().as_secs_f64());
                         let mut done = shared.done.lock().unwrap_or_else(|e| e.into_inner());
                         done.insert(index, seconds);
@@ -249,6 +276,9 @@ pub fn serve(job: &str) -> Result<()> {
 pub struct WorkerJob {
     /// The problem.
     pub shape: ShapeSpec,
+    /// The decode batch, in a decode search (the task's implementation a decode one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode: Option<DecodeSpec>,
     /// The GPU's CUDA ordinal.
     pub device: usize,
     /// Seed of the inputs.
@@ -281,6 +311,9 @@ impl WorkerJob {
                 &knobs.0, baseline, seed, samples,
             ));
         }
+        if let Some(spec) = &self.decode {
+            return self.evaluate_decode(spec);
+        }
         let worker = Worker::open(self.shape.clone(), self.device, self.warmup, self.samples)?;
         match &self.task {
             Task::Baseline { name } => {
@@ -300,6 +333,32 @@ impl WorkerJob {
                 let m = worker.candidate(&candidate, self.seed, self.checks)?;
                 Ok(Measurement::from_result(m.samples_us, m.prepare_s))
             }
+        }
+    }
+}
+
+impl WorkerJob {
+    /// Measures a decode search's job in this process.
+    fn evaluate_decode(&self, spec: &DecodeSpec) -> Result<Measurement> {
+        let worker = DecodeWorker::open(spec.clone(), self.device, self.warmup, self.samples)?;
+        match &self.task {
+            Task::Baseline { name } => {
+                let samples_us = worker.baseline(name, self.sdpa_backend, self.seed)?;
+                Ok(Measurement::ok(samples_us, None))
+            }
+            Task::Candidate {
+                implementation: Some(name),
+                config,
+                ..
+            } => {
+                let bad = |e| crate::MeasureError::Invalid(format!("--config: {e}"));
+                let config: Config = config.parse().map_err(bad)?;
+                let m = worker.candidate(name, &config, self.seed, self.checks)?;
+                Ok(Measurement::from_result(m.samples_us, m.prepare_s))
+            }
+            Task::Candidate { .. } => Err(crate::MeasureError::Invalid(
+                "a decode search measures registered decode implementations only".into(),
+            )),
         }
     }
 }
@@ -427,6 +486,7 @@ mod tests {
     fn a_job_crosses_to_the_worker_as_json_and_a_synthetic_one_measures_without_a_gpu() {
         let job = WorkerJob {
             shape: "2,8,1024,64".parse().unwrap(),
+            decode: None,
             device: 1,
             seed: 7,
             samples: 5,
