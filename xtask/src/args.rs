@@ -318,6 +318,17 @@ pub struct ProblemArgs {
     pub suite: Option<String>,
 }
 
+/// The Ray cluster's address of `--on ray[=ADDRESS]` (`auto` for plain `ray`: the local one).
+pub fn ray_address(on: &str) -> anyhow::Result<String> {
+    Ok(match on.split_once('=') {
+        None if on == "ray" => "auto".into(),
+        Some(("ray", address)) if !address.trim().is_empty() => address.trim().into(),
+        _ => bail!(
+            "--on {on}: give ray or ray=ADDRESS (a Ray cluster's address, e.g. ray=10.0.0.1:6379)"
+        ),
+    })
+}
+
 /// Whether a `--shape` text is a decode batch (`decode ...`).
 pub fn is_decode_text(text: &str) -> bool {
     text.split_whitespace().next() == Some("decode")

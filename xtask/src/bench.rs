@@ -71,6 +71,29 @@ pub struct Args {
     /// make 10 TFLOP of work (large problems: fewer sets to generate).
     #[arg(long, default_value_t = TimingOptions::default().batch_launches)]
     pub batch_launches: usize,
+    /// Run the suite as a matrix on a Ray cluster, `ray[=ADDRESS]` (default `auto`: the local
+    /// one): one task per problem, each this program's bench of that problem on one GPU of one
+    /// model (the bundle at the same path on every node); each task's run is written here as it
+    /// comes back, and `<evidence>/matrix/` records every task.
+    #[arg(long, value_name = "ray[=ADDRESS]")]
+    pub on: Option<String>,
+    /// With --on ray: the GPU model to run on (default the model with the most GPUs).
+    #[arg(long, requires = "on")]
+    pub ray_model: Option<String>,
+    /// With --on ray: seconds a task may take (compile, timing, Ray's retries excluded) before
+    /// it is recorded as failed.
+    #[arg(long, requires = "on", default_value_t = 1800.0, value_name = "SECONDS", value_parser = crate::args::seconds)]
+    pub task_timeout: f64,
+    /// With --on ray: run again the tasks of this matrix file (`<evidence>/matrix/*.json`) that
+    /// are not done, with the arguments it records; the file is updated.
+    #[arg(long, requires = "on", conflicts_with_all = ["shapes", "suite"])]
+    pub resume_matrix: Option<PathBuf>,
+    /// Print the run as one JSON line instead of writing evidence (a matrix task's answer).
+    #[arg(long, hide = true)]
+    pub print_run: bool,
+    /// Test mode without a GPU: made-up times for each --impl, a provenance naming no GPU.
+    #[arg(long, hide = true)]
+    pub synthetic: bool,
 }
 
 impl Args {
@@ -88,10 +111,22 @@ impl Args {
 
 /// Runs the subcommand; returns the process exit code.
 pub fn run(args: Args) -> anyhow::Result<u8> {
+    if args.on.is_some() {
+        return crate::bench_ray::run(&args);
+    }
     if let Some(specs) = args.problems.decode_problems()? {
         return crate::bench_decode::run(&args, specs);
     }
     let problems = args.problems.problems("large")?;
+    if args.synthetic {
+        let names = args.implementations.clone();
+        if names.is_empty() {
+            anyhow::bail!("--synthetic times made-up --impl names: give --impl");
+        }
+        let (samples, seed, git) = (args.samples, args.seed, crate::provenance::git_revision());
+        let run = attn_measure::bench::synthetic_run(&problems, &names, samples, seed, git)?;
+        return write_run(&args, &run).map(|()| 0);
+    }
     let mut budget = crate::budget::TimeBudget::new(args.time_budget)?;
     let overrides: Config = args
         .config
@@ -117,12 +152,28 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             println!("{}", dense_at_mean_line(e, dense));
         }
     }
+    write_run(&args, &run)?;
+    Ok(0)
+}
+
+/// Writes `run` as `<evidence>/bench/<date>-<gpu>-<rev>.json` and its `.csv`; with --print-run
+/// prints it as one JSON line instead (a matrix task's answer, written by the driver).
+pub(crate) fn write_run(args: &Args, run: &BenchRun) -> anyhow::Result<()> {
+    if args.print_run {
+        println!("{}", serde_json::to_string(run)?);
+        return Ok(());
+    }
     let p = &run.provenance;
     let path = attn_evidence::evidence_path(&args.evidence, "bench", &p.date, &p.gpu, &p.git_rev);
-    attn_evidence::write_json_atomic(&path, &run)?;
+    write_bench_files(&path, run)
+}
+
+/// `run` as JSON at `path` and as CSV beside it, each written atomically.
+pub(crate) fn write_bench_files(path: &std::path::Path, run: &BenchRun) -> anyhow::Result<()> {
+    attn_evidence::write_json_atomic(path, run)?;
     attn_evidence::write_bytes_atomic(&path.with_extension("csv"), run.to_csv()?.as_bytes())?;
     println!("evidence: {} (+ .csv)", path.display());
-    Ok(0)
+    Ok(())
 }
 
 /// The run the arguments ask for, validated before the GPU is opened: each named implementation

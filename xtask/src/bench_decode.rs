@@ -75,11 +75,7 @@ pub fn run(args: &Args, specs: Vec<DecodeSpec>) -> anyhow::Result<u8> {
     let mut admit = || budget.admit().err();
     let run = run_decode_bench(&gpu, &request, &mut show, &mut admit)?;
     println!("{}", table(&run).to_markdown());
-    let p = &run.provenance;
-    let path = attn_evidence::evidence_path(&args.evidence, "bench", &p.date, &p.gpu, &p.git_rev);
-    attn_evidence::write_json_atomic(&path, &run)?;
-    attn_evidence::write_bytes_atomic(&path.with_extension("csv"), run.to_csv()?.as_bytes())?;
-    println!("evidence: {} (+ .csv)", path.display());
+    crate::bench::write_run(args, &run)?;
     Ok(0)
 }
 

@@ -194,15 +194,8 @@ fn request(args: &Args) -> anyhow::Result<SearchRequest> {
 
 /// `--on ray[=ADDRESS]`, read.
 fn ray_target(on: &str, model: Option<String>) -> anyhow::Result<RayTarget> {
-    let address = match on.split_once('=') {
-        None if on == "ray" => "auto",
-        Some(("ray", address)) if !address.trim().is_empty() => address.trim(),
-        _ => bail!(
-            "--on {on}: give ray or ray=ADDRESS (a Ray cluster's address, e.g. ray=10.0.0.1:6379)"
-        ),
-    };
     Ok(RayTarget {
-        address: address.into(),
+        address: crate::args::ray_address(on)?,
         model,
     })
 }

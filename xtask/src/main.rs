@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 mod args;
 mod bench;
 mod bench_decode;
+mod bench_ray;
 mod budget;
 mod bundle;
 mod evo;

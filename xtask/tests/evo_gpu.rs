@@ -186,7 +186,10 @@ fn a_decode_search_checks_each_candidate_and_beats_the_naive_decode() {
     let best = EvoBest::read(&dir.path().join("evo/t/best.json")).unwrap();
     // decode-naive reads the cache once per query head: the tuned kernels read it once per group.
     let speedup = best.speedup.unwrap();
-    assert!(speedup > 1.5, "best speedup {speedup} over decode-naive: {best:?}");
+    assert!(
+        speedup > 1.5,
+        "best speedup {speedup} over decode-naive: {best:?}"
+    );
     let name = best.implementation.clone().unwrap();
     assert!(
         best.reproduce

@@ -2,7 +2,9 @@
 //! logical GPUs of a made-up model, synthetic workers): the search on Ray ends where the plain
 //! search does, a worker lost mid-job is restarted and its job retried, a worker that keeps dying
 //! is recorded as invalid candidates (never dropped), a search stopped and resumed on Ray ends
-//! where an uninterrupted one does, and a cluster without the asked model is one line.
+//! where an uninterrupted one does, and a cluster without the asked model is one line; and
+//! `bench --on ray` (synthetic runs): a suite matrix whose workers are all lost records every task
+//! as failed, and resumed it runs exactly those again, each run written as bench evidence.
 //! Skipped when Ray does not import (the test command installs it, and sets ATTN_RAY_TEST=required
 //! so that it fails instead).
 
@@ -12,7 +14,7 @@ use common::{output_text, xtask};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use attn_evidence::{read_evo_log, EvoBest};
+use attn_evidence::{read_evo_log, EvoBest, Kinded, MatrixOutcome, MatrixRun};
 
 /// The Python path that imports Ray: `ATTN_RAY_PYTHONPATH` where set, else python3's own.
 fn ray_path() -> Option<Option<PathBuf>> {
@@ -61,10 +63,16 @@ impl Cluster {
 
     /// `xtask evo` on this cluster with `extra` arguments and `env`.
     fn evo(&self, extra: &[&str], evidence: &Path, env: &[(&str, &str)]) -> std::process::Output {
+        let mut args = search_args(evidence);
+        args.extend(extra.iter().map(|s| s.to_string()));
+        self.xtask(&args, env)
+    }
+
+    /// xtask with `args`, then `--on` this cluster, and `env`.
+    fn xtask(&self, args: &[String], env: &[(&str, &str)]) -> std::process::Output {
         let mut cmd = Command::new(xtask());
-        cmd.args(search_args(evidence))
-            .args(["--on", &format!("ray={}", self.address)])
-            .args(extra);
+        cmd.args(args)
+            .args(["--on", &format!("ray={}", self.address)]);
         if let Some(p) = &self.python_path {
             cmd.env("ATTN_RAY_PYTHONPATH", p);
         }
@@ -134,8 +142,85 @@ fn best(evidence: &Path, run: &str) -> EvoBest {
     serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
 }
 
+/// `bench --on ray` of three synthetic shapes: every worker lost, then resumed.
+fn check_the_suite_matrix(cluster: &Cluster, evidence: &Path) {
+    let shapes = ["1,8,512,64", "2,8,1024,64 causal", "2,32/8,256,128"];
+    let mut args: Vec<String> = ["bench", "--synthetic", "--impl", "a,b", "--samples", "5"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    for shape in shapes {
+        args.extend(["--shape".to_string(), shape.to_string()]);
+    }
+    args.extend(["--evidence".to_string(), evidence.display().to_string()]);
+    let lost = cluster.xtask(&args, &[("ATTN_RAY_LOSE", "always")]);
+    let text = output_text(&lost);
+    assert!(
+        !lost.status.success(),
+        "failed tasks must fail the run: {text}"
+    );
+    let files = attn_evidence::json_files(&evidence.join("matrix")).unwrap();
+    assert_eq!(files.len(), 1, "{text}");
+    let read = || -> MatrixRun { MatrixRun::read(&files[0]).unwrap() };
+    let matrix = read();
+    assert_eq!(
+        (matrix.command.as_str(), matrix.model.as_str()),
+        ("bench", "synthetic")
+    );
+    let problems: Vec<&str> = matrix.tasks.iter().map(|t| t.problem.as_str()).collect();
+    assert_eq!(problems, shapes);
+    for task in &matrix.tasks {
+        let MatrixOutcome::Failed { reason } = &task.outcome else {
+            panic!(
+                "not recorded as failed: {task:?}
+{text}"
+            );
+        };
+        assert!(reason.contains("Ray worker was lost"), "{reason}");
+    }
+    let resume = [
+        "bench",
+        "--resume-matrix",
+        files[0].to_str().unwrap(),
+        "--evidence",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([evidence.display().to_string()])
+    .collect::<Vec<_>>();
+    let resumed = cluster.xtask(&resume, &[]);
+    let text = output_text(&resumed);
+    assert!(resumed.status.success(), "{text}");
+    let matrix = read();
+    for task in &matrix.tasks {
+        let MatrixOutcome::Done { evidence: file } = &task.outcome else {
+            panic!(
+                "not done: {task:?}
+{text}"
+            );
+        };
+        let run = attn_evidence::read(&evidence.join(file)).unwrap();
+        let attn_evidence::Evidence::Bench(run) = run else {
+            panic!("{file}: not bench")
+        };
+        let names: Vec<String> = run
+            .entries
+            .iter()
+            .map(|e| e.implementation.name.clone())
+            .collect();
+        assert_eq!(names, ["a", "b"], "{file}");
+        assert_eq!(run.entries[0].shape.to_string(), task.problem, "{file}");
+        assert!(
+            task.slot
+                .as_deref()
+                .is_some_and(|s| s.contains("synthetic")),
+            "{task:?}"
+        );
+    }
+}
+
 #[test]
-fn a_search_on_a_local_ray_cluster_retries_records_resumes_and_matches_the_plain_search() {
+fn a_local_ray_cluster_runs_the_search_and_a_suite_matrix() {
     let Some(python_path) = ray_path() else {
         return;
     };
@@ -216,4 +301,6 @@ fn a_search_on_a_local_ray_cluster_retries_records_resumes_and_matches_the_plain
         text.contains("has no H100 GPU") && text.contains("synthetic"),
         "{text}"
     );
+
+    check_the_suite_matrix(&cluster, evidence);
 }

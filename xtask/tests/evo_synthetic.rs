@@ -426,12 +426,19 @@ fn a_decode_search_tunes_decode_knobs_and_gates_its_best_on_the_batch() {
     // The decode registry's knobs, SPLITS narrowed.
     let hopper = &spec.implementations[0];
     let knobs: Vec<&str> = hopper.knobs.keys().map(String::as_str).collect();
-    assert_eq!(knobs, ["BLOCK_N", "PAGE_AHEAD", "SPLITS", "STAGES"], "{hopper:?}");
+    assert_eq!(
+        knobs,
+        ["BLOCK_N", "PAGE_AHEAD", "SPLITS", "STAGES"],
+        "{hopper:?}"
+    );
     assert_eq!(hopper.knobs["SPLITS"], [1, 2, 4]);
     assert!(spec.implementations[1].knobs.contains_key("ROW_WARPS"));
     let rows = read_evo_log(&run.join("log.csv")).unwrap();
     assert_eq!(rows.len(), 10, "{text}");
-    assert!(rows.iter().all(|r| r.status == CandidateStatus::Ok), "{text}");
+    assert!(
+        rows.iter().all(|r| r.status == CandidateStatus::Ok),
+        "{text}"
+    );
     let best = EvoBest::read(&run.join("best.json")).unwrap();
     assert_eq!(best.decode.as_ref(), Some(&decode));
     let winner = best.implementation.as_deref().unwrap();
@@ -462,6 +469,9 @@ fn a_decode_search_tunes_decode_knobs_and_gates_its_best_on_the_batch() {
         }
         let out = Command::new(xtask()).args(&args).output().unwrap();
         let text = output_text(&out);
-        assert!(!out.status.success() && text.contains(says), "{impl_} {shape}: {text}");
+        assert!(
+            !out.status.success() && text.contains(says),
+            "{impl_} {shape}: {text}"
+        );
     }
 }

@@ -25,6 +25,8 @@ pub enum EvidenceKind {
     MicroBest,
     /// `micro/<target>/correlation.json`: a [`crate::MicroCorrelation`].
     MicroCorrelation,
+    /// `evidence/matrix/*.json`: a [`crate::MatrixRun`].
+    Matrix,
 }
 
 impl EvidenceKind {
@@ -38,6 +40,7 @@ impl EvidenceKind {
             EvidenceKind::EvoFinalists => "evo-finalists",
             EvidenceKind::MicroBest => "micro-best",
             EvidenceKind::MicroCorrelation => "micro-correlation",
+            EvidenceKind::Matrix => "matrix",
         }
     }
 }

@@ -62,6 +62,7 @@ mod evo;
 mod gate;
 mod implementation;
 mod kind;
+mod matrix;
 mod micro;
 mod provenance;
 mod sanitize;
@@ -85,6 +86,7 @@ pub use gate::{
 };
 pub use implementation::Implementation;
 pub use kind::{EvidenceKind, Kinded};
+pub use matrix::{MatrixOutcome, MatrixRun, MatrixTask};
 pub use micro::{MicroBest, MicroCorrelation, MicroPair, MicroRanked, MicroTarget};
 pub use provenance::{
     bandwidth_by_name, bandwidth_from_attributes, dense_flop_per_clock_per_sm, dense_peak_tflops,

@@ -17,7 +17,8 @@
 //!   (`BenchSession`: the typed request, the events its caller shows); [`supervise`]: the
 //!   watchdog that bounds a hang, and supervised worker processes.
 //! - [`search`]: a search as a session (`SearchSession`: the typed request, the target, the GPUs,
-//!   the worker protocol and a generation's precompile, the finalists); [`micro`]: the `clock64()`
+//!   the worker protocol and a generation's precompile, the finalists, the Ray pool); [`matrix`]:
+//!   a suite matrix's tasks on the Ray pool's GPUs; [`micro`]: the `clock64()`
 //!   micro-benchmark; [`profile`]: what Nsight Compute and compute-sanitizer run (the
 //!   target-mode launch); [`sanitize`]: compute-sanitizer's command line and its report as typed
 //!   findings; [`provenance`]: where a measurement comes from.
@@ -38,6 +39,7 @@ pub mod defences;
 mod error;
 pub mod gate;
 pub mod guards;
+pub mod matrix;
 pub mod micro;
 mod problem;
 pub mod profile;

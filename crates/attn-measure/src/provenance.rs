@@ -63,6 +63,35 @@ pub fn collect(
     }
 }
 
+/// The provenance of a run without a GPU (test mode): `synthetic` for the GPU, nothing of a
+/// device or a software stack, the revision, date, host and command as they are.
+pub fn synthetic(git_rev: String, git_dirty: bool) -> Provenance {
+    Provenance {
+        gpu: "synthetic".into(),
+        gpu_uuid: None,
+        sm_count: None,
+        driver: None,
+        cuda_driver_api: None,
+        nvrtc: None,
+        pytorch: None,
+        torch_cuda: None,
+        cudnn: None,
+        flashinfer: None,
+        git_rev,
+        git_dirty,
+        date: utc_now_rfc3339(),
+        host: std::fs::read_to_string("/etc/hostname")
+            .ok()
+            .map(|h| h.trim().to_string()),
+        tool: format!("attn {}", env!("CARGO_PKG_VERSION")),
+        command: std::env::args().collect(),
+        clocks: attn_evidence::ClockReadings::default(),
+        max_sm_mhz: None,
+        peak_tflops: None,
+        memory: None,
+    }
+}
+
 /// The device's peak DRAM bandwidth: from its attributes (memory clock and bus width) and from
 /// the table by name, the larger of the two when both are known (a higher bandwidth is a lower
 /// floor: an uncertain number never rejects an honest kernel); the L2 size with it.

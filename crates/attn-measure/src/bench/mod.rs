@@ -85,6 +85,53 @@ pub fn entry(timed: Timed, problem: &Problem) -> Result<BenchEntry> {
     })
 }
 
+/// A bench run without a GPU (`bench --synthetic`, test mode): each of `names` on each problem, a
+/// made-up time of about 100 µs from `seed`, under a provenance that names no GPU
+/// ([`crate::provenance::synthetic`]): what a suite matrix's plumbing is tested with, never evidence
+/// of a kernel.
+pub fn synthetic_run(
+    problems: &[Problem],
+    names: &[String],
+    samples: usize,
+    seed: u64,
+    git: (String, bool),
+) -> Result<attn_evidence::BenchRun> {
+    let mut entries = Vec::new();
+    for (p, problem) in problems.iter().enumerate() {
+        for (n, name) in names.iter().enumerate() {
+            let at = |i: usize| {
+                let mixed = seed ^ ((p * 31 + n * 7 + i) as u64).wrapping_mul(0x9e37_79b9);
+                100.0 + (mixed % 1000) as f64 / 1000.0
+            };
+            let samples_us: Vec<f64> = (0..samples.max(2)).map(at).collect();
+            let timings = attn_kernels::Timings {
+                mode: attn_kernels::TimingMode::Graph,
+                warmup: 0,
+                launches_per_sample: 1,
+                input_sets: 1,
+                samples_us,
+                wall_us: vec![],
+                guard_event_us: vec![],
+                guard_residual_us: vec![],
+                guard_stream_residual_us: vec![],
+            };
+            let timed = Timed {
+                implementation: Implementation::named(name.clone()),
+                timings,
+                sm_mhz: None,
+            };
+            entries.push(entry(timed, problem)?);
+        }
+    }
+    Ok(attn_evidence::BenchRun {
+        schema: attn_evidence::SCHEMA_VERSION,
+        kind: attn_evidence::EvidenceKind::Bench,
+        provenance: crate::provenance::synthetic(git.0, git.1),
+        suite: None,
+        entries,
+    })
+}
+
 /// The dense batch a varlen problem is measured against ([`attn_evidence::DenseAtMean`]): `B` its
 /// non-empty sequences, `S_q` and `S_kv` their mean lengths (rounded, at least 1), with its heads,
 /// head dim, mask, window and dtype; `None` for a dense problem.

@@ -197,11 +197,37 @@ impl RayPool {
         slot: usize,
         timeout: Duration,
     ) -> std::result::Result<Measurement, String> {
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
         let job = serde_json::to_string(job).map_err(|e| e.to_string())?;
+        let request =
+            serde_json::json!({"slot": slot, "job": job, "timeout_s": timeout.as_secs_f64()});
+        let line = self.ask(request, timeout)?;
+        serde_json::from_str(&line).map_err(|e| format!("a malformed measurement ({e})"))
+    }
+
+    /// `program ARGS` run in `cwd` on slot `slot` within `timeout` (a suite matrix's task): the
+    /// last JSON line it printed, or why there is none (its last error line, a timeout, a worker
+    /// lost after Ray's retries, the pool gone).
+    pub fn run_args(
+        &self,
+        args: &[String],
+        cwd: &Path,
+        slot: usize,
+        timeout: Duration,
+    ) -> std::result::Result<String, String> {
         let request = serde_json::json!({
-            "id": id, "slot": slot, "job": job, "timeout_s": timeout.as_secs_f64(),
+            "slot": slot, "args": args, "cwd": cwd, "timeout_s": timeout.as_secs_f64(),
         });
+        self.ask(request, timeout)
+    }
+
+    /// Sends `request` (its id added) and waits for its answer's line.
+    fn ask(
+        &self,
+        mut request: serde_json::Value,
+        timeout: Duration,
+    ) -> std::result::Result<String, String> {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        request["id"] = id.into();
         {
             let mut stdin = self.stdin.lock().unwrap_or_else(|e| e.into_inner());
             writeln!(stdin, "{request}")
@@ -214,8 +240,7 @@ impl RayPool {
         loop {
             if let Some(answer) = state.0.remove(&id) {
                 return match (answer.line, answer.error) {
-                    (Some(line), _) => serde_json::from_str(&line)
-                        .map_err(|e| format!("a malformed measurement ({e})")),
+                    (Some(line), _) => Ok(line),
                     (None, Some(error)) => Err(error),
                     (None, None) => Err("an empty answer".into()),
                 };

@@ -1,5 +1,6 @@
-"""attn's bridge to a Ray cluster for `evo --on ray`: one actor per GPU of one model, each running
-the bundle's `PROGRAM evo-worker JOB` on its own GPU, driven over stdin/stdout by the Rust search.
+"""attn's bridge to a Ray cluster for `evo --on ray` and `bench --on ray`: one actor per GPU of one
+model, each running the bundle's `PROGRAM evo-worker JOB` (a search's candidate) or `PROGRAM ARGS`
+(a suite matrix's task) on its own GPU, driven over stdin/stdout by the Rust driver.
 
 Usage: python3 ray_pool.py ADDRESS PROGRAM [MODEL]   (ADDRESS "auto" joins the local cluster)
 
@@ -7,8 +8,9 @@ First reply, once the actors are up:
   {"slots": [{"slot": i, "model": ..., "node": ..., "gpu": ...}, ...], "others": [...]}
   (the slots of MODEL, or of the model with the most GPUs; "others" the models left out, since
   timings of different models never mix), or {"fatal": "one line"}.
-Requests, one JSON line each: {"id": N, "slot": i, "job": "<WorkerJob JSON>", "timeout_s": T}.
-Replies, in the order jobs finish: {"id": N, "line": "<the worker's measurement line>"} or
+Requests, one JSON line each: {"id": N, "slot": i, "job": "<WorkerJob JSON>", "timeout_s": T}, or
+{"id": N, "slot": i, "args": [...], "cwd": DIR, "timeout_s": T} (PROGRAM ARGS run in DIR).
+Replies, in the order jobs finish: {"id": N, "line": "<the last JSON line the worker printed>"} or
 {"id": N, "error": "one line"}. A worker process that dies (its
 node lost) is restarted by Ray and its job retried (MAX_RETRIES), so that a job is measured or its
 failure recorded, never dropped.
@@ -51,11 +53,11 @@ def models(ray):
     return found
 
 
-def lose(job):
-    """A test's lost worker (ATTN_RAY_LOSE, candidates only): `once:PATH` dies mid-job the first
-    time (PATH marks it), `always` every time."""
+def lose(kind):
+    """A test's lost worker (ATTN_RAY_LOSE, candidates and matrix tasks only): `once:PATH` dies
+    mid-job the first time (PATH marks it), `always` every time."""
     how = os.environ.get("ATTN_RAY_LOSE", "")
-    if job.get("task", {}).get("kind") != "candidate" or not how:
+    if kind not in ("candidate", "task") or not how:
         return
     if how == "always":
         os._exit(1)
@@ -79,11 +81,19 @@ def make_worker(ray):
 
         def run(self, job, timeout_s):
             job = json.loads(job)
-            lose(job)
+            lose(job.get("task", {}).get("kind"))
             job["device"] = 0  # Ray shows this actor its own GPU alone
+            return self.command(["evo-worker", json.dumps(job)], None, timeout_s)
+
+        def run_args(self, args, cwd, timeout_s):
+            lose("task")
+            return self.command(args, cwd, timeout_s)
+
+        def command(self, args, cwd, timeout_s):
+            """PROGRAM ARGS in CWD on this actor's GPU: its last JSON line, or why there is none."""
             try:
-                out = subprocess.run([self.program, "evo-worker", json.dumps(job)], capture_output=True,
-                                     text=True, timeout=timeout_s)
+                out = subprocess.run([self.program, *args], capture_output=True, text=True,
+                                     timeout=timeout_s, cwd=cwd)
             except subprocess.TimeoutExpired:
                 return {"error": f"timeout after {timeout_s} s"}
             lines = [l for l in out.stdout.splitlines() if l.startswith("{")]
@@ -145,7 +155,11 @@ def main():
                 continue
             try:
                 req = json.loads(line)
-                ref = actors[req["slot"]].run.remote(req["job"], req["timeout_s"])
+                actor = actors[req["slot"]]
+                if "args" in req:
+                    ref = actor.run_args.remote(req["args"], req.get("cwd"), req["timeout_s"])
+                else:
+                    ref = actor.run.remote(req["job"], req["timeout_s"])
             except Exception as exc:  # noqa: BLE001
                 reply({"id": req.get("id") if isinstance(req, dict) else None, "error": f"bad request: {exc}"})
                 continue

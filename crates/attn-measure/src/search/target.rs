@@ -354,7 +354,9 @@ pub fn default_knobs(
             let tuned = imp.tuned_for(&problem.shape, &problem.params, device);
             Ok(imp.default_config(shape.head_dim).merged(&tuned).0)
         }
-        decode => Ok(decode.resolve(&Config::default(), shape.head_dim, device)?.0),
+        decode => Ok(decode
+            .resolve(&Config::default(), shape.head_dim, device)?
+            .0),
     }
 }
 
