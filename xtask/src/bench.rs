@@ -71,26 +71,9 @@ pub struct Args {
     /// make 10 TFLOP of work (large problems: fewer sets to generate).
     #[arg(long, default_value_t = TimingOptions::default().batch_launches)]
     pub batch_launches: usize,
-    /// Run the suite as a matrix on a Ray cluster, `ray[=ADDRESS]` (default `auto`: the local
-    /// one): one task per problem, each this program's bench of that problem on one GPU of one
-    /// model (the bundle at the same path on every node); each task's run is written here as it
-    /// comes back, and `<evidence>/matrix/` records every task.
-    #[arg(long, value_name = "ray[=ADDRESS]")]
-    pub on: Option<String>,
-    /// With --on ray: the GPU model to run on (default the model with the most GPUs).
-    #[arg(long, requires = "on")]
-    pub ray_model: Option<String>,
-    /// With --on ray: seconds a task may take (compile, timing, Ray's retries excluded) before
-    /// it is recorded as failed.
-    #[arg(long, requires = "on", default_value_t = 1800.0, value_name = "SECONDS", value_parser = crate::args::seconds)]
-    pub task_timeout: f64,
-    /// With --on ray: run again the tasks of this matrix file (`<evidence>/matrix/*.json`) that
-    /// are not done, with the arguments it records; the file is updated.
-    #[arg(long, requires = "on", conflicts_with_all = ["shapes", "suite"])]
-    pub resume_matrix: Option<PathBuf>,
-    /// Print the run as one JSON line instead of writing evidence (a matrix task's answer).
-    #[arg(long, hide = true)]
-    pub print_run: bool,
+    /// --on ray: the run as a matrix on a Ray cluster.
+    #[command(flatten)]
+    pub matrix: crate::matrix::MatrixArgs,
     /// Test mode without a GPU: made-up times for each --impl, a provenance naming no GPU.
     #[arg(long, hide = true)]
     pub synthetic: bool,
@@ -111,8 +94,12 @@ impl Args {
 
 /// Runs the subcommand; returns the process exit code.
 pub fn run(args: Args) -> anyhow::Result<u8> {
-    if args.on.is_some() {
-        return crate::bench_ray::run(&args);
+    if args.matrix.on.is_some() {
+        if args.time_budget.is_some() {
+            anyhow::bail!("--time-budget bounds a run on one machine: on Ray each task is bounded by --task-timeout");
+        }
+        let (matrix, problems) = (&args.matrix, &args.problems);
+        return crate::matrix::run("bench", matrix, problems, "large", &args.evidence);
     }
     if let Some(specs) = args.problems.decode_problems()? {
         return crate::bench_decode::run(&args, specs);
@@ -159,7 +146,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
 /// Writes `run` as `<evidence>/bench/<date>-<gpu>-<rev>.json` and its `.csv`; with --print-run
 /// prints it as one JSON line instead (a matrix task's answer, written by the driver).
 pub(crate) fn write_run(args: &Args, run: &BenchRun) -> anyhow::Result<()> {
-    if args.print_run {
+    if args.matrix.print_run {
         println!("{}", serde_json::to_string(run)?);
         return Ok(());
     }

@@ -120,6 +120,9 @@ pub struct Args {
     /// backward implementation or sdpa[:BACKEND], PyTorch SDPA's backward; default suite train).
     #[arg(long, value_enum, default_value_t = Pass::Forward)]
     pub pass: Pass,
+    /// --on ray: the run as a matrix on a Ray cluster.
+    #[command(flatten)]
+    pub matrix: crate::matrix::MatrixArgs,
     /// Plant a fault to test the guards: `side-stream` (hidden work on another stream).
     #[arg(long, hide = true)]
     pub plant: Option<String>,
@@ -153,6 +156,17 @@ fn compare_options(args: &Args, seed: u64) -> anyhow::Result<CompareOptions> {
 pub fn run(args: Args) -> anyhow::Result<u8> {
     if let Some(path) = &args.replay {
         return replay(path);
+    }
+    if args.matrix.on.is_some() {
+        if args.time_budget.is_some() || args.markdown.is_some() {
+            bail!("--time-budget and --markdown are a run's on one machine: on Ray each task is bounded by --task-timeout and recorded in the matrix");
+        }
+        let suite = match args.pass {
+            Pass::Backward => crate::gate_backward::DEFAULT_SUITE,
+            Pass::Forward => "seed",
+        };
+        let (matrix, problems) = (&args.matrix, &args.problems);
+        return crate::matrix::run("gate", matrix, problems, suite, &args.evidence);
     }
     // Everything that needs no GPU is checked first.
     if !(0.0..=1.0).contains(&args.threshold) || args.threshold == 0.0 {
@@ -295,7 +309,12 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         provenance,
         args.problems.suite_name("seed"),
     );
-    finish(&run, args.markdown.as_deref(), evidence)
+    finish(
+        &run,
+        args.markdown.as_deref(),
+        evidence,
+        args.matrix.print_run,
+    )
 }
 
 fn replay(path: &std::path::Path) -> anyhow::Result<u8> {
@@ -325,17 +344,22 @@ fn replay(path: &std::path::Path) -> anyhow::Result<u8> {
     })
 }
 
+/// Shows `run` and writes it: the markdown to `markdown_path`, the evidence under `evidence`; with
+/// `print_run` (a matrix task) the run as one JSON line last instead of the evidence file.
 pub(crate) fn finish(
     run: &GateRun,
     markdown_path: Option<&std::path::Path>,
     evidence: Option<&std::path::Path>,
+    print_run: bool,
 ) -> anyhow::Result<u8> {
     let text = attn_report::gate::markdown(run);
     println!("\n{text}");
     if let Some(path) = markdown_path {
         attn_evidence::write_bytes_atomic(path, text.as_bytes())?;
     }
-    if let Some(root) = evidence {
+    if print_run {
+        println!("{}", serde_json::to_string(run)?);
+    } else if let Some(root) = evidence {
         let p = &run.provenance;
         let path = attn_evidence::evidence_path(root, "gate", &p.date, &p.gpu, &p.git_rev);
         attn_evidence::write_json_atomic(&path, run)?;

@@ -128,5 +128,10 @@ pub fn run(
     let suite = args.problems.suite_name("seed");
     let run = crate::gate::gate_run(provenance, candidate, baseline, suite, &plan, cases);
     let evidence = (!args.no_evidence).then_some(args.evidence.as_path());
-    crate::gate::finish(&run, args.markdown.as_deref(), evidence)
+    crate::gate::finish(
+        &run,
+        args.markdown.as_deref(),
+        evidence,
+        args.matrix.print_run,
+    )
 }

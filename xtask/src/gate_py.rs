@@ -104,5 +104,10 @@ pub fn run(
         cases,
     );
     let evidence = (!args.no_evidence).then_some(args.evidence.as_path());
-    crate::gate::finish(&run, args.markdown.as_deref(), evidence)
+    crate::gate::finish(
+        &run,
+        args.markdown.as_deref(),
+        evidence,
+        args.matrix.print_run,
+    )
 }

@@ -245,10 +245,19 @@ fn commands_without_decode_refuse_it_in_one_line() {
         &["ncu", "--impl", "mma", "--shape", DECODE],
         &["xtask ncu", "cannot take decode yet"],
     );
+    // evo takes decode, but only the decode registry's implementations.
     one_error_line(
         d,
-        &["evo", "--shape", DECODE],
-        &["xtask evo", "cannot take decode yet"],
+        &[
+            "evo",
+            "--impl",
+            "mma",
+            "--baseline",
+            "decode-naive",
+            "--shape",
+            DECODE,
+        ],
+        &["--impl mma", "not a decode implementation"],
     );
     one_error_line(
         d,
