@@ -40,7 +40,7 @@ pub struct Args {
     /// fresh inputs and every output checked), or rev:REF, the candidate as committed at git
     /// revision REF (a ratchet: fails only on a regression). With --pass backward: a backward implementation, or sdpa (or sdpa:cudnn,
     /// sdpa:flash, sdpa:efficient, sdpa:math), PyTorch SDPA's backward through autograd, no
-    /// fallback.
+    /// fallback, or fa3, FlashAttention-3's backward (--mode batch).
     #[arg(long, default_value = "sdpa")]
     pub baseline: String,
     /// SDPA backend: default, flash, efficient, cudnn, math; or PyTorch's kernels for what SDPA

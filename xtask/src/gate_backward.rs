@@ -65,6 +65,7 @@ pub fn run(
     let problems = args.problems.problems(DEFAULT_SUITE)?;
     let candidate = backward_candidate(&args.candidate)?;
     let baseline = BackwardBaseline::from_name(&args.baseline, args.sdpa_backend)?;
+    baseline.check_mode(args.mode)?;
     for problem in &problems {
         candidate.check_supports(problem)?;
         baseline.check_supports(problem)?;

@@ -919,7 +919,10 @@ class PyCallable:
 
 
 class Fa3:
-    """FlashAttention-3 through JAX: the library loaded and its FFI target registered once."""
+    """FlashAttention-3 through JAX: the library loaded and its FFI targets (forward and backward)
+    registered once. Its backward is a baseline of attn's backward gate too: each input set's
+    forward runs once outside the timed region, and a timed call is FA3's backward alone (its own
+    dO·O preprocessing and dQ conversion inside, as attn's attn_bwd_pre and attn_bwd_post are)."""
 
     # A batch-mode sample is one dispatch of back-to-back calls, timed on the device by its
     # kernels' span (`device_span`); its size keeps the host's overhead (measured in `prepare`)
@@ -938,30 +941,80 @@ class Fa3:
         import jax
         import jax.numpy as jnp
         lib = ctypes.cdll.LoadLibrary(path)
-        jax.ffi.register_ffi_target("dew_flash3_mha_fwd", jax.ffi.pycapsule(lib.dew_flash3_mha_fwd),
-                                    platform="CUDA")
+        for target in ("dew_flash3_mha_fwd", "dew_flash3_mha_bwd"):
+            jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(lib, target)), platform="CUDA")
         self.jax, self.jnp, self.np = jax, jnp, np
         self.dtypes = {"fp16": jnp.float16, "bf16": jnp.bfloat16}
         self.key, self.state = None, None
 
-    def call(self, q, k, v, job):
-        """FA3's forward on [B, S, H, D] arrays (K and V with their own heads: GQA natively)."""
-        jax, jnp, np = self.jax, self.jnp, self.np
-        b, sq, h, _ = q.shape
+    def attributes(self, job):
+        """The FFI targets' mask and scale attributes of `job`."""
+        np = self.np
         left, right = job.get("window", [-1, -1])
+        return {"softmax_scale": np.float64(job["scale"]), "is_causal": bool(job["causal"]),
+                "window_size_left": np.int64(left), "window_size_right": np.int64(0 if job["causal"] else right)}
+
+    def forward(self, q, k, v, job):
+        """FA3's forward on [B, S, H, D] arrays (K and V with their own heads: GQA natively): O and
+        the row log-sum-exp [B, H, S]."""
+        jax, jnp = self.jax, self.jnp
+        b, sq, h, _ = q.shape
         results = (jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, sq), jnp.float32),
                    jax.ShapeDtypeStruct((1, 1, 1, 1), jnp.float32), jax.ShapeDtypeStruct((1, 1, 1), jnp.float32))
         # Side effects declared so that XLA neither merges nor drops repeated calls on one input.
         out = jax.ffi.ffi_call("dew_flash3_mha_fwd", results, has_side_effect=True)(
-            q, k, v, softmax_scale=np.float64(job["scale"]), is_causal=bool(job["causal"]),
-            window_size_left=np.int64(left), window_size_right=np.int64(0 if job["causal"] else right))
-        return out[0]
+            q, k, v, **self.attributes(job))
+        return out[0], out[1]
 
-    def prepare(self, job):
-        """Input sets and the jitted sample of one problem, kept while the same problem is timed."""
+    def call(self, q, k, v, job):
+        """FA3's forward's O."""
+        return self.forward(q, k, v, job)[0]
+
+    def backward(self, do, q, k, v, o, lse, job):
+        """FA3's dQ, dK, dV on [B, S, H, D] arrays (dK and dV per key head) from the forward's O and
+        LSE."""
+        jax, jnp = self.jax, self.jnp
+        b, sq, h, _ = q.shape
+        # Two f32 buffers of rows per head: each sequence's queries rounded up to the backward's
+        # row block (at most 128), and one block more.
+        scratch = jax.ShapeDtypeStruct((h * (b * (sq + 128) + 128),), jnp.float32)
+        results = (jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(k.shape, k.dtype),
+                   jax.ShapeDtypeStruct(v.shape, v.dtype), scratch, scratch)
+        dq, dk, dv, _, _ = jax.ffi.ffi_call("dew_flash3_mha_bwd", results, has_side_effect=True)(
+            do, q, k, v, o, lse, **self.attributes(job))
+        return dq, dk, dv
+
+    def run_backward(self, job):
+        """FA3's gradients of .npy inputs (q, k, v, do, [B, H, S, D] as attn writes them), with the
+        forward's O, written to .npy files (dq, dk, dv, o) for attn to judge against its float64
+        oracle."""
+        jax, jnp, np = self.jax, self.jnp, self.np
+        bf16 = job["dtype"] == "bf16"
+
+        def load(path):
+            arr = np.load(path)
+            x = jnp.asarray(arr.astype(np.uint16)).view(jnp.bfloat16) if bf16 else jnp.asarray(arr)
+            return jnp.transpose(x, (0, 2, 1, 3))
+
+        q, k, v, do = (load(job[x]) for x in ("q", "k", "v", "do"))
+
+        def both(q, k, v, do):
+            o, lse = self.forward(q, k, v, job)
+            return (o, *self.backward(do, q, k, v, o, lse, job))
+
+        o, dq, dk, dv = jax.jit(both)(q, k, v, do)
+        for name, x in (("dq", dq), ("dk", dk), ("dv", dv), ("o", o)):
+            x = jnp.transpose(x, (0, 2, 1, 3))
+            np.save(job[name], np.asarray(x.view(jnp.uint16)) if bf16 else np.asarray(x))
+        return {"dq": job["dq"], "dk": job["dk"], "dv": job["dv"], "o": job["o"]}
+
+    def prepare(self, job, backward=False):
+        """Input sets and the jitted sample of one problem (of its backward with `backward`), kept
+        while the same problem is timed."""
         import json
         key = json.dumps({k: job.get(k) for k in ("shape", "kv_heads", "dtype", "causal", "window", "scale",
-                                                  "sets", "seed", "batch_launches")}, sort_keys=True)
+                                                  "sets", "seed", "batch_launches")} | {"backward": backward},
+                         sort_keys=True)
         if key == self.key:
             return self.state
         self.key, self.state = None, None
@@ -971,13 +1024,22 @@ class Fa3:
         dtype = self.dtypes[job["dtype"]]
         root = jax.random.key(job["seed"] & 0x7FFFFFFF)
         sets = []
+        forward = jax.jit(lambda q, k, v: self.forward(q, k, v, job))
         for i in range(max(1, job["sets"])):
-            kq, kk, kv = jax.random.split(jax.random.fold_in(root, i), 3)
-            sets.append((jax.random.normal(kq, (b, sq, h, d), jnp.float32).astype(dtype),
-                         jax.random.normal(kk, (b, skv, hkv, d), jnp.float32).astype(dtype),
-                         jax.random.normal(kv, (b, skv, hkv, d), jnp.float32).astype(dtype)))
-        self.verify(sets[0], job)
-        flat = [x for qkv in sets for x in qkv]
+            kq, kk, kv, kd = jax.random.split(jax.random.fold_in(root, i), 4)
+            qkv = (jax.random.normal(kq, (b, sq, h, d), jnp.float32).astype(dtype),
+                   jax.random.normal(kk, (b, skv, hkv, d), jnp.float32).astype(dtype),
+                   jax.random.normal(kv, (b, skv, hkv, d), jnp.float32).astype(dtype))
+            if backward:
+                # The forward once per set, outside the timed region: what the backward reads.
+                do = jax.random.normal(kd, (b, sq, h, d), jnp.float32).astype(dtype)
+                sets.append((do, *qkv, *forward(*qkv)))
+            else:
+                sets.append(qkv)
+        if not backward:
+            # (The backward's gradients are judged by attn before it is timed: backward_run.)
+            self.verify(sets[0], job)
+        flat = [x for one in sets for x in one]
         # Host overhead of one sample (argument handling, dispatch, the sync's wake-up): a jitted
         # function of the same arguments doing nothing to speak of.
         idle = self.jax.jit(lambda *flat: flat[0][0, 0, 0, 0])
@@ -986,13 +1048,14 @@ class Fa3:
         # Calls per sample: at least the harness's, and enough that the overhead is under 1%
         # of a sample and a sample lasts SAMPLE_US.
         calls = max(1, job["batch_launches"])
-        fn = self.sample_fn(job, calls, len(sets))
+        call, arity = (self.backward, 6) if backward else (self.call, 3)
+        fn = self.sample_fn(job, calls, len(sets), call, arity)
         fn(*flat).block_until_ready()  # compile and warm up
         per_call = self.wall(fn, flat) / calls
         wanted = max(self.SAMPLE_US, 100.0 * overhead) / max(per_call, 1e-3)
         wanted = min(self.MAX_CALLS, max(calls, int(wanted) + 1))
         if wanted != calls:
-            calls, fn = wanted, self.sample_fn(job, wanted, len(sets))
+            calls, fn = wanted, self.sample_fn(job, wanted, len(sets), call, arity)
             fn(*flat).block_until_ready()
         self.key, self.state = key, {"flat": flat, "fn": fn, "calls": calls}
         return self.state
@@ -1020,15 +1083,15 @@ class Fa3:
         fn(*flat).block_until_ready()
         return (time.perf_counter() - t0) * 1e6
 
-    def sample_fn(self, job, calls, sets):
-        """A timed sample: `calls` back-to-back FA3 calls, call i on input set i mod `sets`, in
-        one jitted dispatch (no Python between calls)."""
+    def sample_fn(self, job, calls, sets, call, arity):
+        """A timed sample: `calls` back-to-back FA3 calls (`call` of a set's `arity` arrays), call i
+        on input set i mod `sets`, in one jitted dispatch (no Python between calls)."""
 
         def body(*flat):
             out = None
             for i in range(calls):
-                j = 3 * (i % sets)
-                out = self.call(*flat[j:j + 3], job)
+                j = arity * (i % sets)
+                out = call(*flat[j:j + arity], job)
             return out
 
         return self.jax.jit(body)
@@ -1061,10 +1124,10 @@ class Fa3:
             raise ValueError("the profiler recorded no kernel of FA3's dispatch: its side cannot be timed on the device")
         return max(end for _, end in kernels) - min(start for start, _ in kernels)
 
-    def time(self, job):
+    def time(self, job, backward=False):
         if job["mode"] != "batch":
             raise ValueError("FA3 runs through JAX, which exposes no CUDA events: time it with --mode batch")
-        state = self.prepare(job)
+        state = self.prepare(job, backward)
         fn, flat, calls = state["fn"], state["flat"], state["calls"]
         for _ in range(job["warmup"]):
             fn(*flat).block_until_ready()
@@ -1096,8 +1159,13 @@ class Backward:
         self.key, self.state = None, None
 
     def handle(self, job):
+        if job["backend"] == "fa3":
+            if job.get("varlen") is not None:
+                raise ValueError("FA3's backward baseline takes dense batches")
+            fa3 = self.helper.fa3()
+            return fa3.run_backward(job) if job["kind"] == "backward_run" else fa3.time(job, backward=True)
         if job["backend"] not in self.SDPA:
-            raise ValueError(f"{job['backend']} has no backward here: SDPA's own backends (default, flash, efficient, cudnn, math)")
+            raise ValueError(f"{job['backend']} has no backward here: SDPA's own backends (default, flash, efficient, cudnn, math), or fa3")
         if any(bound >= 0 for bound in job.get("window", [-1, -1])) or job.get("varlen") is not None:
             # attn refuses both before asking: SDPA has no window kernel and takes dense batches.
             raise ValueError("SDPA's backward takes dense batches without a window")

@@ -367,3 +367,44 @@ fn the_backward_gate_passes_mma_over_naive_and_its_battery_finds_a_group_size_bu
     assert!(!at.shape.group().is_power_of_two(), "{failed:?}");
     assert!(case.comparison.is_none());
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU, PyTorch, JAX and FlashAttention-3's library in ATTN_FA3_LIB"]
+fn fa3s_backward_matches_the_oracle_and_is_timed_in_batch_mode() {
+    use attn_measure::backward::sdpa::{check_sdpa_gradients, SdpaBackwardSide};
+    use attn_measure::sdpa::{Backend, Sdpa};
+    use attn_measure::timing::TimedSide;
+    assert!(
+        std::env::var_os("ATTN_FA3_LIB").is_some(),
+        "set ATTN_FA3_LIB to FlashAttention-3's library"
+    );
+    let _device = attn_kernels::device_lock(0);
+    let gpu = Gpu::open(0).expect("a CUDA GPU");
+    let sdpa = Sdpa::detect().expect("the PyTorch helper");
+    let opts = attn_kernels::TimingOptions {
+        warmup: 2,
+        samples: 5,
+        mode: attn_kernels::TimingMode::Batch,
+        ..attn_kernels::TimingOptions::default()
+    };
+    for text in [
+        "2,8/2,1024,64 causal bf16",
+        "1,16,2048,128",
+        "1,8,1024,128 causal window=256,-1 bf16",
+    ] {
+        let problem = Problem::parse(text).unwrap();
+        // Every gradient element against the f64 oracle (sampled rows past its size).
+        check_sdpa_gradients(&gpu, &sdpa, Backend::Fa3, &problem, 41)
+            .unwrap_or_else(|e| panic!("{text}: {e}"));
+        let timings = SdpaBackwardSide::new(&gpu, &sdpa, Backend::Fa3, &problem, 2, 43)
+            .block(&opts)
+            .unwrap_or_else(|e| panic!("{text}: {e}"));
+        let median = attn_measure::baseline::median(&timings.samples_us);
+        let tflops = problem.spec.backward_flops() / (median * 1e-6) / 1e12;
+        println!("fa3 backward {text}: {median:.1} µs, {tflops:.0} TFLOP/s");
+        assert!(
+            timings.samples_us.len() == 5 && tflops > 1.0 && tflops < 1500.0,
+            "{text}: {timings:?}"
+        );
+    }
+}

@@ -133,7 +133,8 @@ fn registered_supports(
 pub enum BackwardBaseline {
     /// A registered backward implementation at its defaults.
     Registered(String),
-    /// PyTorch SDPA's backward with a backend of SDPA's own ([`super::sdpa`]).
+    /// PyTorch SDPA's backward with a backend of SDPA's own, or FlashAttention-3's
+    /// ([`Backend::Fa3`]), through the helper ([`super::sdpa`]).
     Sdpa(Backend),
 }
 
@@ -169,6 +170,18 @@ impl BackwardBaseline {
                 None => Ok(()),
             },
         }
+    }
+
+    /// Refuses, in one line, a timing mode this baseline cannot be timed in (FA3: batch only)
+    /// and, for FA3, a missing library: before any helper or GPU probe.
+    pub fn check_mode(&self, mode: attn_kernels::TimingMode) -> Result<()> {
+        if let BackwardBaseline::Sdpa(backend) = self {
+            backend.check_mode(mode)?;
+            if *backend == Backend::Fa3 {
+                Backend::fa3_library()?;
+            }
+        }
+        Ok(())
     }
 
     /// The SDPA backend, when the baseline is SDPA's backward (it needs the helper).
@@ -555,7 +568,7 @@ mod tests {
             from("backward-naive").unwrap(),
             BackwardBaseline::Registered("backward-naive".into())
         );
-        for name in ["hopper", "fa3", "nothing", "sdpa:fa3"] {
+        for name in ["hopper", "nothing", "sdpa:flex"] {
             let err = from(name).unwrap_err().to_string();
             assert!(
                 err.contains("cannot time a backward pass") && err.contains("backward-naive"),
@@ -584,6 +597,14 @@ mod tests {
             .to_string()
             .contains("unknown SDPA backend"));
         assert!(BackwardCandidate::registered("hopper", Config::default()).is_err());
+        // FlashAttention-3's backward: through JAX, so batch mode only, said before any probe.
+        let fa3 = from("fa3").unwrap();
+        assert_eq!(fa3, BackwardBaseline::Sdpa(Backend::Fa3));
+        let err = fa3
+            .check_mode(attn_kernels::TimingMode::Graph)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--mode batch") && !err.contains('\n'), "{err}");
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! PyTorch SDPA's backward as a baseline of the backward gate (`--baseline sdpa`, `sdpa:cudnn`,
 //! `sdpa:flash`, `sdpa:efficient`, `sdpa:math`, or `sdpa` with `--sdpa-backend`), through the
-//! same helper process as the forward's SDPA baseline ([`crate::sdpa`]).
+//! same helper process as the forward's SDPA baseline ([`crate::sdpa`]); and FlashAttention-3's
+//! (`--baseline fa3`, through JAX in the same helper, batch mode only: each set's forward once,
+//! a timed call FA3's backward alone).
 //!
 //! What is timed: given Q, K, V and dO, each input set's forward runs once outside the timed
 //! region, with requires_grad under the chosen `sdpa_kernel` backend and its graph kept; a timed
@@ -30,9 +32,15 @@ use crate::{MeasureError, Problem, Result};
 /// Why SDPA's backward with `backend` is no baseline for `problem`, one line naming the
 /// alternative; `None` when it is one.
 pub fn backward_refusal(problem: &Problem, backend: Backend) -> Option<String> {
+    if backend == Backend::Fa3 {
+        // FA3's backward takes windows; its packed entry point is not wired as a baseline.
+        return problem.varlen.is_some().then(|| format!(
+            "{problem}: FlashAttention-3's backward baseline takes dense batches; gate a packed varlen batch against a backward implementation (--baseline backward-naive)"
+        ));
+    }
     if !backend.is_sdpa() {
         return Some(format!(
-            "{problem}: {backend} times no backward pass here: SDPA's own backends (default, flash, efficient, cudnn, math) or a backward implementation (--baseline backward-naive)"
+            "{problem}: {backend} times no backward pass here: SDPA's own backends (default, flash, efficient, cudnn, math), fa3 or a backward implementation (--baseline backward-naive)"
         ));
     }
     if problem.varlen.is_some() {
@@ -61,13 +69,14 @@ pub fn sdpa_backend_of(name: &str, backend: Backend) -> Option<Result<Backend>> 
             Err(e) => return Some(Err(e)),
         },
         None if name == "sdpa" => backend,
+        None if name == "fa3" => Backend::Fa3,
         None => return None,
     };
-    Some(if named.is_sdpa() {
+    Some(if named.is_sdpa() || named == Backend::Fa3 {
         Ok(named)
     } else {
         Err(MeasureError::Invalid(format!(
-            "--baseline {name} (backend {named}) cannot time a backward pass: SDPA's own backends (sdpa, sdpa:flash, sdpa:efficient, sdpa:cudnn, sdpa:math) or a backward implementation (backward-naive)"
+            "--baseline {name} (backend {named}) cannot time a backward pass: SDPA's own backends (sdpa, sdpa:flash, sdpa:efficient, sdpa:cudnn, sdpa:math), fa3 or a backward implementation (backward-naive)"
         )))
     })
 }
@@ -244,10 +253,18 @@ mod tests {
         );
         let why = backward_refusal(&gqa, Backend::Flex).unwrap();
         assert!(why.contains("flex times no backward"), "{why}");
+        // FlashAttention-3's backward takes grouped heads and windows, not a packed batch.
+        assert_eq!(backward_refusal(&gqa, Backend::Fa3), None);
+        assert_eq!(backward_refusal(&window, Backend::Fa3), None);
+        let why = backward_refusal(&varlen, Backend::Fa3).unwrap();
+        assert!(
+            why.contains("FlashAttention-3") && why.contains("dense"),
+            "{why}"
+        );
         for why in [
             backward_refusal(&window, Backend::Flash),
             backward_refusal(&varlen, Backend::Math),
-            backward_refusal(&gqa, Backend::Fa3),
+            backward_refusal(&varlen, Backend::Fa3),
         ] {
             assert!(!why.unwrap().contains('\n'));
         }
@@ -274,17 +291,15 @@ mod tests {
             of("sdpa:efficient", Backend::Default),
             Some(Ok(Backend::Efficient))
         );
+        assert_eq!(of("fa3", Backend::Default), Some(Ok(Backend::Fa3)));
+        assert_eq!(of("sdpa", Backend::Fa3), Some(Ok(Backend::Fa3)));
         assert_eq!(of("backward-naive", Backend::Default), None);
         assert_eq!(of("sdpa-ish", Backend::Default), None);
         let err = of("sdpa:fast", Backend::Default).unwrap().unwrap_err();
         assert!(err.contains("unknown SDPA backend `fast`"), "{err}");
         let err = of("sdpa:cudnn", Backend::Flash).unwrap().unwrap_err();
         assert!(err.contains("two SDPA backends"), "{err}");
-        for (name, backend) in [
-            ("sdpa:flex", Backend::Default),
-            ("sdpa", Backend::Varlen),
-            ("sdpa:fa3", Backend::Default),
-        ] {
+        for (name, backend) in [("sdpa:flex", Backend::Default), ("sdpa", Backend::Varlen)] {
             let err = of(name, backend).unwrap().unwrap_err();
             assert!(
                 err.contains("cannot time a backward pass") && !err.contains('\n'),
