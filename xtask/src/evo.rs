@@ -192,6 +192,18 @@ fn request(args: &Args) -> anyhow::Result<SearchRequest> {
     })
 }
 
+/// Serves the hidden `evo-provenance`: GPU 0's provenance (or a synthetic one) as one JSON line.
+pub fn print_provenance(synthetic: bool) -> anyhow::Result<u8> {
+    let provenance = if synthetic {
+        let (git_rev, git_dirty) = crate::provenance::git_revision();
+        attn_measure::provenance::synthetic(git_rev, git_dirty)
+    } else {
+        crate::provenance::collect(&attn_kernels::Gpu::open(0)?, None, None, None)
+    };
+    println!("{}", serde_json::to_string(&provenance)?);
+    Ok(0)
+}
+
 /// `--on ray[=ADDRESS]`, read.
 fn ray_target(on: &str, model: Option<String>) -> anyhow::Result<RayTarget> {
     Ok(RayTarget {

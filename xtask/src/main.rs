@@ -79,6 +79,13 @@ enum Command {
     /// `attn_measure::search::WorkerJob` (JSON).
     #[command(hide = true)]
     EvoWorker { job: String },
+    /// Print the provenance of GPU 0 (or a synthetic one) as one JSON line: what a search on Ray
+    /// asks of one of its GPUs for the evidence it writes.
+    #[command(hide = true)]
+    EvoProvenance {
+        #[arg(long)]
+        synthetic: bool,
+    },
     /// Launch an `attn_measure::profile::Target` (JSON), exit: what ncu and compute-sanitizer run.
     #[command(hide = true)]
     Target { target: String },
@@ -96,6 +103,7 @@ impl Command {
             | Command::Run(_)
             | Command::Evo(_)
             | Command::EvoWorker { .. }
+            | Command::EvoProvenance { .. }
             | Command::Sanitize(_)
             | Command::Target { .. } => true,
             Command::Stats(_) | Command::Report(_) | Command::Test(_) | Command::Bundle(_) => false,
@@ -128,6 +136,7 @@ fn main() -> ExitCode {
         Command::EvoWorker { job } => attn_measure::search::worker::serve(&job)
             .map(|()| 0)
             .map_err(Into::into),
+        Command::EvoProvenance { synthetic } => evo::print_provenance(synthetic),
         Command::Sanitize(args) => sanitize::run(args),
         Command::Target { target } => attn_measure::profile::Target::from_json(&target)
             .and_then(|t| t.launch())

@@ -260,6 +260,9 @@ fn a_local_ray_cluster_runs_the_search_and_a_suite_matrix() {
     let (p, r) = (best(evidence, "plain"), best(evidence, "ray"));
     assert_eq!(p.config, r.config, "{text}");
     assert_eq!(p.devices.len(), 1);
+    // Where the search on Ray measured: one of its GPUs' provenance.
+    let gpu = r.provenance.as_ref().map(|p| p.gpu.as_str());
+    assert_eq!(gpu, Some("synthetic"), "{text}");
     assert_eq!(
         r.devices.len(),
         2,

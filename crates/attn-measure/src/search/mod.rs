@@ -244,6 +244,8 @@ pub struct SearchSession<'r> {
     search: Search,
     log: attn_evidence::EvoLogAppender,
     pool: Option<ray::RayPool>,
+    /// Where a search on Ray measured: one of its GPUs' provenance (the driver has no GPU).
+    ray_provenance: Option<attn_evidence::Provenance>,
 }
 
 impl std::fmt::Debug for SearchSession<'_> {
@@ -300,6 +302,25 @@ impl<'r> SearchSession<'r> {
             }
             (devices, Some(Gpu::open(0)?))
         };
+        // A search on Ray records where it measured: its first GPU's provenance (all are one
+        // model), or why there is none.
+        let ray_provenance = pool.as_ref().and_then(|pool| {
+            let mut args = vec!["evo-provenance".to_string()];
+            if request.workers.synthetic {
+                args.push("--synthetic".into());
+            }
+            let asked = std::env::current_dir()
+                .map_err(|e| e.to_string())
+                .and_then(|cwd| pool.probe(&args, &cwd, 0, Duration::from_secs(120)))
+                .and_then(|line| serde_json::from_str(&line).map_err(|e| e.to_string()));
+            asked
+                .map_err(|why| {
+                    report(Event::Line(format!(
+                        "ray: no provenance from GPU 0 ({why})"
+                    )))
+                })
+                .ok()
+        });
         let limits = gpu.as_ref().map_or(Limits::H100, Gpu::limits);
         let (search, log, resumed) = target::start(request, &run, limits, report)?;
         if let Some(rows) = resumed {
@@ -317,6 +338,7 @@ impl<'r> SearchSession<'r> {
             search,
             log,
             pool,
+            ray_provenance,
         })
     }
 
@@ -402,10 +424,12 @@ impl<'r> SearchSession<'r> {
         report(Event::Line(attn_evo::counts_line(&rows, &log_path)));
         let devices = self.devices.iter().map(Device::to_string).collect();
         let (git_rev, git_dirty) = self.request.git.clone();
-        let provenance = self
-            .gpu
-            .as_ref()
-            .map(|g| crate::provenance::collect(g, None, None, None, git_rev, git_dirty));
+        let provenance = match &self.gpu {
+            Some(g) => Some(crate::provenance::collect(
+                g, None, None, None, git_rev, git_dirty,
+            )),
+            None => self.ray_provenance.clone(),
+        };
         let chosen = match self.request.fitness {
             Fitness::Composite => {
                 let ranked =

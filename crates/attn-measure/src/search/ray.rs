@@ -220,6 +220,21 @@ impl RayPool {
         self.ask(request, timeout)
     }
 
+    /// [`RayPool::run_args`] for a question about the GPU rather than a task (a search's
+    /// provenance): a test's planted losses (`ATTN_RAY_LOSE`) leave it alone.
+    pub fn probe(
+        &self,
+        args: &[String],
+        cwd: &Path,
+        slot: usize,
+        timeout: Duration,
+    ) -> std::result::Result<String, String> {
+        let request = serde_json::json!({
+            "slot": slot, "args": args, "cwd": cwd, "timeout_s": timeout.as_secs_f64(), "probe": true,
+        });
+        self.ask(request, timeout)
+    }
+
     /// Sends `request` (its id added) and waits for its answer's line.
     fn ask(
         &self,

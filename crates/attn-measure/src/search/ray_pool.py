@@ -9,7 +9,8 @@ First reply, once the actors are up:
   (the slots of MODEL, or of the model with the most GPUs; "others" the models left out, since
   timings of different models never mix), or {"fatal": "one line"}.
 Requests, one JSON line each: {"id": N, "slot": i, "job": "<WorkerJob JSON>", "timeout_s": T}, or
-{"id": N, "slot": i, "args": [...], "cwd": DIR, "timeout_s": T} (PROGRAM ARGS run in DIR).
+{"id": N, "slot": i, "args": [...], "cwd": DIR, "timeout_s": T} (PROGRAM ARGS run in DIR;
+"probe": true for a question about the GPU, which a test's planted losses leave alone).
 Replies, in the order jobs finish: {"id": N, "line": "<the last JSON line the worker printed>"} or
 {"id": N, "error": "one line"}. A worker process that dies (its
 node lost) is restarted by Ray and its job retried (MAX_RETRIES), so that a job is measured or its
@@ -85,8 +86,9 @@ def make_worker(ray):
             job["device"] = 0  # Ray shows this actor its own GPU alone
             return self.command(["evo-worker", json.dumps(job)], None, timeout_s)
 
-        def run_args(self, args, cwd, timeout_s):
-            lose("task")
+        def run_args(self, args, cwd, timeout_s, probe=False):
+            if not probe:
+                lose("task")
             return self.command(args, cwd, timeout_s)
 
         def command(self, args, cwd, timeout_s):
@@ -157,7 +159,8 @@ def main():
                 req = json.loads(line)
                 actor = actors[req["slot"]]
                 if "args" in req:
-                    ref = actor.run_args.remote(req["args"], req.get("cwd"), req["timeout_s"])
+                    ref = actor.run_args.remote(req["args"], req.get("cwd"), req["timeout_s"],
+                                                req.get("probe", False))
                 else:
                     ref = actor.run.remote(req["job"], req["timeout_s"])
             except Exception as exc:  # noqa: BLE001
