@@ -129,3 +129,56 @@ pub fn compiles(
             .is_ok_and(|request| compile(&request).is_ok())
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_decode_candidate_compiles_for_its_gpu_without_one_and_a_bad_config_does_not() {
+        let (arch, limits) = (Arch("compute_90a".into()), Limits::H100);
+        let splits: Config = "SPLITS=4,STAGES=2".parse().unwrap();
+        assert!(compiles(
+            "decode-hopper",
+            &splits,
+            DType::Bf16,
+            128,
+            arch.clone(),
+            &limits
+        ));
+        let rows: Config = "NUM_WARPS=2,ROW_WARPS=4".parse().unwrap();
+        assert!(compiles(
+            "decode",
+            &Config::default(),
+            DType::F16,
+            64,
+            arch.clone(),
+            &limits
+        ));
+        // More row warps than warps, an unknown implementation, a head dim it lacks.
+        assert!(!compiles(
+            "decode",
+            &rows,
+            DType::F16,
+            64,
+            arch.clone(),
+            &limits
+        ));
+        assert!(!compiles(
+            "mma",
+            &Config::default(),
+            DType::F16,
+            64,
+            arch.clone(),
+            &limits
+        ));
+        assert!(!compiles(
+            "decode-hopper",
+            &splits,
+            DType::Bf16,
+            96,
+            arch,
+            &limits
+        ));
+    }
+}
