@@ -192,15 +192,18 @@ fn request(args: &Args) -> anyhow::Result<SearchRequest> {
     })
 }
 
-/// Serves the hidden `evo-provenance`: GPU 0's provenance (or a synthetic one) as one JSON line.
-pub fn print_provenance(synthetic: bool) -> anyhow::Result<u8> {
-    let provenance = if synthetic {
+/// Serves the hidden `evo-gpu`: what GPU 0 is (or a synthetic one), as one JSON line.
+pub fn print_gpu(synthetic: bool) -> anyhow::Result<u8> {
+    use attn_measure::search::ray::GpuFacts;
+    let facts = if synthetic {
         let (git_rev, git_dirty) = crate::provenance::git_revision();
-        attn_measure::provenance::synthetic(git_rev, git_dirty)
+        GpuFacts::synthetic(attn_measure::provenance::synthetic(git_rev, git_dirty))
     } else {
-        crate::provenance::collect(&attn_kernels::Gpu::open(0)?, None, None, None)
+        let gpu = attn_kernels::Gpu::open(0)?;
+        let provenance = crate::provenance::collect(&gpu, None, None, None);
+        GpuFacts::of(&gpu, provenance)
     };
-    println!("{}", serde_json::to_string(&provenance)?);
+    println!("{}", serde_json::to_string(&facts)?);
     Ok(0)
 }
 

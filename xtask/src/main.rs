@@ -79,13 +79,17 @@ enum Command {
     /// `attn_measure::search::WorkerJob` (JSON).
     #[command(hide = true)]
     EvoWorker { job: String },
-    /// Print the provenance of GPU 0 (or a synthetic one) as one JSON line: what a search on Ray
-    /// asks of one of its GPUs for the evidence it writes.
+    /// Print what GPU 0 is (or a synthetic one), `attn_measure::search::ray::GpuFacts` as one
+    /// JSON line: what a search on Ray asks of one of its GPUs.
     #[command(hide = true)]
-    EvoProvenance {
+    EvoGpu {
         #[arg(long)]
         synthetic: bool,
     },
+    /// Compile one candidate of a search (an `attn_measure::search::precompile::CompileJob`,
+    /// JSON) and print its cache entry: a search on Ray's compile task on a CPU worker.
+    #[command(hide = true)]
+    EvoCompile { job: String },
     /// Launch an `attn_measure::profile::Target` (JSON), exit: what ncu and compute-sanitizer run.
     #[command(hide = true)]
     Target { target: String },
@@ -103,7 +107,8 @@ impl Command {
             | Command::Run(_)
             | Command::Evo(_)
             | Command::EvoWorker { .. }
-            | Command::EvoProvenance { .. }
+            | Command::EvoGpu { .. }
+            | Command::EvoCompile { .. }
             | Command::Sanitize(_)
             | Command::Target { .. } => true,
             Command::Stats(_) | Command::Report(_) | Command::Test(_) | Command::Bundle(_) => false,
@@ -136,7 +141,10 @@ fn main() -> ExitCode {
         Command::EvoWorker { job } => attn_measure::search::worker::serve(&job)
             .map(|()| 0)
             .map_err(Into::into),
-        Command::EvoProvenance { synthetic } => evo::print_provenance(synthetic),
+        Command::EvoGpu { synthetic } => evo::print_gpu(synthetic),
+        Command::EvoCompile { job } => attn_measure::search::precompile::serve_compile(&job)
+            .map(|()| 0)
+            .map_err(Into::into),
         Command::Sanitize(args) => sanitize::run(args),
         Command::Target { target } => attn_measure::profile::Target::from_json(&target)
             .and_then(|t| t.launch())

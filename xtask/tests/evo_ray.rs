@@ -4,7 +4,9 @@
 //! is recorded as invalid candidates (never dropped), a search stopped and resumed on Ray ends
 //! where an uninterrupted one does, and a cluster without the asked model is one line; and
 //! `bench --on ray` (synthetic runs): a suite matrix whose workers are all lost records every task
-//! as failed, and resumed it runs exactly those again, each run written as bench evidence.
+//! as failed, and resumed it runs exactly those again, each run written as bench evidence; and a
+//! search of a registered implementation has every candidate compiled by compile tasks on the
+//! cluster's CPUs.
 //! Skipped when Ray does not import (the test command installs it, and sets ATTN_RAY_TEST=required
 //! so that it fails instead).
 
@@ -304,6 +306,53 @@ fn a_local_ray_cluster_runs_the_search_and_a_suite_matrix() {
         text.contains("has no H100 GPU") && text.contains("synthetic"),
         "{text}"
     );
+
+    // A search of a registered implementation: each generation compiled by compile tasks on
+    // the cluster's CPUs (NVRTC, no GPU), the kernels shipped to the GPU workers.
+    let args: Vec<String> = [
+        "evo",
+        "--synthetic",
+        "--baseline",
+        "synthetic",
+        "--impl",
+        "mma",
+        "--knob",
+        "BLOCK_M=64,128",
+        "--knob",
+        "STAGES=1,2",
+        "--population",
+        "2",
+        "--generations",
+        "2",
+        "--budget",
+        "4",
+        "--seed",
+        "3",
+        "--timeout",
+        "60",
+        "--run",
+        "compiled",
+        "--evidence",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([evidence.display().to_string()])
+    .collect();
+    let compiled = cluster.xtask(&args, &[]);
+    let text = output_text(&compiled);
+    assert!(compiled.status.success(), "{text}");
+    let lines: Vec<&str> = (text.lines())
+        .filter(|l| l.contains("compiled on the cluster's CPU workers"))
+        .collect();
+    assert!(!lines.is_empty(), "{text}");
+    for line in lines {
+        let (done, of) = line
+            .trim_start_matches("ray: ")
+            .split_once(" of ")
+            .unwrap_or_else(|| panic!("{line}"));
+        let of = of.split_whitespace().next().unwrap();
+        assert_eq!(done, of, "every candidate compiled: {line}\n{text}");
+    }
 
     check_the_suite_matrix(&cluster, evidence);
 }

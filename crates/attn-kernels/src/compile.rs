@@ -190,13 +190,61 @@ pub struct Compiled {
     pub cached: bool,
 }
 
-/// Compiles `req` to PTX with NVRTC, through the on-disk cache.
-pub fn compile(req: &CompileRequest<'_>) -> Result<Compiled> {
+/// A compile's cache entry as it travels between machines (a search's compile task on a CPU
+/// worker, installed by the GPU worker that loads it): its cache key and its PTX.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CacheEntry {
+    /// The cache key ([`cache_key`]'s: source, options, NVRTC version).
+    pub key: String,
+    /// The PTX.
+    pub ptx: String,
+}
+
+/// Compiles `req` (through the cache) into the entry another machine installs.
+pub fn compile_entry(req: &CompileRequest<'_>) -> Result<CacheEntry> {
+    let (key, _) = keyed(req)?;
+    let ptx = compile(req)?.ptx;
+    Ok(CacheEntry { key, ptx })
+}
+
+/// Puts an entry compiled elsewhere into this machine's cache, unless it is there: a later
+/// compile of the same request here (the same source, options and NVRTC version) is then a cache
+/// hit, and an entry of another NVRTC or include folder is never looked up. Whether it was
+/// written.
+pub fn install(entry: &CacheEntry) -> Result<bool> {
+    match cache_dir() {
+        Some(dir) => install_into(&dir, entry),
+        None => Ok(false),
+    }
+}
+
+fn install_into(dir: &Path, entry: &CacheEntry) -> Result<bool> {
+    let is_key = entry.key.len() == 64 && entry.key.bytes().all(|b| b.is_ascii_hexdigit());
+    if !is_key {
+        return Err(KernelError::CacheEntry(format!(
+            "its key must be a SHA-256 in hex, not {:?}",
+            entry.key
+        )));
+    }
+    let path = dir.join(format!("{}.ptx", entry.key));
+    if path.exists() {
+        return Ok(false);
+    }
+    Ok(write_atomic(&path, entry.ptx.as_bytes()).is_ok())
+}
+
+/// The cache key of `req` and its NVRTC options.
+fn keyed(req: &CompileRequest<'_>) -> Result<(String, Vec<String>)> {
     let version = toolkit::nvrtc_version()?;
-    let source = req.source;
     let opts = options(req)?;
     // The include folder's name carries a hash of our headers, so the options cover them.
-    let key = cache_key(source, &opts, &version);
+    Ok((cache_key(req.source, &opts, &version), opts))
+}
+
+/// Compiles `req` to PTX with NVRTC, through the on-disk cache.
+pub fn compile(req: &CompileRequest<'_>) -> Result<Compiled> {
+    let source = req.source;
+    let (key, opts) = keyed(req)?;
     let cached_path = cache_dir().map(|d| d.join(format!("{key}.ptx")));
     if let Some(ptx) = cached_path
         .as_ref()
@@ -379,6 +427,29 @@ mod tests {
         assert!(ptx_has_entry(ptx, "other"));
         assert!(!ptx_has_entry(ptx, "attn"));
         assert!(!ptx_has_entry(ptx, "missing"));
+    }
+
+    #[test]
+    fn an_entry_from_elsewhere_is_written_once_into_the_cache_and_a_bad_key_is_refused() {
+        let dir = std::env::temp_dir().join(format!("attn-install-{}", std::process::id()));
+        let key = "ab".repeat(32);
+        let entry = CacheEntry {
+            key: key.clone(),
+            ptx: "// ptx".into(),
+        };
+        assert!(install_into(&dir, &entry).unwrap());
+        assert!(!install_into(&dir, &entry).unwrap(), "written once");
+        let written = std::fs::read_to_string(dir.join(format!("{key}.ptx"))).unwrap();
+        assert_eq!(written, "// ptx");
+        for bad in ["../../etc/passwd", "short", &"g".repeat(64)] {
+            let entry = CacheEntry {
+                key: bad.to_string(),
+                ptx: String::new(),
+            };
+            let err = install_into(&dir, &entry).unwrap_err().to_string();
+            assert!(err.contains("SHA-256"), "{err}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -104,6 +104,9 @@ pub enum KernelError {
     /// ptxas (for the resource report) is missing or failed.
     #[error("ptxas: {0}")]
     Ptxas(String),
+    /// A compile's cache entry from another machine is malformed.
+    #[error("a kernel cache entry: {0}")]
+    CacheEntry(String),
     /// A file could not be read or written.
     #[error("{path}: {source}")]
     Io {

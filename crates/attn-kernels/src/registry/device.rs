@@ -4,7 +4,7 @@
 /// A device's limits and size, read from the driver where the GPU is opened
 /// ([`crate::Gpu::limits`]), or a named preset where there is no GPU (CPU tests, `cargo xtask
 /// kernels`, the checks made before a GPU is probed).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DeviceLimits {
     /// Compute capability (major, minor).
     pub capability: (i32, i32),

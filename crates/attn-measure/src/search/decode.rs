@@ -2,13 +2,11 @@
 //! fresh inputs through the block table (the gate's decode checks, every row against the f64
 //! oracle) and times it as bench does ([`DecodeSide`] on input sets the L2 cannot hold), against a
 //! registered decode implementation or SDPA's and FlashInfer's decode through the helper
-//! ([`SdpaDecodeSide`]); [`compiles`] is the precompile's half.
+//! ([`SdpaDecodeSide`]).
 
-use attn_kernels::compile::{compile, Arch};
-use attn_kernels::decode::{find_decode, PreparedDecode};
-use attn_kernels::registry::Limits;
+use attn_kernels::decode::PreparedDecode;
 use attn_kernels::{Config, Gpu, TimingMode, TimingOptions};
-use attn_oracle::{DType, DecodeSpec};
+use attn_oracle::DecodeSpec;
 
 use super::worker::Measured;
 use crate::decode::{
@@ -110,75 +108,5 @@ impl DecodeWorker {
             samples_us,
             prepare_s,
         })
-    }
-}
-
-/// Whether decode implementation `name` with `config` compiles for `arch` at `dtype` and
-/// `head_dim` within `limits`, through the cache its worker then loads from.
-pub fn compiles(
-    name: &str,
-    config: &Config,
-    dtype: DType,
-    head_dim: usize,
-    arch: Arch,
-    limits: &Limits,
-) -> bool {
-    find_decode(name).is_ok_and(|imp| {
-        imp.resolve(config, head_dim, limits)
-            .and_then(|resolved| imp.compile_request(&resolved, dtype, head_dim, arch))
-            .is_ok_and(|request| compile(&request).is_ok())
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_decode_candidate_compiles_for_its_gpu_without_one_and_a_bad_config_does_not() {
-        let (arch, limits) = (Arch("compute_90a".into()), Limits::H100);
-        let splits: Config = "SPLITS=4,STAGES=2".parse().unwrap();
-        assert!(compiles(
-            "decode-hopper",
-            &splits,
-            DType::Bf16,
-            128,
-            arch.clone(),
-            &limits
-        ));
-        let rows: Config = "NUM_WARPS=2,ROW_WARPS=4".parse().unwrap();
-        assert!(compiles(
-            "decode",
-            &Config::default(),
-            DType::F16,
-            64,
-            arch.clone(),
-            &limits
-        ));
-        // More row warps than warps, an unknown implementation, a head dim it lacks.
-        assert!(!compiles(
-            "decode",
-            &rows,
-            DType::F16,
-            64,
-            arch.clone(),
-            &limits
-        ));
-        assert!(!compiles(
-            "mma",
-            &Config::default(),
-            DType::F16,
-            64,
-            arch.clone(),
-            &limits
-        ));
-        assert!(!compiles(
-            "decode-hopper",
-            &splits,
-            DType::Bf16,
-            96,
-            arch,
-            &limits
-        ));
     }
 }

@@ -11,6 +11,7 @@
 
 pub mod decode;
 pub mod finalists;
+pub mod precompile;
 pub mod ray;
 pub mod target;
 pub mod worker;
@@ -25,11 +26,12 @@ use attn_kernels::registry::Limits;
 use attn_kernels::Gpu;
 use serde::{Deserialize, Serialize};
 
+pub use precompile::Precompile;
 pub use target::{
     candidate, candidate_config, default_knobs, implementation_knobs, is_decode_implementation,
     registry_constraint, searchable_knobs,
 };
-pub use worker::{Measured, Precompile, Worker, WorkerJob};
+pub use worker::{Measured, Worker, WorkerJob};
 
 use crate::sdpa::Backend;
 use crate::{MeasureError, Result};
@@ -243,9 +245,10 @@ pub struct SearchSession<'r> {
     gpu: Option<Gpu>,
     search: Search,
     log: attn_evidence::EvoLogAppender,
-    pool: Option<ray::RayPool>,
-    /// Where a search on Ray measured: one of its GPUs' provenance (the driver has no GPU).
-    ray_provenance: Option<attn_evidence::Provenance>,
+    pool: Option<std::sync::Arc<ray::RayPool>>,
+    /// What a search on Ray learnt of its GPUs (the driver has none): their provenance,
+    /// architecture and limits.
+    ray_gpu: Option<ray::GpuFacts>,
 }
 
 impl std::fmt::Debug for SearchSession<'_> {
@@ -267,11 +270,11 @@ impl<'r> SearchSession<'r> {
         }
         let run = target::open_run(request)?;
         let pool = match &request.ray {
-            Some(on) => Some(ray::RayPool::start(
+            Some(on) => Some(std::sync::Arc::new(ray::RayPool::start(
                 &on.address,
                 &request.program,
                 on.model.as_deref(),
-            )?),
+            )?)),
             None => None,
         };
         let (devices, gpu) = if let Some(pool) = &pool {
@@ -302,26 +305,23 @@ impl<'r> SearchSession<'r> {
             }
             (devices, Some(Gpu::open(0)?))
         };
-        // A search on Ray records where it measured: its first GPU's provenance (all are one
-        // model), or why there is none.
-        let ray_provenance = pool.as_ref().and_then(|pool| {
-            let mut args = vec!["evo-provenance".to_string()];
-            if request.workers.synthetic {
-                args.push("--synthetic".into());
-            }
-            let asked = std::env::current_dir()
-                .map_err(|e| e.to_string())
-                .and_then(|cwd| pool.probe(&args, &cwd, 0, Duration::from_secs(120)))
-                .and_then(|line| serde_json::from_str(&line).map_err(|e| e.to_string()));
-            asked
-                .map_err(|why| {
-                    report(Event::Line(format!(
-                        "ray: no provenance from GPU 0 ({why})"
-                    )))
-                })
-                .ok()
-        });
-        let limits = gpu.as_ref().map_or(Limits::H100, Gpu::limits);
+        // A search on Ray asks its first GPU (all are one model) where it measures, for the
+        // evidence, and what its candidates are validated and compiled for.
+        let ray_gpu = match &pool {
+            Some(pool) => match pool.gpu_facts(request.workers.synthetic) {
+                Ok(facts) => Some(facts),
+                Err(why) => {
+                    report(Event::Line(format!("ray: GPU 0 did not say what it is ({why}): H100 limits, no provenance, each worker compiles its own kernel")));
+                    None
+                }
+            },
+            None => None,
+        };
+        let limits = match (&gpu, &ray_gpu) {
+            (Some(gpu), _) => gpu.limits(),
+            (None, Some(facts)) => facts.limits,
+            (None, None) => Limits::H100,
+        };
         let (search, log, resumed) = target::start(request, &run, limits, report)?;
         if let Some(rows) = resumed {
             let dir = run.dir.display();
@@ -338,7 +338,7 @@ impl<'r> SearchSession<'r> {
             search,
             log,
             pool,
-            ray_provenance,
+            ray_gpu,
         })
     }
 
@@ -359,12 +359,30 @@ impl<'r> SearchSession<'r> {
             options: &request.workers,
             pool: self.pool.as_ref(),
         };
+        // Compiled for GPU 0, or for the Ray cluster's GPUs; a synthetic target has no kernel.
+        let kernels =
+            spec.implementation.is_some() || !spec.implementations.is_empty() || spec.src.is_some();
+        let compile_for = match (&self.gpu, &self.ray_gpu) {
+            (Some(gpu), _) => Some((gpu.arch(), gpu.limits())),
+            (None, Some(facts)) => {
+                let arch = attn_kernels::compile::Arch(facts.arch.clone());
+                Some((arch, facts.limits))
+            }
+            (None, None) => None,
+        }
+        .filter(|_| kernels);
         let compare = attn_evo::compare_options(request.resamples, spec.seed)?;
         let ordinals: Vec<usize> = self.devices.iter().map(|d| d.ordinal).collect();
         // Once per GPU, by a worker like any candidate (sdpa's helper may take a while).
         let timeout = request.workers.timeout.max(Duration::from_secs(120));
         let baselines = attn_evo::measure_baselines(&ordinals, &spec.baseline, |device| {
-            workers.run(&worker::Job::Baseline, device, spec.seed ^ 0xba5e, timeout)
+            workers.run(
+                &worker::Job::Baseline,
+                device,
+                spec.seed ^ 0xba5e,
+                timeout,
+                vec![],
+            )
         })?;
         for (device, sample) in &baselines {
             let (name, median) = (&spec.baseline, sample.median());
@@ -377,8 +395,9 @@ impl<'r> SearchSession<'r> {
         report(Event::Start(remaining as u64));
         let measure = worker::Measure {
             workers: &workers,
-            gpu: self.gpu.as_ref(),
+            compile_for,
             report,
+            shipped: std::sync::Mutex::default(),
         };
         let log = &mut self.log;
         attn_evo::drive(
@@ -428,7 +447,7 @@ impl<'r> SearchSession<'r> {
             Some(g) => Some(crate::provenance::collect(
                 g, None, None, None, git_rev, git_dirty,
             )),
-            None => self.ray_provenance.clone(),
+            None => self.ray_gpu.as_ref().map(|facts| facts.provenance.clone()),
         };
         let chosen = match self.request.fitness {
             Fitness::Composite => {

@@ -15,7 +15,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use attn_evo::Measurement;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::worker::WorkerJob;
 use crate::{MeasureError, Result};
@@ -49,6 +49,38 @@ impl std::fmt::Display for RaySlot {
             "{} ({} GPU {} on {})",
             self.slot, self.model, self.gpu, self.node
         )
+    }
+}
+
+/// What a search on Ray learns of its GPUs from the first (the hidden `evo-gpu`): where it
+/// measures, for the evidence, and what candidates are validated and compiled for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuFacts {
+    /// Its provenance.
+    pub provenance: attn_evidence::Provenance,
+    /// Its limits.
+    pub limits: attn_kernels::registry::Limits,
+    /// Its architecture (`compute_90a`).
+    pub arch: String,
+}
+
+impl GpuFacts {
+    /// The facts of `gpu`, under `provenance`.
+    pub fn of(gpu: &attn_kernels::Gpu, provenance: attn_evidence::Provenance) -> GpuFacts {
+        GpuFacts {
+            provenance,
+            limits: gpu.limits(),
+            arch: gpu.arch().0,
+        }
+    }
+
+    /// A made-up H100's (test mode without a GPU).
+    pub fn synthetic(provenance: attn_evidence::Provenance) -> GpuFacts {
+        GpuFacts {
+            provenance,
+            limits: attn_kernels::registry::Limits::H100,
+            arch: "compute_90a".into(),
+        }
     }
 }
 
@@ -220,9 +252,34 @@ impl RayPool {
         self.ask(request, timeout)
     }
 
-    /// [`RayPool::run_args`] for a question about the GPU rather than a task (a search's
-    /// provenance): a test's planted losses (`ATTN_RAY_LOSE`) leave it alone.
-    pub fn probe(
+    /// What GPU 0 of the pool is (the hidden `evo-gpu`; with `synthetic`, a made-up one's).
+    pub fn gpu_facts(&self, synthetic: bool) -> std::result::Result<GpuFacts, String> {
+        let mut args = vec!["evo-gpu".to_string()];
+        if synthetic {
+            args.push("--synthetic".into());
+        }
+        let cwd = std::env::current_dir().map_err(|e| e.to_string())?;
+        let line = self.probe(&args, &cwd, 0, Duration::from_secs(120))?;
+        serde_json::from_str(&line).map_err(|e| format!("its answer: {e}"))
+    }
+
+    /// `program ARGS` in `cwd` as a task of the cluster's CPUs, no GPU (a search's compile
+    /// task), within `timeout`: its last JSON line, or why there is none.
+    pub fn run_on_cpu(
+        &self,
+        args: &[String],
+        cwd: &Path,
+        timeout: Duration,
+    ) -> std::result::Result<String, String> {
+        let request = serde_json::json!({
+            "cpu": true, "args": args, "cwd": cwd, "timeout_s": timeout.as_secs_f64(),
+        });
+        self.ask(request, timeout)
+    }
+
+    /// [`RayPool::run_args`] for a question about the GPU rather than a task: a test's planted
+    /// losses (`ATTN_RAY_LOSE`) leave it alone.
+    fn probe(
         &self,
         args: &[String],
         cwd: &Path,

@@ -10,7 +10,9 @@ First reply, once the actors are up:
   timings of different models never mix), or {"fatal": "one line"}.
 Requests, one JSON line each: {"id": N, "slot": i, "job": "<WorkerJob JSON>", "timeout_s": T}, or
 {"id": N, "slot": i, "args": [...], "cwd": DIR, "timeout_s": T} (PROGRAM ARGS run in DIR;
-"probe": true for a question about the GPU, which a test's planted losses leave alone).
+"probe": true for a question about the GPU, which a test's planted losses leave alone), or
+{"id": N, "cpu": true, "args": [...], "cwd": DIR, "timeout_s": T}: PROGRAM ARGS as a task of one
+CPU and no GPU, wherever Ray places it (a search's compile task).
 Replies, in the order jobs finish: {"id": N, "line": "<the last JSON line the worker printed>"} or
 {"id": N, "error": "one line"}. A worker process that dies (its
 node lost) is restarted by Ray and its job retried (MAX_RETRIES), so that a job is measured or its
@@ -24,6 +26,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 
 PROTOCOL = sys.stdout
@@ -84,7 +87,13 @@ def make_worker(ray):
             job = json.loads(job)
             lose(job.get("task", {}).get("kind"))
             job["device"] = 0  # Ray shows this actor its own GPU alone
-            return self.command(["evo-worker", json.dumps(job)], None, timeout_s)
+            # In a file: a job with its compiled kernels outgrows one argument (128 KiB on Linux).
+            with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+                json.dump(job, f)
+            try:
+                return self.command(["evo-worker", "@" + f.name], None, timeout_s)
+            finally:
+                os.unlink(f.name)
 
         def run_args(self, args, cwd, timeout_s, probe=False):
             if not probe:
@@ -92,19 +101,31 @@ def make_worker(ray):
             return self.command(args, cwd, timeout_s)
 
         def command(self, args, cwd, timeout_s):
-            """PROGRAM ARGS in CWD on this actor's GPU: its last JSON line, or why there is none."""
-            try:
-                out = subprocess.run([self.program, *args], capture_output=True, text=True,
-                                     timeout=timeout_s, cwd=cwd)
-            except subprocess.TimeoutExpired:
-                return {"error": f"timeout after {timeout_s} s"}
-            lines = [l for l in out.stdout.splitlines() if l.startswith("{")]
-            if lines:
-                return {"line": lines[-1]}
-            tail = (out.stderr.strip().splitlines() or [f"exit code {out.returncode}"])[-1]
-            return {"error": tail[:200]}
+            return command(self.program, args, cwd, timeout_s)
 
     return GpuWorker
+
+
+def command(program, args, cwd, timeout_s):
+    """PROGRAM ARGS in CWD: its last JSON line, or why there is none."""
+    try:
+        out = subprocess.run([program, *args], capture_output=True, text=True, timeout=timeout_s, cwd=cwd)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timeout after {timeout_s} s"}
+    lines = [l for l in out.stdout.splitlines() if l.startswith("{")]
+    if lines:
+        return {"line": lines[-1]}
+    tail = (out.stderr.strip().splitlines() or [f"exit code {out.returncode}"])[-1]
+    return {"error": tail[:200]}
+
+
+def make_cpu_task(ray):
+    @ray.remote(num_cpus=1, num_gpus=0, max_retries=MAX_RETRIES)
+    def cpu_task(program, args, cwd, timeout_s):
+        """PROGRAM ARGS on one CPU of the cluster, no GPU (a search's compile task)."""
+        return command(program, args, cwd, timeout_s)
+
+    return cpu_task
 
 
 def main():
@@ -136,6 +157,7 @@ def main():
     model = wanted or max(sorted(found), key=lambda m: found[m])
     resources = {} if model == "unknown" else {f"accelerator_type:{model}": 0.001}
     worker = make_worker(ray)
+    cpu_task = make_cpu_task(ray)
     actors = [worker.options(resources=resources).remote(program, model) for _ in range(found[model])]
     try:
         slots = ray.get([a.describe.remote() for a in actors], timeout=300)
@@ -157,6 +179,12 @@ def main():
                 continue
             try:
                 req = json.loads(line)
+                if req.get("cpu"):
+                    ref = cpu_task.remote(program, req["args"], req.get("cwd"), req["timeout_s"])
+                    with cond:
+                        pending[ref] = req["id"]
+                        cond.notify()
+                    continue
                 actor = actors[req["slot"]]
                 if "args" in req:
                     ref = actor.run_args.remote(req["args"], req.get("cwd"), req["timeout_s"],

@@ -1,26 +1,28 @@
 //! Measuring a search's candidates. The parent's side: [`Workers`] runs `xtask evo-worker JOB`
 //! (hidden; `JOB` a [`WorkerJob`] as JSON) per candidate or baseline, supervised by
 //! [`crate::supervise`] (own process group, timeout, killed with its group), as attn-evo's
-//! `Measurer` while [`Precompile`] compiles the generation on CPU threads. The worker's side:
-//! [`serve`] measures the job with [`Worker`] (compile or cache hit, correctness on fresh inputs,
+//! `Measurer` while [`Precompile`] compiles the generation. The worker's side: [`serve`]
+//! installs the kernels compiled for it elsewhere, measures the job with [`Worker`] (compile or
+//! cache hit, correctness on fresh inputs,
 //! graph-mode timing) and prints one [`Measurement`] as a JSON line. Any failure becomes an
 //! invalid measurement.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use attn_evidence::{DecodeSpec, ImplConfig, SearchSpec, ShapeSpec};
 use attn_evo::Measurement;
-use attn_kernels::compile::compile;
+use attn_kernels::compile::{Arch, CacheEntry};
+use attn_kernels::registry::Limits;
 use attn_kernels::{Candidate, Config, Gpu, GpuReference, Prepared, TimingMode, TimingOptions};
 use serde::{Deserialize, Serialize};
 
 use super::decode::DecodeWorker;
+use super::precompile::Precompile;
 use super::target::{candidate, candidate_config};
 use super::{Event, Report, WorkerOptions};
 use crate::sdpa::Backend;
@@ -48,12 +50,20 @@ pub struct Workers<'a> {
     /// How candidates are measured.
     pub options: &'a WorkerOptions,
     /// The Ray cluster's GPUs the jobs run on, when the search is on Ray (`device` is a slot).
-    pub pool: Option<&'a super::ray::RayPool>,
+    pub pool: Option<&'a Arc<super::ray::RayPool>>,
 }
 
 impl Workers<'_> {
-    /// Runs one worker on GPU `device` within `timeout`: its measurement, or why there is none.
-    pub fn run(&self, job: &Job, device: usize, seed: u64, timeout: Duration) -> Measurement {
+    /// Runs one worker on GPU `device` within `timeout`, with the compiled kernels `ptx` it
+    /// installs first (a search on Ray's): its measurement, or why there is none.
+    pub fn run(
+        &self,
+        job: &Job,
+        device: usize,
+        seed: u64,
+        timeout: Duration,
+        ptx: Vec<CacheEntry>,
+    ) -> Measurement {
         let (spec, options) = (self.spec, self.options);
         let task = match job {
             Job::Baseline => Task::Baseline {
@@ -85,6 +95,7 @@ impl Workers<'_> {
             sdpa_backend,
             synthetic: options.synthetic,
             task,
+            ptx,
         };
         if let Some(pool) = self.pool {
             return pool.run(&job, device, timeout);
@@ -104,29 +115,49 @@ impl Workers<'_> {
     }
 }
 
-/// Candidates measured by worker processes while the generation compiles on CPU threads.
+/// Candidates measured by worker processes while the generation compiles (on this machine's
+/// CPU threads, or on a Ray cluster's CPU workers).
 pub(super) struct Measure<'a> {
     /// The workers.
     pub workers: &'a Workers<'a>,
-    /// GPU 0, which the precompile compiles for (none in a synthetic search).
-    pub gpu: Option<&'a Gpu>,
+    /// What the precompile compiles for: GPU 0's architecture and limits, or the Ray cluster's
+    /// GPUs'; `None` where nothing is compiled (a synthetic target).
+    pub compile_for: Option<(Arch, Limits)>,
     /// Where the generation's start goes.
     pub report: Report<'a>,
+    /// Compiled kernels of candidates ready to be measured, for their workers to install.
+    pub shipped: Mutex<HashMap<ImplConfig, Vec<CacheEntry>>>,
 }
 
 impl attn_evo::Measurer for Measure<'_> {
-    type Generation = Option<Precompile>;
+    type Generation = Option<(Precompile, Vec<ImplConfig>)>;
 
-    fn begin(&self, number: u32, configs: &[ImplConfig]) -> Option<Precompile> {
+    fn begin(&self, number: u32, configs: &[ImplConfig]) -> Self::Generation {
         (self.report)(Event::Generation(number));
-        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
         let spec = &self.workers.spec;
-        self.gpu
-            .map(|gpu| Precompile::start(spec, gpu, configs, threads))
+        let target = self.compile_for.clone()?;
+        let precompile = match self.workers.pool {
+            // A few compile tasks per GPU in flight: the cluster's CPUs are Ray's to place.
+            Some(pool) => {
+                let threads = 2 * pool.slots.len().max(1);
+                Precompile::start_on_ray(Arc::clone(pool), spec, target, configs, threads)
+            }
+            None => {
+                let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+                Precompile::start(spec, target, configs, threads)
+            }
+        };
+        Some((precompile, configs.to_vec()))
     }
 
-    fn ready(&self, precompile: &Option<Precompile>, index: usize) -> Option<f64> {
-        precompile.as_ref().and_then(|p| p.wait(index))
+    fn ready(&self, generation: &Self::Generation, index: usize) -> Option<f64> {
+        let (precompile, configs) = generation.as_ref()?;
+        let (seconds, entries) = precompile.wait(index);
+        if !entries.is_empty() {
+            let mut shipped = self.shipped.lock().unwrap_or_else(|e| e.into_inner());
+            shipped.insert(configs[index].clone(), entries);
+        }
+        seconds
     }
 
     fn measure(&self, config: &ImplConfig, seed: u64, device: usize) -> Measurement {
@@ -134,119 +165,25 @@ impl attn_evo::Measurer for Measure<'_> {
         // measures the same candidate on the same inputs.
         let timeout = self.workers.options.timeout;
         let job = Job::Candidate(config.clone());
-        self.workers.run(&job, device, seed, timeout)
+        let shipped = self
+            .shipped
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(config);
+        self.workers
+            .run(&job, device, seed, timeout, shipped.unwrap_or_default())
     }
 
-    fn end(&self, precompile: Option<Precompile>) {
-        if let Some(precompile) = precompile {
-            precompile.join();
+    fn end(&self, generation: Self::Generation) {
+        let Some((precompile, _)) = generation else {
+            return;
+        };
+        let (compiled, of) = precompile.join();
+        if self.workers.pool.is_some() {
+            (self.report)(Event::Line(format!(
+                "ray: {compiled} of {of} candidate(s) compiled on the cluster's CPU workers"
+            )));
         }
-    }
-}
-
-/// One candidate of a generation to compile: a prefill candidate (`None`: it could not be built,
-/// which its worker reports), or a decode implementation's config.
-enum Compile {
-    Prefill(Option<Candidate>),
-    Decode(String, Config),
-}
-
-/// Which compiles of a generation are done, and how long each took.
-#[derive(Debug, Default)]
-struct Board {
-    done: Mutex<HashMap<usize, Option<f64>>>,
-    changed: Condvar,
-}
-
-/// A generation's candidates compiled on CPU threads, in proposal order, while the GPU measures:
-/// the workers then only load from NVRTC's disk cache.
-#[derive(Debug)]
-pub struct Precompile {
-    board: Arc<Board>,
-    handle: JoinHandle<()>,
-}
-
-impl Precompile {
-    /// Starts compiling `candidates` (resolved configs of `spec`) for `gpu` on `threads` threads.
-    pub fn start(
-        spec: &SearchSpec,
-        gpu: &Gpu,
-        candidates: &[ImplConfig],
-        threads: usize,
-    ) -> Precompile {
-        let dtype = crate::oracle_dtype(spec.shape.dtype);
-        let (arch, limits) = (gpu.arch(), gpu.limits());
-        let head_dim = spec.shape.head_dim;
-        // The candidates exactly as the workers build them, so that their compiles hit the same
-        // cache entries (`Candidate::variant` and `DecodeImplementation::compile_request` are the
-        // places a config becomes defines).
-        let jobs: VecDeque<(usize, Compile)> = candidates
-            .iter()
-            .enumerate()
-            .map(|(i, resolved)| {
-                let config = candidate_config(spec, resolved);
-                let name = resolved.implementation.as_deref();
-                let job = match (&spec.decode, name) {
-                    (Some(_), Some(name)) => Compile::Decode(name.to_string(), config),
-                    _ => Compile::Prefill(
-                        candidate(name, spec.src.as_deref(), spec.entry.as_deref(), config).ok(),
-                    ),
-                };
-                (i, job)
-            })
-            .collect();
-        let board = Arc::new(Board::default());
-        let shared = Arc::clone(&board);
-        let handle = std::thread::spawn(move || {
-            let queue = Mutex::new(jobs);
-            std::thread::scope(|scope| {
-                for _ in 0..threads.max(1) {
-                    scope.spawn(|| loop {
-                        let job = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
-                        let Some((index, job)) = job else { break };
-                        let started = Instant::now();
-                        let ok = match job {
-                            Compile::Prefill(candidate) => candidate.is_some_and(|c| {
-                                c.variant(dtype, head_dim, &arch, &limits)
-                                    .is_ok_and(|v| compile(&v.request).is_ok())
-                            }),
-                            Compile::Decode(name, config) => {
-                                let arch = arch.clone();
-                                super::decode::compiles(
-                                    &name, &config, dtype, head_dim, arch, &limits,
-                                )
-                            }
-                        };
-                        let seconds = ok.then(|| started.elapsed().as_secs_f64());
-                        let mut done = shared.done.lock().unwrap_or_else(|e| e.into_inner());
-                        done.insert(index, seconds);
-                        shared.changed.notify_all();
-                    });
-                }
-            });
-        });
-        Precompile { board, handle }
-    }
-
-    /// Waits for candidate `index`'s compile: its seconds, or `None` when it failed (the worker
-    /// then reports the error).
-    pub fn wait(&self, index: usize) -> Option<f64> {
-        let mut done = self.board.done.lock().unwrap_or_else(|e| e.into_inner());
-        loop {
-            if let Some(seconds) = done.get(&index) {
-                return *seconds;
-            }
-            done = self
-                .board
-                .changed
-                .wait(done)
-                .unwrap_or_else(|e| e.into_inner());
-        }
-    }
-
-    /// Waits for every compile to end.
-    pub fn join(self) {
-        let _ = self.handle.join();
     }
 }
 
@@ -254,8 +191,11 @@ impl Precompile {
 /// context hit by a fault may not survive its destructors).
 pub fn serve(job: &str) -> Result<()> {
     exit_with_parent();
-    let measured = serde_json::from_str::<WorkerJob>(job)
-        .map_err(|e| crate::MeasureError::Invalid(format!("the worker's job: {e}")))
+    let measured = read_job(job)
+        .and_then(|job| {
+            serde_json::from_str::<WorkerJob>(&job)
+                .map_err(|e| crate::MeasureError::Invalid(format!("the worker's job: {e}")))
+        })
         .and_then(|job| job.evaluate())
         .unwrap_or_else(|err| Measurement::invalid(classify_failure(&err.to_string(), "error")));
     let line = serde_json::to_string(&measured)
@@ -268,6 +208,18 @@ pub fn serve(job: &str) -> Result<()> {
     writeln!(stdout, "{line}").map_err(io)?;
     stdout.flush().map_err(io)?;
     std::process::exit(0);
+}
+
+/// A job's JSON as a hidden command takes it: inline, or `@PATH`, the file that holds it (a job
+/// with compiled kernels outgrows one command-line argument).
+pub fn read_job(job: &str) -> Result<String> {
+    match job.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path).map_err(|source| crate::MeasureError::Io {
+            what: format!("reading the job {path}"),
+            source,
+        }),
+        None => Ok(job.to_string()),
+    }
 }
 
 /// What one worker process is asked to do: one candidate (or the baseline) on one shape and GPU,
@@ -295,11 +247,19 @@ pub struct WorkerJob {
     pub synthetic: bool,
     /// The baseline or the candidate.
     pub task: Task,
+    /// Kernels compiled elsewhere (a search on Ray's compile tasks), installed in this
+    /// machine's cache before anything is prepared.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ptx: Vec<CacheEntry>,
 }
 
 impl WorkerJob {
     /// Measures the job in this process.
     fn evaluate(&self) -> Result<Measurement> {
+        for entry in &self.ptx {
+            // One that cannot be installed only costs the compile.
+            let _ = attn_kernels::compile::install(entry);
+        }
         if self.synthetic {
             let (baseline, config) = match &self.task {
                 Task::Baseline { .. } => (true, ""),
@@ -500,6 +460,7 @@ mod tests {
                 entry: None,
                 config: "A=2,B=4".into(),
             },
+            ptx: vec![],
         };
         let json = serde_json::to_string(&job).unwrap();
         assert!(json.contains(r#""sdpa_backend":"flash""#), "{json}");
