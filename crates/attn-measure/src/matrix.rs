@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::search::ray::{RayPool, RaySlot};
+use crate::search::ray::{Place, RayPool, RaySlot};
 
 /// A task's outcome as it comes back.
 #[derive(Debug)]
@@ -39,7 +39,7 @@ pub fn run_on_pool(
             scope.spawn(move || {
                 while let Some((index, args)) = tasks.get(next.fetch_add(1, Ordering::Relaxed)) {
                     let started = Instant::now();
-                    let line = pool.run_args(args, cwd, slot.slot, timeout);
+                    let line = pool.run_program(args, cwd, Place::Gpu(slot.slot), timeout);
                     done(Outcome {
                         index: *index,
                         slot,

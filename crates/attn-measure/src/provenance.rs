@@ -33,7 +33,6 @@ pub fn collect(
 ) -> Provenance {
     let info = gpu.info();
     Provenance {
-        gpu: info.name.clone(),
         gpu_uuid: Some(info.uuid.clone()),
         sm_count: Some(info.sm_count),
         driver: nvidia_smi("driver_version"),
@@ -43,14 +42,6 @@ pub fn collect(
         torch_cuda: torch.map(|t| t.cuda.clone()),
         cudnn: torch.map(|t| t.cudnn.clone()),
         flashinfer: torch.and_then(|t| t.flashinfer.clone()),
-        git_rev,
-        git_dirty,
-        date: utc_now_rfc3339(),
-        host: std::fs::read_to_string("/etc/hostname")
-            .ok()
-            .map(|h| h.trim().to_string()),
-        tool: format!("attn {}", env!("CARGO_PKG_VERSION")),
-        command: std::env::args().collect(),
         clocks: ClockReadings {
             sm_mhz_before: before.map(|c| c.sm_mhz),
             sm_mhz_after: after.map(|c| c.sm_mhz),
@@ -60,14 +51,21 @@ pub fn collect(
         max_sm_mhz: Some(info.max_sm_mhz),
         peak_tflops: peak_tflops(gpu),
         memory: memory_peak(gpu),
+        ..this_run(info.name.clone(), git_rev, git_dirty)
     }
 }
 
 /// The provenance of a run without a GPU (test mode): `synthetic` for the GPU, nothing of a
 /// device or a software stack, the revision, date, host and command as they are.
 pub fn synthetic(git_rev: String, git_dirty: bool) -> Provenance {
+    this_run("synthetic".into(), git_rev, git_dirty)
+}
+
+/// What this process knows of its run whatever its GPU (`gpu`, by name): the revision, date,
+/// host, tool and command; nothing of a device or a software stack.
+fn this_run(gpu: String, git_rev: String, git_dirty: bool) -> Provenance {
     Provenance {
-        gpu: "synthetic".into(),
+        gpu,
         gpu_uuid: None,
         sm_count: None,
         driver: None,
@@ -85,7 +83,7 @@ pub fn synthetic(git_rev: String, git_dirty: bool) -> Provenance {
             .map(|h| h.trim().to_string()),
         tool: format!("attn {}", env!("CARGO_PKG_VERSION")),
         command: std::env::args().collect(),
-        clocks: attn_evidence::ClockReadings::default(),
+        clocks: ClockReadings::default(),
         max_sm_mhz: None,
         peak_tflops: None,
         memory: None,

@@ -5,7 +5,7 @@
 //! ([`SdpaDecodeSide`]).
 
 use attn_kernels::decode::PreparedDecode;
-use attn_kernels::{Config, Gpu, TimingMode, TimingOptions};
+use attn_kernels::{Config, Gpu, TimingOptions};
 use attn_oracle::DecodeSpec;
 
 use super::worker::Measured;
@@ -41,12 +41,7 @@ impl DecodeWorker {
         warmup: usize,
         samples: usize,
     ) -> Result<DecodeWorker> {
-        let timing = TimingOptions {
-            warmup,
-            samples,
-            mode: TimingMode::Graph,
-            ..TimingOptions::default()
-        };
+        let timing = super::worker::search_timing(warmup, samples);
         let gpu = Gpu::open(device)?;
         let info = gpu.info();
         let sets = decode_set_count(&spec, info.l2_bytes as usize, info.total_memory);

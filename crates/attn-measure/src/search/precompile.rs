@@ -21,7 +21,7 @@ use attn_kernels::{Candidate, Config};
 use attn_oracle::DType;
 use serde::{Deserialize, Serialize};
 
-use super::ray::RayPool;
+use super::ray::{Place, RayPool};
 use super::target::{candidate, candidate_config};
 use crate::{MeasureError, Result};
 
@@ -174,8 +174,8 @@ impl Precompile {
             let json =
                 serde_json::to_string(&job).map_err(|e| MeasureError::Invalid(e.to_string()))?;
             let args = ["evo-compile".to_string(), json];
-            let line =
-                (pool.run_on_cpu(&args, &cwd, COMPILE_TIMEOUT)).map_err(MeasureError::Invalid)?;
+            let line = (pool.run_program(&args, &cwd, Place::Cpu, COMPILE_TIMEOUT))
+                .map_err(MeasureError::Invalid)?;
             let entry: CacheEntry = serde_json::from_str(&line)
                 .map_err(|e| MeasureError::Invalid(format!("a compile task's entry: {e}")))?;
             Ok(vec![entry])

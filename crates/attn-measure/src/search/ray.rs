@@ -84,6 +84,18 @@ impl GpuFacts {
     }
 }
 
+/// Where a program runs on the cluster ([`RayPool::run_program`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// On a slot's GPU, as a task (a suite matrix's).
+    Gpu(usize),
+    /// On a slot's GPU, as a question about it, which a test's planted losses (`ATTN_RAY_LOSE`)
+    /// leave alone.
+    Probe(usize),
+    /// On one CPU of the cluster, no GPU, wherever Ray places it (a search's compile task).
+    Cpu,
+}
+
 /// A model of the cluster that the search leaves out.
 #[derive(Debug, Clone, Deserialize)]
 pub struct OtherModel {
@@ -236,19 +248,27 @@ impl RayPool {
         serde_json::from_str(&line).map_err(|e| format!("a malformed measurement ({e})"))
     }
 
-    /// `program ARGS` run in `cwd` on slot `slot` within `timeout` (a suite matrix's task): the
-    /// last JSON line it printed, or why there is none (its last error line, a timeout, a worker
-    /// lost after Ray's retries, the pool gone).
-    pub fn run_args(
+    /// `program ARGS` run in `cwd` at `place` within `timeout` (a suite matrix's task, a
+    /// question to a GPU, a compile task): the last JSON line it printed, or why there is none
+    /// (its last error line, a timeout, a worker lost after Ray's retries, the pool gone).
+    pub fn run_program(
         &self,
         args: &[String],
         cwd: &Path,
-        slot: usize,
+        place: Place,
         timeout: Duration,
     ) -> std::result::Result<String, String> {
-        let request = serde_json::json!({
-            "slot": slot, "args": args, "cwd": cwd, "timeout_s": timeout.as_secs_f64(),
+        let mut request = serde_json::json!({
+            "args": args, "cwd": cwd, "timeout_s": timeout.as_secs_f64(),
         });
+        match place {
+            Place::Gpu(slot) => request["slot"] = slot.into(),
+            Place::Probe(slot) => {
+                request["slot"] = slot.into();
+                request["probe"] = true.into();
+            }
+            Place::Cpu => request["cpu"] = true.into(),
+        }
         self.ask(request, timeout)
     }
 
@@ -259,37 +279,8 @@ impl RayPool {
             args.push("--synthetic".into());
         }
         let cwd = std::env::current_dir().map_err(|e| e.to_string())?;
-        let line = self.probe(&args, &cwd, 0, Duration::from_secs(120))?;
+        let line = self.run_program(&args, &cwd, Place::Probe(0), Duration::from_secs(120))?;
         serde_json::from_str(&line).map_err(|e| format!("its answer: {e}"))
-    }
-
-    /// `program ARGS` in `cwd` as a task of the cluster's CPUs, no GPU (a search's compile
-    /// task), within `timeout`: its last JSON line, or why there is none.
-    pub fn run_on_cpu(
-        &self,
-        args: &[String],
-        cwd: &Path,
-        timeout: Duration,
-    ) -> std::result::Result<String, String> {
-        let request = serde_json::json!({
-            "cpu": true, "args": args, "cwd": cwd, "timeout_s": timeout.as_secs_f64(),
-        });
-        self.ask(request, timeout)
-    }
-
-    /// [`RayPool::run_args`] for a question about the GPU rather than a task: a test's planted
-    /// losses (`ATTN_RAY_LOSE`) leave it alone.
-    fn probe(
-        &self,
-        args: &[String],
-        cwd: &Path,
-        slot: usize,
-        timeout: Duration,
-    ) -> std::result::Result<String, String> {
-        let request = serde_json::json!({
-            "slot": slot, "args": args, "cwd": cwd, "timeout_s": timeout.as_secs_f64(), "probe": true,
-        });
-        self.ask(request, timeout)
     }
 
     /// Sends `request` (its id added) and waits for its answer's line.

@@ -345,6 +345,16 @@ pub enum Task {
     },
 }
 
+/// How a search times a side: graph mode, `warmup` launches, then `samples`.
+pub fn search_timing(warmup: usize, samples: usize) -> TimingOptions {
+    TimingOptions {
+        warmup,
+        samples,
+        mode: TimingMode::Graph,
+        ..TimingOptions::default()
+    }
+}
+
 /// One problem on one GPU, timed as a search times (graph mode, `warmup` then `samples`).
 pub struct Worker {
     gpu: Gpu,
@@ -364,12 +374,7 @@ impl Worker {
     /// Validates the problem and opens GPU `device`.
     pub fn open(shape: ShapeSpec, device: usize, warmup: usize, samples: usize) -> Result<Worker> {
         let problem = Problem::new(shape)?;
-        let timing = TimingOptions {
-            warmup,
-            samples,
-            mode: TimingMode::Graph,
-            ..TimingOptions::default()
-        };
+        let timing = search_timing(warmup, samples);
         let gpu = Gpu::open(device)?;
         Ok(Worker {
             gpu,
