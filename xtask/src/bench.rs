@@ -71,6 +71,11 @@ pub struct Args {
     /// make 10 TFLOP of work (large problems: fewer sets to generate).
     #[arg(long, default_value_t = TimingOptions::default().batch_launches)]
     pub batch_launches: usize,
+    /// Which pass to time: forward, or backward (dQ, dK and dV: backward implementations, default
+    /// backward-mma, beside --sdpa-backends' SDPA backwards through autograd or fa3's in batch
+    /// mode; default suite train).
+    #[arg(long, value_enum, default_value_t = crate::gate::Pass::Forward)]
+    pub pass: crate::gate::Pass,
     /// --on ray: the run as a matrix on a Ray cluster.
     #[command(flatten)]
     pub matrix: crate::matrix::MatrixArgs,
@@ -99,7 +104,14 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             anyhow::bail!("--time-budget bounds a run on one machine: on Ray each task is bounded by --task-timeout");
         }
         let (matrix, problems) = (&args.matrix, &args.problems);
-        return crate::matrix::run("bench", matrix, problems, "large", &args.evidence);
+        let suite = match args.pass {
+            crate::gate::Pass::Backward => crate::gate_backward::DEFAULT_SUITE,
+            crate::gate::Pass::Forward => "large",
+        };
+        return crate::matrix::run("bench", matrix, problems, suite, &args.evidence);
+    }
+    if args.pass == crate::gate::Pass::Backward {
+        return crate::bench_backward::run(&args);
     }
     if let Some(specs) = args.problems.decode_problems()? {
         return crate::bench_decode::run(&args, specs);

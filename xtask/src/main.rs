@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 
 mod args;
 mod bench;
+mod bench_backward;
 mod bench_decode;
 mod budget;
 mod bundle;

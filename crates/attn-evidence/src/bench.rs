@@ -16,6 +16,10 @@ pub struct BenchEntry {
     /// A decode entry's batch and bandwidths (absent for prefill, and in older files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decode: Option<crate::DecodeRecord>,
+    /// A backward entry's work (`bench --pass backward`: dQ, dK and dV timed; its TFLOP/s over
+    /// the backward's FLOPs); absent for a forward entry, and in older files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backward: Option<crate::BackwardRecord>,
     /// The raw samples.
     pub timing: Timing,
     /// Summary of `timing.samples` (µs).

@@ -408,3 +408,46 @@ fn fa3s_backward_matches_the_oracle_and_is_timed_in_batch_mode() {
         );
     }
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU and PyTorch"]
+fn the_backward_bench_times_each_implementation_and_sdpas_backward() {
+    use attn_measure::bench::{run_backward_bench, BackwardBenchRequest};
+    let _device = attn_kernels::device_lock(0);
+    let gpu = Gpu::open(0).expect("a CUDA GPU");
+    let request = BackwardBenchRequest {
+        problems: vec![Problem::parse("2,8/2,1024,64 causal bf16").unwrap()],
+        implementations: ["backward-mma", "backward-naive"]
+            .map(|n| (n.to_string(), Config::default()))
+            .to_vec(),
+        backends: vec![attn_measure::sdpa::Backend::Default],
+        timing: attn_kernels::TimingOptions {
+            warmup: 2,
+            samples: 10,
+            ..attn_kernels::TimingOptions::default()
+        },
+        seed: 5,
+        suite: None,
+        git: ("test".into(), false),
+    };
+    let run = run_backward_bench(&gpu, &request, &mut |e| println!("{e:?}"), &mut || None).unwrap();
+    let names: Vec<String> = run
+        .entries
+        .iter()
+        .map(|e| e.implementation.label())
+        .collect();
+    assert_eq!(
+        names,
+        ["backward-mma", "backward-naive", "sdpa"],
+        "{names:?}"
+    );
+    for e in &run.entries {
+        let record = e.backward.as_ref().expect("a backward entry");
+        assert!(
+            record.flops > 0.0 && e.tflops > 0.0 && e.decode.is_none(),
+            "{e:?}"
+        );
+    }
+    // The tiled kernel beats the one-thread-per-row yardstick.
+    assert!(run.entries[0].summary.median < run.entries[1].summary.median);
+}

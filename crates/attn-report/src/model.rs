@@ -98,10 +98,10 @@ pub fn gate_pass_suffix(gate: &GateRun) -> &'static str {
     }
 }
 
-/// A bench run's prefill entries: a decode entry's metric is bandwidth, not TFLOP/s, so it is shown
-/// in the decode section only.
+/// A bench run's prefill forward entries: a decode entry's metric is bandwidth, not TFLOP/s, so it
+/// is shown in the decode section only, and a backward entry's TFLOP/s count other work.
 pub fn prefill_entries(bench: &BenchRun) -> impl Iterator<Item = &BenchEntry> {
-    bench.entries.iter().filter(|e| e.decode.is_none())
+    (bench.entries.iter()).filter(|e| e.decode.is_none() && e.backward.is_none())
 }
 
 /// A bench entry's implementation as the report names it: its label, then the knobs the run's

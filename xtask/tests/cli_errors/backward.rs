@@ -171,3 +171,42 @@ fn sdpa_backward_is_accepted_and_needs_pytorch_before_the_gpu_probe() {
         );
     }
 }
+
+#[test]
+fn the_backward_bench_checks_before_the_gpu_probe() {
+    let dir = inputs();
+    let d = dir.path();
+    let bench = |extra: &[&'static str]| -> Vec<&'static str> {
+        let mut args = vec!["bench", "--pass", "backward", "--shape", "1,8,512,64"];
+        args.extend(extra);
+        args
+    };
+    for (extra, says) in [
+        (
+            &["--impl", "mma"][..],
+            &["--impl mma", "forward implementation"][..],
+        ),
+        (
+            &["--sdpa-backends", "flex"],
+            &["flex times no backward pass"],
+        ),
+        (
+            &["--sdpa-backends", "fa3"],
+            &["FlashAttention-3", "--mode batch"],
+        ),
+        (&["--py", "f.py:g"], &["--py callables"]),
+    ] {
+        one_error_line(d, &bench(extra), says);
+    }
+    one_error_line(
+        d,
+        &[
+            "bench",
+            "--pass",
+            "backward",
+            "--shape",
+            "decode B=4 q=1 kv=512 H=8/2 D=64 page=16",
+        ],
+        &["no backward pass here"],
+    );
+}

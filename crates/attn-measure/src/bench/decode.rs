@@ -12,7 +12,7 @@ use attn_kernels::{Config, Gpu, TimingOptions, Timings};
 use attn_oracle::{DType, DecodeInputs, DecodeSpec};
 use attn_stats::Sample;
 
-use super::{Event, Report};
+use super::{push, Event, Report};
 use crate::baseline::{sdpa_implementation, timing_evidence};
 use crate::decode::{
     copy_bandwidth, decode_set_count, draw_decode_sets, DecodeSide, SdpaDecodeSide,
@@ -61,6 +61,7 @@ pub fn decode_entry(
         tflops: spec.flops() / (summary.median * 1e-6) / 1e12,
         summary,
         dense_at_mean: None,
+        backward: None,
         sm_mhz,
     })
 }
@@ -180,21 +181,6 @@ pub fn run_decode_bench(
         suite: request.suite.clone(),
         entries,
     })
-}
-
-/// Keeps a timed entry, or says why `label` was skipped on `spec`; a step done either way.
-fn push(
-    entries: &mut Vec<BenchEntry>,
-    report: Report<'_>,
-    timed: Result<BenchEntry>,
-    label: &str,
-    spec: &DecodeSpec,
-) {
-    match timed {
-        Ok(entry) => entries.push(entry),
-        Err(err) => report(Event::Line(format!("  skipped {label} on {spec}: {err}"))),
-    }
-    report(Event::Done(1));
 }
 
 #[cfg(test)]

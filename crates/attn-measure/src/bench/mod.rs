@@ -2,11 +2,14 @@
 //! caller to show; below it the measurements: an implementation or an SDPA backend timed on one
 //! problem (a block of samples in the gate's timing harness), the evidence entry made of the
 //! timings, and for a varlen batch the dense batch at its mean length it is compared with. Decode
-//! batches run through [`run_decode_bench`] ([`decode`]).
+//! batches run through [`run_decode_bench`] ([`decode`]), the backward pass through
+//! [`run_backward_bench`] ([`backward`]).
 
+pub mod backward;
 pub mod decode;
 mod session;
 
+pub use backward::{run_backward_bench, BackwardBenchRequest};
 pub use decode::{run_decode_bench, DecodeBenchRequest};
 pub use session::{BenchRequest, BenchSession, Event, Report};
 
@@ -81,8 +84,26 @@ pub fn entry(timed: Timed, problem: &Problem) -> Result<BenchEntry> {
         tflops: problem.spec.tflops(summary.median),
         summary,
         dense_at_mean: None,
+        backward: None,
         sm_mhz: timed.sm_mhz,
     })
+}
+
+/// Keeps a timed entry, or says why `label` was skipped on `problem`; a step done either way.
+fn push(
+    entries: &mut Vec<BenchEntry>,
+    report: Report<'_>,
+    timed: Result<BenchEntry>,
+    label: &str,
+    problem: &dyn std::fmt::Display,
+) {
+    match timed {
+        Ok(entry) => entries.push(entry),
+        Err(err) => report(Event::Line(format!(
+            "  skipped {label} on {problem}: {err}"
+        ))),
+    }
+    report(Event::Done(1));
 }
 
 /// A bench run without a GPU (`bench --synthetic`, test mode): each of `names` on each problem, a
