@@ -438,7 +438,7 @@ fn the_backward_bench_times_each_implementation_and_sdpas_backward() {
         .collect();
     assert_eq!(
         names,
-        ["backward-mma", "backward-naive", "sdpa"],
+        ["backward-mma", "backward-naive", "sdpa:default"],
         "{names:?}"
     );
     for e in &run.entries {
