@@ -80,9 +80,10 @@ pub struct Args {
     /// run's own).
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Seconds a candidate's worker may take (compile, checks and timing) before it is killed.
-    #[arg(long, default_value_t = 10.0, value_name = "SECONDS", value_parser = crate::args::seconds)]
-    pub timeout: f64,
+    /// Seconds a candidate's worker may take (compile, checks and timing) before it is killed
+    /// (default 10; 120 for a decode batch, whose checks run the f64 oracle over long caches).
+    #[arg(long, value_name = "SECONDS", value_parser = crate::args::seconds)]
+    pub timeout: Option<f64>,
     /// Timed samples per candidate.
     #[arg(long, default_value_t = 50)]
     pub samples: usize,
@@ -172,7 +173,13 @@ fn request(args: &Args) -> anyhow::Result<SearchRequest> {
             warmup: args.warmup,
             checks: args.checks,
             sdpa_backend: args.sdpa_backend,
-            timeout: Duration::from_secs_f64(args.timeout),
+            timeout: Duration::from_secs_f64(args.timeout.unwrap_or(
+                if crate::args::is_decode_text(&args.problem.shape) {
+                    120.0
+                } else {
+                    10.0
+                },
+            )),
             synthetic: args.synthetic,
         },
         resamples: args.resamples,
