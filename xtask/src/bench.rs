@@ -76,6 +76,11 @@ pub struct Args {
     /// mode; default suite train).
     #[arg(long, value_enum, default_value_t = crate::gate::Pass::Forward)]
     pub pass: crate::gate::Pass,
+    /// With --pass backward: a training step's figure, forward + backward: these forward
+    /// implementations timed on each problem too (paired with each backward implementation), and
+    /// each --sdpa-backends baseline's forward beside its backward.
+    #[arg(long, value_delimiter = ',', value_name = "IMPL[,IMPL]")]
+    pub step: Vec<String>,
     /// --on ray: the run as a matrix on a Ray cluster.
     #[command(flatten)]
     pub matrix: crate::matrix::MatrixArgs,
@@ -112,6 +117,9 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     }
     if args.pass == crate::gate::Pass::Backward {
         return crate::bench_backward::run(&args);
+    }
+    if !args.step.is_empty() {
+        anyhow::bail!("--step names a training step's forward: give it with --pass backward");
     }
     if let Some(specs) = args.problems.decode_problems()? {
         return crate::bench_decode::run(&args, specs);

@@ -6,9 +6,9 @@
 use anyhow::bail;
 use attn_evidence::BenchRun;
 use attn_kernels::backward::find_backward;
-use attn_kernels::{Config, Gpu};
+use attn_kernels::{Candidate, Config, Gpu};
 use attn_measure::backward::BackwardCandidate;
-use attn_measure::bench::{run_backward_bench, BackwardBenchRequest, Event};
+use attn_measure::bench::{run_backward_bench, BackwardBenchRequest, Event, TrainingStep};
 use attn_measure::sdpa::Backend;
 
 use crate::bench::Args;
@@ -61,10 +61,20 @@ pub fn request(args: &Args) -> anyhow::Result<BackwardBenchRequest> {
     if args.samples < 2 {
         bail!("--samples must be at least 2");
     }
+    let mut step_forwards = Vec::new();
+    for name in args.step.iter().filter(|n| !n.is_empty()) {
+        if find_backward(name).is_ok() {
+            bail!("--step {name} is a backward implementation: --step names the forward implementations of the step (hopper, mma, ...)");
+        }
+        let candidate = Candidate::registered(name, Config::default())?;
+        crate::args::validate(&candidate, &problems, &attn_kernels::Limits::H100)?;
+        step_forwards.push(candidate);
+    }
     Ok(BackwardBenchRequest {
         problems,
         implementations: names.into_iter().map(|n| (n, overrides.clone())).collect(),
         backends,
+        step_forwards,
         timing: args.timing(),
         seed: args.seed,
         suite: args.problems.suite_name(DEFAULT_SUITE),
@@ -82,6 +92,10 @@ pub fn run(args: &Args) -> anyhow::Result<u8> {
     let mut admit = || budget.admit().err();
     let run = run_backward_bench(&gpu, &request, &mut show, &mut admit)?;
     println!("{}", table(&run).to_markdown());
+    let steps = attn_measure::bench::training_steps(&run);
+    if !steps.is_empty() {
+        println!("{}", step_table(&steps).to_markdown());
+    }
     crate::bench::write_run(args, &run)?;
     Ok(0)
 }
@@ -109,6 +123,32 @@ fn table(run: &BenchRun) -> attn_report::table::Table {
             ),
             format!("{:.0}", e.tflops),
             e.sm_mhz.map_or("–".into(), |mhz| format!("{mhz:.0}")),
+        ]);
+    }
+    table
+}
+
+/// One row a training step: its forward and backward medians, their sum and its TFLOP/s over
+/// both passes' FLOPs.
+fn step_table(steps: &[TrainingStep]) -> attn_report::table::Table {
+    let mut table = attn_report::table::Table::new(&[
+        "training step (forward + backward)",
+        "shape",
+        "forward µs",
+        "backward µs",
+        "step µs",
+        "TFLOP/s (step)",
+    ])
+    .numeric(&[2, 3, 4, 5]);
+    for s in steps {
+        let (forward, backward) = s.median_us;
+        table.push(vec![
+            s.label.clone(),
+            s.shape.to_string(),
+            attn_report::format::micros(forward),
+            attn_report::format::micros(backward),
+            attn_report::format::micros(forward + backward),
+            format!("{:.0}", s.tflops),
         ]);
     }
     table

@@ -411,7 +411,7 @@ fn fa3s_backward_matches_the_oracle_and_is_timed_in_batch_mode() {
 
 #[test]
 #[ignore = "needs a CUDA GPU and PyTorch"]
-fn the_backward_bench_times_each_implementation_and_sdpas_backward() {
+fn the_backward_bench_times_each_side_and_a_training_step() {
     use attn_measure::bench::{run_backward_bench, BackwardBenchRequest};
     let _device = attn_kernels::device_lock(0);
     let gpu = Gpu::open(0).expect("a CUDA GPU");
@@ -421,6 +421,7 @@ fn the_backward_bench_times_each_implementation_and_sdpas_backward() {
             .map(|n| (n.to_string(), Config::default()))
             .to_vec(),
         backends: vec![attn_measure::sdpa::Backend::Default],
+        step_forwards: vec![attn_kernels::Candidate::registered("mma", Config::default()).unwrap()],
         timing: attn_kernels::TimingOptions {
             warmup: 2,
             samples: 10,
@@ -438,10 +439,16 @@ fn the_backward_bench_times_each_implementation_and_sdpas_backward() {
         .collect();
     assert_eq!(
         names,
-        ["backward-mma", "backward-naive", "sdpa:default"],
+        [
+            "backward-mma",
+            "backward-naive",
+            "sdpa:default",
+            "mma",
+            "sdpa:default"
+        ],
         "{names:?}"
     );
-    for e in &run.entries {
+    for e in &run.entries[..3] {
         let record = e.backward.as_ref().expect("a backward entry");
         assert!(
             record.flops > 0.0 && e.tflops > 0.0 && e.decode.is_none(),
@@ -450,4 +457,16 @@ fn the_backward_bench_times_each_implementation_and_sdpas_backward() {
     }
     // The tiled kernel beats the one-thread-per-row yardstick.
     assert!(run.entries[0].summary.median < run.entries[1].summary.median);
+    // The training step's forwards: ours with each of our backwards, SDPA's with its own.
+    assert!(run.entries[3..].iter().all(|e| e.backward.is_none()));
+    let steps = attn_measure::bench::training_steps(&run);
+    let labels: Vec<&str> = steps.iter().map(|s| s.label.as_str()).collect();
+    assert_eq!(
+        labels,
+        [
+            "mma + backward-mma",
+            "mma + backward-naive",
+            "sdpa:default + sdpa:default"
+        ]
+    );
 }

@@ -195,6 +195,14 @@ fn the_backward_bench_checks_before_the_gpu_probe() {
             &["FlashAttention-3", "--mode batch"],
         ),
         (&["--py", "f.py:g"], &["--py callables"]),
+        (
+            &["--step", "backward-mma"],
+            &["--step backward-mma", "backward implementation"],
+        ),
+        (
+            &["--step", "nothing"],
+            &["unknown implementation `nothing`"],
+        ),
     ] {
         one_error_line(d, &bench(extra), says);
     }
@@ -208,5 +216,10 @@ fn the_backward_bench_checks_before_the_gpu_probe() {
             "decode B=4 q=1 kv=512 H=8/2 D=64 page=16",
         ],
         &["no backward pass here"],
+    );
+    one_error_line(
+        d,
+        &["bench", "--step", "hopper", "--shape", "1,8,512,64"],
+        &["--step", "--pass backward"],
     );
 }

@@ -9,7 +9,7 @@ pub mod backward;
 pub mod decode;
 mod session;
 
-pub use backward::{run_backward_bench, BackwardBenchRequest};
+pub use backward::{run_backward_bench, training_steps, BackwardBenchRequest, TrainingStep};
 pub use decode::{run_decode_bench, DecodeBenchRequest};
 pub use session::{BenchRequest, BenchSession, Event, Report};
 
