@@ -8,6 +8,7 @@ use attn_kernels::{Config, ConfigError};
 use attn_measure::backward::{
     ended_backward_case, BackwardBaseline, BackwardCandidate, BackwardGate,
 };
+use attn_measure::sanitize::{self, GATE_TOOLS};
 use attn_measure::supervise::Watchdog;
 use attn_stats::CompareOptions;
 
@@ -70,13 +71,21 @@ pub fn run(
         candidate.check_supports(problem)?;
         baseline.check_supports(problem)?;
     }
-    if args.sanitize.is_some() {
-        bail!("--sanitize does not run backward kernels yet: gate the backward without it");
-    }
+
     if args.plant.is_some() {
         bail!("--plant does not apply to the backward pass");
     }
-    // The request is whole: now the helper (PyTorch was asked for, so there is no fallback).
+    // The request is whole: now the tools and the helper (PyTorch was asked for, so there is no
+    // fallback).
+    let sanitizer = args.sanitize.as_deref().map(sanitize::find).transpose()?;
+    let evidence = (!args.no_evidence).then_some(args.evidence.as_path());
+    if let Some(sanitizer) = &sanitizer {
+        let small = sanitize::small_problems(&problems)?;
+        if !crate::sanitize::check_backward(sanitizer, &candidate, &small, &GATE_TOOLS, evidence)? {
+            println!("\n**attn gate: FAILED** (compute-sanitizer's findings above; nothing timed)");
+            return Ok(crate::EXIT_FAILED);
+        }
+    }
     let sdpa = baseline
         .sdpa_backend()
         .map(|_| attn_measure::sdpa::Sdpa::detect())
@@ -123,7 +132,6 @@ pub fn run(
     let (candidate, baseline) = (candidate.implementation(), baseline.implementation());
     let suite = args.problems.suite_name(DEFAULT_SUITE);
     let run = crate::gate::gate_run(provenance, candidate, baseline, suite, &plan, cases);
-    let evidence = (!args.no_evidence).then_some(args.evidence.as_path());
     crate::gate::finish(
         &run,
         args.markdown.as_deref(),

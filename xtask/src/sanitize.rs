@@ -52,16 +52,52 @@ pub fn check(
     evidence: Option<&Path>,
 ) -> anyhow::Result<bool> {
     let shapes: Vec<_> = problems.iter().map(|p| p.spec.clone()).collect();
-    let json = Target::new(candidate, shapes.clone(), 0)?.to_json();
-    let shown: Vec<String> = shapes.iter().map(ToString::to_string).collect();
-    let (label, shown) = (candidate.label(), shown.join(", "));
+    let target = Target::new(candidate, shapes, 0)?;
+    let implementation = attn_measure::baseline::candidate_implementation(candidate, None);
+    run_target(sanitizer, &target, implementation, tools, evidence)
+}
+
+/// [`check`] of a backward `candidate` (`gate --pass backward --sanitize`): its three stages
+/// launched on the GPU reference's O and LSE.
+pub fn check_backward(
+    sanitizer: &Path,
+    candidate: &attn_measure::backward::BackwardCandidate,
+    problems: &[Problem],
+    tools: &[Tool],
+    evidence: Option<&Path>,
+) -> anyhow::Result<bool> {
+    let shapes: Vec<_> = problems.iter().map(|p| p.spec.clone()).collect();
+    let target = Target::backward(candidate, shapes, 0);
+    run_target(
+        sanitizer,
+        &target,
+        candidate.implementation(),
+        tools,
+        evidence,
+    )
+}
+
+/// `tools` on `target`, this binary in its hidden target mode; its reports printed and written as
+/// `implementation`'s evidence.
+fn run_target(
+    sanitizer: &Path,
+    target: &Target,
+    implementation: attn_evidence::Implementation,
+    tools: &[Tool],
+    evidence: Option<&Path>,
+) -> anyhow::Result<bool> {
+    let shown: Vec<String> = target.shapes.iter().map(ToString::to_string).collect();
+    let (label, shown) = (implementation.label(), shown.join(", "));
     let provenance = crate::provenance::collect(&Gpu::open(0)?, None, None, None);
     println!("compute-sanitizer: {label} on {shown}");
-    let (program, target) = (std::env::current_exe()?, ["target".into(), json]);
-    let reports = sanitize::run_tools(sanitizer, tools, &program, &target, |r| print!("{r}"))?;
+    let (program, args) = (
+        std::env::current_exe()?,
+        ["target".into(), target.to_json()],
+    );
+    let reports = sanitize::run_tools(sanitizer, tools, &program, &args, |r| print!("{r}"))?;
     if let Some(root) = evidence {
         for report in &reports {
-            let run = report.evidence(provenance.clone(), candidate, &shapes);
+            let run = report.evidence(provenance.clone(), implementation.clone(), &target.shapes);
             println!("evidence: {}", run.write_in(root)?.display());
         }
     }

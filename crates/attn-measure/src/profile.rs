@@ -1,17 +1,20 @@
 //! What Nsight Compute and compute-sanitizer run: the tools found before anything runs
 //! ([`find_program`], [`find_ncu`]), the kernel ncu filters on, the target-mode program that
-//! launches only the candidate ([`Target`], which a tool runs as this same binary in a hidden mode
-//! with the target as JSON), and ncu run on it supervised ([`ncu`]).
+//! launches only the candidate ([`Target`], a forward's or a backward's, which a tool runs as this
+//! same binary in a hidden mode with the target as JSON), and ncu run on it supervised ([`ncu`]).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use attn_evidence::ShapeSpec;
+use attn_kernels::backward::{BackwardArgs, GpuBackwardReference};
 use attn_kernels::registry::Engine;
 use attn_kernels::{Candidate, Config, Gpu, Prepared};
 use attn_ncu::metrics::Purpose;
+use attn_oracle::Distribution;
 use serde::{Deserialize, Serialize};
 
+use crate::backward::BackwardCandidate;
 use crate::supervise::{run_supervised, Supervised};
 use crate::timing::InputSets;
 use crate::{MeasureError, Problem, Result};
@@ -180,6 +183,55 @@ fn launch_on(gpu: &Gpu, spec: ShapeSpec, candidate: &Candidate, launches: u32) -
     Ok(())
 }
 
+/// `launches + 1` launches of backward `candidate` on `spec`, on exact allocations (as
+/// [`launch_on`]'s): Q, K, V and dO drawn at random, O and the LSE the GPU reference's forward of
+/// them.
+fn launch_backward_on(
+    gpu: &Gpu,
+    spec: ShapeSpec,
+    candidate: &BackwardCandidate,
+    launches: u32,
+) -> Result<()> {
+    let problem = Problem::new(spec)?;
+    let (dtype, d) = (problem.dtype, problem.shape.head_dim);
+    let prepared = candidate.prepare(gpu, dtype, d)?;
+    let inputs = problem.generate(Distribution::Normal, 7);
+    let (q, k, v) = (
+        gpu.upload(&inputs.q)?,
+        gpu.upload(&inputs.k)?,
+        gpu.upload(&inputs.v)?,
+    );
+    let d_o = gpu.upload(&problem.generate(Distribution::Normal, 8).q)?;
+    let offsets = (problem.varlen.as_ref())
+        .map(|v| gpu.upload_offsets(v))
+        .transpose()?;
+    let reference = GpuBackwardReference::new(gpu, dtype, d)?;
+    let (o, lse) = reference.forward_lse(gpu, &q, &k, &v, &problem.params, offsets.as_ref())?;
+    let args = BackwardArgs {
+        shape: problem.shape,
+        params: problem.params,
+        q: &q,
+        k: &k,
+        v: &v,
+        o: &o,
+        d_o: &d_o,
+        lse: &lse,
+        offsets: offsets.as_ref(),
+    };
+    let (mut dq, mut dk, mut dv) = (
+        gpu.alloc_poisoned(q.dims, dtype)?,
+        gpu.alloc_poisoned(k.dims, dtype)?,
+        gpu.alloc_poisoned(k.dims, dtype)?,
+    );
+    let plan = prepared.plan(&problem.shape, problem.varlen.as_ref())?;
+    let mut workspace = prepared.alloc_workspace(gpu, &plan)?;
+    for _ in 0..=launches {
+        prepared.launch_args(gpu, &args, &mut dq, &mut dk, &mut dv, &mut workspace)?;
+    }
+    gpu.synchronize()?;
+    Ok(())
+}
+
 /// A candidate as a target-mode process rebuilds it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -221,6 +273,9 @@ pub struct Target {
     pub shapes: Vec<ShapeSpec>,
     /// Launches after the warm-up one, per shape.
     pub launches: u32,
+    /// Whether the candidate is a backward implementation or kernel (absent: a forward's).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub backward: bool,
 }
 
 impl Target {
@@ -265,7 +320,34 @@ impl Target {
             candidate,
             shapes,
             launches,
+            backward: false,
         })
+    }
+
+    /// The target that launches backward `candidate` on `shapes` (dQ, dK and dV from the GPU
+    /// reference's O and LSE of random inputs).
+    pub fn backward(
+        candidate: &BackwardCandidate,
+        shapes: Vec<ShapeSpec>,
+        launches: u32,
+    ) -> Target {
+        let candidate = match candidate {
+            BackwardCandidate::Registered { name, overrides } => TargetCandidate::Registered {
+                name: name.clone(),
+                overrides: overrides.clone(),
+            },
+            BackwardCandidate::Source { path, defines } => TargetCandidate::Source {
+                path: path.clone(),
+                entry: "attn_bwd".into(),
+                defines: defines.clone(),
+            },
+        };
+        Target {
+            candidate,
+            shapes,
+            launches,
+            backward: true,
+        }
     }
 
     /// As one command-line argument.
@@ -300,6 +382,26 @@ impl Target {
 
     /// Launches it: every shape in turn on GPU 0, synchronised after each.
     pub fn launch(&self) -> Result<()> {
+        if self.backward {
+            let candidate = match &self.candidate {
+                TargetCandidate::Registered { name, overrides } => {
+                    BackwardCandidate::registered(name, overrides.clone())?
+                }
+                TargetCandidate::Source { path, defines, .. } => BackwardCandidate::Source {
+                    path: path.clone(),
+                    defines: defines.clone(),
+                },
+                TargetCandidate::Triton { .. } => {
+                    let why = "a Triton kernel has no backward here";
+                    return Err(MeasureError::Invalid(why.into()));
+                }
+            };
+            let gpu = Gpu::open(0)?;
+            for spec in &self.shapes {
+                launch_backward_on(&gpu, spec.clone(), &candidate, self.launches)?;
+            }
+            return Ok(());
+        }
         let candidate = self.candidate()?;
         let gpu = Gpu::open(0)?;
         for spec in &self.shapes {
@@ -348,5 +450,16 @@ mod tests {
         let err = back.candidate().unwrap_err().to_string();
         assert!(err.contains("no/such/kernel.cu"), "{err}");
         assert!(Target::from_json("{").is_err());
+        // A backward target says so; a forward's JSON from before reads as a forward's.
+        let naive = BackwardCandidate::registered("backward-naive", Config::default()).unwrap();
+        let shapes = vec!["1,2,100,64 causal".parse().unwrap()];
+        let target = Target::backward(&naive, shapes, 1);
+        let json = target.to_json();
+        assert!(json.contains(r#""backward":true"#), "{json}");
+        assert_eq!(Target::from_json(&json).unwrap(), target);
+        assert!(!Target::new(&mma, vec![], 0)
+            .unwrap()
+            .to_json()
+            .contains("backward"));
     }
 }

@@ -16,7 +16,6 @@ use std::time::Duration;
 
 use attn_evidence::{Provenance, SanitizeRun, ShapeSpec};
 pub use attn_evidence::{SanitizeFinding as Finding, SanitizeTool as Tool};
-use attn_kernels::Candidate;
 
 use crate::supervise::{classify_failure, run_supervised, Supervised};
 use crate::{MeasureError, Problem, Result};
@@ -97,18 +96,19 @@ impl Report {
         )
     }
 
-    /// The evidence of this report.
+    /// The evidence of this report on `candidate` (a forward's or a backward's, as evidence
+    /// records it).
     pub fn evidence(
         &self,
         provenance: Provenance,
-        candidate: &Candidate,
+        candidate: attn_evidence::Implementation,
         shapes: &[ShapeSpec],
     ) -> SanitizeRun {
         SanitizeRun {
             schema: attn_evidence::SCHEMA_VERSION,
             kind: attn_evidence::EvidenceKind::Sanitize,
             provenance,
-            candidate: crate::baseline::candidate_implementation(candidate, None),
+            candidate,
             shapes: shapes.to_vec(),
             tool: self.tool,
             findings: self.findings.clone(),

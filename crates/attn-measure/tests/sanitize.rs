@@ -408,3 +408,34 @@ fn hopper_copy_warp_is_clean_under_memcheck_and_racecheck() {
         );
     }
 }
+
+/// The backward kernels (all three stages, from the GPU reference's O and LSE) under memcheck and
+/// racecheck, dense, causal, grouped and ragged: the "racecheck clean".
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn every_backward_implementation_is_clean_under_memcheck_and_racecheck() {
+    use attn_measure::backward::BackwardCandidate;
+    // One GPU test at a time on the device (tests of other executables too).
+    let _device = attn_kernels::device_lock(0);
+    let mut dirty = Vec::new();
+    for implementation in attn_kernels::backward::backward_registry() {
+        let texts = [
+            "2,2,197,64",
+            "2,2,197,128 causal",
+            "1,4/2,100,197,64 causal bf16",
+        ];
+        let candidate =
+            BackwardCandidate::registered(implementation.name, Config::default()).unwrap();
+        let target = Target::backward(&candidate, shapes(&texts), 1);
+        println!("{} on {texts:?}", implementation.name);
+        for tool in [Tool::Memcheck, Tool::Racecheck] {
+            let report = sanitized(&target, tool);
+            println!("  {}", report.verdict());
+            if !report.clean() {
+                dirty.push(format!("{}: {}", implementation.name, report.verdict()));
+                dirty.extend(report.findings.iter().map(|f| format!("  {f}")));
+            }
+        }
+    }
+    assert!(dirty.is_empty(), "not clean:\n{}", dirty.join("\n"));
+}
