@@ -1,5 +1,5 @@
 // backward_mma.cu — FlashAttention-2-style backward on the tensor cores (mma.sync m16n8k16, ldmatrix,
-// cp.async), dQ through f32 atomics: not deterministic.
+// cp.async), dQ through f32 atomics: not deterministic, unless DETERMINISTIC=1 orders the adds.
 //
 // README.md's "Backward entry point", in three stages (workspace: backward_common.cuh's layout):
 //   attn_bwd_pre   D_i = Σ dO∘O of every query row, and the f32 dQ accumulator zeroed.
@@ -25,7 +25,8 @@
 //   and dSᵀ goes to shared memory, from which, after a block barrier, the warps compute the tile's
 //   dQ = dS·K (dS via ldmatrix.trans of the stored dSᵀ, K via ldmatrix.trans) and add it to the f32
 //   accumulator with atomicAdd (the adds of different key tiles land in any order: the result may
-//   differ in its last bits from launch to launch). A warp none of whose keys the tile's rows see
+//   differ in its last bits from launch to launch; with DETERMINISTIC=1 the key tiles that visit a
+//   query tile add in key order, below). A warp none of whose keys the tile's rows see
 //   writes zeros for its dSᵀ and computes nothing else. At the end the warps stage dK·scale and dV
 //   in the K and V tiles and write their valid rows with 16-byte stores.
 //
@@ -41,6 +42,7 @@
 //   BLOCK_N   = 16·NUM_WARPS or 32·NUM_WARPS: keys per block (WARP_KEYS 16 or 32); default 16·NUM_WARPS
 //   BLOCK_M   ∈ {16, 32, 64}       query rows per tile; default 64
 //   STAGES    ∈ {1, 2}             Q/dO ring depth; default 2
+//   DETERMINISTIC ∈ {0, 1}         1: ordered dQ adds; default 0
 //   (the host's registry refuses 32 keys per warp at D=128, whose dK and dV alone fill the registers,
 //   and a dQ split of fewer than 16 columns per warp: see its rules.)
 //
@@ -51,6 +53,13 @@
 //                           + 2 · STAGES · BLOCK_M · D · 2       (the Q and dO rings)
 //                           + BLOCK_N · (BLOCK_M + 8) · 2        (dSᵀ, rows padded by 8 elements)
 //                           + 2 · STAGES · BLOCK_M · 4  bytes    (the rows' LSE·log2e and D_i)
+//
+// Deterministic dQ (DETERMINISTIC=1). The workspace holds one i32 ticket per query row after the
+//   D_i (the host sizes it so), zeroed by attn_bwd_pre; a query tile's is its first row's. The key
+//   tiles that visit a query tile qt are contiguous, [a, b] (both ends of a key tile's query rows,
+//   key_q_lo and key_q_hi, grow with the key): a key tile kt adds its dQ of qt once the ticket reads
+//   kt - a (a by binary search over the tiles before kt), then moves it on. Blocks of one (K/V head,
+//   sequence) are dispatched in key-tile order, so the tile waited for is running or done.
 //
 // Shared-memory layout. The K, V, Q and dO tiles have rows of HEAD_DIM elements, swizzled as mma.cu's
 // (chunk c of row r at chunk c ^ (r & 7)), and are read with mma_ptx.cuh's lane addressing: as mma.cu
@@ -77,6 +86,9 @@
 #ifndef STAGES
 #define STAGES 2
 #endif
+#ifndef DETERMINISTIC
+#define DETERMINISTIC 0
+#endif
 
 static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "backward_mma.cu: HEAD_DIM must be 64 or 128");
 static_assert(NUM_WARPS == 2 || NUM_WARPS == 4 || NUM_WARPS == 8, "backward_mma.cu: NUM_WARPS must be 2, 4 or 8");
@@ -84,6 +96,7 @@ static_assert(BLOCK_N == 16 * NUM_WARPS || BLOCK_N == 32 * NUM_WARPS,
               "backward_mma.cu: BLOCK_N must be 16 or 32 keys per warp");
 static_assert(BLOCK_M == 16 || BLOCK_M == 32 || BLOCK_M == 64, "backward_mma.cu: BLOCK_M must be 16, 32 or 64");
 static_assert(STAGES == 1 || STAGES == 2, "backward_mma.cu: STAGES must be 1 or 2");
+static_assert(DETERMINISTIC == 0 || DETERMINISTIC == 1, "backward_mma.cu: DETERMINISTIC must be 0 or 1");
 static_assert(sizeof(elem_t) == 2, "backward_mma.cu: 16-bit elements expected");
 
 namespace backward_mma {
@@ -227,18 +240,77 @@ __device__ __forceinline__ void store_keys(unsigned char* tile, const float (&ac
     }
 }
 
+// The tickets of the deterministic dQ (one per query row, after the D_i), or null without them;
+// traps on a workspace too small for them.
+__device__ __forceinline__ int* tickets(float* workspace, long long workspace_bytes, long long q_rows) {
+#if DETERMINISTIC
+    if (workspace_bytes < q_rows * (D + 2) * 4) __trap();
+    return reinterpret_cast<int*>(workspace + q_rows * (D + 1));
+#else
+    (void)workspace;
+    (void)workspace_bytes;
+    (void)q_rows;
+    return nullptr;
+#endif
+}
+
+// The first key tile (of BLOCK_N keys) that visits query tile qt (of BLOCK_M rows): the least tile
+// whose last key some row of qt or later sees. Key tile kt visits qt, so the answer is at most kt.
+__device__ __forceinline__ int first_visitor(int qt, int kt, int sq, int skv, int window_left) {
+    int lo = 0, hi = kt;
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        const int last = min(mid * BLOCK_N + BLOCK_N, skv) - 1;
+        const int end = (bwd_common::key_q_hi(last, sq, skv, window_left) + BLOCK_M - 1) / BLOCK_M;
+        if (end > qt) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    return lo;
+}
+
+// Thread 0 waits until `ticket` reads `turn` (acquire), then the block goes on; a wait of seconds
+// is a fault, not a hang.
+__device__ __forceinline__ void wait_turn(const int* ticket, int turn, int tid) {
+    if (tid == 0) {
+        long long spins = 0;
+        int seen;
+        do {
+            asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(seen) : "l"(ticket) : "memory");
+            if (seen == turn) break;
+            __nanosleep(64);
+        } while (++spins < (1ll << 26));
+        if (seen != turn) __trap();
+    }
+    __syncthreads();
+}
+
+// Every thread's dQ adds are visible before thread 0 moves `ticket` on (release).
+__device__ __forceinline__ void pass_turn(int* ticket, int tid) {
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) atomicAdd(ticket, 1);
+}
+
 }  // namespace backward_mma
 
 extern "C" __global__ void __launch_bounds__(NUM_WARPS * 32) attn_bwd_pre(BWD_PARAMS) {
     const long long q_rows = bwd_common::query_rows(batch, heads, seq_q, cu_seqlens_q);
     bwd_common::check_workspace(workspace_bytes, q_rows);
     float* delta = workspace + q_rows * HEAD_DIM;
+    int* ticket = backward_mma::tickets(workspace, workspace_bytes, q_rows);
     bwd_common::for_block_rows(BLOCK_M, heads, kv_heads, seq_q, seq_kv, cu_seqlens_q, cu_seqlens_kv,
                                [&](const attn::HeadView& view, int i, int lane) {
                                    const long long at = view.q + (long long)i * view.q_stride;
                                    const float d = bwd_common::row_delta(o + at, d_o + at, lane);
                                    for (int c = lane; c < HEAD_DIM; c += 32) workspace[at + c] = 0.f;
-                                   if (lane == 0) delta[bwd_common::row_index(view, i)] = d;
+                                   if (lane == 0) {
+                                       const long long row = bwd_common::row_index(view, i);
+                                       delta[row] = d;
+                                       if (ticket != nullptr) ticket[row] = 0;
+                                   }
                                });
 }
 
@@ -261,6 +333,7 @@ extern "C" __global__ void __launch_bounds__(NUM_WARPS * 32) attn_bwd(BWD_PARAMS
     bwd_common::check_workspace(workspace_bytes, q_rows);
     float* __restrict__ dq_acc = workspace;
     const float* __restrict__ delta = workspace + q_rows * D;
+    int* ticket = tickets(workspace, workspace_bytes, q_rows);
     const int group = heads / kv_heads;
 
     Block blk;
@@ -466,6 +539,13 @@ extern "C" __global__ void __launch_bounds__(NUM_WARPS * 32) attn_bwd(BWD_PARAMS
         // ---- dQ of the tile = dS·K, added to the f32 accumulator ------------------------------------------
         {
             const long long head = blk.view.q + hh * blk.q_head_step;
+            // Deterministic: this key tile's turn among those that visit the query tile (the
+            // ticket's address is recomputed after the adds: no register holds it across them).
+            if (ticket != nullptr) {
+                const int kt = blk.n0 / BLOCK_N;
+                const int turn = kt - first_visitor(m0 / BLOCK_M, kt, sq, skv, window_left);
+                wait_turn(ticket + (head + static_cast<long long>(m0) * blk.view.q_stride) / D, turn, tid);
+            }
             const int rb0 = (warp / DQ_WARPS_PER_ROW_BLOCK) * DQ_ROW_BLOCKS;  // first row block of this warp
             const int c0 = (warp % DQ_WARPS_PER_ROW_BLOCK) * DQ_COLS;         // first column
 #pragma unroll
@@ -508,6 +588,8 @@ extern "C" __global__ void __launch_bounds__(NUM_WARPS * 32) attn_bwd(BWD_PARAMS
                         }
                     }
             }
+            if (ticket != nullptr)
+                pass_turn(ticket + (head + static_cast<long long>(m0) * blk.view.q_stride) / D, tid);
         }
     }
 

@@ -59,6 +59,8 @@ pub mod names {
     knob_names! {
         /// naive: query rows (warps) per block.
         ROWS_PER_BLOCK,
+        /// backward-mma: dQ added in key-tile order (bitwise stable gradients).
+        DETERMINISTIC,
         /// Query rows per block.
         BLOCK_M,
         /// Keys per K/V tile.

@@ -126,7 +126,8 @@ impl PreparedBackward {
             dtype,
             head_dim,
             variants: implementation.variants,
-            deterministic: implementation.deterministic,
+            // backward-mma is deterministic where its dQ adds are ordered by tickets.
+            deterministic: implementation.deterministic || geometry.tickets,
             geometry,
             pre,
             main: main.expect("attn_bwd is always loaded"),

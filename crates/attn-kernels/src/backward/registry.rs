@@ -7,7 +7,7 @@
 
 use attn_oracle::{Params, Shape, Varlen};
 
-use crate::config::names::{BLOCK_M, BLOCK_N, NUM_WARPS, ROWS_PER_BLOCK, STAGES};
+use crate::config::names::{BLOCK_M, BLOCK_N, DETERMINISTIC, NUM_WARPS, ROWS_PER_BLOCK, STAGES};
 use crate::config::{Config, ConfigError, Knob, KnobName};
 use crate::error::{KernelError, Result};
 use crate::registry::{DeviceLimits, Gpus, Variants};
@@ -57,7 +57,7 @@ static NAIVE_KNOBS: [Knob; 1] = [Knob {
     doc: "rows (warps) per block in every stage",
 }];
 
-static MMA_KNOBS: [Knob; 4] = [
+static MMA_KNOBS: [Knob; 5] = [
     Knob {
         name: NUM_WARPS,
         domain: &[2, 4, 8],
@@ -77,6 +77,11 @@ static MMA_KNOBS: [Knob; 4] = [
         name: STAGES,
         domain: &[1, 2],
         doc: "cp.async Q/dO ring depth",
+    },
+    Knob {
+        name: DETERMINISTIC,
+        domain: &[0, 1],
+        doc: "1: each query tile's dQ is added by its key tiles in order (a ticket per query row in the workspace), so the gradients are the same bits on every launch",
     },
 ];
 
@@ -106,7 +111,13 @@ static BACKWARD_REGISTRY: [BackwardImplementation; 2] = [
         deterministic: false,
         kernel: BackwardKernel::Mma,
         defaults: |_| {
-            Config::from_pairs(&[(NUM_WARPS, 4), (BLOCK_N, 64), (BLOCK_M, 64), (STAGES, 2)])
+            Config::from_pairs(&[
+                (NUM_WARPS, 4),
+                (BLOCK_N, 64),
+                (BLOCK_M, 64),
+                (STAGES, 2),
+                (DETERMINISTIC, 0),
+            ])
         },
     },
 ];
@@ -165,6 +176,9 @@ pub struct BackwardGeometry {
     pub main_shared: u32,
     /// The pre and post stages' dynamic shared memory, bytes.
     pub side_shared: u32,
+    /// Whether the workspace holds one i32 ticket per query row after D_i: a deterministic
+    /// kernel's order of dQ adds (kernels/README.md).
+    pub tickets: bool,
 }
 
 /// The workspace a problem needs, bytes: `4 · rows · H · (D + 1)`, `rows = B · S_q` (varlen:
@@ -175,6 +189,16 @@ pub fn workspace_bytes(shape: &Shape, varlen: Option<&Varlen>) -> u64 {
 }
 
 impl BackwardGeometry {
+    /// The tickets' bytes beyond [`workspace_bytes`]: `4 · rows · H` with tickets, else none.
+    fn ticket_bytes(&self, shape: &Shape, varlen: Option<&Varlen>) -> u64 {
+        let rows = varlen.map_or(shape.batch * shape.seq_q, Varlen::total_q) as u64;
+        if self.tickets {
+            4 * rows * shape.heads as u64
+        } else {
+            0
+        }
+    }
+
     /// The launch of `shape` (a varlen batch's bounding shape, `varlen` its lengths) with the
     /// stages `has_pre`, `has_post` beside `attn_bwd`; a grid CUDA cannot launch is one line.
     pub fn plan(
@@ -212,7 +236,7 @@ impl BackwardGeometry {
                 shared_bytes: self.main_shared,
             },
             post: has_post.then_some(side),
-            workspace_bytes: workspace_bytes(shape, varlen),
+            workspace_bytes: workspace_bytes(shape, varlen) + self.ticket_bytes(shape, varlen),
         })
     }
 }
@@ -297,6 +321,7 @@ impl BackwardImplementation {
                     block: rows * 32,
                     main_shared: 0,
                     side_shared: 0,
+                    tickets: false,
                 }
             }
             BackwardKernel::Mma => {
@@ -315,6 +340,7 @@ impl BackwardImplementation {
                     block: (warps * 32) as u32,
                     main_shared: shared as u32,
                     side_shared: 0,
+                    tickets: knob(cfg, DETERMINISTIC) == 1,
                 }
             }
         }

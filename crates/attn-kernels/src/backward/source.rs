@@ -65,6 +65,9 @@ impl SourceDeclarations {
                 block: threads as u32,
                 main_shared: shared as u32,
                 side_shared: shared as u32,
+                // A `--src` kernel orders its dQ adds, if it declares DETERMINISTIC, within the ABI's
+                // workspace.
+                tickets: false,
             },
             deterministic,
             variants,

@@ -127,6 +127,17 @@ fn plans_cover_every_row_and_key_and_size_the_workspace() {
     assert_eq!(packed.main.grid, (3, 1, 3));
     assert_eq!(packed.pre.unwrap().grid, (5, 4, 3));
     assert_eq!(packed.workspace_bytes, 4 * 317 * 4 * 129);
+    // Deterministic dQ: one i32 ticket more per query row.
+    let ordered = mma()
+        .resolve(
+            &"DETERMINISTIC=1".parse().unwrap(),
+            128,
+            &DeviceLimits::H100,
+        )
+        .unwrap();
+    let plan = mma().plan(&ordered, &bounding, Some(&varlen)).unwrap();
+    assert_eq!(plan.workspace_bytes, 4 * 317 * 4 * 130);
+    assert!(mma().geometry(&ordered, 128).tickets && !mma().geometry(&cfg128, 128).tickets);
     assert_eq!(packed.main.shared_bytes, 108_544);
     // The naive kernel: a warp per row and per key.
     let naive_plan = naive()
@@ -307,6 +318,7 @@ fn a_source_kernel_declares_its_geometry_determinism_and_variants() {
             block: 128,
             main_shared: 0,
             side_shared: 0,
+            tickets: false,
         }
     );
     assert!(!declared.deterministic);

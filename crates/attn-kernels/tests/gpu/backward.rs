@@ -23,13 +23,16 @@ use crate::oracle::base_seed;
 
 /// The implementations and configs run: the yardstick, the defaults, and the mma kernel's other
 /// tile shapes (8 warps, 32-row tiles, one stage, 32 keys per warp at D=64).
-const RUNS: [(&str, &str); 6] = [
+const RUNS: [(&str, &str); 8] = [
     ("backward-naive", ""),
     ("backward-mma", ""),
     ("backward-mma", "NUM_WARPS=8"),
     ("backward-mma", "BLOCK_M=32,NUM_WARPS=2"),
     ("backward-mma", "STAGES=1"),
     ("backward-mma", "BLOCK_N=128"),
+    // Ordered dQ adds: declared deterministic, so its two launches must be the same bits.
+    ("backward-mma", "DETERMINISTIC=1"),
+    ("backward-mma", "DETERMINISTIC=1,BLOCK_M=32,NUM_WARPS=2"),
 ];
 
 /// One problem of the matrix.
