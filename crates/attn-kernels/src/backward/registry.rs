@@ -44,7 +44,8 @@ pub struct BackwardImplementation {
     pub gpus: Gpus,
     /// The problems beyond dense multi-head attention it handles.
     pub variants: Variants,
-    /// Whether its gradients are the same bits on every launch with the same inputs.
+    /// Whether its gradients are the same bits on every launch with the same inputs, whatever its
+    /// config (backward-mma is so with `DETERMINISTIC=1` alone: `PreparedBackward::deterministic`).
     pub deterministic: bool,
     /// How its launch is shaped.
     pub kernel: BackwardKernel,
