@@ -278,7 +278,7 @@ __device__ __forceinline__ void wait_turn(const int* ticket, int turn, int tid) 
         long long spins = 0;
         int seen;
         do {
-            asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(seen) : "l"(ticket) : "memory");
+            asm volatile("ld.acquire.gpu.b32 %0, [%1];" : "=r"(seen) : "l"(ticket) : "memory");
             if (seen == turn) break;
             __nanosleep(64);
         } while (++spins < (1ll << 26));

@@ -508,10 +508,12 @@ mod tests {
         let distinct: std::collections::BTreeSet<_> = lines.iter().collect();
         assert_eq!(distinct.len(), lines.len());
         // The defaults at both head dims, 32 keys per warp only at D=64.
+        // (The deterministic dQ's tickets live in the workspace: no shared memory of their own.)
         for line in [
-            "HEAD_DIM=64 BLOCK_M=64 BLOCK_N=64 NUM_WARPS=4 STAGES=2 SHARED_BYTES=59392",
-            "HEAD_DIM=128 BLOCK_M=64 BLOCK_N=64 NUM_WARPS=4 STAGES=2 SHARED_BYTES=108544",
-            "HEAD_DIM=64 BLOCK_M=64 BLOCK_N=128 NUM_WARPS=4 STAGES=2 SHARED_BYTES=84992",
+            "HEAD_DIM=64 BLOCK_M=64 BLOCK_N=64 DETERMINISTIC=0 NUM_WARPS=4 STAGES=2 SHARED_BYTES=59392",
+            "HEAD_DIM=128 BLOCK_M=64 BLOCK_N=64 DETERMINISTIC=0 NUM_WARPS=4 STAGES=2 SHARED_BYTES=108544",
+            "HEAD_DIM=128 BLOCK_M=64 BLOCK_N=64 DETERMINISTIC=1 NUM_WARPS=4 STAGES=2 SHARED_BYTES=108544",
+            "HEAD_DIM=64 BLOCK_M=64 BLOCK_N=128 DETERMINISTIC=0 NUM_WARPS=4 STAGES=2 SHARED_BYTES=84992",
         ] {
             assert!(lines.contains(&line.to_string()), "{line}");
         }
