@@ -90,6 +90,25 @@ pub struct Args {
 }
 
 impl Args {
+    /// `--config`, read: the knob overrides of every --impl.
+    pub(crate) fn overrides(&self) -> anyhow::Result<Config> {
+        (self.config.parse())
+            .map_err(|e: attn_kernels::ConfigError| anyhow::anyhow!("--config: {e}"))
+    }
+
+    /// The --impl names given, or `default` where none is.
+    pub(crate) fn names_or(&self, default: &str) -> Vec<String> {
+        let named: Vec<String> = (self.implementations.iter())
+            .filter(|n| !n.is_empty())
+            .cloned()
+            .collect();
+        if named.is_empty() {
+            vec![default.to_string()]
+        } else {
+            named
+        }
+    }
+
     /// The timing options every bench entry is taken with.
     pub(crate) fn timing(&self) -> TimingOptions {
         TimingOptions {
@@ -135,10 +154,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         return write_run(&args, &run).map(|()| 0);
     }
     let mut budget = crate::budget::TimeBudget::new(args.time_budget)?;
-    let overrides: Config = args
-        .config
-        .parse()
-        .map_err(|e: attn_kernels::ConfigError| anyhow::anyhow!("--config: {e}"))?;
+    let overrides = args.overrides()?;
     let (mut request, named) = request(&args, problems, &overrides)?;
     // The request is whole: now the GPU, and on it the device's best unless one was named.
     let gpu = Gpu::open(0)?;
@@ -300,11 +316,7 @@ fn table(run: &BenchRun, config: &str, overrides: &Config) -> attn_report::table
             label,
             e.shape.to_string(),
             attn_report::format::micros(e.summary.median),
-            format!(
-                "{}–{}",
-                attn_report::format::micros(e.summary.p10),
-                attn_report::format::micros(e.summary.p90)
-            ),
+            attn_report::format::micros_range(e.summary.p10, e.summary.p90),
             attn_report::format::tflops(e.tflops),
             format!("{:.2}", e.per_token_us() * 1e3),
             e.sm_mhz.map_or("–".into(), |mhz| format!("{mhz:.0}")),

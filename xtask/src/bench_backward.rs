@@ -26,17 +26,8 @@ pub fn request(args: &Args) -> anyhow::Result<BackwardBenchRequest> {
         bail!("--triton kernels and --py callables are timed on the forward pass: give --impl backward implementations");
     }
     let problems = args.problems.problems(DEFAULT_SUITE)?;
-    let overrides: Config = args
-        .config
-        .parse()
-        .map_err(|e: attn_kernels::ConfigError| anyhow::anyhow!("--config: {e}"))?;
-    let mut names: Vec<String> = (args.implementations.iter())
-        .filter(|n| !n.is_empty())
-        .cloned()
-        .collect();
-    if names.is_empty() {
-        names.push("backward-mma".into());
-    }
+    let overrides = args.overrides()?;
+    let names = args.names_or("backward-mma");
     for name in &names {
         if find_backward(name).is_err() && attn_kernels::registry::find(name).is_ok() {
             bail!("--impl {name} is a forward implementation: the backward pass takes backward-mma or backward-naive");
@@ -116,12 +107,8 @@ fn table(run: &BenchRun) -> attn_report::table::Table {
             e.implementation.label(),
             e.shape.to_string(),
             attn_report::format::micros(e.summary.median),
-            format!(
-                "{}–{}",
-                attn_report::format::micros(e.summary.p10),
-                attn_report::format::micros(e.summary.p90)
-            ),
-            format!("{:.0}", e.tflops),
+            attn_report::format::micros_range(e.summary.p10, e.summary.p90),
+            attn_report::format::tflops(e.tflops),
             e.sm_mhz.map_or("–".into(), |mhz| format!("{mhz:.0}")),
         ]);
     }
@@ -148,7 +135,7 @@ fn step_table(steps: &[TrainingStep]) -> attn_report::table::Table {
             attn_report::format::micros(forward),
             attn_report::format::micros(backward),
             attn_report::format::micros(forward + backward),
-            format!("{:.0}", s.tflops),
+            attn_report::format::tflops(s.tflops),
         ]);
     }
     table

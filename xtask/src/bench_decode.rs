@@ -5,7 +5,7 @@
 use anyhow::bail;
 use attn_evidence::BenchRun;
 use attn_kernels::decode::find_decode;
-use attn_kernels::{Config, Gpu};
+use attn_kernels::Gpu;
 use attn_measure::bench::{run_decode_bench, DecodeBenchRequest, Event};
 use attn_measure::sdpa::Backend;
 use attn_oracle::DecodeSpec;
@@ -23,17 +23,8 @@ pub fn request(args: &Args, specs: Vec<DecodeSpec>) -> anyhow::Result<DecodeBenc
     if !args.py.is_empty() {
         bail!("--py callables are called as fn(q, k, v, scale=, causal=) on prefill problems, not decode batches");
     }
-    let overrides: Config = args
-        .config
-        .parse()
-        .map_err(|e: attn_kernels::ConfigError| anyhow::anyhow!("--config: {e}"))?;
-    let mut names: Vec<String> = (args.implementations.iter())
-        .filter(|n| !n.is_empty())
-        .cloned()
-        .collect();
-    if names.is_empty() {
-        names.push("decode".into());
-    }
+    let overrides = args.overrides()?;
+    let names = args.names_or("decode");
     for name in &names {
         if find_decode(name).is_err() && attn_kernels::registry::find(name).is_ok() {
             bail!("--impl {name} is a prefill implementation: a decode batch takes decode or decode-naive");
@@ -97,11 +88,7 @@ fn table(run: &BenchRun) -> attn_report::table::Table {
             e.implementation.label(),
             record.text.clone(),
             attn_report::format::micros(e.summary.median),
-            format!(
-                "{}–{}",
-                attn_report::format::micros(e.summary.p10),
-                attn_report::format::micros(e.summary.p90)
-            ),
+            attn_report::format::micros_range(e.summary.p10, e.summary.p90),
             record
                 .candidate_gbs
                 .map_or("–".into(), |g| format!("{g:.0}")),

@@ -18,7 +18,7 @@ use attn_evidence::{CaseStatus, GateRule, GateRun};
 use attn_kernels::TimingOptions;
 use attn_measure::gate::{ended_case, GatePlan, GateSession};
 use attn_measure::provenance::fresh_seed;
-use attn_measure::sanitize::{self, GATE_TOOLS};
+use attn_measure::sanitize;
 use attn_measure::sdpa::Backend;
 use attn_measure::supervise::Watchdog;
 use attn_measure::timing::{default_block, Interleave};
@@ -226,9 +226,10 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
 
     let evidence = (!args.no_evidence).then_some(args.evidence.as_path());
     if let Some(sanitizer) = &sanitizer {
-        let small = sanitize::small_problems(&problems)?;
-        if !crate::sanitize::check(sanitizer, &candidate, &small, &GATE_TOOLS, evidence)? {
-            println!("\n**attn gate: FAILED** (compute-sanitizer's findings above; nothing timed)");
+        let small = sanitize::small_shapes(problems.iter().map(|p| &p.spec));
+        let target = attn_measure::profile::Target::new(&candidate, small, 0)?;
+        let implementation = attn_measure::baseline::candidate_implementation(&candidate, None);
+        if !crate::sanitize::before_timing(sanitizer, &target, implementation, evidence)? {
             return Ok(crate::EXIT_FAILED);
         }
     }

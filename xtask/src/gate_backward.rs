@@ -8,7 +8,8 @@ use attn_kernels::{Config, ConfigError};
 use attn_measure::backward::{
     ended_backward_case, BackwardBaseline, BackwardCandidate, BackwardGate,
 };
-use attn_measure::sanitize::{self, GATE_TOOLS};
+use attn_measure::profile::Target;
+use attn_measure::sanitize;
 use attn_measure::supervise::Watchdog;
 use attn_stats::CompareOptions;
 
@@ -80,9 +81,14 @@ pub fn run(
     let sanitizer = args.sanitize.as_deref().map(sanitize::find).transpose()?;
     let evidence = (!args.no_evidence).then_some(args.evidence.as_path());
     if let Some(sanitizer) = &sanitizer {
-        let small = sanitize::small_problems(&problems)?;
-        if !crate::sanitize::check_backward(sanitizer, &candidate, &small, &GATE_TOOLS, evidence)? {
-            println!("\n**attn gate: FAILED** (compute-sanitizer's findings above; nothing timed)");
+        let small = sanitize::small_shapes(problems.iter().map(|p| &p.spec));
+        let target = Target::backward(&candidate, small, 0);
+        if !crate::sanitize::before_timing(
+            sanitizer,
+            &target,
+            candidate.implementation(),
+            evidence,
+        )? {
             return Ok(crate::EXIT_FAILED);
         }
     }

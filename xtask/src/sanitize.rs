@@ -4,7 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use attn_kernels::{Candidate, Gpu};
-use attn_measure::{profile::Target, sanitize, sanitize::Tool, Problem};
+use attn_measure::sanitize::{Tool, GATE_TOOLS};
+use attn_measure::{profile::Target, sanitize, Problem};
 
 /// Arguments of `cargo xtask sanitize`.
 #[derive(Debug, clap::Args)]
@@ -57,24 +58,20 @@ pub fn check(
     run_target(sanitizer, &target, implementation, tools, evidence)
 }
 
-/// [`check`] of a backward `candidate` (`gate --pass backward --sanitize`): its three stages
-/// launched on the GPU reference's O and LSE.
-pub fn check_backward(
+/// The gate's sanitizer pass before any timing (`--sanitize`): [`GATE_TOOLS`] on `target` (the
+/// candidate, forward or backward, at small shapes), its FAILED line printed when a tool finds
+/// something; whether the gate goes on.
+pub fn before_timing(
     sanitizer: &Path,
-    candidate: &attn_measure::backward::BackwardCandidate,
-    problems: &[Problem],
-    tools: &[Tool],
+    target: &Target,
+    implementation: attn_evidence::Implementation,
     evidence: Option<&Path>,
 ) -> anyhow::Result<bool> {
-    let shapes: Vec<_> = problems.iter().map(|p| p.spec.clone()).collect();
-    let target = Target::backward(candidate, shapes, 0);
-    run_target(
-        sanitizer,
-        &target,
-        candidate.implementation(),
-        tools,
-        evidence,
-    )
+    let clean = run_target(sanitizer, target, implementation, &GATE_TOOLS, evidence)?;
+    if !clean {
+        println!("\n**attn gate: FAILED** (compute-sanitizer's findings above; nothing timed)");
+    }
+    Ok(clean)
 }
 
 /// `tools` on `target`, this binary in its hidden target mode; its reports printed and written as

@@ -5,6 +5,11 @@ pub fn micros(value: f64) -> String {
     significant(value, 3)
 }
 
+/// A spread of times in µs, `low–high`, each as [`micros`] writes it: `26.8–27.4`.
+pub fn micros_range(low: f64, high: f64) -> String {
+    format!("{}–{}", micros(low), micros(high))
+}
+
 /// `value` rounded to `digits` significant digits, never in scientific notation, with at least the
 /// integer part (large values are not rounded to tens).
 pub fn significant(value: f64, digits: i32) -> String {

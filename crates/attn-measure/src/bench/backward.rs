@@ -16,7 +16,7 @@ use attn_kernels::{Candidate, Config, Gpu, TimingOptions, Timings};
 use attn_oracle::DType;
 use attn_stats::Sample;
 
-use super::{push, time_candidate, time_sdpa, Event, Report};
+use super::{detect_sdpa, push, time_candidate, time_sdpa, Event, Report};
 use crate::backward::sdpa::{backward_refusal, check_sdpa_gradients, SdpaBackwardSide};
 use crate::backward::{backward_set_count, BackwardSide};
 use crate::baseline::{sdpa_implementation, timing_evidence};
@@ -79,17 +79,8 @@ pub fn run_backward_bench(
     report: Report<'_>,
     admit: &mut dyn FnMut() -> Option<String>,
 ) -> Result<BenchRun> {
-    let sdpa = if request.backends.is_empty() {
-        None
-    } else {
-        Sdpa::detect()
-            .map_err(|err| {
-                report(Event::Line(format!(
-                    "PyTorch SDPA is unavailable ({err}): timing our backward implementations only"
-                )))
-            })
-            .ok()
-    };
+    let wanted = !request.backends.is_empty();
+    let sdpa = detect_sdpa(wanted, report, "our backward implementations");
     let backends = sdpa.as_ref().map_or(0, |_| request.backends.len());
     let step = !request.step_forwards.is_empty();
     let per_problem = request.implementations.len()

@@ -12,7 +12,7 @@ use attn_kernels::{Config, Gpu, TimingOptions, Timings};
 use attn_oracle::{DType, DecodeInputs, DecodeSpec};
 use attn_stats::Sample;
 
-use super::{push, Event, Report};
+use super::{detect_sdpa, push, Event, Report};
 use crate::baseline::{sdpa_implementation, timing_evidence};
 use crate::decode::{
     copy_bandwidth, decode_set_count, draw_decode_sets, DecodeSide, SdpaDecodeSide,
@@ -74,17 +74,7 @@ pub fn run_decode_bench(
     report: Report<'_>,
     admit: &mut dyn FnMut() -> Option<String>,
 ) -> Result<BenchRun> {
-    let sdpa = if request.backends.is_empty() {
-        None
-    } else {
-        Sdpa::detect()
-            .map_err(|err| {
-                report(Event::Line(format!(
-                    "PyTorch SDPA is unavailable ({err}): timing our implementations only"
-                )))
-            })
-            .ok()
-    };
+    let sdpa = detect_sdpa(!request.backends.is_empty(), report, "our implementations");
     let mut backends = request.backends.clone();
     if let (Some(sdpa), true) = (&sdpa, backends.contains(&Backend::Flashinfer)) {
         // FlashInfer imported once up front: a missing install is one line, not one per batch.

@@ -89,6 +89,21 @@ pub fn entry(timed: Timed, problem: &Problem) -> Result<BenchEntry> {
     })
 }
 
+/// The PyTorch helper when `wanted` (some SDPA backend is to be timed); where it cannot start,
+/// one line says so and the run times `ours` only.
+fn detect_sdpa(wanted: bool, report: Report<'_>, ours: &str) -> Option<Sdpa> {
+    if !wanted {
+        return None;
+    }
+    Sdpa::detect()
+        .map_err(|err| {
+            report(Event::Line(format!(
+                "PyTorch SDPA is unavailable ({err}): timing {ours} only"
+            )))
+        })
+        .ok()
+}
+
 /// Keeps a timed entry, or says why `label` was skipped on `problem`; a step done either way.
 fn push(
     entries: &mut Vec<BenchEntry>,

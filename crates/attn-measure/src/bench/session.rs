@@ -83,19 +83,7 @@ impl<'r> BenchSession<'r> {
         request: &'r BenchRequest,
         report: Report<'r>,
     ) -> Result<BenchSession<'r>> {
-        let sdpa = if request.backends.is_empty() {
-            None
-        } else {
-            match Sdpa::detect() {
-                Ok(s) => Some(s),
-                Err(err) => {
-                    report(Event::Line(format!(
-                        "PyTorch SDPA is unavailable ({err}): timing our implementations only"
-                    )));
-                    None
-                }
-            }
-        };
+        let sdpa = super::detect_sdpa(!request.backends.is_empty(), report, "our implementations");
         // Asked for by name: no PyTorch is an error, not a skip.
         let callables = (request.callables.iter())
             .map(|c| {
